@@ -1,0 +1,35 @@
+# The two quickstart commands (see README): `make demo` and `make test`.
+# Each creates the virtual environment on first use, so both work on a fresh clone.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+# The CPU wheel; override (e.g. TORCH_SPEC='torch>=2.2,<3') for a CUDA build.
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+
+# Offline machines: a copy of the datasets beside the checkout (../shared/data) is
+# used as the download mirror when present and no mirror is set.
+LOCAL_MIRROR := $(abspath ../shared/data)
+CHARRNN_DATA_MIRROR ?= $(if $(wildcard $(LOCAL_MIRROR)/tinyshakespeare/input.txt),file://$(LOCAL_MIRROR))
+export CHARRNN_DATA_MIRROR
+
+.PHONY: setup demo test lint
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+demo: setup
+	$(BIN)/charrnn train --time-budget 120
+	$(BIN)/charrnn sample checkpoints/tinyshakespeare/best.pt --prime "ROMEO:" \
+		--length 600 --temperature 0.8 --seed 1
+
+lint: setup
+	$(BIN)/ruff check .
+
+test: lint
+	$(BIN)/python -m pytest -q

@@ -1,0 +1,3 @@
+from charrnn.cli import cli
+
+cli(prog_name="charrnn")

@@ -1,0 +1,122 @@
+"""Checkpoints: plain dicts of Python values and CPU tensors, written atomically.
+
+A checkpoint never pickles a module or a class, so it loads with
+``torch.load(..., weights_only=True)``, which cannot run code hidden in a file,
+and it loads on a CPU-only machine whatever device trained it. Writes go to a
+temporary file in the same directory, are flushed to disk, then renamed over the
+target, so a crash mid-save leaves the previous file intact.
+
+Keys: ``format_version``, ``model_config``, ``train_config``, ``vocab`` (list of
+characters), ``model_state``, ``optimizer_state``, ``step``, ``epoch``,
+``best_val_loss``, ``corpus`` (path, characters, split point).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import torch
+
+from charrnn.config import ModelConfig
+from charrnn.errors import CharrnnError
+from charrnn.model import CharRNN
+from charrnn.vocab import Vocab
+
+FORMAT_VERSION = 1
+REQUIRED_KEYS = ("format_version", "model_config", "vocab", "model_state")
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write ``path`` through a temporary sibling, fsync it, then rename it into place."""
+    path = Path(path)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
+
+
+def write_json(path: Path, value: Any) -> None:
+    atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def _to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_to_cpu(v) for v in value)
+    return value
+
+
+def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    """Save ``payload`` (see module docstring) atomically, tensors moved to the CPU."""
+    payload = {"format_version": FORMAT_VERSION, **_to_cpu(payload)}
+    try:
+        atomic_write(path, lambda handle: torch.save(payload, handle))
+    except OSError as exc:
+        raise CharrnnError(
+            f"could not save checkpoint {path}: {exc.strerror or exc}; the previous file is intact"
+        ) from None
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Load a checkpoint safely onto the CPU; any problem becomes a one-line :class:`CharrnnError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise CharrnnError(f"checkpoint {path} does not exist")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for corrupt, truncated or unsafe files
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CharrnnError(
+            f"{path} is not a readable charrnn checkpoint ({first_line[:160]})"
+        ) from None
+    if not isinstance(payload, dict) or any(key not in payload for key in REQUIRED_KEYS):
+        raise CharrnnError(f"{path} is not a charrnn checkpoint (missing model, config or vocabulary)")
+    version = payload["format_version"]
+    if version != FORMAT_VERSION:
+        raise CharrnnError(
+            f"{path} has checkpoint format version {version}; this charrnn reads version "
+            f"{FORMAT_VERSION}"
+        )
+    return payload
+
+
+@dataclass
+class LoadedModel:
+    model: CharRNN  # in eval mode, on the requested device
+    vocab: Vocab  # the vocabulary the model was trained with
+    payload: dict[str, Any]  # the whole checkpoint, for metadata (step, corpus, ...)
+
+
+def load_model(path: Path, device: str = "cpu") -> LoadedModel:
+    """Rebuild the model and vocabulary stored in a checkpoint, ready for inference."""
+    payload = load_checkpoint(path)
+    try:
+        config = ModelConfig.from_dict(payload["model_config"])
+        vocab = Vocab.from_list(payload["vocab"])
+        model = CharRNN(config)
+        model.load_state_dict(payload["model_state"])
+    except (CharrnnError, TypeError, KeyError, RuntimeError) as exc:
+        raise CharrnnError(f"{path} holds an inconsistent checkpoint: {str(exc).splitlines()[0]}") from None
+    if len(vocab) != config.vocab_size:
+        raise CharrnnError(f"{path} holds an inconsistent checkpoint: vocabulary size mismatch")
+    model.to(device).eval()
+    return LoadedModel(model=model, vocab=vocab, payload=payload)

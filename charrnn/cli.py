@@ -1,0 +1,372 @@
+"""The ``charrnn`` command line: parse options, call the library, print results.
+
+Results go to stdout; progress, messages and errors go to stderr, so that
+``charrnn sample ... > out.txt`` and ``charrnn eval-perplexity --json`` stay clean.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+from tqdm import tqdm
+
+from charrnn import __version__
+from charrnn.checkpoint import atomic_write_text, load_model
+from charrnn.config import CELL_TYPES, ModelConfig, SampleConfig, TrainConfig
+from charrnn.data import CorpusInfo, checkpoint_validation_text, corpus_name, encode_corpus, read_corpus
+from charrnn.datasets import DATASETS, DEFAULT_DATASET, get_dataset
+from charrnn.errors import CharrnnError
+from charrnn.evaluate import EvalResult, evaluate
+from charrnn.model import CharRNN
+from charrnn.sample import generate
+from charrnn.train import StepReport, TrainObserver, resolve_device, train
+from charrnn.vocab import UnknownCharactersError, describe_chars
+
+out = Console()
+err = Console(stderr=True)
+
+DEVICE_CHOICES = click.Choice(["auto", "cpu", "cuda", "mps"])
+
+
+class CharrnnGroup(click.Group):
+    """Turns every :class:`CharrnnError` into click's one-line ``Error: ...`` and exit 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except CharrnnError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=CharrnnGroup)
+@click.version_option(__version__, prog_name="charrnn")
+def cli() -> None:
+    """Character-level RNN text generator: train, sample, and measure perplexity.
+
+    \b
+    Quick tour:
+      charrnn train --time-budget 120          # tiny Shakespeare, downloaded on first use
+      charrnn sample checkpoints/tinyshakespeare/best.pt --prime "ROMEO:"
+      charrnn eval-perplexity checkpoints/tinyshakespeare/best.pt
+    """
+
+
+# ---------------------------------------------------------------------------- data
+
+
+@cli.group()
+def data() -> None:
+    """Download and verify built-in datasets."""
+
+
+@data.command("get")
+@click.argument("name", type=click.Choice(sorted(DATASETS)), default=DEFAULT_DATASET)
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+              help="Cache directory (default: $CHARRNN_DATA_DIR or ./data).")
+@click.option("--force", is_flag=True, help="Download again even if a verified copy exists.")
+def data_get(name: str, data_dir: Path | None, force: bool) -> None:
+    """Download dataset NAME into the data directory and verify its SHA-256.
+
+    \b
+    The origin is karpathy/char-rnn on GitHub; set CHARRNN_DATA_MIRROR to a base
+    URL (file:// works) holding NAME/input.txt to fetch from elsewhere.
+    \b
+    Example:
+      charrnn data get tinyshakespeare
+    """
+    path, downloaded = _fetch_dataset(name, data_dir, force)
+    out.print(str(path))
+
+
+def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False) -> tuple[Path, bool]:
+    with err.status(f"fetching {name}…"):
+        path, downloaded = get_dataset(name, data_dir, force)
+    verb = "downloaded and verified" if downloaded else "verified cached copy of"
+    err.print(f"{verb} {name}: {path} ({DATASETS[name].chars:,} characters)")
+    return path, downloaded
+
+
+# --------------------------------------------------------------------------- train
+
+
+class ProgressBar(TrainObserver):
+    """Prints the run configuration, a tqdm bar with loss, chars/s and ETA, and eval lines."""
+
+    def __init__(self) -> None:
+        self.bar: tqdm | None = None
+
+    def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
+                 corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None) -> None:
+        table = Table(title="charrnn train", show_header=False, title_justify="left")
+        table.add_column(style="bold")
+        table.add_column()
+        parameters = sum(p.numel() for p in model.parameters())
+        rows = {
+            "corpus": f"{corpus.path} ({corpus.chars:,} chars, vocabulary {model_config.vocab_size})",
+            "split": f"{corpus.split_point:,} train / {corpus.chars - corpus.split_point:,} validation",
+            "model": f"{model_config.num_layers}×{model_config.hidden_size} {model_config.cell.upper()}, "
+                     f"embedding {model_config.embed_size}, dropout {model_config.dropout:g}",
+            "parameters": f"{parameters:,}",
+            "batches": f"{config.batch_size} streams × {config.seq_len} chars, "
+                       f"{steps_per_epoch:,} steps per epoch",
+            "optimiser": f"Adam lr {config.learning_rate:g} (warm-up {config.warmup_steps}, cosine to "
+                         f"×{config.min_lr_ratio:g}), weight decay {config.weight_decay:g}, "
+                         f"clip {config.clip:g}",
+            "stop": ", ".join(filter(None, [
+                config.epochs and f"{config.epochs:g} epochs",
+                config.max_steps and f"{config.max_steps:,} steps",
+                config.time_budget and f"{config.time_budget:g} s",
+            ])),
+            "device": config.device,
+            "seed": str(config.seed),
+            "out": config.out_dir,
+        }
+        for key, value in rows.items():
+            table.add_row(key, value)
+        err.print(table)
+        self.bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True, file=sys.stderr)
+
+    def on_step(self, report: StepReport) -> None:
+        assert self.bar is not None
+        if report.progress:
+            # Whichever limit is nearest (a time budget included) sets the bar's end and so its ETA.
+            self.bar.total = max(report.step, round(report.step / report.progress))
+        postfix = {"loss": f"{report.loss:.3f}", "chars/s": f"{report.chars_per_s:,.0f}",
+                   "lr": f"{report.learning_rate:.2e}"}
+        if report.skipped_steps:
+            postfix["skipped"] = report.skipped_steps
+        self.bar.set_postfix(postfix, refresh=False)
+        self.bar.update(1)
+
+    def on_eval(self, record: dict[str, Any]) -> None:
+        train_loss = record["train_loss"]
+        train_part = f"train {train_loss:.4f}" if train_loss is not None else "train n/a"
+        marker = "  (best)" if record["best"] else ""
+        tqdm.write(
+            f"step {record['step']:>6}  epoch {record['epoch']:>7.3f}  {train_part}  "
+            f"val {record['val_loss']:.4f} nats/char ({record['val_bits_per_char']:.3f} bits){marker}",
+            file=sys.stderr,
+        )
+
+    def on_end(self) -> None:
+        if self.bar is not None:
+            self.bar.total = self.bar.n
+            self.bar.refresh()
+            self.bar.close()
+
+
+@cli.command("train")
+@click.argument("corpus", required=False, type=click.Path(path_type=Path))
+@click.option("--model", "cell", type=click.Choice(CELL_TYPES), default="lstm", show_default=True,
+              help="Recurrent cell.")
+@click.option("--layers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Stacked recurrent layers.")
+@click.option("--hidden", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Units per layer.")
+@click.option("--embed", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Character embedding size.")
+@click.option("--dropout", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
+              help="Dropout between layers and before the output layer.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Parallel BPTT streams.")
+@click.option("--seq-len", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Characters per truncated-BPTT segment.")
+@click.option("--lr", "learning_rate", type=click.FloatRange(min=0, min_open=True), default=3e-3,
+              show_default=True, help="Peak Adam learning rate.")
+@click.option("--min-lr-ratio", type=click.FloatRange(0, 1), default=0.1, show_default=True,
+              help="The cosine schedule ends at lr × this.")
+@click.option("--warmup-steps", type=click.IntRange(min=0), default=50, show_default=True,
+              help="Linear learning-rate warm-up.")
+@click.option("--weight-decay", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Decoupled weight decay.")
+@click.option("--clip", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="Clip the global gradient norm to this; 0 turns clipping off.")
+@click.option("--epochs", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Stop after this many passes over the training split (10 if no limit is given).")
+@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Stop after this many steps.")
+@click.option("--time-budget", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Stop after this many wall-clock seconds, then evaluate and save.")
+@click.option("--eval-every", type=click.IntRange(min=1), default=250, show_default=True,
+              help="Steps between validation passes.")
+@click.option("--save-every", type=click.IntRange(min=1), default=250, show_default=True,
+              help="Steps between writes of last.pt.")
+@click.option("--val-frac", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.1,
+              show_default=True, help="Tail fraction of the corpus held out for validation.")
+@click.option("--seed", type=int, default=1337, show_default=True, help="Random seed.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Run directory (default: checkpoints/<corpus name>).")
+@click.option("--device", type=DEVICE_CHOICES, default="auto", show_default=True)
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+              help="Dataset cache for the built-in corpus (default: $CHARRNN_DATA_DIR or ./data).")
+def train_command(corpus: Path | None, cell: str, layers: int, hidden: int, embed: int, dropout: float,
+                  out_dir: Path | None, device: str, data_dir: Path | None, **options: Any) -> None:
+    """Train a character-level model on CORPUS (a UTF-8 file or a directory of *.txt).
+
+    Without CORPUS, tiny Shakespeare is downloaded (once) and used. The run
+    directory receives last.pt, best.pt (lowest validation loss), metrics.jsonl
+    and config.json.
+
+    \b
+    Examples:
+      charrnn train --time-budget 120
+      charrnn train my_corpus.txt --hidden 512 --epochs 20 --dropout 0.2
+      charrnn train poems/ --model gru --out runs/poems
+    """
+    if corpus is None:
+        corpus, _ = _fetch_dataset(DEFAULT_DATASET, data_dir)
+        name = DEFAULT_DATASET
+    else:
+        name = corpus_name(corpus)
+    config = TrainConfig(out_dir=str(out_dir or Path("checkpoints") / name),
+                         device=resolve_device(device), **options)
+    encoded = encode_corpus(corpus, name, config.val_frac)
+    model_config = ModelConfig(vocab_size=len(encoded.vocab), cell=cell, num_layers=layers,
+                               hidden_size=hidden, embed_size=embed, dropout=dropout)
+    result = train(model_config, config, encoded.vocab, encoded.ids, encoded.info, ProgressBar())
+
+    summary = Table(title="training finished", show_header=False, title_justify="left")
+    summary.add_column(style="bold")
+    summary.add_column()
+    for key, value in {
+        "stopped": result.stop_reason,
+        "steps": f"{result.steps:,} ({result.epoch:.2f} epochs)",
+        "wall time": f"{result.elapsed_s:.1f} s",
+        "best validation": f"{result.best.nats_per_char:.4f} nats/char, "
+                           f"{result.best.bits_per_char:.4f} bits/char, "
+                           f"perplexity {result.best.perplexity:.3f}",
+        "skipped steps": str(result.skipped_steps),
+        "checkpoints": f"{result.out_dir / 'best.pt'}, {result.out_dir / 'last.pt'}",
+    }.items():
+        summary.add_row(key, value)
+    out.print(summary)
+
+
+# -------------------------------------------------------------------------- sample
+
+
+@cli.command("sample")
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.option("--length", type=int, default=1000, show_default=True, help="Characters to generate.")
+@click.option("--temperature", type=float, default=1.0, show_default=True,
+              help="Divide the logits by this (> 0); lower is more conservative.")
+@click.option("--top-k", type=int, default=None, help="Sample only from the k most likely characters.")
+@click.option("--top-p", type=float, default=None,
+              help="Sample only from the smallest set with total probability ≥ p.")
+@click.option("--greedy", is_flag=True, help="Always take the most likely character.")
+@click.option("--prime", default=None, help="Text to warm the model with; the output starts with it.")
+@click.option("--prime-file", type=click.Path(path_type=Path), default=None,
+              help="Read the prime from a UTF-8 file.")
+@click.option("--seed", type=int, default=None, help="The same seed gives the same text.")
+@click.option("--num-samples", type=int, default=1, show_default=True,
+              help="Independent samples, generated together.")
+@click.option("--output", type=click.Path(path_type=Path), default=None,
+              help="Write the text to this file instead of stdout.")
+@click.option("--device", type=DEVICE_CHOICES, default="cpu", show_default=True)
+def sample_command(checkpoint: Path, prime: str | None, prime_file: Path | None, output: Path | None,
+                   device: str, **options: Any) -> None:
+    """Generate text from CHECKPOINT, streaming it to stdout as it is produced.
+
+    \b
+    Examples:
+      charrnn sample checkpoints/tinyshakespeare/best.pt --prime "ROMEO:" --length 500
+      charrnn sample best.pt --temperature 0.7 --top-p 0.9 --seed 1
+      charrnn sample best.pt --greedy --length 200 --output greedy.txt
+    """
+    try:
+        config = SampleConfig(**options)
+    except CharrnnError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if prime is not None and prime_file is not None:
+        raise click.UsageError("give --prime or --prime-file, not both")
+    if prime_file is not None:
+        prime = read_corpus(prime_file)
+    prime = prime or ""
+    loaded = load_model(checkpoint, resolve_device(device))
+    steps = generate(loaded.model, loaded.vocab, config, prime)
+
+    if output is None and config.num_samples == 1:
+        sys.stdout.write(prime)
+        for chars in steps:
+            sys.stdout.write(chars[0])
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+        return
+    samples = [[prime] for _ in range(config.num_samples)]
+    for chars in steps:
+        for sample, char in zip(samples, chars, strict=True):
+            sample.append(char)
+    texts = ["".join(sample) for sample in samples]
+    if config.num_samples == 1:
+        rendered = texts[0] + "\n"
+    else:
+        rendered = "".join(f"=== sample {i} ===\n{text}\n" for i, text in enumerate(texts, start=1))
+    if output is None:
+        sys.stdout.write(rendered)
+        return
+    try:
+        atomic_write_text(output, rendered)
+    except OSError as exc:
+        raise CharrnnError(f"cannot write {output}: {exc.strerror or exc}") from None
+    err.print(f"wrote {config.num_samples} sample(s) of {config.length:,} characters to {output}")
+
+
+# ---------------------------------------------------------------- eval-perplexity
+
+
+@cli.command("eval-perplexity")
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.argument("text_file", required=False, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object for scripts.")
+@click.option("--skip-unknown", is_flag=True,
+              help="Drop characters outside the vocabulary and score the rest.")
+@click.option("--device", type=DEVICE_CHOICES, default="cpu", show_default=True)
+def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: bool, skip_unknown: bool,
+                            device: str) -> None:
+    """Score TEXT_FILE (default: the checkpoint's own validation split) under CHECKPOINT.
+
+    Reports nats/char, bits/char and perplexity over the whole text, read as one
+    stream with the state carried across chunks.
+
+    \b
+    Examples:
+      charrnn eval-perplexity checkpoints/tinyshakespeare/best.pt
+      charrnn eval-perplexity best.pt held_out.txt --json
+    """
+    loaded = load_model(checkpoint, resolve_device(device))
+    if text_file is None:
+        text = checkpoint_validation_text(loaded.payload["corpus"])
+        source = f"validation split of {loaded.payload['corpus']['path']}"
+    else:
+        text = read_corpus(text_file)
+        source = str(text_file)
+    try:
+        ids = loaded.vocab.encode(text, skip_unknown=skip_unknown)
+    except UnknownCharactersError as exc:
+        raise CharrnnError(f"{exc} (use --skip-unknown to score the rest)") from None
+    skipped = len(text) - len(ids)
+    if skipped:
+        err.print(f"skipped {skipped:,} character(s) outside the vocabulary: "
+                  f"{describe_chars(loaded.vocab.unknown_chars(text))}")
+    started = time.perf_counter()
+    result: EvalResult = evaluate(loaded.model, ids)
+    seconds = time.perf_counter() - started
+    if as_json:
+        click.echo(json.dumps(result.to_dict()))
+        return
+    table = Table(title="perplexity", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("text", source)
+    table.add_row("nats/char", f"{result.nats_per_char:.4f}")
+    table.add_row("bits/char", f"{result.bits_per_char:.4f}")
+    table.add_row("perplexity", f"{result.perplexity:.4f}")
+    table.add_row("characters scored", f"{result.chars:,}")
+    table.add_row("time", f"{seconds:.1f} s")
+    out.print(table)

@@ -1,0 +1,102 @@
+"""Typed configuration for the model, training and sampling.
+
+Each dataclass round-trips through plain dicts (``asdict`` / ``from_dict``) so that
+checkpoints and ``config.json`` hold nothing but JSON-compatible values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Literal
+
+from charrnn.errors import ConfigError
+
+CellType = Literal["lstm", "gru", "rnn"]
+CELL_TYPES: tuple[str, ...] = ("lstm", "gru", "rnn")
+
+
+class _DictMixin:
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]):
+        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+
+@dataclass(frozen=True)
+class ModelConfig(_DictMixin):
+    vocab_size: int  # number of distinct code points the model reads and predicts
+    cell: CellType = "lstm"  # recurrent cell: lstm, gru or rnn (tanh Elman)
+    num_layers: int = 2  # stacked recurrent layers
+    hidden_size: int = 256  # units per recurrent layer (H)
+    embed_size: int = 64  # size of the character embedding fed to layer 1
+    dropout: float = 0.0  # dropout between layers and before the output layer
+
+    def __post_init__(self) -> None:
+        if self.cell not in CELL_TYPES:
+            raise ConfigError(f"unknown cell {self.cell!r}; choose one of {', '.join(CELL_TYPES)}")
+        for name in ("vocab_size", "num_layers", "hidden_size", "embed_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError("dropout must be in [0, 1)")
+
+
+@dataclass
+class TrainConfig(_DictMixin):
+    out_dir: str  # run directory: last.pt, best.pt, metrics.jsonl, config.json
+    val_frac: float = 0.1  # contiguous tail of the corpus held out for validation
+    batch_size: int = 32  # parallel BPTT streams (B)
+    seq_len: int = 100  # characters per truncated-BPTT segment (T)
+    learning_rate: float = 3e-3  # peak Adam learning rate
+    min_lr_ratio: float = 0.1  # the cosine schedule decays to learning_rate * this
+    warmup_steps: int = 50  # linear warm-up from 0 to the peak learning rate
+    weight_decay: float = 0.0  # decoupled (AdamW) weight decay
+    clip: float = 5.0  # global gradient-norm clip; 0 turns clipping off
+    epochs: float | None = None  # stop after this many passes over the training split
+    max_steps: int | None = None  # stop after this many optimiser steps
+    time_budget: float | None = None  # stop after this many wall-clock seconds
+    eval_every: int = 250  # steps between validation passes
+    save_every: int = 250  # steps between writes of last.pt
+    seed: int = 1337  # seeds torch and Python's RNG for initialisation and dropout
+    device: str = "cpu"  # torch device the run uses (resolved, never "auto")
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.val_frac < 1.0:
+            raise ConfigError("val_frac must be strictly between 0 and 1")
+        for name in ("batch_size", "seq_len", "eval_every", "save_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1")
+        if self.learning_rate <= 0:
+            raise ConfigError("learning_rate must be positive")
+        if self.clip < 0:
+            raise ConfigError("clip must be 0 (off) or positive")
+        for name in ("epochs", "max_steps", "time_budget"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"{name} must be positive")
+
+
+@dataclass(frozen=True)
+class SampleConfig(_DictMixin):
+    length: int = 1000  # characters to generate after the prime
+    temperature: float = 1.0  # logits are divided by this before the softmax
+    top_k: int | None = None  # keep only the k most likely characters
+    top_p: float | None = None  # keep the smallest set whose probability reaches p
+    greedy: bool = False  # always take the most likely character
+    num_samples: int = 1  # independent samples, generated as one batch
+    seed: int | None = None  # the same seed gives the same text
+
+    def __post_init__(self) -> None:
+        if self.length < 0:
+            raise ConfigError("length must be 0 or more")
+        if not self.temperature > 0:
+            raise ConfigError("temperature must be greater than 0")
+        if self.top_k is not None and self.top_k < 1:
+            raise ConfigError("top-k must be at least 1")
+        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
+            raise ConfigError("top-p must be in (0, 1]")
+        if self.num_samples < 1:
+            raise ConfigError("num-samples must be at least 1")

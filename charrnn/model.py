@@ -1,0 +1,203 @@
+"""The character-level recurrent language model and its fast per-step path.
+
+``CharRNN`` is embedding → stacked fused ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` →
+dropout → linear head. The cell equations are those of textbook notes §1, with
+PyTorch's conventions: LSTM gates stored in the order i, f, g, o; the GRU weights
+the *old* state by the update gate z and applies the reset gate after the
+recurrent matrix product, ``n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn))``.
+
+State is explicit and always a tuple of ``(num_layers, B, H)`` tensors: ``(h, c)``
+for the LSTM, ``(h,)`` for the GRU and RNN. That one shape lets training detach
+it, and sampling and beam search index it, without caring about the cell type.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from charrnn.config import ModelConfig
+
+State = tuple[torch.Tensor, ...]
+
+_RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN}
+
+
+class CharRNN(nn.Module):
+    """Embedding, stacked recurrent layers, and a linear read-out to ``vocab_size`` logits."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.embedding = nn.Embedding(config.vocab_size, config.embed_size)
+        self.rnn = _RNN_CLASSES[config.cell](
+            config.embed_size,
+            config.hidden_size,
+            num_layers=config.num_layers,
+            dropout=config.dropout if config.num_layers > 1 else 0.0,
+            batch_first=True,
+        )
+        self.dropout = nn.Dropout(config.dropout)
+        self.head = nn.Linear(config.hidden_size, config.vocab_size)
+
+    @property
+    def state_size(self) -> int:
+        """Number of tensors in the recurrent state: 2 for the LSTM, else 1."""
+        return 2 if self.config.cell == "lstm" else 1
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
+        """Zero state ``h_0`` (and ``c_0``): a tuple of ``(num_layers, B, H)`` tensors."""
+        shape = (self.config.num_layers, batch_size, self.config.hidden_size)
+        device = device if device is not None else self.head.weight.device
+        return tuple(torch.zeros(shape, device=device) for _ in range(self.state_size))
+
+    def forward(self, idx: torch.Tensor, state: State | None = None) -> tuple[torch.Tensor, State]:
+        """Run a batch of sequences.
+
+        idx: (B, T) int64 character ids. state: tuple of (num_layers, B, H), or None
+        for zeros. Returns logits (B, T, V) for the character after each position,
+        and the state after the last position.
+        """
+        if state is None:
+            state = self.initial_state(idx.shape[0], idx.device)
+        x = self.embedding(idx)  # (B, T, E)
+        rnn_state = state if self.config.cell == "lstm" else state[0]
+        out, new_state = self.rnn(x, rnn_state)  # (B, T, H)
+        logits = self.head(self.dropout(out))  # (B, T, V)
+        new_state = new_state if isinstance(new_state, tuple) else (new_state,)
+        return logits, new_state
+
+    def stepper(self) -> Stepper:
+        """A snapshot of the weights laid out for fast one-character steps (see :class:`Stepper`)."""
+        return Stepper(self)
+
+
+def detach_state(state: State) -> State:
+    """Cut the graph at a segment boundary so backprop stops there (truncated BPTT)."""
+    return tuple(s.detach() for s in state)
+
+
+class Stepper:
+    """One-character-at-a-time inference with the cell's matrix products done directly.
+
+    Calling the fused ``nn.LSTM`` once per character pays its dispatch and layout
+    overhead on every step, about 10× slower on CPU than the arithmetic itself.
+    This class concatenates each layer's weights once so a step is one ``addmm``
+    per layer on ``[x, h]``; the first layer's input product is folded into a
+    lookup table ``embedding @ W_ih^T + b`` indexed by the character id. The numbers
+    equal the fused module's up to float rounding (tested to 1e-5).
+
+    It is a snapshot: rebuild it after the model's weights change. Inference only
+    (no dropout, no autograd).
+    """
+
+    def __init__(self, model: CharRNN):
+        self.cell = model.config.cell
+        self.hidden_size = model.config.hidden_size
+        self.num_layers = model.config.num_layers
+        rnn = model.rnn
+        with torch.no_grad():
+            embedding = model.embedding.weight  # (V, E)
+            w_ih0 = rnn.weight_ih_l0
+            b_ih0 = rnn.bias_ih_l0
+            if self.cell == "gru":
+                # Input and recurrent products stay apart: the reset gate multiplies
+                # only the recurrent part of the candidate.
+                self.input_table = torch.addmm(b_ih0, embedding, w_ih0.t())  # (V, 3H)
+                self.recurrent = [
+                    (getattr(rnn, f"weight_hh_l{k}").t().contiguous(), getattr(rnn, f"bias_hh_l{k}"))
+                    for k in range(self.num_layers)
+                ]
+                self.upper_input = [
+                    (getattr(rnn, f"weight_ih_l{k}").t().contiguous(), getattr(rnn, f"bias_ih_l{k}"))
+                    for k in range(1, self.num_layers)
+                ]
+            else:
+                self.input_table = torch.addmm(b_ih0 + rnn.bias_hh_l0, embedding, w_ih0.t())
+                self.first_recurrent = rnn.weight_hh_l0.t().contiguous()  # (H, G)
+                # Upper layers: one product of [x, h] with the stacked weights.
+                self.upper = [
+                    (
+                        torch.cat(
+                            [getattr(rnn, f"weight_ih_l{k}"), getattr(rnn, f"weight_hh_l{k}")], dim=1
+                        ).t().contiguous(),  # (2H, G)
+                        getattr(rnn, f"bias_ih_l{k}") + getattr(rnn, f"bias_hh_l{k}"),
+                    )
+                    for k in range(1, self.num_layers)
+                ]
+            self.head_weight = model.head.weight.t().contiguous()  # (H, V)
+            self.head_bias = model.head.bias.detach().clone()
+            self.nonlinearity = getattr(rnn, "nonlinearity", "tanh")
+
+    @torch.no_grad()
+    def step(self, idx: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        """Advance one character.
+
+        idx: (B,) int64 ids. state: tuple of (num_layers, B, H). Returns logits (B, V)
+        for the next character and the new state.
+        """
+        if self.cell == "lstm":
+            return self._lstm_step(idx, state)
+        if self.cell == "gru":
+            return self._gru_step(idx, state)
+        return self._rnn_step(idx, state)
+
+    def _lstm_step(self, idx: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        h_prev, c_prev = state
+        H = self.hidden_size
+        hs, cs = [], []
+        x = None
+        for k in range(self.num_layers):
+            if k == 0:
+                gates = torch.addmm(self.input_table[idx], h_prev[0], self.first_recurrent)
+            else:
+                weight, bias = self.upper[k - 1]
+                gates = torch.addmm(bias, torch.cat([x, h_prev[k]], dim=1), weight)  # (B, 4H)
+            i = torch.sigmoid(gates[:, :H])
+            f = torch.sigmoid(gates[:, H : 2 * H])
+            g = torch.tanh(gates[:, 2 * H : 3 * H])
+            o = torch.sigmoid(gates[:, 3 * H :])
+            c = f * c_prev[k] + i * g
+            x = o * torch.tanh(c)
+            hs.append(x)
+            cs.append(c)
+        logits = torch.addmm(self.head_bias, x, self.head_weight)
+        return logits, (torch.stack(hs), torch.stack(cs))
+
+    def _gru_step(self, idx: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        (h_prev,) = state
+        H = self.hidden_size
+        hs = []
+        x = None
+        for k in range(self.num_layers):
+            if k == 0:
+                gi = self.input_table[idx]  # (B, 3H)
+            else:
+                weight, bias = self.upper_input[k - 1]
+                gi = torch.addmm(bias, x, weight)
+            weight_hh, bias_hh = self.recurrent[k]
+            gh = torch.addmm(bias_hh, h_prev[k], weight_hh)  # (B, 3H)
+            r = torch.sigmoid(gi[:, :H] + gh[:, :H])
+            z = torch.sigmoid(gi[:, H : 2 * H] + gh[:, H : 2 * H])
+            n = torch.tanh(gi[:, 2 * H :] + r * gh[:, 2 * H :])
+            x = n + z * (h_prev[k] - n)  # = (1 - z) ⊙ n + z ⊙ h_prev
+            hs.append(x)
+        logits = torch.addmm(self.head_bias, x, self.head_weight)
+        return logits, (torch.stack(hs),)
+
+    def _rnn_step(self, idx: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        (h_prev,) = state
+        activation = torch.tanh if self.nonlinearity == "tanh" else F.relu
+        hs = []
+        x = None
+        for k in range(self.num_layers):
+            if k == 0:
+                pre = torch.addmm(self.input_table[idx], h_prev[0], self.first_recurrent)
+            else:
+                weight, bias = self.upper[k - 1]
+                pre = torch.addmm(bias, torch.cat([x, h_prev[k]], dim=1), weight)
+            x = activation(pre)
+            hs.append(x)
+        logits = torch.addmm(self.head_bias, x, self.head_weight)
+        return logits, (torch.stack(hs),)

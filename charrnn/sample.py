@@ -1,0 +1,107 @@
+"""Autoregressive generation: temperature, top-k, top-p and greedy (textbook notes §4).
+
+The prime is run through the network once to warm the state; after that each new
+character costs one :meth:`Stepper.step`, the state carried forward, so the prefix
+is never re-run. Several samples advance together as one batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from charrnn.config import SampleConfig
+from charrnn.errors import CharrnnError
+from charrnn.model import CharRNN, State
+from charrnn.vocab import Vocab, describe_chars
+
+
+def default_warmup(vocab: Vocab) -> str:
+    """What an empty prime feeds the network: a newline, as at the start of a text, if known."""
+    return "\n" if "\n" in vocab else vocab.chars[0]
+
+
+def encode_prime(vocab: Vocab, prime: str) -> torch.Tensor:
+    """Ids of the prime; characters outside the vocabulary are named in the error."""
+    unknown = vocab.unknown_chars(prime)
+    if unknown:
+        raise CharrnnError(
+            f"the prime has characters the model never saw: {describe_chars(unknown)}"
+        )
+    return vocab.encode(prime).long()
+
+
+def filter_logits(
+    logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None
+) -> torch.Tensor:
+    """Mask (with -inf) every logit outside the top-k and the top-p nucleus.
+
+    logits: (B, V). top-p keeps the smallest set of most likely symbols whose total
+    probability reaches p (the most likely symbol always survives).
+    """
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        sorted_probs = torch.softmax(sorted_logits, dim=-1)
+        mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+        drop_sorted = mass_before >= top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def choose_next(
+    logits: torch.Tensor, config: SampleConfig, generator: torch.Generator
+) -> torch.Tensor:
+    """Pick the next id for each row of logits (B, V); returns (B,) int64."""
+    if config.greedy:
+        return torch.argmax(logits, dim=-1)
+    logits = filter_logits(logits / config.temperature, config.top_k, config.top_p)
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
+    generator = torch.Generator(device=device)
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(seed)
+    return generator
+
+
+def generate(
+    model: CharRNN, vocab: Vocab, config: SampleConfig, prime: str = ""
+) -> Iterator[list[str]]:
+    """Return an iterator of steps, each one new character for each of ``config.num_samples`` samples.
+
+    The prime is checked and run through the network before this returns, so a bad
+    prime fails here, not halfway through the output. The prime itself is not
+    yielded (callers print it first). Same seed, same text.
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    warmup = encode_prime(vocab, prime or default_warmup(vocab)).to(device)
+    batch = config.num_samples
+    with torch.no_grad():
+        state = model.initial_state(batch, device)
+        if len(warmup) > 1:
+            # Everything but the last prime character goes through the fused module in one call.
+            _, state = model(warmup[:-1].unsqueeze(0).expand(batch, -1), state)
+    return _steps(model, vocab, config, warmup[-1:].expand(batch), state)
+
+
+@torch.no_grad()
+def _steps(
+    model: CharRNN, vocab: Vocab, config: SampleConfig, current: torch.Tensor, state: State
+) -> Iterator[list[str]]:
+    generator = make_generator(config.seed, current.device)
+    stepper = model.stepper()
+    chars = vocab.chars
+    for _ in range(config.length):
+        logits, state = stepper.step(current, state)  # (B, V)
+        current = choose_next(logits.float(), config, generator)  # (B,)
+        yield [chars[i] for i in current.tolist()]

@@ -1,0 +1,299 @@
+"""The training loop: truncated BPTT, Adam, a warm-up + cosine schedule, clipping, evaluation.
+
+Textbook notes §3: inputs are ``text[i : i+T]``, targets ``text[i+1 : i+T+1]``;
+the final state of a segment is the initial state of the next, detached so that
+backpropagation stops at the segment boundary; the state is reset at the start
+of each epoch. Gradients are clipped by their global norm,
+``g ← g · v / ‖g‖`` when ``‖g‖ > v``, and a step whose loss or gradient is not
+finite is skipped rather than applied.
+
+The loop reports through a :class:`TrainObserver`; it never prints by itself.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from charrnn.checkpoint import save_checkpoint, write_json
+from charrnn.config import ModelConfig, TrainConfig
+from charrnn.data import CorpusInfo, Split, StreamBatches, split_ids
+from charrnn.errors import CharrnnError
+from charrnn.evaluate import EvalResult, evaluate
+from charrnn.model import CharRNN, detach_state
+from charrnn.vocab import Vocab
+
+DEFAULT_EPOCHS = 10.0
+
+
+def resolve_device(name: str) -> str:
+    """Turn ``auto`` into ``cuda`` when a GPU is present, else ``cpu``; check explicit choices."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise CharrnnError("--device cuda was requested but no CUDA GPU is available")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise CharrnnError("--device mps was requested but MPS is not available")
+    return name
+
+
+@dataclass
+class StepReport:
+    step: int  # optimiser steps done
+    epoch: float  # passes over the training split done, fractional
+    loss: float  # training loss of this step (nats/char)
+    learning_rate: float  # learning rate applied at this step
+    chars_per_s: float  # training throughput since the last report
+    progress: float | None  # fraction of the run done, when a stopping criterion is set
+    skipped_steps: int  # steps skipped so far for a non-finite loss or gradient
+
+
+@dataclass
+class TrainResult:
+    out_dir: Path  # where checkpoints and logs were written
+    steps: int  # optimiser steps done
+    epoch: float  # passes over the training split done
+    best_val_loss: float  # lowest validation nats/char seen
+    best: EvalResult  # the evaluation that produced best.pt
+    elapsed_s: float  # wall time of the loop, evaluations included
+    stop_reason: str  # which criterion ended the run
+    skipped_steps: int  # steps skipped for non-finite values
+    history: list[dict[str, Any]] = field(default_factory=list)  # every metrics.jsonl record
+
+
+class TrainObserver:
+    """Hooks the loop calls; the default does nothing. The CLI's draws a progress bar."""
+
+    def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
+                 corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None) -> None:
+        pass
+
+    def on_step(self, report: StepReport) -> None:
+        pass
+
+    def on_eval(self, record: dict[str, Any]) -> None:
+        pass
+
+    def on_end(self) -> None:
+        pass
+
+
+def learning_rate_at(config: TrainConfig, step: int, progress: float | None) -> float:
+    """Linear warm-up for ``warmup_steps``, then cosine decay to ``min_lr_ratio`` of the peak.
+
+    ``progress`` in [0, 1] is how much of the run is done; with no known end the rate
+    stays at its peak after warm-up.
+    """
+    peak = config.learning_rate
+    if step < config.warmup_steps:
+        return peak * (step + 1) / config.warmup_steps
+    if progress is None:
+        return peak
+    floor = peak * config.min_lr_ratio
+    return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def run_progress(config: TrainConfig, step: int, epoch: float, elapsed: float) -> float | None:
+    """The fraction done by whichever stopping criterion is nearest, or None without one."""
+    fractions = []
+    if config.max_steps is not None:
+        fractions.append(step / config.max_steps)
+    if config.epochs is not None:
+        fractions.append(epoch / config.epochs)
+    if config.time_budget is not None:
+        fractions.append(elapsed / config.time_budget)
+    return max(fractions) if fractions else None
+
+
+def stop_reason(config: TrainConfig, step: int, epoch: float, elapsed: float) -> str | None:
+    if config.max_steps is not None and step >= config.max_steps:
+        return f"reached --max-steps {config.max_steps}"
+    if config.epochs is not None and epoch >= config.epochs - 1e-9:
+        return f"reached --epochs {config.epochs:g}"
+    if config.time_budget is not None and elapsed >= config.time_budget:
+        return f"used the --time-budget of {config.time_budget:g} s"
+    return None
+
+
+def prepare_out_dir(out_dir: Path) -> None:
+    """Create the run directory and prove it is writable before any training time is spent."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise CharrnnError(f"cannot write to --out {out_dir}: {exc.strerror or exc}") from None
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def train(
+    model_config: ModelConfig,
+    config: TrainConfig,
+    vocab: Vocab,
+    ids: torch.Tensor,
+    corpus: CorpusInfo,
+    observer: TrainObserver | None = None,
+) -> TrainResult:
+    """Train a new model on ``ids`` (the encoded corpus) and write the run to ``config.out_dir``.
+
+    ids: (N,) integer ids of the whole corpus; the tail ``val_frac`` is validation.
+    """
+    observer = observer or TrainObserver()
+    if config.epochs is None and config.max_steps is None and config.time_budget is None:
+        config.epochs = DEFAULT_EPOCHS
+    out_dir = Path(config.out_dir)
+    split: Split = split_ids(ids, config.val_frac)
+    if len(split.val) < 2:
+        raise CharrnnError(
+            f"the validation split has {len(split.val)} character(s); it needs at least 2 "
+            f"(use a longer corpus or a larger --val-frac)"
+        )
+    device = torch.device(config.device)
+    batches = StreamBatches(split.train.to(device), config.batch_size, config.seq_len)
+    prepare_out_dir(out_dir)
+
+    seed_everything(config.seed)
+    model = CharRNN(model_config).to(device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        params, lr=config.learning_rate, weight_decay=config.weight_decay
+    )
+    steps_per_epoch = len(batches)
+    total_steps = _planned_steps(config, steps_per_epoch)
+
+    write_json(out_dir / "config.json", {
+        "model": model_config.to_dict(), "train": config.to_dict(), "corpus": corpus.to_dict(),
+    })
+    metrics_path = out_dir / "metrics.jsonl"
+    metrics_path.unlink(missing_ok=True)
+    observer.on_start(model, model_config, config, corpus, steps_per_epoch, total_steps)
+
+    val_ids = split.val.to(device)
+    max_norm = config.clip if config.clip > 0 else float("inf")
+    step = 0
+    epochs_done = 0
+    position = 0
+    state = model.initial_state(config.batch_size, device)
+    best: EvalResult | None = None
+    history: list[dict[str, Any]] = []
+    skipped = 0
+    loss_sum, loss_count = 0.0, 0
+    window_chars, window_start = 0, time.perf_counter()
+    start = time.perf_counter()
+    reason: str | None = None
+
+    def checkpoint_payload() -> dict[str, Any]:
+        return {
+            "model_config": model_config.to_dict(),
+            "train_config": config.to_dict(),
+            "vocab": vocab.to_list(),
+            "model_state": model.state_dict(),
+            "optimizer_state": optimizer.state_dict(),
+            "step": step,
+            "epoch": epochs_done,
+            "epoch_step": position,
+            "best_val_loss": best.nats_per_char if best else None,
+            "corpus": corpus.to_dict(),
+        }
+
+    model.train()
+    while reason is None:
+        if position == 0:
+            state = model.initial_state(config.batch_size, device)
+        inputs, targets = batches[position]  # (B, T) each
+        elapsed = time.perf_counter() - start
+        progress = run_progress(config, step, epochs_done + position / steps_per_epoch, elapsed)
+        lr = learning_rate_at(config, step, progress)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+
+        logits, state = model(inputs, state)  # (B, T, V)
+        # Without the detach, the next segment's backward pass would run on into this one.
+        state = detach_state(state)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        loss_value = loss.item()
+        if math.isfinite(loss_value) and bool(torch.isfinite(grad_norm)):
+            optimizer.step()
+            loss_sum += loss_value
+            loss_count += 1
+        else:
+            skipped += 1
+
+        step += 1
+        position += 1
+        window_chars += inputs.numel()
+        if position == steps_per_epoch:
+            position = 0
+            epochs_done += 1
+        epoch = epochs_done + position / steps_per_epoch
+        elapsed = time.perf_counter() - start
+        reason = stop_reason(config, step, epoch, elapsed)
+
+        now = time.perf_counter()
+        observer.on_step(StepReport(
+            step=step, epoch=epoch, loss=loss_value, learning_rate=lr,
+            chars_per_s=window_chars / max(now - window_start, 1e-9),
+            progress=run_progress(config, step, epoch, elapsed), skipped_steps=skipped,
+        ))
+
+        if step % config.eval_every == 0 or reason is not None:
+            train_window_s = now - window_start
+            result = evaluate(model, val_ids)
+            record = {
+                "step": step,
+                "epoch": round(epoch, 4),
+                "train_loss": loss_sum / loss_count if loss_count else None,
+                "val_loss": result.nats_per_char,
+                "val_bits_per_char": result.bits_per_char,
+                "learning_rate": lr,
+                "chars_per_s": window_chars / max(train_window_s, 1e-9),
+                "elapsed_s": round(time.perf_counter() - start, 3),
+            }
+            history.append(record)
+            with open(metrics_path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+            improved = best is None or result.nats_per_char < best.nats_per_char
+            if improved:
+                best = result
+                save_checkpoint(out_dir / "best.pt", checkpoint_payload())
+            observer.on_eval({**record, "best": improved})
+            loss_sum, loss_count = 0.0, 0
+            window_chars, window_start = 0, time.perf_counter()
+
+        if step % config.save_every == 0 or reason is not None:
+            save_checkpoint(out_dir / "last.pt", checkpoint_payload())
+
+    observer.on_end()
+    assert best is not None  # the final step always evaluates
+    return TrainResult(
+        out_dir=out_dir, steps=step, epoch=epochs_done + position / steps_per_epoch,
+        best_val_loss=best.nats_per_char, best=best,
+        elapsed_s=time.perf_counter() - start, stop_reason=reason, skipped_steps=skipped,
+        history=history,
+    )
+
+
+def _planned_steps(config: TrainConfig, steps_per_epoch: int) -> int | None:
+    """Steps the run will take when a step or epoch limit is set (a time budget may end it sooner)."""
+    limits = []
+    if config.max_steps is not None:
+        limits.append(config.max_steps)
+    if config.epochs is not None:
+        limits.append(math.ceil(config.epochs * steps_per_epoch))
+    return min(limits) if limits else None

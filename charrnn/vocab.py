@@ -1,0 +1,115 @@
+"""The vocabulary: Unicode code points <-> integer ids.
+
+A symbol is one code point, never a byte, so "é", "語" and "🙂" are one symbol
+each. Ids follow the sorted order of the code points, which makes the vocabulary
+a pure function of the set of characters and lets encoding run vectorised with
+``torch.searchsorted`` instead of a Python loop per character.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+from charrnn.errors import CharrnnError
+
+
+def code_points(text: str) -> torch.Tensor:
+    """Return the code points of ``text`` as a ``(len(text),) int64`` tensor."""
+    if not text:
+        return torch.empty(0, dtype=torch.int64)
+    raw = bytearray(text.encode("utf-32-le"))
+    return torch.frombuffer(raw, dtype=torch.int32).to(torch.int64)
+
+
+def describe_chars(chars: dict[str, int], limit: int = 10) -> str:
+    """Name characters with their counts, e.g. ``'é' (U+00E9) ×3``, most frequent first."""
+    ordered = sorted(chars.items(), key=lambda item: (-item[1], item[0]))
+    shown = ", ".join(f"{c!r} (U+{ord(c):04X}) ×{n}" for c, n in ordered[:limit])
+    more = len(ordered) - limit
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+class UnknownCharactersError(CharrnnError):
+    """The text holds characters the vocabulary does not."""
+
+    def __init__(self, unknown: dict[str, int]):
+        self.unknown = unknown
+        total = sum(unknown.values())
+        super().__init__(
+            f"{total} character(s) of {len(unknown)} kind(s) are not in the model's vocabulary: "
+            f"{describe_chars(unknown)}"
+        )
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """An ordered set of characters; ``chars[i]`` is the symbol with id ``i``."""
+
+    chars: tuple[str, ...]
+    _index: dict[str, int] = field(init=False, repr=False, compare=False)
+    _sorted_points: torch.Tensor = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.chars:
+            raise CharrnnError("a vocabulary needs at least one character")
+        if any(len(c) != 1 for c in self.chars):
+            raise CharrnnError("every vocabulary entry must be exactly one code point")
+        if list(self.chars) != sorted(set(self.chars)):
+            raise CharrnnError("vocabulary entries must be unique and sorted by code point")
+        object.__setattr__(self, "_index", {c: i for i, c in enumerate(self.chars)})
+        object.__setattr__(self, "_sorted_points", code_points("".join(self.chars)))
+
+    @classmethod
+    def from_text(cls, text: str) -> Vocab:
+        return cls(tuple(sorted(set(text))))
+
+    def __len__(self) -> int:
+        return len(self.chars)
+
+    def __contains__(self, char: str) -> bool:
+        return char in self._index
+
+    @property
+    def id_dtype(self) -> torch.dtype:
+        """The smallest integer dtype that holds every id (saves memory on big corpora)."""
+        return torch.uint8 if len(self) <= 256 else torch.int32
+
+    def unknown_chars(self, text: str) -> dict[str, int]:
+        """Characters of ``text`` outside the vocabulary, with their counts."""
+        missing = set(text) - self._index.keys()
+        if not missing:
+            return {}
+        counts = Counter(c for c in text if c in missing)
+        return dict(counts)
+
+    def encode(self, text: str, skip_unknown: bool = False) -> torch.Tensor:
+        """Map ``text`` to ids, a ``(len(text),)`` tensor of :attr:`id_dtype`.
+
+        Raises :class:`UnknownCharactersError` naming any character not in the
+        vocabulary, unless ``skip_unknown``, which drops them instead.
+        """
+        points = code_points(text)
+        ids = torch.searchsorted(self._sorted_points, points).clamp_(max=len(self) - 1)
+        found = self._sorted_points[ids] == points
+        if not bool(found.all()):
+            if not skip_unknown:
+                raise UnknownCharactersError(self.unknown_chars(text))
+            ids = ids[found]
+        return ids.to(self.id_dtype)
+
+    def decode(self, ids) -> str:
+        """Map an iterable of ids (ints or a 1-D tensor) back to text."""
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        return "".join(self.chars[i] for i in ids)
+
+    def to_list(self) -> list[str]:
+        """The plain-list form stored in checkpoints."""
+        return list(self.chars)
+
+    @classmethod
+    def from_list(cls, chars: list[str]) -> Vocab:
+        return cls(tuple(chars))
