@@ -71,9 +71,8 @@ class Split:
     val: torch.Tensor  # (N_val,) ids of the held-out tail
 
 
-def split_ids(ids: torch.Tensor, val_frac: float) -> Split:
-    cut = split_point(len(ids), val_frac)
-    return Split(train=ids[:cut], val=ids[cut:])
+def split_ids(ids: torch.Tensor, first_val_index: int) -> Split:
+    return Split(train=ids[:first_val_index], val=ids[first_val_index:])
 
 
 @dataclass(frozen=True)

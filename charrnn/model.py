@@ -128,7 +128,7 @@ class Stepper:
                 ]
             self.head_weight = model.head.weight.t().contiguous()  # (H, V)
             self.head_bias = model.head.bias.detach().clone()
-            self.nonlinearity = getattr(rnn, "nonlinearity", "tanh")
+            self.activation = F.relu if rnn.mode == "RNN_RELU" else torch.tanh
 
     @torch.no_grad()
     def step(self, idx: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
@@ -188,7 +188,6 @@ class Stepper:
 
     def _rnn_step(self, idx: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         (h_prev,) = state
-        activation = torch.tanh if self.nonlinearity == "tanh" else F.relu
         hs = []
         x = None
         for k in range(self.num_layers):
@@ -197,7 +196,7 @@ class Stepper:
             else:
                 weight, bias = self.upper[k - 1]
                 pre = torch.addmm(bias, torch.cat([x, h_prev[k]], dim=1), weight)
-            x = activation(pre)
+            x = self.activation(pre)
             hs.append(x)
         logits = torch.addmm(self.head_bias, x, self.head_weight)
         return logits, (torch.stack(hs),)

@@ -149,13 +149,13 @@ def train(
 ) -> TrainResult:
     """Train a new model on ``ids`` (the encoded corpus) and write the run to ``config.out_dir``.
 
-    ids: (N,) integer ids of the whole corpus; the tail ``val_frac`` is validation.
+    ids: (N,) integer ids of the whole corpus; from ``corpus.split_point`` on, it is validation.
     """
     observer = observer or TrainObserver()
     if config.epochs is None and config.max_steps is None and config.time_budget is None:
         config.epochs = DEFAULT_EPOCHS
     out_dir = Path(config.out_dir)
-    split: Split = split_ids(ids, config.val_frac)
+    split: Split = split_ids(ids, corpus.split_point)
     if len(split.val) < 2:
         raise CharrnnError(
             f"the validation split has {len(split.val)} character(s); it needs at least 2 "

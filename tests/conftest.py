@@ -1,0 +1,78 @@
+"""Shared fixtures: small corpora made on the fly, a tiny trained checkpoint, the data mirror."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from charrnn.config import ModelConfig, TrainConfig
+from charrnn.data import encode_corpus
+from charrnn.datasets import MIRROR_ENV
+from charrnn.train import train
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+# A small corpus with accents, CJK and an emoji, so every test exercises code points
+# beyond ASCII. Repetitive enough for a tiny model to learn something in a few steps.
+SMALL_TEXT = "".join(
+    f"{speaker}:\nCafé {n} — naïve 語 🙂, line {n % 7} of the tiny play.\n\n"
+    for n in range(120)
+    for speaker in ("ROMEO", "JULIET")
+)
+
+TINY_MODEL = {"num_layers": 1, "hidden_size": 32, "embed_size": 8}
+
+
+@pytest.fixture(autouse=True)
+def _quiet_torch_threads():
+    # Tests run many tiny models; extra threads only add contention on 2 cores.
+    torch.set_num_threads(1)
+
+
+@pytest.fixture
+def small_corpus(tmp_path: Path) -> Path:
+    path = tmp_path / "small.txt"
+    path.write_text(SMALL_TEXT, encoding="utf-8")
+    return path
+
+
+def mirror_url() -> str | None:
+    """The data mirror: $CHARRNN_DATA_MIRROR, else the shared copy beside the checkout."""
+    if os.environ.get(MIRROR_ENV):
+        return os.environ[MIRROR_ENV]
+    if (SHARED_DATA / "tinyshakespeare" / "input.txt").is_file():
+        return SHARED_DATA.as_uri()
+    return None
+
+
+@pytest.fixture
+def data_mirror(monkeypatch: pytest.MonkeyPatch) -> str:
+    url = mirror_url()
+    if url is None:
+        pytest.skip("no tiny Shakespeare mirror (set CHARRNN_DATA_MIRROR)")
+    monkeypatch.setenv(MIRROR_ENV, url)
+    return url
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run directory with a tiny LSTM trained for a few steps on SMALL_TEXT."""
+    root = tmp_path_factory.mktemp("tiny_run")
+    corpus = root / "small.txt"
+    corpus.write_text(SMALL_TEXT, encoding="utf-8")
+    encoded = encode_corpus(corpus, "small", 0.1)
+    model_config = ModelConfig(vocab_size=len(encoded.vocab), cell="lstm", num_layers=2,
+                               hidden_size=32, embed_size=8)
+    config = TrainConfig(out_dir=str(root / "run"), batch_size=4, seq_len=32, max_steps=40,
+                         eval_every=20, save_every=20, learning_rate=1e-2)
+    train(model_config, config, encoded.vocab, encoded.ids, encoded.info)
+    return root / "run"
+
+
+@pytest.fixture
+def tiny_checkpoint(tiny_run: Path) -> Path:
+    return tiny_run / "best.pt"

@@ -1,0 +1,89 @@
+import pytest
+import torch
+
+from charrnn.config import ModelConfig
+from charrnn.model import CharRNN
+
+CELLS = ["lstm", "gru", "rnn"]
+
+
+def make_model(cell: str, layers: int = 2, seed: int = 0) -> CharRNN:
+    torch.manual_seed(seed)
+    config = ModelConfig(vocab_size=11, cell=cell, num_layers=layers, hidden_size=16, embed_size=6)
+    return CharRNN(config).eval()
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_forward_shapes_and_state(cell):
+    model = make_model(cell)
+    idx = torch.randint(0, 11, (3, 7))
+    logits, state = model(idx)
+    assert logits.shape == (3, 7, 11)
+    assert len(state) == (2 if cell == "lstm" else 1)
+    assert all(s.shape == (2, 3, 16) for s in state)
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_whole_sequence_equals_chunks_with_state_carried(cell):
+    model = make_model(cell)
+    idx = torch.randint(0, 11, (2, 30))
+    with torch.no_grad():
+        whole, whole_state = model(idx)
+        state = None
+        parts = []
+        for chunk in idx.split([11, 5, 14], dim=1):
+            logits, state = model(chunk, state)
+            parts.append(logits)
+    torch.testing.assert_close(torch.cat(parts, dim=1), whole, rtol=1e-5, atol=1e-6)
+    for a, b in zip(state, whole_state, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("layers", [1, 3])
+def test_step_path_equals_fused_module(cell, layers):
+    model = make_model(cell, layers)
+    # Non-zero biases everywhere, so a bias folded into the wrong place would show.
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "bias" in name:
+                param.uniform_(-0.5, 0.5)
+    idx = torch.randint(0, 11, (4, 25))
+    with torch.no_grad():
+        fused, fused_state = model(idx)
+    stepper = model.stepper()
+    state = model.initial_state(4)
+    for t in range(idx.shape[1]):
+        logits, state = stepper.step(idx[:, t], state)
+        torch.testing.assert_close(logits, fused[:, t], rtol=0, atol=1e-5)
+    for a, b in zip(state, fused_state, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_relu_rnn_step_path():
+    torch.manual_seed(0)
+    model = CharRNN(ModelConfig(vocab_size=5, cell="rnn", num_layers=2, hidden_size=8, embed_size=4))
+    model.rnn = torch.nn.RNN(4, 8, num_layers=2, nonlinearity="relu", batch_first=True)
+    model.eval()
+    idx = torch.randint(0, 5, (2, 9))
+    with torch.no_grad():
+        fused, _ = model(idx)
+    stepper, state = model.stepper(), model.initial_state(2)
+    for t in range(9):
+        logits, state = stepper.step(idx[:, t], state)
+        torch.testing.assert_close(logits, fused[:, t], rtol=0, atol=1e-5)
+
+
+def test_dropout_only_in_training():
+    torch.manual_seed(0)
+    model = CharRNN(ModelConfig(vocab_size=5, num_layers=2, hidden_size=8, embed_size=4, dropout=0.5))
+    idx = torch.randint(0, 5, (2, 9))
+    model.eval()
+    with torch.no_grad():
+        a, _ = model(idx)
+        b, _ = model(idx)
+    assert torch.equal(a, b)
+    model.train()
+    with torch.no_grad():
+        c, _ = model(idx)
+    assert not torch.equal(a, c)

@@ -1,0 +1,109 @@
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from charrnn.checkpoint import load_model
+from charrnn.config import ModelConfig, SampleConfig, TrainConfig
+from charrnn.data import encode_corpus
+from charrnn.errors import CharrnnError
+from charrnn.sample import generate
+from charrnn.train import learning_rate_at, run_progress, stop_reason, train
+
+PHRASE = "the quick brown fox jumps over the lazy dog. "
+
+
+@pytest.fixture
+def repeated_corpus(tmp_path: Path) -> Path:
+    path = tmp_path / "repeat.txt"
+    path.write_text(PHRASE * 60, encoding="utf-8")
+    return path
+
+
+def train_tiny(corpus: Path, out: Path, **overrides):
+    encoded = encode_corpus(corpus, corpus.stem, overrides.get("val_frac", 0.1))
+    model_options = {k: overrides.pop(k) for k in ("cell", "hidden_size", "num_layers") if k in overrides}
+    model_config = ModelConfig(vocab_size=len(encoded.vocab), embed_size=16,
+                               **{"hidden_size": 64, "num_layers": 1, **model_options})
+    config = TrainConfig(out_dir=str(out), **{"batch_size": 8, "seq_len": 32, "learning_rate": 1e-2,
+                                              "warmup_steps": 10, **overrides})
+    return train(model_config, config, encoded.vocab, encoded.ids, encoded.info)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_overfits_repeated_text_then_greedy_reproduces_it(repeated_corpus, tmp_path, cell):
+    result = train_tiny(repeated_corpus, tmp_path / "run", cell=cell, max_steps=150, eval_every=50)
+    assert result.best_val_loss < 0.1
+    loaded = load_model(tmp_path / "run" / "best.pt")
+    prime = "the quick brown"
+    steps = generate(loaded.model, loaded.vocab, SampleConfig(length=2 * len(PHRASE), greedy=True), prime)
+    text = prime + "".join(chars[0] for chars in steps)
+    assert text == (PHRASE * 4)[: len(text)]
+
+
+def test_run_directory_contents(repeated_corpus, tmp_path):
+    out = tmp_path / "run"
+    result = train_tiny(repeated_corpus, out, max_steps=12, eval_every=5, save_every=5)
+    assert {p.name for p in out.iterdir()} == {"best.pt", "last.pt", "metrics.jsonl", "config.json"}
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [5, 10, 12]
+    assert set(records[0]) == {"step", "epoch", "train_loss", "val_loss", "val_bits_per_char",
+                               "learning_rate", "chars_per_s", "elapsed_s"}
+    assert result.best_val_loss == min(r["val_loss"] for r in records)
+    config = json.loads((out / "config.json").read_text())
+    assert config["model"]["cell"] == "lstm" and config["train"]["max_steps"] == 12
+    assert config["corpus"]["split_point"] == int(len(PHRASE * 60) * 0.9)
+    payload = torch.load(out / "last.pt", weights_only=True)
+    assert payload["step"] == 12 and payload["format_version"] == 1
+
+
+def test_epochs_stop_after_full_passes(repeated_corpus, tmp_path):
+    # 2430 training chars, 8 streams of 303, seq 32: 10 steps per epoch.
+    result = train_tiny(repeated_corpus, tmp_path / "run", epochs=2, eval_every=100)
+    assert result.steps == 20 and result.epoch == 2.0
+    assert result.stop_reason == "reached --epochs 2"
+
+
+def test_time_budget_stops_cleanly(repeated_corpus, tmp_path):
+    result = train_tiny(repeated_corpus, tmp_path / "run", time_budget=0.5, eval_every=10_000)
+    assert result.stop_reason.startswith("used the --time-budget")
+    assert (tmp_path / "run" / "best.pt").exists()
+
+
+def test_same_seed_same_model(repeated_corpus, tmp_path):
+    a = train_tiny(repeated_corpus, tmp_path / "a", max_steps=5)
+    b = train_tiny(repeated_corpus, tmp_path / "b", max_steps=5)
+    assert a.best_val_loss == b.best_val_loss
+
+
+def test_schedule_warms_up_then_decays_to_floor():
+    config = TrainConfig(out_dir="x", learning_rate=1.0, warmup_steps=4, min_lr_ratio=0.1, max_steps=100)
+    assert learning_rate_at(config, 0, 0.0) == pytest.approx(0.25)
+    assert learning_rate_at(config, 3, 0.03) == pytest.approx(1.0)
+    assert learning_rate_at(config, 4, 0.04) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.04)))
+    assert learning_rate_at(config, 50, 0.5) == pytest.approx(0.55)
+    assert learning_rate_at(config, 100, 1.0) == pytest.approx(0.1)
+    assert learning_rate_at(config, 10, None) == 1.0
+
+
+def test_progress_follows_nearest_limit():
+    config = TrainConfig(out_dir="x", max_steps=100, time_budget=10.0)
+    assert run_progress(config, 10, 0.0, 5.0) == 0.5
+    assert stop_reason(config, 10, 0.0, 5.0) is None
+    assert "max-steps" in stop_reason(config, 100, 0.0, 5.0)
+
+
+def test_validation_split_too_short(tmp_path):
+    path = tmp_path / "short.txt"
+    path.write_text("abcdefghij" * 20, encoding="utf-8")
+    with pytest.raises(CharrnnError, match="validation split has 1"):
+        train_tiny(path, tmp_path / "run", val_frac=0.004, batch_size=2, seq_len=4, max_steps=1)
+
+
+def test_unwritable_out_is_reported_before_training(repeated_corpus, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(CharrnnError, match="cannot write to --out"):
+        train_tiny(repeated_corpus, blocker / "run", max_steps=1)

@@ -1,0 +1,53 @@
+import pytest
+import torch
+
+from charrnn.vocab import UnknownCharactersError, Vocab, code_points
+
+
+def test_round_trip_with_non_ascii():
+    text = "Héllo, 世界! 🙂 naïve café\n\ttab"
+    vocab = Vocab.from_text(text)
+    ids = vocab.encode(text)
+    assert vocab.decode(ids) == text
+    assert len(ids) == len(text)  # one id per code point, not per byte
+
+
+def test_ids_follow_sorted_code_points():
+    vocab = Vocab.from_text("cab🙂é")
+    assert vocab.chars == ("a", "b", "c", "é", "🙂")
+    assert vocab.encode("🙂a").tolist() == [4, 0]
+
+
+def test_emoji_and_cjk_are_one_symbol_each():
+    vocab = Vocab.from_text("語🙂")
+    assert len(vocab) == 2
+
+
+def test_smallest_id_dtype():
+    assert Vocab.from_text("abc").id_dtype == torch.uint8
+    wide = Vocab.from_text("".join(chr(0x4E00 + i) for i in range(300)))
+    assert wide.id_dtype == torch.int32
+    text = "".join(wide.chars[::-1])
+    assert wide.decode(wide.encode(text)) == text
+
+
+def test_unknown_characters_are_named_with_counts():
+    vocab = Vocab.from_text("abc")
+    with pytest.raises(UnknownCharactersError) as info:
+        vocab.encode("abxxz")
+    assert info.value.unknown == {"x": 2, "z": 1}
+    assert "'x' (U+0078) ×2" in str(info.value)
+
+
+def test_skip_unknown_drops_them():
+    vocab = Vocab.from_text("abc")
+    assert vocab.decode(vocab.encode("a?b!c", skip_unknown=True)) == "abc"
+
+
+def test_list_round_trip():
+    vocab = Vocab.from_text("zyx é")
+    assert Vocab.from_list(vocab.to_list()) == vocab
+
+
+def test_code_points_of_empty_text():
+    assert code_points("").shape == (0,)
