@@ -82,7 +82,8 @@ def test_schedule_warms_up_then_decays_to_floor():
     config = TrainConfig(out_dir="x", learning_rate=1.0, warmup_steps=4, min_lr_ratio=0.1, max_steps=100)
     assert learning_rate_at(config, 0, 0.0) == pytest.approx(0.25)
     assert learning_rate_at(config, 3, 0.03) == pytest.approx(1.0)
-    assert learning_rate_at(config, 4, 0.04) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.04)))
+    cosine = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.04))
+    assert learning_rate_at(config, 4, 0.04) == pytest.approx(cosine)
     assert learning_rate_at(config, 50, 0.5) == pytest.approx(0.55)
     assert learning_rate_at(config, 100, 1.0) == pytest.approx(0.1)
     assert learning_rate_at(config, 10, None) == 1.0
