@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,7 +83,11 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise CharrnnError(f"checkpoint {path} does not exist")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            # Foreign files make torch warn about pickle protocols before failing; the
+            # error below says all a user needs.
+            warnings.simplefilter("ignore")
+            payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for corrupt, truncated or unsafe files
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CharrnnError(

@@ -35,14 +35,23 @@ err = Console(stderr=True)
 DEVICE_CHOICES = click.Choice(["auto", "cpu", "cuda", "mps"])
 
 
+class OneLineUsageError(click.ClickException):
+    """A usage error shown as one line (click's default adds the usage block above it)."""
+
+    exit_code = 2
+
+
 class CharrnnGroup(click.Group):
-    """Turns every :class:`CharrnnError` into click's one-line ``Error: ...`` and exit 1."""
+    """Turns every user-facing failure into one line, ``Error: ...``, and a non-zero exit."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except CharrnnError as exc:
             raise click.ClickException(str(exc)) from None
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
+            raise OneLineUsageError(exc.format_message() + hint) from None
 
 
 @click.group(cls=CharrnnGroup)

@@ -1,0 +1,188 @@
+"""The command line end to end: in process through CliRunner, and as the installed program."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from charrnn.checkpoint import load_model
+from charrnn.cli import cli
+from charrnn.evaluate import evaluate
+
+TINY_TRAIN = ["--layers", "1", "--hidden", "24", "--embed", "8", "--batch-size", "4", "--seq-len", "16",
+              "--eval-every", "10", "--seed", "1"]
+INSTALLED = Path(sys.executable).with_name("charrnn")
+
+
+@pytest.fixture
+def runner(tmp_path, monkeypatch) -> CliRunner:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CHARRNN_DATA_DIR", raising=False)
+    return CliRunner()
+
+
+def invoke(runner: CliRunner, *args: str):
+    return runner.invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def assert_one_line_error(result, fragment: str) -> None:
+    assert result.exit_code != 0
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert fragment in lines[0]
+
+
+def test_train_sample_eval_round_trip(runner, small_corpus):
+    result = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "25")
+    assert result.exit_code == 0, result.output
+    run = Path("checkpoints/small")
+    assert {p.name for p in run.iterdir()} == {"best.pt", "last.pt", "metrics.jsonl", "config.json"}
+    assert "best validation" in result.stdout and "reached --max-steps 25" in result.stdout
+    assert "parameters" in result.stderr  # configuration table
+
+    first = invoke(runner, "sample", run / "best.pt", "--prime", "ROMEO:", "--length", "80", "--seed", "4")
+    second = invoke(runner, "sample", run / "best.pt", "--prime", "ROMEO:", "--length", "80", "--seed", "4")
+    assert first.exit_code == 0 and first.stdout == second.stdout
+    assert first.stdout.startswith("ROMEO:") and len(first.stdout) == len("ROMEO:") + 80 + 1
+
+    scored = invoke(runner, "eval-perplexity", run / "best.pt", "--json")
+    report = json.loads(scored.stdout)
+    assert set(report) == {"nats_per_char", "bits_per_char", "perplexity", "chars"}
+    loaded = load_model(run / "best.pt")
+    text = small_corpus.read_text(encoding="utf-8")
+    cut = loaded.payload["corpus"]["split_point"]
+    expected = evaluate(loaded.model, loaded.vocab.encode(text[cut:]))
+    assert report["nats_per_char"] == pytest.approx(expected.nats_per_char)
+    assert report["chars"] == len(text) - cut - 1
+    assert loaded.payload["best_val_loss"] == pytest.approx(report["nats_per_char"], rel=1e-6)
+
+    table = invoke(runner, "eval-perplexity", run / "best.pt", small_corpus)
+    assert table.exit_code == 0 and "perplexity" in table.stdout and "bits/char" in table.stdout
+
+
+def test_sample_to_file_and_several_samples(runner, tiny_checkpoint):
+    result = invoke(runner, "sample", tiny_checkpoint, "--num-samples", "3", "--length", "20", "--seed", "2",
+                    "--output", "out.txt")
+    assert result.exit_code == 0 and result.stdout == ""
+    text = Path("out.txt").read_text(encoding="utf-8")
+    assert text.count("=== sample ") == 3
+
+
+def test_prime_file_and_greedy(runner, tiny_checkpoint):
+    Path("prime.txt").write_text("JULIET:\n", encoding="utf-8")
+    result = invoke(runner, "sample", tiny_checkpoint, "--prime-file", "prime.txt", "--greedy",
+                    "--length", "30")
+    assert result.exit_code == 0 and result.stdout.startswith("JULIET:\n")
+
+
+def test_eval_unknown_characters_named_and_skippable(runner, tiny_checkpoint):
+    Path("other.txt").write_text("ROMEO: Café ZZZ Q", encoding="utf-8")
+    refused = invoke(runner, "eval-perplexity", tiny_checkpoint, "other.txt")
+    assert_one_line_error(refused, "'Z' (U+005A) ×3")
+    assert "--skip-unknown" in refused.stderr
+    skipped = invoke(runner, "eval-perplexity", tiny_checkpoint, "other.txt", "--skip-unknown", "--json")
+    assert skipped.exit_code == 0
+    assert json.loads(skipped.stdout)["chars"] == len("ROMEO: Café  ") - 1
+    assert "skipped 4 character(s)" in skipped.stderr
+
+
+def test_data_get_uses_the_mirror(runner, data_mirror):
+    result = invoke(runner, "data", "get", "tinyshakespeare", "--data-dir", "cache")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == str(Path("cache/tinyshakespeare/input.txt"))
+    assert len(Path("cache/tinyshakespeare/input.txt").read_text(encoding="utf-8")) == 1_115_394
+
+
+def test_train_without_corpus_fetches_tiny_shakespeare(runner, data_mirror):
+    result = invoke(runner, "train", "--layers", "1", "--hidden", "8", "--embed", "4", "--batch-size", "2",
+                    "--seq-len", "8", "--max-steps", "2")
+    assert result.exit_code == 0, result.output
+    payload = torch.load("checkpoints/tinyshakespeare/last.pt", weights_only=True)
+    assert payload["corpus"]["chars"] == 1_115_394
+    assert payload["corpus"]["split_point"] == 1_003_854
+    assert len(payload["vocab"]) == 65
+
+
+@pytest.fixture
+def bad_files(tmp_path, tiny_checkpoint) -> dict[str, Path]:
+    files = {"empty.txt": b"", "latin1.txt": "café".encode("latin-1"), "short.txt": b"abcdefgh" * 4,
+             "notes.txt": b"plain text, not a checkpoint"}
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+    (tmp_path / "cut.pt").write_bytes(tiny_checkpoint.read_bytes()[:1500])
+    torch.save({"weights": torch.ones(2)}, tmp_path / "foreign.pt")
+    return {name: tmp_path / name for name in [*files, "cut.pt", "foreign.pt"]}
+
+
+BAD_INPUTS = [
+    (["train", "missing.txt"], "does not exist"),
+    (["train", "empty.txt"], "is empty"),
+    (["train", "latin1.txt"], "not UTF-8"),
+    (["train", "short.txt", "--batch-size", "8", "--seq-len", "16"], "needs at least 129"),
+    (["train", "short.txt", "--epochs", "0"], "--epochs"),
+    (["sample", "CKPT", "--temperature", "0"], "temperature"),
+    (["sample", "CKPT", "--temperature", "-0.5"], "temperature"),
+    (["sample", "CKPT", "--top-k", "0"], "top-k"),
+    (["sample", "CKPT", "--top-p", "0"], "top-p"),
+    (["sample", "CKPT", "--top-p", "1.01"], "top-p"),
+    (["sample", "CKPT", "--length", "-1"], "length"),
+    (["sample", "CKPT", "--prime", "Ωmega"], "'Ω' (U+03A9)"),
+    (["sample", "CKPT", "--prime", "x", "--prime-file", "notes.txt"], "not both"),
+    (["sample", "missing.pt"], "does not exist"),
+    (["sample", "cut.pt"], "not a readable charrnn checkpoint"),
+    (["sample", "notes.txt"], "not a readable charrnn checkpoint"),
+    (["sample", "foreign.pt"], "not a charrnn checkpoint"),
+    (["eval-perplexity", "foreign.pt"], "not a charrnn checkpoint"),
+    (["eval-perplexity", "CKPT", "missing.txt"], "does not exist"),
+    (["sample", "CKPT", "--device", "cuda"] if not torch.cuda.is_available() else ["sampel"], "cuda"
+     if not torch.cuda.is_available() else "No such command"),
+]
+
+
+@pytest.mark.parametrize(("args", "fragment"), BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_is_one_line_error(runner, tmp_path, bad_files, tiny_checkpoint, args, fragment):
+    args = [str(tiny_checkpoint) if a == "CKPT" else a for a in args]
+    result = invoke(runner, *args)
+    assert_one_line_error(result, fragment)
+    assert not any(Path("checkpoints").glob("**/*.pt"))  # nothing half-written
+
+
+def run_installed(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(INSTALLED), *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+
+@pytest.mark.skipif(not INSTALLED.exists(), reason="charrnn is not installed in this environment")
+def test_installed_program_end_to_end(tmp_path, small_corpus):
+    version = run_installed("--version", cwd=tmp_path)
+    assert version.returncode == 0 and "charrnn" in version.stdout
+
+    trained = run_installed("train", small_corpus, *TINY_TRAIN, "--max-steps", "12", "--out", "run",
+                            cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr
+    assert "best validation" in trained.stdout
+
+    sampled = run_installed("sample", "run/best.pt", "--prime", "ROMEO:", "--length", "40", "--seed", "3",
+                            cwd=tmp_path)
+    assert sampled.returncode == 0 and sampled.stdout.startswith("ROMEO:")
+
+    scored = run_installed("eval-perplexity", "run/best.pt", "--json", cwd=tmp_path)
+    assert json.loads(scored.stdout)["chars"] > 0
+
+    failed = run_installed("sample", "run/best.pt", "--temperature", "0", cwd=tmp_path)
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr
+    assert failed.stderr.strip().count("\n") == 0
+
+
+def test_python_dash_m(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "charrnn", "--help"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0 and "eval-perplexity" in result.stdout
