@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: setup
-	$(BIN)/charrnn train --time-budget 120
+	$(BIN)/charrnn train --time-budget 120 --overwrite
 	$(BIN)/charrnn sample checkpoints/tinyshakespeare/best.pt --prime "ROMEO:" \
 		--length 600 --temperature 0.8 --seed 1
 

@@ -6,7 +6,9 @@ Results go to stdout; progress, messages and errors go to stderr, so that
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -211,11 +213,13 @@ class ProgressBar(TrainObserver):
 @click.option("--seed", type=int, default=1337, show_default=True, help="Random seed.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Run directory (default: checkpoints/<corpus name>).")
+@click.option("--overwrite", is_flag=True, help="Replace a run already in --out.")
 @click.option("--device", type=DEVICE_CHOICES, default="auto", show_default=True)
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None,
               help="Dataset cache for the built-in corpus (default: $CHARRNN_DATA_DIR or ./data).")
 def train_command(corpus: Path | None, cell: str, layers: int, hidden: int, embed: int, dropout: float,
-                  out_dir: Path | None, device: str, data_dir: Path | None, **options: Any) -> None:
+                  out_dir: Path | None, overwrite: bool, device: str, data_dir: Path | None,
+                  **options: Any) -> None:
     """Train a character-level model on CORPUS (a UTF-8 file or a directory of *.txt).
 
     Without CORPUS, tiny Shakespeare is downloaded (once) and used. The run
@@ -238,7 +242,8 @@ def train_command(corpus: Path | None, cell: str, layers: int, hidden: int, embe
     encoded = encode_corpus(corpus, name, config.val_frac)
     model_config = ModelConfig(vocab_size=len(encoded.vocab), cell=cell, num_layers=layers,
                                hidden_size=hidden, embed_size=embed, dropout=dropout)
-    result = train(model_config, config, encoded.vocab, encoded.ids, encoded.info, ProgressBar())
+    result = train(model_config, config, encoded.vocab, encoded.ids, encoded.info, ProgressBar(),
+                   overwrite=overwrite)
 
     summary = Table(title="training finished", show_header=False, title_justify="left")
     summary.add_column(style="bold")
@@ -301,11 +306,15 @@ def sample_command(checkpoint: Path, prime: str | None, prime_file: Path | None,
     steps = generate(loaded.model, loaded.vocab, config, prime)
 
     if output is None and config.num_samples == 1:
-        sys.stdout.write(prime)
-        for chars in steps:
-            sys.stdout.write(chars[0])
+        try:
+            sys.stdout.write(prime)
+            for chars in steps:
+                sys.stdout.write(chars[0])
+                sys.stdout.flush()
+            sys.stdout.write("\n")
             sys.stdout.flush()
-        sys.stdout.write("\n")
+        except BrokenPipeError:
+            _quiet_broken_pipe()
         return
     samples = [[prime] for _ in range(config.num_samples)]
     for chars in steps:
@@ -324,6 +333,18 @@ def sample_command(checkpoint: Path, prime: str | None, prime_file: Path | None,
     except OSError as exc:
         raise CharrnnError(f"cannot write {output}: {exc.strerror or exc}") from None
     err.print(f"wrote {config.num_samples} sample(s) of {config.length:,} characters to {output}")
+
+
+def _quiet_broken_pipe() -> None:
+    """The reader went away (``charrnn sample ... | head``): stop without a traceback.
+
+    Python would otherwise report the failed flush of stdout again at exit.
+    """
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass
+    raise SystemExit(1)
 
 
 # ---------------------------------------------------------------- eval-perplexity

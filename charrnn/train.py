@@ -123,8 +123,21 @@ def stop_reason(config: TrainConfig, step: int, epoch: float, elapsed: float) ->
     return None
 
 
-def prepare_out_dir(out_dir: Path) -> None:
-    """Create the run directory and prove it is writable before any training time is spent."""
+RUN_FILES = ("last.pt", "best.pt", "metrics.jsonl", "config.json")
+
+
+def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
+    """Create the run directory and prove it is writable before any training time is spent.
+
+    A directory that already holds a run is refused unless ``overwrite``: an earlier
+    run's checkpoints are never replaced by accident.
+    """
+    existing = [name for name in RUN_FILES if (out_dir / name).exists()]
+    if existing and not overwrite:
+        raise CharrnnError(
+            f"--out {out_dir} already holds a training run ({', '.join(existing)}); "
+            f"pass --overwrite to replace it, or choose another --out"
+        )
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         probe = out_dir / ".write-test"
@@ -146,8 +159,11 @@ def train(
     ids: torch.Tensor,
     corpus: CorpusInfo,
     observer: TrainObserver | None = None,
+    overwrite: bool = False,
 ) -> TrainResult:
     """Train a new model on ``ids`` (the encoded corpus) and write the run to ``config.out_dir``.
+
+    An existing run in ``config.out_dir`` is replaced only when ``overwrite`` is set.
 
     ids: (N,) integer ids of the whole corpus; from ``corpus.split_point`` on, it is validation.
     """
@@ -163,7 +179,7 @@ def train(
         )
     device = torch.device(config.device)
     batches = StreamBatches(split.train.to(device), config.batch_size, config.seq_len)
-    prepare_out_dir(out_dir)
+    prepare_out_dir(out_dir, overwrite)
 
     seed_everything(config.seed)
     model = CharRNN(model_config).to(device)
@@ -178,7 +194,8 @@ def train(
         "model": model_config.to_dict(), "train": config.to_dict(), "corpus": corpus.to_dict(),
     })
     metrics_path = out_dir / "metrics.jsonl"
-    metrics_path.unlink(missing_ok=True)
+    metrics_path.unlink(missing_ok=True)  # only reached for a fresh directory or with overwrite
+    (out_dir / "best.pt").unlink(missing_ok=True)  # an older run's best must not outlive it
     observer.on_start(model, model_config, config, corpus, steps_per_epoch, total_steps)
 
     val_ids = split.val.to(device)

@@ -68,6 +68,18 @@ def test_train_sample_eval_round_trip(runner, small_corpus):
     assert table.exit_code == 0 and "perplexity" in table.stdout and "bits/char" in table.stdout
 
 
+def test_existing_run_is_kept_unless_overwrite(runner, small_corpus):
+    assert invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "3").exit_code == 0
+    best = Path("checkpoints/small/best.pt")
+    before = best.read_bytes()
+    again = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "3")
+    assert_one_line_error(again, "already holds a training run")
+    assert best.read_bytes() == before
+    replaced = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "3", "--overwrite",
+                      "--seed", "2")
+    assert replaced.exit_code == 0 and best.read_bytes() != before
+
+
 def test_sample_to_file_and_several_samples(runner, tiny_checkpoint):
     result = invoke(runner, "sample", tiny_checkpoint, "--num-samples", "3", "--length", "20", "--seed", "2",
                     "--output", "out.txt")
@@ -176,6 +188,10 @@ def test_installed_program_end_to_end(tmp_path, small_corpus):
 
     scored = run_installed("eval-perplexity", "run/best.pt", "--json", cwd=tmp_path)
     assert json.loads(scored.stdout)["chars"] > 0
+
+    piped = subprocess.run(f"'{INSTALLED}' sample run/best.pt --length 200000 | head -c 20", shell=True,
+                           cwd=tmp_path, capture_output=True, timeout=300)
+    assert len(piped.stdout) == 20 and piped.stderr == b""
 
     failed = run_installed("sample", "run/best.pt", "--temperature", "0", cwd=tmp_path)
     assert failed.returncode == 2 and "Traceback" not in failed.stderr
