@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from charrnn import __version__
 from charrnn.checkpoint import atomic_write_text, load_model
-from charrnn.config import CELL_TYPES, ModelConfig, SampleConfig, TrainConfig
+from charrnn.config import CELL_TYPES, DEFAULT_EPOCHS, ModelConfig, SampleConfig, TrainConfig
 from charrnn.data import CorpusInfo, checkpoint_validation_text, corpus_name, encode_corpus, read_corpus
 from charrnn.datasets import DATASETS, DEFAULT_DATASET, get_dataset
 from charrnn.errors import CharrnnError
@@ -35,6 +35,13 @@ out = Console()
 err = Console(stderr=True)
 
 DEVICE_CHOICES = click.Choice(["auto", "cpu", "cuda", "mps"])
+
+
+def config_option(flag: str, config_class: type, field_name: str, help: str, **kwargs: Any):
+    """A click option bound to a config field: same name, and the field's default, so they never disagree."""
+    default = config_class.__dataclass_fields__[field_name].default
+    return click.option(flag, field_name, default=default, show_default=default is not None, help=help,
+                        **kwargs)
 
 
 class OneLineUsageError(click.ClickException):
@@ -175,51 +182,50 @@ class ProgressBar(TrainObserver):
 
 @cli.command("train")
 @click.argument("corpus", required=False, type=click.Path(path_type=Path))
-@click.option("--model", "cell", type=click.Choice(CELL_TYPES), default="lstm", show_default=True,
-              help="Recurrent cell.")
-@click.option("--layers", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Stacked recurrent layers.")
-@click.option("--hidden", type=click.IntRange(min=1), default=256, show_default=True,
-              help="Units per layer.")
-@click.option("--embed", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Character embedding size.")
-@click.option("--dropout", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
-              help="Dropout between layers and before the output layer.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True,
-              help="Parallel BPTT streams.")
-@click.option("--seq-len", type=click.IntRange(min=1), default=100, show_default=True,
-              help="Characters per truncated-BPTT segment.")
-@click.option("--lr", "learning_rate", type=click.FloatRange(min=0, min_open=True), default=3e-3,
-              show_default=True, help="Peak Adam learning rate.")
-@click.option("--min-lr-ratio", type=click.FloatRange(0, 1), default=0.1, show_default=True,
-              help="The cosine schedule ends at lr × this.")
-@click.option("--warmup-steps", type=click.IntRange(min=0), default=50, show_default=True,
-              help="Linear learning-rate warm-up.")
-@click.option("--weight-decay", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="Decoupled weight decay.")
-@click.option("--clip", type=click.FloatRange(min=0), default=5.0, show_default=True,
-              help="Clip the global gradient norm to this; 0 turns clipping off.")
-@click.option("--epochs", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Stop after this many passes over the training split (10 if no limit is given).")
-@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Stop after this many steps.")
-@click.option("--time-budget", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Stop after this many wall-clock seconds, then evaluate and save.")
-@click.option("--eval-every", type=click.IntRange(min=1), default=250, show_default=True,
-              help="Steps between validation passes.")
-@click.option("--save-every", type=click.IntRange(min=1), default=250, show_default=True,
-              help="Steps between writes of last.pt.")
-@click.option("--val-frac", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.1,
-              show_default=True, help="Tail fraction of the corpus held out for validation.")
-@click.option("--seed", type=int, default=1337, show_default=True, help="Random seed.")
+@config_option("--model", ModelConfig, "cell", "Recurrent cell.", type=click.Choice(CELL_TYPES))
+@config_option("--layers", ModelConfig, "num_layers", "Stacked recurrent layers.", type=click.IntRange(min=1))
+@config_option("--hidden", ModelConfig, "hidden_size", "Units per layer.", type=click.IntRange(min=1))
+@config_option("--embed", ModelConfig, "embed_size", "Character embedding size.", type=click.IntRange(min=1))
+@config_option("--dropout", ModelConfig, "dropout", "Dropout between layers and before the output layer.",
+               type=click.FloatRange(0, 1, max_open=True))
+@config_option("--batch-size", TrainConfig, "batch_size", "Parallel BPTT streams.",
+               type=click.IntRange(min=1))
+@config_option("--seq-len", TrainConfig, "seq_len", "Characters per truncated-BPTT segment.",
+               type=click.IntRange(min=1))
+@config_option("--lr", TrainConfig, "learning_rate", "Peak Adam learning rate.",
+               type=click.FloatRange(min=0, min_open=True))
+@config_option("--min-lr-ratio", TrainConfig, "min_lr_ratio", "The cosine schedule ends at lr × this.",
+               type=click.FloatRange(0, 1))
+@config_option("--warmup-steps", TrainConfig, "warmup_steps", "Linear learning-rate warm-up.",
+               type=click.IntRange(min=0))
+@config_option("--weight-decay", TrainConfig, "weight_decay", "Decoupled weight decay.",
+               type=click.FloatRange(min=0))
+@config_option("--clip", TrainConfig, "clip", "Clip the global gradient norm to this; 0 turns clipping off.",
+               type=click.FloatRange(min=0))
+@config_option("--epochs", TrainConfig, "epochs",
+               f"Stop after this many passes over the training split ({DEFAULT_EPOCHS:g} if no limit "
+               f"is given).",
+               type=click.FloatRange(min=0, min_open=True))
+@config_option("--max-steps", TrainConfig, "max_steps", "Stop after this many steps.",
+               type=click.IntRange(min=1))
+@config_option("--time-budget", TrainConfig, "time_budget",
+               "Stop after this many wall-clock seconds, then evaluate and save.",
+               type=click.FloatRange(min=0, min_open=True))
+@config_option("--eval-every", TrainConfig, "eval_every", "Steps between validation passes.",
+               type=click.IntRange(min=1))
+@config_option("--save-every", TrainConfig, "save_every", "Steps between writes of last.pt.",
+               type=click.IntRange(min=1))
+@config_option("--val-frac", TrainConfig, "val_frac", "Tail fraction of the corpus held out for validation.",
+               type=click.FloatRange(0, 1, min_open=True, max_open=True))
+@config_option("--seed", TrainConfig, "seed", "Random seed.", type=int)
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Run directory (default: checkpoints/<corpus name>).")
 @click.option("--overwrite", is_flag=True, help="Replace a run already in --out.")
 @click.option("--device", type=DEVICE_CHOICES, default="auto", show_default=True)
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None,
               help="Dataset cache for the built-in corpus (default: $CHARRNN_DATA_DIR or ./data).")
-def train_command(corpus: Path | None, cell: str, layers: int, hidden: int, embed: int, dropout: float,
-                  out_dir: Path | None, overwrite: bool, device: str, data_dir: Path | None,
-                  **options: Any) -> None:
+def train_command(corpus: Path | None, out_dir: Path | None, overwrite: bool, device: str,
+                  data_dir: Path | None, **options: Any) -> None:
     """Train a character-level model on CORPUS (a UTF-8 file or a directory of *.txt).
 
     Without CORPUS, tiny Shakespeare is downloaded (once) and used. The run
@@ -237,11 +243,11 @@ def train_command(corpus: Path | None, cell: str, layers: int, hidden: int, embe
         name = DEFAULT_DATASET
     else:
         name = corpus_name(corpus)
+    model_options = {key: options.pop(key) for key in ModelConfig.__dataclass_fields__ if key in options}
     config = TrainConfig(out_dir=str(out_dir or Path("checkpoints") / name),
                          device=resolve_device(device), **options)
     encoded = encode_corpus(corpus, name, config.val_frac)
-    model_config = ModelConfig(vocab_size=len(encoded.vocab), cell=cell, num_layers=layers,
-                               hidden_size=hidden, embed_size=embed, dropout=dropout)
+    model_config = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
     result = train(model_config, config, encoded.vocab, encoded.ids, encoded.info, ProgressBar(),
                    overwrite=overwrite)
 
@@ -267,9 +273,9 @@ def train_command(corpus: Path | None, cell: str, layers: int, hidden: int, embe
 
 @cli.command("sample")
 @click.argument("checkpoint", type=click.Path(path_type=Path))
-@click.option("--length", type=int, default=1000, show_default=True, help="Characters to generate.")
-@click.option("--temperature", type=float, default=1.0, show_default=True,
-              help="Divide the logits by this (> 0); lower is more conservative.")
+@config_option("--length", SampleConfig, "length", "Characters to generate.", type=int)
+@config_option("--temperature", SampleConfig, "temperature",
+               "Divide the logits by this (> 0); lower is more conservative.", type=float)
 @click.option("--top-k", type=int, default=None, help="Sample only from the k most likely characters.")
 @click.option("--top-p", type=float, default=None,
               help="Sample only from the smallest set with total probability ≥ p.")
@@ -278,8 +284,8 @@ def train_command(corpus: Path | None, cell: str, layers: int, hidden: int, embe
 @click.option("--prime-file", type=click.Path(path_type=Path), default=None,
               help="Read the prime from a UTF-8 file.")
 @click.option("--seed", type=int, default=None, help="The same seed gives the same text.")
-@click.option("--num-samples", type=int, default=1, show_default=True,
-              help="Independent samples, generated together.")
+@config_option("--num-samples", SampleConfig, "num_samples", "Independent samples, generated together.",
+               type=int)
 @click.option("--output", type=click.Path(path_type=Path), default=None,
               help="Write the text to this file instead of stdout.")
 @click.option("--device", type=DEVICE_CHOICES, default="cpu", show_default=True)
@@ -356,7 +362,7 @@ def _quiet_broken_pipe() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object for scripts.")
 @click.option("--skip-unknown", is_flag=True,
               help="Drop characters outside the vocabulary and score the rest.")
-@click.option("--device", type=DEVICE_CHOICES, default="cpu", show_default=True)
+@click.option("--device", type=DEVICE_CHOICES, default="auto", show_default=True)
 def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: bool, skip_unknown: bool,
                             device: str) -> None:
     """Score TEXT_FILE (default: the checkpoint's own validation split) under CHECKPOINT.

@@ -13,6 +13,7 @@ from charrnn.errors import ConfigError
 
 CellType = Literal["lstm", "gru", "rnn"]
 CELL_TYPES: tuple[str, ...] = ("lstm", "gru", "rnn")
+DEFAULT_EPOCHS = 10.0  # how long a run lasts when no stopping criterion is given
 
 
 class _DictMixin:
@@ -48,18 +49,18 @@ class ModelConfig(_DictMixin):
 class TrainConfig(_DictMixin):
     out_dir: str  # run directory: last.pt, best.pt, metrics.jsonl, config.json
     val_frac: float = 0.1  # contiguous tail of the corpus held out for validation
-    batch_size: int = 32  # parallel BPTT streams (B)
-    seq_len: int = 100  # characters per truncated-BPTT segment (T)
+    batch_size: int = 16  # parallel BPTT streams (B)
+    seq_len: int = 50  # characters per truncated-BPTT segment (T)
     learning_rate: float = 3e-3  # peak Adam learning rate
     min_lr_ratio: float = 0.1  # the cosine schedule decays to learning_rate * this
     warmup_steps: int = 50  # linear warm-up from 0 to the peak learning rate
     weight_decay: float = 0.0  # decoupled (AdamW) weight decay
     clip: float = 5.0  # global gradient-norm clip; 0 turns clipping off
-    epochs: float | None = None  # stop after this many passes over the training split
+    epochs: float | None = None  # stop after this many passes (DEFAULT_EPOCHS if no limit is set)
     max_steps: int | None = None  # stop after this many optimiser steps
     time_budget: float | None = None  # stop after this many wall-clock seconds
-    eval_every: int = 250  # steps between validation passes
-    save_every: int = 250  # steps between writes of last.pt
+    eval_every: int = 1000  # steps between validation passes
+    save_every: int = 1000  # steps between writes of last.pt
     seed: int = 1337  # seeds torch and Python's RNG for initialisation and dropout
     device: str = "cpu"  # torch device the run uses (resolved, never "auto")
 
@@ -77,6 +78,8 @@ class TrainConfig(_DictMixin):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ConfigError(f"{name} must be positive")
+        if self.epochs is None and self.max_steps is None and self.time_budget is None:
+            self.epochs = DEFAULT_EPOCHS
 
 
 @dataclass(frozen=True)

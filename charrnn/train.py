@@ -31,8 +31,6 @@ from charrnn.evaluate import EvalResult, evaluate
 from charrnn.model import CharRNN, detach_state
 from charrnn.vocab import Vocab
 
-DEFAULT_EPOCHS = 10.0
-
 
 def resolve_device(name: str) -> str:
     """Turn ``auto`` into ``cuda`` when a GPU is present, else ``cpu``; check explicit choices."""
@@ -168,8 +166,6 @@ def train(
     ids: (N,) integer ids of the whole corpus; from ``corpus.split_point`` on, it is validation.
     """
     observer = observer or TrainObserver()
-    if config.epochs is None and config.max_steps is None and config.time_budget is None:
-        config.epochs = DEFAULT_EPOCHS
     out_dir = Path(config.out_dir)
     split: Split = split_ids(ids, corpus.split_point)
     if len(split.val) < 2:
