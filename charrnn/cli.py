@@ -17,6 +17,7 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 from tqdm import tqdm
 
 from charrnn import __version__
@@ -42,6 +43,21 @@ def config_option(flag: str, config_class: type, field_name: str, help: str, **k
     default = config_class.__dataclass_fields__[field_name].default
     return click.option(flag, field_name, default=default, show_default=default is not None, help=help,
                         **kwargs)
+
+
+def key_value_table(title: str, rows: dict[str, str]) -> Table:
+    """A two-column table; values are plain text, so paths with [brackets] are shown as they are."""
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in rows.items():
+        table.add_row(key, Text(value))
+    return table
+
+
+def message(text: str) -> None:
+    """A status line on stderr, never re-wrapped or read as markup."""
+    click.echo(text, err=True)
 
 
 class OneLineUsageError(click.ClickException):
@@ -100,14 +116,14 @@ def data_get(name: str, data_dir: Path | None, force: bool) -> None:
       charrnn data get tinyshakespeare
     """
     path, downloaded = _fetch_dataset(name, data_dir, force)
-    out.print(str(path))
+    click.echo(str(path))
 
 
 def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False) -> tuple[Path, bool]:
     with err.status(f"fetching {name}…"):
         path, downloaded = get_dataset(name, data_dir, force)
     verb = "downloaded and verified" if downloaded else "verified cached copy of"
-    err.print(f"{verb} {name}: {path} ({DATASETS[name].chars:,} characters)")
+    message(f"{verb} {name}: {path} ({DATASETS[name].chars:,} characters)")
     return path, downloaded
 
 
@@ -122,9 +138,6 @@ class ProgressBar(TrainObserver):
 
     def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
                  corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None) -> None:
-        table = Table(title="charrnn train", show_header=False, title_justify="left")
-        table.add_column(style="bold")
-        table.add_column()
         parameters = sum(p.numel() for p in model.parameters())
         rows = {
             "corpus": f"{corpus.path} ({corpus.chars:,} chars, vocabulary {model_config.vocab_size})",
@@ -146,9 +159,7 @@ class ProgressBar(TrainObserver):
             "seed": str(config.seed),
             "out": config.out_dir,
         }
-        for key, value in rows.items():
-            table.add_row(key, value)
-        err.print(table)
+        err.print(key_value_table("charrnn train", rows))
         self.bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True, file=sys.stderr)
 
     def on_step(self, report: StepReport) -> None:
@@ -251,10 +262,7 @@ def train_command(corpus: Path | None, out_dir: Path | None, overwrite: bool, de
     result = train(model_config, config, encoded.vocab, encoded.ids, encoded.info, ProgressBar(),
                    overwrite=overwrite)
 
-    summary = Table(title="training finished", show_header=False, title_justify="left")
-    summary.add_column(style="bold")
-    summary.add_column()
-    for key, value in {
+    out.print(key_value_table("training finished", {
         "stopped": result.stop_reason,
         "steps": f"{result.steps:,} ({result.epoch:.2f} epochs)",
         "wall time": f"{result.elapsed_s:.1f} s",
@@ -263,9 +271,7 @@ def train_command(corpus: Path | None, out_dir: Path | None, overwrite: bool, de
                            f"perplexity {result.best.perplexity:.3f}",
         "skipped steps": str(result.skipped_steps),
         "checkpoints": f"{result.out_dir / 'best.pt'}, {result.out_dir / 'last.pt'}",
-    }.items():
-        summary.add_row(key, value)
-    out.print(summary)
+    }))
 
 
 # -------------------------------------------------------------------------- sample
@@ -338,7 +344,7 @@ def sample_command(checkpoint: Path, prime: str | None, prime_file: Path | None,
         atomic_write_text(output, rendered)
     except OSError as exc:
         raise CharrnnError(f"cannot write {output}: {exc.strerror or exc}") from None
-    err.print(f"wrote {config.num_samples} sample(s) of {config.length:,} characters to {output}")
+    message(f"wrote {config.num_samples} sample(s) of {config.length:,} characters to {output}")
 
 
 def _quiet_broken_pipe() -> None:
@@ -388,7 +394,7 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
         raise CharrnnError(f"{exc} (use --skip-unknown to score the rest)") from None
     skipped = len(text) - len(ids)
     if skipped:
-        err.print(f"skipped {skipped:,} character(s) outside the vocabulary: "
+        message(f"skipped {skipped:,} character(s) outside the vocabulary: "
                   f"{describe_chars(loaded.vocab.unknown_chars(text))}")
     started = time.perf_counter()
     result: EvalResult = evaluate(loaded.model, ids)
@@ -396,13 +402,11 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
     if as_json:
         click.echo(json.dumps(result.to_dict()))
         return
-    table = Table(title="perplexity", show_header=False, title_justify="left")
-    table.add_column(style="bold")
-    table.add_column()
-    table.add_row("text", source)
-    table.add_row("nats/char", f"{result.nats_per_char:.4f}")
-    table.add_row("bits/char", f"{result.bits_per_char:.4f}")
-    table.add_row("perplexity", f"{result.perplexity:.4f}")
-    table.add_row("characters scored", f"{result.chars:,}")
-    table.add_row("time", f"{seconds:.1f} s")
-    out.print(table)
+    out.print(key_value_table("perplexity", {
+        "text": source,
+        "nats/char": f"{result.nats_per_char:.4f}",
+        "bits/char": f"{result.bits_per_char:.4f}",
+        "perplexity": f"{result.perplexity:.4f}",
+        "characters scored": f"{result.chars:,}",
+        "time": f"{seconds:.1f} s",
+    }))
