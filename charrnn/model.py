@@ -143,17 +143,25 @@ class Stepper:
             return self._gru_step(idx, state)
         return self._rnn_step(idx, state)
 
+    def _preactivation(
+        self, k: int, idx: torch.Tensor, x: torch.Tensor | None, h: torch.Tensor
+    ) -> torch.Tensor:
+        """``W_ih x + W_hh h + b`` of layer ``k`` (LSTM and RNN): one ``addmm`` on ``[x, h]``.
+
+        Layer 0 reads its input part from the lookup table by character id instead.
+        """
+        if k == 0:
+            return torch.addmm(self.input_table[idx], h, self.first_recurrent)
+        weight, bias = self.upper[k - 1]
+        return torch.addmm(bias, torch.cat([x, h], dim=1), weight)
+
     def _lstm_step(self, idx: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         h_prev, c_prev = state
         H = self.hidden_size
         hs, cs = [], []
         x = None
         for k in range(self.num_layers):
-            if k == 0:
-                gates = torch.addmm(self.input_table[idx], h_prev[0], self.first_recurrent)
-            else:
-                weight, bias = self.upper[k - 1]
-                gates = torch.addmm(bias, torch.cat([x, h_prev[k]], dim=1), weight)  # (B, 4H)
+            gates = self._preactivation(k, idx, x, h_prev[k])  # (B, 4H)
             i = torch.sigmoid(gates[:, :H])
             f = torch.sigmoid(gates[:, H : 2 * H])
             g = torch.tanh(gates[:, 2 * H : 3 * H])
@@ -191,12 +199,7 @@ class Stepper:
         hs = []
         x = None
         for k in range(self.num_layers):
-            if k == 0:
-                pre = torch.addmm(self.input_table[idx], h_prev[0], self.first_recurrent)
-            else:
-                weight, bias = self.upper[k - 1]
-                pre = torch.addmm(bias, torch.cat([x, h_prev[k]], dim=1), weight)
-            x = self.activation(pre)
+            x = self.activation(self._preactivation(k, idx, x, h_prev[k]))
             hs.append(x)
         logits = torch.addmm(self.head_bias, x, self.head_weight)
         return logits, (torch.stack(hs),)
