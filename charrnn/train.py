@@ -150,6 +150,79 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+class TrainingRun:
+    """The mutable state of one run: model, optimiser, place in the data, best result so far.
+
+    ``advance()`` takes one truncated-BPTT step; ``payload()`` is the checkpoint dict.
+    """
+
+    def __init__(self, model_config: ModelConfig, config: TrainConfig, vocab: Vocab, corpus: CorpusInfo,
+                 batches: StreamBatches):
+        self.model_config = model_config
+        self.config = config
+        self.vocab = vocab
+        self.corpus = corpus
+        self.batches = batches
+        self.device = batches.inputs.device
+        seed_everything(config.seed)
+        self.model = CharRNN(model_config).to(self.device)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate,
+                                           weight_decay=config.weight_decay)
+        self.max_norm = config.clip if config.clip > 0 else float("inf")
+        self.step = 0  # optimiser steps taken (skipped ones included)
+        self.epochs_done = 0  # completed passes over the training split
+        self.position = 0  # next step within the current epoch
+        self.state = self.model.initial_state(config.batch_size, self.device)
+        self.best: EvalResult | None = None
+        self.skipped = 0  # steps skipped for a non-finite loss or gradient
+
+    @property
+    def epoch(self) -> float:
+        return self.epochs_done + self.position / len(self.batches)
+
+    def advance(self, learning_rate: float) -> tuple[float, int]:
+        """One step at ``learning_rate``: its training loss (nats/char, maybe non-finite) and characters."""
+        if self.position == 0:
+            self.state = self.model.initial_state(self.config.batch_size, self.device)
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
+        inputs, targets = self.batches[self.position]  # (B, T) each
+        self.model.train()
+        logits, state = self.model(inputs, self.state)  # (B, T, V)
+        # Without the detach, the next segment's backward pass would run on into this one.
+        self.state = detach_state(state)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
+        loss_value = loss.item()
+        if math.isfinite(loss_value) and bool(torch.isfinite(grad_norm)):
+            self.optimizer.step()
+        else:
+            self.skipped += 1
+        self.step += 1
+        self.position += 1
+        if self.position == len(self.batches):
+            self.position = 0
+            self.epochs_done += 1
+        return loss_value, inputs.numel()
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "model_config": self.model_config.to_dict(),
+            "train_config": self.config.to_dict(),
+            "vocab": self.vocab.to_list(),
+            "model_state": self.model.state_dict(),
+            "optimizer_state": self.optimizer.state_dict(),
+            "step": self.step,
+            "epoch": self.epochs_done,
+            "epoch_step": self.position,
+            "best_val_loss": self.best.nats_per_char if self.best else None,
+            "corpus": self.corpus.to_dict(),
+        }
+
+
 def train(
     model_config: ModelConfig,
     config: TrainConfig,
@@ -176,15 +249,8 @@ def train(
     device = torch.device(config.device)
     batches = StreamBatches(split.train.to(device), config.batch_size, config.seq_len)
     prepare_out_dir(out_dir, overwrite)
-
-    seed_everything(config.seed)
-    model = CharRNN(model_config).to(device)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(
-        params, lr=config.learning_rate, weight_decay=config.weight_decay
-    )
-    steps_per_epoch = len(batches)
-    total_steps = _planned_steps(config, steps_per_epoch)
+    run = TrainingRun(model_config, config, vocab, corpus, batches)
+    val_ids = split.val.to(device)
 
     write_json(out_dir / "config.json", {
         "model": model_config.to_dict(), "train": config.to_dict(), "corpus": corpus.to_dict(),
@@ -192,113 +258,62 @@ def train(
     metrics_path = out_dir / "metrics.jsonl"
     metrics_path.unlink(missing_ok=True)  # only reached for a fresh directory or with overwrite
     (out_dir / "best.pt").unlink(missing_ok=True)  # an older run's best must not outlive it
-    observer.on_start(model, model_config, config, corpus, steps_per_epoch, total_steps)
+    observer.on_start(run.model, model_config, config, corpus, len(batches),
+                      _planned_steps(config, len(batches)))
 
-    val_ids = split.val.to(device)
-    max_norm = config.clip if config.clip > 0 else float("inf")
-    step = 0
-    epochs_done = 0
-    position = 0
-    state = model.initial_state(config.batch_size, device)
-    best: EvalResult | None = None
     history: list[dict[str, Any]] = []
-    skipped = 0
     loss_sum, loss_count = 0.0, 0
     window_chars, window_start = 0, time.perf_counter()
     start = time.perf_counter()
     reason: str | None = None
-
-    def checkpoint_payload() -> dict[str, Any]:
-        return {
-            "model_config": model_config.to_dict(),
-            "train_config": config.to_dict(),
-            "vocab": vocab.to_list(),
-            "model_state": model.state_dict(),
-            "optimizer_state": optimizer.state_dict(),
-            "step": step,
-            "epoch": epochs_done,
-            "epoch_step": position,
-            "best_val_loss": best.nats_per_char if best else None,
-            "corpus": corpus.to_dict(),
-        }
-
-    model.train()
     while reason is None:
-        if position == 0:
-            state = model.initial_state(config.batch_size, device)
-        inputs, targets = batches[position]  # (B, T) each
         elapsed = time.perf_counter() - start
-        progress = run_progress(config, step, epochs_done + position / steps_per_epoch, elapsed)
-        lr = learning_rate_at(config, step, progress)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-
-        logits, state = model(inputs, state)  # (B, T, V)
-        # Without the detach, the next segment's backward pass would run on into this one.
-        state = detach_state(state)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        loss_value = loss.item()
-        if math.isfinite(loss_value) and bool(torch.isfinite(grad_norm)):
-            optimizer.step()
-            loss_sum += loss_value
+        lr = learning_rate_at(config, run.step, run_progress(config, run.step, run.epoch, elapsed))
+        loss, chars = run.advance(lr)
+        if math.isfinite(loss):
+            loss_sum += loss
             loss_count += 1
-        else:
-            skipped += 1
-
-        step += 1
-        position += 1
-        window_chars += inputs.numel()
-        if position == steps_per_epoch:
-            position = 0
-            epochs_done += 1
-        epoch = epochs_done + position / steps_per_epoch
-        elapsed = time.perf_counter() - start
-        reason = stop_reason(config, step, epoch, elapsed)
-
+        window_chars += chars
         now = time.perf_counter()
+        reason = stop_reason(config, run.step, run.epoch, now - start)
         observer.on_step(StepReport(
-            step=step, epoch=epoch, loss=loss_value, learning_rate=lr,
+            step=run.step, epoch=run.epoch, loss=loss, learning_rate=lr,
             chars_per_s=window_chars / max(now - window_start, 1e-9),
-            progress=run_progress(config, step, epoch, elapsed), skipped_steps=skipped,
+            progress=run_progress(config, run.step, run.epoch, now - start), skipped_steps=run.skipped,
         ))
 
-        if step % config.eval_every == 0 or reason is not None:
-            train_window_s = now - window_start
-            result = evaluate(model, val_ids)
+        if run.step % config.eval_every == 0 or reason is not None:
+            result = evaluate(run.model, val_ids)
             record = {
-                "step": step,
-                "epoch": round(epoch, 4),
+                "step": run.step,
+                "epoch": round(run.epoch, 4),
                 "train_loss": loss_sum / loss_count if loss_count else None,
                 "val_loss": result.nats_per_char,
                 "val_bits_per_char": result.bits_per_char,
                 "learning_rate": lr,
-                "chars_per_s": window_chars / max(train_window_s, 1e-9),
+                "chars_per_s": window_chars / max(now - window_start, 1e-9),
                 "elapsed_s": round(time.perf_counter() - start, 3),
             }
             history.append(record)
             with open(metrics_path, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record) + "\n")
-            improved = best is None or result.nats_per_char < best.nats_per_char
+            improved = run.best is None or result.nats_per_char < run.best.nats_per_char
             if improved:
-                best = result
-                save_checkpoint(out_dir / "best.pt", checkpoint_payload())
+                run.best = result
+                save_checkpoint(out_dir / "best.pt", run.payload())
             observer.on_eval({**record, "best": improved})
             loss_sum, loss_count = 0.0, 0
             window_chars, window_start = 0, time.perf_counter()
 
-        if step % config.save_every == 0 or reason is not None:
-            save_checkpoint(out_dir / "last.pt", checkpoint_payload())
+        if run.step % config.save_every == 0 or reason is not None:
+            save_checkpoint(out_dir / "last.pt", run.payload())
 
     observer.on_end()
-    assert best is not None  # the final step always evaluates
+    assert run.best is not None  # the final step always evaluates
     return TrainResult(
-        out_dir=out_dir, steps=step, epoch=epochs_done + position / steps_per_epoch,
-        best_val_loss=best.nats_per_char, best=best,
-        elapsed_s=time.perf_counter() - start, stop_reason=reason, skipped_steps=skipped,
-        history=history,
+        out_dir=out_dir, steps=run.step, epoch=run.epoch, best_val_loss=run.best.nats_per_char,
+        best=run.best, elapsed_s=time.perf_counter() - start, stop_reason=reason,
+        skipped_steps=run.skipped, history=history,
     )
 
 
