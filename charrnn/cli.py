@@ -21,6 +21,7 @@ from rich.text import Text
 from tqdm import tqdm
 
 from charrnn import __version__
+from charrnn.beam import beam_search
 from charrnn.checkpoint import atomic_write_text, load_model
 from charrnn.config import CELL_TYPES, DEFAULT_EPOCHS, ModelConfig, SampleConfig, TrainConfig
 from charrnn.data import CorpusInfo, checkpoint_validation_text, corpus_name, encode_corpus, read_corpus
@@ -28,7 +29,7 @@ from charrnn.datasets import DATASETS, DEFAULT_DATASET, get_dataset
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import EvalResult, evaluate
 from charrnn.model import CharRNN
-from charrnn.sample import generate
+from charrnn.sample import collect_samples, generate
 from charrnn.train import StepReport, TrainObserver, resolve_device, train
 from charrnn.vocab import UnknownCharactersError, describe_chars
 
@@ -286,65 +287,94 @@ def train_command(corpus: Path | None, out_dir: Path | None, overwrite: bool, de
 @click.option("--top-p", type=float, default=None,
               help="Sample only from the smallest set with total probability ≥ p.")
 @click.option("--greedy", is_flag=True, help="Always take the most likely character.")
+@click.option("--beam-width", type=click.IntRange(min=1), default=None,
+              help="Beam search: keep the B most probable continuations (deterministic).")
+@click.option("--stop-at", default=None,
+              help="End a sample after this string first appears in the generated text.")
 @click.option("--prime", default=None, help="Text to warm the model with; the output starts with it.")
 @click.option("--prime-file", type=click.Path(path_type=Path), default=None,
               help="Read the prime from a UTF-8 file.")
 @click.option("--seed", type=int, default=None, help="The same seed gives the same text.")
-@config_option("--num-samples", SampleConfig, "num_samples", "Independent samples, generated together.",
-               type=int)
+@config_option("--num-samples", SampleConfig, "num_samples",
+               "Independent samples, generated together (with --beam-width: the N best beams).", type=int)
 @click.option("--output", type=click.Path(path_type=Path), default=None,
               help="Write the text to this file instead of stdout.")
 @click.option("--device", type=DEVICE_CHOICES, default="cpu", show_default=True)
-def sample_command(checkpoint: Path, prime: str | None, prime_file: Path | None, output: Path | None,
-                   device: str, **options: Any) -> None:
+@click.pass_context
+def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None, prime: str | None,
+                   prime_file: Path | None, output: Path | None, device: str, **options: Any) -> None:
     """Generate text from CHECKPOINT, streaming it to stdout as it is produced.
+
+    With --beam-width the N best beams (--num-samples) are printed with their
+    total log-probabilities once the search ends.
 
     \b
     Examples:
       charrnn sample checkpoints/tinyshakespeare/best.pt --prime "ROMEO:" --length 500
       charrnn sample best.pt --temperature 0.7 --top-p 0.9 --seed 1
       charrnn sample best.pt --greedy --length 200 --output greedy.txt
+      charrnn sample best.pt --beam-width 8 --num-samples 3 --stop-at "\n\n"
     """
     try:
         config = SampleConfig(**options)
     except CharrnnError as exc:
         raise click.BadParameter(str(exc)) from None
+    if beam_width is not None:
+        sampling_options = ("temperature", "top_k", "top_p", "greedy", "seed")
+        explicit = [f"--{name.replace('_', '-')}" for name in sampling_options
+                    if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+        if explicit:
+            raise click.UsageError(f"--beam-width is deterministic; {', '.join(explicit)} does not apply")
+        if config.num_samples > beam_width:
+            raise click.UsageError(f"--num-samples {config.num_samples} exceeds --beam-width {beam_width}")
     if prime is not None and prime_file is not None:
         raise click.UsageError("give --prime or --prime-file, not both")
     if prime_file is not None:
         prime = read_corpus(prime_file)
     prime = prime or ""
     loaded = load_model(checkpoint, resolve_device(device))
-    steps = generate(loaded.model, loaded.vocab, config, prime)
 
-    if output is None and config.num_samples == 1:
-        try:
-            sys.stdout.write(prime)
-            for chars in steps:
-                sys.stdout.write(chars[0])
-                sys.stdout.flush()
-            sys.stdout.write("\n")
-            sys.stdout.flush()
-        except BrokenPipeError:
-            _quiet_broken_pipe()
-        return
-    samples = [[prime] for _ in range(config.num_samples)]
-    for chars in steps:
-        for sample, char in zip(samples, chars, strict=True):
-            sample.append(char)
-    texts = ["".join(sample) for sample in samples]
-    if config.num_samples == 1:
-        rendered = texts[0] + "\n"
+    if beam_width is not None:
+        beams = beam_search(loaded.model, loaded.vocab, prime, beam_width, config.length, config.stop_at)
+        rendered = "".join(
+            f"=== beam {i}, log-prob {beam.log_prob:.4f}{' (stopped)' if beam.stopped else ''} ===\n"
+            f"{prime}{beam.text}\n"
+            for i, beam in enumerate(beams[: config.num_samples], start=1)
+        )
     else:
-        rendered = "".join(f"=== sample {i} ===\n{text}\n" for i, text in enumerate(texts, start=1))
+        steps = generate(loaded.model, loaded.vocab, config, prime)
+        if output is None and config.num_samples == 1:
+            _stream(prime, (chars[0] for chars in steps))
+            return
+        texts = collect_samples(steps, prime, config.num_samples)
+        if config.num_samples == 1:
+            rendered = texts[0] + "\n"
+        else:
+            rendered = "".join(f"=== sample {i} ===\n{text}\n" for i, text in enumerate(texts, start=1))
     if output is None:
-        sys.stdout.write(rendered)
+        _stream("", iter([rendered]))
         return
     try:
         atomic_write_text(output, rendered)
     except OSError as exc:
         raise CharrnnError(f"cannot write {output}: {exc.strerror or exc}") from None
-    message(f"wrote {config.num_samples} sample(s) of {config.length:,} characters to {output}")
+    message(f"wrote {config.num_samples} sample(s) to {output}")
+
+
+def _stream(prefix: str, pieces) -> None:
+    """Write text to stdout as it comes, ending with a newline when it did not."""
+    last = prefix
+    try:
+        sys.stdout.write(prefix)
+        for piece in pieces:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+            last = piece or last
+        if not last.endswith("\n"):
+            sys.stdout.write("\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_broken_pipe()
 
 
 def _quiet_broken_pipe() -> None:

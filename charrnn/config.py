@@ -91,6 +91,7 @@ class SampleConfig(_DictMixin):
     greedy: bool = False  # always take the most likely character
     num_samples: int = 1  # independent samples, generated as one batch
     seed: int | None = None  # the same seed gives the same text
+    stop_at: str | None = None  # end a sample after this string first appears in its generated text
 
     def __post_init__(self) -> None:
         if self.length < 0:

@@ -73,6 +73,23 @@ def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torc
     return generator
 
 
+@torch.no_grad()
+def warm_state(model: CharRNN, vocab: Vocab, prime: str, batch: int) -> tuple[torch.Tensor, State]:
+    """Run the prime through the network for ``batch`` identical rows.
+
+    Returns the last prime character's ids (B,), still to be fed, and the state
+    before it. Everything but that character goes through the fused module in one
+    call. An empty prime feeds :func:`default_warmup`.
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    warmup = encode_prime(vocab, prime or default_warmup(vocab)).to(device)
+    state = model.initial_state(batch, device)
+    if len(warmup) > 1:
+        _, state = model(warmup[:-1].unsqueeze(0).expand(batch, -1), state)
+    return warmup[-1:].expand(batch), state
+
+
 def generate(
     model: CharRNN, vocab: Vocab, config: SampleConfig, prime: str = ""
 ) -> Iterator[list[str]]:
@@ -80,18 +97,12 @@ def generate(
 
     The prime is checked and run through the network before this returns, so a bad
     prime fails here, not halfway through the output. The prime itself is not
-    yielded (callers print it first). Same seed, same text.
+    yielded (callers print it first). Same seed, same text. With ``config.stop_at``
+    a sample ends after the first occurrence of that string in its generated text;
+    finished samples yield ``""`` until all have finished or the length is reached.
     """
-    model.eval()
-    device = next(model.parameters()).device
-    warmup = encode_prime(vocab, prime or default_warmup(vocab)).to(device)
-    batch = config.num_samples
-    with torch.no_grad():
-        state = model.initial_state(batch, device)
-        if len(warmup) > 1:
-            # Everything but the last prime character goes through the fused module in one call.
-            _, state = model(warmup[:-1].unsqueeze(0).expand(batch, -1), state)
-    return _steps(model, vocab, config, warmup[-1:].expand(batch), state)
+    current, state = warm_state(model, vocab, prime, config.num_samples)
+    return _steps(model, vocab, config, current, state)
 
 
 @torch.no_grad()
@@ -101,7 +112,27 @@ def _steps(
     generator = make_generator(config.seed, current.device)
     stepper = model.stepper()
     chars = vocab.chars
+    stop_at = config.stop_at
+    tails = [""] * config.num_samples
+    finished = [False] * config.num_samples
     for _ in range(config.length):
         logits, state = stepper.step(current, state)  # (B, V)
         current = choose_next(logits.float(), config, generator)  # (B,)
-        yield [chars[i] for i in current.tolist()]
+        step = ["" if done else chars[i] for i, done in zip(current.tolist(), finished, strict=True)]
+        yield step
+        if stop_at:
+            for row, char in enumerate(step):
+                if char:
+                    tails[row] = (tails[row] + char)[-len(stop_at):]
+                    finished[row] = tails[row] == stop_at
+            if all(finished):
+                return
+
+
+def collect_samples(steps: Iterator[list[str]], prime: str, num_samples: int) -> list[str]:
+    """Join what :func:`generate` yields into ``num_samples`` texts, each starting with the prime."""
+    pieces = [[prime] for _ in range(num_samples)]
+    for chars in steps:
+        for sample, char in zip(pieces, chars, strict=True):
+            sample.append(char)
+    return ["".join(sample) for sample in pieces]

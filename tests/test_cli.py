@@ -88,6 +88,27 @@ def test_sample_to_file_and_several_samples(runner, tiny_checkpoint):
     assert text.count("=== sample ") == 3
 
 
+def test_beam_search_prints_the_best_beams_with_scores(runner, tiny_checkpoint):
+    result = invoke(runner, "sample", tiny_checkpoint, "--prime", "ROMEO:", "--beam-width", "4",
+                    "--num-samples", "2", "--length", "30")
+    assert result.exit_code == 0, result.output
+    headers = [line for line in result.stdout.splitlines() if line.startswith("=== beam")]
+    assert len(headers) == 2
+    scores = [float(h.split("log-prob ")[1].split()[0]) for h in headers]
+    assert scores[0] >= scores[1]
+    width_one = invoke(runner, "sample", tiny_checkpoint, "--prime", "ROMEO:", "--beam-width", "1",
+                       "--length", "30")
+    greedy = invoke(runner, "sample", tiny_checkpoint, "--prime", "ROMEO:", "--greedy", "--length", "30")
+    assert width_one.stdout.split("===\n", 1)[1].rstrip("\n") == greedy.stdout.rstrip("\n")
+
+
+def test_stop_at_in_the_cli(runner, tiny_checkpoint):
+    result = invoke(runner, "sample", tiny_checkpoint, "--prime", "ROMEO:", "--stop-at", "\n",
+                    "--length", "500", "--seed", "1")
+    assert result.exit_code == 0
+    assert result.stdout.startswith("ROMEO:") and result.stdout.count("\n") == 1
+
+
 def test_prime_file_and_greedy(runner, tiny_checkpoint):
     Path("prime.txt").write_text("JULIET:\n", encoding="utf-8")
     result = invoke(runner, "sample", tiny_checkpoint, "--prime-file", "prime.txt", "--greedy",
@@ -148,6 +169,9 @@ BAD_INPUTS = [
     (["sample", "CKPT", "--length", "-1"], "length"),
     (["sample", "CKPT", "--prime", "Ωmega"], "'Ω' (U+03A9)"),
     (["sample", "CKPT", "--prime", "x", "--prime-file", "notes.txt"], "not both"),
+    (["sample", "CKPT", "--beam-width", "0"], "--beam-width"),
+    (["sample", "CKPT", "--beam-width", "2", "--temperature", "0.5"], "--temperature does not apply"),
+    (["sample", "CKPT", "--beam-width", "2", "--num-samples", "3"], "exceeds --beam-width 2"),
     (["sample", "missing.pt"], "does not exist"),
     (["sample", "cut.pt"], "not a readable charrnn checkpoint"),
     (["sample", "notes.txt"], "not a readable charrnn checkpoint"),

@@ -84,3 +84,16 @@ def test_top_k_and_top_p_masks():
 def test_invalid_settings(options, message):
     with pytest.raises(CharrnnError, match=message):
         SampleConfig(**options)
+
+
+def test_stop_at_ends_each_sample_after_the_first_occurrence(loaded):
+    samples = run(loaded, prime="ROMEO:", seed=2, num_samples=3, length=400, stop_at="\n")
+    for text in samples:
+        generated = text[len("ROMEO:"):]
+        assert generated.endswith("\n") and generated.count("\n") == 1
+
+
+def test_stop_at_ignores_the_prime(loaded):
+    (text,) = run(loaded, prime="ROMEO:\n", seed=2, length=400, stop_at="\n")
+    generated = text[len("ROMEO:\n"):]
+    assert len(generated) > 1 and generated.endswith("\n") and generated.count("\n") == 1
