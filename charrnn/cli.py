@@ -39,6 +39,19 @@ err = Console(stderr=True)
 DEVICE_CHOICES = click.Choice(["auto", "cpu", "cuda", "mps"])
 
 
+def _parse_epochs(value: str | None) -> list[int]:
+    if not value:
+        return []
+    try:
+        epochs = [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of epochs",
+                                 param_hint="'--save-epochs'") from None
+    if any(epoch < 1 for epoch in epochs):
+        raise click.BadParameter("epochs start at 1", param_hint="'--save-epochs'")
+    return epochs
+
+
 def config_option(flag: str, config_class: type, field_name: str, help: str, **kwargs: Any):
     """A click option bound to a config field: same name, and the field's default, so they never disagree."""
     default = config_class.__dataclass_fields__[field_name].default
@@ -156,6 +169,7 @@ class ProgressBar(TrainObserver):
                 config.max_steps and f"{config.max_steps:,} steps",
                 config.time_budget and f"{config.time_budget:g} s",
             ])),
+            "epoch checkpoints": ", ".join(map(str, config.save_epochs)) or "none",
             "device": config.device,
             "seed": str(config.seed),
             "out": config.out_dir,
@@ -179,6 +193,8 @@ class ProgressBar(TrainObserver):
         train_loss = record["train_loss"]
         train_part = f"train {train_loss:.4f}" if train_loss is not None else "train n/a"
         marker = "  (best)" if record["best"] else ""
+        if record.get("epoch_checkpoint"):
+            marker += f"  saved {record['epoch_checkpoint']}"
         tqdm.write(
             f"step {record['step']:>6}  epoch {record['epoch']:>7.3f}  {train_part}  "
             f"val {record['val_loss']:.4f} nats/char ({record['val_bits_per_char']:.3f} bits){marker}",
@@ -223,6 +239,9 @@ class ProgressBar(TrainObserver):
 @config_option("--time-budget", TrainConfig, "time_budget",
                "Stop after this many wall-clock seconds, then evaluate and save.",
                type=click.FloatRange(min=0, min_open=True))
+@click.option("--save-epochs", "save_epochs", callback=lambda ctx, param, value: _parse_epochs(value),
+              default=None, metavar="E1,E2,...",
+              help="Keep a checkpoint at the end of each listed epoch, e.g. 5,50,500.")
 @config_option("--eval-every", TrainConfig, "eval_every", "Steps between validation passes.",
                type=click.IntRange(min=1))
 @config_option("--save-every", TrainConfig, "save_every", "Steps between writes of last.pt.",

@@ -6,7 +6,7 @@ checkpoints and ``config.json`` hold nothing but JSON-compatible values.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from charrnn.errors import ConfigError
@@ -59,6 +59,7 @@ class TrainConfig(_DictMixin):
     epochs: float | None = None  # stop after this many passes (DEFAULT_EPOCHS if no limit is set)
     max_steps: int | None = None  # stop after this many optimiser steps
     time_budget: float | None = None  # stop after this many wall-clock seconds
+    save_epochs: list[int] = field(default_factory=list)  # keep a checkpoint at the end of these epochs
     eval_every: int = 1000  # steps between validation passes
     save_every: int = 1000  # steps between writes of last.pt
     seed: int = 1337  # seeds torch and Python's RNG for initialisation and dropout
@@ -78,6 +79,9 @@ class TrainConfig(_DictMixin):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ConfigError(f"{name} must be positive")
+        if any(epoch < 1 for epoch in self.save_epochs):
+            raise ConfigError("save-epochs must list whole epochs of 1 or more")
+        self.save_epochs = sorted(set(self.save_epochs))
         if self.epochs is None and self.max_steps is None and self.time_budget is None:
             self.epochs = DEFAULT_EPOCHS
 

@@ -122,6 +122,12 @@ def stop_reason(config: TrainConfig, step: int, epoch: float, elapsed: float) ->
 
 
 RUN_FILES = ("last.pt", "best.pt", "metrics.jsonl", "config.json")
+EPOCH_CHECKPOINT_GLOB = "epoch*-val*.pt"
+
+
+def epoch_checkpoint_name(epoch: int, val_loss: float) -> str:
+    """``epoch0005-val1.6123.pt``: sorts by epoch and says what it holds."""
+    return f"epoch{epoch:04d}-val{val_loss:.4f}.pt"
 
 
 def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
@@ -131,6 +137,7 @@ def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
     run's checkpoints are never replaced by accident.
     """
     existing = [name for name in RUN_FILES if (out_dir / name).exists()]
+    existing += sorted(path.name for path in out_dir.glob(EPOCH_CHECKPOINT_GLOB))[:3]
     if existing and not overwrite:
         raise CharrnnError(
             f"--out {out_dir} already holds a training run ({', '.join(existing)}); "
@@ -257,7 +264,9 @@ def train(
     })
     metrics_path = out_dir / "metrics.jsonl"
     metrics_path.unlink(missing_ok=True)  # only reached for a fresh directory or with overwrite
-    (out_dir / "best.pt").unlink(missing_ok=True)  # an older run's best must not outlive it
+    # An older run's best and epoch checkpoints must not outlive it.
+    for stale in [out_dir / "best.pt", *out_dir.glob(EPOCH_CHECKPOINT_GLOB)]:
+        stale.unlink(missing_ok=True)
     observer.on_start(run.model, model_config, config, corpus, len(batches),
                       _planned_steps(config, len(batches)))
 
@@ -282,7 +291,8 @@ def train(
             progress=run_progress(config, run.step, run.epoch, now - start), skipped_steps=run.skipped,
         ))
 
-        if run.step % config.eval_every == 0 or reason is not None:
+        epoch_end = run.position == 0 and run.epochs_done in config.save_epochs
+        if run.step % config.eval_every == 0 or reason is not None or epoch_end:
             result = evaluate(run.model, val_ids)
             record = {
                 "step": run.step,
@@ -294,6 +304,9 @@ def train(
                 "chars_per_s": window_chars / max(now - window_start, 1e-9),
                 "elapsed_s": round(time.perf_counter() - start, 3),
             }
+            if epoch_end:
+                record["epoch_checkpoint"] = epoch_checkpoint_name(run.epochs_done, result.nats_per_char)
+                save_checkpoint(out_dir / record["epoch_checkpoint"], run.payload())
             history.append(record)
             with open(metrics_path, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record) + "\n")

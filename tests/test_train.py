@@ -27,9 +27,10 @@ def train_tiny(corpus: Path, out: Path, **overrides):
     model_options = {k: overrides.pop(k) for k in ("cell", "hidden_size", "num_layers") if k in overrides}
     model_config = ModelConfig(vocab_size=len(encoded.vocab), embed_size=16,
                                **{"hidden_size": 64, "num_layers": 1, **model_options})
+    overwrite = overrides.pop("overwrite", False)
     config = TrainConfig(out_dir=str(out), **{"batch_size": 8, "seq_len": 32, "learning_rate": 1e-2,
                                               "warmup_steps": 10, **overrides})
-    return train(model_config, config, encoded.vocab, encoded.ids, encoded.info)
+    return train(model_config, config, encoded.vocab, encoded.ids, encoded.info, overwrite=overwrite)
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
@@ -108,3 +109,28 @@ def test_unwritable_out_is_reported_before_training(repeated_corpus, tmp_path):
     blocker.write_text("")
     with pytest.raises(CharrnnError, match="cannot write to --out"):
         train_tiny(repeated_corpus, blocker / "run", max_steps=1)
+
+
+def test_save_epochs_keeps_named_checkpoints_and_marks_metrics(repeated_corpus, tmp_path):
+    out = tmp_path / "run"
+    # 10 steps per epoch (see test_epochs_stop_after_full_passes).
+    train_tiny(repeated_corpus, out, epochs=3, eval_every=1000, save_epochs=[1, 3])
+    names = sorted(p.name for p in out.glob("epoch*.pt"))
+    assert [n[:9] for n in names] == ["epoch0001", "epoch0003"]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    marked = {r["epoch_checkpoint"]: r for r in records if "epoch_checkpoint" in r}
+    assert sorted(marked) == names
+    for name, record in marked.items():
+        assert name == f"epoch{int(record['epoch']):04d}-val{record['val_loss']:.4f}.pt"
+        payload = torch.load(out / name, weights_only=True)
+        assert payload["epoch"] == int(record["epoch"]) and payload["epoch_step"] == 0
+    assert [r["step"] for r in records] == [10, 30]  # the final evaluation is the epoch-3 one
+
+
+def test_overwrite_removes_an_older_runs_epoch_checkpoints(repeated_corpus, tmp_path):
+    out = tmp_path / "run"
+    train_tiny(repeated_corpus, out, epochs=1, save_epochs=[1])
+    with pytest.raises(CharrnnError, match="already holds a training run"):
+        train_tiny(repeated_corpus, out, max_steps=2)
+    train_tiny(repeated_corpus, out, max_steps=2, overwrite=True)
+    assert not list(out.glob("epoch*.pt"))
