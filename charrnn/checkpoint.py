@@ -8,7 +8,8 @@ target, so a crash mid-save leaves the previous file intact.
 
 Keys: ``format_version``, ``model_config``, ``train_config``, ``vocab`` (list of
 characters), ``model_state``, ``optimizer_state``, ``step``, ``epoch``,
-``best_val_loss``, ``corpus`` (path, characters, split point).
+``epoch_step``, ``progress_epochs`` (fractional), ``best_val_loss``, ``corpus`` (path,
+characters, hash, split point).
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
+from rich.console import Console, Group
+from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 from tqdm import tqdm
@@ -23,6 +24,7 @@ from tqdm import tqdm
 from charrnn import __version__
 from charrnn.beam import beam_search
 from charrnn.checkpoint import atomic_write_text, load_model
+from charrnn.compare import CheckpointReport, CompareSettings, compare_checkpoints, to_markdown
 from charrnn.config import CELL_TYPES, DEFAULT_EPOCHS, ModelConfig, SampleConfig, TrainConfig
 from charrnn.data import CorpusInfo, checkpoint_validation_text, corpus_name, encode_corpus, read_corpus
 from charrnn.datasets import DATASETS, DEFAULT_DATASET, get_dataset
@@ -459,3 +461,113 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
         "characters scored": f"{result.chars:,}",
         "time": f"{seconds:.1f} s",
     }))
+
+
+# ------------------------------------------------------------------------- compare
+
+SIDE_BY_SIDE_MIN_COLUMN = 32  # narrower than this per checkpoint, panels are stacked instead
+
+
+def _format_epoch(report: CheckpointReport) -> str:
+    return "n/a" if report.epoch is None else f"{report.epoch:.2f}".rstrip("0").rstrip(".")
+
+
+def _report_rows(report: CheckpointReport) -> dict[str, str]:
+    def number(value: float | None, digits: int = 4) -> str:
+        return "n/a" if value is None else f"{value:.{digits}f}"
+
+    rows = {
+        "run": report.run,
+        "epoch": _format_epoch(report),
+        "steps": f"{report.step:,}" if report.step is not None else "n/a",
+        "nats/char": number(report.nats_per_char),
+        "bits/char": number(report.bits_per_char),
+        "perplexity": number(report.perplexity, 3),
+    }
+    if report.log_prob is not None:
+        rows["beam log-prob"] = f"{report.log_prob:.4f}"
+    if report.error:
+        rows["problem"] = report.error
+    return rows
+
+
+def _labels(reports: list[CheckpointReport]) -> list[str]:
+    """File names, prefixed by the run directory when two checkpoints share a name."""
+    names = [Path(report.checkpoint).name for report in reports]
+    if len(set(names)) == len(names):
+        return names
+    return [f"{report.run}/{name}" for report, name in zip(reports, names, strict=True)]
+
+
+def comparison_renderable(reports: list[CheckpointReport], width: int):
+    """A side-by-side table, or stacked panels when the terminal is too narrow for one."""
+    labels = _labels(reports)
+    if width >= 14 + SIDE_BY_SIDE_MIN_COLUMN * len(reports):
+        table = Table(show_lines=True)
+        table.add_column("", style="bold")
+        for label in labels:
+            table.add_column(Text(label), overflow="fold")
+        all_rows = [_report_rows(report) for report in reports]
+        for key in dict.fromkeys(key for rows in all_rows for key in rows):
+            table.add_row(key, *(Text(rows.get(key, "")) for rows in all_rows))
+        table.add_row("sample", *(Text(report.sample or "") for report in reports))
+        return table
+    panels = []
+    for report, label in zip(reports, labels, strict=True):
+        summary = "  ".join(f"{key} {value}" for key, value in _report_rows(report).items())
+        panels.append(Panel(Group(Text(summary, style="bold"), Text(""), Text(report.sample or "")),
+                            title=Text(label), title_align="left"))
+    return Group(*panels)
+
+
+@cli.command("compare")
+@click.argument("checkpoints", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--prime", default="", help="Every sample starts with this text.")
+@click.option("--length", type=click.IntRange(min=0), default=300, show_default=True,
+              help="Characters to generate per checkpoint.")
+@config_option("--temperature", SampleConfig, "temperature", "Sampling temperature (> 0).", type=float)
+@click.option("--seed", type=int, default=1, show_default=True, help="The same seed for every checkpoint.")
+@click.option("--beam-width", type=click.IntRange(min=1), default=None,
+              help="Decode by beam search (deterministic) instead of sampling.")
+@click.option("--stop-at", default=None, help="End each sample after this string first appears.")
+@click.option("--text", "text_file", type=click.Path(path_type=Path), default=None,
+              help="Score this text for every checkpoint instead of each one's own validation split.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per checkpoint.")
+@click.option("--markdown", "markdown_file", type=click.Path(path_type=Path), default=None,
+              help="Also write the comparison as Markdown to this file.")
+@click.option("--device", type=DEVICE_CHOICES, default="cpu", show_default=True)
+def compare_command(checkpoints: tuple[Path, ...], prime: str, length: int, temperature: float, seed: int,
+                    beam_width: int | None, stop_at: str | None, text_file: Path | None, as_json: bool,
+                    markdown_file: Path | None, device: str) -> None:
+    """Score CHECKPOINTS and sample each with the same prime, seed and decoding settings.
+
+    For each: epoch, steps, validation nats/char, bits/char, perplexity and a
+    sample, side by side (stacked when the terminal is narrow). Checkpoints may
+    come from different runs, sizes and vocabularies.
+
+    \b
+    Examples:
+      charrnn compare checkpoints/epochs/epoch0005-*.pt checkpoints/epochs/epoch0050-*.pt
+      charrnn compare runs/*/best.pt --prime "ROMEO:" --temperature 0.8 --markdown report.md
+      charrnn compare a.pt b.pt --beam-width 4 --text held_out.txt --json
+    """
+    try:
+        sample = SampleConfig(length=length, temperature=temperature, seed=seed, stop_at=stop_at)
+    except CharrnnError as exc:
+        raise click.BadParameter(str(exc)) from None
+    text = read_corpus(text_file) if text_file is not None else None
+    settings = CompareSettings(prime=prime, sample=sample, beam_width=beam_width, text=text,
+                               text_name=str(text_file) if text_file is not None else None)
+    reports, note = compare_checkpoints(list(checkpoints), settings, resolve_device(device))
+    if note:
+        message(f"note: {note}")
+    if markdown_file is not None:
+        try:
+            atomic_write_text(markdown_file, to_markdown(reports, settings, note))
+        except OSError as exc:
+            raise CharrnnError(f"cannot write {markdown_file}: {exc.strerror or exc}") from None
+        message(f"wrote {markdown_file}")
+    if as_json:
+        click.echo(json.dumps([report.to_dict() for report in reports], indent=2, ensure_ascii=False))
+        return
+    out.print(comparison_renderable(reports, out.width))

@@ -225,6 +225,7 @@ class TrainingRun:
             "step": self.step,
             "epoch": self.epochs_done,
             "epoch_step": self.position,
+            "progress_epochs": self.epoch,
             "best_val_loss": self.best.nats_per_char if self.best else None,
             "corpus": self.corpus.to_dict(),
         }

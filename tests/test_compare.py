@@ -1,0 +1,116 @@
+import io
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from charrnn.checkpoint import load_model
+from charrnn.cli import cli, comparison_renderable
+from charrnn.compare import CompareSettings, compare_checkpoints, to_markdown
+from charrnn.config import ModelConfig, SampleConfig, TrainConfig
+from charrnn.data import encode_corpus
+from charrnn.evaluate import evaluate
+from charrnn.sample import collect_samples, generate
+from charrnn.train import train
+
+
+@pytest.fixture(scope="module")
+def other_run(tmp_path_factory) -> Path:
+    """A GRU of another size, trained on a corpus with a different vocabulary (no 'R', adds 'Ω')."""
+    root = tmp_path_factory.mktemp("other")
+    corpus = root / "other.txt"
+    corpus.write_text("Ωmega speaks: the quick brown fox.\n" * 80, encoding="utf-8")
+    encoded = encode_corpus(corpus, "other", 0.1)
+    train(ModelConfig(vocab_size=len(encoded.vocab), cell="gru", num_layers=1, hidden_size=16, embed_size=4),
+          TrainConfig(out_dir=str(root / "run"), batch_size=4, seq_len=16, max_steps=10),
+          encoded.vocab, encoded.ids, encoded.info)
+    return root / "run"
+
+
+def settings(**overrides) -> CompareSettings:
+    sample = SampleConfig(length=overrides.pop("length", 40), seed=3, temperature=0.9)
+    return CompareSettings(**{"prime": "ROMEO:", "sample": sample, **overrides})
+
+
+def test_reports_match_eval_and_sample(tiny_run):
+    paths = [tiny_run / "best.pt", tiny_run / "last.pt"]
+    reports, note = compare_checkpoints(paths, settings())
+    assert note is None
+    loaded = load_model(paths[0])
+    text = Path(loaded.payload["corpus"]["path"]).read_text(encoding="utf-8")
+    expected = evaluate(loaded.model, loaded.vocab.encode(text[loaded.payload["corpus"]["split_point"]:]))
+    assert reports[0].nats_per_char == pytest.approx(expected.nats_per_char)
+    direct = collect_samples(generate(loaded.model, loaded.vocab, settings().sample, "ROMEO:"), "ROMEO:", 1)
+    assert reports[0].sample == direct[0]
+    assert reports[0].step == loaded.payload["step"] and reports[0].run == "run"
+    assert reports[0].error is None
+
+
+def test_different_vocabularies_are_noted_and_each_still_sampled(tiny_run, other_run):
+    reports, note = compare_checkpoints([tiny_run / "best.pt", other_run / "best.pt"], settings())
+    assert "different vocabularies" in note
+    assert reports[0].sample.startswith("ROMEO:")
+    # The prime's 'R' is not in the other vocabulary: its entry says so and has no sample.
+    assert reports[1].sample is None and "'R' (U+0052) ×1" in reports[1].error
+    assert reports[1].nats_per_char is not None  # still scored on its own validation split
+    greek = compare_checkpoints([tiny_run / "best.pt", other_run / "best.pt"], settings(prime=""))[0]
+    assert all(r.sample is not None for r in greek)
+
+
+def test_shared_text_with_unknown_characters(tiny_run, other_run):
+    text = "ROMEO: Café\n" * 5
+    reports, _ = compare_checkpoints([tiny_run / "best.pt", other_run / "best.pt"],
+                                     settings(prime="", text=text, text_name="shared.txt"))
+    assert reports[0].scored_on == "shared.txt" and reports[0].chars == len(text) - 1
+    assert reports[1].nats_per_char is None and "not scored" in reports[1].error
+
+
+def test_beam_decoding_reports_log_prob(tiny_run):
+    reports, _ = compare_checkpoints([tiny_run / "best.pt"], settings(beam_width=3))
+    assert reports[0].log_prob is not None and reports[0].log_prob < 0
+
+
+def test_markdown_has_table_and_fenced_samples(tiny_run, other_run):
+    paths = [tiny_run / "best.pt", other_run / "best.pt"]
+    reports, note = compare_checkpoints(paths, settings(prime=""))
+    document = to_markdown(reports, settings(prime=""), note)
+    assert "| checkpoint | run | epoch | steps | nats/char | bits/char | perplexity |" in document
+    assert document.count("```text") == 2 and "Note: the checkpoints have different vocabularies" in document
+
+
+def render(reports, width: int) -> str:
+    console = Console(file=io.StringIO(), width=width)
+    console.print(comparison_renderable(reports, width))
+    return console.file.getvalue()
+
+
+def test_side_by_side_when_wide_stacked_when_narrow(tiny_run, other_run):
+    reports, _ = compare_checkpoints([tiny_run / "best.pt", other_run / "best.pt"], settings(prime=""))
+    wide = render(reports, 160)
+    narrow = render(reports, 50)
+    assert "┃" in wide and "╭─" not in wide  # one table, checkpoints as columns
+    assert narrow.count("╭─") == 2  # one panel per checkpoint
+    assert "run/best.pt" in wide  # same file name in two runs: labelled with the run
+
+
+def test_cli_json_and_markdown(tiny_run, other_run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), str(other_run / "best.pt"),
+                                      "--length", "20", "--json", "--markdown", "report.md"])
+    assert result.exit_code == 0, result.output
+    entries = json.loads(result.stdout)
+    assert [set(e) >= {"checkpoint", "epoch", "step", "nats_per_char", "bits_per_char", "perplexity",
+                       "sample"} for e in entries] == [True, True]
+    assert all(len(e["sample"]) == 20 for e in entries)
+    assert "different vocabularies" in result.stderr
+    assert Path("report.md").read_text(encoding="utf-8").startswith("# Checkpoint comparison")
+
+
+def test_cli_table_and_missing_checkpoint(tiny_run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shown = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "--length", "10"])
+    assert shown.exit_code == 0 and "nats/char" in shown.stdout
+    missing = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "nope.pt"])
+    assert missing.exit_code == 1 and missing.stderr.strip() == "Error: checkpoint nope.pt does not exist"
