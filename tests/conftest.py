@@ -24,13 +24,10 @@ SMALL_TEXT = "".join(
     for speaker in ("ROMEO", "JULIET")
 )
 
-TINY_MODEL = {"num_layers": 1, "hidden_size": 32, "embed_size": 8}
-
-
-@pytest.fixture(autouse=True)
-def _quiet_torch_threads():
-    # Tests run many tiny models; extra threads only add contention on 2 cores.
-    torch.set_num_threads(1)
+# Tests run tiny models, for which a second thread only adds synchronisation, and
+# OpenMP threads spin badly when another process (a second test run, a training
+# job) holds the other core.
+torch.set_num_threads(1)
 
 
 @pytest.fixture
