@@ -31,6 +31,7 @@ from charrnn.datasets import DATASETS, DEFAULT_DATASET, get_dataset
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import EvalResult, evaluate
 from charrnn.model import CharRNN
+from charrnn.plot import plot_runs
 from charrnn.sample import collect_samples, generate
 from charrnn.train import StepReport, TrainObserver, resolve_device, train
 from charrnn.vocab import UnknownCharactersError, describe_chars
@@ -571,3 +572,24 @@ def compare_command(checkpoints: tuple[Path, ...], prime: str, length: int, temp
         click.echo(json.dumps([report.to_dict() for report in reports], indent=2, ensure_ascii=False))
         return
     out.print(comparison_renderable(reports, out.width))
+
+
+# ---------------------------------------------------------------------------- plot
+
+
+@cli.command("plot")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--output", type=click.Path(path_type=Path), default=Path("curves.png"), show_default=True,
+              help="Image to write; the suffix picks the format (png, svg, pdf).")
+def plot_command(run_dirs: tuple[Path, ...], output: Path) -> None:
+    """Plot training and validation loss of RUN_DIRS against epoch and wall time.
+
+    One colour per run; epoch checkpoints (train --save-epochs) are starred.
+    Needs the optional matplotlib: pip install 'charrnn[plot]'.
+
+    \b
+    Example:
+      charrnn plot checkpoints/epochs runs/gru --output curves.png
+    """
+    plot_runs(list(run_dirs), output)
+    message(f"wrote {output}")

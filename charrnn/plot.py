@@ -1,0 +1,90 @@
+"""Learning curves from runs' ``metrics.jsonl``: loss against epoch and against wall time.
+
+matplotlib is an optional extra (``pip install 'charrnn[plot]'``); it is imported
+only when a plot is drawn, so the rest of charrnn never needs it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from charrnn.checkpoint import atomic_write
+from charrnn.errors import CharrnnError
+
+INSTALL_HINT = "charrnn plot needs matplotlib: pip install 'charrnn[plot]'"
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The evaluation records of one run, oldest first."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise CharrnnError(f"{run_dir} is not a run directory (no metrics.jsonl)")
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            raise CharrnnError(f"{path} line {number} is not JSON") from None
+    if not records:
+        raise CharrnnError(f"{path} has no evaluations yet")
+    return records
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise CharrnnError(INSTALL_HINT) from None
+    matplotlib.use("Agg")  # files only; never needs a display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_runs(run_dirs: list[Path], output: Path) -> None:
+    """Draw training and validation loss against epoch and against wall time, one colour per run.
+
+    Epoch checkpoints (``--save-epochs``) are marked with a star and their epoch.
+    The image format follows ``output``'s suffix (png, svg, pdf, ...).
+    """
+    runs = [(Path(run_dir), read_metrics(run_dir)) for run_dir in run_dirs]
+    plt = _pyplot()
+    figure, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for axis, x_key, x_label in ((axes[0], "epoch", "epoch"), (axes[1], "elapsed_s", "wall time (s)")):
+        for index, (run_dir, records) in enumerate(runs):
+            colour = f"C{index % 10}"
+            x = [r[x_key] for r in records]
+            axis.plot(x, [r["val_loss"] for r in records], "-o", color=colour, markersize=3,
+                      label=f"{run_dir.name} validation")
+            train_points = [(xi, r["train_loss"]) for xi, r in zip(x, records, strict=True)
+                            if r.get("train_loss") is not None]
+            if train_points:
+                axis.plot(*zip(*train_points, strict=True), "--", color=colour, alpha=0.6,
+                          label=f"{run_dir.name} training")
+            for xi, record in zip(x, records, strict=True):
+                if record.get("epoch_checkpoint"):
+                    axis.plot(xi, record["val_loss"], "*", color=colour, markersize=12)
+                    axis.annotate(f"epoch {round(record['epoch'])}", (xi, record["val_loss"]),
+                                  textcoords="offset points", xytext=(4, 6), fontsize=8)
+        axis.set_xlabel(x_label)
+        axis.grid(alpha=0.3)
+    axes[0].set_ylabel("loss (nats/char)")
+    axes[0].legend(fontsize=8)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    suffix = Path(output).suffix.lstrip(".").lower() or "png"
+    try:
+        figure.savefig(buffer, format=suffix, dpi=120)
+    except ValueError:
+        raise CharrnnError(f"cannot write a {suffix!r} image; use .png, .svg or .pdf") from None
+    finally:
+        plt.close(figure)
+    try:
+        atomic_write(Path(output), lambda handle: handle.write(buffer.getvalue()))
+    except OSError as exc:
+        raise CharrnnError(f"cannot write {output}: {exc.strerror or exc}") from None
