@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from charrnn import __version__
 from charrnn.beam import beam_search
-from charrnn.checkpoint import atomic_write_text, load_model
+from charrnn.checkpoint import atomic_write_text, load_checkpoint, load_model
 from charrnn.compare import CheckpointReport, CompareSettings, compare_checkpoints, to_markdown
 from charrnn.config import CELL_TYPES, DEFAULT_EPOCHS, ModelConfig, SampleConfig, TrainConfig
 from charrnn.data import CorpusInfo, checkpoint_validation_text, corpus_name, encode_corpus, read_corpus
@@ -33,8 +33,8 @@ from charrnn.evaluate import EvalResult, evaluate
 from charrnn.model import CharRNN
 from charrnn.plot import plot_runs
 from charrnn.sample import collect_samples, generate
-from charrnn.train import StepReport, TrainObserver, resolve_device, train
-from charrnn.vocab import UnknownCharactersError, describe_chars
+from charrnn.train import StepReport, TrainObserver, TrainResult, resolve_device, resume_config, train
+from charrnn.vocab import UnknownCharactersError, Vocab, describe_chars
 
 out = Console()
 err = Console(stderr=True)
@@ -255,11 +255,14 @@ class ProgressBar(TrainObserver):
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Run directory (default: checkpoints/<corpus name>).")
 @click.option("--overwrite", is_flag=True, help="Replace a run already in --out.")
+@click.option("--resume", "resume_path", type=click.Path(path_type=Path), default=None,
+              help="Continue the run that wrote this checkpoint (e.g. RUN_DIR/last.pt), exactly.")
 @click.option("--device", type=DEVICE_CHOICES, default="auto", show_default=True)
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None,
               help="Dataset cache for the built-in corpus (default: $CHARRNN_DATA_DIR or ./data).")
-def train_command(corpus: Path | None, out_dir: Path | None, overwrite: bool, device: str,
-                  data_dir: Path | None, **options: Any) -> None:
+@click.pass_context
+def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None, overwrite: bool,
+                  resume_path: Path | None, device: str, data_dir: Path | None, **options: Any) -> None:
     """Train a character-level model on CORPUS (a UTF-8 file or a directory of *.txt).
 
     Without CORPUS, tiny Shakespeare is downloaded (once) and used. The run
@@ -272,18 +275,22 @@ def train_command(corpus: Path | None, out_dir: Path | None, overwrite: bool, de
       charrnn train my_corpus.txt --hidden 512 --epochs 20 --dropout 0.2
       charrnn train poems/ --model gru --out runs/poems
     """
-    if corpus is None:
-        corpus, _ = _fetch_dataset(DEFAULT_DATASET, data_dir)
-        name = DEFAULT_DATASET
-    else:
-        name = corpus_name(corpus)
     model_options = {key: options.pop(key) for key in ModelConfig.__dataclass_fields__ if key in options}
-    config = TrainConfig(out_dir=str(out_dir or Path("checkpoints") / name),
-                         device=resolve_device(device), **options)
-    encoded = encode_corpus(corpus, name, config.val_frac)
-    model_config = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
-    result = train(model_config, config, encoded.vocab, encoded.ids, encoded.info, ProgressBar(),
-                   overwrite=overwrite)
+    if resume_path is not None:
+        result = _resume(ctx, resume_path, corpus, out_dir, overwrite, resolve_device(device), model_options,
+                         options)
+    else:
+        if corpus is None:
+            corpus, _ = _fetch_dataset(DEFAULT_DATASET, data_dir)
+            name = DEFAULT_DATASET
+        else:
+            name = corpus_name(corpus)
+        config = TrainConfig(out_dir=str(out_dir or Path("checkpoints") / name),
+                             device=resolve_device(device), **options)
+        encoded = encode_corpus(corpus, name, config.val_frac)
+        model_config = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
+        result = train(model_config, config, encoded.vocab, encoded.ids, encoded.info, ProgressBar(),
+                       overwrite=overwrite)
 
     out.print(key_value_table("training finished", {
         "stopped": result.stop_reason,
@@ -295,6 +302,36 @@ def train_command(corpus: Path | None, out_dir: Path | None, overwrite: bool, de
         "skipped steps": str(result.skipped_steps),
         "checkpoints": f"{result.out_dir / 'best.pt'}, {result.out_dir / 'last.pt'}",
     }))
+
+
+def _resume(ctx: click.Context, checkpoint: Path, corpus: Path | None, out_dir: Path | None, overwrite: bool,
+            device: str, model_options: dict[str, Any], train_options: dict[str, Any]) -> TrainResult:
+    """Continue a run from its checkpoint, with only the options given on this command line changed."""
+    if out_dir is not None or overwrite:
+        raise click.UsageError("--resume continues in the checkpoint's own directory; "
+                               "--out and --overwrite do not apply")
+
+    def given(options: dict[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in options.items()
+                if ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
+
+    payload = load_checkpoint(checkpoint)
+    if "rng" not in payload:
+        raise CharrnnError(f"{checkpoint} cannot be resumed (it holds no training state)")
+    model_config, config, changes = resume_config(payload, given(model_options),
+                                                  {**given(train_options), "device": device})
+    config.out_dir = str(checkpoint.parent)
+    saved_corpus = payload["corpus"]
+    corpus_path = corpus or Path(saved_corpus["path"])
+    encoded = encode_corpus(corpus_path, saved_corpus["name"], config.val_frac)
+    if encoded.info.sha256 != saved_corpus["sha256"]:
+        raise CharrnnError(f"{corpus_path} is not the text this run was trained on; "
+                           f"resuming needs the same corpus")
+    for change in changes:
+        message(f"resuming with {change}")
+    message(f"resuming {checkpoint} at step {payload['step']:,} (epoch {payload['progress_epochs']:.2f})")
+    return train(model_config, config, Vocab.from_list(payload["vocab"]), encoded.ids, encoded.info,
+                 ProgressBar(), resume_from=payload)
 
 
 # -------------------------------------------------------------------------- sample

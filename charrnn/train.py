@@ -157,6 +157,17 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def _plain_python_rng_state(state: tuple) -> list:
+    """``random.getstate()`` as lists and ints, which weights-only loading accepts."""
+    version, internal, gauss = state
+    return [version, list(internal), gauss]
+
+
+def _python_rng_state(plain: list) -> tuple:
+    version, internal, gauss = plain
+    return version, tuple(internal), gauss
+
+
 class TrainingRun:
     """The mutable state of one run: model, optimiser, place in the data, best result so far.
 
@@ -215,7 +226,28 @@ class TrainingRun:
             self.epochs_done += 1
         return loss_value, inputs.numel()
 
-    def payload(self) -> dict[str, Any]:
+    def restore(self, payload: dict[str, Any]) -> None:
+        """Continue exactly where ``payload`` (a checkpoint of this run) left off.
+
+        Weights, optimiser moments, position in the data, the carried hidden state,
+        the best result and every random generator come back as they were, so the
+        continued run takes the same steps an uninterrupted one would have.
+        """
+        self.model.load_state_dict(payload["model_state"])
+        self.optimizer.load_state_dict(payload["optimizer_state"])
+        self.step = payload["step"]
+        self.epochs_done = payload["epoch"]
+        self.position = payload["epoch_step"]
+        self.state = tuple(s.to(self.device) for s in payload["carried_state"])
+        self.best = EvalResult(**payload["best"]) if payload.get("best") else None
+        self.skipped = payload.get("skipped_steps", 0)
+        random.setstate(_python_rng_state(payload["rng"]["python"]))
+        torch.set_rng_state(payload["rng"]["torch"])
+        if torch.cuda.is_available() and payload["rng"].get("cuda"):
+            torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
+
+    def payload(self, elapsed_s: float) -> dict[str, Any]:
+        """The checkpoint dict: everything :meth:`restore` needs, plus what readers want to know."""
         return {
             "model_config": self.model_config.to_dict(),
             "train_config": self.config.to_dict(),
@@ -227,6 +259,15 @@ class TrainingRun:
             "epoch_step": self.position,
             "progress_epochs": self.epoch,
             "best_val_loss": self.best.nats_per_char if self.best else None,
+            "best": self.best.to_dict() if self.best else None,
+            "skipped_steps": self.skipped,
+            "elapsed_s": elapsed_s,
+            "carried_state": list(self.state),
+            "rng": {
+                "python": _plain_python_rng_state(random.getstate()),
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            },
             "corpus": self.corpus.to_dict(),
         }
 
@@ -239,10 +280,14 @@ def train(
     corpus: CorpusInfo,
     observer: TrainObserver | None = None,
     overwrite: bool = False,
+    resume_from: dict[str, Any] | None = None,
 ) -> TrainResult:
     """Train a new model on ``ids`` (the encoded corpus) and write the run to ``config.out_dir``.
 
     An existing run in ``config.out_dir`` is replaced only when ``overwrite`` is set.
+    With ``resume_from`` (a checkpoint of the run in ``config.out_dir``, see
+    :func:`resume_config`) training continues from it exactly, appending to
+    ``metrics.jsonl``.
 
     ids: (N,) integer ids of the whole corpus; from ``corpus.split_point`` on, it is validation.
     """
@@ -256,25 +301,28 @@ def train(
         )
     device = torch.device(config.device)
     batches = StreamBatches(split.train.to(device), config.batch_size, config.seq_len)
-    prepare_out_dir(out_dir, overwrite)
+    prepare_out_dir(out_dir, overwrite=overwrite or resume_from is not None)
     run = TrainingRun(model_config, config, vocab, corpus, batches)
     val_ids = split.val.to(device)
-
+    metrics_path = out_dir / "metrics.jsonl"
+    if resume_from is None:
+        metrics_path.unlink(missing_ok=True)  # only reached for a fresh directory or with overwrite
+        # An older run's best and epoch checkpoints must not outlive it.
+        for stale in [out_dir / "best.pt", *out_dir.glob(EPOCH_CHECKPOINT_GLOB)]:
+            stale.unlink(missing_ok=True)
+    else:
+        run.restore(resume_from)
     write_json(out_dir / "config.json", {
         "model": model_config.to_dict(), "train": config.to_dict(), "corpus": corpus.to_dict(),
     })
-    metrics_path = out_dir / "metrics.jsonl"
-    metrics_path.unlink(missing_ok=True)  # only reached for a fresh directory or with overwrite
-    # An older run's best and epoch checkpoints must not outlive it.
-    for stale in [out_dir / "best.pt", *out_dir.glob(EPOCH_CHECKPOINT_GLOB)]:
-        stale.unlink(missing_ok=True)
     observer.on_start(run.model, model_config, config, corpus, len(batches),
                       _planned_steps(config, len(batches)))
 
     history: list[dict[str, Any]] = []
     loss_sum, loss_count = 0.0, 0
     window_chars, window_start = 0, time.perf_counter()
-    start = time.perf_counter()
+    # A resumed run continues its clock, so a time budget covers the whole run.
+    start = time.perf_counter() - (resume_from["elapsed_s"] if resume_from else 0.0)
     reason: str | None = None
     while reason is None:
         elapsed = time.perf_counter() - start
@@ -307,20 +355,20 @@ def train(
             }
             if epoch_end:
                 record["epoch_checkpoint"] = epoch_checkpoint_name(run.epochs_done, result.nats_per_char)
-                save_checkpoint(out_dir / record["epoch_checkpoint"], run.payload())
+                save_checkpoint(out_dir / record["epoch_checkpoint"], run.payload(now - start))
             history.append(record)
             with open(metrics_path, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record) + "\n")
             improved = run.best is None or result.nats_per_char < run.best.nats_per_char
             if improved:
                 run.best = result
-                save_checkpoint(out_dir / "best.pt", run.payload())
+                save_checkpoint(out_dir / "best.pt", run.payload(now - start))
             observer.on_eval({**record, "best": improved})
             loss_sum, loss_count = 0.0, 0
             window_chars, window_start = 0, time.perf_counter()
 
         if run.step % config.save_every == 0 or reason is not None:
-            save_checkpoint(out_dir / "last.pt", run.payload())
+            save_checkpoint(out_dir / "last.pt", run.payload(now - start))
 
     observer.on_end()
     assert run.best is not None  # the final step always evaluates
@@ -329,6 +377,42 @@ def train(
         best=run.best, elapsed_s=time.perf_counter() - start, stop_reason=reason,
         skipped_steps=run.skipped, history=history,
     )
+
+
+RESUME_MAY_CHANGE = ("epochs", "max_steps", "time_budget", "learning_rate", "min_lr_ratio", "warmup_steps",
+                     "clip", "save_epochs", "eval_every", "save_every", "device")
+
+
+def resume_config(
+    payload: dict[str, Any], model_options: dict[str, Any], train_options: dict[str, Any]
+) -> tuple[ModelConfig, TrainConfig, list[str]]:
+    """The configuration a resumed run continues with, and a line for each option that changed.
+
+    ``model_options`` and ``train_options`` are the options given for the resumed
+    run. Stopping criteria, the learning-rate schedule, evaluation and saving may
+    change; the model, the data layout and the seed may not, since the checkpoint's
+    weights and its place in the data only make sense with them.
+    """
+    model_config = ModelConfig.from_dict(payload["model_config"])
+    for key, value in model_options.items():
+        if getattr(model_config, key) != value:
+            raise CharrnnError(
+                f"{key} {value!r} contradicts the checkpoint ({key} {getattr(model_config, key)!r}); "
+                f"a resumed run keeps its model"
+            )
+    saved = dict(payload["train_config"])
+    changes = []
+    for key, value in train_options.items():
+        if saved.get(key) == value:
+            continue
+        if key not in RESUME_MAY_CHANGE:
+            raise CharrnnError(
+                f"{key} {value!r} contradicts the checkpoint ({key} {saved.get(key)!r}); resuming may change "
+                f"only {', '.join(RESUME_MAY_CHANGE)}"
+            )
+        changes.append(f"{key}: {saved.get(key)!r} → {value!r}")
+        saved[key] = value
+    return model_config, TrainConfig.from_dict(saved), changes
 
 
 def _planned_steps(config: TrainConfig, steps_per_epoch: int) -> int | None:

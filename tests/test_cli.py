@@ -80,6 +80,35 @@ def test_existing_run_is_kept_unless_overwrite(runner, small_corpus):
     assert replaced.exit_code == 0 and best.read_bytes() != before
 
 
+def test_resume_continues_the_run_with_epoch_checkpoints(runner, small_corpus):
+    # small.txt: 13,100 chars, 11,790 for training; 4 streams of 2,947, seq-len 16: 185 steps an epoch.
+    first = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--epochs", "1", "--save-epochs", "1,2",
+                   "--eval-every", "1000")
+    assert first.exit_code == 0, first.output
+    run = Path("checkpoints/small")
+    resumed = invoke(runner, "train", "--resume", run / "last.pt", "--epochs", "2")
+    assert resumed.exit_code == 0, resumed.output
+    assert "resuming with epochs: 1.0 → 2.0" in resumed.stderr
+    assert [p.name[:9] for p in sorted(run.glob("epoch*.pt"))] == ["epoch0001", "epoch0002"]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r.get("epoch_checkpoint", "")[:9] for r in records] == ["epoch0001", "epoch0002"]
+    assert torch.load(run / "last.pt", weights_only=True)["step"] == 2 * records[0]["step"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [(["--hidden", "48"], "hidden_size 48 contradicts the checkpoint"),
+     (["--seq-len", "8"], "seq_len 8 contradicts the checkpoint"),
+     (["--out", "elsewhere"], "--out and --overwrite do not apply")],
+)
+def test_resume_refuses_contradictions(runner, small_corpus, extra, fragment):
+    assert invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "3").exit_code == 0
+    before = Path("checkpoints/small/last.pt").read_bytes()
+    result = invoke(runner, "train", "--resume", "checkpoints/small/last.pt", "--max-steps", "6", *extra)
+    assert_one_line_error(result, fragment)
+    assert Path("checkpoints/small/last.pt").read_bytes() == before
+
+
 def test_sample_to_file_and_several_samples(runner, tiny_checkpoint):
     result = invoke(runner, "sample", tiny_checkpoint, "--num-samples", "3", "--length", "20", "--seed", "2",
                     "--output", "out.txt")

@@ -5,12 +5,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from charrnn.checkpoint import load_model
+from charrnn.checkpoint import load_checkpoint, load_model
 from charrnn.config import ModelConfig, SampleConfig, TrainConfig
 from charrnn.data import encode_corpus
 from charrnn.errors import CharrnnError
 from charrnn.sample import generate
-from charrnn.train import learning_rate_at, run_progress, stop_reason, train
+from charrnn.train import learning_rate_at, resume_config, run_progress, stop_reason, train
 
 PHRASE = "the quick brown fox jumps over the lazy dog. "
 
@@ -24,7 +24,8 @@ def repeated_corpus(tmp_path: Path) -> Path:
 
 def train_tiny(corpus: Path, out: Path, **overrides):
     encoded = encode_corpus(corpus, corpus.stem, overrides.get("val_frac", 0.1))
-    model_options = {k: overrides.pop(k) for k in ("cell", "hidden_size", "num_layers") if k in overrides}
+    model_options = {k: overrides.pop(k) for k in ("cell", "hidden_size", "num_layers", "dropout")
+                     if k in overrides}
     model_config = ModelConfig(vocab_size=len(encoded.vocab), embed_size=16,
                                **{"hidden_size": 64, "num_layers": 1, **model_options})
     overwrite = overrides.pop("overwrite", False)
@@ -134,3 +135,37 @@ def test_overwrite_removes_an_older_runs_epoch_checkpoints(repeated_corpus, tmp_
         train_tiny(repeated_corpus, out, max_steps=2)
     train_tiny(repeated_corpus, out, max_steps=2, overwrite=True)
     assert not list(out.glob("epoch*.pt"))
+
+
+def params_of(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)["model_state"]
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_resume_is_exact_with_dropout(repeated_corpus, tmp_path, cell):
+    options = {"cell": cell, "num_layers": 2, "min_lr_ratio": 1.0, "warmup_steps": 0, "eval_every": 5,
+               "save_every": 7}
+    # 10 steps per epoch: the resumed half crosses an epoch boundary (state reset).
+    straight = tmp_path / "straight"
+    train_tiny(repeated_corpus, straight, max_steps=14, dropout=0.3, **options)
+    halves = tmp_path / "halves"
+    train_tiny(repeated_corpus, halves, max_steps=7, dropout=0.3, **options)
+    payload = load_checkpoint(halves / "last.pt")
+    model_config, config, changes = resume_config(payload, {}, {"max_steps": 14})
+    assert changes == ["max_steps: 7 → 14"]
+    encoded = encode_corpus(repeated_corpus, "repeat", 0.1)
+    train(model_config, config, encoded.vocab, encoded.ids, encoded.info, resume_from=payload)
+    for name, value in params_of(straight / "last.pt").items():
+        assert (value - params_of(halves / "last.pt")[name]).abs().max() <= 1e-6, name
+    steps = [json.loads(line)["step"] for line in (halves / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [5, 7, 10, 14]  # appended after the first half's records, not rewritten
+
+
+def test_resume_refuses_a_different_model_or_layout(tiny_run):
+    payload = load_checkpoint(tiny_run / "last.pt")
+    with pytest.raises(CharrnnError, match="hidden_size 64 contradicts the checkpoint"):
+        resume_config(payload, {"hidden_size": 64}, {})
+    with pytest.raises(CharrnnError, match="batch_size 9 contradicts"):
+        resume_config(payload, {}, {"batch_size": 9})
+    _, config, changes = resume_config(payload, {"hidden_size": 32}, {"learning_rate": 1e-3, "seed": 1337})
+    assert config.learning_rate == 1e-3 and changes == ["learning_rate: 0.01 → 0.001"]
