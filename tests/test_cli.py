@@ -190,6 +190,8 @@ BAD_INPUTS = [
     (["train", "latin1.txt"], "not UTF-8"),
     (["train", "short.txt", "--batch-size", "8", "--seq-len", "16"], "needs at least 129"),
     (["train", "short.txt", "--epochs", "0"], "--epochs"),
+    (["train", "short.txt", "--save-epochs", "5,x"], "not a comma-separated list"),
+    (["train", "short.txt", "--save-epochs", "0,5"], "save-epochs must list whole epochs of 1 or more"),
     (["sample", "CKPT", "--temperature", "0"], "temperature"),
     (["sample", "CKPT", "--temperature", "-0.5"], "temperature"),
     (["sample", "CKPT", "--top-k", "0"], "top-k"),
