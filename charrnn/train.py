@@ -353,16 +353,16 @@ def train(
                 "chars_per_s": window_chars / max(now - window_start, 1e-9),
                 "elapsed_s": round(time.perf_counter() - start, 3),
             }
+            improved = run.best is None or result.nats_per_char < run.best.nats_per_char
+            if improved:
+                run.best = result
+                save_checkpoint(out_dir / "best.pt", run.payload(now - start))
             if epoch_end:
                 record["epoch_checkpoint"] = epoch_checkpoint_name(run.epochs_done, result.nats_per_char)
                 save_checkpoint(out_dir / record["epoch_checkpoint"], run.payload(now - start))
             history.append(record)
             with open(metrics_path, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record) + "\n")
-            improved = run.best is None or result.nats_per_char < run.best.nats_per_char
-            if improved:
-                run.best = result
-                save_checkpoint(out_dir / "best.pt", run.payload(now - start))
             observer.on_eval({**record, "best": improved})
             loss_sum, loss_count = 0.0, 0
             window_chars, window_start = 0, time.perf_counter()
@@ -412,7 +412,11 @@ def resume_config(
             )
         changes.append(f"{key}: {saved.get(key)!r} → {value!r}")
         saved[key] = value
-    return model_config, TrainConfig.from_dict(saved), changes
+    config = TrainConfig.from_dict(saved)
+    finished = stop_reason(config, payload["step"], payload["progress_epochs"], payload["elapsed_s"])
+    if finished:
+        raise CharrnnError(f"this run already {finished}; give a larger limit to continue it")
+    return model_config, config, changes
 
 
 def _planned_steps(config: TrainConfig, steps_per_epoch: int) -> int | None:

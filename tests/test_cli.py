@@ -97,14 +97,15 @@ def test_resume_continues_the_run_with_epoch_checkpoints(runner, small_corpus):
 
 @pytest.mark.parametrize(
     ("extra", "fragment"),
-    [(["--hidden", "48"], "hidden_size 48 contradicts the checkpoint"),
-     (["--seq-len", "8"], "seq_len 8 contradicts the checkpoint"),
-     (["--out", "elsewhere"], "--out and --overwrite do not apply")],
+    [(["--max-steps", "6", "--hidden", "48"], "hidden_size 48 contradicts the checkpoint"),
+     (["--max-steps", "6", "--seq-len", "8"], "seq_len 8 contradicts the checkpoint"),
+     (["--max-steps", "6", "--out", "elsewhere"], "--out and --overwrite do not apply"),
+     (["--max-steps", "3"], "this run already reached --max-steps 3")],
 )
 def test_resume_refuses_contradictions(runner, small_corpus, extra, fragment):
     assert invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "3").exit_code == 0
     before = Path("checkpoints/small/last.pt").read_bytes()
-    result = invoke(runner, "train", "--resume", "checkpoints/small/last.pt", "--max-steps", "6", *extra)
+    result = invoke(runner, "train", "--resume", "checkpoints/small/last.pt", *extra)
     assert_one_line_error(result, fragment)
     assert Path("checkpoints/small/last.pt").read_bytes() == before
 

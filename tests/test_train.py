@@ -167,5 +167,9 @@ def test_resume_refuses_a_different_model_or_layout(tiny_run):
         resume_config(payload, {"hidden_size": 64}, {})
     with pytest.raises(CharrnnError, match="batch_size 9 contradicts"):
         resume_config(payload, {}, {"batch_size": 9})
-    _, config, changes = resume_config(payload, {"hidden_size": 32}, {"learning_rate": 1e-3, "seed": 1337})
-    assert config.learning_rate == 1e-3 and changes == ["learning_rate: 0.01 → 0.001"]
+    with pytest.raises(CharrnnError, match="already reached --max-steps 40"):
+        resume_config(payload, {}, {})
+    _, config, changes = resume_config(payload, {"hidden_size": 32},
+                                       {"learning_rate": 1e-3, "seed": 1337, "max_steps": 80})
+    assert config.learning_rate == 1e-3 and config.max_steps == 80
+    assert changes == ["learning_rate: 0.01 → 0.001", "max_steps: 40 → 80"]
