@@ -57,6 +57,21 @@ def write_json(path: Path, value: Any) -> None:
     atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
+def append_line(path: Path, line: str) -> None:
+    """Add one line to a text file atomically: the file is rewritten whole, never half-appended."""
+    existing = path.read_bytes() if path.exists() else b""
+    atomic_write(path, lambda handle: handle.write(existing + line.encode("utf-8") + b"\n"))
+
+
+def remove_stale_temporaries(directory: Path) -> None:
+    """Delete the temporary files of atomic writes that a killed process left behind.
+
+    Call only while holding the directory's run lock, so no live writer owns them.
+    """
+    for leftover in Path(directory).glob(".*.tmp"):
+        leftover.unlink(missing_ok=True)
+
+
 def _to_cpu(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()

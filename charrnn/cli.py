@@ -9,8 +9,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +32,19 @@ from charrnn.data import CorpusInfo, checkpoint_validation_text, corpus_name, en
 from charrnn.datasets import DATASETS, DEFAULT_DATASET, get_dataset
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import EvalResult, evaluate
+from charrnn.interrupt import EXIT_CODES, GracefulStop
 from charrnn.model import CharRNN
 from charrnn.plot import plot_runs
 from charrnn.sample import collect_samples, generate
-from charrnn.train import StepReport, TrainObserver, TrainResult, resolve_device, resume_config, train
+from charrnn.train import (
+    StepReport,
+    TrainingInterrupted,
+    TrainObserver,
+    TrainResult,
+    resolve_device,
+    resume_config,
+    train,
+)
 from charrnn.vocab import UnknownCharactersError, Vocab, describe_chars
 
 out = Console()
@@ -241,6 +252,9 @@ class ProgressBar(TrainObserver):
 @click.option("--save-epochs", "save_epochs", callback=lambda ctx, param, value: _parse_epochs(value),
               default=None, metavar="E1,E2,...",
               help="Keep a checkpoint at the end of each listed epoch, e.g. 5,50,500.")
+@config_option("--max-bad-steps", TrainConfig, "max_bad_steps",
+               "Stop after this many consecutive steps with a non-finite loss or gradient.",
+               type=click.IntRange(min=1))
 @config_option("--eval-every", TrainConfig, "eval_every", "Steps between validation passes.",
                type=click.IntRange(min=1))
 @config_option("--save-every", TrainConfig, "save_every", "Steps between writes of last.pt.",
@@ -273,8 +287,8 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
     """
     model_options = {key: options.pop(key) for key in ModelConfig.__dataclass_fields__ if key in options}
     if resume_path is not None:
-        result = _resume(ctx, resume_path, corpus, out_dir, overwrite, resolve_device(device), model_options,
-                         options)
+        start_training = _resume(ctx, resume_path, corpus, out_dir, overwrite, resolve_device(device),
+                                 model_options, options)
     else:
         if corpus is None:
             corpus, _ = _fetch_dataset(DEFAULT_DATASET, data_dir)
@@ -285,8 +299,18 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
                              device=resolve_device(device), **options)
         encoded = encode_corpus(corpus, name, config.val_frac)
         model_config = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
-        result = train(model_config, config, encoded.vocab, encoded.ids, encoded.info, ProgressBar(),
-                       overwrite=overwrite)
+
+        def start_training(stop: GracefulStop) -> TrainResult:
+            return train(model_config, config, encoded.vocab, encoded.ids, encoded.info, ProgressBar(),
+                         overwrite=overwrite, stop=stop)
+
+    try:
+        with GracefulStop() as stop:
+            result = start_training(stop)
+    except TrainingInterrupted as interrupted:
+        message(str(interrupted))
+        message(f"resume with: charrnn train --resume {shlex.quote(str(interrupted.checkpoint))}")
+        ctx.exit(EXIT_CODES[interrupted.signal_name])
 
     out.print(key_value_table("training finished", {
         "stopped": result.stop_reason,
@@ -301,8 +325,12 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
 
 
 def _resume(ctx: click.Context, checkpoint: Path, corpus: Path | None, out_dir: Path | None, overwrite: bool,
-            device: str, model_options: dict[str, Any], train_options: dict[str, Any]) -> TrainResult:
-    """Continue a run from its checkpoint, with only the options given on this command line changed."""
+            device: str, model_options: dict[str, Any], train_options: dict[str, Any]
+            ) -> Callable[[GracefulStop], TrainResult]:
+    """Check that a run can continue from its checkpoint, with only the options given here changed.
+
+    Returns the function that continues it.
+    """
     if out_dir is not None or overwrite:
         raise click.UsageError("--resume continues in the checkpoint's own directory; "
                                "--out and --overwrite do not apply")
@@ -326,8 +354,8 @@ def _resume(ctx: click.Context, checkpoint: Path, corpus: Path | None, out_dir: 
     for change in changes:
         message(f"resuming with {change}")
     message(f"resuming {checkpoint} at step {payload['step']:,} (epoch {payload['progress_epochs']:.2f})")
-    return train(model_config, config, Vocab.from_list(payload["vocab"]), encoded.ids, encoded.info,
-                 ProgressBar(), resume_from=payload)
+    return lambda stop: train(model_config, config, Vocab.from_list(payload["vocab"]), encoded.ids,
+                              encoded.info, ProgressBar(), resume_from=payload, stop=stop)
 
 
 # -------------------------------------------------------------------------- sample

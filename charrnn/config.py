@@ -56,6 +56,7 @@ class TrainConfig(_DictMixin):
     warmup_steps: int = 50  # linear warm-up from 0 to the peak learning rate
     weight_decay: float = 0.0  # decoupled (AdamW) weight decay
     clip: float = 5.0  # global gradient-norm clip; 0 turns clipping off
+    max_bad_steps: int = 10  # stop after this many consecutive steps with a non-finite loss or gradient
     epochs: float | None = None  # stop after this many passes (DEFAULT_EPOCHS if no limit is set)
     max_steps: int | None = None  # stop after this many optimiser steps
     time_budget: float | None = None  # stop after this many wall-clock seconds
@@ -68,7 +69,7 @@ class TrainConfig(_DictMixin):
     def __post_init__(self) -> None:
         if not 0.0 < self.val_frac < 1.0:
             raise ConfigError("val_frac must be strictly between 0 and 1")
-        for name in ("batch_size", "seq_len", "eval_every", "save_every"):
+        for name in ("batch_size", "seq_len", "eval_every", "save_every", "max_bad_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
         if self.learning_rate <= 0:

@@ -23,12 +23,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from charrnn.checkpoint import save_checkpoint, write_json
+from charrnn.checkpoint import append_line, remove_stale_temporaries, save_checkpoint, write_json
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data import CorpusInfo, Split, StreamBatches, split_ids
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import EvalResult, evaluate
+from charrnn.interrupt import GracefulStop
 from charrnn.model import CharRNN, detach_state
+from charrnn.runlock import RunLock
 from charrnn.vocab import Vocab
 
 
@@ -65,6 +67,16 @@ class TrainResult:
     stop_reason: str  # which criterion ended the run
     skipped_steps: int  # steps skipped for non-finite values
     history: list[dict[str, Any]] = field(default_factory=list)  # every metrics.jsonl record
+
+
+class TrainingInterrupted(Exception):
+    """A signal stopped the run after a step; ``checkpoint`` holds a resumable state."""
+
+    def __init__(self, signal_name: str, checkpoint: Path, step: int):
+        super().__init__(f"interrupted by {signal_name} after step {step:,}; saved {checkpoint}")
+        self.signal_name = signal_name
+        self.checkpoint = checkpoint
+        self.step = step
 
 
 class TrainObserver:
@@ -194,6 +206,7 @@ class TrainingRun:
         self.state = self.model.initial_state(config.batch_size, self.device)
         self.best: EvalResult | None = None
         self.skipped = 0  # steps skipped for a non-finite loss or gradient
+        self.bad_streak = 0  # consecutive skipped steps up to now
 
     @property
     def epoch(self) -> float:
@@ -217,8 +230,11 @@ class TrainingRun:
         loss_value = loss.item()
         if math.isfinite(loss_value) and bool(torch.isfinite(grad_norm)):
             self.optimizer.step()
+            self.bad_streak = 0
         else:
+            # Never apply a NaN or infinite update (textbook notes §3): skip it and count it.
             self.skipped += 1
+            self.bad_streak += 1
         self.step += 1
         self.position += 1
         if self.position == len(self.batches):
@@ -272,68 +288,34 @@ class TrainingRun:
         }
 
 
-def train(
-    model_config: ModelConfig,
-    config: TrainConfig,
-    vocab: Vocab,
-    ids: torch.Tensor,
-    corpus: CorpusInfo,
-    observer: TrainObserver | None = None,
-    overwrite: bool = False,
-    resume_from: dict[str, Any] | None = None,
-) -> TrainResult:
-    """Train a new model on ``ids`` (the encoded corpus) and write the run to ``config.out_dir``.
-
-    An existing run in ``config.out_dir`` is replaced only when ``overwrite`` is set.
-    With ``resume_from`` (a checkpoint of the run in ``config.out_dir``, see
-    :func:`resume_config`) training continues from it exactly, appending to
-    ``metrics.jsonl``.
-
-    ids: (N,) integer ids of the whole corpus; from ``corpus.split_point`` on, it is validation.
-    """
-    observer = observer or TrainObserver()
+def _train_loop(run: TrainingRun, config: TrainConfig, val_ids: torch.Tensor, observer: TrainObserver,
+                stop: GracefulStop | None, elapsed_before: float) -> tuple[str, float, list[dict[str, Any]]]:
+    """Step, evaluate, log and save until a stopping criterion or a signal; return why, and when."""
     out_dir = Path(config.out_dir)
-    split: Split = split_ids(ids, corpus.split_point)
-    if len(split.val) < 2:
-        raise CharrnnError(
-            f"the validation split has {len(split.val)} character(s); it needs at least 2 "
-            f"(use a longer corpus or a larger --val-frac)"
-        )
-    device = torch.device(config.device)
-    batches = StreamBatches(split.train.to(device), config.batch_size, config.seq_len)
-    prepare_out_dir(out_dir, overwrite=overwrite or resume_from is not None)
-    run = TrainingRun(model_config, config, vocab, corpus, batches)
-    val_ids = split.val.to(device)
     metrics_path = out_dir / "metrics.jsonl"
-    if resume_from is None:
-        metrics_path.unlink(missing_ok=True)  # only reached for a fresh directory or with overwrite
-        # An older run's best and epoch checkpoints must not outlive it.
-        for stale in [out_dir / "best.pt", *out_dir.glob(EPOCH_CHECKPOINT_GLOB)]:
-            stale.unlink(missing_ok=True)
-    else:
-        run.restore(resume_from)
-    write_json(out_dir / "config.json", {
-        "model": model_config.to_dict(), "train": config.to_dict(), "corpus": corpus.to_dict(),
-    })
-    observer.on_start(run.model, model_config, config, corpus, len(batches),
-                      _planned_steps(config, len(batches)))
-
     history: list[dict[str, Any]] = []
     loss_sum, loss_count = 0.0, 0
     window_chars, window_start = 0, time.perf_counter()
-    # A resumed run continues its clock, so a time budget covers the whole run.
-    start = time.perf_counter() - (resume_from["elapsed_s"] if resume_from else 0.0)
+    start = time.perf_counter() - elapsed_before
     reason: str | None = None
     while reason is None:
         elapsed = time.perf_counter() - start
         lr = learning_rate_at(config, run.step, run_progress(config, run.step, run.epoch, elapsed))
         loss, chars = run.advance(lr)
+        if run.bad_streak >= config.max_bad_steps:
+            raise CharrnnError(
+                f"training stopped at step {run.step:,}: {run.bad_streak} consecutive steps had a "
+                f"non-finite loss or gradient; the checkpoints in {out_dir} keep the last good state; "
+                f"try a lower --lr (now {config.learning_rate:g})"
+            )
         if math.isfinite(loss):
             loss_sum += loss
             loss_count += 1
         window_chars += chars
         now = time.perf_counter()
-        reason = stop_reason(config, run.step, run.epoch, now - start)
+        interrupted = stop is not None and stop.signal_name is not None
+        reason = f"interrupted by {stop.signal_name}" if interrupted else stop_reason(
+            config, run.step, run.epoch, now - start)
         observer.on_step(StepReport(
             step=run.step, epoch=run.epoch, loss=loss, learning_rate=lr,
             chars_per_s=window_chars / max(now - window_start, 1e-9),
@@ -341,7 +323,8 @@ def train(
         ))
 
         epoch_end = run.position == 0 and run.epochs_done in config.save_epochs
-        if run.step % config.eval_every == 0 or reason is not None or epoch_end:
+        # An interrupted run saves at once: the user is waiting.
+        if (run.step % config.eval_every == 0 or reason is not None or epoch_end) and not interrupted:
             result = evaluate(run.model, val_ids)
             record = {
                 "step": run.step,
@@ -361,20 +344,79 @@ def train(
                 record["epoch_checkpoint"] = epoch_checkpoint_name(run.epochs_done, result.nats_per_char)
                 save_checkpoint(out_dir / record["epoch_checkpoint"], run.payload(now - start))
             history.append(record)
-            with open(metrics_path, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record) + "\n")
+            append_line(metrics_path, json.dumps(record))
             observer.on_eval({**record, "best": improved})
             loss_sum, loss_count = 0.0, 0
             window_chars, window_start = 0, time.perf_counter()
 
         if run.step % config.save_every == 0 or reason is not None:
             save_checkpoint(out_dir / "last.pt", run.payload(now - start))
+    return reason, time.perf_counter() - start, history
 
-    observer.on_end()
-    assert run.best is not None  # the final step always evaluates
+
+def train(
+    model_config: ModelConfig,
+    config: TrainConfig,
+    vocab: Vocab,
+    ids: torch.Tensor,
+    corpus: CorpusInfo,
+    observer: TrainObserver | None = None,
+    overwrite: bool = False,
+    resume_from: dict[str, Any] | None = None,
+    stop: GracefulStop | None = None,
+) -> TrainResult:
+    """Train a new model on ``ids`` (the encoded corpus) and write the run to ``config.out_dir``.
+
+    An existing run in ``config.out_dir`` is replaced only when ``overwrite`` is set.
+    With ``resume_from`` (a checkpoint of the run in ``config.out_dir``, see
+    :func:`resume_config`) training continues from it exactly, appending to
+    ``metrics.jsonl``. When ``stop`` reports a signal, the current step finishes,
+    ``last.pt`` is written and :class:`TrainingInterrupted` is raised. After
+    ``config.max_bad_steps`` consecutive non-finite steps, training stops with an
+    error and the checkpoints written so far are left as they were.
+
+    ids: (N,) integer ids of the whole corpus; from ``corpus.split_point`` on, it is validation.
+    """
+    observer = observer or TrainObserver()
+    out_dir = Path(config.out_dir)
+    split: Split = split_ids(ids, corpus.split_point)
+    if len(split.val) < 2:
+        raise CharrnnError(
+            f"the validation split has {len(split.val)} character(s); it needs at least 2 "
+            f"(use a longer corpus or a larger --val-frac)"
+        )
+    device = torch.device(config.device)
+    batches = StreamBatches(split.train.to(device), config.batch_size, config.seq_len)
+    prepare_out_dir(out_dir, overwrite=overwrite or resume_from is not None)
+    with RunLock(out_dir):
+        remove_stale_temporaries(out_dir)
+        run = TrainingRun(model_config, config, vocab, corpus, batches)
+        val_ids = split.val.to(device)
+        if resume_from is None:
+            # A fresh directory, or overwrite: an older run's log, best and epoch checkpoints must go.
+            (out_dir / "metrics.jsonl").unlink(missing_ok=True)
+            for stale in [out_dir / "best.pt", *out_dir.glob(EPOCH_CHECKPOINT_GLOB)]:
+                stale.unlink(missing_ok=True)
+        else:
+            run.restore(resume_from)
+        write_json(out_dir / "config.json", {
+            "model": model_config.to_dict(), "train": config.to_dict(), "corpus": corpus.to_dict(),
+        })
+        observer.on_start(run.model, model_config, config, corpus, len(batches),
+                          _planned_steps(config, len(batches)))
+
+        try:
+            # A resumed run continues its clock, so a time budget covers the whole run.
+            reason, elapsed_s, history = _train_loop(run, config, val_ids, observer, stop,
+                                                     resume_from["elapsed_s"] if resume_from else 0.0)
+        finally:
+            observer.on_end()
+    if reason.startswith("interrupted"):
+        raise TrainingInterrupted(stop.signal_name, out_dir / "last.pt", run.step)
+    assert run.best is not None  # a run that was not interrupted ends with an evaluation
     return TrainResult(
         out_dir=out_dir, steps=run.step, epoch=run.epoch, best_val_loss=run.best.nats_per_char,
-        best=run.best, elapsed_s=time.perf_counter() - start, stop_reason=reason,
+        best=run.best, elapsed_s=elapsed_s, stop_reason=reason,
         skipped_steps=run.skipped, history=history,
     )
 

@@ -1,0 +1,196 @@
+"""Runs that survive: interrupts, kills, locks, numerical trouble (issue: runs that survive)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from charrnn.checkpoint import load_checkpoint
+from charrnn.config import ModelConfig, TrainConfig
+from charrnn.data import encode_corpus
+from charrnn.errors import CharrnnError
+from charrnn.runlock import LOCK_NAME
+from charrnn.train import TrainingInterrupted, TrainObserver, resume_config, train
+
+INSTALLED = Path(sys.executable).with_name("charrnn")
+needs_installed = pytest.mark.skipif(not INSTALLED.exists(), reason="charrnn is not installed here")
+
+
+class StopAt:
+    """A stand-in for GracefulStop that 'receives' SIGINT after a given step."""
+
+    def __init__(self, step: int):
+        self.step = step
+        self.signal_name: str | None = None
+
+
+class SignalAfter(TrainObserver):
+    def __init__(self, stop: StopAt):
+        self.stop = stop
+
+    def on_step(self, report) -> None:
+        if report.step == self.stop.step:
+            self.stop.signal_name = "SIGINT"
+
+
+def tiny_setup(corpus: Path, out: Path, **overrides):
+    encoded = encode_corpus(corpus, "small", 0.1)
+    model_config = ModelConfig(vocab_size=len(encoded.vocab), num_layers=2, hidden_size=24, embed_size=8,
+                               dropout=overrides.pop("dropout", 0.0))
+    config = TrainConfig(out_dir=str(out), **{"batch_size": 4, "seq_len": 16, "learning_rate": 1e-2,
+                                              "warmup_steps": 3, "eval_every": 6, "save_every": 1000,
+                                              **overrides})
+    return model_config, config, encoded
+
+
+def test_interrupt_then_resume_equals_one_run(small_corpus, tmp_path):
+    """The decaying schedule, dropout and every RNG carry across an interrupt and a resume."""
+    model_config, config, encoded = tiny_setup(small_corpus, tmp_path / "straight", max_steps=20, dropout=0.3)
+    train(model_config, config, encoded.vocab, encoded.ids, encoded.info)
+
+    model_config, config, encoded = tiny_setup(small_corpus, tmp_path / "halves", max_steps=20, dropout=0.3)
+    stop = StopAt(9)
+    with pytest.raises(TrainingInterrupted) as info:
+        train(model_config, config, encoded.vocab, encoded.ids, encoded.info, SignalAfter(stop), stop=stop)
+    # The request arrives while step 10 runs (after step 9 was reported); step 10 completes.
+    assert info.value.step == 10 and info.value.checkpoint == tmp_path / "halves" / "last.pt"
+    payload = load_checkpoint(info.value.checkpoint)
+    assert payload["step"] == 10
+    model_config, config, changes = resume_config(payload, {}, {})
+    assert changes == []
+    train(model_config, config, encoded.vocab, encoded.ids, encoded.info, resume_from=payload)
+
+    straight = torch.load(tmp_path / "straight" / "last.pt", weights_only=True)["model_state"]
+    resumed = torch.load(tmp_path / "halves" / "last.pt", weights_only=True)["model_state"]
+    for name, value in straight.items():
+        assert (value - resumed[name]).abs().max() <= 1e-6, name
+    logged = [[json.loads(line)["step"] for line in (tmp_path / name / "metrics.jsonl").open()]
+              for name in ("straight", "halves")]
+    assert logged[0] == logged[1] == [6, 12, 18, 20]
+
+
+class PoisonWeights(TrainObserver):
+    def on_start(self, model, *args) -> None:
+        with torch.no_grad():
+            model.embedding.weight.fill_(float("nan"))
+
+
+def test_non_finite_steps_are_skipped_then_training_stops(small_corpus, tmp_path):
+    model_config, config, encoded = tiny_setup(small_corpus, tmp_path / "run", max_steps=50, max_bad_steps=4)
+    with pytest.raises(CharrnnError, match="4 consecutive steps had a non-finite loss.*lower --lr"):
+        train(model_config, config, encoded.vocab, encoded.ids, encoded.info, PoisonWeights())
+    assert not (tmp_path / "run" / "last.pt").exists()  # nothing poisoned was saved
+    assert not (tmp_path / "run" / LOCK_NAME).exists()
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_a_live_lock_refuses_a_second_writer_and_a_stale_one_is_taken_over(small_corpus, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (out / LOCK_NAME).write_text(f"{sleeper.pid}\n")
+        model_config, config, encoded = tiny_setup(small_corpus, out, max_steps=2)
+        with pytest.raises(CharrnnError, match=f"another training \\(PID {sleeper.pid}\\)"):
+            train(model_config, config, encoded.vocab, encoded.ids, encoded.info)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    (out / LOCK_NAME).write_text(f"{dead_pid()}\n")
+    (out / ".last.pt.leftover.tmp").write_bytes(b"half a checkpoint")
+    train(model_config, config, encoded.vocab, encoded.ids, encoded.info)
+    assert (out / "last.pt").exists() and not (out / LOCK_NAME).exists()
+    assert not list(out.glob(".*.tmp"))
+
+
+def start_training(cwd: Path, corpus: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(INSTALLED), "train", str(corpus), "--layers", "1", "--hidden", "64", "--embed", "8",
+         "--batch-size", "4", "--seq-len", "16", "--max-steps", "100000", "--save-every", "1",
+         "--eval-every", "50", "--out", "run", *extra],
+        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def wait_for(path: Path, process: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+@needs_installed
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_saves_and_prints_the_resume_command(small_corpus, tmp_path, signum, code):
+    process = start_training(tmp_path, small_corpus)
+    wait_for(tmp_path / "run" / "last.pt", process)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == code, stderr
+    name = signal.Signals(signum).name
+    assert f"interrupted by {name} after step" in stderr
+    assert "resume with: charrnn train --resume run/last.pt" in stderr
+    assert "Traceback" not in stderr
+    step = load_checkpoint(tmp_path / "run" / "last.pt")["step"]
+    assert step >= 1 and not (tmp_path / "run" / LOCK_NAME).exists()
+    resumed = subprocess.run([str(INSTALLED), "train", "--resume", "run/last.pt", "--max-steps",
+                              str(step + 3)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert load_checkpoint(tmp_path / "run" / "last.pt")["step"] == step + 3
+
+
+@needs_installed
+def test_sigkill_at_random_moments_never_leaves_a_broken_checkpoint(small_corpus, tmp_path):
+    rng = random.Random(0)
+    run = tmp_path / "run"
+    for attempt in range(8):
+        process = start_training(tmp_path, small_corpus, "--overwrite")
+        wait_for(run / LOCK_NAME, process)
+        time.sleep(rng.uniform(0.0, 1.5))
+        process.kill()
+        process.communicate()
+        if (run / "last.pt").exists():
+            load_checkpoint(run / "last.pt")  # complete and loadable, or this raises
+        assert len(list(run.glob(".*.tmp"))) <= 1, attempt  # at most the write that was cut short
+    finished = subprocess.run([str(INSTALLED), "train", str(small_corpus), "--layers", "1", "--hidden", "8",
+                               "--batch-size", "4", "--seq-len", "16", "--max-steps", "2", "--out", "run",
+                               "--overwrite"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert finished.returncode == 0, finished.stderr  # the dead runs' lock was stale and taken over
+    assert not list(run.glob(".*.tmp"))
+
+
+def test_train_in_a_thread_without_signal_handlers(small_corpus, tmp_path):
+    """GracefulStop outside the main thread installs nothing and still works as a context manager."""
+    import threading
+
+    from charrnn.interrupt import GracefulStop
+
+    errors = []
+
+    def body():
+        try:
+            with GracefulStop() as stop:
+                model_config, config, encoded = tiny_setup(small_corpus, tmp_path / "run", max_steps=2)
+                train(model_config, config, encoded.vocab, encoded.ids, encoded.info, stop=stop)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    assert errors == [] and os.path.exists(tmp_path / "run" / "last.pt")
