@@ -267,12 +267,17 @@ class ProgressBar(TrainObserver):
 @click.option("--overwrite", is_flag=True, help="Replace a run already in --out.")
 @click.option("--resume", "resume_path", type=click.Path(path_type=Path), default=None,
               help="Continue the run that wrote this checkpoint (e.g. RUN_DIR/last.pt), exactly.")
+@click.option("--init-from", type=click.Path(path_type=Path), default=None,
+              help="Fine-tune: start from this checkpoint's weights (fresh optimiser) on CORPUS.")
+@click.option("--extend-vocab", is_flag=True,
+              help="With --init-from: add the corpus's new characters to the vocabulary.")
 @click.option("--device", type=DEVICE_CHOICES, default="auto", show_default=True)
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None,
               help="Dataset cache for the built-in corpus (default: $CHARRNN_DATA_DIR or ./data).")
 @click.pass_context
 def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None, overwrite: bool,
-                  resume_path: Path | None, device: str, data_dir: Path | None, **options: Any) -> None:
+                  resume_path: Path | None, init_from: Path | None, extend_vocab: bool, device: str,
+                  data_dir: Path | None, **options: Any) -> None:
     """Train a character-level model on CORPUS (a UTF-8 file or a directory of *.txt).
 
     Without CORPUS, tiny Shakespeare is downloaded (once) and used. The run
@@ -286,6 +291,10 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
       charrnn train poems/ --model gru --out runs/poems
     """
     model_options = {key: options.pop(key) for key in ModelConfig.__dataclass_fields__ if key in options}
+    if init_from is not None and resume_path is not None:
+        raise click.UsageError("--init-from starts a new run and --resume continues one: give one of them")
+    if extend_vocab and init_from is None:
+        raise click.UsageError("--extend-vocab goes with --init-from")
     if resume_path is not None:
         start_training = _resume(ctx, resume_path, corpus, out_dir, overwrite, resolve_device(device),
                                  model_options, options)
@@ -296,13 +305,23 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
         else:
             name = corpus_name(corpus)
         config = TrainConfig(out_dir=str(out_dir or Path("checkpoints") / name),
-                             device=resolve_device(device), **options)
-        encoded = encode_corpus(corpus, name, config.val_frac)
-        model_config = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
+                             device=resolve_device(device), init_from=init_from and str(init_from), **options)
+        initial_weights = None
+        if init_from is None:
+            encoded = encode_corpus(corpus, name, config.val_frac)
+            model_config = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
+        else:
+            source = load_model(init_from)
+            try:
+                encoded = encode_corpus(corpus, name, config.val_frac, source.vocab, extend_vocab)
+            except UnknownCharactersError as exc:
+                raise CharrnnError(f"{corpus}: {exc}; pass --extend-vocab to add them") from None
+            model_config = _fine_tune_config(ctx, source.model.config, model_options, len(encoded.vocab))
+            initial_weights = source.model.state_dict()
 
         def start_training(stop: GracefulStop) -> TrainResult:
             return train(model_config, config, encoded.vocab, encoded.ids, encoded.info, ProgressBar(),
-                         overwrite=overwrite, stop=stop)
+                         overwrite=overwrite, stop=stop, initial_weights=initial_weights)
 
     try:
         with GracefulStop() as stop:
@@ -322,6 +341,20 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
         "skipped steps": str(result.skipped_steps),
         "checkpoints": f"{result.out_dir / 'best.pt'}, {result.out_dir / 'last.pt'}",
     }))
+
+
+def _fine_tune_config(ctx: click.Context, source: ModelConfig, model_options: dict[str, Any],
+                      vocab_size: int) -> ModelConfig:
+    """The checkpoint's model, with a larger vocabulary if extended; only dropout may be changed."""
+    values = source.to_dict() | {"vocab_size": vocab_size}
+    for key, value in model_options.items():
+        if ctx.get_parameter_source(key) is click.core.ParameterSource.DEFAULT or value == values[key]:
+            continue
+        if key != "dropout":
+            raise CharrnnError(f"{key} {value!r} contradicts the --init-from checkpoint "
+                               f"({key} {values[key]!r}); fine-tuning keeps the model's shape")
+        values[key] = value
+    return ModelConfig(**values)
 
 
 def _resume(ctx: click.Context, checkpoint: Path, corpus: Path | None, out_dir: Path | None, overwrite: bool,

@@ -65,6 +65,7 @@ class TrainConfig(_DictMixin):
     save_every: int = 1000  # steps between writes of last.pt
     seed: int = 1337  # seeds torch and Python's RNG for initialisation and dropout
     device: str = "cpu"  # torch device the run uses (resolved, never "auto")
+    init_from: str | None = None  # checkpoint whose weights this run started from (fine-tuning)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.val_frac < 1.0:

@@ -99,10 +99,20 @@ class EncodedCorpus:
     info: CorpusInfo  # where it came from and how it is split
 
 
-def encode_corpus(path: Path, name: str, val_frac: float) -> EncodedCorpus:
-    """Read a corpus, build its vocabulary and encode it, recording the split."""
+def encode_corpus(
+    path: Path, name: str, val_frac: float, vocab: Vocab | None = None, extend_vocab: bool = False
+) -> EncodedCorpus:
+    """Read a corpus and encode it, recording the split.
+
+    The vocabulary is the corpus's own unless one is given (fine-tuning). With a
+    given vocabulary, a character outside it is an error that names it, unless
+    ``extend_vocab``, which appends such characters (existing ids never move).
+    """
     text = read_corpus(path)
-    vocab = Vocab.from_text(text)
+    if vocab is None:
+        vocab = Vocab.from_text(text)
+    elif extend_vocab:
+        vocab = vocab.extended(text)
     info = CorpusInfo(str(path.resolve()), name, len(text), text_sha256(text), val_frac,
                       split_point(len(text), val_frac))
     return EncodedCorpus(vocab, vocab.encode(text), info)

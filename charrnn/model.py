@@ -18,10 +18,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from charrnn.config import ModelConfig
+from charrnn.errors import CharrnnError
 
 State = tuple[torch.Tensor, ...]
 
 _RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN}
+_VOCAB_ROWS = ("embedding.weight", "head.weight", "head.bias")  # one row per vocabulary symbol
 
 
 class CharRNN(nn.Module):
@@ -67,6 +69,31 @@ class CharRNN(nn.Module):
         logits = self.head(self.dropout(out))  # (B, T, V)
         new_state = new_state if isinstance(new_state, tuple) else (new_state,)
         return logits, new_state
+
+    def load_pretrained(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Start from another model's weights, for fine-tuning.
+
+        Every tensor must match in shape, except that the vocabulary-sized ones
+        (embedding rows, read-out rows and biases) may be shorter: the source
+        vocabulary is then a prefix of this one, its rows are copied, and the rows
+        of the added characters keep their fresh initialisation.
+        """
+        own = self.state_dict()
+        with torch.no_grad():
+            for name, source in state_dict.items():
+                target = own.get(name)
+                if target is None:
+                    raise CharrnnError(f"the checkpoint has a weight this model lacks: {name}")
+                if source.shape == target.shape:
+                    target.copy_(source)
+                elif name in _VOCAB_ROWS and source.shape[1:] == target.shape[1:] \
+                        and source.shape[0] < target.shape[0]:
+                    target[: source.shape[0]].copy_(source)
+                else:
+                    raise CharrnnError(
+                        f"the checkpoint's {name} has shape {tuple(source.shape)}, this model's "
+                        f"{tuple(target.shape)}"
+                    )
 
     def stepper(self) -> Stepper:
         """A snapshot of the weights laid out for fast one-character steps (see :class:`Stepper`)."""

@@ -187,7 +187,7 @@ class TrainingRun:
     """
 
     def __init__(self, model_config: ModelConfig, config: TrainConfig, vocab: Vocab, corpus: CorpusInfo,
-                 batches: StreamBatches):
+                 batches: StreamBatches, initial_weights: dict[str, torch.Tensor] | None = None):
         self.model_config = model_config
         self.config = config
         self.vocab = vocab
@@ -195,7 +195,10 @@ class TrainingRun:
         self.batches = batches
         self.device = batches.inputs.device
         seed_everything(config.seed)
-        self.model = CharRNN(model_config).to(self.device)
+        self.model = CharRNN(model_config)
+        if initial_weights is not None:
+            self.model.load_pretrained(initial_weights)
+        self.model.to(self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate,
                                            weight_decay=config.weight_decay)
@@ -364,6 +367,7 @@ def train(
     overwrite: bool = False,
     resume_from: dict[str, Any] | None = None,
     stop: GracefulStop | None = None,
+    initial_weights: dict[str, torch.Tensor] | None = None,
 ) -> TrainResult:
     """Train a new model on ``ids`` (the encoded corpus) and write the run to ``config.out_dir``.
 
@@ -374,6 +378,8 @@ def train(
     ``last.pt`` is written and :class:`TrainingInterrupted` is raised. After
     ``config.max_bad_steps`` consecutive non-finite steps, training stops with an
     error and the checkpoints written so far are left as they were.
+    ``initial_weights`` (a checkpoint's ``model_state``) start a fine-tuning run
+    from a trained model with a fresh optimiser; see :meth:`CharRNN.load_pretrained`.
 
     ids: (N,) integer ids of the whole corpus; from ``corpus.split_point`` on, it is validation.
     """
@@ -390,7 +396,7 @@ def train(
     prepare_out_dir(out_dir, overwrite=overwrite or resume_from is not None)
     with RunLock(out_dir):
         remove_stale_temporaries(out_dir)
-        run = TrainingRun(model_config, config, vocab, corpus, batches)
+        run = TrainingRun(model_config, config, vocab, corpus, batches, initial_weights)
         val_ids = split.val.to(device)
         if resume_from is None:
             # A fresh directory, or overwrite: an older run's log, best and epoch checkpoints must go.

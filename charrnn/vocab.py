@@ -1,9 +1,11 @@
 """The vocabulary: Unicode code points <-> integer ids.
 
 A symbol is one code point, never a byte, so "é", "語" and "🙂" are one symbol
-each. Ids follow the sorted order of the code points, which makes the vocabulary
-a pure function of the set of characters and lets encoding run vectorised with
-``torch.searchsorted`` instead of a Python loop per character.
+each. A vocabulary built from a text orders its ids by code point, a pure
+function of the set of characters. One extended for fine-tuning keeps every
+existing id and appends the new characters, so ids are not always sorted;
+encoding runs vectorised either way (``torch.searchsorted`` over the sorted code
+points, then a lookup of their ids) instead of a Python loop per character.
 """
 
 from __future__ import annotations
@@ -51,20 +53,28 @@ class Vocab:
     chars: tuple[str, ...]
     _index: dict[str, int] = field(init=False, repr=False, compare=False)
     _sorted_points: torch.Tensor = field(init=False, repr=False, compare=False)
+    _sorted_ids: torch.Tensor = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.chars:
             raise CharrnnError("a vocabulary needs at least one character")
         if any(len(c) != 1 for c in self.chars):
             raise CharrnnError("every vocabulary entry must be exactly one code point")
-        if list(self.chars) != sorted(set(self.chars)):
-            raise CharrnnError("vocabulary entries must be unique and sorted by code point")
+        if len(set(self.chars)) != len(self.chars):
+            raise CharrnnError("vocabulary entries must be unique")
         object.__setattr__(self, "_index", {c: i for i, c in enumerate(self.chars)})
-        object.__setattr__(self, "_sorted_points", code_points("".join(self.chars)))
+        sorted_points, sorted_ids = torch.sort(code_points("".join(self.chars)))
+        object.__setattr__(self, "_sorted_points", sorted_points)
+        object.__setattr__(self, "_sorted_ids", sorted_ids)
 
     @classmethod
     def from_text(cls, text: str) -> Vocab:
         return cls(tuple(sorted(set(text))))
+
+    def extended(self, chars) -> Vocab:
+        """This vocabulary with ``chars`` it lacks appended (sorted): every existing id is kept."""
+        new = sorted(set(chars) - self._index.keys())
+        return Vocab(self.chars + tuple(new))
 
     def __len__(self) -> int:
         return len(self.chars)
@@ -92,13 +102,13 @@ class Vocab:
         vocabulary, unless ``skip_unknown``, which drops them instead.
         """
         points = code_points(text)
-        ids = torch.searchsorted(self._sorted_points, points).clamp_(max=len(self) - 1)
-        found = self._sorted_points[ids] == points
+        positions = torch.searchsorted(self._sorted_points, points).clamp_(max=len(self) - 1)
+        found = self._sorted_points[positions] == points
         if not bool(found.all()):
             if not skip_unknown:
                 raise UnknownCharactersError(self.unknown_chars(text))
-            ids = ids[found]
-        return ids.to(self.id_dtype)
+            positions = positions[found]
+        return self._sorted_ids[positions].to(self.id_dtype)
 
     def decode(self, ids) -> str:
         """Map an iterable of ids (ints or a 1-D tensor) back to text."""

@@ -110,6 +110,31 @@ def test_resume_refuses_contradictions(runner, small_corpus, extra, fragment):
     assert Path("checkpoints/small/last.pt").read_bytes() == before
 
 
+def test_fine_tune_with_extended_vocabulary(runner, tiny_checkpoint):
+    Path("new.txt").write_text("ROMEO: Zounds! Quoth the Knave, 'tis XV o'clock.\n" * 40, encoding="utf-8")
+    refused = invoke(runner, "train", "new.txt", "--init-from", tiny_checkpoint, "--max-steps", "2")
+    assert_one_line_error(refused, "'Z' (U+005A)")
+    assert "--extend-vocab" in refused.stderr
+    tuned = invoke(runner, "train", "new.txt", "--init-from", tiny_checkpoint, "--extend-vocab",
+                   "--max-steps", "2", "--batch-size", "4", "--seq-len", "16", "--dropout", "0.1")
+    assert tuned.exit_code == 0, tuned.output
+    old = torch.load(tiny_checkpoint, weights_only=True)
+    new = torch.load("checkpoints/new/last.pt", weights_only=True)
+    assert new["vocab"][: len(old["vocab"])] == old["vocab"]  # no id moved
+    assert {"Z", "Q", "K", "X"} <= set(new["vocab"][len(old["vocab"]):])
+    assert new["model_config"]["hidden_size"] == old["model_config"]["hidden_size"]
+    assert new["model_config"]["dropout"] == 0.1
+    assert new["train_config"]["init_from"] == str(tiny_checkpoint)
+    assert max(s["step"] for s in new["optimizer_state"]["state"].values()) == 2  # fresh optimiser
+    sampled = invoke(runner, "sample", "checkpoints/new/last.pt", "--prime", "Zounds", "--length", "10")
+    assert sampled.exit_code == 0 and sampled.stdout.startswith("Zounds")
+
+
+def test_fine_tune_refuses_another_shape(runner, tiny_checkpoint, small_corpus):
+    result = invoke(runner, "train", small_corpus, "--init-from", tiny_checkpoint, "--hidden", "64")
+    assert_one_line_error(result, "hidden_size 64 contradicts the --init-from checkpoint")
+
+
 def test_sample_to_file_and_several_samples(runner, tiny_checkpoint):
     result = invoke(runner, "sample", tiny_checkpoint, "--num-samples", "3", "--length", "20", "--seed", "2",
                     "--output", "out.txt")

@@ -87,3 +87,24 @@ def test_dropout_only_in_training():
     with torch.no_grad():
         c, _ = model(idx)
     assert not torch.equal(a, c)
+
+
+def test_load_pretrained_copies_weights_and_keeps_new_vocabulary_rows_fresh():
+    torch.manual_seed(0)
+    small = CharRNN(ModelConfig(vocab_size=5, num_layers=2, hidden_size=8, embed_size=4))
+    torch.manual_seed(1)
+    wide = CharRNN(ModelConfig(vocab_size=7, num_layers=2, hidden_size=8, embed_size=4))
+    fresh_rows = wide.embedding.weight[5:].detach().clone()
+    wide.load_pretrained(small.state_dict())
+    assert torch.equal(wide.embedding.weight[:5], small.embedding.weight)
+    assert torch.equal(wide.head.weight[:5], small.head.weight)
+    assert torch.equal(wide.head.bias[:5], small.head.bias)
+    assert torch.equal(wide.embedding.weight[5:], fresh_rows)
+    assert torch.equal(wide.rnn.weight_hh_l1, small.rnn.weight_hh_l1)
+
+
+def test_load_pretrained_refuses_another_shape():
+    small = CharRNN(ModelConfig(vocab_size=5, hidden_size=8, embed_size=4))
+    other = CharRNN(ModelConfig(vocab_size=5, hidden_size=16, embed_size=4))
+    with pytest.raises(Exception, match="has shape"):
+        other.load_pretrained(small.state_dict())

@@ -51,3 +51,19 @@ def test_list_round_trip():
 
 def test_code_points_of_empty_text():
     assert code_points("").shape == (0,)
+
+
+def test_extended_vocabulary_keeps_every_id_and_appends():
+    vocab = Vocab.from_text("cab")
+    wider = vocab.extended("zebra!")
+    assert wider.chars == ("a", "b", "c", "!", "e", "r", "z")
+    assert wider.encode("abc").tolist() == vocab.encode("abc").tolist()
+    text = "zebra!cab"
+    assert wider.decode(wider.encode(text)) == text
+    assert wider.encode("!z").tolist() == [3, 6]
+    assert Vocab.from_list(wider.to_list()) == wider  # the order survives a checkpoint
+
+
+def test_duplicates_are_refused():
+    with pytest.raises(Exception, match="unique"):
+        Vocab(("a", "a"))
