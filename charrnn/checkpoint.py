@@ -35,17 +35,27 @@ REQUIRED_KEYS = ("format_version", "model_config", "vocab", "model_state")
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Write ``path`` through a temporary sibling, fsync it, then rename it into place."""
+    """Write ``path`` through a temporary sibling, fsync it, then rename it into place.
+
+    A failure (a full disk, say) leaves any previous ``path`` untouched and no
+    temporary file behind, and is reported as a :class:`CharrnnError`.
+    """
     path = Path(path)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp_name = None
     try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp_name is not None:
+            Path(tmp_name).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise CharrnnError(
+                f"could not write {path}: {exc.strerror or exc}; any previous {path.name} is intact"
+            ) from None
         raise
 
 
@@ -85,12 +95,7 @@ def _to_cpu(value: Any) -> Any:
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     """Save ``payload`` (see module docstring) atomically, tensors moved to the CPU."""
     payload = {"format_version": FORMAT_VERSION, **_to_cpu(payload)}
-    try:
-        atomic_write(path, lambda handle: torch.save(payload, handle))
-    except OSError as exc:
-        raise CharrnnError(
-            f"could not save checkpoint {path}: {exc.strerror or exc}; the previous file is intact"
-        ) from None
+    atomic_write(path, lambda handle: torch.save(payload, handle))
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

@@ -470,10 +470,7 @@ def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None,
     if output is None:
         _stream("", iter([rendered]))
         return
-    try:
-        atomic_write_text(output, rendered)
-    except OSError as exc:
-        raise CharrnnError(f"cannot write {output}: {exc.strerror or exc}") from None
+    atomic_write_text(output, rendered)
     message(f"wrote {config.num_samples} sample(s) to {output}")
 
 
@@ -657,10 +654,7 @@ def compare_command(checkpoints: tuple[Path, ...], prime: str, length: int, temp
     if note:
         message(f"note: {note}")
     if markdown_file is not None:
-        try:
-            atomic_write_text(markdown_file, to_markdown(reports, settings, note))
-        except OSError as exc:
-            raise CharrnnError(f"cannot write {markdown_file}: {exc.strerror or exc}") from None
+        atomic_write_text(markdown_file, to_markdown(reports, settings, note))
         message(f"wrote {markdown_file}")
     if as_json:
         click.echo(json.dumps([report.to_dict() for report in reports], indent=2, ensure_ascii=False))

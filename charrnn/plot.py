@@ -84,7 +84,4 @@ def plot_runs(run_dirs: list[Path], output: Path) -> None:
         raise CharrnnError(f"cannot write a {suffix!r} image; use .png, .svg or .pdf") from None
     finally:
         plt.close(figure)
-    try:
-        atomic_write(Path(output), lambda handle: handle.write(buffer.getvalue()))
-    except OSError as exc:
-        raise CharrnnError(f"cannot write {output}: {exc.strerror or exc}") from None
+    atomic_write(Path(output), lambda handle: handle.write(buffer.getvalue()))

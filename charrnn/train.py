@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +141,21 @@ EPOCH_CHECKPOINT_GLOB = "epoch*-val*.pt"
 def epoch_checkpoint_name(epoch: int, val_loss: float) -> str:
     """``epoch0005-val1.6123.pt``: sorts by epoch and says what it holds."""
     return f"epoch{epoch:04d}-val{val_loss:.4f}.pt"
+
+
+def checkpoint_bytes(model: CharRNN) -> int:
+    """Roughly what one checkpoint takes on disk: float32 weights, Adam's two moments, a margin."""
+    return 3 * 4 * sum(p.numel() for p in model.parameters()) + (1 << 20)
+
+
+def check_free_space(out_dir: Path, needed: int) -> None:
+    """Refuse to start when the disk cannot hold the checkpoints a run writes (best, last and a temporary)."""
+    free = shutil.disk_usage(out_dir).free
+    if free < needed:
+        raise CharrnnError(
+            f"only {free / 2**20:,.1f} MiB free under --out {out_dir}; a run needs about "
+            f"{needed / 2**20:,.1f} MiB for its checkpoints"
+        )
 
 
 def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
@@ -397,6 +413,7 @@ def train(
     with RunLock(out_dir):
         remove_stale_temporaries(out_dir)
         run = TrainingRun(model_config, config, vocab, corpus, batches, initial_weights)
+        check_free_space(out_dir, 3 * checkpoint_bytes(run.model))
         val_ids = split.val.to(device)
         if resume_from is None:
             # A fresh directory, or overwrite: an older run's log, best and epoch checkpoints must go.

@@ -194,3 +194,49 @@ def test_train_in_a_thread_without_signal_handlers(small_corpus, tmp_path):
     thread.start()
     thread.join()
     assert errors == [] and os.path.exists(tmp_path / "run" / "last.pt")
+
+
+def test_a_full_disk_is_reported_before_training(small_corpus, tmp_path, monkeypatch):
+    import shutil as shutil_module
+
+    usage = shutil_module.disk_usage(tmp_path)
+    monkeypatch.setattr("charrnn.train.shutil.disk_usage", lambda path: usage._replace(free=100_000))
+    model_config, config, encoded = tiny_setup(small_corpus, tmp_path / "run", max_steps=2)
+    with pytest.raises(CharrnnError, match="MiB free under --out"):
+        train(model_config, config, encoded.vocab, encoded.ids, encoded.info)
+    assert not (tmp_path / "run" / "last.pt").exists()
+
+
+def test_a_failed_save_says_so_and_keeps_the_previous_checkpoint(small_corpus, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    model_config, config, encoded = tiny_setup(small_corpus, out, max_steps=2)
+    train(model_config, config, encoded.vocab, encoded.ids, encoded.info)
+    before = (out / "last.pt").read_bytes()
+
+    real_replace = os.replace
+
+    def disk_full_for_last(source, target):
+        if str(target).endswith("last.pt"):
+            raise OSError(28, "No space left on device")
+        real_replace(source, target)
+
+    monkeypatch.setattr("charrnn.checkpoint.os.replace", disk_full_for_last)
+    model_config, config, encoded = tiny_setup(small_corpus, out, max_steps=2, seed=5)
+    with pytest.raises(CharrnnError, match="could not write .*last.pt: No space left on device; "
+                                           "any previous last.pt is intact"):
+        train(model_config, config, encoded.vocab, encoded.ids, encoded.info, overwrite=True)
+    assert (out / "last.pt").read_bytes() == before
+    assert not list(out.glob(".*.tmp"))
+
+
+@needs_installed
+def test_a_second_ctrl_c_aborts_at_once_and_leaves_a_whole_checkpoint(small_corpus, tmp_path):
+    process = start_training(tmp_path, small_corpus)
+    wait_for(tmp_path / "run" / "last.pt", process)
+    process.send_signal(signal.SIGINT)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode in (1, 130), stderr
+    assert "Traceback" not in stderr
+    load_checkpoint(tmp_path / "run" / "last.pt")
+    assert not list((tmp_path / "run").glob(".*.tmp"))
