@@ -6,6 +6,7 @@ checkpoints and ``config.json`` hold nothing but JSON-compatible values.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
@@ -14,6 +15,7 @@ from charrnn.errors import ConfigError
 CellType = Literal["lstm", "gru", "rnn"]
 CELL_TYPES: tuple[str, ...] = ("lstm", "gru", "rnn")
 DEFAULT_EPOCHS = 10.0  # how long a run lasts when no stopping criterion is given
+MAX_LEARNING_RATE = 1e3  # far above any useful rate; larger ones overflow float32 updates
 
 
 class _DictMixin:
@@ -73,8 +75,13 @@ class TrainConfig(_DictMixin):
         for name in ("batch_size", "seq_len", "eval_every", "save_every", "max_bad_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
-        if self.learning_rate <= 0:
-            raise ConfigError("learning_rate must be positive")
+        for name in ("val_frac", "learning_rate", "min_lr_ratio", "weight_decay", "clip", "epochs",
+                     "time_budget"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ConfigError(f"{name} must be a finite number")
+        if not 0 < self.learning_rate <= MAX_LEARNING_RATE:
+            raise ConfigError(f"learning_rate must be positive and at most {MAX_LEARNING_RATE:g}")
         if self.clip < 0:
             raise ConfigError("clip must be 0 (off) or positive")
         for name in ("epochs", "max_steps", "time_budget"):
@@ -102,8 +109,8 @@ class SampleConfig(_DictMixin):
     def __post_init__(self) -> None:
         if self.length < 0:
             raise ConfigError("length must be 0 or more")
-        if not self.temperature > 0:
-            raise ConfigError("temperature must be greater than 0")
+        if not (self.temperature > 0 and math.isfinite(self.temperature)):
+            raise ConfigError("temperature must be a finite number greater than 0")
         if self.top_k is not None and self.top_k < 1:
             raise ConfigError("top-k must be at least 1")
         if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
