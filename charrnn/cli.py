@@ -161,7 +161,7 @@ class ProgressBar(TrainObserver):
         self.bar: tqdm | None = None
 
     def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
-                 corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None) -> None:
+                 corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None, first_step: int) -> None:
         parameters = sum(p.numel() for p in model.parameters())
         rows = {
             "corpus": f"{corpus.path} ({corpus.chars:,} chars, vocabulary {model_config.vocab_size})",
@@ -185,7 +185,8 @@ class ProgressBar(TrainObserver):
             "out": config.out_dir,
         }
         err.print(key_value_table("charrnn train", rows))
-        self.bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True, file=sys.stderr)
+        self.bar = tqdm(total=total_steps, initial=first_step, unit="step", dynamic_ncols=True,
+                        file=sys.stderr)
 
     def on_step(self, report: StepReport) -> None:
         assert self.bar is not None
@@ -211,10 +212,11 @@ class ProgressBar(TrainObserver):
             file=sys.stderr,
         )
 
-    def on_end(self) -> None:
+    def on_end(self, completed: bool) -> None:
         if self.bar is not None:
-            self.bar.total = self.bar.n
-            self.bar.refresh()
+            if completed:  # a time budget's estimated end was approximate: show where it really ended
+                self.bar.total = self.bar.n
+                self.bar.refresh()
             self.bar.close()
 
 

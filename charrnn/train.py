@@ -84,7 +84,7 @@ class TrainObserver:
     """Hooks the loop calls; the default does nothing. The CLI's draws a progress bar."""
 
     def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
-                 corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None) -> None:
+                 corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None, first_step: int) -> None:
         pass
 
     def on_step(self, report: StepReport) -> None:
@@ -93,8 +93,8 @@ class TrainObserver:
     def on_eval(self, record: dict[str, Any]) -> None:
         pass
 
-    def on_end(self) -> None:
-        pass
+    def on_end(self, completed: bool) -> None:
+        """``completed`` is False when an error or a signal cut the run short."""
 
 
 def learning_rate_at(config: TrainConfig, step: int, progress: float | None) -> float:
@@ -426,14 +426,15 @@ def train(
             "model": model_config.to_dict(), "train": config.to_dict(), "corpus": corpus.to_dict(),
         })
         observer.on_start(run.model, model_config, config, corpus, len(batches),
-                          _planned_steps(config, len(batches)))
-
+                          _planned_steps(config, len(batches)), run.step)
         try:
             # A resumed run continues its clock, so a time budget covers the whole run.
             reason, elapsed_s, history = _train_loop(run, config, val_ids, observer, stop,
                                                      resume_from["elapsed_s"] if resume_from else 0.0)
-        finally:
-            observer.on_end()
+        except BaseException:
+            observer.on_end(completed=False)
+            raise
+        observer.on_end(completed=not reason.startswith("interrupted"))
     if reason.startswith("interrupted"):
         raise TrainingInterrupted(stop.signal_name, out_dir / "last.pt", run.step)
     assert run.best is not None  # a run that was not interrupted ends with an evaluation
