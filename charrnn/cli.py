@@ -27,7 +27,15 @@ from charrnn import __version__
 from charrnn.beam import beam_search
 from charrnn.checkpoint import atomic_write_text, load_checkpoint, load_model
 from charrnn.compare import CheckpointReport, CompareSettings, compare_checkpoints, to_markdown
-from charrnn.config import CELL_TYPES, DEFAULT_EPOCHS, ModelConfig, SampleConfig, TrainConfig
+from charrnn.config import (
+    CELL_TYPES,
+    CLIP_MODES,
+    DEFAULT_EPOCHS,
+    RNN_ACTIVATIONS,
+    ModelConfig,
+    SampleConfig,
+    TrainConfig,
+)
 from charrnn.data import CorpusInfo, checkpoint_validation_text, corpus_name, encode_corpus, read_corpus
 from charrnn.datasets import DATASETS, DEFAULT_DATASET, get_dataset
 from charrnn.errors import CharrnnError
@@ -173,7 +181,7 @@ class ProgressBar(TrainObserver):
                        f"{steps_per_epoch:,} steps per epoch",
             "optimiser": f"Adam lr {config.learning_rate:g} (warm-up {config.warmup_steps}, cosine to "
                          f"×{config.min_lr_ratio:g}), weight decay {config.weight_decay:g}, "
-                         f"clip {config.clip:g}",
+                         f"clip {config.clip_mode} {config.clip:g}",
             "stop": ", ".join(filter(None, [
                 config.epochs and f"{config.epochs:g} epochs",
                 config.max_steps and f"{config.max_steps:,} steps",
@@ -240,8 +248,13 @@ class ProgressBar(TrainObserver):
                type=click.IntRange(min=0))
 @config_option("--weight-decay", TrainConfig, "weight_decay", "Decoupled weight decay.",
                type=click.FloatRange(min=0))
-@config_option("--clip", TrainConfig, "clip", "Clip the global gradient norm to this; 0 turns clipping off.",
+@config_option("--clip", TrainConfig, "clip", "Clipping threshold (see --clip-mode); 0 turns clipping off.",
                type=click.FloatRange(min=0))
+@config_option("--clip-mode", TrainConfig, "clip_mode",
+               "norm: rescale all gradients by their global norm; value: clamp each element to ±clip.",
+               type=click.Choice(CLIP_MODES))
+@config_option("--rnn-activation", ModelConfig, "rnn_activation", "Nonlinearity of --model rnn.",
+               type=click.Choice(RNN_ACTIVATIONS))
 @config_option("--epochs", TrainConfig, "epochs",
                f"Stop after this many passes over the training split ({DEFAULT_EPOCHS:g} if no limit "
                f"is given).",

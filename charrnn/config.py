@@ -14,6 +14,8 @@ from charrnn.errors import ConfigError
 
 CellType = Literal["lstm", "gru", "rnn"]
 CELL_TYPES: tuple[str, ...] = ("lstm", "gru", "rnn")
+RNN_ACTIVATIONS: tuple[str, ...] = ("tanh", "relu")
+CLIP_MODES: tuple[str, ...] = ("norm", "value")
 DEFAULT_EPOCHS = 10.0  # how long a run lasts when no stopping criterion is given
 MAX_LEARNING_RATE = 1e3  # far above any useful rate; larger ones overflow float32 updates
 
@@ -36,10 +38,15 @@ class ModelConfig(_DictMixin):
     hidden_size: int = 256  # units per recurrent layer (H)
     embed_size: int = 64  # size of the character embedding fed to layer 1
     dropout: float = 0.0  # dropout between layers and before the output layer
+    rnn_activation: str = "tanh"  # the vanilla RNN's nonlinearity: tanh or relu
 
     def __post_init__(self) -> None:
         if self.cell not in CELL_TYPES:
             raise ConfigError(f"unknown cell {self.cell!r}; choose one of {', '.join(CELL_TYPES)}")
+        if self.rnn_activation not in RNN_ACTIVATIONS:
+            raise ConfigError(f"rnn_activation must be one of {', '.join(RNN_ACTIVATIONS)}")
+        if self.rnn_activation != "tanh" and self.cell != "rnn":
+            raise ConfigError("--rnn-activation applies to --model rnn only")
         for name in ("vocab_size", "num_layers", "hidden_size", "embed_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
@@ -57,7 +64,8 @@ class TrainConfig(_DictMixin):
     min_lr_ratio: float = 0.1  # the cosine schedule decays to learning_rate * this
     warmup_steps: int = 50  # linear warm-up from 0 to the peak learning rate
     weight_decay: float = 0.0  # decoupled (AdamW) weight decay
-    clip: float = 5.0  # global gradient-norm clip; 0 turns clipping off
+    clip: float = 5.0  # clipping threshold; 0 turns clipping off
+    clip_mode: str = "norm"  # norm: rescale by the global norm; value: clamp each element to ±clip
     max_bad_steps: int = 10  # stop after this many consecutive steps with a non-finite loss or gradient
     epochs: float | None = None  # stop after this many passes (DEFAULT_EPOCHS if no limit is set)
     max_steps: int | None = None  # stop after this many optimiser steps
@@ -84,6 +92,8 @@ class TrainConfig(_DictMixin):
             raise ConfigError(f"learning_rate must be positive and at most {MAX_LEARNING_RATE:g}")
         if self.clip < 0:
             raise ConfigError("clip must be 0 (off) or positive")
+        if self.clip_mode not in CLIP_MODES:
+            raise ConfigError(f"clip_mode must be one of {', '.join(CLIP_MODES)}")
         for name in ("epochs", "max_steps", "time_budget"):
             value = getattr(self, name)
             if value is not None and value <= 0:

@@ -33,12 +33,14 @@ class CharRNN(nn.Module):
         super().__init__()
         self.config = config
         self.embedding = nn.Embedding(config.vocab_size, config.embed_size)
+        options = {"nonlinearity": config.rnn_activation} if config.cell == "rnn" else {}
         self.rnn = _RNN_CLASSES[config.cell](
             config.embed_size,
             config.hidden_size,
             num_layers=config.num_layers,
             dropout=config.dropout if config.num_layers > 1 else 0.0,
             batch_first=True,
+            **options,
         )
         self.dropout = nn.Dropout(config.dropout)
         self.head = nn.Linear(config.hidden_size, config.vocab_size)

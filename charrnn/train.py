@@ -218,7 +218,7 @@ class TrainingRun:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate,
                                            weight_decay=config.weight_decay)
-        self.max_norm = config.clip if config.clip > 0 else float("inf")
+        self.max_norm = config.clip if config.clip > 0 and config.clip_mode == "norm" else float("inf")
         self.step = 0  # optimiser steps taken (skipped ones included)
         self.epochs_done = 0  # completed passes over the training split
         self.position = 0  # next step within the current epoch
@@ -245,7 +245,11 @@ class TrainingRun:
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        # Textbook notes §3: by norm, g ← g·v/‖g‖ when ‖g‖ > v (all parameters jointly);
+        # by value, each element clamped to ±v. The norm also tells whether the step is finite.
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
+        if self.config.clip_mode == "value" and self.config.clip > 0:
+            torch.nn.utils.clip_grad_value_(self.params, self.config.clip)
         loss_value = loss.item()
         if math.isfinite(loss_value) and bool(torch.isfinite(grad_norm)):
             self.optimizer.step()
@@ -446,7 +450,8 @@ def train(
 
 
 RESUME_MAY_CHANGE = ("epochs", "max_steps", "time_budget", "learning_rate", "min_lr_ratio", "warmup_steps",
-                     "clip", "save_epochs", "eval_every", "save_every", "device")
+                     "clip", "clip_mode", "max_bad_steps", "save_epochs", "eval_every", "save_every",
+                     "device")
 
 
 def resume_config(

@@ -62,9 +62,9 @@ def test_step_path_equals_fused_module(cell, layers):
 
 def test_relu_rnn_step_path():
     torch.manual_seed(0)
-    model = CharRNN(ModelConfig(vocab_size=5, cell="rnn", num_layers=2, hidden_size=8, embed_size=4))
-    model.rnn = torch.nn.RNN(4, 8, num_layers=2, nonlinearity="relu", batch_first=True)
-    model.eval()
+    model = CharRNN(ModelConfig(vocab_size=5, cell="rnn", num_layers=2, hidden_size=8, embed_size=4,
+                                rnn_activation="relu")).eval()
+    assert model.rnn.nonlinearity == "relu"
     idx = torch.randint(0, 5, (2, 9))
     with torch.no_grad():
         fused, _ = model(idx)
@@ -108,3 +108,8 @@ def test_load_pretrained_refuses_another_shape():
     other = CharRNN(ModelConfig(vocab_size=5, hidden_size=16, embed_size=4))
     with pytest.raises(Exception, match="has shape"):
         other.load_pretrained(small.state_dict())
+
+
+def test_relu_only_for_the_vanilla_rnn():
+    with pytest.raises(Exception, match="--model rnn only"):
+        ModelConfig(vocab_size=5, cell="lstm", rnn_activation="relu")

@@ -173,3 +173,24 @@ def test_resume_refuses_a_different_model_or_layout(tiny_run):
                                        {"learning_rate": 1e-3, "seed": 1337, "max_steps": 80})
     assert config.learning_rate == 1e-3 and config.max_steps == 80
     assert changes == ["learning_rate: 0.01 → 0.001", "max_steps: 40 → 80"]
+
+
+def test_value_clipping_bounds_every_gradient_element(repeated_corpus, tmp_path):
+    from charrnn.data import StreamBatches, split_ids
+    from charrnn.train import TrainingRun
+
+    encoded = encode_corpus(repeated_corpus, "repeat", 0.1)
+    model_config = ModelConfig(vocab_size=len(encoded.vocab), hidden_size=32, embed_size=8)
+    batches = StreamBatches(split_ids(encoded.ids, encoded.info.split_point).train, 8, 32)
+    for mode, bound in (("value", 1e-3), ("norm", None)):
+        config = TrainConfig(out_dir=str(tmp_path), batch_size=8, seq_len=32, clip=1e-3, clip_mode=mode,
+                             max_steps=1)
+        run = TrainingRun(model_config, config, encoded.vocab, encoded.info, batches)
+        run.advance(1e-3)
+        grads = torch.cat([p.grad.flatten() for p in run.params])
+        if bound is not None:
+            assert grads.abs().max() <= bound + 1e-12
+            assert (grads.abs() == bound).any()  # something really was clipped
+        else:
+            assert grads.norm() == pytest.approx(1e-3, rel=1e-4)
+
