@@ -42,6 +42,7 @@ from charrnn.errors import CharrnnError
 from charrnn.evaluate import EvalResult, evaluate
 from charrnn.interrupt import EXIT_CODES, GracefulStop
 from charrnn.model import CharRNN
+from charrnn.neurons import FEATURES, activations, colour, html_page, rank_units, text_feature
 from charrnn.plot import plot_runs
 from charrnn.sample import collect_samples, generate
 from charrnn.train import (
@@ -696,3 +697,71 @@ def plot_command(run_dirs: tuple[Path, ...], output: Path) -> None:
     """
     plot_runs(list(run_dirs), output)
     message(f"wrote {output}")
+
+
+# ------------------------------------------------------------------------- inspect
+
+
+@cli.command("inspect")
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.argument("text_file", type=click.Path(path_type=Path))
+@click.option("--layer", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Layer to look at, counting from 0.")
+@click.option("--unit", type=click.IntRange(min=0), default=None, help="Unit of that layer, counting from 0.")
+@click.option("--state", type=click.Choice(["h", "c"]), default="h", show_default=True,
+              help="Hidden state, or (LSTM only) cell state.")
+@click.option("--rank", "feature", type=click.Choice(FEATURES), default=None,
+              help="List the units that best track this feature of the text.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
+              help="How many units --rank lists.")
+@click.option("--max-chars", type=click.IntRange(min=1), default=3000, show_default=True,
+              help="Read at most this many characters of TEXT_FILE.")
+@click.option("--html", "html_file", type=click.Path(path_type=Path), default=None,
+              help="Also write the coloured text as a standalone HTML page.")
+def inspect_command(checkpoint: Path, text_file: Path, layer: int, unit: int | None, state: str,
+                    feature: str | None, top: int, max_chars: int, html_file: Path | None) -> None:
+    """Colour TEXT_FILE by one unit's activation, or rank units by a feature of the text.
+
+    Each character is shaded by the unit's value after reading it: red negative,
+    white zero, blue positive. --rank quotes finds "inside a quotation" cells.
+
+    \b
+    Examples:
+      charrnn inspect best.pt play.txt --layer 1 --unit 37 --state c
+      charrnn inspect best.pt play.txt --rank quotes --top 5
+      charrnn inspect best.pt play.txt --unit 37 --html unit37.html
+    """
+    if unit is None and feature is None:
+        raise click.UsageError("give --unit to colour the text, or --rank to find units")
+    loaded = load_model(checkpoint)
+    config = loaded.model.config
+    if layer >= config.num_layers:
+        raise click.BadParameter(f"the model has layers 0 to {config.num_layers - 1}", param_hint="'--layer'")
+    if unit is not None and unit >= config.hidden_size:
+        raise click.BadParameter(f"layers have units 0 to {config.hidden_size - 1}", param_hint="'--unit'")
+    text = read_corpus(text_file)[:max_chars]
+    try:
+        acts = activations(loaded.model, loaded.vocab, text, state)
+    except UnknownCharactersError as exc:
+        raise CharrnnError(f"{text_file}: {exc}") from None
+    if feature is not None:
+        ranked = rank_units(acts, text_feature(text, feature), top)
+        table = Table(title=f"units tracking {feature} ({state} state)", title_justify="left")
+        for column in ("layer", "unit", "correlation"):
+            table.add_column(column, justify="right")
+        for rank_layer, rank_unit, correlation in ranked:
+            table.add_row(str(rank_layer), str(rank_unit), f"{correlation:+.3f}")
+        out.print(table)
+    if unit is None:
+        return
+    values = acts[:, layer, unit].tolist()
+    scale = 1.0 if state == "h" else max(1e-6, max(abs(v) for v in values))
+    rendered = Text()
+    for char, value in zip(text, values, strict=True):
+        red, green, blue = colour(value, scale)
+        rendered.append(char, style=f"black on rgb({red},{green},{blue})" if char != "\n" else "")
+    out.print(rendered, soft_wrap=True)
+    if html_file is not None:
+        atomic_write_text(html_file, html_page(text, values, scale,
+                                               f"{checkpoint.name}: layer {layer}, unit {unit}, {state}"))
+        message(f"wrote {html_file}")

@@ -1,0 +1,127 @@
+"""Looking inside the network: one unit's activation over a text, and units that track a feature.
+
+After Karpathy, Johnson & Fei-Fei, "Visualizing and Understanding Recurrent
+Networks": colour each character by a hidden (or, for the LSTM, cell) unit's value
+after reading it, and rank units by how well they follow a simple property of the
+text, which is how the famous "inside a quotation" cell is found.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+
+import torch
+
+from charrnn.errors import CharrnnError
+from charrnn.model import CharRNN
+from charrnn.vocab import Vocab
+
+FEATURES = ("quotes", "line-position", "indent")
+
+
+@torch.no_grad()
+def activations(model: CharRNN, vocab: Vocab, text: str, state: str = "h") -> torch.Tensor:
+    """Every unit's value after each character: (T, num_layers, H) float32.
+
+    ``state`` is "h" (hidden) or, for the LSTM, "c" (cell). The text is read from a
+    zero state, one character at a time through the fast step path.
+    """
+    if state not in ("h", "c"):
+        raise CharrnnError("--state must be h or c")
+    if state == "c" and model.config.cell != "lstm":
+        raise CharrnnError(f"--state c needs an LSTM; this model is a {model.config.cell.upper()}")
+    ids = vocab.encode(text).long()
+    stepper = model.stepper()
+    current = model.initial_state(1)
+    which = 0 if state == "h" else 1
+    rows = []
+    for index in ids:
+        _, current = stepper.step(index.view(1), current)
+        rows.append(current[which][:, 0])  # (num_layers, H)
+    if not rows:
+        raise CharrnnError("the text is empty")
+    return torch.stack(rows)
+
+
+def _inside_quotes(text: str) -> list[float]:
+    inside, values = False, []
+    for char in text:
+        if char == '"':
+            inside = not inside
+        values.append(float(inside))
+    return values
+
+
+def _line_position(text: str) -> list[float]:
+    position, values = 0, []
+    for char in text:
+        values.append(float(position))
+        position = 0 if char == "\n" else position + 1
+    return values
+
+
+def _indent(text: str) -> list[float]:
+    values = []
+    for line in text.splitlines(keepends=True):
+        depth = float(len(line) - len(line.lstrip(" \t")))
+        values.extend([depth] * len(line))
+    return values
+
+
+_FEATURE_FUNCTIONS: dict[str, Callable[[str], list[float]]] = {
+    "quotes": _inside_quotes, "line-position": _line_position, "indent": _indent,
+}
+
+
+def text_feature(text: str, feature: str) -> torch.Tensor:
+    """A per-character property of the text: (T,) float32.
+
+    quotes: 1 from an opening double quote up to its closing one, else 0.
+    line-position: characters since the last newline. indent: leading spaces and
+    tabs of the character's line.
+    """
+    if feature not in _FEATURE_FUNCTIONS:
+        raise CharrnnError(f"unknown feature {feature!r}; choose one of {', '.join(FEATURES)}")
+    return torch.tensor(_FEATURE_FUNCTIONS[feature](text), dtype=torch.float32)
+
+
+def rank_units(acts: torch.Tensor, feature: torch.Tensor, top: int = 10) -> list[tuple[int, int, float]]:
+    """Units whose activation correlates best with ``feature``: (layer, unit, Pearson r), |r| descending.
+
+    acts: (T, num_layers, H); feature: (T,). A constant feature correlates with nothing.
+    """
+    T, layers, hidden = acts.shape
+    flat = acts.reshape(T, layers * hidden).double()
+    x = flat - flat.mean(0)
+    y = feature.double() - feature.double().mean()
+    denominator = x.norm(dim=0) * y.norm()
+    corr = torch.where(denominator > 0, (x * y.unsqueeze(1)).sum(0) / denominator, torch.zeros(()))
+    order = torch.argsort(corr.abs(), descending=True)[:top]
+    return [(int(i) // hidden, int(i) % hidden, float(corr[i])) for i in order]
+
+
+def colour(value: float, scale: float) -> tuple[int, int, int]:
+    """Red for negative, white for zero, blue for positive, saturating at ±scale."""
+    v = max(-1.0, min(1.0, value / scale)) if scale > 0 else 0.0
+    if v < 0:
+        return 255, round(255 * (1 + v)), round(255 * (1 + v))
+    return round(255 * (1 - v)), round(255 * (1 - v)), 255
+
+
+def html_page(text: str, values: list[float], scale: float, title: str) -> str:
+    """A standalone HTML page: the text, each character shaded by its value (shown on hover)."""
+    spans = []
+    for char, value in zip(text, values, strict=True):
+        red, green, blue = colour(value, scale)
+        shown = html.escape(char) if char != "\n" else "\n"
+        spans.append(f'<span style="background:rgb({red},{green},{blue})" title="{value:.3f}">{shown}</span>')
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        f"<title>{html.escape(title)}</title>\n"
+        "<style>body{font-family:sans-serif;margin:2em}pre{font-size:14px;line-height:1.4;"
+        "white-space:pre-wrap}</style>\n</head>\n<body>\n"
+        f"<h1>{html.escape(title)}</h1>\n<p>red: negative, white: zero, blue: positive "
+        f"(saturating at ±{scale:.3g}); hover a character for its value.</p>\n"
+        f"<pre>{''.join(spans)}</pre>\n</body>\n</html>\n"
+    )
