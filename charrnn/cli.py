@@ -17,16 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console, Group
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
-from tqdm import tqdm
+from rich.console import Console
 
 from charrnn import __version__
 from charrnn.beam import beam_search
 from charrnn.checkpoint import atomic_write_text, load_checkpoint, load_model
-from charrnn.compare import CheckpointReport, CompareSettings, compare_checkpoints, to_markdown
+from charrnn.compare import CompareSettings, compare_checkpoints, to_markdown
 from charrnn.config import (
     CELL_TYPES,
     CLIP_MODES,
@@ -36,19 +32,17 @@ from charrnn.config import (
     SampleConfig,
     TrainConfig,
 )
-from charrnn.data import CorpusInfo, checkpoint_validation_text, corpus_name, encode_corpus, read_corpus
+from charrnn.data import checkpoint_validation_text, corpus_name, encode_corpus, read_corpus
 from charrnn.datasets import DATASETS, DEFAULT_DATASET, get_dataset
+from charrnn.display import ProgressBar, coloured_text, comparison_renderable, key_value_table, ranking_table
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import EvalResult, evaluate
 from charrnn.interrupt import EXIT_CODES, GracefulStop
-from charrnn.model import CharRNN
-from charrnn.neurons import FEATURES, activations, colour, html_page, rank_units, text_feature
+from charrnn.neurons import FEATURES, activations, html_page, rank_units, text_feature
 from charrnn.plot import plot_runs
 from charrnn.sample import collect_samples, generate
 from charrnn.train import (
-    StepReport,
     TrainingInterrupted,
-    TrainObserver,
     TrainResult,
     resolve_device,
     resume_config,
@@ -76,16 +70,6 @@ def config_option(flag: str, config_class: type, field_name: str, help: str, **k
     default = config_class.__dataclass_fields__[field_name].default
     return click.option(flag, field_name, default=default, show_default=default is not None, help=help,
                         **kwargs)
-
-
-def key_value_table(title: str, rows: dict[str, str]) -> Table:
-    """A two-column table; values are plain text, so paths with [brackets] are shown as they are."""
-    table = Table(title=title, show_header=False, title_justify="left")
-    table.add_column(style="bold")
-    table.add_column()
-    for key, value in rows.items():
-        table.add_row(key, Text(value))
-    return table
 
 
 def message(text: str) -> None:
@@ -161,72 +145,6 @@ def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False) -> tup
 
 
 # --------------------------------------------------------------------------- train
-
-
-class ProgressBar(TrainObserver):
-    """Prints the run configuration, a tqdm bar with loss, chars/s and ETA, and eval lines."""
-
-    def __init__(self) -> None:
-        self.bar: tqdm | None = None
-
-    def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
-                 corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None, first_step: int) -> None:
-        parameters = sum(p.numel() for p in model.parameters())
-        rows = {
-            "corpus": f"{corpus.path} ({corpus.chars:,} chars, vocabulary {model_config.vocab_size})",
-            "split": f"{corpus.split_point:,} train / {corpus.chars - corpus.split_point:,} validation",
-            "model": f"{model_config.num_layers}×{model_config.hidden_size} {model_config.cell.upper()}, "
-                     f"embedding {model_config.embed_size}, dropout {model_config.dropout:g}",
-            "parameters": f"{parameters:,}",
-            "batches": f"{config.batch_size} streams × {config.seq_len} chars, "
-                       f"{steps_per_epoch:,} steps per epoch",
-            "optimiser": f"Adam lr {config.learning_rate:g} (warm-up {config.warmup_steps}, cosine to "
-                         f"×{config.min_lr_ratio:g}), weight decay {config.weight_decay:g}, "
-                         f"clip {config.clip_mode} {config.clip:g}",
-            "stop": ", ".join(filter(None, [
-                config.epochs and f"{config.epochs:g} epochs",
-                config.max_steps and f"{config.max_steps:,} steps",
-                config.time_budget and f"{config.time_budget:g} s",
-            ])),
-            "epoch checkpoints": ", ".join(map(str, config.save_epochs)) or "none",
-            "device": config.device,
-            "seed": str(config.seed),
-            "out": config.out_dir,
-        }
-        err.print(key_value_table("charrnn train", rows))
-        self.bar = tqdm(total=total_steps, initial=first_step, unit="step", dynamic_ncols=True,
-                        file=sys.stderr)
-
-    def on_step(self, report: StepReport) -> None:
-        assert self.bar is not None
-        if report.progress:
-            # Whichever limit is nearest (a time budget included) sets the bar's end and so its ETA.
-            self.bar.total = max(report.step, round(report.step / report.progress))
-        postfix = {"loss": f"{report.loss:.3f}", "chars/s": f"{report.chars_per_s:,.0f}",
-                   "lr": f"{report.learning_rate:.2e}"}
-        if report.skipped_steps:
-            postfix["skipped"] = report.skipped_steps
-        self.bar.set_postfix(postfix, refresh=False)
-        self.bar.update(1)
-
-    def on_eval(self, record: dict[str, Any]) -> None:
-        train_loss = record["train_loss"]
-        train_part = f"train {train_loss:.4f}" if train_loss is not None else "train n/a"
-        marker = "  (best)" if record["best"] else ""
-        if record.get("epoch_checkpoint"):
-            marker += f"  saved {record['epoch_checkpoint']}"
-        tqdm.write(
-            f"step {record['step']:>6}  epoch {record['epoch']:>7.3f}  {train_part}  "
-            f"val {record['val_loss']:.4f} nats/char ({record['val_bits_per_char']:.3f} bits){marker}",
-            file=sys.stderr,
-        )
-
-    def on_end(self, completed: bool) -> None:
-        if self.bar is not None:
-            if completed:  # a time budget's estimated end was approximate: show where it really ended
-                self.bar.total = self.bar.n
-                self.bar.refresh()
-            self.bar.close()
 
 
 @cli.command("train")
@@ -336,7 +254,7 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
             initial_weights = source.model.state_dict()
 
         def start_training(stop: GracefulStop) -> TrainResult:
-            return train(model_config, config, encoded.vocab, encoded.ids, encoded.info, ProgressBar(),
+            return train(model_config, config, encoded.vocab, encoded.ids, encoded.info, ProgressBar(err),
                          overwrite=overwrite, stop=stop, initial_weights=initial_weights)
 
     try:
@@ -404,7 +322,7 @@ def _resume(ctx: click.Context, checkpoint: Path, corpus: Path | None, out_dir: 
         message(f"resuming with {change}")
     message(f"resuming {checkpoint} at step {payload['step']:,} (epoch {payload['progress_epochs']:.2f})")
     return lambda stop: train(model_config, config, Vocab.from_list(payload["vocab"]), encoded.ids,
-                              encoded.info, ProgressBar(), resume_from=payload, stop=stop)
+                              encoded.info, ProgressBar(err), resume_from=payload, stop=stop)
 
 
 # -------------------------------------------------------------------------- sample
@@ -573,61 +491,6 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
 
 # ------------------------------------------------------------------------- compare
 
-SIDE_BY_SIDE_MIN_COLUMN = 32  # narrower than this per checkpoint, panels are stacked instead
-
-
-def _format_epoch(report: CheckpointReport) -> str:
-    return "n/a" if report.epoch is None else f"{report.epoch:.2f}".rstrip("0").rstrip(".")
-
-
-def _report_rows(report: CheckpointReport) -> dict[str, str]:
-    def number(value: float | None, digits: int = 4) -> str:
-        return "n/a" if value is None else f"{value:.{digits}f}"
-
-    rows = {
-        "run": report.run,
-        "epoch": _format_epoch(report),
-        "steps": f"{report.step:,}" if report.step is not None else "n/a",
-        "nats/char": number(report.nats_per_char),
-        "bits/char": number(report.bits_per_char),
-        "perplexity": number(report.perplexity, 3),
-    }
-    if report.log_prob is not None:
-        rows["beam log-prob"] = f"{report.log_prob:.4f}"
-    if report.error:
-        rows["problem"] = report.error
-    return rows
-
-
-def _labels(reports: list[CheckpointReport]) -> list[str]:
-    """File names, prefixed by the run directory when two checkpoints share a name."""
-    names = [Path(report.checkpoint).name for report in reports]
-    if len(set(names)) == len(names):
-        return names
-    return [f"{report.run}/{name}" for report, name in zip(reports, names, strict=True)]
-
-
-def comparison_renderable(reports: list[CheckpointReport], width: int):
-    """A side-by-side table, or stacked panels when the terminal is too narrow for one."""
-    labels = _labels(reports)
-    if width >= 14 + SIDE_BY_SIDE_MIN_COLUMN * len(reports):
-        table = Table(show_lines=True)
-        table.add_column("", style="bold")
-        for label in labels:
-            table.add_column(Text(label), overflow="fold")
-        all_rows = [_report_rows(report) for report in reports]
-        for key in dict.fromkeys(key for rows in all_rows for key in rows):
-            table.add_row(key, *(Text(rows.get(key, "")) for rows in all_rows))
-        table.add_row("sample", *(Text(report.sample or "") for report in reports))
-        return table
-    panels = []
-    for report, label in zip(reports, labels, strict=True):
-        summary = "  ".join(f"{key} {value}" for key, value in _report_rows(report).items())
-        panels.append(Panel(Group(Text(summary, style="bold"), Text(""), Text(report.sample or "")),
-                            title=Text(label), title_align="left"))
-    return Group(*panels)
-
-
 @cli.command("compare")
 @click.argument("checkpoints", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--prime", default="", help="Every sample starts with this text.")
@@ -746,21 +609,12 @@ def inspect_command(checkpoint: Path, text_file: Path, layer: int, unit: int | N
         raise CharrnnError(f"{text_file}: {exc}") from None
     if feature is not None:
         ranked = rank_units(acts, text_feature(text, feature), top)
-        table = Table(title=f"units tracking {feature} ({state} state)", title_justify="left")
-        for column in ("layer", "unit", "correlation"):
-            table.add_column(column, justify="right")
-        for rank_layer, rank_unit, correlation in ranked:
-            table.add_row(str(rank_layer), str(rank_unit), f"{correlation:+.3f}")
-        out.print(table)
+        out.print(ranking_table(ranked, f"units tracking {feature} ({state} state)"))
     if unit is None:
         return
     values = acts[:, layer, unit].tolist()
     scale = 1.0 if state == "h" else max(1e-6, max(abs(v) for v in values))
-    rendered = Text()
-    for char, value in zip(text, values, strict=True):
-        red, green, blue = colour(value, scale)
-        rendered.append(char, style=f"black on rgb({red},{green},{blue})" if char != "\n" else "")
-    out.print(rendered, soft_wrap=True)
+    out.print(coloured_text(text, values, scale), soft_wrap=True)
     if html_file is not None:
         atomic_write_text(html_file, html_page(text, values, scale,
                                                f"{checkpoint.name}: layer {layer}, unit {unit}, {state}"))

@@ -7,10 +7,11 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from charrnn.checkpoint import load_model
-from charrnn.cli import cli, comparison_renderable
+from charrnn.cli import cli
 from charrnn.compare import CompareSettings, compare_checkpoints, to_markdown
 from charrnn.config import ModelConfig, SampleConfig, TrainConfig
 from charrnn.data import encode_corpus
+from charrnn.display import comparison_renderable
 from charrnn.evaluate import evaluate
 from charrnn.sample import collect_samples, generate
 from charrnn.train import train

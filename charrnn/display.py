@@ -1,0 +1,176 @@
+"""How results look in a terminal: tables, the training progress bar, comparisons, coloured text.
+
+The library computes; this module only arranges what it computed for rich and
+tqdm. Every user-supplied string goes in as ``Text``, never as markup, so paths
+and samples containing ``[brackets]`` are shown as they are.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+from tqdm import tqdm
+
+from charrnn.compare import CheckpointReport
+from charrnn.config import ModelConfig, TrainConfig
+from charrnn.data import CorpusInfo
+from charrnn.model import CharRNN
+from charrnn.neurons import colour
+from charrnn.train import StepReport, TrainObserver
+
+
+def key_value_table(title: str, rows: dict[str, str]) -> Table:
+    """A two-column table; values are plain text, so paths with [brackets] are shown as they are."""
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in rows.items():
+        table.add_row(key, Text(value))
+    return table
+
+
+class ProgressBar(TrainObserver):
+    """Prints the run configuration, a tqdm bar with loss, chars/s and ETA, and eval lines."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console  # where the configuration table goes (stderr)
+        self.bar: tqdm | None = None
+
+    def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
+                 corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None, first_step: int) -> None:
+        parameters = sum(p.numel() for p in model.parameters())
+        rows = {
+            "corpus": f"{corpus.path} ({corpus.chars:,} chars, vocabulary {model_config.vocab_size})",
+            "split": f"{corpus.split_point:,} train / {corpus.chars - corpus.split_point:,} validation",
+            "model": f"{model_config.num_layers}×{model_config.hidden_size} {model_config.cell.upper()}, "
+                     f"embedding {model_config.embed_size}, dropout {model_config.dropout:g}",
+            "parameters": f"{parameters:,}",
+            "batches": f"{config.batch_size} streams × {config.seq_len} chars, "
+                       f"{steps_per_epoch:,} steps per epoch",
+            "optimiser": f"Adam lr {config.learning_rate:g} (warm-up {config.warmup_steps}, cosine to "
+                         f"×{config.min_lr_ratio:g}), weight decay {config.weight_decay:g}, "
+                         f"clip {config.clip_mode} {config.clip:g}",
+            "stop": ", ".join(filter(None, [
+                config.epochs and f"{config.epochs:g} epochs",
+                config.max_steps and f"{config.max_steps:,} steps",
+                config.time_budget and f"{config.time_budget:g} s",
+            ])),
+            "epoch checkpoints": ", ".join(map(str, config.save_epochs)) or "none",
+            "device": config.device,
+            "seed": str(config.seed),
+            "out": config.out_dir,
+        }
+        self.console.print(key_value_table("charrnn train", rows))
+        self.bar = tqdm(total=total_steps, initial=first_step, unit="step", dynamic_ncols=True,
+                        file=sys.stderr)
+
+    def on_step(self, report: StepReport) -> None:
+        assert self.bar is not None
+        if report.progress:
+            # Whichever limit is nearest (a time budget included) sets the bar's end and so its ETA.
+            self.bar.total = max(report.step, round(report.step / report.progress))
+        postfix = {"loss": f"{report.loss:.3f}", "chars/s": f"{report.chars_per_s:,.0f}",
+                   "lr": f"{report.learning_rate:.2e}"}
+        if report.skipped_steps:
+            postfix["skipped"] = report.skipped_steps
+        self.bar.set_postfix(postfix, refresh=False)
+        self.bar.update(1)
+
+    def on_eval(self, record: dict[str, Any]) -> None:
+        train_loss = record["train_loss"]
+        train_part = f"train {train_loss:.4f}" if train_loss is not None else "train n/a"
+        marker = "  (best)" if record["best"] else ""
+        if record.get("epoch_checkpoint"):
+            marker += f"  saved {record['epoch_checkpoint']}"
+        tqdm.write(
+            f"step {record['step']:>6}  epoch {record['epoch']:>7.3f}  {train_part}  "
+            f"val {record['val_loss']:.4f} nats/char ({record['val_bits_per_char']:.3f} bits){marker}",
+            file=sys.stderr,
+        )
+
+    def on_end(self, completed: bool) -> None:
+        if self.bar is not None:
+            if completed:  # a time budget's estimated end was approximate: show where it really ended
+                self.bar.total = self.bar.n
+                self.bar.refresh()
+            self.bar.close()
+
+
+SIDE_BY_SIDE_MIN_COLUMN = 32  # narrower than this per checkpoint, panels are stacked instead
+
+
+def _format_epoch(report: CheckpointReport) -> str:
+    return "n/a" if report.epoch is None else f"{report.epoch:.2f}".rstrip("0").rstrip(".")
+
+
+def _report_rows(report: CheckpointReport) -> dict[str, str]:
+    def number(value: float | None, digits: int = 4) -> str:
+        return "n/a" if value is None else f"{value:.{digits}f}"
+
+    rows = {
+        "run": report.run,
+        "epoch": _format_epoch(report),
+        "steps": f"{report.step:,}" if report.step is not None else "n/a",
+        "nats/char": number(report.nats_per_char),
+        "bits/char": number(report.bits_per_char),
+        "perplexity": number(report.perplexity, 3),
+    }
+    if report.log_prob is not None:
+        rows["beam log-prob"] = f"{report.log_prob:.4f}"
+    if report.error:
+        rows["problem"] = report.error
+    return rows
+
+
+def _labels(reports: list[CheckpointReport]) -> list[str]:
+    """File names, prefixed by the run directory when two checkpoints share a name."""
+    names = [Path(report.checkpoint).name for report in reports]
+    if len(set(names)) == len(names):
+        return names
+    return [f"{report.run}/{name}" for report, name in zip(reports, names, strict=True)]
+
+
+def comparison_renderable(reports: list[CheckpointReport], width: int):
+    """A side-by-side table, or stacked panels when the terminal is too narrow for one."""
+    labels = _labels(reports)
+    if width >= 14 + SIDE_BY_SIDE_MIN_COLUMN * len(reports):
+        table = Table(show_lines=True)
+        table.add_column("", style="bold")
+        for label in labels:
+            table.add_column(Text(label), overflow="fold")
+        all_rows = [_report_rows(report) for report in reports]
+        for key in dict.fromkeys(key for rows in all_rows for key in rows):
+            table.add_row(key, *(Text(rows.get(key, "")) for rows in all_rows))
+        table.add_row("sample", *(Text(report.sample or "") for report in reports))
+        return table
+    panels = []
+    for report, label in zip(reports, labels, strict=True):
+        summary = "  ".join(f"{key} {value}" for key, value in _report_rows(report).items())
+        panels.append(Panel(Group(Text(summary, style="bold"), Text(""), Text(report.sample or "")),
+                            title=Text(label), title_align="left"))
+    return Group(*panels)
+
+
+def ranking_table(ranked: list[tuple[int, int, float]], title: str) -> Table:
+    """Units and their correlation with a text feature, best first."""
+    table = Table(title=title, title_justify="left")
+    for column in ("layer", "unit", "correlation"):
+        table.add_column(column, justify="right")
+    for layer, unit, correlation in ranked:
+        table.add_row(str(layer), str(unit), f"{correlation:+.3f}")
+    return table
+
+
+def coloured_text(text: str, values: list[float], scale: float) -> Text:
+    """The text with each character's background shaded by its value (see :func:`neurons.colour`)."""
+    rendered = Text()
+    for char, value in zip(text, values, strict=True):
+        red, green, blue = colour(value, scale)
+        rendered.append(char, style=f"black on rgb({red},{green},{blue})" if char != "\n" else "")
+    return rendered
