@@ -27,6 +27,7 @@ from charrnn.config import (
     CELL_TYPES,
     CLIP_MODES,
     DEFAULT_EPOCHS,
+    INIT_SCHEMES,
     RNN_ACTIVATIONS,
     ModelConfig,
     SampleConfig,
@@ -174,6 +175,14 @@ def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False) -> tup
                type=click.Choice(CLIP_MODES))
 @config_option("--rnn-activation", ModelConfig, "rnn_activation", "Nonlinearity of --model rnn.",
                type=click.Choice(RNN_ACTIVATIONS))
+@config_option("--forget-bias", ModelConfig, "forget_bias",
+               "LSTM: the effective forget-gate bias (b_ih + b_hh) to start from.", type=float)
+@config_option("--init", ModelConfig, "init", "Weight initialisation (textbook notes §2).",
+               type=click.Choice(INIT_SCHEMES))
+@config_option("--spectral-radius", ModelConfig, "spectral_radius",
+               "--init esn / --model esn: spectral radius of each recurrent block.", type=float)
+@config_option("--recurrent-density", ModelConfig, "recurrent_density",
+               "--init esn / --model esn: fraction of non-zero recurrent weights.", type=float)
 @config_option("--epochs", TrainConfig, "epochs",
                f"Stop after this many passes over the training split ({DEFAULT_EPOCHS:g} if no limit "
                f"is given).",

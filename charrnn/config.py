@@ -12,8 +12,9 @@ from typing import Any, Literal
 
 from charrnn.errors import ConfigError
 
-CellType = Literal["lstm", "gru", "rnn"]
-CELL_TYPES: tuple[str, ...] = ("lstm", "gru", "rnn")
+CellType = Literal["lstm", "gru", "rnn", "esn"]
+CELL_TYPES: tuple[str, ...] = ("lstm", "gru", "rnn", "esn")
+INIT_SCHEMES: tuple[str, ...] = ("pytorch", "textbook", "orthogonal", "esn")
 RNN_ACTIVATIONS: tuple[str, ...] = ("tanh", "relu")
 CLIP_MODES: tuple[str, ...] = ("norm", "value")
 DEFAULT_EPOCHS = 10.0  # how long a run lasts when no stopping criterion is given
@@ -33,12 +34,16 @@ class _DictMixin:
 @dataclass(frozen=True)
 class ModelConfig(_DictMixin):
     vocab_size: int  # number of distinct code points the model reads and predicts
-    cell: CellType = "lstm"  # recurrent cell: lstm, gru or rnn (tanh Elman)
+    cell: CellType = "lstm"  # lstm, gru, rnn (Elman), or esn (frozen random tanh reservoir)
     num_layers: int = 2  # stacked recurrent layers
     hidden_size: int = 256  # units per recurrent layer (H)
     embed_size: int = 64  # size of the character embedding fed to layer 1
     dropout: float = 0.0  # dropout between layers and before the output layer
     rnn_activation: str = "tanh"  # the vanilla RNN's nonlinearity: tanh or relu
+    forget_bias: float = 1.0  # LSTM: effective forget-gate bias b_ih + b_hh at initialisation
+    init: str = "pytorch"  # weight initialisation: pytorch, textbook, orthogonal or esn
+    spectral_radius: float = 2.5  # esn init: largest |eigenvalue| of each recurrent block
+    recurrent_density: float = 1.0  # esn init: fraction of recurrent weights that are non-zero
 
     def __post_init__(self) -> None:
         if self.cell not in CELL_TYPES:
@@ -46,7 +51,15 @@ class ModelConfig(_DictMixin):
         if self.rnn_activation not in RNN_ACTIVATIONS:
             raise ConfigError(f"rnn_activation must be one of {', '.join(RNN_ACTIVATIONS)}")
         if self.rnn_activation != "tanh" and self.cell != "rnn":
-            raise ConfigError("--rnn-activation applies to --model rnn only")
+            raise ConfigError("--rnn-activation applies to --model rnn only (an esn reservoir is tanh)")
+        if self.init not in INIT_SCHEMES:
+            raise ConfigError(f"init must be one of {', '.join(INIT_SCHEMES)}")
+        if not (math.isfinite(self.forget_bias) and math.isfinite(self.spectral_radius)):
+            raise ConfigError("forget-bias and spectral-radius must be finite numbers")
+        if self.spectral_radius <= 0:
+            raise ConfigError("spectral-radius must be positive")
+        if not 0.0 < self.recurrent_density <= 1.0:
+            raise ConfigError("recurrent-density must be in (0, 1]")
         for name in ("vocab_size", "num_layers", "hidden_size", "embed_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")

@@ -22,7 +22,7 @@ from charrnn.errors import CharrnnError
 
 State = tuple[torch.Tensor, ...]
 
-_RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN}
+_RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN, "esn": nn.RNN}
 _VOCAB_ROWS = ("embedding.weight", "head.weight", "head.bias")  # one row per vocabulary symbol
 
 
@@ -33,7 +33,7 @@ class CharRNN(nn.Module):
         super().__init__()
         self.config = config
         self.embedding = nn.Embedding(config.vocab_size, config.embed_size)
-        options = {"nonlinearity": config.rnn_activation} if config.cell == "rnn" else {}
+        options = {"nonlinearity": config.rnn_activation} if config.cell in ("rnn", "esn") else {}
         self.rnn = _RNN_CLASSES[config.cell](
             config.embed_size,
             config.hidden_size,
@@ -44,6 +44,11 @@ class CharRNN(nn.Module):
         )
         self.dropout = nn.Dropout(config.dropout)
         self.head = nn.Linear(config.hidden_size, config.vocab_size)
+        initialise(self)
+        if config.cell == "esn":
+            # An echo-state network trains only its read-out; the reservoir stays as drawn.
+            for param in [*self.embedding.parameters(), *self.rnn.parameters()]:
+                param.requires_grad_(False)
 
     @property
     def state_size(self) -> int:
@@ -102,6 +107,53 @@ class CharRNN(nn.Module):
         return Stepper(self)
 
 
+def spectral_radius(matrix: torch.Tensor) -> float:
+    """Largest absolute eigenvalue of a square matrix."""
+    return float(torch.linalg.eigvals(matrix.detach().double()).abs().max())
+
+
+def _recurrent_blocks(weight: torch.Tensor, hidden_size: int) -> list[torch.Tensor]:
+    """The H×H recurrent matrices stacked in ``weight_hh`` (one per gate), as views."""
+    return list(weight.split(hidden_size, dim=0))
+
+
+@torch.no_grad()
+def initialise(model: CharRNN) -> None:
+    """Apply ``model.config.init`` and the LSTM forget-gate bias (textbook notes §2), in place.
+
+    pytorch: the modules' own defaults. textbook: every weight matrix of the cells
+    and the read-out uniform in ±1/√r, r its number of columns (fan-in).
+    orthogonal: each gate's recurrent H×H block orthogonal. esn: each recurrent
+    block drawn from N(0, 1), kept with probability ``recurrent_density``, then
+    rescaled so its spectral radius is ``spectral_radius`` (--model esn always uses
+    this). The forget-gate bias is the *effective* one: PyTorch adds b_ih and
+    b_hh, so b_ih holds the requested value and b_hh zero.
+    """
+    config = model.config
+    scheme = "esn" if config.cell == "esn" else config.init
+    H = config.hidden_size
+    rnn = model.rnn
+    if scheme == "textbook":
+        cell_weights = [param for name, param in rnn.named_parameters() if name.startswith("weight")]
+        for weight in [*cell_weights, model.head.weight]:
+            bound = weight.shape[1] ** -0.5
+            weight.uniform_(-bound, bound)
+    for k in range(config.num_layers):
+        blocks = _recurrent_blocks(getattr(rnn, f"weight_hh_l{k}"), H)
+        for block in blocks:
+            if scheme == "orthogonal":
+                nn.init.orthogonal_(block)
+            elif scheme == "esn":
+                drawn = torch.randn(H, H)
+                if config.recurrent_density < 1.0:
+                    drawn *= torch.rand(H, H) < config.recurrent_density
+                radius = spectral_radius(drawn)
+                block.copy_(drawn * (config.spectral_radius / radius) if radius > 0 else drawn)
+        if config.cell == "lstm":
+            getattr(rnn, f"bias_ih_l{k}")[H : 2 * H] = config.forget_bias
+            getattr(rnn, f"bias_hh_l{k}")[H : 2 * H] = 0.0
+
+
 def detach_state(state: State) -> State:
     """Cut the graph at a segment boundary so backprop stops there (truncated BPTT)."""
     return tuple(s.detach() for s in state)
@@ -122,7 +174,7 @@ class Stepper:
     """
 
     def __init__(self, model: CharRNN):
-        self.cell = model.config.cell
+        self.cell = "rnn" if model.config.cell == "esn" else model.config.cell
         self.hidden_size = model.config.hidden_size
         self.num_layers = model.config.num_layers
         rnn = model.rnn
