@@ -45,12 +45,14 @@ class ProgressBar(TrainObserver):
     def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
                  corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None, first_step: int) -> None:
         parameters = sum(p.numel() for p in model.parameters())
+        trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        frozen_note = f" ({trained:,} trained, the rest frozen)" if trained != parameters else ""
         rows = {
             "corpus": f"{corpus.path} ({corpus.chars:,} chars, vocabulary {model_config.vocab_size})",
             "split": f"{corpus.split_point:,} train / {corpus.chars - corpus.split_point:,} validation",
             "model": f"{model_config.num_layers}×{model_config.hidden_size} {model_config.cell.upper()}, "
                      f"embedding {model_config.embed_size}, dropout {model_config.dropout:g}",
-            "parameters": f"{parameters:,}",
+            "parameters": f"{parameters:,}{frozen_note}",
             "batches": f"{config.batch_size} streams × {config.seq_len} chars, "
                        f"{steps_per_epoch:,} steps per epoch",
             "optimiser": f"Adam lr {config.learning_rate:g} (warm-up {config.warmup_steps}, cosine to "
