@@ -176,7 +176,8 @@ def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False) -> tup
 @config_option("--rnn-activation", ModelConfig, "rnn_activation", "Nonlinearity of --model rnn.",
                type=click.Choice(RNN_ACTIVATIONS))
 @config_option("--forget-bias", ModelConfig, "forget_bias",
-               "LSTM: the effective forget-gate bias (b_ih + b_hh) to start from.", type=float)
+               "LSTM: start the effective forget-gate bias (b_ih + b_hh) at this value "
+               "[default: PyTorch's small random biases].", type=float)
 @config_option("--init", ModelConfig, "init", "Weight initialisation (textbook notes §2).",
                type=click.Choice(INIT_SCHEMES))
 @config_option("--spectral-radius", ModelConfig, "spectral_radius",

@@ -126,8 +126,8 @@ def initialise(model: CharRNN) -> None:
     orthogonal: each gate's recurrent H×H block orthogonal. esn: each recurrent
     block drawn from N(0, 1), kept with probability ``recurrent_density``, then
     rescaled so its spectral radius is ``spectral_radius`` (--model esn always uses
-    this). The forget-gate bias is the *effective* one: PyTorch adds b_ih and
-    b_hh, so b_ih holds the requested value and b_hh zero.
+    this). A requested forget-gate bias is the *effective* one: PyTorch adds b_ih
+    and b_hh, so b_ih holds the requested value and b_hh zero.
     """
     config = model.config
     scheme = "esn" if config.cell == "esn" else config.init
@@ -149,7 +149,7 @@ def initialise(model: CharRNN) -> None:
                     drawn *= torch.rand(H, H) < config.recurrent_density
                 radius = spectral_radius(drawn)
                 block.copy_(drawn * (config.spectral_radius / radius) if radius > 0 else drawn)
-        if config.cell == "lstm":
+        if config.cell == "lstm" and config.forget_bias is not None:
             getattr(rnn, f"bias_ih_l{k}")[H : 2 * H] = config.forget_bias
             getattr(rnn, f"bias_hh_l{k}")[H : 2 * H] = 0.0
 
