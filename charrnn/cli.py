@@ -175,6 +175,8 @@ def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False) -> tup
                type=click.Choice(CLIP_MODES))
 @config_option("--rnn-activation", ModelConfig, "rnn_activation", "Nonlinearity of --model rnn.",
                type=click.Choice(RNN_ACTIVATIONS))
+@click.option("--layer-norm", "layer_norm", is_flag=True,
+              help="Layer-normalised cells: each gate's pre-activation (and the LSTM cell state).")
 @config_option("--forget-bias", ModelConfig, "forget_bias",
                "LSTM: start the effective forget-gate bias (b_ih + b_hh) at this value "
                "[default: PyTorch's small random biases].", type=float)

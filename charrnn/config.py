@@ -45,6 +45,7 @@ class ModelConfig(_DictMixin):
     init: str = "pytorch"  # weight initialisation: pytorch, textbook, orthogonal or esn
     spectral_radius: float = 2.5  # esn init: largest |eigenvalue| of each recurrent block
     recurrent_density: float = 1.0  # esn init: fraction of recurrent weights that are non-zero
+    layer_norm: bool = False  # layer-normalise each gate's pre-activation (and the LSTM cell state)
 
     def __post_init__(self) -> None:
         if self.cell not in CELL_TYPES:
@@ -53,6 +54,8 @@ class ModelConfig(_DictMixin):
             raise ConfigError(f"rnn_activation must be one of {', '.join(RNN_ACTIVATIONS)}")
         if self.rnn_activation != "tanh" and self.cell != "rnn":
             raise ConfigError("--rnn-activation applies to --model rnn only (an esn reservoir is tanh)")
+        if self.layer_norm and self.cell == "esn":
+            raise ConfigError("--layer-norm does not apply to --model esn (its reservoir is plain tanh)")
         if self.init not in INIT_SCHEMES:
             raise ConfigError(f"init must be one of {', '.join(INIT_SCHEMES)}")
         if not (math.isfinite(self.forget_bias or 0.0) and math.isfinite(self.spectral_radius)):

@@ -19,6 +19,7 @@ from torch import nn
 
 from charrnn.config import ModelConfig
 from charrnn.errors import CharrnnError
+from charrnn.layernorm import LayerNormRNN
 
 State = tuple[torch.Tensor, ...]
 
@@ -33,15 +34,20 @@ class CharRNN(nn.Module):
         super().__init__()
         self.config = config
         self.embedding = nn.Embedding(config.vocab_size, config.embed_size)
-        options = {"nonlinearity": config.rnn_activation} if config.cell in ("rnn", "esn") else {}
-        self.rnn = _RNN_CLASSES[config.cell](
-            config.embed_size,
-            config.hidden_size,
-            num_layers=config.num_layers,
-            dropout=config.dropout if config.num_layers > 1 else 0.0,
-            batch_first=True,
-            **options,
-        )
+        between_layers = config.dropout if config.num_layers > 1 else 0.0
+        if config.layer_norm:
+            self.rnn = LayerNormRNN(config.cell, config.embed_size, config.hidden_size, config.num_layers,
+                                    between_layers, config.rnn_activation)
+        else:
+            options = {"nonlinearity": config.rnn_activation} if config.cell in ("rnn", "esn") else {}
+            self.rnn = _RNN_CLASSES[config.cell](
+                config.embed_size,
+                config.hidden_size,
+                num_layers=config.num_layers,
+                dropout=between_layers,
+                batch_first=True,
+                **options,
+            )
         self.dropout = nn.Dropout(config.dropout)
         self.head = nn.Linear(config.hidden_size, config.vocab_size)
         initialise(self)
@@ -150,8 +156,11 @@ def initialise(model: CharRNN) -> None:
                 radius = spectral_radius(drawn)
                 block.copy_(drawn * (config.spectral_radius / radius) if radius > 0 else drawn)
         if config.cell == "lstm" and config.forget_bias is not None:
-            getattr(rnn, f"bias_ih_l{k}")[H : 2 * H] = config.forget_bias
-            getattr(rnn, f"bias_hh_l{k}")[H : 2 * H] = 0.0
+            if config.layer_norm:  # the layer norm's shift is the gate's only bias
+                getattr(rnn, f"ln_bias_l{k}")[1] = config.forget_bias
+            else:
+                getattr(rnn, f"bias_ih_l{k}")[H : 2 * H] = config.forget_bias
+                getattr(rnn, f"bias_hh_l{k}")[H : 2 * H] = 0.0
 
 
 def detach_state(state: State) -> State:
@@ -178,6 +187,12 @@ class Stepper:
         self.hidden_size = model.config.hidden_size
         self.num_layers = model.config.num_layers
         rnn = model.rnn
+        self.layer_norm_rnn = rnn if model.config.layer_norm else None
+        self.embedding = model.embedding.weight.detach()
+        self.head_weight = model.head.weight.t().contiguous()  # (H, V)
+        self.head_bias = model.head.bias.detach().clone()
+        if self.layer_norm_rnn is not None:
+            return  # its own step function is the sequence path's, one character long
         with torch.no_grad():
             embedding = model.embedding.weight  # (V, E)
             w_ih0 = rnn.weight_ih_l0
@@ -207,8 +222,6 @@ class Stepper:
                     )
                     for k in range(1, self.num_layers)
                 ]
-            self.head_weight = model.head.weight.t().contiguous()  # (H, V)
-            self.head_bias = model.head.bias.detach().clone()
             self.activation = F.relu if rnn.mode == "RNN_RELU" else torch.tanh
 
     @torch.no_grad()
@@ -218,6 +231,11 @@ class Stepper:
         idx: (B,) int64 ids. state: tuple of (num_layers, B, H). Returns logits (B, V)
         for the next character and the new state.
         """
+        if self.layer_norm_rnn is not None:
+            rnn_state = state if self.cell == "lstm" else state[0]
+            top, rnn_state = self.layer_norm_rnn.step(self.embedding[idx], rnn_state)
+            logits = torch.addmm(self.head_bias, top, self.head_weight)
+            return logits, rnn_state if self.cell == "lstm" else (rnn_state,)
         if self.cell == "lstm":
             return self._lstm_step(idx, state)
         if self.cell == "gru":
