@@ -17,7 +17,7 @@ import math
 import random
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,6 @@ class TrainResult:
     elapsed_s: float  # wall time of the loop, evaluations included
     stop_reason: str  # which criterion ended the run
     skipped_steps: int  # steps skipped for non-finite values
-    history: list[dict[str, Any]] = field(default_factory=list)  # every metrics.jsonl record
 
 
 class TrainingInterrupted(Exception):
@@ -312,11 +311,10 @@ class TrainingRun:
 
 
 def _train_loop(run: TrainingRun, config: TrainConfig, val_ids: torch.Tensor, observer: TrainObserver,
-                stop: GracefulStop | None, elapsed_before: float) -> tuple[str, float, list[dict[str, Any]]]:
+                stop: GracefulStop | None, elapsed_before: float) -> tuple[str, float]:
     """Step, evaluate, log and save until a stopping criterion or a signal; return why, and when."""
     out_dir = Path(config.out_dir)
     metrics_path = out_dir / "metrics.jsonl"
-    history: list[dict[str, Any]] = []
     loss_sum, loss_count = 0.0, 0
     window_chars, window_start = 0, time.perf_counter()
     start = time.perf_counter() - elapsed_before
@@ -366,7 +364,6 @@ def _train_loop(run: TrainingRun, config: TrainConfig, val_ids: torch.Tensor, ob
             if epoch_end:
                 record["epoch_checkpoint"] = epoch_checkpoint_name(run.epochs_done, result.nats_per_char)
                 save_checkpoint(out_dir / record["epoch_checkpoint"], run.payload(now - start))
-            history.append(record)
             append_line(metrics_path, json.dumps(record))
             observer.on_eval({**record, "best": improved})
             loss_sum, loss_count = 0.0, 0
@@ -374,7 +371,7 @@ def _train_loop(run: TrainingRun, config: TrainConfig, val_ids: torch.Tensor, ob
 
         if run.step % config.save_every == 0 or reason is not None:
             save_checkpoint(out_dir / "last.pt", run.payload(now - start))
-    return reason, time.perf_counter() - start, history
+    return reason, time.perf_counter() - start
 
 
 def train(
@@ -433,8 +430,8 @@ def train(
                           _planned_steps(config, len(batches)), run.step)
         try:
             # A resumed run continues its clock, so a time budget covers the whole run.
-            reason, elapsed_s, history = _train_loop(run, config, val_ids, observer, stop,
-                                                     resume_from["elapsed_s"] if resume_from else 0.0)
+            reason, elapsed_s = _train_loop(run, config, val_ids, observer, stop,
+                                            resume_from["elapsed_s"] if resume_from else 0.0)
         except BaseException:
             observer.on_end(completed=False)
             raise
@@ -445,7 +442,7 @@ def train(
     return TrainResult(
         out_dir=out_dir, steps=run.step, epoch=run.epoch, best_val_loss=run.best.nats_per_char,
         best=run.best, elapsed_s=elapsed_s, stop_reason=reason,
-        skipped_steps=run.skipped, history=history,
+        skipped_steps=run.skipped,
     )
 
 
