@@ -131,11 +131,15 @@ def _report_rows(report: CheckpointReport) -> dict[str, str]:
 
 
 def _labels(reports: list[CheckpointReport]) -> list[str]:
-    """File names, prefixed by the run directory when two checkpoints share a name."""
-    names = [Path(report.checkpoint).name for report in reports]
-    if len(set(names)) == len(names):
-        return names
-    return [f"{report.run}/{name}" for report, name in zip(reports, names, strict=True)]
+    """The shortest of file name, run/file name and full path that tells the checkpoints apart."""
+    candidates = [
+        [Path(report.checkpoint).name for report in reports],
+        [f"{report.run}/{Path(report.checkpoint).name}" for report in reports],
+    ]
+    for labels in candidates:
+        if len(set(labels)) == len(labels):
+            return labels
+    return [report.checkpoint for report in reports]
 
 
 def comparison_renderable(reports: list[CheckpointReport], width: int):

@@ -115,3 +115,13 @@ def test_cli_table_and_missing_checkpoint(tiny_run, tmp_path, monkeypatch):
     assert shown.exit_code == 0 and "nats/char" in shown.stdout
     missing = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "nope.pt"])
     assert missing.exit_code == 1 and missing.stderr.strip() == "Error: checkpoint nope.pt does not exist"
+
+
+def test_labels_fall_back_to_full_paths(tiny_run, tmp_path):
+    from charrnn.display import _labels
+
+    copy_dir = tmp_path / "elsewhere" / tiny_run.name
+    copy_dir.mkdir(parents=True)
+    (copy_dir / "best.pt").write_bytes((tiny_run / "best.pt").read_bytes())
+    reports, _ = compare_checkpoints([tiny_run / "best.pt", copy_dir / "best.pt"], settings(length=5))
+    assert _labels(reports) == [str(tiny_run / "best.pt"), str(copy_dir / "best.pt")]
