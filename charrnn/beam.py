@@ -19,7 +19,7 @@ import torch
 
 from charrnn.errors import CharrnnError
 from charrnn.model import CharRNN, State
-from charrnn.sample import warm_state
+from charrnn.sample import extend_tail, warm_state
 from charrnn.vocab import Vocab
 
 
@@ -79,9 +79,8 @@ def beam_search(
             for i, (parent, symbol) in enumerate(zip(parents.tolist(), symbols.tolist(), strict=True)):
                 tail = tails[parent]
                 if symbol >= 0:
-                    tail = (tail + vocab.chars[symbol])[-len(stop_at):]
-                    if tail == stop_at:
-                        stopped[i] = True
+                    tail, reached = extend_tail(tail, vocab.chars[symbol], stop_at)
+                    stopped[i] = reached
                 new_tails.append(tail)
             tails = new_tails
     return [

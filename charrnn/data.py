@@ -171,10 +171,6 @@ class StreamBatches:
         """Steps per epoch."""
         return -(-self.stream_len // self.seq_len)
 
-    @property
-    def chars_per_epoch(self) -> int:
-        return self.batch_size * self.stream_len
-
     def __getitem__(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Inputs and targets of step ``step`` within the epoch: two ``(B, T') int64``."""
         if not 0 <= step < len(self):

@@ -14,7 +14,7 @@ import torch
 from charrnn.config import SampleConfig
 from charrnn.errors import CharrnnError
 from charrnn.model import CharRNN, State
-from charrnn.vocab import Vocab, describe_chars
+from charrnn.vocab import UnknownCharactersError, Vocab, describe_chars
 
 
 def default_warmup(vocab: Vocab) -> str:
@@ -24,12 +24,17 @@ def default_warmup(vocab: Vocab) -> str:
 
 def encode_prime(vocab: Vocab, prime: str) -> torch.Tensor:
     """Ids of the prime; characters outside the vocabulary are named in the error."""
-    unknown = vocab.unknown_chars(prime)
-    if unknown:
-        raise CharrnnError(
-            f"the prime has characters the model never saw: {describe_chars(unknown)}"
-        )
-    return vocab.encode(prime).long()
+    try:
+        return vocab.encode(prime).long()
+    except UnknownCharactersError as exc:
+        unknown = describe_chars(exc.unknown)
+        raise CharrnnError(f"the prime has characters the model never saw: {unknown}") from None
+
+
+def extend_tail(tail: str, char: str, stop_at: str) -> tuple[str, bool]:
+    """Keep the last ``len(stop_at)`` generated characters; say whether they are the stop string."""
+    tail = (tail + char)[-len(stop_at):]
+    return tail, tail == stop_at
 
 
 def filter_logits(
@@ -123,8 +128,7 @@ def _steps(
         if stop_at:
             for row, char in enumerate(step):
                 if char:
-                    tails[row] = (tails[row] + char)[-len(stop_at):]
-                    finished[row] = tails[row] == stop_at
+                    tails[row], finished[row] = extend_tail(tails[row], char, stop_at)
             if all(finished):
                 return
 
