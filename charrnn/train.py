@@ -249,8 +249,9 @@ class TrainingRun:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
         if self.config.clip_mode == "value" and self.config.clip > 0:
             torch.nn.utils.clip_grad_value_(self.params, self.config.clip)
-        loss_value = loss.item()
-        if math.isfinite(loss_value) and bool(torch.isfinite(grad_norm)):
+        # One host transfer for both numbers: each sync stalls an accelerator's queue.
+        loss_value, norm_value = torch.stack([loss.detach(), grad_norm.to(loss.dtype)]).tolist()
+        if math.isfinite(loss_value) and math.isfinite(norm_value):
             self.optimizer.step()
             self.bad_streak = 0
         else:
