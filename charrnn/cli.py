@@ -33,7 +33,8 @@ from charrnn.config import (
     SampleConfig,
     TrainConfig,
 )
-from charrnn.data import checkpoint_validation_text, corpus_name, encode_corpus, read_corpus
+from charrnn.corpus_cache import cached_ids, scan_corpus
+from charrnn.data import checkpoint_validation_ids, corpus_name, encode_corpus, read_corpus
 from charrnn.datasets import DATASETS, DEFAULT_DATASET, get_dataset
 from charrnn.display import ProgressBar, coloured_text, comparison_renderable, key_value_table, ranking_table
 from charrnn.errors import CharrnnError
@@ -472,19 +473,18 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
     """
     loaded = load_model(checkpoint, resolve_device(device))
     if text_file is None:
-        text = checkpoint_validation_text(loaded.payload["corpus"])
+        ids = checkpoint_validation_ids(loaded.payload["corpus"], loaded.vocab)
         source = f"validation split of {loaded.payload['corpus']['path']}"
     else:
-        text = read_corpus(text_file)
+        scan = scan_corpus(text_file)
+        unknown = scan.unknown(loaded.vocab)
+        if unknown and not skip_unknown:
+            raise CharrnnError(f"{UnknownCharactersError(unknown)} (use --skip-unknown to score the rest)")
+        if unknown:
+            message(f"skipped {sum(unknown.values()):,} character(s) outside the vocabulary: "
+                    f"{describe_chars(unknown)}")
+        ids = cached_ids(scan, loaded.vocab, skip_unknown=True)
         source = str(text_file)
-    try:
-        ids = loaded.vocab.encode(text, skip_unknown=skip_unknown)
-    except UnknownCharactersError as exc:
-        raise CharrnnError(f"{exc} (use --skip-unknown to score the rest)") from None
-    skipped = len(text) - len(ids)
-    if skipped:
-        message(f"skipped {skipped:,} character(s) outside the vocabulary: "
-                  f"{describe_chars(loaded.vocab.unknown_chars(text))}")
     started = time.perf_counter()
     result: EvalResult = evaluate(loaded.model, ids)
     seconds = time.perf_counter() - started

@@ -18,7 +18,7 @@ from typing import Any
 from charrnn.beam import beam_search
 from charrnn.checkpoint import LoadedModel, load_model
 from charrnn.config import SampleConfig
-from charrnn.data import checkpoint_validation_text
+from charrnn.data import checkpoint_validation_ids
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import evaluate
 from charrnn.sample import collect_samples, generate
@@ -54,10 +54,11 @@ class CheckpointReport:
 
 
 def _score(loaded: LoadedModel, settings: CompareSettings) -> dict[str, Any]:
-    text = settings.text
-    if text is None:
-        text = checkpoint_validation_text(loaded.payload["corpus"])
-    result = evaluate(loaded.model, loaded.vocab.encode(text))
+    if settings.text is None:
+        ids = checkpoint_validation_ids(loaded.payload["corpus"], loaded.vocab)
+    else:
+        ids = loaded.vocab.encode(settings.text)
+    result = evaluate(loaded.model, ids)
     return result.to_dict()
 
 

@@ -8,13 +8,13 @@ numbers on the same text.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from charrnn.corpus_cache import cached_ids, corpus_files, not_utf8_error, scan_corpus
 from charrnn.errors import CharrnnError
 from charrnn.vocab import Vocab
 
@@ -24,21 +24,14 @@ def corpus_name(path: Path) -> str:
     return path.name if path.is_dir() else path.stem
 
 
-def _corpus_files(path: Path) -> list[Path]:
-    if path.is_dir():
-        files = sorted(p for p in path.glob("*.txt") if p.is_file())
-        if not files:
-            raise CharrnnError(f"corpus directory {path} holds no *.txt files")
-        return files
-    if not path.exists():
-        raise CharrnnError(f"corpus {path} does not exist")
-    return [path]
-
-
 def read_corpus(path: Path) -> str:
-    """Read a corpus file, or the sorted ``*.txt`` files of a directory, as one string."""
+    """Read a corpus file, or the sorted ``*.txt`` files of a directory, as one string.
+
+    For short texts (primes, texts to inspect); corpora go through :func:`encode_corpus`,
+    which never holds the whole text in memory.
+    """
     parts = []
-    for file in _corpus_files(path):
+    for file in corpus_files(path):
         try:
             raw = file.read_bytes()
         except OSError as exc:
@@ -46,10 +39,7 @@ def read_corpus(path: Path) -> str:
         try:
             parts.append(raw.decode("utf-8"))
         except UnicodeDecodeError as exc:
-            raise CharrnnError(
-                f"corpus {file} is not UTF-8 text (invalid byte 0x{raw[exc.start]:02x} "
-                f"at offset {exc.start})"
-            ) from None
+            raise not_utf8_error(file, raw[exc.start], exc.start) from None
     text = "".join(parts)
     if not text:
         raise CharrnnError(f"corpus {path} is empty")
@@ -88,50 +78,47 @@ class CorpusInfo:
         return dict(self.__dict__)
 
 
-def text_sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 @dataclass(frozen=True)
 class EncodedCorpus:
     vocab: Vocab  # the sorted code points of the whole corpus
-    ids: torch.Tensor  # (N,) ids of the whole corpus, in vocab.id_dtype
+    ids: torch.Tensor  # (N,) ids of the whole corpus, in vocab.id_dtype, memory-mapped from the cache
     info: CorpusInfo  # where it came from and how it is split
 
 
 def encode_corpus(
     path: Path, name: str, val_frac: float, vocab: Vocab | None = None, extend_vocab: bool = False
 ) -> EncodedCorpus:
-    """Read a corpus and encode it, recording the split.
+    """Encode a corpus (through the id cache, see :mod:`charrnn.corpus_cache`), recording the split.
 
     The vocabulary is the corpus's own unless one is given (fine-tuning). With a
     given vocabulary, a character outside it is an error that names it, unless
     ``extend_vocab``, which appends such characters (existing ids never move).
     """
-    text = read_corpus(path)
+    scan = scan_corpus(path)
     if vocab is None:
-        vocab = Vocab.from_text(text)
+        vocab = scan.vocab()
     elif extend_vocab:
-        vocab = vocab.extended(text)
-    info = CorpusInfo(str(path.resolve()), name, len(text), text_sha256(text), val_frac,
-                      split_point(len(text), val_frac))
-    return EncodedCorpus(vocab, vocab.encode(text), info)
+        vocab = vocab.extended(scan.vocab().chars)
+    ids = cached_ids(scan, vocab)
+    info = CorpusInfo(str(path.resolve()), name, scan.chars, scan.sha256, val_frac,
+                      split_point(scan.chars, val_frac))
+    return EncodedCorpus(vocab, ids, info)
 
 
-def checkpoint_validation_text(corpus: dict[str, Any]) -> str:
-    """Re-read the validation split a checkpoint was trained with, checking the corpus is unchanged."""
+def checkpoint_validation_ids(corpus: dict[str, Any], vocab: Vocab) -> torch.Tensor:
+    """The validation split a checkpoint was trained with, as ids, checking the corpus is unchanged."""
     path = Path(corpus["path"])
     if not path.exists():
         raise CharrnnError(
             f"the training corpus {path} is gone; pass a TEXT_FILE to score instead"
         )
-    text = read_corpus(path)
-    if text_sha256(text) != corpus["sha256"]:
+    scan = scan_corpus(path)
+    if scan.sha256 != corpus["sha256"]:
         raise CharrnnError(
             f"the training corpus {path} has changed since training, so its validation split "
             f"is unknown; pass a TEXT_FILE to score instead"
         )
-    return text[corpus["split_point"]:]
+    return cached_ids(scan, vocab)[corpus["split_point"]:]
 
 
 class StreamBatches:

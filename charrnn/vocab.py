@@ -4,12 +4,13 @@ A symbol is one code point, never a byte, so "é", "語" and "🙂" are one symb
 each. A vocabulary built from a text orders its ids by code point, a pure
 function of the set of characters. One extended for fine-tuning keeps every
 existing id and appends the new characters, so ids are not always sorted;
-encoding runs vectorised either way (``torch.searchsorted`` over the sorted code
-points, then a lookup of their ids) instead of a Python loop per character.
+encoding runs vectorised either way, one lookup per character in a table indexed
+by code point, instead of a Python loop per character.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -19,11 +20,19 @@ from charrnn.errors import CharrnnError
 
 
 def code_points(text: str) -> torch.Tensor:
-    """Return the code points of ``text`` as a ``(len(text),) int64`` tensor."""
+    """Return the code points of ``text`` as a ``(len(text),) int32`` tensor."""
     if not text:
-        return torch.empty(0, dtype=torch.int64)
-    raw = bytearray(text.encode("utf-32-le"))
-    return torch.frombuffer(raw, dtype=torch.int32).to(torch.int64)
+        return torch.empty(0, dtype=torch.int32)
+    return torch.frombuffer(bytearray(text.encode("utf-32-le")), dtype=torch.int32)
+
+
+def id_dtype(vocab_size: int) -> torch.dtype:
+    """The smallest integer dtype that holds ids ``0 .. vocab_size - 1``: uint8, uint16 or uint32."""
+    if vocab_size <= 1 << 8:
+        return torch.uint8
+    if vocab_size <= 1 << 16:
+        return torch.uint16
+    return torch.uint32
 
 
 def describe_chars(chars: dict[str, int], limit: int = 10) -> str:
@@ -52,8 +61,7 @@ class Vocab:
 
     chars: tuple[str, ...]
     _index: dict[str, int] = field(init=False, repr=False, compare=False)
-    _sorted_points: torch.Tensor = field(init=False, repr=False, compare=False)
-    _sorted_ids: torch.Tensor = field(init=False, repr=False, compare=False)
+    _table: torch.Tensor = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.chars:
@@ -63,9 +71,11 @@ class Vocab:
         if len(set(self.chars)) != len(self.chars):
             raise CharrnnError("vocabulary entries must be unique")
         object.__setattr__(self, "_index", {c: i for i, c in enumerate(self.chars)})
-        sorted_points, sorted_ids = torch.sort(code_points("".join(self.chars)))
-        object.__setattr__(self, "_sorted_points", sorted_points)
-        object.__setattr__(self, "_sorted_ids", sorted_ids)
+        # id of each code point up to the largest in the vocabulary, -1 where there is none
+        points = code_points("".join(self.chars))
+        table = torch.full((int(points.max()) + 1,), -1, dtype=torch.int32)
+        table[points.long()] = torch.arange(len(self.chars), dtype=torch.int32)
+        object.__setattr__(self, "_table", table)
 
     @classmethod
     def from_text(cls, text: str) -> Vocab:
@@ -85,7 +95,19 @@ class Vocab:
     @property
     def id_dtype(self) -> torch.dtype:
         """The smallest integer dtype that holds every id (saves memory on big corpora)."""
-        return torch.uint8 if len(self) <= 256 else torch.int32
+        return id_dtype(len(self))
+
+    def digest(self) -> str:
+        """SHA-256 of the characters in id order: equal digests, equal vocabularies."""
+        return hashlib.sha256("".join(self.chars).encode("utf-8")).hexdigest()
+
+    def lookup(self, points: torch.Tensor) -> torch.Tensor:
+        """Ids of code points ``(N,)`` (any integer dtype) as ``(N,) int32``, -1 for characters not here."""
+        points = points.to(torch.int32)
+        beyond = points >= len(self._table)
+        if bool(beyond.any()):
+            return self._table.index_select(0, points.masked_fill(beyond, 0)).masked_fill_(beyond, -1)
+        return self._table.index_select(0, points)
 
     def unknown_chars(self, text: str) -> dict[str, int]:
         """Characters of ``text`` outside the vocabulary, with their counts."""
@@ -101,14 +123,13 @@ class Vocab:
         Raises :class:`UnknownCharactersError` naming any character not in the
         vocabulary, unless ``skip_unknown``, which drops them instead.
         """
-        points = code_points(text)
-        positions = torch.searchsorted(self._sorted_points, points).clamp_(max=len(self) - 1)
-        found = self._sorted_points[positions] == points
+        ids = self.lookup(code_points(text))
+        found = ids >= 0
         if not bool(found.all()):
             if not skip_unknown:
                 raise UnknownCharactersError(self.unknown_chars(text))
-            positions = positions[found]
-        return self._sorted_ids[positions].to(self.id_dtype)
+            ids = ids[found]
+        return ids.to(self.id_dtype)
 
     def decode(self, ids) -> str:
         """Map an iterable of ids (ints or a 1-D tensor) back to text."""

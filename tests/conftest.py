@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from charrnn.config import ModelConfig, TrainConfig
+from charrnn.corpus_cache import CACHE_DIR_ENV
 from charrnn.data import encode_corpus
 from charrnn.datasets import MIRROR_ENV
 from charrnn.train import train
@@ -28,6 +29,14 @@ SMALL_TEXT = "".join(
 # OpenMP threads spin badly when another process (a second test run, a training
 # job) holds the other core.
 torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def corpus_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Encoded corpora go to a temporary cache, never the user's; subprocesses inherit it."""
+    path = tmp_path_factory.mktemp("corpus_cache")
+    os.environ[CACHE_DIR_ENV] = str(path)
+    return path
 
 
 @pytest.fixture

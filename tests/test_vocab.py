@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from charrnn.vocab import UnknownCharactersError, Vocab, code_points
+from charrnn.vocab import UnknownCharactersError, Vocab, code_points, id_dtype
 
 
 def test_round_trip_with_non_ascii():
@@ -23,12 +23,25 @@ def test_emoji_and_cjk_are_one_symbol_each():
     assert len(vocab) == 2
 
 
-def test_smallest_id_dtype():
-    assert Vocab.from_text("abc").id_dtype == torch.uint8
-    wide = Vocab.from_text("".join(chr(0x4E00 + i) for i in range(300)))
-    assert wide.id_dtype == torch.int32
+@pytest.mark.parametrize("size, dtype", [(1, torch.uint8), (256, torch.uint8), (257, torch.uint16),
+                                         (65_536, torch.uint16), (65_537, torch.uint32)])
+def test_smallest_id_dtype(size: int, dtype: torch.dtype):
+    assert id_dtype(size) == dtype
+
+
+def test_wide_vocabulary_round_trips_in_uint16():
+    wide = Vocab.from_text("".join(chr(0x4E00 + i) for i in range(300)) + "🙂")
+    assert wide.id_dtype == torch.uint16
     text = "".join(wide.chars[::-1])
-    assert wide.decode(wide.encode(text)) == text
+    ids = wide.encode(text)
+    assert ids.dtype == torch.uint16
+    assert wide.decode(ids) == text
+
+
+def test_lookup_marks_characters_beyond_the_table():
+    vocab = Vocab.from_text("ab")
+    points = torch.tensor([ord("a"), ord("z"), 0x1F642, ord("b")], dtype=torch.int32)
+    assert vocab.lookup(points).tolist() == [0, -1, -1, 1]
 
 
 def test_unknown_characters_are_named_with_counts():
