@@ -28,6 +28,7 @@ from charrnn.config import (
     CLIP_MODES,
     DEFAULT_EPOCHS,
     INIT_SCHEMES,
+    PRECISIONS,
     RNN_ACTIVATIONS,
     ModelConfig,
     SampleConfig,
@@ -218,7 +219,11 @@ def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False) -> tup
               help="Fine-tune: start from this checkpoint's weights (fresh optimiser) on CORPUS.")
 @click.option("--extend-vocab", is_flag=True,
               help="With --init-from: add the corpus's new characters to the vocabulary.")
-@click.option("--device", type=DEVICE_CHOICES, default="auto", show_default=True)
+@click.option("--device", type=DEVICE_CHOICES, default="auto", show_default=True,
+              help="auto picks cuda when a GPU is present, else cpu.")
+@config_option("--precision", TrainConfig, "precision",
+               "bf16: bfloat16 autocast of the forward pass (CUDA only); weights stay float32.",
+               type=click.Choice(PRECISIONS))
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None,
               help="Dataset cache for the built-in corpus (default: $CHARRNN_DATA_DIR or ./data).")
 @click.pass_context

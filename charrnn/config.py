@@ -17,6 +17,7 @@ CELL_TYPES: tuple[str, ...] = ("lstm", "gru", "rnn", "esn")
 INIT_SCHEMES: tuple[str, ...] = ("pytorch", "textbook", "orthogonal", "esn")
 RNN_ACTIVATIONS: tuple[str, ...] = ("tanh", "relu")
 CLIP_MODES: tuple[str, ...] = ("norm", "value")
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
 DEFAULT_EPOCHS = 10.0  # how long a run lasts when no stopping criterion is given
 MAX_LEARNING_RATE = 1e3  # far above any useful rate; larger ones overflow float32 updates
 
@@ -92,6 +93,7 @@ class TrainConfig(_DictMixin):
     save_every: int = 1000  # steps between writes of last.pt
     seed: int = 1337  # seeds torch and Python's RNG for initialisation and dropout
     device: str = "cpu"  # torch device the run uses (resolved, never "auto")
+    precision: str = "fp32"  # fp32, or bf16: bfloat16 autocast of the forward pass (CUDA only)
     init_from: str | None = None  # checkpoint whose weights this run started from (fine-tuning)
 
     def __post_init__(self) -> None:
@@ -115,6 +117,11 @@ class TrainConfig(_DictMixin):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ConfigError(f"{name} must be positive")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}")
+        if self.precision == "bf16" and not self.device.startswith("cuda"):
+            # oneDNN, behind the CPU LSTM/GRU kernels, has no bfloat16 recurrent primitive on most CPUs.
+            raise ConfigError("--precision bf16 needs a CUDA device; on the CPU, train in fp32")
         if any(epoch < 1 for epoch in self.save_epochs):
             raise ConfigError("save-epochs must list whole epochs of 1 or more")
         self.save_epochs = sorted(set(self.save_epochs))

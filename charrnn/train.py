@@ -46,6 +46,14 @@ def resolve_device(name: str) -> str:
     return name
 
 
+def autocast(device: torch.device, precision: str):
+    """bfloat16 autocast of the forward pass for ``precision == "bf16"``; a no-op context for fp32.
+
+    Weights, optimiser state and the loss stay float32, so checkpoints are the same either way.
+    """
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
 @dataclass
 class StepReport:
     step: int  # optimiser steps done
@@ -208,7 +216,9 @@ class TrainingRun:
         self.vocab = vocab
         self.corpus = corpus
         self.batches = batches
-        self.device = batches.inputs.device
+        self.device = torch.device(config.device)
+        # Host batches reach a GPU through pinned memory, copied without blocking the host.
+        self.pin_batches = self.device.type == "cuda"
         seed_everything(config.seed)
         self.model = CharRNN(model_config)
         if initial_weights is not None:
@@ -236,12 +246,16 @@ class TrainingRun:
             self.state = self.model.initial_state(self.config.batch_size, self.device)
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
-        inputs, targets = self.batches[self.position]  # (B, T) each
+        inputs, targets = (
+            window.pin_memory().to(self.device, non_blocking=True) if self.pin_batches else window
+            for window in self.batches[self.position]
+        )  # (B, T) each
         self.model.train()
-        logits, state = self.model(inputs, self.state)  # (B, T, V)
+        with autocast(self.device, self.config.precision):
+            logits, state = self.model(inputs, self.state)  # (B, T, V)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
         # Without the detach, the next segment's backward pass would run on into this one.
-        self.state = detach_state(state)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        self.state = detach_state(tuple(s.float() for s in state))
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         # Textbook notes §3: by norm, g ← g·v/‖g‖ when ‖g‖ > v (all parameters jointly);
@@ -347,7 +361,8 @@ def _train_loop(run: TrainingRun, config: TrainConfig, val_ids: torch.Tensor, ob
         epoch_end = run.position == 0 and run.epochs_done in config.save_epochs
         # An interrupted run saves at once: the user is waiting.
         if (run.step % config.eval_every == 0 or reason is not None or epoch_end) and not interrupted:
-            result = evaluate(run.model, val_ids)
+            with autocast(run.device, config.precision):
+                result = evaluate(run.model, val_ids)
             record = {
                 "step": run.step,
                 "epoch": round(run.epoch, 4),
@@ -409,14 +424,14 @@ def train(
             f"the validation split has {len(split.val)} character(s); it needs at least 2 "
             f"(use a longer corpus or a larger --val-frac)"
         )
-    device = torch.device(config.device)
-    batches = StreamBatches(split.train.to(device), config.batch_size, config.seq_len)
+    # The ids stay in host memory (memory-mapped from the corpus cache); each step moves one batch.
+    batches = StreamBatches(split.train, config.batch_size, config.seq_len)
     prepare_out_dir(out_dir, overwrite=overwrite or resume_from is not None)
     with RunLock(out_dir):
         remove_stale_temporaries(out_dir)
         run = TrainingRun(model_config, config, vocab, corpus, batches, initial_weights)
         check_free_space(out_dir, 3 * checkpoint_bytes(run.model))
-        val_ids = split.val.to(device)
+        val_ids = split.val
         if resume_from is None:
             # A fresh directory, or overwrite: an older run's log, best and epoch checkpoints must go.
             (out_dir / "metrics.jsonl").unlink(missing_ok=True)
@@ -449,7 +464,7 @@ def train(
 
 RESUME_MAY_CHANGE = ("epochs", "max_steps", "time_budget", "learning_rate", "min_lr_ratio", "warmup_steps",
                      "clip", "clip_mode", "max_bad_steps", "save_epochs", "eval_every", "save_every",
-                     "device")
+                     "device", "precision")
 
 
 def resume_config(

@@ -194,3 +194,14 @@ def test_value_clipping_bounds_every_gradient_element(repeated_corpus, tmp_path)
         else:
             assert grads.norm() == pytest.approx(1e-3, rel=1e-4)
 
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_cuda_training_with_pinned_batches(repeated_corpus, tmp_path, precision):
+    result = train_tiny(repeated_corpus, tmp_path / "run", max_steps=150, eval_every=50, device="cuda",
+                        precision=precision)
+    assert result.best_val_loss < 0.2
+    # Checkpoints written on the GPU load on the CPU, in float32.
+    loaded = load_model(tmp_path / "run" / "best.pt")
+    assert all(p.device.type == "cpu" and p.dtype == torch.float32 for p in loaded.model.parameters())
