@@ -1,46 +1,59 @@
 """charrnn benchmark harness (not part of CI).
 
-Every figure is a ratio against a reference measured in the same process, so the
-verdicts hold on shared, noisy machines where absolute times vary by tens of
+Every speed target is a ratio against a reference measured in the same run, so
+the verdicts hold on shared, noisy machines where absolute times vary by tens of
 percent. Prints a table (figure, reference, ratio, target, verdict) and writes
 benchmarks/results.json.
 
-    python benchmarks/run.py            # full lengths
+    python benchmarks/run.py            # full sizes, several minutes
     python benchmarks/run.py --quick    # under a minute
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform
+import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import click
 import torch
+import torch.nn.functional as F
 from rich.console import Console
 from rich.table import Table
+from torch import nn
 
 from charrnn.beam import beam_search
-from charrnn.config import ModelConfig, TrainConfig
-from charrnn.data import CorpusInfo, StreamBatches
+from charrnn.config import ModelConfig, SampleConfig, TrainConfig
+from charrnn.corpus_cache import CACHE_DIR_ENV
+from charrnn.data import CorpusInfo, StreamBatches, encode_corpus
+from charrnn.evaluate import evaluate
 from charrnn.model import CharRNN
+from charrnn.sample import generate
 from charrnn.train import TrainingRun
 from charrnn.vocab import Vocab
 
 RESULTS = Path(__file__).with_name("results.json")
+# The size of tiny Shakespeare's vocabulary (65 symbols).
+VOCAB = Vocab.from_text("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz .,;:!?'\n-&$3")
 
 
 @dataclass
 class Result:
     name: str  # what is measured
-    figure: float  # seconds for the thing measured
-    reference: float  # seconds for the reference, same run
+    unit: str  # unit of figure and reference
+    figure: float  # charrnn's number
+    reference: float  # the reference's number, measured in the same run
     ratio: float  # figure / reference
-    target: str  # the pass condition on the ratio
-    passed: bool
+    target: str  # the pass condition, or "reported"
+    passed: bool | None  # None when only reported
 
 
 def best_time(fn: Callable[[], object], repeats: int) -> float:
@@ -54,49 +67,380 @@ def best_time(fn: Callable[[], object], repeats: int) -> float:
     return min(times)
 
 
-def toy_model(hidden: int, layers: int) -> tuple[CharRNN, Vocab]:
+def paired_times(a: Callable[[], object], b: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """Best times of ``a`` and ``b``, run alternately so that a burst of load hits both alike."""
+    a(), b()
+    times_a, times_b = [], []
+    for _ in range(repeats):
+        for fn, times in ((a, times_a), (b, times_b)):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return min(times_a), min(times_b)
+
+
+def toy_model(hidden: int, layers: int) -> CharRNN:
     torch.manual_seed(0)
-    # The size of tiny Shakespeare's vocabulary (65 symbols).
-    vocab = Vocab.from_text("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz .,;:!?'\n-&$3")
-    config = ModelConfig(vocab_size=len(vocab), num_layers=layers, hidden_size=hidden, embed_size=64)
-    return CharRNN(config).eval(), vocab
+    config = ModelConfig(vocab_size=len(VOCAB), num_layers=layers, hidden_size=hidden, embed_size=64)
+    return CharRNN(config).eval()
 
 
-def beam_cost(quick: bool) -> Result:
+def random_ids(n: int, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, len(VOCAB), (n,), generator=generator).to(torch.uint8)
+
+
+def training_run(model_config: ModelConfig, ids: torch.Tensor, batch: int, seq_len: int,
+                 steps: int) -> TrainingRun:
+    corpus = CorpusInfo("random", "random", len(ids), "-", 0.0, len(ids))
+    config = TrainConfig(out_dir=".", batch_size=batch, seq_len=seq_len, max_steps=steps)
+    return TrainingRun(model_config, config, VOCAB, corpus, StreamBatches(ids, batch, seq_len))
+
+
+# ------------------------------------------------------------------ 1. training
+
+
+def minimal_training_loop(ids: torch.Tensor, hidden: int, layers: int, batch: int, seq_len: int
+                          ) -> Callable[[int], None]:
+    """The reference: embedding → nn.LSTM → linear → cross-entropy → backward → clip → Adam, nothing else."""
+    torch.manual_seed(0)
+    embedding = nn.Embedding(len(VOCAB), 64)
+    lstm = nn.LSTM(64, hidden, layers, batch_first=True)
+    head = nn.Linear(hidden, len(VOCAB))
+    params = [*embedding.parameters(), *lstm.parameters(), *head.parameters()]
+    optimizer = torch.optim.Adam(params, lr=1e-3)
+    streams = ids[: batch * (len(ids) // batch)].view(batch, -1).long()
+    state = [torch.zeros(layers, batch, hidden), torch.zeros(layers, batch, hidden)]
+
+    def run(steps: int) -> None:
+        for step in range(steps):
+            start = step * seq_len
+            x, y = streams[:, start : start + seq_len], streams[:, start + 1 : start + seq_len + 1]
+            out, (h, c) = lstm(embedding(x), tuple(state))
+            state[:] = [h.detach(), c.detach()]
+            loss = F.cross_entropy(head(out).reshape(-1, len(VOCAB)), y.reshape(-1))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 5.0)
+            optimizer.step()
+
+    return run
+
+
+def matmul_gflops(repeats: int) -> float:
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    return 2 * 1024**3 / best_time(lambda: torch.mm(a, b), repeats) / 1e9
+
+
+def training_throughput(quick: bool) -> list[Result]:
+    """2×512 LSTM, batch 50, seq-len 100: charrnn's step against the minimal fused loop (≥ 0.9×)."""
+    hidden, layers, batch, seq_len = 512, 2, 50, 100
+    steps = 3 if quick else 12
+    ids = random_ids(batch * seq_len * (steps + 2) + 1)
+    run = training_run(ModelConfig(vocab_size=len(VOCAB), num_layers=layers, hidden_size=hidden), ids, batch,
+                       seq_len, steps)
+    reference = minimal_training_loop(ids, hidden, layers, batch, seq_len)
+
+    def charrnn_steps() -> None:
+        run.position = 0
+        for _ in range(steps):
+            run.advance(1e-3)
+
+    ours, theirs = paired_times(charrnn_steps, lambda: reference(steps), 1 if quick else 3)
+    chars = batch * seq_len * steps
+    ours_cps, theirs_cps = chars / ours, chars / theirs
+    params = sum(p.numel() for p in run.model.parameters())
+    achieved = 6 * params * ours_cps / 1e9
+    peak = matmul_gflops(5 if quick else 20)
+    return [
+        Result("training 2×512, batch 50 × seq-len 100, vs minimal fused loop", "chars/s", ours_cps,
+               theirs_cps, ours_cps / theirs_cps, "≥ 0.90", ours_cps / theirs_cps >= 0.9),
+        Result("training GFLOP/s (6 × params × chars/s) vs 1024² float32 matmul", "GFLOP/s", achieved, peak,
+               achieved / peak, "reported", None),
+    ]
+
+
+# ------------------------------------------------------------------ 2. sampling
+
+
+class HandWrittenLSTM:
+    """The sampling reference: per layer one ``addmm`` on the concatenated ``[x, h]``, then gates."""
+
+    def __init__(self, model: CharRNN):
+        rnn = model.rnn
+        self.layers = model.config.num_layers
+        self.embedding = model.embedding.weight.detach()
+        self.weights = [torch.cat([getattr(rnn, f"weight_ih_l{k}"), getattr(rnn, f"weight_hh_l{k}")], 1)
+                        .detach().t().contiguous() for k in range(self.layers)]
+        self.biases = [(getattr(rnn, f"bias_ih_l{k}") + getattr(rnn, f"bias_hh_l{k}")).detach()
+                       for k in range(self.layers)]
+        self.head_weight = model.head.weight.detach().t().contiguous()
+        self.head_bias = model.head.bias.detach()
+        self.hidden = model.config.hidden_size
+
+    @torch.no_grad()
+    def sample(self, streams: int, length: int, seed: int) -> list[list[int]]:
+        generator = torch.Generator().manual_seed(seed)
+        h = [torch.zeros(streams, self.hidden) for _ in range(self.layers)]
+        c = [torch.zeros(streams, self.hidden) for _ in range(self.layers)]
+        current = torch.zeros(streams, dtype=torch.long)
+        emitted = []
+        for _ in range(length):
+            x = self.embedding[current]
+            for k in range(self.layers):
+                gates = torch.addmm(self.biases[k], torch.cat([x, h[k]], 1), self.weights[k])
+                i, f, g, o = gates.chunk(4, 1)
+                c[k] = torch.sigmoid(f) * c[k] + torch.sigmoid(i) * torch.tanh(g)
+                h[k] = x = torch.sigmoid(o) * torch.tanh(c[k])
+            probs = torch.softmax(torch.addmm(self.head_bias, x, self.head_weight), -1)
+            current = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+            emitted.append(current.tolist())  # emitting a character needs its id on the host
+        return emitted
+
+
+def per_char_nn_lstm(model: CharRNN, length: int) -> None:
+    """What naive samplers do: call the fused module once per character."""
+    with torch.no_grad():
+        state = model.initial_state(1)
+        current = torch.zeros(1, 1, dtype=torch.long)
+        for _ in range(length):
+            logits, state = model(current, state)
+            current = torch.multinomial(torch.softmax(logits[:, -1], -1), 1)
+
+
+def sampling_speed(quick: bool) -> list[Result]:
+    """``charrnn sample`` against the hand-written addmm loop.
+
+    At least 0.8× at 2×512 with one stream; 2×128 and 8 streams are held to the same bar.
+    """
+    length = 300 if quick else 1000
+    repeats = 3 if quick else 5
+    results = []
+    for hidden, streams in ((512, 1), (128, 1), (512, 8)):
+        model = toy_model(hidden, 2)
+        reference = HandWrittenLSTM(model)
+        config = SampleConfig(length=length, num_samples=streams, seed=1)
+        ours, theirs = paired_times(lambda: list(generate(model, VOCAB, config)),  # noqa: B023
+                                    lambda: reference.sample(streams, length, 1), repeats)  # noqa: B023
+        ratio = theirs / ours
+        results.append(Result(f"sampling 2×{hidden}, {streams} stream(s), vs hand-written addmm loop",
+                              "chars/s", length * streams / ours, length * streams / theirs, ratio, "≥ 0.80",
+                              ratio >= 0.8))
+    model = toy_model(512, 2)
+    naive = best_time(lambda: per_char_nn_lstm(model, length // 4), 1)
+    ours = best_time(lambda: list(generate(model, VOCAB, SampleConfig(length=length // 4, seed=1))), 1)
+    results.append(Result("sampling 2×512 vs calling nn.LSTM once per character", "chars/s",
+                          length / 4 / ours, length / 4 / naive, naive / ours, "reported", None))
+    return results
+
+
+# --------------------------------------------------------------- 3. beam search
+
+
+def beam_cost(quick: bool) -> list[Result]:
     """Beam width 8 against width 1 (greedy), same length, 2×512 LSTM: at most 3×."""
-    model, vocab = toy_model(512, 2)
+    model = toy_model(512, 2)
     length = 100 if quick else 500
-    repeats = 2 if quick else 3
-    width1 = best_time(lambda: beam_search(model, vocab, "The ", 1, length), repeats)
-    width8 = best_time(lambda: beam_search(model, vocab, "The ", 8, length), repeats)
+    width1, width8 = paired_times(lambda: beam_search(model, VOCAB, "The ", 1, length),
+                                  lambda: beam_search(model, VOCAB, "The ", 8, length), 2 if quick else 3)
     ratio = width8 / width1
-    return Result(f"beam search width 8 vs 1, 2×512, {length} chars", width8, width1, ratio, "≤ 3.0",
-                  ratio <= 3.0)
+    return [Result(f"beam search width 8 vs width 1, 2×512, {length} chars", "s", width8, width1, ratio,
+                   "≤ 3.0", ratio <= 3.0)]
 
 
-def layer_norm_training_cost(quick: bool) -> Result:
+# ---------------------------------------------------------------- 4. evaluation
+
+
+def fused_forward(model: CharRNN, ids: torch.Tensor, piece: int = 1 << 16) -> None:
+    """The reference: one forward pass of embedding → nn.LSTM → linear over the text, no loss.
+
+    The state is carried across 64 K-character pieces only to bound memory: one
+    call over a megabyte would hold about 15 GB of gate activations.
+    """
+    with torch.no_grad():
+        state = None
+        for start in range(0, len(ids), piece):
+            _, state = model(ids[start : start + piece].long().unsqueeze(0), state)
+
+
+def evaluation_cost(quick: bool) -> list[Result]:
+    """``eval-perplexity``'s scoring over 1 MB at 2×512 against one fused forward pass: at most 2×."""
+    model = toy_model(512, 2)
+    chars = 50_000 if quick else 1_000_000
+    ids = random_ids(chars, seed=1)
+    ours, theirs = paired_times(lambda: evaluate(model, ids), lambda: fused_forward(model, ids), 1)
+    ratio = ours / theirs
+    return [Result(f"eval-perplexity scoring of {chars / 1e6:g} MB, 2×512, vs one fused forward pass", "s",
+                   ours, theirs, ratio, "≤ 2.0", ratio <= 2.0)]
+
+
+# -------------------------------------------------------- 5. corpus preprocessing
+
+
+def write_corpus(path: Path, megabytes: float, non_ascii: bool) -> Path:
+    """A corpus of ``megabytes`` MB: a pseudo-play of shuffled words, with accents and CJK if asked."""
+    generator = torch.Generator().manual_seed(0)
+    words = ["the", "king", "lord", "thou", "art", "my", "good", "what", "shall", "we", "do", "now", "love",
+             "ROMEO:", "JULIET:", "\n", "\n\n", "and", "not", "to", "be"]
+    if non_ascii:
+        words += ["café", "naïve", "語", "🙂", "Ωmega", "straße"]
+    order = torch.randint(0, len(words), (200_000,), generator=generator).tolist()
+    block = " ".join(words[i] for i in order).encode("utf-8")
+    size = int(megabytes * 1e6)
+    with open(path, "wb") as handle:
+        for _ in range(size // len(block)):
+            handle.write(block)
+        handle.write(block[: size % len(block)].decode("utf-8", "ignore").encode("utf-8"))
+    return path
+
+
+@contextmanager
+def fresh_cache() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="charrnn-cache-") as directory:
+        previous = os.environ.get(CACHE_DIR_ENV)
+        os.environ[CACHE_DIR_ENV] = directory
+        try:
+            yield Path(directory)
+        finally:
+            if previous is None:
+                os.environ.pop(CACHE_DIR_ENV)
+            else:
+                os.environ[CACHE_DIR_ENV] = previous
+
+
+def preprocessing_speed(quick: bool, workdir: Path) -> list[Result]:
+    """First-time encoding (scan, encode, write the cache) in MB/s: at least 20 MB/s.
+
+    The reference is the whole-text way: read and decode the file, build the
+    vocabulary from the string and encode it in one piece, all in memory.
+    """
+    results = []
+    for non_ascii in (False, True):
+        megabytes = (10 if quick else 100) / (2 if non_ascii else 1)
+        path = write_corpus(workdir / f"speed-{non_ascii}.txt", megabytes, non_ascii)
+        size = path.stat().st_size / 1e6
+
+        def whole_text(path: Path = path) -> None:
+            text = path.read_bytes().decode("utf-8")
+            Vocab.from_text(text).encode(text)
+
+        reference_seconds = best_time(whole_text, 1)
+        with fresh_cache():
+            start = time.perf_counter()
+            encode_corpus(path, "speed", 0.1)
+            seconds = time.perf_counter() - start
+        kind = "UTF-8 with non-ASCII" if non_ascii else "ASCII"
+        results.append(Result(f"corpus preprocessing, {size:.0f} MB {kind}, cold cache, "
+                              f"vs whole text in memory", "MB/s", size / seconds, size / reference_seconds,
+                              reference_seconds / seconds, "≥ 20 MB/s", size / seconds >= 20))
+    return results
+
+
+# Runs the command line in this process and writes the peak resident set size of
+# this process image (VmHWM) to a file. getrusage's ru_maxrss would not do: it
+# keeps the high-water mark of the parent the child was forked from.
+PEAK_RSS_CHILD = """
+import sys
+from pathlib import Path
+from charrnn.cli import cli
+try:
+    cli.main(sys.argv[2:], prog_name="charrnn")
+finally:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            Path(sys.argv[1]).write_text(line.split()[1])
+"""
+
+
+def train_args(corpus: Path, out: Path) -> list[str]:
+    """A short CPU training run that touches the whole pipeline: encode, train, validate, save."""
+    return ["train", str(corpus), "--out", str(out), "--overwrite", "--max-steps", "20", "--hidden", "64",
+            "--layers", "1", "--val-frac", "0.001", "--device", "cpu"]
+
+
+def peak_rss_of(args: list[str], workdir: Path, preexec: Callable[[], None] | None = None) -> tuple[int, int]:
+    """Run ``charrnn ARGS`` in a fresh process: its exit status, and its peak RSS in bytes (0 if unknown)."""
+    report = workdir / "peak-rss"
+    report.unlink(missing_ok=True)
+    with fresh_cache():
+        status = subprocess.run([sys.executable, "-c", PEAK_RSS_CHILD, str(report), *args],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                preexec_fn=preexec).returncode
+    return status, int(report.read_text()) * 1024 if report.exists() else 0
+
+
+def corpus_memory(quick: bool, workdir: Path) -> list[Result]:
+    """Peak RSS of a training run on a large corpus minus on a 1 MB one: at most 3 bytes per character."""
+    small = write_corpus(workdir / "small.txt", 1, False)
+    big_mb = 20 if quick else 100
+    big = write_corpus(workdir / "big.txt", big_mb, False)
+    small_status, small_rss = peak_rss_of(train_args(small, workdir / "run-small"), workdir)
+    big_status, big_rss = peak_rss_of(train_args(big, workdir / "run-big"), workdir)
+    extra_chars = big.stat().st_size - small.stat().st_size
+    per_char = (big_rss - small_rss) / extra_chars
+    ok = small_status == 0 and big_status == 0
+    return [Result(f"peak RSS of a training run, {big_mb} MB corpus vs 1 MB "
+                   f"(ratio: extra bytes per extra char)", "MiB", big_rss / 2**20, small_rss / 2**20,
+                   per_char, "≤ 3 B/char", ok and per_char <= 3)]
+
+
+def memory_cgroup(limit: int) -> tuple[Path, Callable[[], None]] | None:
+    """A memory cgroup capped at ``limit`` bytes and a function that moves the calling process into it.
+
+    None where cgroups cannot be created (not root, or no writable memory controller).
+    """
+    for root, limit_file in ((Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"),
+                             (Path("/sys/fs/cgroup"), "memory.max")):
+        group = root / f"charrnn-bench-{os.getpid()}"
+        try:
+            group.mkdir()
+            (group / limit_file).write_text(str(limit))
+        except OSError:
+            if group.exists():
+                group.rmdir()
+            continue
+        return group, lambda group=group: (group / "cgroup.procs").write_text(str(os.getpid()))
+    return None
+
+
+def larger_than_memory(quick: bool, workdir: Path) -> list[Result]:
+    """Train on a corpus twice the size of the memory the process may use (a cgroup limit)."""
+    limit = 768 * 2**20
+    cgroup = None if quick else memory_cgroup(limit)
+    if cgroup is None:
+        reason = "skipped in --quick" if quick else "skipped: no writable memory cgroup (needs root)"
+        return [Result(f"corpus larger than the memory limit: {reason}", "-", 0, 0, 0, "reported", None)]
+    group, enter = cgroup
+    corpus = write_corpus(workdir / "huge.txt", 2 * limit / 1e6, False)
+    try:
+        status, rss = peak_rss_of(train_args(corpus, workdir / "run-huge"), workdir, enter)
+    finally:
+        group.rmdir()
+        corpus.unlink()
+    size = 2 * limit / 2**20
+    return [Result(f"training on a {size:,.0f} MiB corpus under a {limit / 2**20:.0f} MiB memory limit "
+                   f"(figure: peak RSS; exit {status})", "MiB", rss / 2**20, limit / 2**20,
+                   rss / limit, "trains", status == 0)]
+
+
+# ------------------------------------------------------------------- reported
+
+
+def layer_norm_training_cost(quick: bool) -> list[Result]:
     """Training step time of the layer-normalised LSTM against the fused nn.LSTM, 2×256, 16×50.
 
     Reported, not judged: the layer-norm cells are Python loops over time, and the
     figure tells users what --layer-norm costs.
     """
-    vocab = toy_model(8, 1)[1]
-    ids = torch.randint(0, len(vocab), (200_000,), generator=torch.Generator().manual_seed(0)).to(torch.uint8)
-    corpus = CorpusInfo("random", "random", len(ids), "-", 0.0, len(ids))
-    batches = StreamBatches(ids, 16, 50)
+    ids = random_ids(200_000)
     steps = 3 if quick else 10
     seconds = {}
     for layer_norm in (False, True):
-        config = TrainConfig(out_dir=".", batch_size=16, seq_len=50, max_steps=steps)
-        run = TrainingRun(ModelConfig(vocab_size=len(vocab), layer_norm=layer_norm), config, vocab, corpus,
-                          batches)
+        run = training_run(ModelConfig(vocab_size=len(VOCAB), layer_norm=layer_norm), ids, 16, 50, steps)
         seconds[layer_norm] = best_time(lambda run=run: [run.advance(1e-3) for _ in range(steps)], 2)
     ratio = seconds[True] / seconds[False]
-    return Result(f"layer-norm LSTM training vs fused, 2×256, {steps} steps of 16×50", seconds[True],
-                  seconds[False], ratio, "reported", True)
-
-
-BENCHMARKS = [beam_cost, layer_norm_training_cost]
+    return [Result(f"layer-norm LSTM training vs fused, 2×256, {steps} steps of 16×50", "s", seconds[True],
+                   seconds[False], ratio, "reported", None)]
 
 
 def machine() -> dict[str, str]:
@@ -107,27 +451,44 @@ def machine() -> dict[str, str]:
             if line.startswith("model name"):
                 model_name = line.split(":", 1)[1].strip()
                 break
-    return {"cpu": model_name, "threads": str(torch.get_num_threads()), "torch": torch.__version__,
-            "python": platform.python_version()}
+    return {"cpu": model_name, "cores": str(os.cpu_count()), "threads": str(torch.get_num_threads()),
+            "torch": torch.__version__, "python": platform.python_version()}
+
+
+def render(results: list[Result], title: str) -> Table:
+    table = Table(title=title)
+    for column in ("benchmark", "unit", "charrnn", "reference", "ratio", "target", "verdict"):
+        table.add_column(column)
+    for r in results:
+        verdict = "measured" if r.passed is None else "[green]pass[/]" if r.passed else "[red]FAIL[/]"
+        table.add_row(r.name, r.unit, f"{r.figure:,.1f}", f"{r.reference:,.1f}", f"{r.ratio:.2f}", r.target,
+                      verdict)
+    return table
 
 
 @click.command()
-@click.option("--quick", is_flag=True, help="Short lengths and fewer repeats: under a minute.")
-def main(quick: bool) -> None:
+@click.option("--quick", is_flag=True, help="Small sizes and fewer repeats: under a minute.")
+@click.option("--only", multiple=True, help="Run only the benchmarks whose function name contains this.")
+def main(quick: bool, only: tuple[str, ...]) -> None:
     """Run every benchmark, print the table and write benchmarks/results.json."""
-    results = [benchmark(quick) for benchmark in BENCHMARKS]
-    table = Table(title="charrnn benchmarks" + (" (quick)" if quick else ""))
-    for column in ("benchmark", "figure (s)", "reference (s)", "ratio", "target", "verdict"):
-        table.add_column(column)
-    for r in results:
-        verdict = "measured" if r.target == "reported" else "[green]pass[/]" if r.passed else "[red]FAIL[/]"
-        table.add_row(r.name, f"{r.figure:.3f}", f"{r.reference:.3f}", f"{r.ratio:.2f}", r.target, verdict)
-    console = Console()
-    console.print(table)
+    console = Console(width=max(Console().width, 150))
+    in_process = [training_throughput, sampling_speed, beam_cost, evaluation_cost, layer_norm_training_cost]
+    on_disk = [preprocessing_speed, corpus_memory, larger_than_memory]
+    results: list[Result] = []
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="charrnn-bench-") as directory:
+        for benchmark in [*in_process, *on_disk]:
+            if only and not any(part in benchmark.__name__ for part in only):
+                continue
+            with console.status(f"{benchmark.__name__}…"):
+                args = (quick, Path(directory)) if benchmark in on_disk else (quick,)
+                results += benchmark(*args)
+    console.print(render(results, "charrnn benchmarks" + (" (quick)" if quick else "")))
     info = machine()
-    console.print(f"{info['cpu']}, {info['threads']} threads, torch {info['torch']}")
+    console.print(f"{info['cpu']}, {info['cores']} cores, {info['threads']} torch threads, "
+                  f"torch {info['torch']}, {time.perf_counter() - started:.0f} s")
     RESULTS.write_text(json.dumps({"quick": quick, "machine": info, "results": [asdict(r) for r in results]},
-                                  indent=2) + "\n")
+                                  indent=2, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":

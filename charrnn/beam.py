@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from charrnn.errors import CharrnnError
-from charrnn.model import CharRNN, State
+from charrnn.model import CharRNN, Layers
 from charrnn.sample import extend_tail, warm_state
 from charrnn.vocab import Vocab
 
@@ -30,9 +30,9 @@ class Beam:
     stopped: bool  # ended by the stop string before reaching the length limit
 
 
-def _reorder(state: State, parents: torch.Tensor) -> State:
-    """Make row i of every state tensor the state of beam ``parents[i]``."""
-    return tuple(s.index_select(1, parents) for s in state)
+def _reorder(layers: Layers, parents: torch.Tensor) -> Layers:
+    """Make row i of every layer's state the state of beam ``parents[i]``."""
+    return [tuple(s.index_select(0, parents) for s in layer) for layer in layers]
 
 
 @torch.no_grad()
@@ -53,6 +53,7 @@ def beam_search(
     device = current.device
     vocab_size = len(vocab)
     stepper = model.stepper()
+    layers = stepper.unstack(state)
     scores = torch.zeros(1, dtype=torch.float64, device=device)  # (n,)
     tokens = torch.empty(1, 0, dtype=torch.long, device=device)  # (n, t); -1 after a stop
     stopped = torch.zeros(1, dtype=torch.bool, device=device)  # (n,)
@@ -60,7 +61,7 @@ def beam_search(
     for _ in range(length):
         if bool(stopped.all()):
             break
-        logits, state = stepper.step(current, state)  # (n, V)
+        logits, layers = stepper.advance(current, layers)  # (n, V)
         candidates = scores.unsqueeze(1) + torch.log_softmax(logits.double(), dim=-1)  # (n, V)
         # A stopped beam offers exactly one candidate: itself, unchanged (column 0 stands in).
         candidates[stopped] = float("-inf")
@@ -71,7 +72,7 @@ def beam_search(
         was_stopped = stopped[parents]
         symbols = symbols.masked_fill(was_stopped, -1)
         tokens = torch.cat([tokens[parents], symbols.unsqueeze(1)], dim=1)
-        state = _reorder(state, parents)
+        layers = _reorder(layers, parents)
         current = symbols.clamp(min=0)
         stopped = was_stopped.clone()
         if stop_at:

@@ -191,9 +191,11 @@ def _encode_to_file(scan: CorpusScan, vocab: Vocab, path: Path, length: int, chu
             os.close(fd)
         out = torch.from_file(tmp_name, shared=True, size=length, dtype=vocab.id_dtype)
         position = 0
+        dropping = length < scan.chars  # characters outside the vocabulary are left out
         for _, points in _chunks(list(scan.files), chunk_bytes):
             ids = vocab.lookup(points)
-            ids = ids[ids >= 0]
+            if dropping:
+                ids = ids[ids >= 0]
             out[position : position + len(ids)] = ids
             position += len(ids)
         del out  # unmaps, so the fsync below covers every id

@@ -22,6 +22,7 @@ from charrnn.errors import CharrnnError
 from charrnn.layernorm import LayerNormRNN
 
 State = tuple[torch.Tensor, ...]
+Layers = list[tuple[torch.Tensor, ...]]  # per layer: (h, c) or (h,), each (B, H)
 
 _RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN, "esn": nn.RNN}
 _VOCAB_ROWS = ("embedding.weight", "head.weight", "head.bias")  # one row per vocabulary symbol
@@ -189,7 +190,7 @@ class Stepper:
         rnn = model.rnn
         self.layer_norm_rnn = rnn if model.config.layer_norm else None
         self.embedding = model.embedding.weight.detach()
-        self.head_weight = model.head.weight.t().contiguous()  # (H, V)
+        self.head_weight = model.head.weight.detach().t().contiguous()  # (H, V)
         self.head_bias = model.head.bias.detach().clone()
         if self.layer_norm_rnn is not None:
             return  # its own step function is the sequence path's, one character long
@@ -224,6 +225,14 @@ class Stepper:
                 ]
             self.activation = F.relu if rnn.mode == "RNN_RELU" else torch.tanh
 
+    def unstack(self, state: State) -> Layers:
+        """``(num_layers, B, H)`` state tensors → one tuple of ``(B, H)`` tensors per layer."""
+        return [tuple(s[k] for s in state) for k in range(self.num_layers)]
+
+    def stack(self, layers: Layers) -> State:
+        """The inverse of :meth:`unstack`."""
+        return tuple(torch.stack(parts) for parts in zip(*layers, strict=True))
+
     @torch.no_grad()
     def step(self, idx: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         """Advance one character.
@@ -231,16 +240,33 @@ class Stepper:
         idx: (B,) int64 ids. state: tuple of (num_layers, B, H). Returns logits (B, V)
         for the next character and the new state.
         """
+        logits, layers = self.advance(idx, self.unstack(state))
+        return logits, self.stack(layers)
+
+    def advance(self, idx: torch.Tensor, layers: Layers) -> tuple[torch.Tensor, Layers]:
+        """:meth:`step` on the per-layer form of the state (see :meth:`unstack`).
+
+        Loops that take many steps keep the state in this form: stacking and
+        slicing it on every character would cost more than the small matrix
+        products of a step. The weights here are detached copies, so no graph is
+        built even outside ``torch.no_grad()``.
+        """
         if self.layer_norm_rnn is not None:
-            rnn_state = state if self.cell == "lstm" else state[0]
-            top, rnn_state = self.layer_norm_rnn.step(self.embedding[idx], rnn_state)
-            logits = torch.addmm(self.head_bias, top, self.head_weight)
-            return logits, rnn_state if self.cell == "lstm" else (rnn_state,)
+            return self._layer_norm_step(idx, layers)
         if self.cell == "lstm":
-            return self._lstm_step(idx, state)
+            return self._lstm_step(idx, layers)
         if self.cell == "gru":
-            return self._gru_step(idx, state)
-        return self._rnn_step(idx, state)
+            return self._gru_step(idx, layers)
+        return self._rnn_step(idx, layers)
+
+    @torch.no_grad()
+    def _layer_norm_step(self, idx: torch.Tensor, layers: Layers) -> tuple[torch.Tensor, Layers]:
+        """The layer-norm cells' own step function (it reads the module's live parameters)."""
+        state = self.stack(layers)
+        rnn_state = state if self.cell == "lstm" else state[0]
+        top, rnn_state = self.layer_norm_rnn.step(self.embedding[idx], rnn_state)
+        logits = torch.addmm(self.head_bias, top, self.head_weight)
+        return logits, self.unstack(rnn_state if self.cell == "lstm" else (rnn_state,))
 
     def _preactivation(
         self, k: int, idx: torch.Tensor, x: torch.Tensor | None, h: torch.Tensor
@@ -254,51 +280,45 @@ class Stepper:
         weight, bias = self.upper[k - 1]
         return torch.addmm(bias, torch.cat([x, h], dim=1), weight)
 
-    def _lstm_step(self, idx: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        h_prev, c_prev = state
+    def _lstm_step(self, idx: torch.Tensor, layers: Layers) -> tuple[torch.Tensor, Layers]:
         H = self.hidden_size
-        hs, cs = [], []
+        new_layers = []
         x = None
-        for k in range(self.num_layers):
-            gates = self._preactivation(k, idx, x, h_prev[k])  # (B, 4H)
-            i = torch.sigmoid(gates[:, :H])
-            f = torch.sigmoid(gates[:, H : 2 * H])
+        for k, (h_prev, c_prev) in enumerate(layers):
+            gates = self._preactivation(k, idx, x, h_prev)  # (B, 4H), gates i, f, g, o
+            # One sigmoid over all four gates (g's is unused) costs less than four small calls.
+            i, f, _, o = torch.sigmoid(gates).chunk(4, dim=1)
             g = torch.tanh(gates[:, 2 * H : 3 * H])
-            o = torch.sigmoid(gates[:, 3 * H :])
-            c = f * c_prev[k] + i * g
+            c = torch.addcmul(f * c_prev, i, g)  # f ⊙ c + i ⊙ g
             x = o * torch.tanh(c)
-            hs.append(x)
-            cs.append(c)
+            new_layers.append((x, c))
         logits = torch.addmm(self.head_bias, x, self.head_weight)
-        return logits, (torch.stack(hs), torch.stack(cs))
+        return logits, new_layers
 
-    def _gru_step(self, idx: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        (h_prev,) = state
+    def _gru_step(self, idx: torch.Tensor, layers: Layers) -> tuple[torch.Tensor, Layers]:
         H = self.hidden_size
-        hs = []
+        new_layers = []
         x = None
-        for k in range(self.num_layers):
+        for k, (h_prev,) in enumerate(layers):
             if k == 0:
                 gi = self.input_table[idx]  # (B, 3H)
             else:
                 weight, bias = self.upper_input[k - 1]
                 gi = torch.addmm(bias, x, weight)
             weight_hh, bias_hh = self.recurrent[k]
-            gh = torch.addmm(bias_hh, h_prev[k], weight_hh)  # (B, 3H)
-            r = torch.sigmoid(gi[:, :H] + gh[:, :H])
-            z = torch.sigmoid(gi[:, H : 2 * H] + gh[:, H : 2 * H])
-            n = torch.tanh(gi[:, 2 * H :] + r * gh[:, 2 * H :])
-            x = n + z * (h_prev[k] - n)  # = (1 - z) ⊙ n + z ⊙ h_prev
-            hs.append(x)
+            gh = torch.addmm(bias_hh, h_prev, weight_hh)  # (B, 3H)
+            r, z = torch.sigmoid(gi[:, : 2 * H] + gh[:, : 2 * H]).chunk(2, dim=1)
+            n = torch.tanh(torch.addcmul(gi[:, 2 * H :], r, gh[:, 2 * H :]))
+            x = torch.addcmul(n, z, h_prev - n)  # = (1 - z) ⊙ n + z ⊙ h_prev
+            new_layers.append((x,))
         logits = torch.addmm(self.head_bias, x, self.head_weight)
-        return logits, (torch.stack(hs),)
+        return logits, new_layers
 
-    def _rnn_step(self, idx: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        (h_prev,) = state
-        hs = []
+    def _rnn_step(self, idx: torch.Tensor, layers: Layers) -> tuple[torch.Tensor, Layers]:
+        new_layers = []
         x = None
-        for k in range(self.num_layers):
-            x = self.activation(self._preactivation(k, idx, x, h_prev[k]))
-            hs.append(x)
+        for k, (h_prev,) in enumerate(layers):
+            x = self.activation(self._preactivation(k, idx, x, h_prev))
+            new_layers.append((x,))
         logits = torch.addmm(self.head_bias, x, self.head_weight)
-        return logits, (torch.stack(hs),)
+        return logits, new_layers

@@ -64,7 +64,9 @@ def choose_next(
     """Pick the next id for each row of logits (B, V); returns (B,) int64."""
     if config.greedy:
         return torch.argmax(logits, dim=-1)
-    logits = filter_logits(logits / config.temperature, config.top_k, config.top_p)
+    if config.temperature != 1.0:
+        logits = logits / config.temperature
+    logits = filter_logits(logits, config.top_k, config.top_p)
     probs = torch.softmax(logits, dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
@@ -110,7 +112,7 @@ def generate(
     return _steps(model, vocab, config, current, state)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def _steps(
     model: CharRNN, vocab: Vocab, config: SampleConfig, current: torch.Tensor, state: State
 ) -> Iterator[list[str]]:
@@ -120,9 +122,10 @@ def _steps(
     stop_at = config.stop_at
     tails = [""] * config.num_samples
     finished = [False] * config.num_samples
+    layers = stepper.unstack(state)
     for _ in range(config.length):
-        logits, state = stepper.step(current, state)  # (B, V)
-        current = choose_next(logits.float(), config, generator)  # (B,)
+        logits, layers = stepper.advance(current, layers)  # (B, V)
+        current = choose_next(logits, config, generator)  # (B,)
         step = ["" if done else chars[i] for i, done in zip(current.tolist(), finished, strict=True)]
         yield step
         if stop_at:
