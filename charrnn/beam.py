@@ -55,27 +55,28 @@ def beam_search(
     stepper = model.stepper()
     layers = stepper.unstack(state)
     scores = torch.zeros(1, dtype=torch.float64, device=device)  # (n,)
-    tokens = torch.empty(1, 0, dtype=torch.long, device=device)  # (n, t); -1 after a stop
     stopped = torch.zeros(1, dtype=torch.bool, device=device)  # (n,)
     tails = [""]  # last len(stop_at) generated characters of each beam
+    # Per step, each surviving beam's parent and symbol (-1 after a stop); the texts are
+    # read back once at the end, so a step costs the same at character 10 and 10,000,
+    # and without a stop string it never waits for the device.
+    history: list[tuple[torch.Tensor, torch.Tensor]] = []
     for _ in range(length):
-        if bool(stopped.all()):
-            break
         logits, layers = stepper.advance(current, layers)  # (n, V)
         candidates = scores.unsqueeze(1) + torch.log_softmax(logits.double(), dim=-1)  # (n, V)
-        # A stopped beam offers exactly one candidate: itself, unchanged (column 0 stands in).
-        candidates[stopped] = float("-inf")
-        candidates[stopped, 0] = scores[stopped]
+        if stop_at:
+            # A stopped beam offers exactly one candidate: itself, unchanged (column 0 stands in).
+            candidates[stopped] = float("-inf")
+            candidates[stopped, 0] = scores[stopped]
         keep = min(width, candidates.numel())
         scores, flat = torch.topk(candidates.view(-1), keep)
         parents, symbols = flat // vocab_size, flat % vocab_size
-        was_stopped = stopped[parents]
-        symbols = symbols.masked_fill(was_stopped, -1)
-        tokens = torch.cat([tokens[parents], symbols.unsqueeze(1)], dim=1)
         layers = _reorder(layers, parents)
-        current = symbols.clamp(min=0)
-        stopped = was_stopped.clone()
+        current = symbols
         if stop_at:
+            stopped = stopped[parents]
+            symbols = symbols.masked_fill(stopped, -1)
+            current = symbols.clamp(min=0)
             new_tails = []
             for i, (parent, symbol) in enumerate(zip(parents.tolist(), symbols.tolist(), strict=True)):
                 tail = tails[parent]
@@ -84,7 +85,26 @@ def beam_search(
                     stopped[i] = reached
                 new_tails.append(tail)
             tails = new_tails
+        history.append((parents, symbols))
+        if stop_at and bool(stopped.all()):
+            break
+    tokens = _backtrack(history, len(scores), device)
+    if not stop_at:
+        stopped = torch.zeros(len(scores), dtype=torch.bool)
     return [
         Beam(text=vocab.decode([t for t in row if t >= 0]), log_prob=float(score), stopped=bool(done))
         for row, score, done in zip(tokens.tolist(), scores.tolist(), stopped.tolist(), strict=True)
     ]
+
+
+def _backtrack(history: list[tuple[torch.Tensor, torch.Tensor]], beams: int, device: torch.device
+               ) -> torch.Tensor:
+    """The symbols of each final beam, ``(beams, steps)``, by following the parents back from the end."""
+    rows = torch.arange(beams, device=device)
+    columns = []
+    for parents, symbols in reversed(history):
+        columns.append(symbols[rows])
+        rows = parents[rows]
+    if not columns:
+        return torch.empty(beams, 0, dtype=torch.long, device=device)
+    return torch.stack(columns[::-1], dim=1)
