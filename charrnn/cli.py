@@ -38,6 +38,7 @@ from charrnn.corpus_cache import cached_ids, scan_corpus
 from charrnn.data import checkpoint_validation_ids, corpus_name, encode_corpus, read_corpus
 from charrnn.datasets import DATASETS, DEFAULT_DATASET, get_dataset
 from charrnn.display import ProgressBar, coloured_text, comparison_renderable, key_value_table, ranking_table
+from charrnn.distributed import ProcessGroup, join_from_environment, leave
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import EvalResult, evaluate
 from charrnn.interrupt import EXIT_CODES, GracefulStop
@@ -78,6 +79,10 @@ def config_option(flag: str, config_class: type, field_name: str, help: str, **k
 def message(text: str) -> None:
     """A status line on stderr, never re-wrapped or read as markup."""
     click.echo(text, err=True)
+
+
+def _silent(text: str) -> None:
+    """What ranks other than 0 do with status lines (see charrnn.distributed)."""
 
 
 class OneLineUsageError(click.ClickException):
@@ -139,11 +144,12 @@ def data_get(name: str, data_dir: Path | None, force: bool) -> None:
     click.echo(str(path))
 
 
-def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False) -> tuple[Path, bool]:
+def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False,
+                   say: Callable[[str], None] = message) -> tuple[Path, bool]:
     with err.status(f"fetching {name}…"):
         path, downloaded = get_dataset(name, data_dir, force)
     verb = "downloaded and verified" if downloaded else "verified cached copy of"
-    message(f"{verb} {name}: {path} ({DATASETS[name].chars:,} characters)")
+    say(f"{verb} {name}: {path} ({DATASETS[name].chars:,} characters)")
     return path, downloaded
 
 
@@ -247,17 +253,24 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
         raise click.UsageError("--init-from starts a new run and --resume continues one: give one of them")
     if extend_vocab and init_from is None:
         raise click.UsageError("--extend-vocab goes with --init-from")
+    # Under torchrun: join the other processes; rank 0 alone prints.
+    group, device = join_from_environment(resolve_device(device))
+    main = group is None or group.is_main
+    say = message if main else _silent
+    if group is not None:
+        say(f"training with {group.world_size} processes (DistributedDataParallel, "
+            f"{'nccl' if device.startswith('cuda') else 'gloo'})")
     if resume_path is not None:
-        start_training = _resume(ctx, resume_path, corpus, out_dir, overwrite, resolve_device(device),
-                                 model_options, options)
+        start_training = _resume(ctx, resume_path, corpus, out_dir, overwrite, device, model_options, options,
+                                 group, say)
     else:
         if corpus is None:
-            corpus, _ = _fetch_dataset(DEFAULT_DATASET, data_dir)
+            corpus, _ = _fetch_dataset(DEFAULT_DATASET, data_dir, say=say)
             name = DEFAULT_DATASET
         else:
             name = corpus_name(corpus)
         config = TrainConfig(out_dir=str(out_dir or Path("checkpoints") / name),
-                             device=resolve_device(device), init_from=init_from and str(init_from), **options)
+                             device=device, init_from=init_from and str(init_from), **options)
         initial_weights = None
         if init_from is None:
             encoded = encode_corpus(corpus, name, config.val_frac)
@@ -273,15 +286,19 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
 
         def start_training(stop: GracefulStop) -> TrainResult:
             return train(model_config, config, encoded.vocab, encoded.ids, encoded.info, ProgressBar(err),
-                         overwrite=overwrite, stop=stop, initial_weights=initial_weights)
+                         overwrite=overwrite, stop=stop, initial_weights=initial_weights, group=group)
 
     try:
         with GracefulStop() as stop:
             result = start_training(stop)
     except TrainingInterrupted as interrupted:
-        message(str(interrupted))
-        message(f"resume with: charrnn train --resume {shlex.quote(str(interrupted.checkpoint))}")
+        say(str(interrupted))
+        say(f"resume with: charrnn train --resume {shlex.quote(str(interrupted.checkpoint))}")
         ctx.exit(EXIT_CODES[interrupted.signal_name])
+    finally:
+        leave(group)
+    if not main:
+        return
 
     out.print(key_value_table("training finished", {
         "stopped": result.stop_reason,
@@ -310,8 +327,8 @@ def _fine_tune_config(ctx: click.Context, source: ModelConfig, model_options: di
 
 
 def _resume(ctx: click.Context, checkpoint: Path, corpus: Path | None, out_dir: Path | None, overwrite: bool,
-            device: str, model_options: dict[str, Any], train_options: dict[str, Any]
-            ) -> Callable[[GracefulStop], TrainResult]:
+            device: str, model_options: dict[str, Any], train_options: dict[str, Any],
+            group: ProcessGroup | None, say: Callable[[str], None]) -> Callable[[GracefulStop], TrainResult]:
     """Check that a run can continue from its checkpoint, with only the options given here changed.
 
     Returns the function that continues it.
@@ -337,10 +354,10 @@ def _resume(ctx: click.Context, checkpoint: Path, corpus: Path | None, out_dir: 
         raise CharrnnError(f"{corpus_path} is not the text this run was trained on; "
                            f"resuming needs the same corpus")
     for change in changes:
-        message(f"resuming with {change}")
-    message(f"resuming {checkpoint} at step {payload['step']:,} (epoch {payload['progress_epochs']:.2f})")
+        say(f"resuming with {change}")
+    say(f"resuming {checkpoint} at step {payload['step']:,} (epoch {payload['progress_epochs']:.2f})")
     return lambda stop: train(model_config, config, Vocab.from_list(payload["vocab"]), encoded.ids,
-                              encoded.info, ProgressBar(err), resume_from=payload, stop=stop)
+                              encoded.info, ProgressBar(err), resume_from=payload, stop=stop, group=group)
 
 
 # -------------------------------------------------------------------------- sample

@@ -12,10 +12,12 @@ The loop reports through a :class:`TrainObserver`; it never prints by itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
 import shutil
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +29,7 @@ import torch.nn.functional as F
 from charrnn.checkpoint import append_line, remove_stale_temporaries, save_checkpoint, write_json
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data import CorpusInfo, Split, StreamBatches, split_ids
+from charrnn.distributed import ProcessGroup
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import EvalResult, evaluate
 from charrnn.interrupt import GracefulStop
@@ -207,10 +210,13 @@ class TrainingRun:
     """The mutable state of one run: model, optimiser, place in the data, best result so far.
 
     ``advance()`` takes one truncated-BPTT step; ``payload()`` is the checkpoint dict.
+    With a process ``group`` this rank trains its own block of the streams through
+    DistributedDataParallel (see :mod:`charrnn.distributed`).
     """
 
     def __init__(self, model_config: ModelConfig, config: TrainConfig, vocab: Vocab, corpus: CorpusInfo,
-                 batches: StreamBatches, initial_weights: dict[str, torch.Tensor] | None = None):
+                 batches: StreamBatches, initial_weights: dict[str, torch.Tensor] | None = None,
+                 group: ProcessGroup | None = None):
         self.model_config = model_config
         self.config = config
         self.vocab = vocab
@@ -224,6 +230,14 @@ class TrainingRun:
         if initial_weights is not None:
             self.model.load_pretrained(initial_weights)
         self.model.to(self.device)
+        self.group = group
+        self.rows = group.rows(config.batch_size) if group else slice(None)  # this rank's streams
+        self.local_batch = config.batch_size // (group.world_size if group else 1)
+        # The module that training steps call; checkpoints and evaluation use self.model itself.
+        self.trained: torch.nn.Module = self.model
+        if group is not None:
+            self.trained = torch.nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate,
                                            weight_decay=config.weight_decay)
@@ -231,7 +245,7 @@ class TrainingRun:
         self.step = 0  # optimiser steps taken (skipped ones included)
         self.epochs_done = 0  # completed passes over the training split
         self.position = 0  # next step within the current epoch
-        self.state = self.model.initial_state(config.batch_size, self.device)
+        self.state = self.model.initial_state(self.local_batch, self.device)
         self.best: EvalResult | None = None
         self.skipped = 0  # steps skipped for a non-finite loss or gradient
         self.bad_streak = 0  # consecutive skipped steps up to now
@@ -243,16 +257,17 @@ class TrainingRun:
     def advance(self, learning_rate: float) -> tuple[float, int]:
         """One step at ``learning_rate``: its training loss (nats/char, maybe non-finite) and characters."""
         if self.position == 0:
-            self.state = self.model.initial_state(self.config.batch_size, self.device)
+            self.state = self.model.initial_state(self.local_batch, self.device)
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         inputs, targets = (
-            window.pin_memory().to(self.device, non_blocking=True) if self.pin_batches else window
+            window[self.rows].pin_memory().to(self.device, non_blocking=True) if self.pin_batches
+            else window[self.rows]
             for window in self.batches[self.position]
-        )  # (B, T) each
+        )  # (B, T) each, B this rank's streams
         self.model.train()
         with autocast(self.device, self.config.precision):
-            logits, state = self.model(inputs, self.state)  # (B, T, V)
+            logits, state = self.trained(inputs, self.state)  # (B, T, V)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
         # Without the detach, the next segment's backward pass would run on into this one.
         self.state = detach_state(tuple(s.float() for s in state))
@@ -265,6 +280,10 @@ class TrainingRun:
             torch.nn.utils.clip_grad_value_(self.params, self.config.clip)
         # One host transfer for both numbers: each sync stalls an accelerator's queue.
         loss_value, norm_value = torch.stack([loss.detach(), grad_norm.to(loss.dtype)]).tolist()
+        if self.group is not None:
+            # The gradients (so their norm) are already averaged; the loss is made global too,
+            # so that every rank takes the same decision to apply or skip this step.
+            loss_value = self.group.reduce([loss_value], self.device)[0] / self.group.world_size
         if math.isfinite(loss_value) and math.isfinite(norm_value):
             self.optimizer.step()
             self.bad_streak = 0
@@ -277,7 +296,7 @@ class TrainingRun:
         if self.position == len(self.batches):
             self.position = 0
             self.epochs_done += 1
-        return loss_value, inputs.numel()
+        return loss_value, inputs.numel() * (self.group.world_size if self.group else 1)
 
     def restore(self, payload: dict[str, Any]) -> None:
         """Continue exactly where ``payload`` (a checkpoint of this run) left off.
@@ -291,7 +310,7 @@ class TrainingRun:
         self.step = payload["step"]
         self.epochs_done = payload["epoch"]
         self.position = payload["epoch_step"]
-        self.state = tuple(s.to(self.device) for s in payload["carried_state"])
+        self.state = tuple(s[:, self.rows].to(self.device) for s in payload["carried_state"])
         self.best = EvalResult(**payload["best"]) if payload.get("best") else None
         self.skipped = payload.get("skipped_steps", 0)
         random.setstate(_python_rng_state(payload["rng"]["python"]))
@@ -299,8 +318,18 @@ class TrainingRun:
         if torch.cuda.is_available() and payload["rng"].get("cuda"):
             torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
 
-    def payload(self, elapsed_s: float) -> dict[str, Any]:
-        """The checkpoint dict: everything :meth:`restore` needs, plus what readers want to know."""
+    def carried_state(self) -> tuple[torch.Tensor, ...]:
+        """The hidden state of all ``batch_size`` streams (a collective: every rank must call it)."""
+        if self.group is None:
+            return self.state
+        return tuple(self.group.gather_rows(s, dim=1) for s in self.state)
+
+    def payload(self, elapsed_s: float, carried_state: tuple[torch.Tensor, ...] | None = None
+                ) -> dict[str, Any]:
+        """The checkpoint dict: everything :meth:`restore` needs, plus what readers want to know.
+
+        ``carried_state`` is :meth:`carried_state`'s result, when the caller gathered it already.
+        """
         return {
             "model_config": self.model_config.to_dict(),
             "train_config": self.config.to_dict(),
@@ -315,7 +344,7 @@ class TrainingRun:
             "best": self.best.to_dict() if self.best else None,
             "skipped_steps": self.skipped,
             "elapsed_s": elapsed_s,
-            "carried_state": list(self.state),
+            "carried_state": list(carried_state if carried_state is not None else self.carried_state()),
             "rng": {
                 "python": _plain_python_rng_state(random.getstate()),
                 "torch": torch.get_rng_state(),
@@ -325,17 +354,36 @@ class TrainingRun:
         }
 
 
+def _agree(run: TrainingRun, stop: GracefulStop | None, elapsed: float) -> tuple[str | None, float]:
+    """The stop signal, if any rank received one, and rank 0's clock: the same on every rank.
+
+    Every decision that depends on them (the learning rate, when to stop, evaluate
+    and save) must be taken identically by all ranks, or their collectives would
+    no longer pair up. Alone, they are this process's own.
+    """
+    signal_name = stop.signal_name if stop is not None else None
+    if run.group is None:
+        return signal_name, elapsed
+    number = signal.Signals[signal_name].value if signal_name else 0
+    number, elapsed = run.group.reduce([number, elapsed if run.group.is_main else 0.0], run.device, op="max")
+    return (signal.Signals(int(number)).name if number else None), elapsed
+
+
 def _train_loop(run: TrainingRun, config: TrainConfig, val_ids: torch.Tensor, observer: TrainObserver,
                 stop: GracefulStop | None, elapsed_before: float) -> tuple[str, float]:
-    """Step, evaluate, log and save until a stopping criterion or a signal; return why, and when."""
+    """Step, evaluate, log and save until a stopping criterion or a signal; return why, and when.
+
+    With a process group, rank 0 alone evaluates and writes; every rank steps.
+    """
     out_dir = Path(config.out_dir)
     metrics_path = out_dir / "metrics.jsonl"
+    main = run.group is None or run.group.is_main
     loss_sum, loss_count = 0.0, 0
     window_chars, window_start = 0, time.perf_counter()
     start = time.perf_counter() - elapsed_before
+    elapsed = elapsed_before
     reason: str | None = None
     while reason is None:
-        elapsed = time.perf_counter() - start
         lr = learning_rate_at(config, run.step, run_progress(config, run.step, run.epoch, elapsed))
         loss, chars = run.advance(lr)
         if run.bad_streak >= config.max_bad_steps:
@@ -349,18 +397,22 @@ def _train_loop(run: TrainingRun, config: TrainConfig, val_ids: torch.Tensor, ob
             loss_count += 1
         window_chars += chars
         now = time.perf_counter()
-        interrupted = stop is not None and stop.signal_name is not None
-        reason = f"interrupted by {stop.signal_name}" if interrupted else stop_reason(
-            config, run.step, run.epoch, now - start)
+        signal_name, elapsed = _agree(run, stop, now - start)
+        reason = f"interrupted by {signal_name}" if signal_name else stop_reason(
+            config, run.step, run.epoch, elapsed)
         observer.on_step(StepReport(
             step=run.step, epoch=run.epoch, loss=loss, learning_rate=lr,
             chars_per_s=window_chars / max(now - window_start, 1e-9),
-            progress=run_progress(config, run.step, run.epoch, now - start), skipped_steps=run.skipped,
+            progress=run_progress(config, run.step, run.epoch, elapsed), skipped_steps=run.skipped,
         ))
 
         epoch_end = run.position == 0 and run.epochs_done in config.save_epochs
         # An interrupted run saves at once: the user is waiting.
-        if (run.step % config.eval_every == 0 or reason is not None or epoch_end) and not interrupted:
+        scheduled = run.step % config.eval_every == 0 or reason is not None or epoch_end
+        evaluating = scheduled and not signal_name
+        saving = run.step % config.save_every == 0 or reason is not None
+        carried = run.carried_state() if evaluating or saving else None
+        if evaluating and main:
             with autocast(run.device, config.precision):
                 result = evaluate(run.model, val_ids)
             record = {
@@ -376,17 +428,17 @@ def _train_loop(run: TrainingRun, config: TrainConfig, val_ids: torch.Tensor, ob
             improved = run.best is None or result.nats_per_char < run.best.nats_per_char
             if improved:
                 run.best = result
-                save_checkpoint(out_dir / "best.pt", run.payload(now - start))
+                save_checkpoint(out_dir / "best.pt", run.payload(elapsed, carried))
             if epoch_end:
                 record["epoch_checkpoint"] = epoch_checkpoint_name(run.epochs_done, result.nats_per_char)
-                save_checkpoint(out_dir / record["epoch_checkpoint"], run.payload(now - start))
+                save_checkpoint(out_dir / record["epoch_checkpoint"], run.payload(elapsed, carried))
             append_line(metrics_path, json.dumps(record))
             observer.on_eval({**record, "best": improved})
+        if evaluating:
             loss_sum, loss_count = 0.0, 0
             window_chars, window_start = 0, time.perf_counter()
-
-        if run.step % config.save_every == 0 or reason is not None:
-            save_checkpoint(out_dir / "last.pt", run.payload(now - start))
+        if saving and main:
+            save_checkpoint(out_dir / "last.pt", run.payload(elapsed, carried))
     return reason, time.perf_counter() - start
 
 
@@ -401,6 +453,7 @@ def train(
     resume_from: dict[str, Any] | None = None,
     stop: GracefulStop | None = None,
     initial_weights: dict[str, torch.Tensor] | None = None,
+    group: ProcessGroup | None = None,
 ) -> TrainResult:
     """Train a new model on ``ids`` (the encoded corpus) and write the run to ``config.out_dir``.
 
@@ -413,10 +466,13 @@ def train(
     error and the checkpoints written so far are left as they were.
     ``initial_weights`` (a checkpoint's ``model_state``) start a fine-tuning run
     from a trained model with a fresh optimiser; see :meth:`CharRNN.load_pretrained`.
+    With a process ``group`` (torchrun), every rank calls this with the same
+    arguments; rank 0 alone touches ``config.out_dir`` and reports to ``observer``.
 
     ids: (N,) integer ids of the whole corpus; from ``corpus.split_point`` on, it is validation.
     """
-    observer = observer or TrainObserver()
+    main = group is None or group.is_main
+    observer = observer if observer is not None and main else TrainObserver()
     out_dir = Path(config.out_dir)
     split: Split = split_ids(ids, corpus.split_point)
     if len(split.val) < 2:
@@ -426,22 +482,25 @@ def train(
         )
     # The ids stay in host memory (memory-mapped from the corpus cache); each step moves one batch.
     batches = StreamBatches(split.train, config.batch_size, config.seq_len)
-    prepare_out_dir(out_dir, overwrite=overwrite or resume_from is not None)
-    with RunLock(out_dir):
-        remove_stale_temporaries(out_dir)
-        run = TrainingRun(model_config, config, vocab, corpus, batches, initial_weights)
-        check_free_space(out_dir, 3 * checkpoint_bytes(run.model))
+    if main:
+        prepare_out_dir(out_dir, overwrite=overwrite or resume_from is not None)
+    with RunLock(out_dir) if main else contextlib.nullcontext():
+        run = TrainingRun(model_config, config, vocab, corpus, batches, initial_weights, group)
         val_ids = split.val
-        if resume_from is None:
-            # A fresh directory, or overwrite: an older run's log, best and epoch checkpoints must go.
-            (out_dir / "metrics.jsonl").unlink(missing_ok=True)
-            for stale in [out_dir / "best.pt", *out_dir.glob(EPOCH_CHECKPOINT_GLOB)]:
-                stale.unlink(missing_ok=True)
-        else:
+        if resume_from is not None:
             run.restore(resume_from)
-        write_json(out_dir / "config.json", {
-            "model": model_config.to_dict(), "train": config.to_dict(), "corpus": corpus.to_dict(),
-        })
+        if main:
+            remove_stale_temporaries(out_dir)
+            check_free_space(out_dir, 3 * checkpoint_bytes(run.model))
+            if resume_from is None:
+                # A fresh directory, or overwrite: an older run's log, best and epoch checkpoints must go.
+                (out_dir / "metrics.jsonl").unlink(missing_ok=True)
+                for stale in [out_dir / "best.pt", *out_dir.glob(EPOCH_CHECKPOINT_GLOB)]:
+                    stale.unlink(missing_ok=True)
+            write_json(out_dir / "config.json", {
+                "model": model_config.to_dict(), "train": config.to_dict(), "corpus": corpus.to_dict(),
+                "world_size": group.world_size if group else 1,
+            })
         observer.on_start(run.model, model_config, config, corpus, len(batches),
                           _planned_steps(config, len(batches)), run.step)
         try:
@@ -453,7 +512,9 @@ def train(
             raise
         observer.on_end(completed=not reason.startswith("interrupted"))
     if reason.startswith("interrupted"):
-        raise TrainingInterrupted(stop.signal_name, out_dir / "last.pt", run.step)
+        raise TrainingInterrupted(reason.removeprefix("interrupted by "), out_dir / "last.pt", run.step)
+    if group is not None:
+        run.best = group.from_main(run.best)
     assert run.best is not None  # a run that was not interrupted ends with an evaluation
     return TrainResult(
         out_dir=out_dir, steps=run.step, epoch=run.epoch, best_val_loss=run.best.nats_per_char,

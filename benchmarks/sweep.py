@@ -1,0 +1,175 @@
+"""Hyperparameter sweep on tiny Shakespeare under a fixed wall-clock budget (issue: best model per minute).
+
+Each point is a real ``charrnn train --time-budget S`` run with some options
+changed from the defaults, scored afterwards by ``charrnn eval-perplexity`` on
+its best checkpoint (the validation split is nanoGPT's; nothing is tuned on it
+beyond choosing among these points). Points cost minutes, so the sweep runs in
+stages and is resumable: a point whose result is already recorded is skipped.
+
+    python benchmarks/sweep.py --stage s100        # the 100-second points
+    python benchmarks/sweep.py --stage s600        # the 600-second points
+    python benchmarks/sweep.py --list              # stages and points, without running
+    python benchmarks/sweep.py --report            # table and plot from what has run
+
+Results: benchmarks/sweep/results.jsonl (one line per point), table.md and
+curves.png (validation loss against wall seconds, from each run's metrics.jsonl).
+Run nothing else on the machine meanwhile: these are wall-clock budgets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import click
+
+HERE = Path(__file__).resolve().parent
+RESULTS_DIR = HERE / "sweep"
+RESULTS = RESULTS_DIR / "results.jsonl"
+RUNS = HERE.parent / "runs" / "sweep"  # checkpoints; git-ignored
+
+
+@dataclass(frozen=True)
+class Point:
+    name: str  # unique label, also the run directory's name
+    budget: int  # --time-budget in seconds
+    options: tuple[str, ...] = field(default_factory=tuple)  # train options that differ from the defaults
+
+
+def points(budget: int, variants: dict[str, tuple[str, ...]]) -> list[Point]:
+    return [Point(f"s{budget}-{name}", budget, options) for name, options in variants.items()]
+
+
+STAGES: dict[str, list[Point]] = {
+    "s100": points(100, {
+        "defaults": (),
+        "lr6e-3": ("--lr", "6e-3"),
+        "lr1e-2": ("--lr", "1e-2"),
+        "h192": ("--hidden", "192"),
+        "h320-lr5e-3": ("--hidden", "320", "--lr", "5e-3"),
+        "l3": ("--layers", "3"),
+        "l1-h384": ("--layers", "1", "--hidden", "384"),
+        "gru": ("--model", "gru"),
+        "b12-t64": ("--batch-size", "12", "--seq-len", "64"),
+        "b24-t50-lr6e-3": ("--batch-size", "24", "--lr", "6e-3"),
+        "t32": ("--seq-len", "32"),
+        "embed32": ("--embed", "32"),
+        "warmup0": ("--warmup-steps", "0"),
+        "warmup200": ("--warmup-steps", "200"),
+        "minlr0.01": ("--min-lr-ratio", "0.01"),
+        "wd0.1": ("--weight-decay", "0.1"),
+        "dropout0.1": ("--dropout", "0.1"),
+    }),
+    "s600": points(600, {
+        "defaults": (),
+        "h384": ("--hidden", "384"),
+        "h512": ("--hidden", "512"),
+        "h512-dropout0.2": ("--hidden", "512", "--dropout", "0.2"),
+        "h384-dropout0.1-b32": ("--hidden", "384", "--dropout", "0.1", "--batch-size", "32"),
+        "l3-h384": ("--layers", "3", "--hidden", "384"),
+    }),
+}
+
+
+def recorded() -> dict[str, dict]:
+    if not RESULTS.exists():
+        return {}
+    return {row["name"]: row for row in map(json.loads, RESULTS.read_text().splitlines())}
+
+
+def charrnn(*args: str, capture: bool = False) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "charrnn", *args], check=True, text=True,
+                          capture_output=capture)
+
+
+def run_point(point: Point, extra: tuple[str, ...]) -> dict:
+    out = RUNS / point.name
+    started = time.perf_counter()
+    charrnn("train", "--time-budget", str(point.budget), "--out", str(out), "--overwrite", *point.options,
+            *extra)
+    wall = time.perf_counter() - started
+    score = json.loads(charrnn("eval-perplexity", str(out / "best.pt"), "--json", capture=True).stdout)
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    config = json.loads((out / "config.json").read_text())
+    return {**asdict(point), "extra": list(extra), "val_nats_per_char": score["nats_per_char"],
+            "steps": metrics[-1]["step"], "epochs": metrics[-1]["epoch"], "train_wall_s": round(wall, 1),
+            "hidden": config["model"]["hidden_size"], "layers": config["model"]["num_layers"],
+            "curve": [(m["elapsed_s"], m["val_loss"]) for m in metrics],
+            "cpu": os.cpu_count(), "when": time.strftime("%Y-%m-%d %H:%M")}
+
+
+def report() -> None:
+    rows = sorted(recorded().values(), key=lambda row: (row["budget"], row["val_nats_per_char"]))
+    lines = ["| point | budget (s) | options | steps | epochs | validation nats/char |",
+             "|---|---|---|---|---|---|"]
+    for row in rows:
+        options = " ".join(row["options"]) or "(defaults)"
+        lines.append(f"| {row['name']} | {row['budget']} | `{options}` | {row['steps']:,} | "
+                     f"{row['epochs']:.2f} | {row['val_nats_per_char']:.4f} |")
+    RESULTS_DIR.mkdir(exist_ok=True)
+    (RESULTS_DIR / "table.md").write_text("\n".join(lines) + "\n")
+    click.echo("\n".join(lines))
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        click.echo("matplotlib is not installed (pip install 'charrnn[plot]'): no curves.png", err=True)
+        return
+    figure, axes = plt.subplots(figsize=(9, 5.5))
+    for row in rows:
+        seconds, losses = zip(*row["curve"], strict=True)
+        axes.plot(seconds, losses, marker="o", markersize=3, linewidth=1, label=row["name"])
+    axes.set_xlabel("wall seconds (training and evaluation)")
+    axes.set_ylabel("validation nats/char")
+    axes.set_ylim(top=2.2)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=6, ncol=2)
+    figure.tight_layout()
+    figure.savefig(RESULTS_DIR / "curves.png", dpi=120)
+    click.echo(f"wrote {RESULTS_DIR / 'table.md'} and {RESULTS_DIR / 'curves.png'}")
+
+
+@click.command()
+@click.option("--stage", "stage_names", multiple=True, type=click.Choice(sorted(STAGES)),
+              help="Run these stages' points that have no result yet.")
+@click.option("--only", multiple=True, help="Run only points whose name contains this.")
+@click.option("--again", is_flag=True, help="Run points again even if they have a result.")
+@click.option("--list", "list_points", is_flag=True, help="List the stages and their points.")
+@click.option("--report", "make_report", is_flag=True, help="Write table.md and curves.png from the results.")
+@click.argument("extra", nargs=-1)
+def main(stage_names: tuple[str, ...], only: tuple[str, ...], again: bool, list_points: bool,
+         make_report: bool, extra: tuple[str, ...]) -> None:
+    """Run sweep stages; EXTRA options (after --) go to every training run."""
+    if list_points:
+        done = recorded()
+        for name, stage in STAGES.items():
+            click.echo(f"{name}:")
+            for point in stage:
+                result = done.get(point.name)
+                status = f"{result['val_nats_per_char']:.4f}" if result else "-"
+                click.echo(f"  {point.name:32s} {' '.join(point.options) or '(defaults)':45s} {status}")
+    for name in stage_names:
+        for point in STAGES[name]:
+            if only and not any(part in point.name for part in only):
+                continue
+            if point.name in recorded() and not again:
+                continue
+            click.echo(f"== {point.name}: {' '.join(point.options) or '(defaults)'}", err=True)
+            row = run_point(point, extra)
+            RESULTS_DIR.mkdir(exist_ok=True)
+            with RESULTS.open("a") as handle:
+                handle.write(json.dumps(row) + "\n")
+            click.echo(f"== {point.name}: {row['val_nats_per_char']:.4f} nats/char", err=True)
+    if make_report:
+        report()
+
+
+if __name__ == "__main__":
+    main()

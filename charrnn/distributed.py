@@ -1,0 +1,97 @@
+"""Several processes, one run: PyTorch's DistributedDataParallel, started by ``torchrun``.
+
+``torchrun --nproc_per_node=N -m charrnn train ...`` starts N copies of the
+command with ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
+``MASTER_PORT`` set (multi-node runs add torchrun's rendezvous options; nothing
+here changes). :func:`join_from_environment` turns those into a
+:class:`ProcessGroup`: gloo on the CPU, nccl on CUDA, one GPU per local rank.
+
+Each rank owns a disjoint, contiguous block of the ``--batch-size`` streams, so
+the global batch is the one given. DDP averages the gradients, which, with equal
+numbers of characters per rank, is the gradient of the global mean loss: the
+steps equal a single process's up to floating-point summation order. Rank 0
+alone evaluates, logs, draws progress and writes checkpoints; the carried hidden
+state of every stream is gathered into each checkpoint, so checkpoints are the
+single-process format and resume under any world size that divides the batch.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from charrnn.errors import CharrnnError
+
+
+@dataclass(frozen=True)
+class ProcessGroup:
+    rank: int  # this process's index among all processes, 0 .. world_size - 1
+    local_rank: int  # its index on this machine (picks the GPU)
+    world_size: int  # number of processes
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one process that evaluates, logs and writes."""
+        return self.rank == 0
+
+    def rows(self, batch_size: int) -> slice:
+        """This rank's block of the ``batch_size`` streams."""
+        if batch_size % self.world_size:
+            raise CharrnnError(
+                f"--batch-size {batch_size} does not split evenly over {self.world_size} processes; "
+                f"use a multiple of {self.world_size}"
+            )
+        per_rank = batch_size // self.world_size
+        return slice(self.rank * per_rank, (self.rank + 1) * per_rank)
+
+    def reduce(self, values: list[float], device: torch.device, op: str = "sum") -> list[float]:
+        """Element-wise ``sum`` or ``max`` of ``values`` over all ranks (one collective)."""
+        tensor = torch.tensor(values, dtype=torch.float64, device=device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
+        return tensor.tolist()
+
+    def from_main(self, value: object) -> object:
+        """Rank 0's ``value``, on every rank."""
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather_rows(self, tensor: torch.Tensor, dim: int) -> torch.Tensor:
+        """Every rank's block of ``tensor`` along ``dim``, in rank order (all ranks must call)."""
+        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        dist.all_gather(parts, tensor.contiguous())
+        return torch.cat(parts, dim=dim)
+
+
+def world_size_from_environment() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def join_from_environment(device: str) -> tuple[ProcessGroup | None, str]:
+    """Join the process group torchrun set up; return it (None when alone) and this rank's device.
+
+    ``device`` is the resolved ``cpu`` or ``cuda``; on CUDA each local rank takes its own GPU.
+    """
+    world_size = world_size_from_environment()
+    if world_size <= 1:
+        return None, device
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if device == "cuda":
+        if local_rank >= torch.cuda.device_count():
+            raise CharrnnError(f"local rank {local_rank} has no GPU ({torch.cuda.device_count()} visible); "
+                               f"start at most that many processes per node")
+        torch.cuda.set_device(local_rank)
+        device = f"cuda:{local_rank}"
+    elif device != "cpu":
+        raise CharrnnError(f"multi-process training runs on cpu (gloo) or cuda (nccl), not {device}")
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+    return ProcessGroup(rank, local_rank, world_size), device
+
+
+def leave(group: ProcessGroup | None) -> None:
+    if group is not None and dist.is_initialized():
+        dist.destroy_process_group()
