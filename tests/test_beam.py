@@ -107,3 +107,13 @@ def test_stop_at_freezes_a_beam_with_its_score(toy):
 def test_zero_length(toy):
     model, vocab = toy
     assert beam_search(model, vocab, "a", width=3, length=0)[0].text == ""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_beam_search_on_cuda_finds_the_cpu_beams(tiny_checkpoint):
+    on_cpu = load_model(tiny_checkpoint)
+    on_gpu = load_model(tiny_checkpoint, "cuda")
+    cpu_beams = beam_search(on_cpu.model, on_cpu.vocab, "ROMEO:", 4, 40)
+    gpu_beams = beam_search(on_gpu.model, on_gpu.vocab, "ROMEO:", 4, 40)
+    assert [b.text for b in gpu_beams] == [b.text for b in cpu_beams]
+    assert [b.log_prob for b in gpu_beams] == pytest.approx([b.log_prob for b in cpu_beams], abs=1e-3)

@@ -163,3 +163,17 @@ def test_esn_trains_only_its_read_out():
     for t, idx in enumerate([1, 2, 3]):
         step_logits, state = stepper.step(torch.tensor([idx]), state)
         torch.testing.assert_close(step_logits[0], fused[0, t], rtol=0, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("cell", CELLS)
+def test_stepper_on_cuda_matches_the_module_on_cpu(cell):
+    model = make_model(cell)
+    idx = torch.randint(0, 11, (3, 20))
+    with torch.no_grad():
+        expected, _ = model(idx)
+    on_gpu = make_model(cell).cuda()
+    stepper, state = on_gpu.stepper(), on_gpu.initial_state(3)
+    for t in range(idx.shape[1]):
+        logits, state = stepper.step(idx[:, t].cuda(), state)
+        torch.testing.assert_close(logits.cpu(), expected[:, t], atol=1e-4, rtol=1e-4)
