@@ -27,6 +27,7 @@ from charrnn.config import (
     CELL_TYPES,
     CLIP_MODES,
     DEFAULT_EPOCHS,
+    DEFAULT_EVAL_EVERY,
     INIT_SCHEMES,
     PRECISIONS,
     RNN_ACTIVATIONS,
@@ -209,7 +210,9 @@ def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False,
 @config_option("--max-bad-steps", TrainConfig, "max_bad_steps",
                "Stop after this many consecutive steps with a non-finite loss or gradient.",
                type=click.IntRange(min=1))
-@config_option("--eval-every", TrainConfig, "eval_every", "Steps between validation passes.",
+@config_option("--eval-every", TrainConfig, "eval_every",
+               f"Steps between validation passes [default: {DEFAULT_EVAL_EVERY:,}; with --time-budget, only "
+               f"at the end].",
                type=click.IntRange(min=1))
 @config_option("--save-every", TrainConfig, "save_every", "Steps between writes of last.pt.",
                type=click.IntRange(min=1))

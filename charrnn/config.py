@@ -19,6 +19,7 @@ RNN_ACTIVATIONS: tuple[str, ...] = ("tanh", "relu")
 CLIP_MODES: tuple[str, ...] = ("norm", "value")
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
 DEFAULT_EPOCHS = 10.0  # how long a run lasts when no stopping criterion is given
+DEFAULT_EVAL_EVERY = 1000  # steps between validation passes of a run without a time budget
 MAX_LEARNING_RATE = 1e3  # far above any useful rate; larger ones overflow float32 updates
 
 
@@ -89,7 +90,7 @@ class TrainConfig(_DictMixin):
     max_steps: int | None = None  # stop after this many optimiser steps
     time_budget: float | None = None  # stop after this many wall-clock seconds
     save_epochs: list[int] = field(default_factory=list)  # keep a checkpoint at the end of these epochs
-    eval_every: int = 1000  # steps between validation passes
+    eval_every: int | None = None  # steps between validation passes; None: see evaluation_interval
     save_every: int = 1000  # steps between writes of last.pt
     seed: int = 1337  # seeds torch and Python's RNG for initialisation and dropout
     device: str = "cpu"  # torch device the run uses (resolved, never "auto")
@@ -100,7 +101,7 @@ class TrainConfig(_DictMixin):
         if not 0.0 < self.val_frac < 1.0:
             raise ConfigError("val_frac must be strictly between 0 and 1")
         for name in ("batch_size", "seq_len", "eval_every", "save_every", "max_bad_steps"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
         for name in ("val_frac", "learning_rate", "min_lr_ratio", "weight_decay", "clip", "epochs",
                      "time_budget"):
@@ -127,6 +128,20 @@ class TrainConfig(_DictMixin):
         self.save_epochs = sorted(set(self.save_epochs))
         if self.epochs is None and self.max_steps is None and self.time_budget is None:
             self.epochs = DEFAULT_EPOCHS
+
+
+    @property
+    def evaluation_interval(self) -> int | None:
+        """Steps between validation passes, or None for none before the end of the run.
+
+        Unless ``eval_every`` is given: every DEFAULT_EVAL_EVERY steps, except in a
+        time-budgeted run, which evaluates only when it ends (and at ``save_epochs``).
+        Its learning rate decays to the end of the budget, so the last model is the
+        one to keep, and each exact validation pass would spend seconds of the budget.
+        """
+        if self.eval_every is not None:
+            return self.eval_every
+        return None if self.time_budget is not None else DEFAULT_EVAL_EVERY
 
 
 @dataclass(frozen=True)

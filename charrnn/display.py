@@ -63,8 +63,10 @@ class ProgressBar(TrainObserver):
                 config.max_steps and f"{config.max_steps:,} steps",
                 config.time_budget and f"{config.time_budget:g} s",
             ])),
+            "validation": f"every {config.evaluation_interval:,} steps and at the end"
+                          if config.evaluation_interval else "at the end (a time-budgeted run)",
             "epoch checkpoints": ", ".join(map(str, config.save_epochs)) or "none",
-            "device": config.device,
+            "device": f"{config.device}, {config.precision}",
             "seed": str(config.seed),
             "out": config.out_dir,
         }

@@ -408,7 +408,8 @@ def _train_loop(run: TrainingRun, config: TrainConfig, val_ids: torch.Tensor, ob
 
         epoch_end = run.position == 0 and run.epochs_done in config.save_epochs
         # An interrupted run saves at once: the user is waiting.
-        scheduled = run.step % config.eval_every == 0 or reason is not None or epoch_end
+        interval = config.evaluation_interval
+        scheduled = (interval is not None and run.step % interval == 0) or reason is not None or epoch_end
         evaluating = scheduled and not signal_name
         saving = run.step % config.save_every == 0 or reason is not None
         carried = run.carried_state() if evaluating or saving else None

@@ -68,10 +68,18 @@ def test_epochs_stop_after_full_passes(repeated_corpus, tmp_path):
     assert result.stop_reason == "reached --epochs 2"
 
 
-def test_time_budget_stops_cleanly(repeated_corpus, tmp_path):
-    result = train_tiny(repeated_corpus, tmp_path / "run", time_budget=0.5, eval_every=10_000)
+def test_time_budget_stops_cleanly_and_evaluates_only_at_the_end(repeated_corpus, tmp_path):
+    result = train_tiny(repeated_corpus, tmp_path / "run", time_budget=1.5, save_every=10)
     assert result.stop_reason.startswith("used the --time-budget")
     assert (tmp_path / "run" / "best.pt").exists()
+    records = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert result.steps > 10 and len(records) == 1
+
+
+def test_evaluation_interval():
+    assert TrainConfig(out_dir=".").evaluation_interval == 1000
+    assert TrainConfig(out_dir=".", time_budget=60).evaluation_interval is None
+    assert TrainConfig(out_dir=".", time_budget=60, eval_every=50).evaluation_interval == 50
 
 
 def test_same_seed_same_model(repeated_corpus, tmp_path):
