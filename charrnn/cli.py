@@ -34,6 +34,7 @@ from charrnn.config import (
     ModelConfig,
     SampleConfig,
     TrainConfig,
+    shape_for_budget,
 )
 from charrnn.corpus_cache import cached_ids, scan_corpus
 from charrnn.data import checkpoint_validation_ids, corpus_name, encode_corpus, read_corpus
@@ -59,6 +60,7 @@ out = Console()
 err = Console(stderr=True)
 
 DEVICE_CHOICES = click.Choice(["auto", "cpu", "cuda", "mps"])
+BUDGET_NOTE = " An LSTM run with --time-budget picks its own unless this is given."
 
 
 def _parse_epochs(value: str | None) -> list[int]:
@@ -161,15 +163,17 @@ def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False,
 @click.argument("corpus", required=False, type=click.Path(path_type=Path))
 @config_option("--model", ModelConfig, "cell", "Recurrent cell.", type=click.Choice(CELL_TYPES))
 @config_option("--layers", ModelConfig, "num_layers", "Stacked recurrent layers.", type=click.IntRange(min=1))
-@config_option("--hidden", ModelConfig, "hidden_size", "Units per layer.", type=click.IntRange(min=1))
+@config_option("--hidden", ModelConfig, "hidden_size", f"Units per layer.{BUDGET_NOTE}",
+               type=click.IntRange(min=1))
 @config_option("--embed", ModelConfig, "embed_size", "Character embedding size.", type=click.IntRange(min=1))
-@config_option("--dropout", ModelConfig, "dropout", "Dropout between layers and before the output layer.",
+@config_option("--dropout", ModelConfig, "dropout",
+               f"Dropout between layers and before the output layer.{BUDGET_NOTE}",
                type=click.FloatRange(0, 1, max_open=True))
-@config_option("--batch-size", TrainConfig, "batch_size", "Parallel BPTT streams.",
+@config_option("--batch-size", TrainConfig, "batch_size", f"Parallel BPTT streams.{BUDGET_NOTE}",
                type=click.IntRange(min=1))
 @config_option("--seq-len", TrainConfig, "seq_len", "Characters per truncated-BPTT segment.",
                type=click.IntRange(min=1))
-@config_option("--lr", TrainConfig, "learning_rate", "Peak Adam learning rate.",
+@config_option("--lr", TrainConfig, "learning_rate", f"Peak Adam learning rate.{BUDGET_NOTE}",
                type=click.FloatRange(min=0, min_open=True))
 @config_option("--min-lr-ratio", TrainConfig, "min_lr_ratio", "The cosine schedule ends at lr × this.",
                type=click.FloatRange(0, 1))
@@ -272,6 +276,8 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
             name = DEFAULT_DATASET
         else:
             name = corpus_name(corpus)
+        if init_from is None and options["time_budget"] is not None:
+            _shape_for_budget(ctx, options["time_budget"], model_options, options, say)
         config = TrainConfig(out_dir=str(out_dir or Path("checkpoints") / name),
                              device=device, init_from=init_from and str(init_from), **options)
         initial_weights = None
@@ -313,6 +319,29 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
         "skipped steps": str(result.skipped_steps),
         "checkpoints": f"{result.out_dir / 'best.pt'}, {result.out_dir / 'last.pt'}",
     }))
+
+
+def _shape_for_budget(ctx: click.Context, seconds: float, model_options: dict[str, Any],
+                      train_options: dict[str, Any], say: Callable[[str], None]) -> None:
+    """Give a time-budgeted LSTM run the size, batch, learning rate and dropout measured best for it.
+
+    Only options the user left at their defaults change, and the choice is printed.
+    Other cells and layer-normalised LSTMs keep the plain defaults: the sweep did not measure them.
+    """
+    if model_options["cell"] != "lstm" or model_options["layer_norm"]:
+        return
+    shape = shape_for_budget(seconds)
+    chosen = []
+    for key, flag, options in (("hidden_size", "--hidden", model_options),
+                               ("batch_size", "--batch-size", train_options),
+                               ("learning_rate", "--lr", train_options),
+                               ("dropout", "--dropout", model_options)):
+        if ctx.get_parameter_source(key) is click.core.ParameterSource.DEFAULT:
+            options[key] = getattr(shape, key)
+            chosen.append(f"{flag} {options[key]:g}")
+    if chosen:
+        say(f"--time-budget {seconds:g} s: {' '.join(chosen)} (the fastest-learning settings measured "
+            f"for this budget; give any of them to override)")
 
 
 def _fine_tune_config(ctx: click.Context, source: ModelConfig, model_options: dict[str, Any],

@@ -145,6 +145,32 @@ class TrainConfig(_DictMixin):
 
 
 @dataclass(frozen=True)
+class BudgetShape:
+    """The model size, batch, learning rate and dropout that learned fastest under a time budget."""
+
+    up_to_seconds: float  # budgets up to this many seconds use this shape
+    hidden_size: int  # units per LSTM layer
+    batch_size: int  # parallel BPTT streams
+    learning_rate: float  # peak Adam learning rate
+    dropout: float  # dropout between layers and before the output layer
+
+
+# Measured by benchmarks/sweep.py on tiny Shakespeare on a 2-core CPU (README, "How the
+# defaults were chosen"): the best point at 100 s and the best at 600 s. A budget takes the
+# shape measured nearer to it on a log scale (the midpoint is 245 s, so: under 4 minutes);
+# nothing beyond 600 s was measured, so longer budgets keep the 600-second shape.
+BUDGET_SHAPES: tuple[BudgetShape, ...] = (
+    BudgetShape(up_to_seconds=240, hidden_size=192, batch_size=16, learning_rate=5e-3, dropout=0.0),
+    BudgetShape(up_to_seconds=math.inf, hidden_size=512, batch_size=32, learning_rate=5e-3, dropout=0.2),
+)
+
+
+def shape_for_budget(seconds: float) -> BudgetShape:
+    """The :data:`BUDGET_SHAPES` entry for a ``--time-budget`` of ``seconds``."""
+    return next(shape for shape in BUDGET_SHAPES if seconds <= shape.up_to_seconds)
+
+
+@dataclass(frozen=True)
 class SampleConfig(_DictMixin):
     length: int = 1000  # characters to generate after the prime
     temperature: float = 1.0  # logits are divided by this before the softmax

@@ -292,3 +292,21 @@ def test_python_dash_m(tmp_path):
     result = subprocess.run([sys.executable, "-m", "charrnn", "--help"], cwd=tmp_path, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0 and "eval-perplexity" in result.stdout
+
+
+def test_a_time_budget_picks_the_settings_not_given(runner, small_corpus):
+    result = invoke(runner, "train", small_corpus, "--out", "run", "--time-budget", "100", "--max-steps", "3",
+                    *TINY_TRAIN)
+    assert result.exit_code == 0, result.stderr
+    assert "--time-budget 100 s: --lr 0.005 --dropout 0 (the fastest-learning" in result.stderr
+    config = json.loads(Path("run/config.json").read_text())
+    assert config["model"]["hidden_size"] == 24 and config["train"]["batch_size"] == 4  # given: kept
+    assert config["train"]["learning_rate"] == 5e-3
+
+
+def test_a_long_budget_picks_a_larger_model(runner, small_corpus):
+    result = invoke(runner, "train", small_corpus, "--out", "run", "--time-budget", "600", "--max-steps", "1",
+                    "--layers", "1", "--seq-len", "16")
+    assert result.exit_code == 0, result.stderr
+    assert "--hidden 512 --batch-size 32 --lr 0.005 --dropout 0.2" in result.stderr
+    assert json.loads(Path("run/config.json").read_text())["model"]["hidden_size"] == 512

@@ -19,8 +19,17 @@ def charrnn_train(processes: int, *args, cwd: Path) -> subprocess.CompletedProce
     else:
         launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                     f"--nproc_per_node={processes}", "-m", "charrnn"]
-    result = subprocess.run([*launcher, "train", *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                            timeout=300)
+
+    def launch() -> subprocess.CompletedProcess:
+        return subprocess.run([*launcher, "train", *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                              timeout=300)
+
+    result = launch()
+    # torchrun picks its rendezvous port by probing for a free one, which another process can
+    # take before the workers bind it. A launch that failed before charrnn ran (no "Error:"
+    # line of ours) is tried once more; charrnn's own failures are never retried.
+    if processes > 1 and result.returncode != 0 and "Error:" not in result.stderr:
+        result = launch()
     return result
 
 
