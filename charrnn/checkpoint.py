@@ -18,7 +18,8 @@ import json
 import os
 import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -34,6 +35,31 @@ FORMAT_VERSION = 1
 REQUIRED_KEYS = ("format_version", "model_config", "vocab", "model_state")
 
 
+@contextmanager
+def replacing(path: Path, failure: Callable[[OSError], str]) -> Iterator[str]:
+    """Yield the name of an empty temporary sibling of ``path``; when the block succeeds, fsync it
+    and rename it over ``path``.
+
+    On any failure the temporary file is removed and any previous ``path`` is left as
+    it was; an ``OSError`` (a full disk, say) becomes a :class:`CharrnnError` whose
+    message is ``failure(error)``.
+    """
+    tmp_name = None
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        yield tmp_name
+        with open(tmp_name, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException as exc:
+        if tmp_name is not None:
+            Path(tmp_name).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise CharrnnError(failure(exc)) from None
+        raise
+
+
 def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
     """Write ``path`` through a temporary sibling, fsync it, then rename it into place.
 
@@ -41,22 +67,10 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
     temporary file behind, and is reported as a :class:`CharrnnError`.
     """
     path = Path(path)
-    tmp_name = None
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as handle:
+    with replacing(path, lambda exc: f"could not write {path}: {exc.strerror or exc}; "
+                                     f"any previous {path.name} is intact") as tmp_name:
+        with open(tmp_name, "wb") as handle:
             write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException as exc:
-        if tmp_name is not None:
-            Path(tmp_name).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise CharrnnError(
-                f"could not write {path}: {exc.strerror or exc}; any previous {path.name} is intact"
-            ) from None
-        raise
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -20,13 +20,13 @@ from __future__ import annotations
 import codecs
 import hashlib
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from charrnn.checkpoint import replacing
 from charrnn.errors import CharrnnError
 from charrnn.vocab import UnknownCharactersError, Vocab, code_points
 
@@ -181,14 +181,18 @@ def _encode_to_file(scan: CorpusScan, vocab: Vocab, path: Path, length: int, chu
     The space is reserved before any id is written: filling a memory map on a full
     disk would kill the process instead of raising an error.
     """
-    tmp_name = None
+
+    def failure(exc: OSError) -> str:
+        return (f"cannot write the corpus cache {path}: {exc.strerror or exc} "
+                f"(set {CACHE_DIR_ENV} to a directory with room)")
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            os.posix_fallocate(fd, 0, length * vocab.id_dtype.itemsize)
-        finally:
-            os.close(fd)
+    except OSError as exc:
+        raise CharrnnError(failure(exc)) from None
+    with replacing(path, failure) as tmp_name:
+        with open(tmp_name, "r+b") as handle:
+            os.posix_fallocate(handle.fileno(), 0, length * vocab.id_dtype.itemsize)
         out = torch.from_file(tmp_name, shared=True, size=length, dtype=vocab.id_dtype)
         position = 0
         dropping = length < scan.chars  # characters outside the vocabulary are left out
@@ -198,18 +202,6 @@ def _encode_to_file(scan: CorpusScan, vocab: Vocab, path: Path, length: int, chu
                 ids = ids[ids >= 0]
             out[position : position + len(ids)] = ids
             position += len(ids)
-        del out  # unmaps, so the fsync below covers every id
+        del out  # unmaps, so the fsync that follows covers every id
         if position != length:
             raise CharrnnError(f"corpus {scan.files[0]} changed while it was being encoded; run again")
-        with open(tmp_name, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException as exc:
-        if tmp_name is not None:
-            Path(tmp_name).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise CharrnnError(
-                f"cannot write the corpus cache {path}: {exc.strerror or exc} "
-                f"(set {CACHE_DIR_ENV} to a directory with room)"
-            ) from None
-        raise
