@@ -146,11 +146,13 @@ def scan_corpus(path: Path, chunk_bytes: int = CHUNK_BYTES) -> CorpusScan:
     return CorpusScan(tuple(files), digest.hexdigest(), chars, counts)
 
 
-def cache_name(scan: CorpusScan, vocab: Vocab, skip_unknown: bool) -> str:
-    """``<content sha256>-<vocabulary digest>[-known].<dtype>``: one file per text and vocabulary."""
+def cache_name(scan: CorpusScan, vocab: Vocab, dropped_unknown: bool) -> str:
+    """``<content sha256>-<vocabulary digest>[-known].<dtype>``: one file per text and vocabulary.
+
+    ``dropped_unknown``: the ids leave out characters outside the vocabulary.
+    """
     dtype = str(vocab.id_dtype).removeprefix("torch.")
-    dropped = "-known" if skip_unknown and scan.unknown(vocab) else ""
-    return f"{scan.sha256}-{vocab.digest()[:16]}{dropped}.{dtype}"
+    return f"{scan.sha256}-{vocab.digest()[:16]}{'-known' if dropped_unknown else ''}.{dtype}"
 
 
 def cached_ids(scan: CorpusScan, vocab: Vocab, skip_unknown: bool = False, cache_dir: Path | None = None,
@@ -168,7 +170,7 @@ def cached_ids(scan: CorpusScan, vocab: Vocab, skip_unknown: bool = False, cache
     if length == 0:
         return torch.empty(0, dtype=vocab.id_dtype)
     cache_dir = cache_dir or default_cache_dir()
-    path = cache_dir / cache_name(scan, vocab, skip_unknown)
+    path = cache_dir / cache_name(scan, vocab, dropped_unknown=bool(unknown))
     itemsize = vocab.id_dtype.itemsize
     if not (path.is_file() and path.stat().st_size == length * itemsize):
         _encode_to_file(scan, vocab, path, length, chunk_bytes)

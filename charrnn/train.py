@@ -324,11 +324,10 @@ class TrainingRun:
             return self.state
         return tuple(self.group.gather_rows(s, dim=1) for s in self.state)
 
-    def payload(self, elapsed_s: float, carried_state: tuple[torch.Tensor, ...] | None = None
-                ) -> dict[str, Any]:
+    def payload(self, elapsed_s: float, carried_state: tuple[torch.Tensor, ...]) -> dict[str, Any]:
         """The checkpoint dict: everything :meth:`restore` needs, plus what readers want to know.
 
-        ``carried_state`` is :meth:`carried_state`'s result, when the caller gathered it already.
+        ``carried_state`` is :meth:`carried_state`'s result, gathered by every rank beforehand.
         """
         return {
             "model_config": self.model_config.to_dict(),
@@ -344,7 +343,7 @@ class TrainingRun:
             "best": self.best.to_dict() if self.best else None,
             "skipped_steps": self.skipped,
             "elapsed_s": elapsed_s,
-            "carried_state": list(carried_state if carried_state is not None else self.carried_state()),
+            "carried_state": list(carried_state),
             "rng": {
                 "python": _plain_python_rng_state(random.getstate()),
                 "torch": torch.get_rng_state(),
