@@ -1,3 +1,3 @@
-from charrnn.cli import cli
+from charrnn.cli import main
 
-cli(prog_name="charrnn")
+main()

@@ -40,7 +40,13 @@ from charrnn.corpus_cache import cached_ids, scan_corpus
 from charrnn.data import checkpoint_validation_ids, corpus_name, encode_corpus, read_corpus
 from charrnn.datasets import DATASETS, DEFAULT_DATASET, get_dataset
 from charrnn.display import ProgressBar, coloured_text, comparison_renderable, key_value_table, ranking_table
-from charrnn.distributed import ProcessGroup, join_from_environment, leave
+from charrnn.distributed import (
+    ProcessGroup,
+    end_process,
+    join_from_environment,
+    leave,
+    world_size_from_environment,
+)
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import EvalResult, evaluate
 from charrnn.interrupt import EXIT_CODES, GracefulStop
@@ -118,6 +124,16 @@ def cli() -> None:
       charrnn sample checkpoints/tinyshakespeare/best.pt --prime "ROMEO:"
       charrnn eval-perplexity checkpoints/tinyshakespeare/best.pt
     """
+
+
+def main() -> None:
+    """The ``charrnn`` command and ``python -m charrnn`` (which is what torchrun starts)."""
+    try:
+        cli(prog_name="charrnn")
+    except SystemExit as finished:
+        if world_size_from_environment() > 1:
+            end_process(finished.code if isinstance(finished.code, int) else int(finished.code is not None))
+        raise
 
 
 # ---------------------------------------------------------------------------- data

@@ -18,7 +18,9 @@ single-process format and resume under any world size that divides the batch.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -95,3 +97,22 @@ def join_from_environment(device: str) -> tuple[ProcessGroup | None, str]:
 def leave(group: ProcessGroup | None) -> None:
     if group is not None and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def end_process(exit_code: int) -> NoReturn:
+    """End a torchrun worker at once, skipping the interpreter's shutdown.
+
+    Gloo's worker threads release each finished collective a moment after the caller
+    has seen it finish. When a release drops the last reference to a tensor created in
+    Python, the thread takes the GIL; if the interpreter is shutting down by then, the
+    thread is unwound inside C++ and the process aborts ("terminate called without an
+    active exception", SIGABRT), so torchrun reports a finished run as failed. This is
+    pytorch/pytorch#190489; ``destroy_process_group`` does not prevent it, because the
+    threads outlive it while DistributedDataParallel's references keep the group alive.
+
+    By the time this is called every file charrnn writes has been fsynced, renamed and
+    closed, so only the standard streams need flushing.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)
