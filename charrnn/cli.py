@@ -347,14 +347,13 @@ def _shape_for_budget(ctx: click.Context, seconds: float, model_options: dict[st
     if model_options["cell"] != "lstm" or model_options["layer_norm"]:
         return
     shape = shape_for_budget(seconds)
+    flags = {param.name: param.opts[0] for param in ctx.command.params}
     chosen = []
-    for key, flag, options in (("hidden_size", "--hidden", model_options),
-                               ("batch_size", "--batch-size", train_options),
-                               ("learning_rate", "--lr", train_options),
-                               ("dropout", "--dropout", model_options)):
+    for key in ("hidden_size", "batch_size", "learning_rate", "dropout"):
         if ctx.get_parameter_source(key) is click.core.ParameterSource.DEFAULT:
+            options = model_options if key in model_options else train_options
             options[key] = getattr(shape, key)
-            chosen.append(f"{flag} {options[key]:g}")
+            chosen.append(f"{flags[key]} {options[key]:g}")
     if chosen:
         say(f"--time-budget {seconds:g} s: {' '.join(chosen)} (the fastest-learning settings measured "
             f"for this budget; give any of them to override)")

@@ -31,6 +31,16 @@ SMALL_TEXT = "".join(
 torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``cuda`` skip on machines without a CUDA GPU."""
+    if torch.cuda.is_available():
+        return
+    no_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if item.get_closest_marker("cuda"):
+            item.add_marker(no_gpu)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def corpus_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Encoded corpora go to a temporary cache, never the user's; subprocesses inherit it."""

@@ -109,7 +109,7 @@ def test_zero_length(toy):
     assert beam_search(model, vocab, "a", width=3, length=0)[0].text == ""
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
 def test_beam_search_on_cuda_finds_the_cpu_beams(tiny_checkpoint):
     on_cpu = load_model(tiny_checkpoint)
     on_gpu = load_model(tiny_checkpoint, "cuda")

@@ -39,8 +39,7 @@ def test_whole_sequence_equals_chunks_with_state_carried(cell):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
-                                                     reason="needs a CUDA GPU"))
+CUDA = pytest.param("cuda", marks=pytest.mark.cuda)
 
 
 @pytest.mark.parametrize("cell", CELLS)

@@ -204,7 +204,7 @@ def test_value_clipping_bounds_every_gradient_element(repeated_corpus, tmp_path)
 
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_cuda_training_with_pinned_batches(repeated_corpus, tmp_path, precision):
     result = train_tiny(repeated_corpus, tmp_path / "run", max_steps=150, eval_every=50, device="cuda",
