@@ -251,7 +251,8 @@ def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False,
 @click.option("--device", type=DEVICE_CHOICES, default="auto", show_default=True,
               help="auto picks cuda when a GPU is present, else cpu.")
 @config_option("--precision", TrainConfig, "precision",
-               "bf16: bfloat16 autocast of the forward pass (CUDA only); weights stay float32.",
+               "bf16: bfloat16 autocast of the training forward pass (CUDA, or a CPU with "
+               "AVX512-BF16/AMX); weights, optimiser and validation stay float32.",
                type=click.Choice(PRECISIONS))
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None,
               help="Dataset cache for the built-in corpus (default: $CHARRNN_DATA_DIR or ./data).")

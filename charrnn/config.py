@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from charrnn.errors import ConfigError
+from charrnn.hardware import cpu_has_native_bf16
 
 CellType = Literal["lstm", "gru", "rnn", "esn"]
 CELL_TYPES: tuple[str, ...] = ("lstm", "gru", "rnn", "esn")
@@ -94,7 +95,7 @@ class TrainConfig(_DictMixin):
     save_every: int = 1000  # steps between writes of last.pt
     seed: int = 1337  # seeds torch and Python's RNG for initialisation and dropout
     device: str = "cpu"  # torch device the run uses (resolved, never "auto")
-    precision: str = "fp32"  # fp32, or bf16: bfloat16 autocast of the forward pass (CUDA only)
+    precision: str = "fp32"  # fp32, or bf16: bfloat16 autocast of the training forward pass
     init_from: str | None = None  # checkpoint whose weights this run started from (fine-tuning)
 
     def __post_init__(self) -> None:
@@ -120,9 +121,10 @@ class TrainConfig(_DictMixin):
                 raise ConfigError(f"{name} must be positive")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}")
-        if self.precision == "bf16" and not self.device.startswith("cuda"):
-            # oneDNN, behind the CPU LSTM/GRU kernels, has no bfloat16 recurrent primitive on most CPUs.
-            raise ConfigError("--precision bf16 needs a CUDA device; on the CPU, train in fp32")
+        if self.precision == "bf16" and not (self.device.startswith("cuda") or
+                                             (self.device == "cpu" and cpu_has_native_bf16())):
+            raise ConfigError("--precision bf16 needs a CUDA device or a CPU with native bfloat16 "
+                              "(AVX512-BF16 or AMX); train in fp32 here")
         if any(epoch < 1 for epoch in self.save_epochs):
             raise ConfigError("save-epochs must list whole epochs of 1 or more")
         self.save_epochs = sorted(set(self.save_epochs))

@@ -50,7 +50,7 @@ def resolve_device(name: str) -> str:
 
 
 def autocast(device: torch.device, precision: str):
-    """bfloat16 autocast of the forward pass for ``precision == "bf16"``; a no-op context for fp32.
+    """bfloat16 autocast of the training forward pass for ``precision == "bf16"``; a no-op for fp32.
 
     Weights, optimiser state and the loss stay float32, so checkpoints are the same either way.
     """
@@ -413,8 +413,7 @@ def _train_loop(run: TrainingRun, config: TrainConfig, val_ids: torch.Tensor, ob
         saving = run.step % config.save_every == 0 or reason is not None
         carried = run.carried_state() if evaluating or saving else None
         if evaluating and main:
-            with autocast(run.device, config.precision):
-                result = evaluate(run.model, val_ids)
+            result = evaluate(run.model, val_ids)  # in float32 whatever the precision: exact scores
             record = {
                 "step": run.step,
                 "epoch": round(run.epoch, 4),

@@ -2,6 +2,7 @@ import math
 
 import pytest
 
+from charrnn import config
 from charrnn.config import BUDGET_SHAPES, TrainConfig, shape_for_budget
 from charrnn.errors import ConfigError
 
@@ -17,7 +18,12 @@ def test_budget_shapes_cover_every_budget():
     assert BUDGET_SHAPES[-1].up_to_seconds == math.inf
 
 
-def test_bf16_needs_cuda():
-    with pytest.raises(ConfigError, match="needs a CUDA device"):
+def test_bf16_needs_cuda_or_a_cpu_with_native_bf16(monkeypatch):
+    monkeypatch.setattr(config, "cpu_has_native_bf16", lambda: False)
+    with pytest.raises(ConfigError, match="needs a CUDA device or a CPU with native bfloat16"):
         TrainConfig(out_dir=".", precision="bf16")
+    with pytest.raises(ConfigError, match="native bfloat16"):
+        TrainConfig(out_dir=".", precision="bf16", device="mps")
     assert TrainConfig(out_dir=".", precision="bf16", device="cuda:1").precision == "bf16"
+    monkeypatch.setattr(config, "cpu_has_native_bf16", lambda: True)
+    assert TrainConfig(out_dir=".", precision="bf16").precision == "bf16"
