@@ -220,7 +220,7 @@ BAD_INPUTS = [
     (["train", "short.txt", "--lr", "nan"], "learning_rate must be a finite number"),
     (["train", "short.txt", "--save-epochs", "5,x"], "not a comma-separated list"),
     (["train", "short.txt", "--save-epochs", "0,5"], "save-epochs must list whole epochs of 1 or more"),
-    (["train", "short.txt", "--device", "cpu", "--precision", "bf16"], "--precision bf16 needs a CUDA"),
+    (["train", "short.txt", "--device", "mps", "--precision", "bf16"], "MPS is not available"),
     (["sample", "CKPT", "--temperature", "0"], "temperature"),
     (["sample", "CKPT", "--temperature", "-0.5"], "temperature"),
     (["sample", "CKPT", "--temperature", "inf"], "temperature must be a finite number"),
