@@ -14,86 +14,21 @@ characters, hash, split point).
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import torch
 
 from charrnn.config import ModelConfig
 from charrnn.errors import CharrnnError
+from charrnn.files import atomic_write
 from charrnn.model import CharRNN
 from charrnn.vocab import Vocab
 
 FORMAT_VERSION = 1
 REQUIRED_KEYS = ("format_version", "model_config", "vocab", "model_state")
-
-
-@contextmanager
-def replacing(path: Path, failure: Callable[[OSError], str]) -> Iterator[str]:
-    """Yield the name of an empty temporary sibling of ``path``; when the block succeeds, fsync it
-    and rename it over ``path``.
-
-    On any failure the temporary file is removed and any previous ``path`` is left as
-    it was; an ``OSError`` (a full disk, say) becomes a :class:`CharrnnError` whose
-    message is ``failure(error)``.
-    """
-    tmp_name = None
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        yield tmp_name
-        with open(tmp_name, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException as exc:
-        if tmp_name is not None:
-            Path(tmp_name).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise CharrnnError(failure(exc)) from None
-        raise
-
-
-def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Write ``path`` through a temporary sibling, fsync it, then rename it into place.
-
-    A failure (a full disk, say) leaves any previous ``path`` untouched and no
-    temporary file behind, and is reported as a :class:`CharrnnError`.
-    """
-    path = Path(path)
-    with replacing(path, lambda exc: f"could not write {path}: {exc.strerror or exc}; "
-                                     f"any previous {path.name} is intact") as tmp_name:
-        with open(tmp_name, "wb") as handle:
-            write(handle)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
-
-
-def write_json(path: Path, value: Any) -> None:
-    atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
-
-
-def append_line(path: Path, line: str) -> None:
-    """Add one line to a text file atomically: the file is rewritten whole, never half-appended."""
-    existing = path.read_bytes() if path.exists() else b""
-    atomic_write(path, lambda handle: handle.write(existing + line.encode("utf-8") + b"\n"))
-
-
-def remove_stale_temporaries(directory: Path) -> None:
-    """Delete the temporary files of atomic writes that a killed process left behind.
-
-    Call only while holding the directory's run lock, so no live writer owns them.
-    """
-    for leftover in Path(directory).glob(".*.tmp"):
-        leftover.unlink(missing_ok=True)
 
 
 def _to_cpu(value: Any) -> Any:

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from charrnn import __version__
 from charrnn.beam import beam_search
-from charrnn.checkpoint import atomic_write_text, load_checkpoint, load_model
+from charrnn.checkpoint import load_checkpoint, load_model
 from charrnn.compare import CompareSettings, compare_checkpoints, to_markdown
 from charrnn.config import (
     CELL_TYPES,
@@ -49,6 +49,7 @@ from charrnn.distributed import (
 )
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import EvalResult, evaluate
+from charrnn.files import atomic_write_text
 from charrnn.interrupt import EXIT_CODES, GracefulStop
 from charrnn.neurons import FEATURES, activations, html_page, rank_units, text_feature
 from charrnn.plot import plot_runs

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from charrnn.checkpoint import replacing
 from charrnn.errors import CharrnnError
+from charrnn.files import replacing
 from charrnn.vocab import UnknownCharactersError, Vocab, code_points
 
 CACHE_DIR_ENV = "CHARRNN_CACHE_DIR"

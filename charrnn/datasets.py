@@ -4,20 +4,20 @@ The download origin is overridable with ``CHARRNN_DATA_MIRROR`` (any URL urllib
 understands, ``file://`` included), because many machines that train models have
 no route to the public origin. A file is written under a temporary name, checked,
 and only then moved into place, so a failed or tampered download never leaves a
-file that looks valid.
+file that looks valid, nor an empty directory.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from charrnn.errors import CharrnnError
+from charrnn.files import reason, replacing
 
 MIRROR_ENV = "CHARRNN_DATA_MIRROR"
 DATA_DIR_ENV = "CHARRNN_DATA_DIR"
@@ -73,44 +73,91 @@ def _verify(path: Path, dataset: Dataset) -> str | None:
     return None
 
 
+def _cached_copy_is_valid(target: Path, dataset: Dataset) -> bool:
+    """Whether ``target`` already holds the verified dataset; a target that cannot be one is an error."""
+    if target.is_dir():
+        raise CharrnnError(f"cannot store {dataset.name} at {target}: it is a directory")
+    if not target.exists():
+        return False
+    try:
+        return _verify(target, dataset) is None
+    except UnicodeDecodeError:
+        return False
+    except OSError as exc:
+        raise CharrnnError(f"cannot read the cached copy {target}: {reason(exc)}") from None
+
+
+def _make_parents(directory: Path) -> list[Path]:
+    """Create ``directory`` and its missing parents; return those created, deepest first."""
+    missing = []
+    for candidate in (directory, *directory.parents):
+        if candidate.exists():
+            break
+        missing.append(candidate)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _remove_empty(missing)
+        raise CharrnnError(f"cannot create {directory}: {reason(exc)}") from None
+    return missing
+
+
+def _remove_empty(directories: list[Path]) -> None:
+    for directory in directories:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
+
+
 def get_dataset(name: str, data_dir: Path | None = None, force: bool = False) -> tuple[Path, bool]:
     """Make sure dataset ``name`` is in the cache; return its path and whether it was downloaded.
 
     A cached file that fails verification is downloaded again. A download that fails
-    verification is deleted and reported.
+    verification is deleted and reported; a failed download leaves no file and no
+    directory it created behind.
     """
     if name not in DATASETS:
         raise CharrnnError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
     dataset = DATASETS[name]
     target = (data_dir or default_data_dir()) / dataset.relative_path
-    if target.exists() and not force and _verify(target, dataset) is None:
+    if not force and _cached_copy_is_valid(target, dataset):
         return target, False
+    if target.is_dir():
+        raise CharrnnError(f"cannot store {dataset.name} at {target}: it is a directory")
 
     url = dataset_url(dataset)
+    created = _make_parents(target.parent)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CharrnnError(f"cannot create {target.parent}: {exc.strerror or exc}") from None
-    fd, tmp_name = tempfile.mkstemp(prefix=".download-", dir=target.parent)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
-            for block in iter(lambda: response.read(1 << 20), b""):
-                out.write(block)
-            out.flush()
-            os.fsync(out.fileno())
-        problem = _verify(tmp, dataset)
-        if problem is not None:
-            raise CharrnnError(f"refused the download of {name} from {url}: {problem}; deleted it")
-        os.replace(tmp, target)
-    except UnicodeDecodeError:
-        raise CharrnnError(f"refused the download of {name} from {url}: not UTF-8; deleted it") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
-        raise CharrnnError(
-            f"could not download {name} from {url}: {reason}"
-            f" (offline? set {MIRROR_ENV} to a base URL that holds {dataset.relative_path})"
-        ) from None
-    finally:
-        tmp.unlink(missing_ok=True)
+        _download(dataset, url, target)
+    except BaseException:
+        _remove_empty(created)
+        raise
     return target, True
+
+
+def _download(dataset: Dataset, url: str, target: Path) -> None:
+    """Fetch ``url`` into ``target`` through a temporary sibling, verified before it takes the name."""
+    with replacing(target, lambda exc: f"cannot write {target}: {reason(exc)}") as tmp_name:
+        try:
+            response = urllib.request.urlopen(url, timeout=60)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            cause = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
+            raise CharrnnError(
+                f"could not download {dataset.name} from {url}: {cause}"
+                f" (offline? set {MIRROR_ENV} to a base URL that holds {dataset.relative_path})"
+            ) from None
+        with response, open(tmp_name, "wb") as out:
+            try:
+                for block in iter(lambda: response.read(1 << 20), b""):
+                    out.write(block)
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+                raise CharrnnError(f"the download of {dataset.name} from {url} broke off: "
+                                   f"{getattr(exc, 'reason', None) or exc}") from None
+        try:
+            problem = _verify(Path(tmp_name), dataset)
+        except UnicodeDecodeError:
+            problem = "not UTF-8"
+        if problem is not None:
+            raise CharrnnError(f"refused the download of {dataset.name} from {url}: {problem}; "
+                               f"deleted it")

@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from charrnn.checkpoint import atomic_write
 from charrnn.errors import CharrnnError
+from charrnn.files import atomic_write
 
 INSTALL_HINT = "charrnn plot needs matplotlib: pip install 'charrnn[plot]'"
 

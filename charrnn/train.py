@@ -26,12 +26,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from charrnn.checkpoint import append_line, remove_stale_temporaries, save_checkpoint, write_json
+from charrnn.checkpoint import save_checkpoint
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data import CorpusInfo, Split, StreamBatches, split_ids
 from charrnn.distributed import ProcessGroup
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import EvalResult, evaluate
+from charrnn.files import append_line, remove_stale_temporaries, write_json
 from charrnn.interrupt import GracefulStop
 from charrnn.model import CharRNN, detach_state
 from charrnn.runlock import RunLock

@@ -7,8 +7,6 @@ import torch
 
 from charrnn.checkpoint import (
     FORMAT_VERSION,
-    atomic_write,
-    atomic_write_text,
     load_checkpoint,
     load_model,
     save_checkpoint,
@@ -91,20 +89,3 @@ def test_pickled_code_is_refused_and_never_runs(tmp_path, via_torch_save):
     with pytest.raises(CharrnnError, match="not a readable charrnn checkpoint"):
         load_checkpoint(path)
     assert not marker.exists()
-
-
-def test_atomic_write_leaves_previous_file_on_failure(tmp_path):
-    target = tmp_path / "file.txt"
-    atomic_write_text(target, "old")
-
-    class Boom(Exception):
-        pass
-
-    def explode(handle):
-        handle.write(b"partial")
-        raise Boom
-
-    with pytest.raises(Boom):
-        atomic_write(target, explode)
-    assert target.read_text() == "old"
-    assert [p.name for p in tmp_path.iterdir()] == ["file.txt"]

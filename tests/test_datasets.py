@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+from charrnn import datasets
 from charrnn.datasets import DATASETS, MIRROR_ENV, get_dataset
 from charrnn.errors import CharrnnError
 
@@ -29,16 +30,42 @@ def test_wrong_checksum_is_refused_and_deleted(tmp_path: Path, monkeypatch):
     cache = tmp_path / "cache"
     with pytest.raises(CharrnnError, match="refused the download.*SHA-256"):
         get_dataset("tinyshakespeare", cache)
-    assert list((cache / "tinyshakespeare").iterdir()) == []
+    assert not cache.exists()  # no file and no directory left behind
 
 
 def test_unreachable_origin_suggests_mirror(tmp_path: Path, monkeypatch):
     monkeypatch.setenv(MIRROR_ENV, (tmp_path / "nowhere").as_uri())
     with pytest.raises(CharrnnError, match=f"could not download.*{MIRROR_ENV}"):
         get_dataset("tinyshakespeare", tmp_path / "cache")
-    assert list((tmp_path / "cache" / "tinyshakespeare").iterdir()) == []
+    assert not (tmp_path / "cache").exists()
 
 
 def test_unknown_dataset(tmp_path: Path):
     with pytest.raises(CharrnnError, match="unknown dataset"):
         get_dataset("nope", tmp_path)
+
+
+def test_a_directory_where_the_dataset_goes_is_a_clear_error(tmp_path: Path):
+    (tmp_path / "tinyshakespeare" / "input.txt").mkdir(parents=True)
+    with pytest.raises(CharrnnError, match="input.txt: it is a directory"):
+        get_dataset("tinyshakespeare", tmp_path)
+
+
+def test_an_unreadable_cached_copy_is_a_clear_error(tmp_path: Path, monkeypatch):
+    target = tmp_path / "tinyshakespeare" / "input.txt"
+    target.parent.mkdir()
+    target.write_text("x")
+
+    def denied(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(datasets, "_sha256", denied)
+    with pytest.raises(CharrnnError, match="cannot read the cached copy .*Permission denied"):
+        get_dataset("tinyshakespeare", tmp_path)
+
+
+def test_an_unwritable_data_directory_is_a_clear_error(tmp_path: Path, data_mirror):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(CharrnnError, match="cannot create .*Not a directory"):
+        get_dataset("tinyshakespeare", blocker / "data")

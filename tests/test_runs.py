@@ -18,6 +18,7 @@ from charrnn.checkpoint import load_checkpoint
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data import encode_corpus
 from charrnn.errors import CharrnnError
+from charrnn.files import TEMPORARY_PREFIX
 from charrnn.runlock import LOCK_NAME
 from charrnn.train import TrainingInterrupted, TrainObserver, resume_config, train
 
@@ -98,23 +99,36 @@ def dead_pid() -> int:
     return process.pid
 
 
-def test_a_live_lock_refuses_a_second_writer_and_a_stale_one_is_taken_over(small_corpus, tmp_path):
+def test_a_held_lock_refuses_a_second_writer_and_a_stale_file_is_taken_over(small_corpus, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    holder = hold_lock(out / LOCK_NAME)
     try:
-        (out / LOCK_NAME).write_text(f"{sleeper.pid}\n")
         model_config, config, encoded = tiny_setup(small_corpus, out, max_steps=2)
-        with pytest.raises(CharrnnError, match=f"another training \\(PID {sleeper.pid}\\)"):
+        with pytest.raises(CharrnnError, match=f"another training \\(PID {holder.pid}\\).*{LOCK_NAME}"):
             train(model_config, config, encoded.vocab, encoded.ids, encoded.info)
     finally:
-        sleeper.kill()
-        sleeper.wait()
-    (out / LOCK_NAME).write_text(f"{dead_pid()}\n")
-    (out / ".last.pt.leftover.tmp").write_bytes(b"half a checkpoint")
+        holder.kill()
+        holder.wait()
+    # A lock file naming a live but unrelated process (PID 1 after a container restart) is not held.
+    (out / LOCK_NAME).write_text("1\n")
+    (out / f"{TEMPORARY_PREFIX}{dead_pid()}-last.pt.leftover.tmp").write_bytes(b"half a checkpoint")
+    (out / ".thesis.tmp").write_text("the user's own")
     train(model_config, config, encoded.vocab, encoded.ids, encoded.info)
     assert (out / "last.pt").exists() and not (out / LOCK_NAME).exists()
-    assert not list(out.glob(".*.tmp"))
+    assert [p.name for p in out.glob(".*.tmp")] == [".thesis.tmp"]
+
+
+def hold_lock(path: Path) -> subprocess.Popen:
+    """A process that holds ``path``'s flock (and writes its PID there) until killed."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         f"fd = os.open({str(path)!r}, os.O_CREAT | os.O_RDWR)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX)\nos.write(fd, b'%d\\n' % os.getpid())\n"
+         "print('locked', flush=True)\ntime.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    return holder
 
 
 def start_training(cwd: Path, corpus: Path, *extra: str) -> subprocess.Popen:

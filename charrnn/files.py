@@ -1,0 +1,209 @@
+"""Writing files so that nothing the user had is lost or half-written.
+
+A regular file (or a path where nothing exists yet) is written to a temporary
+sibling, flushed to disk and renamed over the target, so a crash leaves either the
+old file or the new one. Everything else is respected as what it is:
+
+- a symbolic link is followed, and the file it points to is written (the link stays);
+- a file with several hard links is rewritten in place, after the new content has
+  been completed in a temporary file, so every link sees the new content;
+- a device node, FIFO or socket (``/dev/null``, ``/dev/stdout``, a named pipe) is
+  written through, as a plain ``open()`` would;
+- a directory is refused.
+
+New files get the mode a plain ``open()`` would give them (``0666`` less the
+umask); a replaced file keeps its mode. Temporary files are named
+``.charrnn-<pid>-<name>.<random>.tmp``, so that a cleanup removes only charrnn's
+own leftovers, and only those of processes that are gone.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from charrnn.errors import CharrnnError
+
+TEMPORARY_PREFIX = ".charrnn-"
+TEMPORARY_GLOB = f"{TEMPORARY_PREFIX}*.tmp"
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where the system allows."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def reason(exc: OSError) -> str:
+    """An OSError as the few words a user needs (``No space left on device``)."""
+    return exc.strerror or str(exc)
+
+
+def resolve_destination(path: Path) -> Path:
+    """The file a write to ``path`` should change: symbolic links followed, even dangling ones.
+
+    A loop of links is a :class:`CharrnnError`.
+    """
+    path = Path(path)
+    if not path.is_symlink():
+        return path
+    resolved = Path(os.path.realpath(path))
+    if resolved.is_symlink():  # realpath gives up on a loop and returns one of its links
+        raise CharrnnError(f"cannot write {path}: {os.strerror(errno.ELOOP)}")
+    return resolved
+
+
+def temporary_sibling(path: Path) -> str:
+    """Create an empty temporary file beside ``path`` and return its name."""
+    fd, name = tempfile.mkstemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-{path.name}.", suffix=".tmp",
+                                dir=path.parent)
+    os.close(fd)
+    return name
+
+
+@contextmanager
+def replacing(path: Path, failure: Callable[[OSError], str]) -> Iterator[str]:
+    """Yield the name of an empty temporary sibling of regular file ``path``; when the block
+    succeeds, give it ``path``'s mode (or the umask's), fsync it and rename it over ``path``.
+
+    On any failure the temporary file is removed and any previous ``path`` is left as
+    it was; an ``OSError`` (a full disk, say) becomes a :class:`CharrnnError` whose
+    message is ``failure(error)``.
+    """
+    tmp_name = None
+    try:
+        tmp_name = temporary_sibling(path)
+        yield tmp_name
+        try:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+        except FileNotFoundError:
+            mode = 0o666 & ~current_umask()
+        os.chmod(tmp_name, mode)
+        with open(tmp_name, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException as exc:
+        if tmp_name is not None:
+            Path(tmp_name).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise CharrnnError(failure(exc)) from None
+        raise
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write ``path`` so that a failure leaves whatever was there before (see the module docstring).
+
+    A failure (a full disk, say) is reported as a :class:`CharrnnError`, with no
+    temporary file left behind.
+    """
+    given = Path(path)
+    target = resolve_destination(given)
+
+    def failure(exc: OSError) -> str:
+        return f"could not write {given}: {reason(exc)}; any previous {given.name} is intact"
+
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise CharrnnError(f"could not write {given}: {reason(exc)}") from None
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise CharrnnError(f"could not write {given}: it is a directory")
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        _write_through(given, target, write)
+        return
+    if info is not None and info.st_nlink > 1:
+        _rewrite_in_place(target, write, failure)
+        return
+    with replacing(target, failure) as tmp_name:
+        with open(tmp_name, "wb") as handle:
+            write(handle)
+
+
+def _rewrite_in_place(target: Path, write: Callable[[BinaryIO], None],
+                      failure: Callable[[OSError], str]) -> None:
+    """Renaming would split a hard link: finish the content in a temporary file, then copy it in."""
+    tmp_name = None
+    try:
+        tmp_name = temporary_sibling(target)
+        with open(tmp_name, "wb") as handle:
+            write(handle)
+        shutil.copyfile(tmp_name, target)
+        with open(target, "rb") as handle:
+            os.fsync(handle.fileno())
+    except OSError as exc:
+        raise CharrnnError(failure(exc)) from None
+    finally:
+        if tmp_name is not None:
+            Path(tmp_name).unlink(missing_ok=True)
+
+
+def _write_through(given: Path, target: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write straight into a device node, FIFO or socket, as ``>`` in a shell would."""
+    try:
+        with open(target, "wb") as handle:
+            write(handle)
+    except OSError as exc:
+        raise CharrnnError(f"could not write {given}: {reason(exc)}") from None
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
+
+
+def write_json(path: Path, value: Any) -> None:
+    atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def append_line(path: Path, line: str) -> None:
+    """Add one line to a text file atomically: the file is rewritten whole, never half-appended."""
+    try:
+        existing = path.read_bytes() if path.exists() else b""
+    except OSError as exc:
+        raise CharrnnError(f"cannot read {path}: {reason(exc)}") from None
+    atomic_write(path, lambda handle: handle.write(existing + line.encode("utf-8") + b"\n"))
+
+
+def _pid_of(temporary: Path) -> int | None:
+    digits = temporary.name.removeprefix(TEMPORARY_PREFIX).split("-", 1)[0]
+    return int(digits) if digits.isdigit() else None
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_temporaries(directory: Path) -> None:
+    """Delete the temporary files that killed charrnn processes left in ``directory``.
+
+    Only charrnn's own names are touched, and only those of processes that no longer
+    run; a user's ``.notes.tmp`` stays.
+    """
+    for leftover in Path(directory).glob(TEMPORARY_GLOB):
+        pid = _pid_of(leftover)
+        if pid is not None and pid != os.getpid() and process_alive(pid):
+            continue
+        leftover.unlink(missing_ok=True)
