@@ -20,6 +20,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +28,12 @@ from pathlib import Path
 import torch
 
 from charrnn.errors import CharrnnError
-from charrnn.files import replacing
+from charrnn.files import reason, remove_stale_temporaries, replacing
 from charrnn.vocab import UnknownCharactersError, Vocab, code_points
 
 CACHE_DIR_ENV = "CHARRNN_CACHE_DIR"
 CHUNK_BYTES = 1 << 22  # 4 MiB of text per chunk: bounded memory, large enough to vectorise well
+IN_MEMORY_LIMIT_BYTES = 1 << 28  # ids of texts up to this size are kept in memory if the cache is unwritable
 
 
 def default_cache_dir() -> Path:
@@ -43,14 +45,25 @@ def default_cache_dir() -> Path:
 
 
 def corpus_files(path: Path) -> list[Path]:
-    """The files a corpus consists of: the file itself, or a directory's ``*.txt`` in sorted order."""
-    if path.is_dir():
+    """The files a corpus consists of: the file itself, or a directory's ``*.txt`` in sorted order.
+
+    Only regular files are read: a FIFO, a terminal or ``/dev/zero`` would hang or never
+    end, and a stream cannot be read twice (once to scan, once to encode).
+    """
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise CharrnnError(f"corpus {path} does not exist") from None
+    except OSError as exc:
+        raise CharrnnError(f"cannot read corpus {path}: {reason(exc)}") from None
+    if stat.S_ISDIR(info.st_mode):
         files = sorted(p for p in path.glob("*.txt") if p.is_file())
         if not files:
             raise CharrnnError(f"corpus directory {path} holds no *.txt files")
         return files
-    if not path.exists():
-        raise CharrnnError(f"corpus {path} does not exist")
+    if not stat.S_ISREG(info.st_mode):
+        raise CharrnnError(f"corpus {path} is not a regular file (a pipe or a device); "
+                           f"save the text to a file and give that")
     return [path]
 
 
@@ -70,13 +83,13 @@ def _file_chunks(file: Path, chunk_bytes: int) -> Iterator[tuple[bytes, torch.Te
     try:
         handle = open(file, "rb")
     except OSError as exc:
-        raise CharrnnError(f"cannot read corpus {file}: {exc.strerror or exc}") from None
+        raise CharrnnError(f"cannot read corpus {file}: {reason(exc)}") from None
     with handle:
         while True:
             try:
                 raw = handle.read(chunk_bytes)
             except OSError as exc:
-                raise CharrnnError(f"cannot read corpus {file}: {exc.strerror or exc}") from None
+                raise CharrnnError(f"cannot read corpus {file}: {reason(exc)}") from None
             final = len(raw) < chunk_bytes
             pending = len(decoder.getstate()[0])
             if not pending and raw.isascii():
@@ -161,7 +174,9 @@ def cached_ids(scan: CorpusScan, vocab: Vocab, skip_unknown: bool = False, cache
 
     The first call for a text and vocabulary encodes it (a second streaming pass)
     into ``cache_dir``; later calls map the file at once. A character outside the
-    vocabulary is an error unless ``skip_unknown``, which leaves it out.
+    vocabulary is an error unless ``skip_unknown``, which leaves it out. When the
+    cache cannot be written (a read-only home, say), a text of up to
+    ``IN_MEMORY_LIMIT_BYTES`` of ids is encoded in memory instead.
     """
     unknown = scan.unknown(vocab)
     if unknown and not skip_unknown:
@@ -172,9 +187,44 @@ def cached_ids(scan: CorpusScan, vocab: Vocab, skip_unknown: bool = False, cache
     cache_dir = cache_dir or default_cache_dir()
     path = cache_dir / cache_name(scan, vocab, dropped_unknown=bool(unknown))
     itemsize = vocab.id_dtype.itemsize
-    if not (path.is_file() and path.stat().st_size == length * itemsize):
+    if path.is_file() and path.stat().st_size == length * itemsize:
+        return torch.from_file(str(path), shared=False, size=length, dtype=vocab.id_dtype)
+    try:
         _encode_to_file(scan, vocab, path, length, chunk_bytes)
+    except CacheUnwritable:
+        if length * itemsize > IN_MEMORY_LIMIT_BYTES:
+            raise
+        ids = torch.empty(length, dtype=vocab.id_dtype)
+        _encode_into(scan, vocab, ids, chunk_bytes)
+        return ids
     return torch.from_file(str(path), shared=False, size=length, dtype=vocab.id_dtype)
+
+
+class CacheUnwritable(CharrnnError):
+    """The cache directory or file cannot be created or written."""
+
+
+def _encode_into(scan: CorpusScan, vocab: Vocab, out: torch.Tensor, chunk_bytes: int) -> None:
+    """Fill ``out`` with the corpus's ids, re-reading it; the bytes read must hash to ``scan.sha256``.
+
+    The check makes what is stored match its name: a file edited since the scan (even
+    to the same length) is an error, never a cache entry for the old text.
+    """
+    digest = hashlib.sha256()
+    position = 0
+    dropping = len(out) < scan.chars  # characters outside the vocabulary are left out
+    for raw, points in _chunks(list(scan.files), chunk_bytes):
+        digest.update(raw)
+        ids = vocab.lookup(points)
+        if dropping:
+            ids = ids[ids >= 0]
+        if position + len(ids) > len(out):
+            break
+        out[position : position + len(ids)] = ids
+        position += len(ids)
+    if position != len(out) or digest.hexdigest() != scan.sha256:
+        raise CharrnnError(f"corpus {scan.files[0]} changed while it was being read; "
+                           f"nothing was cached, so run again once it stays unchanged")
 
 
 def _encode_to_file(scan: CorpusScan, vocab: Vocab, path: Path, length: int, chunk_bytes: int) -> None:
@@ -185,25 +235,19 @@ def _encode_to_file(scan: CorpusScan, vocab: Vocab, path: Path, length: int, chu
     """
 
     def failure(exc: OSError) -> str:
-        return (f"cannot write the corpus cache {path}: {exc.strerror or exc} "
-                f"(set {CACHE_DIR_ENV} to a directory with room)")
+        return (f"cannot write the corpus cache {path}: {reason(exc)} "
+                f"(set {CACHE_DIR_ENV} to a writable directory with room)")
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(path.parent)
     except OSError as exc:
-        raise CharrnnError(failure(exc)) from None
-    with replacing(path, failure) as tmp_name:
+        raise CacheUnwritable(failure(exc)) from None
+    with replacing(path, failure, CacheUnwritable) as tmp_name:
         with open(tmp_name, "r+b") as handle:
             os.posix_fallocate(handle.fileno(), 0, length * vocab.id_dtype.itemsize)
         out = torch.from_file(tmp_name, shared=True, size=length, dtype=vocab.id_dtype)
-        position = 0
-        dropping = length < scan.chars  # characters outside the vocabulary are left out
-        for _, points in _chunks(list(scan.files), chunk_bytes):
-            ids = vocab.lookup(points)
-            if dropping:
-                ids = ids[ids >= 0]
-            out[position : position + len(ids)] = ids
-            position += len(ids)
-        del out  # unmaps, so the fsync that follows covers every id
-        if position != length:
-            raise CharrnnError(f"corpus {scan.files[0]} changed while it was being encoded; run again")
+        try:
+            _encode_into(scan, vocab, out, chunk_bytes)
+        finally:
+            del out  # unmaps, so the fsync that follows covers every id

@@ -78,13 +78,14 @@ def temporary_sibling(path: Path) -> str:
 
 
 @contextmanager
-def replacing(path: Path, failure: Callable[[OSError], str]) -> Iterator[str]:
+def replacing(path: Path, failure: Callable[[OSError], str],
+              error: type[CharrnnError] = CharrnnError) -> Iterator[str]:
     """Yield the name of an empty temporary sibling of regular file ``path``; when the block
     succeeds, give it ``path``'s mode (or the umask's), fsync it and rename it over ``path``.
 
     On any failure the temporary file is removed and any previous ``path`` is left as
-    it was; an ``OSError`` (a full disk, say) becomes a :class:`CharrnnError` whose
-    message is ``failure(error)``.
+    it was; an ``OSError`` (a full disk, say) becomes an ``error`` (a
+    :class:`CharrnnError`) whose message is ``failure(exc)``.
     """
     tmp_name = None
     try:
@@ -102,7 +103,7 @@ def replacing(path: Path, failure: Callable[[OSError], str]) -> Iterator[str]:
         if tmp_name is not None:
             Path(tmp_name).unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            raise CharrnnError(failure(exc)) from None
+            raise error(failure(exc)) from None
         raise
 
 

@@ -1,4 +1,5 @@
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -113,13 +114,51 @@ def test_ids_are_a_memory_map_of_the_cache_file(tmp_path: Path, corpus_cache_dir
     assert str(corpus_cache_dir / name) in Path("/proc/self/maps").read_text()
 
 
-def test_an_unwritable_cache_is_one_clear_error(tmp_path: Path):
+def test_an_unwritable_cache_encodes_small_texts_in_memory(tmp_path: Path):
     corpus = write(tmp_path / "mixed.txt", MIXED)
     blocker = tmp_path / "not_a_dir"
     blocker.write_text("")
     scan = scan_corpus(corpus)
+    ids = cached_ids(scan, scan.vocab(), cache_dir=blocker / "cache")
+    assert scan.vocab().decode(ids) == MIXED
+
+
+def test_an_unwritable_cache_names_the_variable_for_large_texts(tmp_path: Path, monkeypatch):
+    corpus = write(tmp_path / "mixed.txt", MIXED)
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("")
+    monkeypatch.setattr(corpus_cache, "IN_MEMORY_LIMIT_BYTES", 10)
+    scan = scan_corpus(corpus)
     with pytest.raises(CharrnnError, match="cannot write the corpus cache .*CHARRNN_CACHE_DIR"):
         cached_ids(scan, scan.vocab(), cache_dir=blocker / "cache")
+
+
+def test_a_same_length_edit_between_scan_and_encoding_is_never_cached(tmp_path: Path):
+    corpus = write(tmp_path / "mixed.txt", MIXED)
+    scan = scan_corpus(corpus)
+    corpus.write_text(MIXED.replace("a", "b", 1), encoding="utf-8")  # same length, same vocabulary
+    cache = tmp_path / "cache"
+    with pytest.raises(CharrnnError, match="changed while it was being read"):
+        cached_ids(scan, scan.vocab(), cache_dir=cache)
+    assert list(cache.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_corpus_that_is_not_a_regular_file_is_refused_at_once(tmp_path: Path, kind):
+    if kind == "fifo":
+        path = tmp_path / "pipe"
+        os.mkfifo(path)
+    else:
+        path = Path("/dev/zero")
+    with pytest.raises(CharrnnError, match="is not a regular file"):
+        scan_corpus(path)
+
+
+def test_a_symlink_loop_corpus_is_named_as_such(tmp_path: Path):
+    (tmp_path / "a.txt").symlink_to(tmp_path / "b.txt")
+    (tmp_path / "b.txt").symlink_to(tmp_path / "a.txt")
+    with pytest.raises(CharrnnError, match="symbolic links"):
+        scan_corpus(tmp_path / "a.txt")
 
 
 def test_a_failed_encoding_leaves_no_temporary_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
