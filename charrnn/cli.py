@@ -53,6 +53,7 @@ from charrnn.files import atomic_write_text
 from charrnn.interrupt import EXIT_CODES, GracefulStop
 from charrnn.neurons import FEATURES, activations, html_page, rank_units, text_feature
 from charrnn.plot import plot_runs
+from charrnn.rundir import metrics_history, resume_target
 from charrnn.sample import collect_samples, generate
 from charrnn.train import (
     TrainingInterrupted,
@@ -382,9 +383,6 @@ def _resume(ctx: click.Context, checkpoint: Path, corpus: Path | None, out_dir: 
 
     Returns the function that continues it.
     """
-    if out_dir is not None or overwrite:
-        raise click.UsageError("--resume continues in the checkpoint's own directory; "
-                               "--out and --overwrite do not apply")
 
     def given(options: dict[str, Any]) -> dict[str, Any]:
         return {key: value for key, value in options.items()
@@ -395,18 +393,22 @@ def _resume(ctx: click.Context, checkpoint: Path, corpus: Path | None, out_dir: 
         raise CharrnnError(f"{checkpoint} cannot be resumed (it holds no training state)")
     model_config, config, changes = resume_config(payload, given(model_options),
                                                   {**given(train_options), "device": device})
-    config.out_dir = str(checkpoint.parent)
+    target = resume_target(checkpoint, payload, out_dir, overwrite)
+    config.out_dir = str(target.out_dir)
     saved_corpus = payload["corpus"]
     corpus_path = corpus or Path(saved_corpus["path"])
-    encoded = encode_corpus(corpus_path, saved_corpus["name"], config.val_frac)
-    if encoded.info.sha256 != saved_corpus["sha256"]:
-        raise CharrnnError(f"{corpus_path} is not the text this run was trained on; "
-                           f"resuming needs the same corpus")
+    # The ids always come from the checkpoint's own vocabulary (a fine-tuned run's may differ
+    # from the corpus's), and the corpus must be the very text the run was trained on.
+    vocab = Vocab.from_list(payload["vocab"])
+    encoded = encode_corpus(corpus_path, saved_corpus["name"], config.val_frac, vocab,
+                            expected_sha256=saved_corpus["sha256"])
     for change in changes:
         say(f"resuming with {change}")
-    say(f"resuming {checkpoint} at step {payload['step']:,} (epoch {payload['progress_epochs']:.2f})")
-    return lambda stop: train(model_config, config, Vocab.from_list(payload["vocab"]), encoded.ids,
-                              encoded.info, ProgressBar(err), resume_from=payload, stop=stop, group=group)
+    where = f" into a new branch {target.out_dir}" if target.branch else ""
+    say(f"resuming {checkpoint} at step {payload['step']:,} (epoch {payload['progress_epochs']:.2f}){where}")
+    history = metrics_history(checkpoint.parent, payload["step"]) if target.branch else None
+    return lambda stop: train(model_config, config, vocab, encoded.ids, encoded.info, ProgressBar(err),
+                              resume_from=payload, stop=stop, group=group, branch_history=history)
 
 
 # -------------------------------------------------------------------------- sample

@@ -86,15 +86,19 @@ class EncodedCorpus:
 
 
 def encode_corpus(
-    path: Path, name: str, val_frac: float, vocab: Vocab | None = None, extend_vocab: bool = False
+    path: Path, name: str, val_frac: float, vocab: Vocab | None = None, extend_vocab: bool = False,
+    expected_sha256: str | None = None,
 ) -> EncodedCorpus:
     """Encode a corpus (through the id cache, see :mod:`charrnn.corpus_cache`), recording the split.
 
-    The vocabulary is the corpus's own unless one is given (fine-tuning). With a
-    given vocabulary, a character outside it is an error that names it, unless
-    ``extend_vocab``, which appends such characters (existing ids never move).
+    The vocabulary is the corpus's own unless one is given (fine-tuning, resuming).
+    With a given vocabulary, a character outside it is an error that names it, unless
+    ``extend_vocab``, which appends such characters (existing ids never move). With
+    ``expected_sha256`` (resuming), any other text is refused before it is encoded.
     """
     scan = scan_corpus(path)
+    if expected_sha256 is not None and scan.sha256 != expected_sha256:
+        raise CharrnnError(f"{path} is not the text this run was trained on; resuming needs the same corpus")
     if vocab is None:
         vocab = scan.vocab()
     elif extend_vocab:

@@ -13,6 +13,8 @@ it, and sampling and beam search index it, without caring about the cell type.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -31,7 +33,7 @@ _VOCAB_ROWS = ("embedding.weight", "head.weight", "head.bias")  # one row per vo
 class CharRNN(nn.Module):
     """Embedding, stacked recurrent layers, and a linear read-out to ``vocab_size`` logits."""
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, initialise_weights: bool = True):
         super().__init__()
         self.config = config
         self.embedding = nn.Embedding(config.vocab_size, config.embed_size)
@@ -51,7 +53,8 @@ class CharRNN(nn.Module):
             )
         self.dropout = nn.Dropout(config.dropout)
         self.head = nn.Linear(config.hidden_size, config.vocab_size)
-        initialise(self)
+        if initialise_weights:
+            initialise(self)
         if config.cell == "esn":
             # An echo-state network trains only its read-out; the reservoir stays as drawn.
             for param in [*self.embedding.parameters(), *self.rnn.parameters()]:
@@ -112,6 +115,21 @@ class CharRNN(nn.Module):
     def stepper(self) -> Stepper:
         """A snapshot of the weights laid out for fast one-character steps (see :class:`Stepper`)."""
         return Stepper(self)
+
+
+def state_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The name and shape of every tensor in the state dict of a model with ``config``.
+
+    Built on the meta device, so a declared size is checked without allocating it.
+    """
+    with torch.device("meta"):
+        model = CharRNN(config, initialise_weights=False)
+    return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+
+
+def parameter_count(config: ModelConfig) -> int:
+    """Number of parameters of a model with ``config``, computed without allocating it."""
+    return sum(math.prod(shape) for shape in state_shapes(config).values())
 
 
 def spectral_radius(matrix: torch.Tensor) -> float:

@@ -16,7 +16,6 @@ import contextlib
 import json
 import math
 import random
-import shutil
 import signal
 import time
 from dataclasses import dataclass
@@ -26,15 +25,21 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from charrnn.checkpoint import save_checkpoint
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data import CorpusInfo, Split, StreamBatches, split_ids
 from charrnn.distributed import ProcessGroup
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import EvalResult, evaluate
-from charrnn.files import append_line, remove_stale_temporaries, write_json
+from charrnn.files import remove_stale_temporaries
 from charrnn.interrupt import GracefulStop
 from charrnn.model import CharRNN, detach_state
+from charrnn.rundir import (
+    RunDirectory,
+    check_free_space,
+    epoch_checkpoint_name,
+    new_run_id,
+    prepare_out_dir,
+)
 from charrnn.runlock import RunLock
 from charrnn.vocab import Vocab
 
@@ -145,50 +150,9 @@ def stop_reason(config: TrainConfig, step: int, epoch: float, elapsed: float) ->
     return None
 
 
-RUN_FILES = ("last.pt", "best.pt", "metrics.jsonl", "config.json")
-EPOCH_CHECKPOINT_GLOB = "epoch*-val*.pt"
-
-
-def epoch_checkpoint_name(epoch: int, val_loss: float) -> str:
-    """``epoch0005-val1.6123.pt``: sorts by epoch and says what it holds."""
-    return f"epoch{epoch:04d}-val{val_loss:.4f}.pt"
-
-
 def checkpoint_bytes(model: CharRNN) -> int:
     """Roughly what one checkpoint takes on disk: float32 weights, Adam's two moments, a margin."""
     return 3 * 4 * sum(p.numel() for p in model.parameters()) + (1 << 20)
-
-
-def check_free_space(out_dir: Path, needed: int) -> None:
-    """Refuse to start when the disk cannot hold the checkpoints a run writes (best, last and a temporary)."""
-    free = shutil.disk_usage(out_dir).free
-    if free < needed:
-        raise CharrnnError(
-            f"only {free / 2**20:,.1f} MiB free under --out {out_dir}; a run needs about "
-            f"{needed / 2**20:,.1f} MiB for its checkpoints"
-        )
-
-
-def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
-    """Create the run directory and prove it is writable before any training time is spent.
-
-    A directory that already holds a run is refused unless ``overwrite``: an earlier
-    run's checkpoints are never replaced by accident.
-    """
-    existing = [name for name in RUN_FILES if (out_dir / name).exists()]
-    existing += sorted(path.name for path in out_dir.glob(EPOCH_CHECKPOINT_GLOB))[:3]
-    if existing and not overwrite:
-        raise CharrnnError(
-            f"--out {out_dir} already holds a training run ({', '.join(existing)}); "
-            f"pass --overwrite to replace it, or choose another --out"
-        )
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / ".write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise CharrnnError(f"cannot write to --out {out_dir}: {exc.strerror or exc}") from None
 
 
 def seed_everything(seed: int) -> None:
@@ -250,6 +214,7 @@ class TrainingRun:
         self.best: EvalResult | None = None
         self.skipped = 0  # steps skipped for a non-finite loss or gradient
         self.bad_streak = 0  # consecutive skipped steps up to now
+        self.run_id = new_run_id()  # names the run directory's run in config.json and every checkpoint
 
     @property
     def epoch(self) -> float:
@@ -314,6 +279,7 @@ class TrainingRun:
         self.state = tuple(s[:, self.rows].to(self.device) for s in payload["carried_state"])
         self.best = EvalResult(**payload["best"]) if payload.get("best") else None
         self.skipped = payload.get("skipped_steps", 0)
+        self.run_id = payload.get("run_id", self.run_id)
         random.setstate(_python_rng_state(payload["rng"]["python"]))
         torch.set_rng_state(payload["rng"]["torch"])
         if torch.cuda.is_available() and payload["rng"].get("cuda"):
@@ -331,9 +297,11 @@ class TrainingRun:
         ``carried_state`` is :meth:`carried_state`'s result, gathered by every rank beforehand.
         """
         return {
+            "run_id": self.run_id,
             "model_config": self.model_config.to_dict(),
             "train_config": self.config.to_dict(),
             "vocab": self.vocab.to_list(),
+            "vocab_digest": self.vocab.digest(),
             "model_state": self.model.state_dict(),
             "optimizer_state": self.optimizer.state_dict(),
             "step": self.step,
@@ -370,14 +338,15 @@ def _agree(run: TrainingRun, stop: GracefulStop | None, elapsed: float) -> tuple
 
 
 def _train_loop(run: TrainingRun, config: TrainConfig, val_ids: torch.Tensor, observer: TrainObserver,
-                stop: GracefulStop | None, elapsed_before: float) -> tuple[str, float]:
+                stop: GracefulStop | None, elapsed_before: float,
+                run_dir: RunDirectory | None) -> tuple[str, float]:
     """Step, evaluate, log and save until a stopping criterion or a signal; return why, and when.
 
-    With a process group, rank 0 alone evaluates and writes; every rank steps.
+    With a process group, rank 0 alone evaluates and writes (``run_dir`` is None
+    elsewhere); every rank steps.
     """
     out_dir = Path(config.out_dir)
-    metrics_path = out_dir / "metrics.jsonl"
-    main = run.group is None or run.group.is_main
+    main = run_dir is not None
     loss_sum, loss_count = 0.0, 0
     window_chars, window_start = 0, time.perf_counter()
     start = time.perf_counter() - elapsed_before
@@ -428,17 +397,17 @@ def _train_loop(run: TrainingRun, config: TrainConfig, val_ids: torch.Tensor, ob
             improved = run.best is None or result.nats_per_char < run.best.nats_per_char
             if improved:
                 run.best = result
-                save_checkpoint(out_dir / "best.pt", run.payload(elapsed, carried))
+                run_dir.save("best.pt", run.payload(elapsed, carried))
             if epoch_end:
                 record["epoch_checkpoint"] = epoch_checkpoint_name(run.epochs_done, result.nats_per_char)
-                save_checkpoint(out_dir / record["epoch_checkpoint"], run.payload(elapsed, carried))
-            append_line(metrics_path, json.dumps(record))
+                run_dir.save(record["epoch_checkpoint"], run.payload(elapsed, carried))
+            run_dir.append_metrics(json.dumps(record))
             observer.on_eval({**record, "best": improved})
         if evaluating:
             loss_sum, loss_count = 0.0, 0
             window_chars, window_start = 0, time.perf_counter()
         if saving and main:
-            save_checkpoint(out_dir / "last.pt", run.payload(elapsed, carried))
+            run_dir.save("last.pt", run.payload(elapsed, carried))
     return reason, time.perf_counter() - start
 
 
@@ -454,13 +423,19 @@ def train(
     stop: GracefulStop | None = None,
     initial_weights: dict[str, torch.Tensor] | None = None,
     group: ProcessGroup | None = None,
+    branch_history: list[str] | None = None,
 ) -> TrainResult:
     """Train a new model on ``ids`` (the encoded corpus) and write the run to ``config.out_dir``.
 
-    An existing run in ``config.out_dir`` is replaced only when ``overwrite`` is set.
+    An existing run in ``config.out_dir`` is replaced only when ``overwrite`` is set,
+    and only once the new run writes its first file (see :mod:`charrnn.rundir`).
     With ``resume_from`` (a checkpoint of the run in ``config.out_dir``, see
-    :func:`resume_config`) training continues from it exactly, appending to
-    ``metrics.jsonl``. When ``stop`` reports a signal, the current step finishes,
+    :func:`resume_config` and :func:`charrnn.rundir.resume_target`) training
+    continues from it exactly, appending to ``metrics.jsonl``. With
+    ``branch_history`` as well, ``config.out_dir`` is a new directory (a branch):
+    the run continues there from the checkpoint under a new run id, its
+    ``metrics.jsonl`` starting with those lines, and its ``best.pt`` the best of
+    the branch. When ``stop`` reports a signal, the current step finishes,
     ``last.pt`` is written and :class:`TrainingInterrupted` is raised. After
     ``config.max_bad_steps`` consecutive non-finite steps, training stops with an
     error and the checkpoints written so far are left as they were.
@@ -489,24 +464,24 @@ def train(
         val_ids = split.val
         if resume_from is not None:
             run.restore(resume_from)
+        branching = branch_history is not None
+        if branching:
+            run.run_id = new_run_id()
+            run.best = None
+        run_dir = None
         if main:
             remove_stale_temporaries(out_dir)
             check_free_space(out_dir, 3 * checkpoint_bytes(run.model))
-            if resume_from is None:
-                # A fresh directory, or overwrite: an older run's log, best and epoch checkpoints must go.
-                (out_dir / "metrics.jsonl").unlink(missing_ok=True)
-                for stale in [out_dir / "best.pt", *out_dir.glob(EPOCH_CHECKPOINT_GLOB)]:
-                    stale.unlink(missing_ok=True)
-            write_json(out_dir / "config.json", {
-                "model": model_config.to_dict(), "train": config.to_dict(), "corpus": corpus.to_dict(),
-                "world_size": group.world_size if group else 1,
-            })
+            run_dir = RunDirectory(out_dir, {
+                "run_id": run.run_id, "model": model_config.to_dict(), "train": config.to_dict(),
+                "corpus": corpus.to_dict(), "world_size": group.world_size if group else 1,
+            }, fresh=resume_from is None or branching, history=branch_history or [])
         observer.on_start(run.model, model_config, config, corpus, len(batches),
                           _planned_steps(config, len(batches)), run.step)
         try:
             # A resumed run continues its clock, so a time budget covers the whole run.
             reason, elapsed_s = _train_loop(run, config, val_ids, observer, stop,
-                                            resume_from["elapsed_s"] if resume_from else 0.0)
+                                            resume_from["elapsed_s"] if resume_from else 0.0, run_dir)
         except BaseException:
             observer.on_end(completed=False)
             raise

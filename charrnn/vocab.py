@@ -66,8 +66,11 @@ class Vocab:
     def __post_init__(self) -> None:
         if not self.chars:
             raise CharrnnError("a vocabulary needs at least one character")
-        if any(len(c) != 1 for c in self.chars):
+        if any(not isinstance(c, str) or len(c) != 1 for c in self.chars):
             raise CharrnnError("every vocabulary entry must be exactly one code point")
+        surrogates = [c for c in self.chars if "\ud800" <= c <= "\udfff"]
+        if surrogates:
+            raise CharrnnError(f"vocabulary entry {surrogates[0]!r} is a lone surrogate, not a character")
         if len(set(self.chars)) != len(self.chars):
             raise CharrnnError("vocabulary entries must be unique")
         object.__setattr__(self, "_index", {c: i for i, c in enumerate(self.chars)})

@@ -99,7 +99,7 @@ def test_resume_continues_the_run_with_epoch_checkpoints(runner, small_corpus):
     ("extra", "fragment"),
     [(["--max-steps", "6", "--hidden", "48"], "hidden_size 48 contradicts the checkpoint"),
      (["--max-steps", "6", "--seq-len", "8"], "seq_len 8 contradicts the checkpoint"),
-     (["--max-steps", "6", "--out", "elsewhere"], "--out and --overwrite do not apply"),
+     (["--max-steps", "6", "--overwrite"], "--overwrite with --resume replaces nothing"),
      (["--max-steps", "3"], "this run already reached --max-steps 3")],
 )
 def test_resume_refuses_contradictions(runner, small_corpus, extra, fragment):
@@ -108,6 +108,66 @@ def test_resume_refuses_contradictions(runner, small_corpus, extra, fragment):
     result = invoke(runner, "train", "--resume", "checkpoints/small/last.pt", *extra)
     assert_one_line_error(result, fragment)
     assert Path("checkpoints/small/last.pt").read_bytes() == before
+
+
+def train_tiny_run(runner: CliRunner, corpus: Path, out: str, *extra: str):
+    return invoke(runner, "train", corpus, *TINY_TRAIN, "--out", out, *extra)
+
+
+def test_resume_of_a_fine_tuned_run_trains_on_the_checkpoints_vocabulary(runner, small_corpus):
+    """The fine-tuned vocabulary (extended, so unlike the corpus's own) must carry through a resume."""
+    assert train_tiny_run(runner, small_corpus, "base", "--max-steps", "4").exit_code == 0
+    Path("lower.txt").write_text(small_corpus.read_text(encoding="utf-8").lower(), encoding="utf-8")
+    tune = ["train", "lower.txt", "--init-from", "base/last.pt", "--extend-vocab", *TINY_TRAIN]
+    assert invoke(runner, *tune, "--max-steps", "8", "--out", "straight").exit_code == 0
+    assert invoke(runner, *tune, "--max-steps", "4", "--out", "halves").exit_code == 0
+    resumed = invoke(runner, "train", "--resume", "halves/last.pt", "--max-steps", "8")
+    assert resumed.exit_code == 0, resumed.output
+    straight = torch.load("straight/last.pt", weights_only=True)
+    halves = torch.load("halves/last.pt", weights_only=True)
+    assert straight["vocab"] == halves["vocab"] != sorted(halves["vocab"])
+    for name, tensor in straight["model_state"].items():
+        assert torch.equal(tensor, halves["model_state"][name]), name
+
+
+def test_resuming_an_earlier_checkpoint_never_replaces_newer_results(runner, small_corpus):
+    assert invoke(runner, "train", small_corpus, *TINY_TRAIN, "--epochs", "3", "--save-epochs", "1,2",
+                  "--out", "ep").exit_code == 0
+    run = Path("ep")
+    before = {name: (run / name).read_bytes() for name in ("best.pt", "last.pt", "metrics.jsonl")}
+    first = next(run.glob("epoch0001-*.pt"))
+    refused = invoke(runner, "train", "--resume", first, "--epochs", "2")
+    assert_one_line_error(refused, "has newer results")
+    assert "--out NEW_DIR" in refused.stderr
+    branched = invoke(runner, "train", "--resume", first, "--epochs", "2", "--out", "branch")
+    assert branched.exit_code == 0, branched.output
+    assert {name: (run / name).read_bytes() for name in before} == before
+    history = [json.loads(line) for line in Path("branch/metrics.jsonl").read_text().splitlines()]
+    original = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert history[0] == original[0]  # the branch starts with the run's history up to the checkpoint
+    assert torch.load("branch/last.pt", weights_only=True)["run_id"] != \
+        torch.load(run / "last.pt", weights_only=True)["run_id"]
+
+
+def test_resume_refuses_a_directory_that_is_not_the_checkpoints_run(runner, small_corpus):
+    assert train_tiny_run(runner, small_corpus, "run", "--max-steps", "4").exit_code == 0
+    other = Path("other")
+    other.mkdir()
+    (other / "config.json").write_text('{"mine": true}\n')
+    (other / "best.pt").write_bytes(b"the user's own")
+    (other / "metrics.jsonl").write_text("{}\n")
+    (other / "last.pt").write_bytes(Path("run/last.pt").read_bytes())
+    before = {p.name: p.read_bytes() for p in other.iterdir()}
+    refused = invoke(runner, "train", "--resume", other / "last.pt", "--max-steps", "6")
+    assert_one_line_error(refused, "is not the run that wrote last.pt")
+    assert {p.name: p.read_bytes() for p in other.iterdir()} == before
+
+
+def test_resume_accepts_out_naming_the_checkpoints_own_directory(runner, small_corpus):
+    assert train_tiny_run(runner, small_corpus, "run", "--max-steps", "4").exit_code == 0
+    resumed = invoke(runner, "train", "--resume", "run/last.pt", "--max-steps", "6", "--out", "run")
+    assert resumed.exit_code == 0, resumed.output
+    assert torch.load("run/last.pt", weights_only=True)["step"] == 6
 
 
 def test_fine_tune_with_extended_vocabulary(runner, tiny_checkpoint):

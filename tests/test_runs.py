@@ -214,7 +214,7 @@ def test_a_full_disk_is_reported_before_training(small_corpus, tmp_path, monkeyp
     import shutil as shutil_module
 
     usage = shutil_module.disk_usage(tmp_path)
-    monkeypatch.setattr("charrnn.train.shutil.disk_usage", lambda path: usage._replace(free=100_000))
+    monkeypatch.setattr("charrnn.rundir.shutil.disk_usage", lambda path: usage._replace(free=100_000))
     model_config, config, encoded = tiny_setup(small_corpus, tmp_path / "run", max_steps=2)
     with pytest.raises(CharrnnError, match="MiB free under --out"):
         train(model_config, config, encoded.vocab, encoded.ids, encoded.info)
@@ -234,7 +234,7 @@ def test_a_failed_save_says_so_and_keeps_the_previous_checkpoint(small_corpus, t
             raise OSError(28, "No space left on device")
         real_replace(source, target)
 
-    monkeypatch.setattr("charrnn.checkpoint.os.replace", disk_full_for_last)
+    monkeypatch.setattr("charrnn.files.os.replace", disk_full_for_last)
     model_config, config, encoded = tiny_setup(small_corpus, out, max_steps=2, seed=5)
     with pytest.raises(CharrnnError, match="could not write .*last.pt: No space left on device; "
                                            "any previous last.pt is intact"):

@@ -116,8 +116,17 @@ def test_validation_split_too_short(tmp_path):
 def test_unwritable_out_is_reported_before_training(repeated_corpus, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(CharrnnError, match="cannot write to --out"):
+    with pytest.raises(CharrnnError, match="--out .*Not a directory"):
         train_tiny(repeated_corpus, blocker / "run", max_steps=1)
+
+
+@pytest.mark.parametrize("out", ["existing_file", "/dev/null"])
+def test_out_naming_a_file_says_so(repeated_corpus, tmp_path, out):
+    target = tmp_path / out if out == "existing_file" else Path(out)
+    if out == "existing_file":
+        target.write_text("")
+    with pytest.raises(CharrnnError, match="is a file, not a directory"):
+        train_tiny(repeated_corpus, target, max_steps=1)
 
 
 def test_save_epochs_keeps_named_checkpoints_and_marks_metrics(repeated_corpus, tmp_path):
