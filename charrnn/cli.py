@@ -6,8 +6,6 @@ Results go to stdout; progress, messages and errors go to stderr, so that
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import shlex
 import sys
@@ -49,13 +47,15 @@ from charrnn.distributed import (
 )
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import EvalResult, evaluate
-from charrnn.files import atomic_write_text
-from charrnn.interrupt import EXIT_CODES, GracefulStop
+from charrnn.files import atomic_write_text, json_text
+from charrnn.interrupt import EXIT_CODES, GracefulStop, Terminated, raise_on_termination
 from charrnn.neurons import FEATURES, activations, html_page, rank_units, text_feature
 from charrnn.plot import plot_runs
 from charrnn.rundir import metrics_history, resume_target
 from charrnn.sample import collect_samples, generate
+from charrnn.terminal import ReaderGone, stdout_guard, stream_stdout, write_stdout
 from charrnn.train import (
+    RESUME_FIELDS,
     TrainingInterrupted,
     TrainResult,
     resolve_device,
@@ -102,14 +102,29 @@ class OneLineUsageError(click.ClickException):
     exit_code = 2
 
 
+class Interrupted(click.ClickException):
+    """A signal stopped a command outside training: one line, and the shell's code for it."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(f"interrupted by {signal_name}; nothing was left half-written")
+        self.exit_code = EXIT_CODES[signal_name]
+
+
 class CharrnnGroup(click.Group):
     """Turns every user-facing failure into one line, ``Error: ...``, and a non-zero exit."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with raise_on_termination():
+                return super().invoke(ctx)
         except CharrnnError as exc:
             raise click.ClickException(str(exc)) from None
+        except ReaderGone:
+            raise SystemExit(1) from None
+        except KeyboardInterrupt:
+            raise Interrupted("SIGINT") from None
+        except Terminated as exc:
+            raise Interrupted(exc.signal_name) from None
         except click.UsageError as exc:
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
             raise OneLineUsageError(exc.format_message() + hint) from None
@@ -130,12 +145,41 @@ def cli() -> None:
 
 def main() -> None:
     """The ``charrnn`` command and ``python -m charrnn`` (which is what torchrun starts)."""
+    _fill_closed_descriptors()
     try:
         cli(prog_name="charrnn")
     except SystemExit as finished:
         if world_size_from_environment() > 1:
             end_process(finished.code if isinstance(finished.code, int) else int(finished.code is not None))
         raise
+    except Exception as exc:
+        # A failure no check foresaw: still one line. CHARRNN_DEBUG=1 shows the traceback.
+        if os.environ.get("CHARRNN_DEBUG"):
+            raise
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        message(f"Error: unexpected {type(exc).__name__}: {detail} (please report it; CHARRNN_DEBUG=1 "
+                f"shows where)")
+        raise SystemExit(1) from None
+
+
+def _fill_closed_descriptors() -> None:
+    """Give a closed stdout or stderr descriptor (``>&-``) /dev/null.
+
+    Otherwise the next file opened (a checkpoint) would take descriptor 1 or 2 and
+    receive whatever is printed. ``sys.stdout`` stays None, so commands still report
+    that their output has nowhere to go; messages for a closed stderr are dropped,
+    never sent to stdout.
+    """
+    for fd in (1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_WRONLY)
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", closefd=False)  # lives as long as the process
 
 
 # ---------------------------------------------------------------------------- data
@@ -162,7 +206,7 @@ def data_get(name: str, data_dir: Path | None, force: bool) -> None:
       charrnn data get tinyshakespeare
     """
     path, _ = _fetch_dataset(name, data_dir, force)
-    click.echo(str(path))
+    write_stdout(f"{path}\n")
 
 
 def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False,
@@ -328,7 +372,7 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
     if not main:
         return
 
-    out.print(key_value_table("training finished", {
+    summary = key_value_table("training finished", {
         "stopped": result.stop_reason,
         "steps": f"{result.steps:,} ({result.epoch:.2f} epochs)",
         "wall time": f"{result.elapsed_s:.1f} s",
@@ -337,7 +381,9 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
                            f"perplexity {result.best.perplexity:.3f}",
         "skipped steps": str(result.skipped_steps),
         "checkpoints": f"{result.out_dir / 'best.pt'}, {result.out_dir / 'last.pt'}",
-    }))
+    })
+    with stdout_guard():
+        out.print(summary)
 
 
 def _shape_for_budget(ctx: click.Context, seconds: float, model_options: dict[str, Any],
@@ -389,8 +435,10 @@ def _resume(ctx: click.Context, checkpoint: Path, corpus: Path | None, out_dir: 
                 if ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
 
     payload = load_checkpoint(checkpoint)
-    if "rng" not in payload:
-        raise CharrnnError(f"{checkpoint} cannot be resumed (it holds no training state)")
+    missing = [name for name in RESUME_FIELDS if name not in payload]
+    if missing:
+        raise CharrnnError(f"{checkpoint} cannot be resumed (it holds no training state: {missing[0]} "
+                           f"is missing)")
     model_config, config, changes = resume_config(payload, given(model_options),
                                                   {**given(train_options), "device": device})
     target = resume_target(checkpoint, payload, out_dir, overwrite)
@@ -480,7 +528,7 @@ def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None,
     else:
         steps = generate(loaded.model, loaded.vocab, config, prime)
         if output is None and config.num_samples == 1:
-            _stream(prime, (chars[0] for chars in steps))
+            stream_stdout((chars[0] for chars in steps), prefix=prime)
             return
         texts = collect_samples(steps, prime, config.num_samples)
         if config.num_samples == 1:
@@ -488,38 +536,10 @@ def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None,
         else:
             rendered = "".join(f"=== sample {i} ===\n{text}\n" for i, text in enumerate(texts, start=1))
     if output is None:
-        _stream("", iter([rendered]))
+        write_stdout(rendered)
         return
     atomic_write_text(output, rendered)
     message(f"wrote {config.num_samples} sample(s) to {output}")
-
-
-def _stream(prefix: str, pieces) -> None:
-    """Write text to stdout as it comes, ending with a newline when it did not."""
-    last = prefix
-    try:
-        sys.stdout.write(prefix)
-        for piece in pieces:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-            last = piece or last
-        if not last.endswith("\n"):
-            sys.stdout.write("\n")
-        sys.stdout.flush()
-    except BrokenPipeError:
-        _quiet_broken_pipe()
-
-
-def _quiet_broken_pipe() -> None:
-    """The reader went away (``charrnn sample ... | head``): stop without a traceback.
-
-    Python would otherwise report the failed flush of stdout again at exit.
-    """
-    try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError, io.UnsupportedOperation):
-        pass
-    raise SystemExit(1)
 
 
 # ---------------------------------------------------------------- eval-perplexity
@@ -562,16 +582,18 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
     result: EvalResult = evaluate(loaded.model, ids)
     seconds = time.perf_counter() - started
     if as_json:
-        click.echo(json.dumps(result.to_dict()))
+        write_stdout(json_text(result.to_dict()) + "\n")
         return
-    out.print(key_value_table("perplexity", {
+    table = key_value_table("perplexity", {
         "text": source,
         "nats/char": f"{result.nats_per_char:.4f}",
         "bits/char": f"{result.bits_per_char:.4f}",
         "perplexity": f"{result.perplexity:.4f}",
         "characters scored": f"{result.chars:,}",
         "time": f"{seconds:.1f} s",
-    }))
+    })
+    with stdout_guard():
+        out.print(table)
 
 
 # ------------------------------------------------------------------------- compare
@@ -621,9 +643,10 @@ def compare_command(checkpoints: tuple[Path, ...], prime: str, length: int, temp
         atomic_write_text(markdown_file, to_markdown(reports, settings, note))
         message(f"wrote {markdown_file}")
     if as_json:
-        click.echo(json.dumps([report.to_dict() for report in reports], indent=2, ensure_ascii=False))
+        write_stdout(json_text([report.to_dict() for report in reports], indent=2, ensure_ascii=False) + "\n")
         return
-    out.print(comparison_renderable(reports, out.width))
+    with stdout_guard():
+        out.print(comparison_renderable(reports, out.width))
 
 
 # ---------------------------------------------------------------------------- plot
@@ -694,12 +717,14 @@ def inspect_command(checkpoint: Path, text_file: Path, layer: int, unit: int | N
         raise CharrnnError(f"{text_file}: {exc}") from None
     if feature is not None:
         ranked = rank_units(acts, text_feature(text, feature), top)
-        out.print(ranking_table(ranked, f"units tracking {feature} ({state} state)"))
+        with stdout_guard():
+            out.print(ranking_table(ranked, f"units tracking {feature} ({state} state)"))
     if unit is None:
         return
     values = acts[:, layer, unit].tolist()
     scale = 1.0 if state == "h" else max(1e-6, max(abs(v) for v in values))
-    out.print(coloured_text(text, values, scale), soft_wrap=True)
+    with stdout_guard():
+        out.print(coloured_text(text, values, scale), soft_wrap=True)
     if html_file is not None:
         atomic_write_text(html_file, html_page(text, values, scale,
                                                f"{checkpoint.name}: layer {layer}, unit {unit}, {state}"))

@@ -10,8 +10,9 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-from charrnn.errors import ConfigError
+from charrnn.errors import CharrnnError, ConfigError
 from charrnn.hardware import cpu_has_native_bf16
+from charrnn.vocab import require_valid_text
 
 CellType = Literal["lstm", "gru", "rnn", "esn"]
 CELL_TYPES: tuple[str, ...] = ("lstm", "gru", "rnn", "esn")
@@ -21,7 +22,16 @@ CLIP_MODES: tuple[str, ...] = ("norm", "value")
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
 DEFAULT_EPOCHS = 10.0  # how long a run lasts when no stopping criterion is given
 DEFAULT_EVAL_EVERY = 1000  # steps between validation passes of a run without a time budget
+MAX_SPECTRAL_RADIUS = 1e3  # far beyond any useful reservoir; 1e308 overflows the weights to infinity
 MAX_LEARNING_RATE = 1e3  # far above any useful rate; larger ones overflow float32 updates
+
+
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
+
+
+def check_seed(seed: int | None) -> None:
+    if seed is not None and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+        raise ConfigError(f"seed must be between {SEED_RANGE[0]} and {SEED_RANGE[1]} (64 bits)")
 
 
 class _DictMixin:
@@ -63,8 +73,9 @@ class ModelConfig(_DictMixin):
             raise ConfigError(f"init must be one of {', '.join(INIT_SCHEMES)}")
         if not (math.isfinite(self.forget_bias or 0.0) and math.isfinite(self.spectral_radius)):
             raise ConfigError("forget-bias and spectral-radius must be finite numbers")
-        if self.spectral_radius <= 0:
-            raise ConfigError("spectral-radius must be positive")
+        if not 0 < self.spectral_radius <= MAX_SPECTRAL_RADIUS:
+            raise ConfigError(f"spectral-radius must be in (0, {MAX_SPECTRAL_RADIUS:g}]: larger radii "
+                              f"overflow the recurrent weights")
         if not 0.0 < self.recurrent_density <= 1.0:
             raise ConfigError("recurrent-density must be in (0, 1]")
         for name in ("vocab_size", "num_layers", "hidden_size", "embed_size"):
@@ -127,6 +138,7 @@ class TrainConfig(_DictMixin):
                               "(AVX512-BF16 or AMX); train in fp32 here")
         if any(epoch < 1 for epoch in self.save_epochs):
             raise ConfigError("save-epochs must list whole epochs of 1 or more")
+        check_seed(self.seed)
         self.save_epochs = sorted(set(self.save_epochs))
         if self.epochs is None and self.max_steps is None and self.time_budget is None:
             self.epochs = DEFAULT_EPOCHS
@@ -194,3 +206,9 @@ class SampleConfig(_DictMixin):
             raise ConfigError("top-p must be in (0, 1]")
         if self.num_samples < 1:
             raise ConfigError("num-samples must be at least 1")
+        check_seed(self.seed)
+        if self.stop_at is not None:
+            try:
+                require_valid_text(self.stop_at, "--stop-at")
+            except CharrnnError as exc:
+                raise ConfigError(str(exc)) from None

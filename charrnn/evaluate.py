@@ -19,6 +19,14 @@ from charrnn.errors import CharrnnError
 from charrnn.model import CharRNN
 
 
+def perplexity(nats_per_char: float) -> float:
+    """``exp(nats_per_char)``, saturating to infinity where it would overflow a float (above ~709)."""
+    try:
+        return math.exp(nats_per_char)
+    except OverflowError:
+        return math.inf
+
+
 @dataclass(frozen=True)
 class EvalResult:
     nats_per_char: float  # mean NLL of each predicted character, natural log
@@ -29,7 +37,7 @@ class EvalResult:
     @classmethod
     def from_total(cls, total_nll: float, chars: int) -> EvalResult:
         nats = total_nll / chars
-        return cls(nats, nats / math.log(2), math.exp(nats), chars)
+        return cls(nats, nats / math.log(2), perplexity(nats), chars)
 
     def to_dict(self) -> dict[str, float | int]:
         return asdict(self)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import shutil
 import stat
@@ -169,8 +170,23 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
 
 
+def json_text(value: Any, **options: Any) -> str:
+    """``value`` as JSON that every parser accepts: an infinite or NaN number becomes ``null``."""
+
+    def finite(item: Any) -> Any:
+        if isinstance(item, float) and not math.isfinite(item):
+            return None
+        if isinstance(item, dict):
+            return {key: finite(inner) for key, inner in item.items()}
+        if isinstance(item, list | tuple):
+            return [finite(inner) for inner in item]
+        return item
+
+    return json.dumps(finite(value), allow_nan=False, **options)
+
+
 def write_json(path: Path, value: Any) -> None:
-    atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(path, json_text(value, indent=2, sort_keys=True) + "\n")
 
 
 def append_line(path: Path, line: str) -> None:

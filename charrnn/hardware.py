@@ -1,7 +1,8 @@
-"""What the processor can do, read without importing torch."""
+"""What the machine can do: native bfloat16, available memory. Read without importing torch."""
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from pathlib import Path
 
@@ -27,3 +28,25 @@ def cpu_has_native_bf16() -> bool:
     except OSError:
         return False
     return bool(cpu_flags(cpuinfo) & NATIVE_BF16_FLAGS)
+
+
+def meminfo_available(meminfo: str) -> int | None:
+    """``MemAvailable`` of a ``/proc/meminfo`` text, in bytes."""
+    for line in meminfo.splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def available_host_memory() -> int | None:
+    """Bytes of memory available to a new allocation on this machine; None where unknown."""
+    try:
+        found = meminfo_available(Path("/proc/meminfo").read_text(encoding="ascii", errors="replace"))
+    except OSError:
+        found = None
+    if found is not None:
+        return found
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None

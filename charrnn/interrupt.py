@@ -1,23 +1,58 @@
-"""Stopping a training run cleanly on Ctrl-C or SIGTERM.
+"""Stopping cleanly on Ctrl-C, SIGTERM or SIGHUP (a closed terminal).
 
-The first SIGINT or SIGTERM only records that a stop was asked for; the training
-loop finishes its current step, writes a resumable checkpoint and stops. A second
-SIGINT raises ``KeyboardInterrupt`` at once for a user who will not wait; the
-checkpoint from before stays intact because every write is atomic.
+In training, the first signal only records that a stop was asked for
+(:class:`GracefulStop`); the loop finishes its current step, writes a resumable
+checkpoint and stops. A second SIGINT raises ``KeyboardInterrupt`` at once for a
+user who will not wait; the checkpoint from before stays intact because every write
+is atomic. Everywhere else (encoding a corpus, sampling, scoring),
+:func:`raise_on_termination` turns SIGTERM and SIGHUP into :class:`Terminated`, as
+Python already turns SIGINT into ``KeyboardInterrupt``, so that cleanups run and no
+temporary file outlives the process.
 """
 
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 
-EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal number, as shells report them
+EXIT_CODES = {"SIGHUP": 129, "SIGINT": 130, "SIGTERM": 143}  # 128 + the signal number, as shells report
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived; like ``KeyboardInterrupt``, not caught by ``except Exception``."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated(signal.Signals(signum).name)
+
+
+@contextmanager
+def raise_on_termination() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP raise :class:`Terminated` (main thread only)."""
+    previous = {}
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            previous[signum] = signal.signal(signum, _raise_terminated)
+        except ValueError:  # not the main thread
+            pass
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 class GracefulStop:
-    """A context manager that turns the first SIGINT/SIGTERM into a stop request.
+    """A context manager that turns the first SIGINT/SIGTERM/SIGHUP into a stop request.
 
-    ``signal_name`` is None until a signal arrives, then ``"SIGINT"`` or ``"SIGTERM"``.
+    ``signal_name`` is None until a signal arrives, then ``"SIGINT"``, ``"SIGTERM"`` or ``"SIGHUP"``.
     Only the main thread can install signal handlers; elsewhere this does nothing.
     """
 
@@ -31,7 +66,7 @@ class GracefulStop:
         self.signal_name = signal.Signals(signum).name
 
     def __enter__(self) -> GracefulStop:
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in STOP_SIGNALS:
             try:
                 self._previous[signum] = signal.signal(signum, self._handle)
             except ValueError:  # not the main thread

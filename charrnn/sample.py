@@ -14,7 +14,9 @@ import torch
 from charrnn.config import SampleConfig
 from charrnn.errors import CharrnnError
 from charrnn.model import CharRNN, State
-from charrnn.vocab import UnknownCharactersError, Vocab, describe_chars
+from charrnn.vocab import UnknownCharactersError, Vocab, describe_chars, require_valid_text
+
+PRIME_CHUNK = 4096  # prime characters run through the network at once
 
 
 def default_warmup(vocab: Vocab) -> str:
@@ -24,6 +26,7 @@ def default_warmup(vocab: Vocab) -> str:
 
 def encode_prime(vocab: Vocab, prime: str) -> torch.Tensor:
     """Ids of the prime; characters outside the vocabulary are named in the error."""
+    require_valid_text(prime, "the prime")
     try:
         return vocab.encode(prime).long()
     except UnknownCharactersError as exc:
@@ -65,7 +68,9 @@ def choose_next(
     if config.greedy:
         return torch.argmax(logits, dim=-1)
     if config.temperature != 1.0:
-        logits = logits / config.temperature
+        # Shifted so the largest logit is 0 first: a tiny temperature then sends the others to
+        # -inf (probability 0) instead of overflowing them all to +inf (NaN probabilities).
+        logits = (logits - logits.max(dim=-1, keepdim=True).values) / config.temperature
     logits = filter_logits(logits, config.top_k, config.top_p)
     probs = torch.softmax(logits, dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)
@@ -85,16 +90,19 @@ def warm_state(model: CharRNN, vocab: Vocab, prime: str, batch: int) -> tuple[to
     """Run the prime through the network for ``batch`` identical rows.
 
     Returns the last prime character's ids (B,), still to be fed, and the state
-    before it. Everything but that character goes through the fused module in one
-    call. An empty prime feeds :func:`default_warmup`.
+    before it. Everything but that character goes through the fused module, in
+    chunks of ``PRIME_CHUNK`` characters with the state carried, so memory does not
+    grow with the prime's length. An empty prime feeds :func:`default_warmup`.
     """
     model.eval()
     device = next(model.parameters()).device
-    warmup = encode_prime(vocab, prime or default_warmup(vocab)).to(device)
+    warmup = encode_prime(vocab, prime or default_warmup(vocab))
     state = model.initial_state(batch, device)
-    if len(warmup) > 1:
-        _, state = model(warmup[:-1].unsqueeze(0).expand(batch, -1), state)
-    return warmup[-1:].expand(batch), state
+    body = warmup[:-1]
+    for start in range(0, len(body), PRIME_CHUNK):
+        chunk = body[start : start + PRIME_CHUNK].to(device)
+        _, state = model(chunk.unsqueeze(0).expand(batch, -1), state)
+    return warmup[-1:].to(device).expand(batch), state
 
 
 def generate(

@@ -13,7 +13,6 @@ The loop reports through a :class:`TrainObserver`; it never prints by itself.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import random
 import signal
@@ -30,9 +29,10 @@ from charrnn.data import CorpusInfo, Split, StreamBatches, split_ids
 from charrnn.distributed import ProcessGroup
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import EvalResult, evaluate
-from charrnn.files import remove_stale_temporaries
+from charrnn.files import json_text, remove_stale_temporaries
+from charrnn.hardware import available_host_memory
 from charrnn.interrupt import GracefulStop
-from charrnn.model import CharRNN, detach_state
+from charrnn.model import CharRNN, detach_state, parameter_count
 from charrnn.rundir import (
     RunDirectory,
     check_free_space,
@@ -155,9 +155,36 @@ def checkpoint_bytes(model: CharRNN) -> int:
     return 3 * 4 * sum(p.numel() for p in model.parameters()) + (1 << 20)
 
 
+TRAINING_BYTES_PER_PARAMETER = 16  # float32 weights, gradients and Adam's two moments
+
+
+def check_model_fits(model_config: ModelConfig, config: TrainConfig) -> None:
+    """Refuse, before allocating anything, a model whose training state cannot fit in memory."""
+    count = parameter_count(model_config)
+    needed = count * TRAINING_BYTES_PER_PARAMETER
+    device = torch.device(config.device)
+    if device.type == "cuda":
+        available = torch.cuda.mem_get_info(device)[0]
+    elif device.type == "cpu":
+        available = available_host_memory()
+    else:
+        available = None
+    if available is not None and needed > available:
+        raise CharrnnError(
+            f"the model has {count:,} parameters, and training it needs about {needed / 2**30:,.1f} GiB "
+            f"(weights, gradients and Adam's moments) before any activations; {config.device} has "
+            f"{available / 2**30:,.1f} GiB available. Choose a smaller --hidden, --embed or --layers"
+        )
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:120] if text else type(exc).__name__
 
 
 def _plain_python_rng_state(state: tuple) -> list:
@@ -271,19 +298,36 @@ class TrainingRun:
         the best result and every random generator come back as they were, so the
         continued run takes the same steps an uninterrupted one would have.
         """
+        if not 0 <= payload["epoch_step"] < len(self.batches):
+            raise CharrnnError(f"cannot resume: epoch_step {payload['epoch_step']} is outside this run's "
+                               f"{len(self.batches)} steps per epoch")
+        carried = payload["carried_state"]
+        expected = tuple(s.shape for s in self.model.initial_state(self.config.batch_size, "meta"))
+        if tuple(tuple(s.shape) for s in carried) != tuple(tuple(shape) for shape in expected):
+            raise CharrnnError(f"cannot resume: carried_state has shapes {[tuple(s.shape) for s in carried]};"
+                               f" this run needs {[tuple(shape) for shape in expected]}")
         self.model.load_state_dict(payload["model_state"])
-        self.optimizer.load_state_dict(payload["optimizer_state"])
+        try:
+            self.optimizer.load_state_dict(payload["optimizer_state"])
+        except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as exc:
+            raise CharrnnError(f"cannot resume: optimizer_state does not fit this model ({_first_line(exc)})"
+                               ) from None
         self.step = payload["step"]
         self.epochs_done = payload["epoch"]
         self.position = payload["epoch_step"]
-        self.state = tuple(s[:, self.rows].to(self.device) for s in payload["carried_state"])
+        self.state = tuple(s[:, self.rows].to(self.device) for s in carried)
         self.best = EvalResult(**payload["best"]) if payload.get("best") else None
         self.skipped = payload.get("skipped_steps", 0)
         self.run_id = payload.get("run_id", self.run_id)
-        random.setstate(_python_rng_state(payload["rng"]["python"]))
-        torch.set_rng_state(payload["rng"]["torch"])
-        if torch.cuda.is_available() and payload["rng"].get("cuda"):
-            torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
+        rng = payload["rng"]
+        try:
+            random.setstate(_python_rng_state(rng["python"]))
+            torch.set_rng_state(rng["torch"])
+            if torch.cuda.is_available() and rng.get("cuda"):
+                torch.cuda.set_rng_state_all(rng["cuda"])
+        except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as exc:
+            raise CharrnnError(f"cannot resume: rng holds no valid generator state ({_first_line(exc)})"
+                               ) from None
 
     def carried_state(self) -> tuple[torch.Tensor, ...]:
         """The hidden state of all ``batch_size`` streams (a collective: every rank must call it)."""
@@ -401,7 +445,7 @@ def _train_loop(run: TrainingRun, config: TrainConfig, val_ids: torch.Tensor, ob
             if epoch_end:
                 record["epoch_checkpoint"] = epoch_checkpoint_name(run.epochs_done, result.nats_per_char)
                 run_dir.save(record["epoch_checkpoint"], run.payload(elapsed, carried))
-            run_dir.append_metrics(json.dumps(record))
+            run_dir.append_metrics(json_text(record))
             observer.on_eval({**record, "best": improved})
         if evaluating:
             loss_sum, loss_count = 0.0, 0
@@ -459,6 +503,7 @@ def train(
     batches = StreamBatches(split.train, config.batch_size, config.seq_len)
     if main:
         prepare_out_dir(out_dir, overwrite=overwrite or resume_from is not None)
+    check_model_fits(model_config, config)
     with RunLock(out_dir) if main else contextlib.nullcontext():
         run = TrainingRun(model_config, config, vocab, corpus, batches, initial_weights, group)
         val_ids = split.val
@@ -498,6 +543,8 @@ def train(
     )
 
 
+RESUME_FIELDS = ("train_config", "optimizer_state", "step", "epoch", "epoch_step", "progress_epochs",
+                 "elapsed_s", "carried_state", "rng")  # what a checkpoint needs to be resumed
 RESUME_MAY_CHANGE = ("epochs", "max_steps", "time_budget", "learning_rate", "min_lr_ratio", "warmup_steps",
                      "clip", "clip_mode", "max_bad_steps", "save_epochs", "eval_every", "save_every",
                      "device", "precision")
