@@ -520,6 +520,9 @@ def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None,
 
     if beam_width is not None:
         beams = beam_search(loaded.model, loaded.vocab, prime, beam_width, config.length, config.stop_at)
+        if len(beams) < config.num_samples:
+            message(f"note: only {len(beams)} distinct continuation(s) of {config.length} characters exist "
+                    f"over this model's {len(loaded.vocab)}-symbol vocabulary; printing {len(beams)}")
         rendered = "".join(
             f"=== beam {i}, log-prob {beam.log_prob:.4f}{' (stopped)' if beam.stopped else ''} ===\n"
             f"{prime}{beam.text}\n"

@@ -99,16 +99,28 @@ def compare_checkpoint(loaded: LoadedModel, path: Path, settings: CompareSetting
     )
 
 
+def checkpoint_labels(reports: list[CheckpointReport]) -> list[str]:
+    """The shortest of file name, run/file name and full path that tells the checkpoints apart."""
+    candidates = [
+        [Path(report.checkpoint).name for report in reports],
+        [f"{report.run}/{Path(report.checkpoint).name}" for report in reports],
+    ]
+    for labels in candidates:
+        if len(set(labels)) == len(labels):
+            return labels
+    return [report.checkpoint for report in reports]
+
+
 def vocabulary_note(reports: list[CheckpointReport], vocabularies: list[tuple[str, ...]]) -> str | None:
     """A sentence saying how vocabularies differ, or None when they are all the same."""
     if len(set(vocabularies)) <= 1:
         return None
     union = set().union(*vocabularies)
     parts = []
-    for report, vocab in zip(reports, vocabularies, strict=True):
+    for label, vocab in zip(checkpoint_labels(reports), vocabularies, strict=True):
         missing = sorted(union - set(vocab))
         shown = "".join(missing[:12]) + ("…" if len(missing) > 12 else "")
-        parts.append(f"{Path(report.checkpoint).name}: {len(vocab)} symbols"
+        parts.append(f"{label}: {len(vocab)} symbols"
                      + (f", lacks {len(missing)} ({shown!r})" if missing else ""))
     return "the checkpoints have different vocabularies: " + "; ".join(parts)
 
@@ -152,12 +164,13 @@ def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note
         "| checkpoint | run | epoch | steps | nats/char | bits/char | perplexity |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for r in reports:
+    labels = checkpoint_labels(reports)
+    for r, label in zip(reports, labels, strict=True):
         epoch = "n/a" if r.epoch is None else f"{r.epoch:g}"
         scores = f"{_number(r.nats_per_char)} | {_number(r.bits_per_char)} | {_number(r.perplexity, 3)}"
-        lines.append(f"| {Path(r.checkpoint).name} | {r.run} | {epoch} | {r.step} | {scores} |")
-    for r in reports:
-        lines += ["", f"## {Path(r.checkpoint).name}", ""]
+        lines.append(f"| {label} | {r.run} | {epoch} | {r.step} | {scores} |")
+    for r, label in zip(reports, labels, strict=True):
+        lines += ["", f"## {label}", ""]
         if r.error:
             lines += [f"*{r.error}*", ""]
         if r.sample is not None:

@@ -8,7 +8,6 @@ and samples containing ``[brackets]`` are shown as they are.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console, Group
@@ -17,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 from tqdm import tqdm
 
-from charrnn.compare import CheckpointReport
+from charrnn.compare import CheckpointReport, checkpoint_labels
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data import CorpusInfo
 from charrnn.model import CharRNN
@@ -132,21 +131,9 @@ def _report_rows(report: CheckpointReport) -> dict[str, str]:
     return rows
 
 
-def _labels(reports: list[CheckpointReport]) -> list[str]:
-    """The shortest of file name, run/file name and full path that tells the checkpoints apart."""
-    candidates = [
-        [Path(report.checkpoint).name for report in reports],
-        [f"{report.run}/{Path(report.checkpoint).name}" for report in reports],
-    ]
-    for labels in candidates:
-        if len(set(labels)) == len(labels):
-            return labels
-    return [report.checkpoint for report in reports]
-
-
 def comparison_renderable(reports: list[CheckpointReport], width: int):
     """A side-by-side table, or stacked panels when the terminal is too narrow for one."""
-    labels = _labels(reports)
+    labels = checkpoint_labels(reports)
     if width >= 14 + SIDE_BY_SIDE_MIN_COLUMN * len(reports):
         table = Table(show_lines=True)
         table.add_column("", style="bold")

@@ -68,8 +68,24 @@ class ProcessGroup:
         return torch.cat(parts, dim=dim)
 
 
+def _environment_int(name: str, default: str | None = None) -> int:
+    value = os.environ.get(name, default)
+    if value is None:
+        raise CharrnnError(f"WORLD_SIZE is set but {name} is not; start multi-process training with torchrun")
+    try:
+        return int(value)
+    except ValueError:
+        raise CharrnnError(f"environment variable {name}={value!r} is not a whole number; "
+                           f"unset it, or start multi-process training with torchrun") from None
+
+
 def world_size_from_environment() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    """``WORLD_SIZE`` as torchrun sets it; 1 when unset, and 1 for a value that is not a number
+    (the command then reports it: see :func:`join_from_environment`)."""
+    try:
+        return _environment_int("WORLD_SIZE", "1")
+    except CharrnnError:
+        return 1
 
 
 def join_from_environment(device: str) -> tuple[ProcessGroup | None, str]:
@@ -77,10 +93,16 @@ def join_from_environment(device: str) -> tuple[ProcessGroup | None, str]:
 
     ``device`` is the resolved ``cpu`` or ``cuda``; on CUDA each local rank takes its own GPU.
     """
-    world_size = world_size_from_environment()
+    world_size = _environment_int("WORLD_SIZE", "1")
     if world_size <= 1:
         return None, device
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    rank, local_rank = _environment_int("RANK"), _environment_int("LOCAL_RANK", "0")
+    if not 0 <= rank < world_size:
+        raise CharrnnError(f"RANK {rank} is outside WORLD_SIZE {world_size}; start training with torchrun")
+    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
+    if missing:
+        raise CharrnnError(f"WORLD_SIZE is set but {missing[0]} is not; start multi-process training with "
+                           f"torchrun")
     if device == "cuda":
         if local_rank >= torch.cuda.device_count():
             raise CharrnnError(f"local rank {local_rank} has no GPU ({torch.cuda.device_count()} visible); "

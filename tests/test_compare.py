@@ -3,18 +3,20 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from click.testing import CliRunner
 from rich.console import Console
 
-from charrnn.checkpoint import load_model
+from charrnn.checkpoint import load_model, save_checkpoint
 from charrnn.cli import cli
-from charrnn.compare import CompareSettings, compare_checkpoints, to_markdown
+from charrnn.compare import CompareSettings, checkpoint_labels, compare_checkpoints, to_markdown
 from charrnn.config import ModelConfig, SampleConfig, TrainConfig
 from charrnn.data import encode_corpus
 from charrnn.display import comparison_renderable
 from charrnn.evaluate import evaluate
 from charrnn.sample import collect_samples, generate
 from charrnn.train import train
+from charrnn.vocab import Vocab
 
 
 @pytest.fixture(scope="module")
@@ -118,10 +120,24 @@ def test_cli_table_and_missing_checkpoint(tiny_run, tmp_path, monkeypatch):
 
 
 def test_labels_fall_back_to_full_paths(tiny_run, tmp_path):
-    from charrnn.display import _labels
-
     copy_dir = tmp_path / "elsewhere" / tiny_run.name
     copy_dir.mkdir(parents=True)
     (copy_dir / "best.pt").write_bytes((tiny_run / "best.pt").read_bytes())
     reports, _ = compare_checkpoints([tiny_run / "best.pt", copy_dir / "best.pt"], settings(length=5))
-    assert _labels(reports) == [str(tiny_run / "best.pt"), str(copy_dir / "best.pt")]
+    assert checkpoint_labels(reports) == [str(tiny_run / "best.pt"), str(copy_dir / "best.pt")]
+
+
+def test_the_vocabulary_note_tells_checkpoints_apart(tiny_run, tmp_path):
+    payload = torch.load(tiny_run / "best.pt", weights_only=True)
+    other = tmp_path / "other" / "best.pt"
+    other.parent.mkdir()
+    extra = "\u00a7"  # a symbol the tiny run never saw
+    payload["vocab"] = [*payload["vocab"], extra]
+    payload["vocab_digest"] = Vocab.from_list(payload["vocab"]).digest()
+    payload["model_config"]["vocab_size"] += 1
+    for name in ("embedding.weight", "head.weight", "head.bias"):
+        tensor = payload["model_state"][name]
+        payload["model_state"][name] = torch.cat([tensor, tensor[:1]])
+    save_checkpoint(other, payload)
+    reports, note = compare_checkpoints([tiny_run / "best.pt", other], settings(length=5))
+    assert f"{tiny_run.name}/best.pt: " in note and "other/best.pt: " in note
