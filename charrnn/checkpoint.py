@@ -7,9 +7,9 @@ temporary file in the same directory, are flushed to disk, then renamed over the
 target, so a crash mid-save leaves the previous file intact.
 
 Every checkpoint holds ``format_version``, ``model_config``, ``vocab`` (list of
-characters), ``vocab_digest``, ``model_state`` and ``corpus`` (path, name, characters,
-hash, validation fraction, split point). A checkpoint written by training also
-holds the state that resuming needs: ``run_id`` (the run directory it belongs to),
+characters) and ``model_state``. One written by training also holds ``vocab_digest``,
+``corpus`` (path, name, characters, hash, validation fraction, split point) and the
+state that resuming needs: ``run_id`` (the run directory it belongs to),
 ``train_config``, ``optimizer_state``, ``step``, ``epoch``, ``epoch_step``,
 ``progress_epochs`` (fractional), ``best_val_loss``, ``best``, ``skipped_steps``,
 ``elapsed_s``, ``carried_state`` and ``rng``. :func:`load_checkpoint` checks every
@@ -46,7 +46,7 @@ PAYLOAD_FIELDS: dict[str, tuple[Any, bool]] = {
     "vocab": (list[str], True),
     "vocab_digest": (str, False),
     "model_state": (dict, True),
-    "corpus": (CorpusInfo, True),
+    "corpus": (CorpusInfo, False),
     "run_id": (str, False),
     "train_config": (TrainConfig, False),
     "optimizer_state": (dict, False),
@@ -194,7 +194,8 @@ def validate_payload(payload: dict[str, Any]) -> ModelConfig:
         raise CharrnnError(f"format version {payload['format_version']}; this charrnn reads version "
                            f"{FORMAT_VERSION}")
     config = check_record(ModelConfig, payload["model_config"], "model_config")
-    check_record(CorpusInfo, payload["corpus"], "corpus")
+    if "corpus" in payload:
+        check_record(CorpusInfo, payload["corpus"], "corpus")
     if payload.get("best") is not None:
         check_record(EvalResult, payload["best"], "best")
     if "train_config" in payload:

@@ -47,13 +47,13 @@ from charrnn.distributed import (
 )
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import EvalResult, evaluate
-from charrnn.files import atomic_write_text, json_text
+from charrnn.files import atomic_write_text, json_text, reason
 from charrnn.interrupt import EXIT_CODES, GracefulStop, Terminated, raise_on_termination
 from charrnn.neurons import FEATURES, activations, html_page, rank_units, text_feature
 from charrnn.plot import plot_runs
 from charrnn.rundir import metrics_history, resume_target
 from charrnn.sample import collect_samples, generate
-from charrnn.terminal import ReaderGone, stdout_guard, stream_stdout, write_stdout
+from charrnn.terminal import ReaderGone, silence_stdout, stdout_guard, stream_stdout, write_stdout
 from charrnn.train import (
     RESUME_FIELDS,
     TrainingInterrupted,
@@ -152,6 +152,12 @@ def main() -> None:
         if world_size_from_environment() > 1:
             end_process(finished.code if isinstance(finished.code, int) else int(finished.code is not None))
         raise
+    except OSError as exc:
+        # Only writing the standard streams raises a bare OSError here (--help into /dev/full, say):
+        # every file charrnn opens itself reports its own failures as a CharrnnError.
+        silence_stdout()
+        message(f"Error: cannot write to standard output: {reason(exc)}")
+        raise SystemExit(1) from None
     except Exception as exc:
         # A failure no check foresaw: still one line. CHARRNN_DEBUG=1 shows the traceback.
         if os.environ.get("CHARRNN_DEBUG"):
@@ -569,7 +575,7 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
     """
     loaded = load_model(checkpoint, resolve_device(device))
     if text_file is None:
-        ids = checkpoint_validation_ids(loaded.payload["corpus"], loaded.vocab)
+        ids = checkpoint_validation_ids(loaded.payload.get("corpus"), loaded.vocab)
         source = f"validation split of {loaded.payload['corpus']['path']}"
     else:
         scan = scan_corpus(text_file)

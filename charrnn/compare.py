@@ -55,7 +55,7 @@ class CheckpointReport:
 
 def _score(loaded: LoadedModel, settings: CompareSettings) -> dict[str, Any]:
     if settings.text is None:
-        ids = checkpoint_validation_ids(loaded.payload["corpus"], loaded.vocab)
+        ids = checkpoint_validation_ids(loaded.payload.get("corpus"), loaded.vocab)
     else:
         ids = loaded.vocab.encode(settings.text)
     result = evaluate(loaded.model, ids)

@@ -22,6 +22,7 @@ CLIP_MODES: tuple[str, ...] = ("norm", "value")
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
 DEFAULT_EPOCHS = 10.0  # how long a run lasts when no stopping criterion is given
 DEFAULT_EVAL_EVERY = 1000  # steps between validation passes of a run without a time budget
+MAX_FORGET_BIAS = 1e3  # the gate is saturated far below this; beyond float32 it would overflow
 MAX_SPECTRAL_RADIUS = 1e3  # far beyond any useful reservoir; 1e308 overflows the weights to infinity
 MAX_LEARNING_RATE = 1e3  # far above any useful rate; larger ones overflow float32 updates
 
@@ -73,6 +74,9 @@ class ModelConfig(_DictMixin):
             raise ConfigError(f"init must be one of {', '.join(INIT_SCHEMES)}")
         if not (math.isfinite(self.forget_bias or 0.0) and math.isfinite(self.spectral_radius)):
             raise ConfigError("forget-bias and spectral-radius must be finite numbers")
+        if abs(self.forget_bias or 0.0) > MAX_FORGET_BIAS:
+            raise ConfigError(f"forget-bias must be within ±{MAX_FORGET_BIAS:g} (the gate saturates long "
+                              f"before)")
         if not 0 < self.spectral_radius <= MAX_SPECTRAL_RADIUS:
             raise ConfigError(f"spectral-radius must be in (0, {MAX_SPECTRAL_RADIUS:g}]: larger radii "
                               f"overflow the recurrent weights")

@@ -109,8 +109,13 @@ def encode_corpus(
     return EncodedCorpus(vocab, ids, info)
 
 
-def checkpoint_validation_ids(corpus: dict[str, Any], vocab: Vocab) -> torch.Tensor:
-    """The validation split a checkpoint was trained with, as ids, checking the corpus is unchanged."""
+def checkpoint_validation_ids(corpus: dict[str, Any] | None, vocab: Vocab) -> torch.Tensor:
+    """The validation split a checkpoint was trained with, as ids, checking the corpus is unchanged.
+
+    ``corpus`` is the checkpoint's corpus record; None when it has none.
+    """
+    if corpus is None:
+        raise CharrnnError("the checkpoint records no training corpus; pass a TEXT_FILE to score instead")
     path = Path(corpus["path"])
     if not path.exists():
         raise CharrnnError(

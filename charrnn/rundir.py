@@ -125,7 +125,7 @@ def belongs_to(out_dir: Path, payload: dict[str, Any]) -> bool:
         return config.get("run_id") == payload.get("run_id")
     corpus = config.get("corpus")
     return (config.get("model") == payload["model_config"] and isinstance(corpus, dict)
-            and corpus.get("sha256") == payload["corpus"]["sha256"])
+            and corpus.get("sha256") == payload.get("corpus", {}).get("sha256"))
 
 
 @dataclass(frozen=True)

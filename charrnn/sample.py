@@ -17,6 +17,7 @@ from charrnn.model import CharRNN, State
 from charrnn.vocab import UnknownCharactersError, Vocab, describe_chars, require_valid_text
 
 PRIME_CHUNK = 4096  # prime characters run through the network at once
+TINY_TEMPERATURE = 1e-30  # below this, logits are divided in float64
 
 
 def default_warmup(vocab: Vocab) -> str:
@@ -68,6 +69,8 @@ def choose_next(
     if config.greedy:
         return torch.argmax(logits, dim=-1)
     if config.temperature != 1.0:
+        if config.temperature < TINY_TEMPERATURE:
+            logits = logits.double()  # float32 would round such a temperature to 0
         # Shifted so the largest logit is 0 first: a tiny temperature then sends the others to
         # -inf (probability 0) instead of overflowing them all to +inf (NaN probabilities).
         logits = (logits - logits.max(dim=-1, keepdim=True).values) / config.temperature

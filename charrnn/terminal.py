@@ -23,7 +23,7 @@ class ReaderGone(Exception):
     """stdout's reader closed the pipe (``charrnn sample ... | head``): stop quietly."""
 
 
-def _silence_stdout() -> None:
+def silence_stdout() -> None:
     """Point the descriptor at /dev/null, so the interpreter's last flush at exit cannot fail again."""
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -40,7 +40,7 @@ def stdout_guard() -> Iterator[None]:
         yield
         sys.stdout.flush()
     except BrokenPipeError:
-        _silence_stdout()
+        silence_stdout()
         raise ReaderGone from None
     except UnicodeEncodeError as exc:
         encoding = getattr(sys.stdout, "encoding", None) or "its encoding"
@@ -49,7 +49,7 @@ def stdout_guard() -> Iterator[None]:
             f"set PYTHONIOENCODING=utf-8 or write to a file"
         ) from None
     except OSError as exc:
-        _silence_stdout()
+        silence_stdout()
         raise CharrnnError(f"cannot write to standard output: {reason(exc)}") from None
 
 

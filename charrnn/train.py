@@ -543,8 +543,9 @@ def train(
     )
 
 
-RESUME_FIELDS = ("train_config", "optimizer_state", "step", "epoch", "epoch_step", "progress_epochs",
-                 "elapsed_s", "carried_state", "rng")  # what a checkpoint needs to be resumed
+# What a checkpoint needs to be resumed.
+RESUME_FIELDS = ("corpus", "train_config", "optimizer_state", "step", "epoch", "epoch_step",
+                 "progress_epochs", "elapsed_s", "carried_state", "rng")
 RESUME_MAY_CHANGE = ("epochs", "max_steps", "time_budget", "learning_rate", "min_lr_ratio", "warmup_steps",
                      "clip", "clip_mode", "max_bad_steps", "save_epochs", "eval_every", "save_every",
                      "device", "precision")

@@ -7,9 +7,11 @@ together with an error message, never a partially written file.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
+import torch
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -36,7 +38,9 @@ corpora = st.one_of(
 )
 
 
-def check_outcome(result, directory: Path) -> None:
+def check_outcome(result, directory: Path, inputs: tuple[Path, ...] = ()) -> None:
+    """No traceback; an error is one last ``Error:`` line; every checkpoint charrnn wrote (all but
+    ``inputs``) loads."""
     output = result.output
     assert "Traceback" not in output, output
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
@@ -47,7 +51,8 @@ def check_outcome(result, directory: Path) -> None:
         assert last.startswith("Error: "), result.stderr
     assert not list(directory.rglob(".*.tmp")), "a temporary file was left behind"
     for checkpoint in directory.rglob("*.pt"):
-        load_checkpoint(checkpoint)  # complete and loadable, or this raises
+        if checkpoint not in inputs:
+            load_checkpoint(checkpoint)  # complete and loadable, or this raises
 
 
 @FUZZ
@@ -95,3 +100,106 @@ def test_eval_perplexity_never_crashes(tiny_run, text, skip):
         if skip:
             args.append("--skip-unknown")
         check_outcome(CliRunner().invoke(cli, args), directory)
+
+
+junk = st.one_of(st.none(), st.booleans(), st.integers(-(10**20), 10**20),
+                 st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=5),
+                 st.lists(st.integers(-3, 3), max_size=3),
+                 st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+NESTED = ("model_config", "corpus", "train_config", "best", "rng")
+
+
+def mutate_payload(payload: dict, data: st.DataObject) -> None:
+    """One random hostile edit: a field replaced by junk or removed, or a weight reshaped or poisoned."""
+    where = data.draw(st.sampled_from(["top", "nested", "tensor"]))
+    if where == "tensor":
+        name = data.draw(st.sampled_from(sorted(payload["model_state"])))
+        tensor = payload["model_state"][name]
+        payload["model_state"][name] = data.draw(st.sampled_from([
+            tensor.flatten()[:-1], tensor * float("nan"), tensor * 1e30, tensor.long(), tensor.unsqueeze(0)]))
+        return
+    container = payload
+    if where == "nested":
+        present = [key for key in NESTED if isinstance(payload.get(key), dict)]
+        container = payload[data.draw(st.sampled_from(present))]
+    key = data.draw(st.sampled_from(sorted(container)))
+    if data.draw(st.booleans()):
+        del container[key]
+    else:
+        container[key] = data.draw(junk)
+
+
+@FUZZ
+@given(data=st.data())
+def test_a_mutated_checkpoint_never_crashes(tiny_run, data):
+    payload = torch.load(tiny_run / "last.pt", weights_only=True)
+    mutate_payload(payload, data)
+    command = data.draw(st.sampled_from(["sample", "eval", "resume", "compare"]))
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        shutil.copytree(tiny_run, run)
+        torch.save(payload, run / "last.pt")
+        args = {
+            "sample": ["sample", str(run / "last.pt"), "--length", "3", "--seed", "1"],
+            "eval": ["eval-perplexity", str(run / "last.pt"), "--json"],
+            "resume": ["train", "--resume", str(run / "last.pt"), "--max-steps", "41"],
+            "compare": ["compare", str(run / "last.pt"), "--length", "3"],
+        }[command]
+        check_outcome(CliRunner().invoke(cli, args), Path(tmp), inputs=(run / "last.pt", run / "best.pt"))
+
+
+def make_destination(kind: str, root: Path) -> Path:
+    """An output path of the given hostile kind under ``root`` (or a device)."""
+    (root / "real.txt").write_text("old")
+    if kind == "absent":
+        return root / "new.txt"
+    if kind == "regular":
+        return root / "real.txt"
+    if kind == "symlink":
+        (root / "link.txt").symlink_to(root / "real.txt")
+        return root / "link.txt"
+    if kind == "dangling_symlink":
+        (root / "link.txt").symlink_to(root / "nowhere.txt")
+        return root / "link.txt"
+    if kind == "symlink_loop":
+        (root / "a").symlink_to(root / "b")
+        (root / "b").symlink_to(root / "a")
+        return root / "a"
+    if kind == "hard_link":
+        os.link(root / "real.txt", root / "twin.txt")
+        return root / "real.txt"
+    if kind == "directory":
+        return root
+    if kind == "under_a_file":
+        return root / "real.txt" / "out.txt"
+    if kind == "missing_parent":
+        return root / "no" / "such" / "dir.txt"
+    return Path(f"/dev/{kind}")
+
+
+DESTINATION_KINDS = ["absent", "regular", "symlink", "dangling_symlink", "symlink_loop", "hard_link",
+                     "directory", "under_a_file", "missing_parent", "null", "full"]
+
+
+@FUZZ
+@given(kind=st.sampled_from(DESTINATION_KINDS), command=st.sampled_from(["sample", "compare", "inspect"]))
+def test_a_hostile_destination_is_respected(tiny_run, kind, command):
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        target = make_destination(kind, root)
+        (root / "text.txt").write_text("ROMEO:\nline 1 of the tiny play.\n", encoding="utf-8")
+        checkpoint = str(tiny_run / "best.pt")
+        args = {
+            "sample": ["sample", checkpoint, "--length", "5", "--output", str(target)],
+            "compare": ["compare", checkpoint, "--length", "5", "--markdown", str(target)],
+            "inspect": ["inspect", checkpoint, str(root / "text.txt"), "--unit", "0", "--html", str(target)],
+        }[command]
+        check_outcome(CliRunner().invoke(cli, args), root)
+        if kind in ("null", "full"):
+            assert target.is_char_device()
+        if kind in ("symlink", "dangling_symlink"):
+            assert target.is_symlink()
+        if kind == "hard_link":
+            assert (root / "twin.txt").read_text() == (root / "real.txt").read_text() != "old"
+        if kind == "directory":
+            assert root.is_dir()

@@ -1,0 +1,471 @@
+"""A hostile user's cases, as tables: every one ends in one ``Error:`` line (or succeeds), never a
+traceback, and leaves what the user had as it was.
+
+Each row names the behaviour it checks. Crafted checkpoints are mutations of a real one; the
+standard streams are broken for real, in a subprocess of the installed program.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from charrnn import corpus_cache
+from charrnn.checkpoint import load_checkpoint
+from charrnn.cli import cli
+from charrnn.errors import CharrnnError
+from charrnn.evaluate import EvalResult
+from charrnn.files import TEMPORARY_GLOB
+
+INSTALLED = Path(sys.executable).with_name("charrnn")
+needs_installed = pytest.mark.skipif(not INSTALLED.exists(), reason="charrnn is not installed here")
+TINY = ["--layers", "1", "--hidden", "16", "--embed", "8", "--batch-size", "4", "--seq-len", "16",
+        "--eval-every", "5"]
+
+
+def assert_one_line_error(result, fragment: str, code: int | None = None) -> None:
+    assert "Traceback" not in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exit_code != 0, result.output
+    if code is not None:
+        assert result.exit_code == code, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines and lines[-1].startswith("Error: "), result.stderr
+    assert fragment in lines[-1], lines[-1]
+
+
+def run_cli(*args: Any, env: dict[str, str] | None = None):
+    return CliRunner().invoke(cli, [str(a) for a in args], env=env)
+
+
+# ------------------------------------------------------------------------------ crafted checkpoints
+
+
+def _set(path: tuple, value: Any) -> Callable[[dict], None]:
+    def mutate(payload: dict) -> None:
+        target = payload
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+    return mutate
+
+
+def _delete(key: str) -> Callable[[dict], None]:
+    return lambda payload: payload.pop(key)
+
+
+def _tensor(name: str, change: Callable[[torch.Tensor], Any]) -> Callable[[dict], None]:
+    def mutate(payload: dict) -> None:
+        payload["model_state"][name] = change(payload["model_state"][name])
+    return mutate
+
+
+def _swap_vocab(payload: dict) -> None:
+    payload["vocab"] = payload["vocab"][::-1]  # a hand edit that leaves vocab_digest as it was
+
+
+def _extra_weight(payload: dict) -> None:
+    payload["model_state"]["backdoor.weight"] = torch.zeros(1)
+
+
+CRAFTED_CHECKPOINTS = [
+    ("format_version_as_a_string", _set(("format_version",), "1"), "format_version is '1' (a str)"),
+    ("format_version_from_the_future", _set(("format_version",), 2), "format version 2"),
+    ("model_config_as_a_string", _set(("model_config",), "lstm"), "model_config is 'lstm' (a str)"),
+    ("model_config_as_a_list", _set(("model_config",), [1, 2]), "model_config is [1, 2] (a list)"),
+    ("hidden_size_as_a_string", _set(("model_config", "hidden_size"), "32"), "model_config.hidden_size"),
+    ("declared_hidden_size_of_8000", _set(("model_config", "hidden_size"), 8000), "has shape"),
+    ("cell_changed_to_gru", _set(("model_config", "cell"), "gru"), "has shape"),
+    ("unknown_cell", _set(("model_config", "cell"), "transformer"), "model_config.cell"),
+    ("vocab_with_a_lone_surrogate", _set(("vocab", 0), "\udcff"), "lone surrogate"),
+    ("vocab_swapped_by_hand", _swap_vocab, "vocab does not match vocab_digest"),
+    ("vocab_of_the_wrong_length", lambda p: p["vocab"].pop(), "vocab has"),
+    ("vocab_as_a_string", _set(("vocab",), "abc"), "vocab is 'abc' (a str)"),
+    ("corpus_as_a_string", _set(("corpus",), "small.txt"), "corpus is 'small.txt' (a str)"),
+    ("split_point_as_a_string", _set(("corpus", "split_point"), "5"), "corpus.split_point is '5'"),
+    ("progress_epochs_as_a_string", _set(("progress_epochs",), "1.5"), "progress_epochs is '1.5'"),
+    ("negative_step", _set(("step",), -1), "step is -1; expected 0 or more"),
+    ("step_as_a_bool", _set(("step",), True), "step is True (a bool)"),
+    ("nan_weights", _tensor("head.weight", lambda t: torch.full_like(t, float("nan"))), "non-finite"),
+    ("infinite_weights", _tensor("head.bias", lambda t: torch.full_like(t, float("inf"))), "non-finite"),
+    ("integer_weights", _tensor("head.bias", lambda t: t.long()), "floating point"),
+    ("weight_missing", lambda p: p["model_state"].pop("head.bias"), "model_state lacks head.bias"),
+    ("weight_of_the_wrong_shape", _tensor("head.weight", lambda t: t[:, :3]), "model_state['head.weight']"),
+    ("weight_as_a_list", _tensor("head.bias", lambda t: t.tolist()), "expected a tensor"),
+    ("unexpected_weight", _extra_weight, "does not declare"),
+    ("best_as_a_string", _set(("best",), "1.5"), "best is '1.5' (a str)"),
+    ("carried_state_as_a_tensor", _set(("carried_state",), torch.zeros(2)), "carried_state is"),
+]
+
+
+@pytest.fixture
+def craft(tiny_run: Path, tmp_path: Path) -> Callable[[Callable[[dict], None]], Path]:
+    """A copy of the tiny run whose last.pt is mutated; returns the mutated checkpoint."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+
+    def make(mutate: Callable[[dict], None]) -> Path:
+        payload = torch.load(run / "last.pt", weights_only=True)
+        mutate(payload)
+        torch.save(payload, run / "last.pt")
+        return run / "last.pt"
+
+    return make
+
+
+@pytest.mark.parametrize(("name", "mutate", "fragment"), CRAFTED_CHECKPOINTS,
+                         ids=[row[0] for row in CRAFTED_CHECKPOINTS])
+def test_a_crafted_checkpoint_is_refused_naming_the_bad_field(craft, name, mutate, fragment):
+    checkpoint = craft(mutate)
+    with pytest.raises(CharrnnError, match="is not a valid charrnn checkpoint") as refused:
+        load_checkpoint(checkpoint)
+    assert fragment in str(refused.value)
+    for command in (["sample", checkpoint, "--length", "3"], ["eval-perplexity", checkpoint, "--json"],
+                    ["train", "--resume", checkpoint, "--max-steps", "100"]):
+        assert_one_line_error(run_cli(*command), fragment)
+
+
+def test_a_checkpoint_without_a_corpus_record_samples_but_cannot_score_its_split_or_resume(craft):
+    checkpoint = craft(_delete("corpus"))
+    assert run_cli("sample", checkpoint, "--length", "3").exit_code == 0
+    assert_one_line_error(run_cli("eval-perplexity", checkpoint), "records no training corpus")
+    assert_one_line_error(run_cli("train", "--resume", checkpoint, "--max-steps", "100"), "corpus is missing")
+
+
+def test_a_small_file_declaring_a_huge_model_is_refused_before_allocating(craft):
+    checkpoint = craft(_set(("model_config", "hidden_size"), 100_000))
+    with pytest.raises(CharrnnError, match="has shape"):
+        load_checkpoint(checkpoint)  # a 100,000-unit LSTM would need 160 GB: this returns at once
+
+
+def _bad_python_rng(payload: dict) -> None:
+    payload["rng"]["python"] = [3, [1, 2, 3], None]
+
+
+RESUME_CASES = [
+    ("epoch_step_out_of_range", _set(("epoch_step",), 10**6), "epoch_step 1000000 is outside"),
+    ("carried_state_of_the_wrong_shape", _set(("carried_state",), [torch.zeros(2, 3, 32)] * 2),
+     "carried_state has shapes"),
+    ("bad_python_rng_state", _bad_python_rng, "rng holds no valid generator state"),
+    ("bad_torch_rng_state", _set(("rng", "torch"), torch.zeros(3, dtype=torch.uint8)),
+     "rng holds no valid generator state"),
+    ("empty_optimizer_state", _set(("optimizer_state",), {}), "optimizer_state does not fit"),
+    ("no_rng", _delete("rng"), "rng is missing"),
+]
+
+
+@pytest.mark.parametrize(("name", "mutate", "fragment"), RESUME_CASES, ids=[row[0] for row in RESUME_CASES])
+def test_resuming_a_crafted_checkpoint_is_refused_and_changes_nothing(craft, name, mutate, fragment):
+    checkpoint = craft(mutate)
+    before = {path.name: path.read_bytes() for path in checkpoint.parent.iterdir()}
+    assert_one_line_error(run_cli("train", "--resume", checkpoint, "--max-steps", "100"), fragment)
+    assert {path.name: path.read_bytes() for path in checkpoint.parent.iterdir()} == before
+
+
+# ----------------------------------------------------------------------------------- bad inputs
+
+
+def _write(path: str, text: str) -> Callable[[Path], None]:
+    return lambda root: (root / path).write_text(text, encoding="utf-8")
+
+
+def _fifo(root: Path) -> None:
+    os.mkfifo(root / "fifo.txt")
+
+
+def _loop(root: Path) -> None:
+    (root / "a.txt").symlink_to(root / "b.txt")
+    (root / "b.txt").symlink_to(root / "a.txt")
+
+
+def _dataset_dir(root: Path) -> None:
+    (root / "data" / "tinyshakespeare" / "input.txt").mkdir(parents=True)
+
+
+def _metrics(content: bytes) -> Callable[[Path], None]:
+    def make(root: Path) -> None:
+        (root / "run").mkdir()
+        (root / "run" / "metrics.jsonl").write_bytes(content)
+    return make
+
+
+def _nothing(root: Path) -> None:
+    return None
+
+
+BAD_INPUTS = [
+    # (name, setup, arguments with CKPT for the tiny checkpoint, fragment of the one error line)
+    ("invalid_utf8_prime", _nothing, ["sample", "CKPT", "--prime", "ab\udcff"],
+     "not valid UTF-8 (byte 0xff)"),
+    ("invalid_utf8_prime_in_beam_search", _nothing,
+     ["sample", "CKPT", "--prime", "ab\udcff", "--beam-width", "2"], "not valid UTF-8 (byte 0xff)"),
+    ("invalid_utf8_stop_string", _nothing, ["sample", "CKPT", "--stop-at", "\udcfe"],
+     "--stop-at is not valid"),
+    ("seed_beyond_64_bits_in_sample", _nothing, ["sample", "CKPT", "--seed", str(2**64)], "seed must be"),
+    ("seed_beyond_64_bits_in_train", _write("c.txt", "abc " * 500), ["train", "c.txt", "--seed", str(2**70)],
+     "seed must be"),
+    ("hidden_of_a_million", _write("c.txt", "abc " * 500), ["train", "c.txt", "--hidden", "1000000"],
+     "GiB (weights, gradients"),
+    ("embedding_of_a_billion", _write("c.txt", "abc " * 500), ["train", "c.txt", "--embed", "1000000000"],
+     "GiB (weights, gradients"),
+    ("spectral_radius_1e308", _write("c.txt", "abc " * 500),
+     ["train", "c.txt", "--init", "esn", "--spectral-radius", "1e308"], "spectral-radius must be in"),
+    ("out_is_an_existing_file", _write("c.txt", "abc " * 500), ["train", "c.txt", "--out", "c.txt"],
+     "is a file, not a directory"),
+    ("out_is_a_device", _write("c.txt", "abc " * 500), ["train", "c.txt", "--out", "/dev/null"],
+     "is a file, not a directory"),
+    ("corpus_is_a_fifo", _fifo, ["train", "fifo.txt"], "is not a regular file"),
+    ("corpus_is_dev_zero", _nothing, ["train", "/dev/zero"], "is not a regular file"),
+    ("corpus_is_a_symlink_loop", _loop, ["train", "a.txt"], "symbolic links"),
+    ("text_to_score_is_a_fifo", _fifo, ["eval-perplexity", "CKPT", "fifo.txt"], "is not a regular file"),
+    ("prime_file_is_a_fifo", _fifo, ["sample", "CKPT", "--prime-file", "fifo.txt"], "is not a regular file"),
+    ("dataset_target_is_a_directory", _dataset_dir, ["data", "get", "--data-dir", "data"],
+     "it is a directory"),
+    ("metrics_line_without_keys", _metrics(b'{"step": 1}\n'), ["plot", "run", "--output", "p.png"],
+     "line 1 lacks epoch"),
+    ("metrics_line_a_bare_number", _metrics(b"3\n"), ["plot", "run", "--output", "p.png"],
+     "line 1 is not an evaluation record"),
+    ("metrics_not_utf8", _metrics(b"\xff\xfe\n"), ["plot", "run", "--output", "p.png"], "is not UTF-8"),
+    ("a_text_file_as_checkpoint", _write("c.txt", "abc"), ["sample", "c.txt"], "not a readable charrnn"),
+]
+
+
+@pytest.mark.parametrize(("name", "setup", "args", "fragment"), BAD_INPUTS,
+                         ids=[row[0] for row in BAD_INPUTS])
+def test_bad_input_is_one_error_line(tiny_checkpoint, tmp_path, monkeypatch, name, setup, args, fragment):
+    monkeypatch.chdir(tmp_path)
+    setup(tmp_path)
+    args = [str(tiny_checkpoint) if arg == "CKPT" else arg for arg in args]
+    if name == "metrics_line_without_keys" or name.startswith("metrics"):
+        pytest.importorskip("matplotlib")
+    assert_one_line_error(run_cli(*args), fragment)
+
+
+@pytest.mark.parametrize(("variables", "fragment"), [
+    ({"WORLD_SIZE": "abc"}, "WORLD_SIZE='abc' is not a whole number"),
+    ({"WORLD_SIZE": "2", "RANK": None}, "RANK is not"),
+])
+def test_a_broken_torchrun_environment_is_one_error_line(small_corpus, tmp_path, variables, fragment):
+    result = run_cli("train", small_corpus, *TINY, "--max-steps", "2", "--out", tmp_path / "run",
+                     env=variables)
+    assert_one_line_error(result, fragment)
+
+
+@pytest.mark.parametrize("temperature", ["1e-45", "1e-300"])
+def test_a_vanishing_temperature_samples_like_greedy(tiny_checkpoint, temperature):
+    cold = run_cli("sample", tiny_checkpoint, "--temperature", temperature, "--length", "40", "--seed", "1")
+    greedy = run_cli("sample", tiny_checkpoint, "--greedy", "--length", "40")
+    assert cold.exit_code == 0, cold.output
+    assert cold.stdout == greedy.stdout
+
+
+def test_a_five_megabyte_prime_runs_in_bounded_memory(tiny_checkpoint, tmp_path):
+    vocab = torch.load(tiny_checkpoint, weights_only=True)["vocab"]
+    prime = tmp_path / "prime.txt"
+    line = "".join(ch for ch in vocab if ch.isalpha()) + "\n"
+    prime.write_text(line * (5_000_000 // len(line)), encoding="utf-8")
+    result = run_cli("sample", tiny_checkpoint, "--prime-file", prime, "--length", "5", "--num-samples", "4",
+                     "--output", tmp_path / "out.txt")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out.txt").stat().st_size > 4 * 4_900_000
+
+
+def test_perplexity_saturates_to_infinity_and_json_stays_valid(craft, tmp_path):
+    assert EvalResult.from_total(1e6, 1).perplexity == float("inf")
+    checkpoint = craft(_tensor("head.weight", lambda t: t * 1e4))
+    text = tmp_path / "text.txt"
+    text.write_text("ROMEO:\nCafé 1 — naïve 語 🙂, line 1 of the tiny play.\n" * 5, encoding="utf-8")
+    result = run_cli("eval-perplexity", checkpoint, text, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)  # strict JSON: no NaN or Infinity
+    assert report["nats_per_char"] > 709 and report["perplexity"] is None
+
+
+def test_an_overwrite_that_crashes_before_its_first_write_leaves_the_old_run_whole(
+        small_corpus, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    assert run_cli("train", small_corpus, *TINY, "--max-steps", "10", "--out", out).exit_code == 0
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+
+    def crash(*args, **kwargs):
+        raise CharrnnError("the evaluation failed")  # as an overflow in the first evaluation once did
+
+    monkeypatch.setattr("charrnn.train.evaluate", crash)
+    failed = run_cli("train", small_corpus, *TINY, "--max-steps", "50", "--out", out, "--overwrite",
+                     "--seed", "2")
+    assert_one_line_error(failed, "the evaluation failed")
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+
+
+def test_a_diverging_run_finishes_with_valid_metrics(small_corpus, tmp_path):
+    out = tmp_path / "run"
+    result = run_cli("train", small_corpus, *TINY, "--max-steps", "20", "--out", out, "--lr", "100",
+                     "--clip", "0", "--warmup-steps", "0", "--eval-every", "10")
+    assert "Traceback" not in result.output and result.exception is None or \
+        isinstance(result.exception, SystemExit)
+    for line in (out / "metrics.jsonl").read_text().splitlines():
+        json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} in metrics.jsonl"))
+
+
+def test_beam_search_says_when_fewer_beams_exist_than_asked(tmp_path):
+    corpus = tmp_path / "a.txt"
+    corpus.write_text("a" * 2000, encoding="utf-8")
+    assert run_cli("train", corpus, *TINY, "--max-steps", "2", "--out", tmp_path / "run").exit_code == 0
+    result = run_cli("sample", tmp_path / "run" / "best.pt", "--beam-width", "3", "--num-samples", "3",
+                     "--length", "5")
+    assert result.exit_code == 0, result.output
+    assert "only 1 distinct continuation(s)" in result.stderr
+
+
+def test_ctrl_c_while_sampling_is_one_error_line_and_exit_130(tiny_checkpoint, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("charrnn.cli.generate", interrupted)
+    result = run_cli("sample", tiny_checkpoint)
+    assert_one_line_error(result, "interrupted by SIGINT", code=130)
+    assert "Aborted!" not in result.output
+
+
+def test_sigterm_while_encoding_leaves_no_temporary_cache_file(tiny_checkpoint, tmp_path, monkeypatch):
+    text = tmp_path / "text.txt"
+    text.write_text("ROMEO:\nline 1 of the tiny play.\n" * 20, encoding="utf-8")
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(corpus_cache.CACHE_DIR_ENV, str(cache))
+    real_lookup = corpus_cache.Vocab.lookup
+
+    def terminated_midway(self, points):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_lookup(self, points)
+
+    monkeypatch.setattr(corpus_cache.Vocab, "lookup", terminated_midway)
+    result = run_cli("eval-perplexity", tiny_checkpoint, text)
+    assert_one_line_error(result, "interrupted by SIGTERM", code=143)
+    assert not list(cache.glob(TEMPORARY_GLOB)) and not list(cache.glob("*.uint8"))
+
+
+# --------------------------------------------------------------------------- output destinations
+
+
+def _symlink(root: Path) -> Path:
+    (root / "real.txt").write_text("old")
+    (root / "link.txt").symlink_to(root / "real.txt")
+    return root / "link.txt"
+
+
+def _hard_link(root: Path) -> Path:
+    (root / "first.txt").write_text("old")
+    os.link(root / "first.txt", root / "second.txt")
+    return root / "first.txt"
+
+
+DESTINATIONS = {
+    "symlink": (_symlink,
+                lambda root: (root / "link.txt").is_symlink() and (root / "real.txt").read_text() != "old"),
+    "hard_link": (_hard_link, lambda root: (root / "second.txt").read_text() != "old"),
+    "dev_null": (lambda root: Path("/dev/null"), lambda root: Path("/dev/null").is_char_device()),
+}
+OUTPUT_OPTIONS = {
+    "sample": lambda ckpt, dest: ["sample", ckpt, "--prime", "ROMEO", "--length", "5", "--output", dest],
+    "compare": lambda ckpt, dest: ["compare", ckpt, "--prime", "ROMEO", "--length", "5", "--markdown", dest],
+    "inspect": lambda ckpt, dest: ["inspect", ckpt, "TEXT", "--unit", "0", "--html", dest],
+}
+
+
+@pytest.mark.parametrize("command", sorted(OUTPUT_OPTIONS))
+@pytest.mark.parametrize("destination", sorted(DESTINATIONS))
+def test_an_output_destination_is_respected(tiny_checkpoint, tmp_path, command, destination):
+    make, check = DESTINATIONS[destination]
+    target = make(tmp_path)
+    text = tmp_path / "text.txt"
+    text.write_text("ROMEO:\nline 1 of the tiny play.\n", encoding="utf-8")
+    args = [text if arg == "TEXT" else arg for arg in OUTPUT_OPTIONS[command](tiny_checkpoint, target)]
+    result = run_cli(*args)
+    assert result.exit_code == 0, result.output
+    assert check(tmp_path)
+
+
+@pytest.mark.parametrize("command", sorted(OUTPUT_OPTIONS))
+def test_an_output_to_dev_full_is_one_error_line_and_the_device_survives(tiny_checkpoint, tmp_path, command):
+    text = tmp_path / "text.txt"
+    text.write_text("ROMEO:\nline 1 of the tiny play.\n" * 400, encoding="utf-8")
+    args = [text if arg == "TEXT" else arg for arg in OUTPUT_OPTIONS[command](tiny_checkpoint, "/dev/full")]
+    assert_one_line_error(run_cli(*args), "No space left on device")
+    assert Path("/dev/full").is_char_device()
+
+
+def test_written_files_follow_the_umask(tiny_checkpoint, tmp_path):
+    previous = os.umask(0o002)
+    try:
+        written = run_cli("sample", tiny_checkpoint, "--length", "5", "--output", tmp_path / "s.txt")
+        assert written.exit_code == 0
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "s.txt").stat().st_mode & 0o777 == 0o664
+
+
+# ------------------------------------------------------------------- broken standard streams, for real
+
+
+def run_installed(*args: Any, stdout: Any = subprocess.PIPE, stderr: Any = subprocess.PIPE,
+                  env: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([str(INSTALLED), *map(str, args)], stdout=stdout, stderr=stderr, text=True,
+                          env={**os.environ, **(env or {})}, timeout=120, **kwargs)
+
+
+STDOUT_COMMANDS = {
+    "sample": lambda ckpt: ["sample", ckpt, "--prime", "ROMEO", "--length", "50"],
+    "eval_perplexity_json": lambda ckpt: ["eval-perplexity", ckpt, "--json"],
+    "compare": lambda ckpt: ["compare", ckpt, "--length", "20"],
+    "help": lambda ckpt: ["--help"],
+}
+
+
+@needs_installed
+@pytest.mark.parametrize("command", sorted(STDOUT_COMMANDS))
+def test_stdout_on_a_full_device_is_one_error_line(tiny_checkpoint, command):
+    with open("/dev/full", "w") as full:
+        result = run_installed(*STDOUT_COMMANDS[command](tiny_checkpoint), stdout=full)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "Error: cannot write to standard output: No space left on device"]
+
+
+@needs_installed
+@pytest.mark.parametrize("command", ["sample", "eval_perplexity_json", "compare"])
+def test_closed_stdout_is_one_error_line_not_a_lost_result(tiny_checkpoint, command):
+    args = STDOUT_COMMANDS[command](tiny_checkpoint)
+    result = subprocess.run([sys.executable, "-c", "import os, sys; os.close(1); "
+                             "os.execv(sys.argv[1], sys.argv[1:])", str(INSTALLED), *map(str, args)],
+                            stderr=subprocess.PIPE, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().splitlines() == ["Error: standard output is closed; redirect it to a file "
+                                                  "(or use --output)"]
+
+
+@needs_installed
+def test_an_ascii_stdout_with_a_non_ascii_model_is_one_error_line(tiny_checkpoint):
+    result = run_installed("sample", tiny_checkpoint, "--prime", "Café", "--length", "5",
+                           env={"PYTHONIOENCODING": "ascii"})
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: standard output (ascii) cannot represent")
+
+
+@needs_installed
+def test_with_stderr_closed_the_error_never_reaches_stdout(tmp_path):
+    result = subprocess.run([sys.executable, "-c", "import os, sys; os.close(2); "
+                             "os.execv(sys.argv[1], sys.argv[1:])", str(INSTALLED), "sample", "nope.pt"],
+                            stdout=subprocess.PIPE, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 1 and result.stdout == ""
