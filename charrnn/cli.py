@@ -62,7 +62,7 @@ from charrnn.train import (
     resume_config,
     train,
 )
-from charrnn.vocab import UnknownCharactersError, Vocab, describe_chars
+from charrnn.vocab import UnknownCharactersError, Vocab, describe_chars, require_valid_text
 
 out = Console()
 err = Console(stderr=True)
@@ -642,6 +642,7 @@ def compare_command(checkpoints: tuple[Path, ...], prime: str, length: int, temp
         sample = SampleConfig(length=length, temperature=temperature, seed=seed, stop_at=stop_at)
     except CharrnnError as exc:
         raise click.BadParameter(str(exc)) from None
+    require_valid_text(prime, "--prime")
     text = read_corpus(text_file) if text_file is not None else None
     settings = CompareSettings(prime=prime, sample=sample, beam_width=beam_width, text=text,
                                text_name=str(text_file) if text_file is not None else None)

@@ -210,6 +210,8 @@ BAD_INPUTS = [
      "not valid UTF-8 (byte 0xff)"),
     ("invalid_utf8_prime_in_beam_search", _nothing,
      ["sample", "CKPT", "--prime", "ab\udcff", "--beam-width", "2"], "not valid UTF-8 (byte 0xff)"),
+    ("invalid_utf8_prime_in_compare", _nothing, ["compare", "CKPT", "--prime", "ab\udcff"],
+     "--prime is not valid UTF-8 (byte 0xff)"),
     ("invalid_utf8_stop_string", _nothing, ["sample", "CKPT", "--stop-at", "\udcfe"],
      "--stop-at is not valid"),
     ("seed_beyond_64_bits_in_sample", _nothing, ["sample", "CKPT", "--seed", str(2**64)], "seed must be"),
