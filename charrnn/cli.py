@@ -20,7 +20,7 @@ from rich.console import Console
 from charrnn import __version__
 from charrnn.beam import beam_search
 from charrnn.checkpoint import load_checkpoint, load_model
-from charrnn.compare import CompareSettings, compare_checkpoints, to_markdown
+from charrnn.compare import TRAINING_SPLIT, CompareSettings, compare_checkpoints, to_markdown
 from charrnn.config import (
     CELL_TYPES,
     CLIP_MODES,
@@ -619,22 +619,29 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
 @click.option("--stop-at", default=None, help="End each sample after this string first appears.")
 @click.option("--text", "text_file", type=click.Path(path_type=Path), default=None,
               help="Score this text for every checkpoint instead of each one's own validation split.")
+@click.option("--against", default=None, metavar="train|FILE",
+              help="Measure how much of each sample is copied and how much is spelled right, against "
+                   "each checkpoint's own training split (train) or FILE.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per checkpoint.")
 @click.option("--markdown", "markdown_file", type=click.Path(path_type=Path), default=None,
               help="Also write the comparison as Markdown to this file.")
 @click.option("--device", type=DEVICE_CHOICES, default="cpu", show_default=True)
 def compare_command(checkpoints: tuple[Path, ...], prime: str, length: int, temperature: float, seed: int,
-                    beam_width: int | None, stop_at: str | None, text_file: Path | None, as_json: bool,
-                    markdown_file: Path | None, device: str) -> None:
+                    beam_width: int | None, stop_at: str | None, text_file: Path | None, against: str | None,
+                    as_json: bool, markdown_file: Path | None, device: str) -> None:
     """Score CHECKPOINTS and sample each with the same prime, seed and decoding settings.
 
     For each: epoch, steps, validation nats/char, bits/char, perplexity and a
     sample, side by side (stacked when the terminal is narrow). Checkpoints may
-    come from different runs, sizes and vocabularies.
+    come from different runs, sizes and vocabularies. With --against, also the
+    share of the sample's words that are real words of the reference, the longest
+    passage copied from it verbatim, and the share of characters inside copies of
+    32 characters or more.
 
     \b
     Examples:
       charrnn compare checkpoints/epochs/epoch0005-*.pt checkpoints/epochs/epoch0050-*.pt
+      charrnn compare checkpoints/epochs/epoch0*.pt --against train --prime "ROMEO:"
       charrnn compare runs/*/best.pt --prime "ROMEO:" --temperature 0.8 --markdown report.md
       charrnn compare a.pt b.pt --beam-width 4 --text held_out.txt --json
     """
@@ -644,8 +651,10 @@ def compare_command(checkpoints: tuple[Path, ...], prime: str, length: int, temp
         raise click.BadParameter(str(exc)) from None
     require_valid_text(prime, "--prime")
     text = read_corpus(text_file) if text_file is not None else None
+    if against is not None and against != TRAINING_SPLIT:
+        read_corpus(Path(against))  # a missing or unreadable reference fails now, not per checkpoint
     settings = CompareSettings(prime=prime, sample=sample, beam_width=beam_width, text=text,
-                               text_name=str(text_file) if text_file is not None else None)
+                               text_name=str(text_file) if text_file is not None else None, against=against)
     reports, note = compare_checkpoints(list(checkpoints), settings, resolve_device(device))
     if note:
         message(f"note: {note}")

@@ -18,9 +18,11 @@ from typing import Any
 from charrnn.beam import beam_search
 from charrnn.checkpoint import LoadedModel, load_model
 from charrnn.config import SampleConfig
-from charrnn.data import checkpoint_validation_ids
+from charrnn.corpus_cache import scan_corpus
+from charrnn.data import checkpoint_validation_ids, read_corpus
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import evaluate
+from charrnn.memorisation import COPY_MIN_CHARS, Reference, measure
 from charrnn.sample import collect_samples, generate
 
 
@@ -31,6 +33,7 @@ class CompareSettings:
     beam_width: int | None = None  # decode by beam search instead of sampling
     text: str | None = None  # score this text instead of each checkpoint's validation split
     text_name: str | None = None  # where ``text`` came from, for the report
+    against: str | None = None  # memorisation reference: TRAINING_SPLIT, a file's path, or None for none
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ class CheckpointReport:
     sample: str | None  # prime + generated text; None when it could not be sampled
     log_prob: float | None  # total log-probability of the beam (beam search only)
     error: str | None  # why a score or sample is missing
+    memorisation: dict[str, Any] | None = None  # Memorisation.to_dict() of the generated text, if asked
+    against: str | None = None  # what the memorisation figures were measured against
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,7 +76,40 @@ def _sample(loaded: LoadedModel, settings: CompareSettings) -> tuple[str, float 
     return collect_samples(steps, settings.prime, 1)[0], None
 
 
-def compare_checkpoint(loaded: LoadedModel, path: Path, settings: CompareSettings) -> CheckpointReport:
+TRAINING_SPLIT = "train"  # --against value meaning each checkpoint's own training split
+
+
+class References:
+    """Memorisation references, read and indexed once however many checkpoints share them."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, str], tuple[Reference, str]] = {}
+
+    def for_checkpoint(self, loaded: LoadedModel, against: str) -> tuple[Reference, str]:
+        """The reference ``against`` names for this checkpoint, and a name for it in reports."""
+        if against != TRAINING_SPLIT:
+            key = ("file", against)
+            if key not in self._cache:
+                self._cache[key] = (Reference(read_corpus(Path(against))), against)
+            return self._cache[key]
+        corpus = loaded.payload.get("corpus")
+        if corpus is None:
+            raise CharrnnError("the checkpoint records no training corpus; give --against FILE")
+        key = ("train", corpus["sha256"])
+        if key not in self._cache:
+            path = Path(corpus["path"])
+            if not path.exists():
+                raise CharrnnError(f"the training corpus {path} is gone; give --against FILE")
+            if scan_corpus(path).sha256 != corpus["sha256"]:
+                raise CharrnnError(f"the training corpus {path} has changed since training; "
+                                   f"give --against FILE")
+            text = read_corpus(path)
+            self._cache[key] = (Reference(text[: corpus["split_point"]]), f"training split of {path}")
+        return self._cache[key]
+
+
+def compare_checkpoint(loaded: LoadedModel, path: Path, settings: CompareSettings,
+                       references: References | None = None) -> CheckpointReport:
     """Score and sample one loaded checkpoint; problems are reported in the entry, not raised."""
     payload = loaded.payload
     errors = []
@@ -85,6 +123,13 @@ def compare_checkpoint(loaded: LoadedModel, path: Path, settings: CompareSetting
         sample, log_prob = _sample(loaded, settings)
     except CharrnnError as exc:
         errors.append(f"no sample: {exc}")
+    memorisation, against = None, None
+    if settings.against is not None and sample is not None:
+        try:
+            reference, against = (references or References()).for_checkpoint(loaded, settings.against)
+            memorisation = measure(sample[len(settings.prime):], reference).to_dict()
+        except CharrnnError as exc:
+            errors.append(f"no memorisation figures: {exc}")
     return CheckpointReport(
         checkpoint=str(path),
         run=Path(path).resolve().parent.name,
@@ -95,6 +140,8 @@ def compare_checkpoint(loaded: LoadedModel, path: Path, settings: CompareSetting
         sample=sample,
         log_prob=log_prob,
         error="; ".join(errors) or None,
+        memorisation=memorisation,
+        against=against,
         **score,
     )
 
@@ -133,7 +180,9 @@ def compare_checkpoints(
     Every checkpoint is loaded before any work starts, so a bad path fails at once.
     """
     loaded = [load_model(path, device) for path in paths]
-    reports = [compare_checkpoint(model, path, settings) for model, path in zip(loaded, paths, strict=True)]
+    references = References()
+    reports = [compare_checkpoint(model, path, settings, references)
+               for model, path in zip(loaded, paths, strict=True)]
     return reports, vocabulary_note(reports, [model.vocab.chars for model in loaded])
 
 
@@ -145,6 +194,15 @@ def _fence(text: str) -> str:
 
 def _number(value: float | None, digits: int = 4) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _memorisation_cells(figures: dict[str, Any] | None) -> str:
+    if figures is None:
+        return " n/a | n/a | n/a |"
+    known = figures["known_word_fraction"]
+    known_text = "n/a" if known is None else f"{known:.1%}"
+    line = f" (line {figures['longest_copied_line']:,})" if figures["longest_copied_line"] else ""
+    return f" {known_text} | {figures['longest_copied_chars']}{line} | {figures['copied_fraction']:.1%} |"
 
 
 def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note: str | None) -> str:
@@ -160,15 +218,24 @@ def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note
     ]
     if note:
         lines += [f"Note: {note}.", ""]
-    lines += [
-        "| checkpoint | run | epoch | steps | nats/char | bits/char | perplexity |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
+    memorised = any(r.memorisation is not None for r in reports)
+    header = "| checkpoint | run | epoch | steps | nats/char | bits/char | perplexity |"
+    rule = "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+    if memorised:
+        against = next(r.against for r in reports if r.against)
+        lines += [f"Memorisation measured against the {against}." if against.startswith("training split")
+                  else f"Memorisation measured against {against}.", ""]
+        header += f" known words | longest copy (chars) | copied (runs ≥ {COPY_MIN_CHARS}) |"
+        rule += " ---: | ---: | ---: |"
+    lines += [header, rule]
     labels = checkpoint_labels(reports)
     for r, label in zip(reports, labels, strict=True):
         epoch = "n/a" if r.epoch is None else f"{r.epoch:g}"
         scores = f"{_number(r.nats_per_char)} | {_number(r.bits_per_char)} | {_number(r.perplexity, 3)}"
-        lines.append(f"| {label} | {r.run} | {epoch} | {r.step} | {scores} |")
+        row = f"| {label} | {r.run} | {epoch} | {r.step} | {scores} |"
+        if memorised:
+            row += _memorisation_cells(r.memorisation)
+        lines.append(row)
     for r, label in zip(reports, labels, strict=True):
         lines += ["", f"## {label}", ""]
         if r.error:
@@ -176,4 +243,10 @@ def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note
         if r.sample is not None:
             fence = _fence(r.sample)
             lines += [f"{fence}text", r.sample, fence]
+        if r.memorisation is not None and r.memorisation["longest_copied_chars"]:
+            passage = r.memorisation["longest_copied_passage"]
+            fence = _fence(passage)
+            lines += ["", f"Longest copied passage, {len(passage)} characters, from line "
+                          f"{r.memorisation['longest_copied_line']:,} of the reference:", "",
+                      f"{fence}text", passage, fence]
     return "\n".join(lines) + "\n"

@@ -19,6 +19,7 @@ from tqdm import tqdm
 from charrnn.compare import CheckpointReport, checkpoint_labels
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data import CorpusInfo
+from charrnn.memorisation import COPY_MIN_CHARS
 from charrnn.model import CharRNN
 from charrnn.neurons import colour
 from charrnn.train import StepReport, TrainObserver
@@ -112,6 +113,19 @@ def _format_epoch(report: CheckpointReport) -> str:
     return "n/a" if report.epoch is None else f"{report.epoch:.2f}".rstrip("0").rstrip(".")
 
 
+def memorisation_rows(figures: dict[str, Any]) -> dict[str, str]:
+    """The memorisation figures as table rows, the longest copied passage quoted."""
+    known = figures["known_word_fraction"]
+    longest = figures["longest_copied_chars"]
+    where = f" (line {figures['longest_copied_line']:,})" if figures["longest_copied_line"] else ""
+    return {
+        "known words": "n/a" if known is None else f"{known:.1%}",
+        "longest copy": f"{longest} chars{where}",
+        f"copied (runs ≥ {COPY_MIN_CHARS})": f"{figures['copied_fraction']:.1%}",
+        "copied passage": repr(figures["longest_copied_passage"]),
+    }
+
+
 def _report_rows(report: CheckpointReport) -> dict[str, str]:
     def number(value: float | None, digits: int = 4) -> str:
         return "n/a" if value is None else f"{value:.{digits}f}"
@@ -126,6 +140,8 @@ def _report_rows(report: CheckpointReport) -> dict[str, str]:
     }
     if report.log_prob is not None:
         rows["beam log-prob"] = f"{report.log_prob:.4f}"
+    if report.memorisation is not None:
+        rows.update(memorisation_rows(report.memorisation))
     if report.error:
         rows["problem"] = report.error
     return rows
