@@ -346,7 +346,7 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
         else:
             name = corpus_name(corpus)
         if init_from is None and options["time_budget"] is not None:
-            _shape_for_budget(ctx, options["time_budget"], model_options, options, say)
+            _shape_for_budget(ctx, options["time_budget"], device.split(":")[0], model_options, options, say)
         config = TrainConfig(out_dir=str(out_dir or Path("checkpoints") / name),
                              device=device, init_from=init_from and str(init_from), **options)
         initial_weights = None
@@ -392,16 +392,21 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
         out.print(summary)
 
 
-def _shape_for_budget(ctx: click.Context, seconds: float, model_options: dict[str, Any],
+def _shape_for_budget(ctx: click.Context, seconds: float, device: str, model_options: dict[str, Any],
                       train_options: dict[str, Any], say: Callable[[str], None]) -> None:
     """Give a time-budgeted LSTM run the size, batch, learning rate and dropout measured best for it.
 
     Only options the user left at their defaults change, and the choice is printed.
-    Other cells and layer-normalised LSTMs keep the plain defaults: the sweep did not measure them.
+    Other cells, layer-normalised LSTMs and devices other than the CPU keep the plain
+    defaults: the sweep did not measure them.
     """
     if model_options["cell"] != "lstm" or model_options["layer_norm"]:
         return
-    shape = shape_for_budget(seconds)
+    shape = shape_for_budget(seconds, device)
+    if shape is None:
+        say(f"--time-budget {seconds:g} s on {device}: the budget settings were measured on a CPU, so "
+            f"this run keeps the plain defaults")
+        return
     flags = {param.name: param.opts[0] for param in ctx.command.params}
     chosen = []
     for key in ("hidden_size", "batch_size", "learning_rate", "dropout"):

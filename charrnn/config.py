@@ -173,7 +173,8 @@ class BudgetShape:
     dropout: float  # dropout between layers and before the output layer
 
 
-# Measured by benchmarks/sweep.py on tiny Shakespeare on a 2-core CPU (README, "How the
+# Measured by benchmarks/sweep.py on tiny Shakespeare on a 2-core CPU, so they apply to CPU runs
+# only: other devices keep the plain defaults until shapes are measured there (README, "How the
 # defaults were chosen"): the best point at 100 s and the best at 600 s. A budget takes the
 # shape measured nearer to it on a log scale (the midpoint is 245 s, so: under 4 minutes);
 # nothing beyond 600 s was measured, so longer budgets keep the 600-second shape.
@@ -183,8 +184,13 @@ BUDGET_SHAPES: tuple[BudgetShape, ...] = (
 )
 
 
-def shape_for_budget(seconds: float) -> BudgetShape:
-    """The :data:`BUDGET_SHAPES` entry for a ``--time-budget`` of ``seconds``."""
+def shape_for_budget(seconds: float, device: str = "cpu") -> BudgetShape | None:
+    """The :data:`BUDGET_SHAPES` entry for a ``--time-budget`` of ``seconds`` on ``device``.
+
+    None on a device other than the CPU, where no shape has been measured.
+    """
+    if device != "cpu":
+        return None
     return next(shape for shape in BUDGET_SHAPES if seconds <= shape.up_to_seconds)
 
 

@@ -182,6 +182,18 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def restore_cuda_rng(states: list[torch.Tensor]) -> None:
+    """Restore saved CUDA generator states, one per GPU, onto the GPUs this machine has.
+
+    A run saved on more GPUs than are present restores the first ones; one saved without
+    a GPU (no states) or resumed without one leaves the CUDA generators as they are.
+    """
+    if not states or not torch.cuda.is_available():
+        return
+    for index, state in enumerate(states[: torch.cuda.device_count()]):
+        torch.cuda.set_rng_state(state, index)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:120] if text else type(exc).__name__
@@ -323,8 +335,7 @@ class TrainingRun:
         try:
             random.setstate(_python_rng_state(rng["python"]))
             torch.set_rng_state(rng["torch"])
-            if torch.cuda.is_available() and rng.get("cuda"):
-                torch.cuda.set_rng_state_all(rng["cuda"])
+            restore_cuda_rng(rng.get("cuda") or [])
         except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as exc:
             raise CharrnnError(f"cannot resume: rng holds no valid generator state ({_first_line(exc)})"
                                ) from None

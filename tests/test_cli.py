@@ -370,3 +370,11 @@ def test_a_long_budget_picks_a_larger_model(runner, small_corpus):
     assert result.exit_code == 0, result.stderr
     assert "--hidden 512 --batch-size 32 --lr 0.005 --dropout 0.2" in result.stderr
     assert json.loads(Path("run/config.json").read_text())["model"]["hidden_size"] == 512
+
+
+@pytest.mark.cuda
+def test_a_time_budget_on_cuda_keeps_the_plain_defaults(runner, small_corpus):
+    result = invoke(runner, "train", small_corpus, "--time-budget", "3", "--device", "cuda", "--out", "run")
+    assert result.exit_code == 0, result.output
+    assert "measured on a CPU, so this run keeps the plain defaults" in result.stderr
+    assert torch.load("run/last.pt", weights_only=True)["model_config"]["hidden_size"] == 256

@@ -27,3 +27,9 @@ def test_bf16_needs_cuda_or_a_cpu_with_native_bf16(monkeypatch):
     assert TrainConfig(out_dir=".", precision="bf16", device="cuda:1").precision == "bf16"
     monkeypatch.setattr(config, "cpu_has_native_bf16", lambda: True)
     assert TrainConfig(out_dir=".", precision="bf16").precision == "bf16"
+
+
+@pytest.mark.parametrize("device", ["cuda", "mps"])
+def test_budget_shapes_measured_on_a_cpu_are_not_applied_elsewhere(device):
+    assert shape_for_budget(100, device) is None
+    assert shape_for_budget(100, "cpu") is not None

@@ -10,7 +10,7 @@ from charrnn.config import ModelConfig, SampleConfig, TrainConfig
 from charrnn.data import encode_corpus
 from charrnn.errors import CharrnnError
 from charrnn.sample import generate
-from charrnn.train import learning_rate_at, resume_config, run_progress, stop_reason, train
+from charrnn.train import learning_rate_at, restore_cuda_rng, resume_config, run_progress, stop_reason, train
 
 PHRASE = "the quick brown fox jumps over the lazy dog. "
 
@@ -222,3 +222,17 @@ def test_cuda_training_with_pinned_batches(repeated_corpus, tmp_path, precision)
     # Checkpoints written on the GPU load on the CPU, in float32.
     loaded = load_model(tmp_path / "run" / "best.pt")
     assert all(p.device.type == "cpu" and p.dtype == torch.float32 for p in loaded.model.parameters())
+
+
+def test_cuda_generator_states_are_restored_onto_the_gpus_present(monkeypatch):
+    """The resume branch for CUDA generators, on a CPU: a run saved on 2 GPUs resumed on 1."""
+    restored = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, index: restored.append((state, index)))
+    states = [torch.zeros(16, dtype=torch.uint8), torch.ones(16, dtype=torch.uint8)]
+    restore_cuda_rng(states)
+    assert len(restored) == 1 and restored[0][1] == 0 and torch.equal(restored[0][0], states[0])
+    restored.clear()
+    restore_cuda_rng([])  # saved without a GPU
+    assert restored == []
