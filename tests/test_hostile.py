@@ -471,3 +471,15 @@ def test_with_stderr_closed_the_error_never_reaches_stdout(tmp_path):
                              "os.execv(sys.argv[1], sys.argv[1:])", str(INSTALLED), "sample", "nope.pt"],
                             stdout=subprocess.PIPE, text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 1 and result.stdout == ""
+
+
+def test_plot_writes_through_a_symlink_and_reports_a_full_device(tiny_run, tmp_path):
+    pytest.importorskip("matplotlib")
+    real = tmp_path / "real.png"
+    real.write_bytes(b"old")
+    link = tmp_path / "link.png"
+    link.symlink_to(real)
+    assert run_cli("plot", tiny_run, "--output", link).exit_code == 0
+    assert link.is_symlink() and real.read_bytes().startswith(b"\x89PNG")
+    assert_one_line_error(run_cli("plot", tiny_run, "--output", "/dev/full"), "No space left on device")
+    assert Path("/dev/full").is_char_device()
