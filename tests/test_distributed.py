@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from charrnn.distributed import join_from_environment
+from charrnn.errors import CharrnnError
+
 # Tiny model, a few steps; a constant learning rate so that a run may be resumed with a later step limit.
 TRAIN_ARGS = ["--hidden", "32", "--layers", "2", "--embed", "8", "--batch-size", "8", "--seq-len", "16",
               "--lr", "1e-2", "--warmup-steps", "0", "--min-lr-ratio", "1", "--eval-every", "3",
@@ -82,3 +85,13 @@ def test_a_torchrun_worker_ends_with_its_exit_code_and_flushed_output(tmp_path: 
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == code, result.stderr
     assert expected in getattr(result, stream)
+
+
+def test_a_local_rank_without_a_gpu_is_one_clear_error(monkeypatch):
+    """The CUDA branch of joining a torchrun group, on a CPU: more processes than GPUs."""
+    for name, value in {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": "29599"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(CharrnnError, match="local rank 1 has no GPU \\(1 visible\\)"):
+        join_from_environment("cuda")

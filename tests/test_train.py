@@ -10,7 +10,15 @@ from charrnn.config import ModelConfig, SampleConfig, TrainConfig
 from charrnn.data import encode_corpus
 from charrnn.errors import CharrnnError
 from charrnn.sample import generate
-from charrnn.train import learning_rate_at, restore_cuda_rng, resume_config, run_progress, stop_reason, train
+from charrnn.train import (
+    check_model_fits,
+    learning_rate_at,
+    restore_cuda_rng,
+    resume_config,
+    run_progress,
+    stop_reason,
+    train,
+)
 
 PHRASE = "the quick brown fox jumps over the lazy dog. "
 
@@ -236,3 +244,12 @@ def test_cuda_generator_states_are_restored_onto_the_gpus_present(monkeypatch):
     restored.clear()
     restore_cuda_rng([])  # saved without a GPU
     assert restored == []
+
+
+def test_a_model_too_large_for_the_gpu_is_refused_before_allocating(monkeypatch):
+    """The CUDA branch of the memory check, on a CPU: the GPU's free memory is what counts."""
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (1 << 20, 80 << 30))
+    model_config = ModelConfig(vocab_size=65, hidden_size=512)
+    with pytest.raises(CharrnnError, match="cuda has 0.0 GiB available"):
+        check_model_fits(model_config, TrainConfig(out_dir=".", device="cuda"))
+    check_model_fits(model_config, TrainConfig(out_dir="."))  # the CPU has room
