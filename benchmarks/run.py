@@ -450,6 +450,36 @@ def layer_norm_training_cost(quick: bool) -> list[Result]:
                    seconds[False], ratio, "reported", None)]
 
 
+def command_start_up(quick: bool) -> list[Result]:
+    """Wall time of quick commands (help, version, an argument error) against ``import torch`` alone.
+
+    These must not import torch: a user typing ``charrnn --help`` or pressing TAB for shell
+    completion waits for the whole interpreter start. Target: under 0.3 × torch's import.
+    """
+    charrnn = str(Path(sys.executable).with_name("charrnn"))
+    commands = {
+        "--help": [charrnn, "--help"],
+        "--version": [charrnn, "--version"],
+        "train --help": [charrnn, "train", "--help"],
+        "sample --help": [charrnn, "sample", "--help"],
+        "compare --help": [charrnn, "compare", "--help"],
+        "an argument error": [charrnn, "sample", "--temperature", "0", "x.pt"],
+    }
+
+    def run(args: list[str]) -> Callable[[], object]:
+        return lambda: subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+
+    repeats = 2 if quick else 5
+    torch_import = best_time(run([sys.executable, "-c", "import torch"]), repeats)
+    results = []
+    for name, args in commands.items():
+        seconds = best_time(run(args), repeats)
+        ratio = seconds / torch_import
+        results.append(Result(f"charrnn {name} vs python -c 'import torch'", "s", seconds, torch_import,
+                              ratio, "≤ 0.30", ratio <= 0.3))
+    return results
+
+
 def machine() -> dict[str, str]:
     model_name = "unknown"
     cpuinfo = Path("/proc/cpuinfo")
@@ -479,7 +509,8 @@ def render(results: list[Result], title: str) -> Table:
 def main(quick: bool, only: tuple[str, ...]) -> None:
     """Run every benchmark, print the table and write benchmarks/results.json."""
     console = Console(width=max(Console().width, 150))
-    in_process = [training_throughput, sampling_speed, beam_cost, evaluation_cost, layer_norm_training_cost]
+    in_process = [command_start_up, training_throughput, sampling_speed, beam_cost, evaluation_cost,
+                  layer_norm_training_cost]
     on_disk = [preprocessing_speed, corpus_memory, larger_than_memory]
     results: list[Result] = []
     started = time.perf_counter()

@@ -12,21 +12,19 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 
 from charrnn import __version__
-from charrnn.beam import beam_search
-from charrnn.checkpoint import load_checkpoint, load_model
-from charrnn.compare import TRAINING_SPLIT, CompareSettings, compare_checkpoints, to_markdown
 from charrnn.config import (
     CELL_TYPES,
     CLIP_MODES,
     DEFAULT_EPOCHS,
     DEFAULT_EVAL_EVERY,
     INIT_SCHEMES,
+    INSPECT_FEATURES,
     PRECISIONS,
     RNN_ACTIVATIONS,
     ModelConfig,
@@ -34,35 +32,16 @@ from charrnn.config import (
     TrainConfig,
     shape_for_budget,
 )
-from charrnn.corpus_cache import cached_ids, scan_corpus
-from charrnn.data import checkpoint_validation_ids, corpus_name, encode_corpus, read_corpus
 from charrnn.datasets import DATASETS, DEFAULT_DATASET, get_dataset
-from charrnn.display import ProgressBar, coloured_text, comparison_renderable, key_value_table, ranking_table
-from charrnn.distributed import (
-    ProcessGroup,
-    end_process,
-    join_from_environment,
-    leave,
-    world_size_from_environment,
-)
 from charrnn.errors import CharrnnError
-from charrnn.evaluate import EvalResult, evaluate
 from charrnn.files import atomic_write_text, json_text, reason
 from charrnn.interrupt import EXIT_CODES, GracefulStop, Terminated, raise_on_termination
-from charrnn.neurons import FEATURES, activations, html_page, rank_units, text_feature
-from charrnn.plot import plot_runs
-from charrnn.rundir import metrics_history, resume_target
-from charrnn.sample import collect_samples, generate
 from charrnn.terminal import ReaderGone, silence_stdout, stdout_guard, stream_stdout, write_stdout
-from charrnn.train import (
-    RESUME_FIELDS,
-    TrainingInterrupted,
-    TrainResult,
-    resolve_device,
-    resume_config,
-    train,
-)
-from charrnn.vocab import UnknownCharactersError, Vocab, describe_chars, require_valid_text
+from charrnn.text import require_valid_text
+
+if TYPE_CHECKING:
+    from charrnn.distributed import ProcessGroup
+    from charrnn.train import TrainResult
 
 out = Console()
 err = Console(stderr=True)
@@ -149,8 +128,13 @@ def main() -> None:
     try:
         cli(prog_name="charrnn")
     except SystemExit as finished:
-        if world_size_from_environment() > 1:
-            end_process(finished.code if isinstance(finished.code, int) else int(finished.code is not None))
+        # Checked before importing charrnn.distributed (and so torch), which plain commands never need.
+        if os.environ.get("WORLD_SIZE", "1") != "1":
+            from charrnn.distributed import end_process, world_size_from_environment
+
+            if world_size_from_environment() > 1:
+                code = finished.code if isinstance(finished.code, int) else int(finished.code is not None)
+                end_process(code)
         raise
     except OSError as exc:
         # Only writing the standard streams raises a bare OSError here (--help into /dev/full, say):
@@ -324,6 +308,12 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
       charrnn train my_corpus.txt --hidden 512 --epochs 20 --dropout 0.2
       charrnn train poems/ --model gru --out runs/poems
     """
+    from charrnn.checkpoint import load_model
+    from charrnn.data import corpus_name, encode_corpus
+    from charrnn.display import ProgressBar, key_value_table
+    from charrnn.distributed import join_from_environment, leave
+    from charrnn.train import TrainingInterrupted, resolve_device, train
+    from charrnn.vocab import UnknownCharactersError
     model_options = {key: options.pop(key) for key in ModelConfig.__dataclass_fields__ if key in options}
     if init_from is not None and resume_path is not None:
         raise click.UsageError("--init-from starts a new run and --resume continues one: give one of them")
@@ -440,6 +430,12 @@ def _resume(ctx: click.Context, checkpoint: Path, corpus: Path | None, out_dir: 
 
     Returns the function that continues it.
     """
+    from charrnn.checkpoint import load_checkpoint
+    from charrnn.data import encode_corpus
+    from charrnn.display import ProgressBar
+    from charrnn.rundir import metrics_history, resume_target
+    from charrnn.train import RESUME_FIELDS, resume_config, train
+    from charrnn.vocab import Vocab
 
     def given(options: dict[str, Any]) -> dict[str, Any]:
         return {key: value for key, value in options.items()
@@ -524,6 +520,12 @@ def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None,
             raise click.UsageError(f"--num-samples {config.num_samples} exceeds --beam-width {beam_width}")
     if prime is not None and prime_file is not None:
         raise click.UsageError("give --prime or --prime-file, not both")
+    # Imported only now, so that a mistyped option is reported without waiting for torch.
+    from charrnn.beam import beam_search
+    from charrnn.checkpoint import load_model
+    from charrnn.data import read_corpus
+    from charrnn.sample import collect_samples, generate
+    from charrnn.train import resolve_device
     if prime_file is not None:
         prime = read_corpus(prime_file)
     prime = prime or ""
@@ -578,6 +580,13 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
       charrnn eval-perplexity checkpoints/tinyshakespeare/best.pt
       charrnn eval-perplexity best.pt held_out.txt --json
     """
+    from charrnn.checkpoint import load_model
+    from charrnn.corpus_cache import cached_ids, scan_corpus
+    from charrnn.data import checkpoint_validation_ids
+    from charrnn.display import key_value_table
+    from charrnn.evaluate import evaluate
+    from charrnn.train import resolve_device
+    from charrnn.vocab import UnknownCharactersError, describe_chars
     loaded = load_model(checkpoint, resolve_device(device))
     if text_file is None:
         ids = checkpoint_validation_ids(loaded.payload.get("corpus"), loaded.vocab)
@@ -593,7 +602,7 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
         ids = cached_ids(scan, loaded.vocab, skip_unknown=True)
         source = str(text_file)
     started = time.perf_counter()
-    result: EvalResult = evaluate(loaded.model, ids)
+    result = evaluate(loaded.model, ids)
     seconds = time.perf_counter() - started
     if as_json:
         write_stdout(json_text(result.to_dict()) + "\n")
@@ -654,6 +663,10 @@ def compare_command(checkpoints: tuple[Path, ...], prime: str, length: int, temp
         sample = SampleConfig(length=length, temperature=temperature, seed=seed, stop_at=stop_at)
     except CharrnnError as exc:
         raise click.BadParameter(str(exc)) from None
+    from charrnn.compare import TRAINING_SPLIT, CompareSettings, compare_checkpoints, to_markdown
+    from charrnn.data import read_corpus
+    from charrnn.display import comparison_renderable
+    from charrnn.train import resolve_device
     require_valid_text(prime, "--prime")
     text = read_corpus(text_file) if text_file is not None else None
     if against is not None and against != TRAINING_SPLIT:
@@ -690,6 +703,7 @@ def plot_command(run_dirs: tuple[Path, ...], output: Path) -> None:
     Example:
       charrnn plot checkpoints/epochs runs/gru --output curves.png
     """
+    from charrnn.plot import plot_runs
     plot_runs(list(run_dirs), output)
     message(f"wrote {output}")
 
@@ -705,7 +719,7 @@ def plot_command(run_dirs: tuple[Path, ...], output: Path) -> None:
 @click.option("--unit", type=click.IntRange(min=0), default=None, help="Unit of that layer, counting from 0.")
 @click.option("--state", type=click.Choice(["h", "c"]), default="h", show_default=True,
               help="Hidden state, or (LSTM only) cell state.")
-@click.option("--rank", "feature", type=click.Choice(FEATURES), default=None,
+@click.option("--rank", "feature", type=click.Choice(INSPECT_FEATURES), default=None,
               help="List the units that best track this feature of the text.")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="How many units --rank lists.")
@@ -726,6 +740,11 @@ def inspect_command(checkpoint: Path, text_file: Path, layer: int, unit: int | N
       charrnn inspect best.pt play.txt --rank quotes --top 5
       charrnn inspect best.pt play.txt --unit 37 --html unit37.html
     """
+    from charrnn.checkpoint import load_model
+    from charrnn.data import read_corpus
+    from charrnn.display import coloured_text, ranking_table
+    from charrnn.neurons import activations, html_page, rank_units, text_feature
+    from charrnn.vocab import UnknownCharactersError
     if unit is None and feature is None:
         raise click.UsageError("give --unit to colour the text, or --rank to find units")
     loaded = load_model(checkpoint)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from charrnn.errors import CharrnnError, ConfigError
 from charrnn.hardware import cpu_has_native_bf16
-from charrnn.vocab import require_valid_text
+from charrnn.text import require_valid_text
 
 CellType = Literal["lstm", "gru", "rnn", "esn"]
 CELL_TYPES: tuple[str, ...] = ("lstm", "gru", "rnn", "esn")
@@ -22,6 +22,7 @@ CLIP_MODES: tuple[str, ...] = ("norm", "value")
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
 DEFAULT_EPOCHS = 10.0  # how long a run lasts when no stopping criterion is given
 DEFAULT_EVAL_EVERY = 1000  # steps between validation passes of a run without a time budget
+INSPECT_FEATURES: tuple[str, ...] = ("quotes", "line-position", "indent")  # what inspect --rank tracks
 MAX_FORGET_BIAS = 1e3  # the gate is saturated far below this; beyond float32 it would overflow
 MAX_SPECTRAL_RADIUS = 1e3  # far beyond any useful reservoir; 1e308 overflows the weights to infinity
 MAX_LEARNING_RATE = 1e3  # far above any useful rate; larger ones overflow float32 updates

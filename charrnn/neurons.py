@@ -13,11 +13,12 @@ from collections.abc import Callable
 
 import torch
 
+from charrnn.config import INSPECT_FEATURES
 from charrnn.errors import CharrnnError
 from charrnn.model import CharRNN
 from charrnn.vocab import Vocab
 
-FEATURES = ("quotes", "line-position", "indent")
+FEATURES = INSPECT_FEATURES  # the text features rank_units can correlate with
 
 
 @torch.no_grad()

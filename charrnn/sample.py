@@ -14,7 +14,8 @@ import torch
 from charrnn.config import SampleConfig
 from charrnn.errors import CharrnnError
 from charrnn.model import CharRNN, State
-from charrnn.vocab import UnknownCharactersError, Vocab, describe_chars, require_valid_text
+from charrnn.text import require_valid_text
+from charrnn.vocab import UnknownCharactersError, Vocab, describe_chars
 
 PRIME_CHUNK = 4096  # prime characters run through the network at once
 TINY_TEMPERATURE = 1e-30  # below this, logits are divided in float64

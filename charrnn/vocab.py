@@ -26,19 +26,6 @@ def code_points(text: str) -> torch.Tensor:
     return torch.frombuffer(bytearray(text.encode("utf-32-le")), dtype=torch.int32)
 
 
-def require_valid_text(text: str, what: str) -> str:
-    """Return ``text``, or say which byte made it invalid UTF-8.
-
-    Command-line arguments that are not UTF-8 arrive with each bad byte as a lone
-    surrogate (Python's surrogateescape); such text has no code points to look up.
-    """
-    for position, char in enumerate(text):
-        if "\ud800" <= char <= "\udfff":
-            byte = f" (byte 0x{ord(char) - 0xDC00:02x})" if ord(char) >= 0xDC80 else ""
-            raise CharrnnError(f"{what} is not valid UTF-8{byte} at character {position}")
-    return text
-
-
 def id_dtype(vocab_size: int) -> torch.dtype:
     """The smallest integer dtype that holds ids ``0 .. vocab_size - 1``: uint8, uint16 or uint32."""
     if vocab_size <= 1 << 8:

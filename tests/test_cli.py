@@ -378,3 +378,12 @@ def test_a_time_budget_on_cuda_keeps_the_plain_defaults(runner, small_corpus):
     assert result.exit_code == 0, result.output
     assert "measured on a CPU, so this run keeps the plain defaults" in result.stderr
     assert torch.load("run/last.pt", weights_only=True)["model_config"]["hidden_size"] == 256
+
+
+def test_the_command_line_starts_without_importing_torch():
+    """--help, --version, shell completion and argument errors must not wait for torch's import."""
+    probe = ("import sys, charrnn.cli\n"
+             "heavy = sorted(m for m in ('torch', 'matplotlib') if m in sys.modules)\n"
+             "print(','.join(heavy))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == ""

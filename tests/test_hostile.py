@@ -334,7 +334,7 @@ def test_ctrl_c_while_sampling_is_one_error_line_and_exit_130(tiny_checkpoint, m
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("charrnn.cli.generate", interrupted)
+    monkeypatch.setattr("charrnn.sample.generate", interrupted)
     result = run_cli("sample", tiny_checkpoint)
     assert_one_line_error(result, "interrupted by SIGINT", code=130)
     assert "Aborted!" not in result.output
