@@ -7,12 +7,6 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-# Offline machines: a copy of the datasets beside the checkout (../shared/data) is
-# used as the download mirror when present and no mirror is set.
-LOCAL_MIRROR := $(abspath ../shared/data)
-CHARRNN_DATA_MIRROR ?= $(if $(wildcard $(LOCAL_MIRROR)/tinyshakespeare/input.txt),file://$(LOCAL_MIRROR))
-export CHARRNN_DATA_MIRROR
-
 .PHONY: setup demo test lint
 
 setup: $(VENV)/.installed
