@@ -33,7 +33,7 @@ from charrnn.config import (
     shape_for_budget,
 )
 from charrnn.datasets import DATASETS, DEFAULT_DATASET, get_dataset
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, ConfigError
 from charrnn.files import atomic_write_text, json_text, reason
 from charrnn.interrupt import EXIT_CODES, GracefulStop, Terminated, raise_on_termination
 from charrnn.terminal import ReaderGone, silence_stdout, stdout_guard, stream_stdout, write_stdout
@@ -96,6 +96,8 @@ class CharrnnGroup(click.Group):
         try:
             with raise_on_termination():
                 return super().invoke(ctx)
+        except ConfigError as exc:  # an option value outside its range: a usage error, exit 2
+            raise OneLineUsageError(str(exc)) from None
         except CharrnnError as exc:
             raise click.ClickException(str(exc)) from None
         except ReaderGone:

@@ -210,7 +210,8 @@ class SampleConfig(_DictMixin):
         if self.length < 0:
             raise ConfigError("length must be 0 or more")
         if not (self.temperature > 0 and math.isfinite(self.temperature)):
-            raise ConfigError("temperature must be a finite number greater than 0")
+            raise ConfigError("temperature must be a finite number greater than 0 (for the most likely "
+                              "character every time, use --greedy)")
         if self.top_k is not None and self.top_k < 1:
             raise ConfigError("top-k must be at least 1")
         if self.top_p is not None and not 0.0 < self.top_p <= 1.0:

@@ -387,3 +387,15 @@ def test_the_command_line_starts_without_importing_torch():
              "print(','.join(heavy))")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == ""
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["train", "small.txt", "--save-epochs", "0"], "save-epochs must list whole epochs of 1 or more"),
+    (["train", "small.txt", "--seed", str(2**64)], "seed must be between"),
+    (["sample", "x.pt", "--temperature", "0"], "use --greedy"),
+])
+def test_an_option_value_out_of_range_is_a_usage_error(runner, small_corpus, args, fragment):
+    Path("small.txt").write_text(small_corpus.read_text(encoding="utf-8"), encoding="utf-8")
+    result = invoke(runner, *args)
+    assert result.exit_code == 2
+    assert_one_line_error(result, fragment)
