@@ -89,6 +89,13 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise CharrnnError(f"checkpoint {path} does not exist")
     try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+    except OSError as exc:
+        raise CharrnnError(f"cannot read checkpoint {path}: {exc.strerror or exc}") from None
+    if magic[:4] != b"PK\x03\x04" and magic[:1] != b"\x80":  # torch.save's zip, or a legacy pickle
+        raise CharrnnError(f"{path} is not a charrnn checkpoint (not a file that torch.save wrote)")
+    try:
         with warnings.catch_warnings():
             # Foreign files make torch warn about pickle protocols before failing; the
             # error below says all a user needs.
@@ -106,6 +113,17 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     except CharrnnError as exc:
         raise CharrnnError(f"{path} is not a valid charrnn checkpoint: {exc}") from None
     return payload
+
+
+def checkpoint_in(path: Path, name: str = "best.pt") -> Path:
+    """``path`` itself, or for a run directory its checkpoint ``name`` (best.pt, or last.pt to resume)."""
+    path = Path(path)
+    if not path.is_dir():
+        return path
+    if not (path / name).is_file():
+        raise CharrnnError(f"{path} is a directory without a {name}; give a checkpoint file or a run "
+                           f"directory")
+    return path / name
 
 
 def _describe(value: Any) -> str:

@@ -66,6 +66,16 @@ def config_option(flag: str, config_class: type, field_name: str, help: str, **k
                         **kwargs)
 
 
+def _checkpoint_argument(path: Path, name: str = "best.pt") -> Path:
+    """A checkpoint the user named: a file, or a run directory's ``name``, which is then said."""
+    from charrnn.checkpoint import checkpoint_in
+
+    resolved = checkpoint_in(path, name)
+    if resolved != path:
+        message(f"using {resolved}")
+    return resolved
+
+
 def message(text: str) -> None:
     """A status line on stderr, never re-wrapped or read as markup."""
     click.echo(text, err=True)
@@ -346,7 +356,7 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
             encoded = encode_corpus(corpus, name, config.val_frac)
             model_config = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
         else:
-            source = load_model(init_from)
+            source = load_model(_checkpoint_argument(init_from))
             try:
                 encoded = encode_corpus(corpus, name, config.val_frac, source.vocab, extend_vocab)
             except UnknownCharactersError as exc:
@@ -443,6 +453,7 @@ def _resume(ctx: click.Context, checkpoint: Path, corpus: Path | None, out_dir: 
         return {key: value for key, value in options.items()
                 if ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
 
+    checkpoint = _checkpoint_argument(checkpoint, "last.pt")
     payload = load_checkpoint(checkpoint)
     missing = [name for name in RESUME_FIELDS if name not in payload]
     if missing:
@@ -531,6 +542,7 @@ def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None,
     if prime_file is not None:
         prime = read_corpus(prime_file)
     prime = prime or ""
+    checkpoint = _checkpoint_argument(checkpoint)
     loaded = load_model(checkpoint, resolve_device(device))
 
     if beam_width is not None:
@@ -589,6 +601,7 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
     from charrnn.evaluate import evaluate
     from charrnn.train import resolve_device
     from charrnn.vocab import UnknownCharactersError, describe_chars
+    checkpoint = _checkpoint_argument(checkpoint)
     loaded = load_model(checkpoint, resolve_device(device))
     if text_file is None:
         ids = checkpoint_validation_ids(loaded.payload.get("corpus"), loaded.vocab)
@@ -675,7 +688,8 @@ def compare_command(checkpoints: tuple[Path, ...], prime: str, length: int, temp
         read_corpus(Path(against))  # a missing or unreadable reference fails now, not per checkpoint
     settings = CompareSettings(prime=prime, sample=sample, beam_width=beam_width, text=text,
                                text_name=str(text_file) if text_file is not None else None, against=against)
-    reports, note = compare_checkpoints(list(checkpoints), settings, resolve_device(device))
+    paths = [_checkpoint_argument(path) for path in checkpoints]
+    reports, note = compare_checkpoints(paths, settings, resolve_device(device))
     if note:
         message(f"note: {note}")
     if markdown_file is not None:
@@ -749,6 +763,7 @@ def inspect_command(checkpoint: Path, text_file: Path, layer: int, unit: int | N
     from charrnn.vocab import UnknownCharactersError
     if unit is None and feature is None:
         raise click.UsageError("give --unit to colour the text, or --rank to find units")
+    checkpoint = _checkpoint_argument(checkpoint)
     loaded = load_model(checkpoint)
     config = loaded.model.config
     if layer >= config.num_layers:

@@ -295,7 +295,7 @@ BAD_INPUTS = [
     (["sample", "CKPT", "--beam-width", "2", "--num-samples", "3"], "exceeds --beam-width 2"),
     (["sample", "missing.pt"], "does not exist"),
     (["sample", "cut.pt"], "not a readable charrnn checkpoint"),
-    (["sample", "notes.txt"], "not a readable charrnn checkpoint"),
+    (["sample", "notes.txt"], "is not a charrnn checkpoint"),
     (["sample", "foreign.pt"], "not a charrnn checkpoint"),
     (["eval-perplexity", "foreign.pt"], "not a charrnn checkpoint"),
     (["eval-perplexity", "CKPT", "missing.txt"], "does not exist"),
@@ -399,3 +399,13 @@ def test_an_option_value_out_of_range_is_a_usage_error(runner, small_corpus, arg
     result = invoke(runner, *args)
     assert result.exit_code == 2
     assert_one_line_error(result, fragment)
+
+
+def test_a_run_directory_stands_for_its_checkpoint(runner, small_corpus):
+    assert train_tiny_run(runner, small_corpus, "run", "--max-steps", "4").exit_code == 0
+    sampled = invoke(runner, "sample", "run", "--length", "5", "--seed", "1")
+    assert sampled.exit_code == 0 and "using run/best.pt" in sampled.stderr
+    assert sampled.stdout == invoke(runner, "sample", "run/best.pt", "--length", "5", "--seed", "1").stdout
+    resumed = invoke(runner, "train", "--resume", "run", "--max-steps", "6")
+    assert resumed.exit_code == 0 and "using run/last.pt" in resumed.stderr
+    assert_one_line_error(invoke(runner, "eval-perplexity", "."), "is a directory without a best.pt")

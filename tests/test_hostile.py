@@ -239,7 +239,8 @@ BAD_INPUTS = [
     ("metrics_line_a_bare_number", _metrics(b"3\n"), ["plot", "run", "--output", "p.png"],
      "line 1 is not an evaluation record"),
     ("metrics_not_utf8", _metrics(b"\xff\xfe\n"), ["plot", "run", "--output", "p.png"], "is not UTF-8"),
-    ("a_text_file_as_checkpoint", _write("c.txt", "abc"), ["sample", "c.txt"], "not a readable charrnn"),
+    ("a_text_file_as_checkpoint", _write("c.txt", "abc"), ["sample", "c.txt"],
+     "c.txt is not a charrnn checkpoint (not a file that torch.save wrote)"),
 ]
 
 
