@@ -389,6 +389,8 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
                            f"perplexity {result.best.perplexity:.3f}",
         "skipped steps": str(result.skipped_steps),
         "checkpoints": f"{result.out_dir / 'best.pt'}, {result.out_dir / 'last.pt'}",
+        **({"epoch checkpoints": ", ".join(path.name for path in result.epoch_checkpoints)}
+           if result.epoch_checkpoints else {}),
     })
     with stdout_guard():
         out.print(summary)
@@ -523,14 +525,19 @@ def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None,
         config = SampleConfig(**options)
     except CharrnnError as exc:
         raise click.BadParameter(str(exc)) from None
-    if beam_width is not None:
-        sampling_options = ("temperature", "top_k", "top_p", "greedy", "seed")
+    # The deterministic decoders take no sampling option, so a given one cannot be silently ignored.
+    deterministic = "--beam-width" if beam_width is not None else "--greedy" if config.greedy else None
+    if deterministic is not None:
+        sampling_options = ("temperature", "top_k", "top_p", "seed") + (("greedy",) if beam_width else ())
         explicit = [f"--{name.replace('_', '-')}" for name in sampling_options
                     if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
         if explicit:
-            raise click.UsageError(f"--beam-width is deterministic; {', '.join(explicit)} does not apply")
-        if config.num_samples > beam_width:
-            raise click.UsageError(f"--num-samples {config.num_samples} exceeds --beam-width {beam_width}")
+            raise click.UsageError(f"{deterministic} is deterministic; {', '.join(explicit)} does not apply")
+    if beam_width is not None and config.num_samples > beam_width:
+        raise click.UsageError(f"--num-samples {config.num_samples} exceeds --beam-width {beam_width}")
+    if beam_width is None and config.greedy and config.num_samples > 1:
+        raise click.UsageError(f"--greedy gives one text; --num-samples {config.num_samples} would repeat it "
+                               f"(use --beam-width for several deterministic texts)")
     if prime is not None and prime_file is not None:
         raise click.UsageError("give --prime or --prime-file, not both")
     # Imported only now, so that a mistyped option is reported without waiting for torch.

@@ -35,6 +35,13 @@ def key_value_table(title: str, rows: dict[str, str]) -> Table:
     return table
 
 
+def unreachable_save_epochs(config: TrainConfig, steps_per_epoch: int, total_steps: int | None) -> list[int]:
+    """The ``--save-epochs`` that end after the run's last step, when that is known."""
+    if total_steps is None:
+        return []
+    return [epoch for epoch in config.save_epochs if epoch * steps_per_epoch > total_steps]
+
+
 class ProgressBar(TrainObserver):
     """Prints the run configuration, a tqdm bar with loss, chars/s and ETA, and eval lines."""
 
@@ -71,6 +78,15 @@ class ProgressBar(TrainObserver):
             "out": config.out_dir,
         }
         self.console.print(key_value_table("charrnn train", rows))
+        unreachable = unreachable_save_epochs(config, steps_per_epoch, total_steps)
+        if unreachable:
+            listed = ",".join(map(str, unreachable))
+            self.console.print(Text(f"warning: --save-epochs {listed} lies beyond this run's end "
+                                    f"({total_steps:,} steps, {total_steps / steps_per_epoch:.2f} epochs): "
+                                    f"no checkpoint will be kept for it"))
+        elif config.save_epochs and config.time_budget is not None:
+            self.console.print(Text("note: with --time-budget, epoch checkpoints are kept only for the "
+                                    "epochs the budget reaches"))
         self.bar = tqdm(total=total_steps, initial=first_step, unit="step", dynamic_ncols=True,
                         file=sys.stderr)
 

@@ -23,6 +23,7 @@ import stat
 import uuid
 import warnings
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -204,6 +205,10 @@ class RunDirectory:
         else:
             append_line(self.metrics_path, line)
         self._wrote("metrics.jsonl")
+
+    def epoch_checkpoints(self) -> list[Path]:
+        """The epoch checkpoints this run has written, in epoch order."""
+        return sorted(self.path / name for name in self.written if fnmatch(name, EPOCH_CHECKPOINT_GLOB))
 
     def _wrote(self, name: str) -> None:
         first = not self.written

@@ -84,6 +84,7 @@ class TrainResult:
     elapsed_s: float  # wall time of the loop, evaluations included
     stop_reason: str  # which criterion ended the run
     skipped_steps: int  # steps skipped for non-finite values
+    epoch_checkpoints: list[Path]  # the --save-epochs checkpoints this call wrote
 
 
 class TrainingInterrupted(Exception):
@@ -551,6 +552,7 @@ def train(
         out_dir=out_dir, steps=run.step, epoch=run.epoch, best_val_loss=run.best.nats_per_char,
         best=run.best, elapsed_s=elapsed_s, stop_reason=reason,
         skipped_steps=run.skipped,
+        epoch_checkpoints=run_dir.epoch_checkpoints() if run_dir is not None else [],
     )
 
 

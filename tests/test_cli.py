@@ -409,3 +409,23 @@ def test_a_run_directory_stands_for_its_checkpoint(runner, small_corpus):
     resumed = invoke(runner, "train", "--resume", "run", "--max-steps", "6")
     assert resumed.exit_code == 0 and "using run/last.pt" in resumed.stderr
     assert_one_line_error(invoke(runner, "eval-perplexity", "."), "is a directory without a best.pt")
+
+
+@pytest.mark.parametrize(("extra", "fragment"), [
+    (["--greedy", "--temperature", "0.5"], "--greedy is deterministic; --temperature does not apply"),
+    (["--greedy", "--top-k", "3", "--seed", "1"],
+     "--greedy is deterministic; --top-k, --seed does not apply"),
+    (["--greedy", "--num-samples", "2"], "--greedy gives one text"),
+    (["--beam-width", "2", "--greedy"], "--beam-width is deterministic; --greedy does not apply"),
+])
+def test_deterministic_decoding_refuses_sampling_options(runner, tiny_checkpoint, extra, fragment):
+    result = invoke(runner, "sample", tiny_checkpoint, *extra)
+    assert result.exit_code == 2
+    assert_one_line_error(result, fragment)
+
+
+def test_save_epochs_beyond_the_run_warn_and_the_summary_lists_those_written(runner, small_corpus):
+    result = train_tiny_run(runner, small_corpus, "run", "--epochs", "2", "--save-epochs", "1,5")
+    assert result.exit_code == 0, result.output
+    assert "warning: --save-epochs 5 lies beyond this run's end" in " ".join(result.stderr.split())
+    assert "epoch checkpoints" in result.stdout and "epoch0001-" in result.stdout
