@@ -66,6 +66,13 @@ def config_option(flag: str, config_class: type, field_name: str, help: str, **k
                         **kwargs)
 
 
+def render_samples(texts: list[str], kind: str) -> str:
+    """One text as it is; several, each under a ``=== sample N ===`` (or beam) line of its own."""
+    if len(texts) == 1:
+        return texts[0] + "\n"
+    return "".join(f"=== {kind} {i} ===\n{text}\n" for i, text in enumerate(texts, start=1))
+
+
 def _checkpoint_argument(path: Path, name: str = "best.pt") -> Path:
     """A checkpoint the user named: a file, or a run directory's ``name``, which is then said."""
     from charrnn.checkpoint import checkpoint_in
@@ -505,14 +512,20 @@ def _resume(ctx: click.Context, checkpoint: Path, corpus: Path | None, out_dir: 
                "Independent samples, generated together (with --beam-width: the N best beams).", type=int)
 @click.option("--output", type=click.Path(path_type=Path), default=None,
               help="Write the text to this file instead of stdout.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object per line: text (prime included), and log_prob and stopped for beams.")
 @click.option("--device", type=DEVICE_CHOICES, default="cpu", show_default=True)
 @click.pass_context
 def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None, prime: str | None,
-                   prime_file: Path | None, output: Path | None, device: str, **options: Any) -> None:
+                   prime_file: Path | None, output: Path | None, as_json: bool, device: str,
+                   **options: Any) -> None:
     """Generate text from CHECKPOINT, streaming it to stdout as it is produced.
 
-    With --beam-width the N best beams (--num-samples) are printed with their
-    total log-probabilities once the search ends.
+    stdout (or --output) gets the text alone. Several samples (--num-samples)
+    are each preceded by a line "=== sample N ===" ("=== beam N ===" for beams);
+    --json gives one JSON object per line instead. With --beam-width the N best
+    beams are printed once the search ends, their total log-probabilities on
+    stderr.
 
     \b
     Examples:
@@ -557,21 +570,21 @@ def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None,
         if len(beams) < config.num_samples:
             message(f"note: only {len(beams)} distinct continuation(s) of {config.length} characters exist "
                     f"over this model's {len(loaded.vocab)}-symbol vocabulary; printing {len(beams)}")
-        rendered = "".join(
-            f"=== beam {i}, log-prob {beam.log_prob:.4f}{' (stopped)' if beam.stopped else ''} ===\n"
-            f"{prime}{beam.text}\n"
-            for i, beam in enumerate(beams[: config.num_samples], start=1)
-        )
+        beams = beams[: config.num_samples]
+        for i, beam in enumerate(beams, start=1):
+            message(f"beam {i}: log-prob {beam.log_prob:.4f}{' (stopped)' if beam.stopped else ''}")
+        records = [{"text": prime + beam.text, "log_prob": beam.log_prob, "stopped": beam.stopped}
+                   for beam in beams]
+        rendered = render_samples([record["text"] for record in records], "beam")
     else:
         steps = generate(loaded.model, loaded.vocab, config, prime)
-        if output is None and config.num_samples == 1:
+        if output is None and config.num_samples == 1 and not as_json:
             stream_stdout((chars[0] for chars in steps), prefix=prime)
             return
-        texts = collect_samples(steps, prime, config.num_samples)
-        if config.num_samples == 1:
-            rendered = texts[0] + "\n"
-        else:
-            rendered = "".join(f"=== sample {i} ===\n{text}\n" for i, text in enumerate(texts, start=1))
+        records = [{"text": text} for text in collect_samples(steps, prime, config.num_samples)]
+        rendered = render_samples([record["text"] for record in records], "sample")
+    if as_json:
+        rendered = "".join(json_text(record, ensure_ascii=False) + "\n" for record in records)
     if output is None:
         write_stdout(rendered)
         return

@@ -203,18 +203,31 @@ def test_sample_to_file_and_several_samples(runner, tiny_checkpoint):
     assert text.count("=== sample ") == 3
 
 
-def test_beam_search_prints_the_best_beams_with_scores(runner, tiny_checkpoint):
+def test_beam_search_prints_the_best_beams_with_scores_on_stderr(runner, tiny_checkpoint):
     result = invoke(runner, "sample", tiny_checkpoint, "--prime", "ROMEO:", "--beam-width", "4",
                     "--num-samples", "2", "--length", "30")
     assert result.exit_code == 0, result.output
-    headers = [line for line in result.stdout.splitlines() if line.startswith("=== beam")]
-    assert len(headers) == 2
-    scores = [float(h.split("log-prob ")[1].split()[0]) for h in headers]
-    assert scores[0] >= scores[1]
+    assert [line for line in result.stdout.splitlines() if line.startswith("===")] == ["=== beam 1 ===",
+                                                                                       "=== beam 2 ==="]
+    scores = [float(line.split("log-prob ")[1].split()[0]) for line in result.stderr.splitlines()
+              if line.startswith("beam ")]
+    assert len(scores) == 2 and scores[0] >= scores[1]
     width_one = invoke(runner, "sample", tiny_checkpoint, "--prime", "ROMEO:", "--beam-width", "1",
                        "--length", "30")
     greedy = invoke(runner, "sample", tiny_checkpoint, "--prime", "ROMEO:", "--greedy", "--length", "30")
-    assert width_one.stdout.split("===\n", 1)[1].rstrip("\n") == greedy.stdout.rstrip("\n")
+    assert width_one.stdout == greedy.stdout  # one beam: the text alone, no header
+
+
+def test_sample_json_gives_one_object_per_line(runner, tiny_checkpoint):
+    sampled = invoke(runner, "sample", tiny_checkpoint, "--num-samples", "2", "--length", "10", "--seed", "3",
+                     "--json")
+    records = [json.loads(line) for line in sampled.stdout.splitlines()]
+    assert len(records) == 2 and all(set(record) == {"text"} for record in records)
+    beams = invoke(runner, "sample", tiny_checkpoint, "--beam-width", "3", "--num-samples", "3",
+                   "--length", "10", "--stop-at", "\n", "--json")
+    records = [json.loads(line) for line in beams.stdout.splitlines()]
+    assert len(records) == 3 and all(set(record) == {"text", "log_prob", "stopped"} for record in records)
+    assert records[0]["log_prob"] >= records[1]["log_prob"] >= records[2]["log_prob"]
 
 
 def test_stop_at_in_the_cli(runner, tiny_checkpoint):
