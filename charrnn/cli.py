@@ -532,7 +532,7 @@ def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None,
       charrnn sample checkpoints/tinyshakespeare/best.pt --prime "ROMEO:" --length 500
       charrnn sample best.pt --temperature 0.7 --top-p 0.9 --seed 1
       charrnn sample best.pt --greedy --length 200 --output greedy.txt
-      charrnn sample best.pt --beam-width 8 --num-samples 3 --stop-at "\n\n"
+      charrnn sample best.pt --beam-width 8 --num-samples 3 --stop-at $'\\n\\n'
     """
     try:
         config = SampleConfig(**options)

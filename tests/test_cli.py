@@ -442,3 +442,9 @@ def test_save_epochs_beyond_the_run_warn_and_the_summary_lists_those_written(run
     assert result.exit_code == 0, result.output
     assert "warning: --save-epochs 5 lies beyond this run's end" in " ".join(result.stderr.split())
     assert "epoch checkpoints" in result.stdout and "epoch0001-" in result.stdout
+
+
+def test_help_examples_can_be_typed_as_shown(runner):
+    shown = invoke(runner, "sample", "--help").stdout
+    assert "--stop-at $'\\n\\n'" in shown  # bash passes a newline only with $'...'
+    assert all(line == "" or line.startswith((" ", "Usage:", "Options:")) for line in shown.splitlines())
