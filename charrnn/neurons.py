@@ -75,6 +75,10 @@ _FEATURE_FUNCTIONS: dict[str, Callable[[str], list[float]]] = {
 }
 
 
+_ABSENT = {"quotes": "double-quoted passage", "line-position": "line longer than one character",
+           "indent": "indented line"}  # what a text must have for each feature to vary
+
+
 def text_feature(text: str, feature: str) -> torch.Tensor:
     """A per-character property of the text: (T,) float32.
 
@@ -84,7 +88,12 @@ def text_feature(text: str, feature: str) -> torch.Tensor:
     """
     if feature not in _FEATURE_FUNCTIONS:
         raise CharrnnError(f"unknown feature {feature!r}; choose one of {', '.join(FEATURES)}")
-    return torch.tensor(_FEATURE_FUNCTIONS[feature](text), dtype=torch.float32)
+    values = torch.tensor(_FEATURE_FUNCTIONS[feature](text), dtype=torch.float32)
+    if len(values) and bool((values == values[0]).all()):
+        # A constant feature correlates with nothing: a table of +0.000 would only mislead.
+        raise CharrnnError(f"the text has no {_ABSENT[feature]}, so no unit can track {feature}; give a text "
+                           f"that has some")
+    return values
 
 
 def rank_units(acts: torch.Tensor, feature: torch.Tensor, top: int = 10) -> list[tuple[int, int, float]]:

@@ -133,3 +133,19 @@ def test_cli_rank_and_colour(tmp_path):
     assert missing.exit_code == 2 and "give --unit" in missing.stderr
     too_far = runner.invoke(cli, ["inspect", str(checkpoint), str(text_file), "--unit", "9"])
     assert too_far.exit_code == 2 and "units 0 to 2" in too_far.stderr
+
+
+@pytest.mark.parametrize(("feature", "text", "fragment"), [
+    ("quotes", "no quotes here\nnor here\n", "no double-quoted passage"),
+    ("indent", "flush\nleft\n", "no indented line"),
+])
+def test_ranking_by_a_feature_the_text_lacks_says_so(tmp_path, feature, text, fragment):
+    model, vocab = planted_quote_model()
+    checkpoint = tmp_path / "planted.pt"
+    save_checkpoint(checkpoint, {"model_config": model.config.to_dict(), "vocab": vocab.to_list(),
+                                 "model_state": model.state_dict()})
+    text_file = tmp_path / "plain.txt"
+    text_file.write_text("".join(ch for ch in text if ch in vocab.chars), encoding="utf-8")
+    result = CliRunner().invoke(cli, ["inspect", str(checkpoint), str(text_file), "--rank", feature])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.stderr.startswith("Error: the text has no ") and fragment in result.stderr
