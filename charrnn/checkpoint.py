@@ -11,7 +11,8 @@ characters) and ``model_state``. One written by training also holds ``vocab_dige
 ``corpus`` (path, name, characters, hash, validation fraction, split point) and the
 state that resuming needs: ``run_id`` (the run directory it belongs to),
 ``train_config``, ``optimizer_state``, ``step``, ``epoch``, ``epoch_step``,
-``progress_epochs`` (fractional), ``best_val_loss``, ``best``, ``skipped_steps``,
+``progress_epochs`` (fractional), ``best_val_loss``, ``best``, ``latest_eval`` (the
+last validation result and its step), ``skipped_steps``,
 ``elapsed_s``, ``carried_state`` and ``rng``. :func:`load_checkpoint` checks every
 one of them against :data:`PAYLOAD_FIELDS` and the declared model before anything
 is allocated, and names the first field that is wrong.
@@ -56,6 +57,7 @@ PAYLOAD_FIELDS: dict[str, tuple[Any, bool]] = {
     "progress_epochs": (Number, False),
     "best_val_loss": (Number | None, False),
     "best": (EvalResult | None, False),
+    "latest_eval": (EvalResult | None, False),
     "skipped_steps": (int, False),
     "elapsed_s": (Number, False),
     "carried_state": (list[torch.Tensor], False),
@@ -214,8 +216,9 @@ def validate_payload(payload: dict[str, Any]) -> ModelConfig:
     config = check_record(ModelConfig, payload["model_config"], "model_config")
     if "corpus" in payload:
         check_record(CorpusInfo, payload["corpus"], "corpus")
-    if payload.get("best") is not None:
-        check_record(EvalResult, payload["best"], "best")
+    for name in ("best", "latest_eval"):
+        if payload.get(name) is not None:
+            check_record(EvalResult, payload[name], name)
     if "train_config" in payload:
         # Types only: whether its precision suits this machine is a question for resuming, not loading.
         check_record(TrainConfig, payload["train_config"], "train_config", build=False)

@@ -624,7 +624,10 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
     checkpoint = _checkpoint_argument(checkpoint)
     loaded = load_model(checkpoint, resolve_device(device))
     if text_file is None:
-        ids = checkpoint_validation_ids(loaded.payload.get("corpus"), loaded.vocab)
+        try:
+            ids = checkpoint_validation_ids(loaded.payload.get("corpus"), loaded.vocab)
+        except CharrnnError as exc:
+            raise CharrnnError(f"{exc}; pass a TEXT_FILE to score instead") from None
         source = f"validation split of {loaded.payload['corpus']['path']}"
     else:
         scan = scan_corpus(text_file)

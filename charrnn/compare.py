@@ -58,13 +58,24 @@ class CheckpointReport:
         return asdict(self)
 
 
-def _score(loaded: LoadedModel, settings: CompareSettings) -> dict[str, Any]:
-    if settings.text is None:
+def _score(loaded: LoadedModel, settings: CompareSettings) -> tuple[dict[str, Any], str | None]:
+    """The checkpoint's scores, and a note when they were read from the checkpoint, not measured.
+
+    Without the training corpus (gone or changed), the validation result stored in the
+    checkpoint at training time stands in, when there is one.
+    """
+    if settings.text is not None:
+        return evaluate(loaded.model, loaded.vocab.encode(settings.text)).to_dict(), None
+    try:
         ids = checkpoint_validation_ids(loaded.payload.get("corpus"), loaded.vocab)
-    else:
-        ids = loaded.vocab.encode(settings.text)
-    result = evaluate(loaded.model, ids)
-    return result.to_dict()
+    except CharrnnError as exc:
+        stored = loaded.payload.get("latest_eval")
+        if stored is None:
+            raise CharrnnError(f"{exc}; give --text FILE to score every checkpoint on one text") from None
+        when = "" if stored["step"] == loaded.payload.get("step") else f", from step {stored['step']:,}"
+        scores = {key: stored[key] for key in ("nats_per_char", "bits_per_char", "perplexity", "chars")}
+        return scores, f"validation score stored at training time{when} (the corpus cannot be re-read)"
+    return evaluate(loaded.model, ids).to_dict(), None
 
 
 def _sample(loaded: LoadedModel, settings: CompareSettings) -> tuple[str, float | None]:
@@ -115,7 +126,9 @@ def compare_checkpoint(loaded: LoadedModel, path: Path, settings: CompareSetting
     errors = []
     score: dict[str, Any] = {"nats_per_char": None, "bits_per_char": None, "perplexity": None, "chars": None}
     try:
-        score = _score(loaded, settings)
+        score, stored_note = _score(loaded, settings)
+        if stored_note:
+            errors.append(stored_note)
     except CharrnnError as exc:
         errors.append(f"not scored: {exc}")
     sample, log_prob = None, None

@@ -112,21 +112,18 @@ def encode_corpus(
 def checkpoint_validation_ids(corpus: dict[str, Any] | None, vocab: Vocab) -> torch.Tensor:
     """The validation split a checkpoint was trained with, as ids, checking the corpus is unchanged.
 
-    ``corpus`` is the checkpoint's corpus record; None when it has none.
+    ``corpus`` is the checkpoint's corpus record; None when it has none. The errors
+    say what is missing; callers add how to give a text instead.
     """
     if corpus is None:
-        raise CharrnnError("the checkpoint records no training corpus; pass a TEXT_FILE to score instead")
+        raise CharrnnError("the checkpoint records no training corpus")
     path = Path(corpus["path"])
     if not path.exists():
-        raise CharrnnError(
-            f"the training corpus {path} is gone; pass a TEXT_FILE to score instead"
-        )
+        raise CharrnnError(f"the training corpus {path} is gone")
     scan = scan_corpus(path)
     if scan.sha256 != corpus["sha256"]:
-        raise CharrnnError(
-            f"the training corpus {path} has changed since training, so its validation split "
-            f"is unknown; pass a TEXT_FILE to score instead"
-        )
+        raise CharrnnError(f"the training corpus {path} has changed since training, so its validation split "
+                           f"is unknown")
     return cached_ids(scan, vocab)[corpus["split_point"]:]
 
 

@@ -255,6 +255,7 @@ class TrainingRun:
         self.skipped = 0  # steps skipped for a non-finite loss or gradient
         self.bad_streak = 0  # consecutive skipped steps up to now
         self.run_id = new_run_id()  # names the run directory's run in config.json and every checkpoint
+        self.latest_eval: dict[str, Any] | None = None  # the last validation result, with its step
 
     @property
     def epoch(self) -> float:
@@ -332,6 +333,7 @@ class TrainingRun:
         self.best = EvalResult(**payload["best"]) if payload.get("best") else None
         self.skipped = payload.get("skipped_steps", 0)
         self.run_id = payload.get("run_id", self.run_id)
+        self.latest_eval = payload.get("latest_eval")
         rng = payload["rng"]
         try:
             random.setstate(_python_rng_state(rng["python"]))
@@ -366,6 +368,7 @@ class TrainingRun:
             "progress_epochs": self.epoch,
             "best_val_loss": self.best.nats_per_char if self.best else None,
             "best": self.best.to_dict() if self.best else None,
+            "latest_eval": self.latest_eval,
             "skipped_steps": self.skipped,
             "elapsed_s": elapsed_s,
             "carried_state": list(carried_state),
@@ -440,6 +443,7 @@ def _train_loop(run: TrainingRun, config: TrainConfig, val_ids: torch.Tensor, ob
         carried = run.carried_state() if evaluating or saving else None
         if evaluating and main:
             result = evaluate(run.model, val_ids)  # in float32 whatever the precision: exact scores
+            run.latest_eval = {"step": run.step, **result.to_dict()}
             record = {
                 "step": run.step,
                 "epoch": round(run.epoch, 4),

@@ -141,3 +141,19 @@ def test_the_vocabulary_note_tells_checkpoints_apart(tiny_run, tmp_path):
     save_checkpoint(other, payload)
     reports, note = compare_checkpoints([tiny_run / "best.pt", other], settings(length=5))
     assert f"{tiny_run.name}/best.pt: " in note and "other/best.pt: " in note
+
+
+def test_a_checkpoint_whose_corpus_is_gone_shows_its_stored_score(tiny_run, tmp_path):
+    payload = torch.load(tiny_run / "best.pt", weights_only=True)
+    payload["corpus"]["path"] = str(tmp_path / "gone.txt")
+    moved = tmp_path / "best.pt"
+    save_checkpoint(moved, payload)
+    reports, _ = compare_checkpoints([moved], settings(length=5))
+    stored = payload["latest_eval"]
+    assert stored["step"] == payload["step"]
+    assert reports[0].nats_per_char == stored["nats_per_char"]
+    assert "validation score stored at training time" in reports[0].error
+    del payload["latest_eval"]
+    save_checkpoint(moved, payload)
+    reports, _ = compare_checkpoints([moved], settings(length=5))
+    assert reports[0].nats_per_char is None and "give --text FILE" in reports[0].error
