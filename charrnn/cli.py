@@ -41,7 +41,7 @@ from charrnn.text import require_valid_text
 
 if TYPE_CHECKING:
     from charrnn.distributed import ProcessGroup
-    from charrnn.train import TrainResult
+    from charrnn.train import TrainObserver, TrainResult
 
 out = Console()
 err = Console(stderr=True)
@@ -311,10 +311,13 @@ def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False,
                type=click.Choice(PRECISIONS))
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None,
               help="Dataset cache for the built-in corpus (default: $CHARRNN_DATA_DIR or ./data).")
+@click.option("--json", "as_json", is_flag=True, help="Print the final summary as one JSON object.")
+@click.option("--quiet", is_flag=True,
+              help="No configuration table, progress bar or evaluation lines (warnings and errors stay).")
 @click.pass_context
 def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None, overwrite: bool,
                   resume_path: Path | None, init_from: Path | None, extend_vocab: bool, device: str,
-                  data_dir: Path | None, **options: Any) -> None:
+                  data_dir: Path | None, as_json: bool, quiet: bool, **options: Any) -> None:
     """Train a character-level model on CORPUS (a UTF-8 file or a directory of *.txt).
 
     Without CORPUS, tiny Shakespeare is downloaded (once) and used. The run
@@ -331,8 +334,10 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
     from charrnn.data import corpus_name, encode_corpus
     from charrnn.display import ProgressBar, key_value_table
     from charrnn.distributed import join_from_environment, leave
-    from charrnn.train import TrainingInterrupted, resolve_device, train
+    from charrnn.train import TrainingInterrupted, TrainObserver, resolve_device, train
     from charrnn.vocab import UnknownCharactersError
+
+    observer = TrainObserver() if quiet else ProgressBar(err, draw_bar=sys.stderr.isatty())
     model_options = {key: options.pop(key) for key in ModelConfig.__dataclass_fields__ if key in options}
     if init_from is not None and resume_path is not None:
         raise click.UsageError("--init-from starts a new run and --resume continues one: give one of them")
@@ -347,7 +352,7 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
             f"{'nccl' if device.startswith('cuda') else 'gloo'})")
     if resume_path is not None:
         start_training = _resume(ctx, resume_path, corpus, out_dir, overwrite, device, model_options, options,
-                                 group, say)
+                                 group, say, observer)
     else:
         if corpus is None:
             corpus, _ = _fetch_dataset(DEFAULT_DATASET, data_dir, say=say)
@@ -372,7 +377,7 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
             initial_weights = source.model.state_dict()
 
         def start_training(stop: GracefulStop) -> TrainResult:
-            return train(model_config, config, encoded.vocab, encoded.ids, encoded.info, ProgressBar(err),
+            return train(model_config, config, encoded.vocab, encoded.ids, encoded.info, observer,
                          overwrite=overwrite, stop=stop, initial_weights=initial_weights, group=group)
 
     try:
@@ -386,7 +391,16 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
         leave(group)
     if not main:
         return
-
+    if as_json:
+        write_stdout(json_text({
+            "stopped": result.stop_reason, "steps": result.steps, "epoch": result.epoch,
+            "elapsed_s": result.elapsed_s, "best": result.best.to_dict(),
+            "skipped_steps": result.skipped_steps,
+            "out_dir": str(result.out_dir), "best_checkpoint": str(result.out_dir / "best.pt"),
+            "last_checkpoint": str(result.out_dir / "last.pt"),
+            "epoch_checkpoints": [str(path) for path in result.epoch_checkpoints],
+        }, ensure_ascii=False) + "\n")
+        return
     summary = key_value_table("training finished", {
         "stopped": result.stop_reason,
         "steps": f"{result.steps:,} ({result.epoch:.2f} epochs)",
@@ -446,14 +460,14 @@ def _fine_tune_config(ctx: click.Context, source: ModelConfig, model_options: di
 
 def _resume(ctx: click.Context, checkpoint: Path, corpus: Path | None, out_dir: Path | None, overwrite: bool,
             device: str, model_options: dict[str, Any], train_options: dict[str, Any],
-            group: ProcessGroup | None, say: Callable[[str], None]) -> Callable[[GracefulStop], TrainResult]:
+            group: ProcessGroup | None, say: Callable[[str], None],
+            observer: TrainObserver) -> Callable[[GracefulStop], TrainResult]:
     """Check that a run can continue from its checkpoint, with only the options given here changed.
 
     Returns the function that continues it.
     """
     from charrnn.checkpoint import load_checkpoint
     from charrnn.data import encode_corpus
-    from charrnn.display import ProgressBar
     from charrnn.rundir import metrics_history, resume_target
     from charrnn.train import RESUME_FIELDS, resume_config, train
     from charrnn.vocab import Vocab
@@ -484,7 +498,7 @@ def _resume(ctx: click.Context, checkpoint: Path, corpus: Path | None, out_dir: 
     where = f" into a new branch {target.out_dir}" if target.branch else ""
     say(f"resuming {checkpoint} at step {payload['step']:,} (epoch {payload['progress_epochs']:.2f}){where}")
     history = metrics_history(checkpoint.parent, payload["step"]) if target.branch else None
-    return lambda stop: train(model_config, config, vocab, encoded.ids, encoded.info, ProgressBar(err),
+    return lambda stop: train(model_config, config, vocab, encoded.ids, encoded.info, observer,
                               resume_from=payload, stop=stop, group=group, branch_history=history)
 
 

@@ -43,10 +43,15 @@ def unreachable_save_epochs(config: TrainConfig, steps_per_epoch: int, total_ste
 
 
 class ProgressBar(TrainObserver):
-    """Prints the run configuration, a tqdm bar with loss, chars/s and ETA, and eval lines."""
+    """Prints the run configuration, a tqdm bar with loss, chars/s and ETA, and eval lines.
 
-    def __init__(self, console: Console) -> None:
+    Without a terminal on stderr (a log file, a pipe) there is no bar: one line per
+    evaluation says all a log needs.
+    """
+
+    def __init__(self, console: Console, draw_bar: bool = True) -> None:
         self.console = console  # where the configuration table goes (stderr)
+        self.draw_bar = draw_bar  # False: evaluation lines only
         self.bar: tqdm | None = None
 
     def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
@@ -87,11 +92,13 @@ class ProgressBar(TrainObserver):
         elif config.save_epochs and config.time_budget is not None:
             self.console.print(Text("note: with --time-budget, epoch checkpoints are kept only for the "
                                     "epochs the budget reaches"))
-        self.bar = tqdm(total=total_steps, initial=first_step, unit="step", dynamic_ncols=True,
-                        file=sys.stderr)
+        if self.draw_bar:
+            self.bar = tqdm(total=total_steps, initial=first_step, unit="step", dynamic_ncols=True,
+                            file=sys.stderr)
 
     def on_step(self, report: StepReport) -> None:
-        assert self.bar is not None
+        if self.bar is None:
+            return
         if report.progress:
             # Whichever limit is nearest (a time budget included) sets the bar's end and so its ETA.
             self.bar.total = max(report.step, round(report.step / report.progress))

@@ -448,3 +448,15 @@ def test_help_examples_can_be_typed_as_shown(runner):
     shown = invoke(runner, "sample", "--help").stdout
     assert "--stop-at $'\\n\\n'" in shown  # bash passes a newline only with $'...'
     assert all(line == "" or line.startswith((" ", "Usage:", "Options:")) for line in shown.splitlines())
+
+
+def test_train_json_quiet_and_a_log_without_a_progress_bar(runner, small_corpus):
+    quiet = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "10", "--out", "q", "--quiet",
+                   "--json")
+    assert quiet.exit_code == 0, quiet.output
+    summary = json.loads(quiet.stdout)
+    assert summary["steps"] == 10 and summary["best"]["nats_per_char"] > 0 and summary["stopped"]
+    assert quiet.stderr == ""
+    logged = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "10", "--out", "log")
+    assert "step/s" not in logged.stderr  # stderr is no terminal here: no bar, only evaluation lines
+    assert [line for line in logged.stderr.splitlines() if line.startswith("step ")]
