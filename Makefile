@@ -17,10 +17,12 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e ".[dev,plot]"
 	touch $@
 
+# A fresh run directory each time: an earlier demo (or the user's own run) is never replaced.
+DEMO_RUN := checkpoints/demo-$(shell date +%Y%m%d-%H%M%S)
+
 demo: setup
-	$(BIN)/charrnn train --time-budget 120 --overwrite
-	$(BIN)/charrnn sample checkpoints/tinyshakespeare/best.pt --prime "ROMEO:" \
-		--length 600 --temperature 0.8 --seed 1
+	$(BIN)/charrnn train --time-budget 120 --out $(DEMO_RUN)
+	$(BIN)/charrnn sample $(DEMO_RUN)/best.pt --prime "ROMEO:" --length 600 --temperature 0.8 --seed 1
 
 lint: setup
 	$(BIN)/ruff check .

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from charrnn.config import ModelConfig, TrainConfig
+from charrnn.corpus_cache import scan_corpus
 from charrnn.data import CorpusInfo
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import EvalResult
@@ -275,3 +276,37 @@ def load_model(path: Path, device: str = "cpu") -> LoadedModel:
     model.load_state_dict(payload["model_state"])
     model.to(device).eval()
     return LoadedModel(model=model, vocab=Vocab.from_list(payload["vocab"]), payload=payload)
+
+
+def corpus_status(corpus: dict[str, Any] | None) -> str:
+    """Whether a checkpoint's training corpus is still where it was, unchanged."""
+    if corpus is None:
+        return "not recorded"
+    path = Path(corpus["path"])
+    if not path.exists():
+        return "missing"
+    try:
+        return "present, unchanged" if scan_corpus(path).sha256 == corpus["sha256"] else "present, changed"
+    except CharrnnError as exc:
+        return f"unreadable ({exc})"
+
+
+def describe_checkpoint(payload: dict[str, Any]) -> dict[str, Any]:
+    """What a (validated) checkpoint holds, for ``charrnn info``: plain JSON-ready values."""
+    vocab = payload["vocab"]
+    corpus = payload.get("corpus")
+    return {
+        "format_version": payload["format_version"],
+        "run_id": payload.get("run_id"),
+        "model": payload["model_config"],
+        "parameters": sum(tensor.numel() for tensor in payload["model_state"].values()),
+        "vocab_size": len(vocab),
+        "vocab": "".join(vocab),
+        "step": payload.get("step"),
+        "epoch": payload.get("progress_epochs"),
+        "best_val_loss": payload.get("best_val_loss"),
+        "latest_eval": payload.get("latest_eval"),
+        "corpus": None if corpus is None else {**corpus, "status": corpus_status(corpus)},
+        "training": payload.get("train_config"),
+        "resumable": all(name in payload for name in ("optimizer_state", "rng", "carried_state")),
+    }

@@ -739,6 +739,37 @@ def compare_command(checkpoints: tuple[Path, ...], prime: str, length: int, temp
         out.print(comparison_renderable(reports, out.width))
 
 
+# ---------------------------------------------------------------------------- info
+
+
+@cli.command("info")
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object for scripts.")
+def info_command(checkpoint: Path, as_json: bool) -> None:
+    """Describe CHECKPOINT (a file, or a run directory's best.pt) without running the model.
+
+    Model shape and parameter count, vocabulary, step and epoch, the best
+    validation loss stored in it, its corpus (and whether it is still there,
+    unchanged), the training options and the format version.
+
+    \b
+    Examples:
+      charrnn info checkpoints/tinyshakespeare/best.pt
+      charrnn info checkpoints/tinyshakespeare --json
+    """
+    from charrnn.checkpoint import describe_checkpoint, load_checkpoint
+
+    checkpoint = _checkpoint_argument(checkpoint)
+    facts = describe_checkpoint(load_checkpoint(checkpoint))
+    if as_json:
+        write_stdout(json_text({"checkpoint": str(checkpoint), **facts}, ensure_ascii=False) + "\n")
+        return
+    from charrnn.display import info_table
+
+    with stdout_guard():
+        out.print(info_table(str(checkpoint), facts))
+
+
 # ---------------------------------------------------------------------------- plot
 
 

@@ -25,11 +25,14 @@ from charrnn.neurons import colour
 from charrnn.train import StepReport, TrainObserver
 
 
-def key_value_table(title: str, rows: dict[str, str]) -> Table:
-    """A two-column table; values are plain text, so paths with [brackets] are shown as they are."""
+def key_value_table(title: str, rows: dict[str, str], fold: bool = False) -> Table:
+    """A two-column table; values are plain text, so paths with [brackets] are shown as they are.
+
+    ``fold``: long values wrap onto further lines instead of ending in an ellipsis.
+    """
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
-    table.add_column()
+    table.add_column(overflow="fold" if fold else "ellipsis")
     for key, value in rows.items():
         table.add_row(key, Text(value))
     return table
@@ -208,3 +211,38 @@ def coloured_text(text: str, values: list[float], scale: float) -> Text:
         red, green, blue = colour(value, scale)
         rendered.append(char, style=f"black on rgb({red},{green},{blue})" if char != "\n" else "")
     return rendered
+
+
+def escaped(chars: str) -> str:
+    """Characters as Python would write them in a string: newlines and tabs visible, the rest as is."""
+    return repr(chars)[1:-1]
+
+
+def info_table(name: str, facts: dict[str, Any]) -> Table:
+    """``charrnn info``'s table of what a checkpoint holds."""
+    model = facts["model"]
+    shape = (f"{model['num_layers']}×{model['hidden_size']} {model['cell'].upper()}"
+             f"{' (layer-normalised)' if model.get('layer_norm') else ''}, embedding {model['embed_size']}, "
+             f"dropout {model['dropout']:g}")
+    corpus = facts["corpus"]
+    rows = {
+        "model": shape,
+        "parameters": f"{facts['parameters']:,}",
+        "vocabulary": f"{facts['vocab_size']} characters: {escaped(facts['vocab'])}",
+        "step": "n/a" if facts["step"] is None else f"{facts['step']:,}",
+        "epoch": "n/a" if facts["epoch"] is None else f"{facts['epoch']:.2f}",
+        "best validation": "n/a" if facts["best_val_loss"] is None
+                           else f"{facts['best_val_loss']:.4f} nats/char (the run's best when saved)",
+        "corpus": "not recorded" if corpus is None else
+                  f"{corpus['path']} ({corpus['chars']:,} chars, {corpus['status']})",
+        "corpus sha256": "n/a" if corpus is None else corpus["sha256"],
+        **({"latest validation": f"{facts['latest_eval']['nats_per_char']:.4f} nats/char at step "
+                                 f"{facts['latest_eval']['step']:,}"} if facts["latest_eval"] else {}),
+        "resumable": "yes" if facts["resumable"] else "no (weights only)",
+        "format version": str(facts["format_version"]),
+    }
+    training = facts["training"]
+    if training:
+        rows["training"] = ", ".join(f"{key} {value}" for key, value in sorted(training.items())
+                                     if key != "out_dir" and value not in (None, [], False))
+    return key_value_table(name, rows, fold=True)
