@@ -116,7 +116,7 @@ def report() -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        click.echo("matplotlib is not installed (pip install 'charrnn[plot]'): no curves.png", err=True)
+        click.echo("matplotlib is not installed (pip install 'charrnn-cli[plot]'): no curves.png", err=True)
         return
     # A time-budgeted run evaluates only at its end, so most runs are one point: where
     # they finished, in wall seconds, and the validation loss they reached.

@@ -781,7 +781,7 @@ def plot_command(run_dirs: tuple[Path, ...], output: Path) -> None:
     """Plot training and validation loss of RUN_DIRS against epoch and wall time.
 
     One colour per run; epoch checkpoints (train --save-epochs) are starred.
-    Needs the optional matplotlib: pip install 'charrnn[plot]'.
+    Needs the optional matplotlib: pip install 'charrnn-cli[plot]'.
 
     \b
     Example:

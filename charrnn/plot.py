@@ -1,6 +1,6 @@
 """Learning curves from runs' ``metrics.jsonl``: loss against epoch and against wall time.
 
-matplotlib is an optional extra (``pip install 'charrnn[plot]'``); it is imported
+matplotlib is an optional extra (``pip install 'charrnn-cli[plot]'``); it is imported
 only when a plot is drawn, so the rest of charrnn never needs it.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 from charrnn.errors import CharrnnError
 from charrnn.files import atomic_write, reason
 
-INSTALL_HINT = "charrnn plot needs matplotlib: pip install 'charrnn[plot]'"
+INSTALL_HINT = "charrnn plot needs matplotlib: pip install 'charrnn-cli[plot]'"
 
 
 PLOTTED_KEYS = ("epoch", "elapsed_s", "val_loss")  # what every evaluation record must hold

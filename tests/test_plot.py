@@ -53,7 +53,7 @@ def test_without_matplotlib_says_how_to_install(tmp_path, monkeypatch):
     run = fake_run(tmp_path, "run", 2)
     result = CliRunner().invoke(cli, ["plot", str(run), "--output", str(tmp_path / "x.png")])
     assert result.exit_code == 1
-    assert result.stderr.strip() == "Error: charrnn plot needs matplotlib: pip install 'charrnn[plot]'"
+    assert result.stderr.strip() == "Error: charrnn plot needs matplotlib: pip install 'charrnn-cli[plot]'"
     assert not (tmp_path / "x.png").exists()
 
 
