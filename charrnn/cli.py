@@ -66,6 +66,18 @@ def config_option(flag: str, config_class: type, field_name: str, help: str, **k
                         **kwargs)
 
 
+def _refuse_sampling_options(ctx: click.Context, beam_width: int | None, greedy: bool) -> None:
+    """Beam search and --greedy take no sampling option: a given one would be silently ignored."""
+    deterministic = "--beam-width" if beam_width is not None else "--greedy" if greedy else None
+    if deterministic is None:
+        return
+    sampling_options = ("temperature", "top_k", "top_p", "seed") + (("greedy",) if beam_width else ())
+    explicit = [f"--{name.replace('_', '-')}" for name in sampling_options
+                if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+    if explicit:
+        raise click.UsageError(f"{deterministic} is deterministic; {', '.join(explicit)} does not apply")
+
+
 def render_samples(texts: list[str], kind: str) -> str:
     """One text as it is; several, each under a ``=== sample N ===`` (or beam) line of its own."""
     if len(texts) == 1:
@@ -552,14 +564,7 @@ def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None,
         config = SampleConfig(**options)
     except CharrnnError as exc:
         raise click.BadParameter(str(exc)) from None
-    # The deterministic decoders take no sampling option, so a given one cannot be silently ignored.
-    deterministic = "--beam-width" if beam_width is not None else "--greedy" if config.greedy else None
-    if deterministic is not None:
-        sampling_options = ("temperature", "top_k", "top_p", "seed") + (("greedy",) if beam_width else ())
-        explicit = [f"--{name.replace('_', '-')}" for name in sampling_options
-                    if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
-        if explicit:
-            raise click.UsageError(f"{deterministic} is deterministic; {', '.join(explicit)} does not apply")
+    _refuse_sampling_options(ctx, beam_width, config.greedy)
     if beam_width is not None and config.num_samples > beam_width:
         raise click.UsageError(f"--num-samples {config.num_samples} exceeds --beam-width {beam_width}")
     if beam_width is None and config.greedy and config.num_samples > 1:
@@ -680,6 +685,12 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
               help="Characters to generate per checkpoint.")
 @config_option("--temperature", SampleConfig, "temperature", "Sampling temperature (> 0).", type=float)
 @click.option("--seed", type=int, default=1, show_default=True, help="The same seed for every checkpoint.")
+@click.option("--top-k", type=int, default=None, help="Sample only from the k most likely characters.")
+@click.option("--top-p", type=float, default=None,
+              help="Sample only from the smallest set with total probability ≥ p.")
+@click.option("--greedy", is_flag=True, help="Always take the most likely character.")
+@click.option("--prime-file", type=click.Path(path_type=Path), default=None,
+              help="Read the prime from a UTF-8 file.")
 @click.option("--beam-width", type=click.IntRange(min=1), default=None,
               help="Decode by beam search (deterministic) instead of sampling.")
 @click.option("--stop-at", default=None, help="End each sample after this string first appears.")
@@ -692,9 +703,12 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
 @click.option("--markdown", "markdown_file", type=click.Path(path_type=Path), default=None,
               help="Also write the comparison as Markdown to this file.")
 @click.option("--device", type=DEVICE_CHOICES, default="cpu", show_default=True)
-def compare_command(checkpoints: tuple[Path, ...], prime: str, length: int, temperature: float, seed: int,
-                    beam_width: int | None, stop_at: str | None, text_file: Path | None, against: str | None,
-                    as_json: bool, markdown_file: Path | None, device: str) -> None:
+@click.pass_context
+def compare_command(ctx: click.Context, checkpoints: tuple[Path, ...], prime: str, length: int,
+                    temperature: float, seed: int, top_k: int | None, top_p: float | None, greedy: bool,
+                    prime_file: Path | None, beam_width: int | None, stop_at: str | None,
+                    text_file: Path | None, against: str | None, as_json: bool, markdown_file: Path | None,
+                    device: str) -> None:
     """Score CHECKPOINTS and sample each with the same prime, seed and decoding settings.
 
     For each: epoch, steps, validation nats/char, bits/char, perplexity and a
@@ -712,13 +726,19 @@ def compare_command(checkpoints: tuple[Path, ...], prime: str, length: int, temp
       charrnn compare a.pt b.pt --beam-width 4 --text held_out.txt --json
     """
     try:
-        sample = SampleConfig(length=length, temperature=temperature, seed=seed, stop_at=stop_at)
+        sample = SampleConfig(length=length, temperature=temperature, seed=seed, stop_at=stop_at, top_k=top_k,
+                              top_p=top_p, greedy=greedy)
     except CharrnnError as exc:
         raise click.BadParameter(str(exc)) from None
+    _refuse_sampling_options(ctx, beam_width, greedy)
+    if prime and prime_file is not None:
+        raise click.UsageError("give --prime or --prime-file, not both")
     from charrnn.compare import TRAINING_SPLIT, CompareSettings, compare_checkpoints, to_markdown
     from charrnn.data import read_corpus
     from charrnn.display import comparison_renderable
     from charrnn.train import resolve_device
+    if prime_file is not None:
+        prime = read_corpus(prime_file)
     require_valid_text(prime, "--prime")
     text = read_corpus(text_file) if text_file is not None else None
     if against is not None and against != TRAINING_SPLIT:

@@ -209,6 +209,19 @@ def _number(value: float | None, digits: int = 4) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def describe_decoding(settings: CompareSettings) -> str:
+    """How the samples were drawn, in words: beam search, greedy, or the sampling settings."""
+    if settings.beam_width is not None:
+        return f"beam search, width {settings.beam_width}"
+    sample = settings.sample
+    if sample.greedy:
+        return "greedy"
+    parts = [f"temperature {sample.temperature:g}"]
+    parts += [f"top-k {sample.top_k}"] if sample.top_k is not None else []
+    parts += [f"top-p {sample.top_p:g}"] if sample.top_p is not None else []
+    return ", ".join([*parts, f"seed {sample.seed}"])
+
+
 def _memorisation_cells(figures: dict[str, Any] | None) -> str:
     if figures is None:
         return " n/a | n/a | n/a |"
@@ -220,8 +233,7 @@ def _memorisation_cells(figures: dict[str, Any] | None) -> str:
 
 def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note: str | None) -> str:
     """The comparison as a Markdown document: a table of scores, then each sample."""
-    decoding = (f"beam search, width {settings.beam_width}" if settings.beam_width is not None
-                else f"temperature {settings.sample.temperature:g}, seed {settings.sample.seed}")
+    decoding = describe_decoding(settings)
     lines = [
         "# Checkpoint comparison",
         "",

@@ -157,3 +157,24 @@ def test_a_checkpoint_whose_corpus_is_gone_shows_its_stored_score(tiny_run, tmp_
     save_checkpoint(moved, payload)
     reports, _ = compare_checkpoints([moved], settings(length=5))
     assert reports[0].nats_per_char is None and "give --text FILE" in reports[0].error
+
+
+def test_compare_takes_the_sampling_options_of_sample(tiny_run, tmp_path):
+    checkpoint = str(tiny_run / "best.pt")
+    prime = tmp_path / "prime.txt"
+    prime.write_text("ROMEO:", encoding="utf-8")
+    runner = CliRunner()
+    compared = runner.invoke(cli, ["compare", checkpoint, "--prime-file", str(prime), "--top-k", "3",
+                                   "--top-p", "0.9", "--length", "20", "--json", "--markdown",
+                                   str(tmp_path / "r.md")])
+    assert compared.exit_code == 0, compared.output
+    sampled = runner.invoke(cli, ["sample", checkpoint, "--prime", "ROMEO:", "--top-k", "3", "--top-p", "0.9",
+                                  "--length", "20", "--seed", "1"])
+    assert json.loads(compared.stdout)[0]["sample"] + "\n" == sampled.stdout
+    assert "temperature 1, top-k 3, top-p 0.9, seed 1" in (tmp_path / "r.md").read_text(encoding="utf-8")
+    greedy = runner.invoke(cli, ["compare", checkpoint, "--greedy", "--length", "20", "--json",
+                                 "--prime", "R"])
+    plain = runner.invoke(cli, ["sample", checkpoint, "--greedy", "--length", "20", "--prime", "R"])
+    assert json.loads(greedy.stdout)[0]["sample"] + "\n" == plain.stdout
+    refused = runner.invoke(cli, ["compare", checkpoint, "--greedy", "--temperature", "0.5"])
+    assert refused.exit_code == 2 and "--greedy is deterministic" in refused.stderr
