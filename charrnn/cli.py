@@ -1,7 +1,10 @@
 """The ``charrnn`` command line: parse options, call the library, print results.
 
-Results go to stdout; progress, messages and errors go to stderr, so that
-``charrnn sample ... > out.txt`` and ``charrnn eval-perplexity --json`` stay clean.
+stdout carries what a command produces (text, scores, result tables, JSON) and
+nothing else; the run's configuration, progress, notes and errors go to stderr,
+so that ``charrnn sample ... > out.txt`` and ``--json`` output stay clean. Heavy
+modules (torch above all) are imported inside the commands that need them, so
+``--help``, ``--version``, shell completion and argument errors answer at once.
 """
 
 from __future__ import annotations
