@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from charrnn.cli import cli
 from charrnn.errors import CharrnnError
-from charrnn.plot import plot_runs, read_metrics
+from charrnn.plot import plot_runs, read_metrics, run_labels
 
 
 def fake_run(root: Path, name: str, epochs: int) -> Path:
@@ -60,3 +60,8 @@ def test_without_matplotlib_says_how_to_install(tmp_path, monkeypatch):
 def test_not_a_run_directory(tmp_path):
     with pytest.raises(CharrnnError, match="no metrics.jsonl"):
         read_metrics(tmp_path)
+
+
+def test_runs_sharing_a_directory_name_get_distinct_labels(tmp_path):
+    assert run_labels([tmp_path / "a" / "run", tmp_path / "b" / "run"]) == ["a/run", "b/run"]
+    assert run_labels([tmp_path / "x", tmp_path / "y"]) == ["x", "y"]
