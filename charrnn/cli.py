@@ -877,6 +877,7 @@ def inspect_command(checkpoint: Path, text_file: Path, layer: int, unit: int | N
     with stdout_guard():
         out.print(coloured_text(text, values, scale), soft_wrap=True)
     if html_file is not None:
-        atomic_write_text(html_file, html_page(text, values, scale,
-                                               f"{checkpoint.name}: layer {layer}, unit {unit}, {state}"))
+        title = (f"{checkpoint.resolve().parent.name}/{checkpoint.name}: layer {layer}, unit {unit}, "
+                 f"{'cell state' if state == 'c' else 'hidden state'}")
+        atomic_write_text(html_file, html_page(text, values, scale, title))
         message(f"wrote {html_file}")

@@ -119,19 +119,32 @@ def colour(value: float, scale: float) -> tuple[int, int, int]:
     return round(255 * (1 - v)), round(255 * (1 - v)), 255
 
 
+DARK_BACKGROUND = 0.55  # beyond this share of the scale, a shade takes white text to stay readable
+COLOUR_BAR_STEPS = 11  # swatches in the page's colour bar, from -scale to +scale
+
+
+def _span(char: str, value: float, scale: float) -> str:
+    red, green, blue = colour(value, scale)
+    ink = "#fff" if scale > 0 and abs(value) / scale > DARK_BACKGROUND else "#000"
+    return (f'<span style="background:rgb({red},{green},{blue});color:{ink}" title="{value:.3f}">'
+            f"{html.escape(char)}</span>")
+
+
 def html_page(text: str, values: list[float], scale: float, title: str) -> str:
-    """A standalone HTML page: the text, each character shaded by its value (shown on hover)."""
-    spans = []
-    for char, value in zip(text, values, strict=True):
-        red, green, blue = colour(value, scale)
-        shown = html.escape(char) if char != "\n" else "\n"
-        spans.append(f'<span style="background:rgb({red},{green},{blue})" title="{value:.3f}">{shown}</span>')
+    """A standalone HTML page: the text, each character shaded by its value (shown on hover),
+    under a colour bar; strong shades get white text so every character stays readable."""
+    spans = [_span(char, value, scale) if char != "\n" else "\n"
+             for char, value in zip(text, values, strict=True)]
+    swatches = [-scale + 2 * scale * step / (COLOUR_BAR_STEPS - 1) for step in range(COLOUR_BAR_STEPS)]
+    bar = "".join(_span(f" {value:+.2g} ", value, scale) for value in swatches)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         f"<title>{html.escape(title)}</title>\n"
         "<style>body{font-family:sans-serif;margin:2em}pre{font-size:14px;line-height:1.4;"
-        "white-space:pre-wrap}</style>\n</head>\n<body>\n"
+        "white-space:pre-wrap}.bar span{font-family:monospace;font-size:12px}</style>\n</head>\n"
+        "<body>\n"
         f"<h1>{html.escape(title)}</h1>\n<p>red: negative, white: zero, blue: positive "
         f"(saturating at ±{scale:.3g}); hover a character for its value.</p>\n"
+        f'<p class="bar">{bar}</p>\n'
         f"<pre>{''.join(spans)}</pre>\n</body>\n</html>\n"
     )

@@ -149,3 +149,10 @@ def test_ranking_by_a_feature_the_text_lacks_says_so(tmp_path, feature, text, fr
     result = CliRunner().invoke(cli, ["inspect", str(checkpoint), str(text_file), "--rank", feature])
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.stderr.startswith("Error: the text has no ") and fragment in result.stderr
+
+
+def test_html_page_keeps_strong_shades_readable_and_shows_a_colour_bar():
+    page = html_page("ab", [0.95, 0.1], 1.0, "run/best.pt: layer 0, unit 3, hidden state")
+    assert 'color:#fff" title="0.950">a<' in page and 'color:#000" title="0.100">b<' in page
+    assert page.count('class="bar"') == 1 and "+1" in page and "-1" in page
+    assert "<h1>run/best.pt: layer 0, unit 3, hidden state</h1>" in page
