@@ -50,6 +50,13 @@ out = Console()
 err = Console(stderr=True)
 
 DEVICE_CHOICES = click.Choice(["auto", "cpu", "cuda", "mps"])
+
+
+def device_option(default: str):
+    """The one --device option. Whole-text work (train, eval-perplexity) defaults to auto; commands
+    that step one character at a time default to cpu, where those latency-bound steps run well."""
+    return click.option("--device", type=DEVICE_CHOICES, default=default, show_default=True,
+                        help="Where the model runs; auto picks cuda when a GPU is present, else cpu.")
 BUDGET_NOTE = " An LSTM run with --time-budget picks its own unless this is given."
 
 
@@ -318,8 +325,7 @@ def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False,
               help="Fine-tune: start from this checkpoint's weights (fresh optimiser) on CORPUS.")
 @click.option("--extend-vocab", is_flag=True,
               help="With --init-from: add the corpus's new characters to the vocabulary.")
-@click.option("--device", type=DEVICE_CHOICES, default="auto", show_default=True,
-              help="auto picks cuda when a GPU is present, else cpu.")
+@device_option("auto")
 @config_option("--precision", TrainConfig, "precision",
                "bf16: bfloat16 autocast of the training forward pass (CUDA, or a CPU with "
                "AVX512-BF16/AMX); weights, optimiser and validation stay float32.",
@@ -543,7 +549,7 @@ def _resume(ctx: click.Context, checkpoint: Path, corpus: Path | None, out_dir: 
               help="Write the text to this file instead of stdout.")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per line: text (prime included), and log_prob and stopped for beams.")
-@click.option("--device", type=DEVICE_CHOICES, default="cpu", show_default=True)
+@device_option("cpu")
 @click.pass_context
 def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None, prime: str | None,
                    prime_file: Path | None, output: Path | None, as_json: bool, device: str,
@@ -623,7 +629,7 @@ def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None,
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object for scripts.")
 @click.option("--skip-unknown", is_flag=True,
               help="Drop characters outside the vocabulary and score the rest.")
-@click.option("--device", type=DEVICE_CHOICES, default="auto", show_default=True)
+@device_option("auto")
 def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: bool, skip_unknown: bool,
                             device: str) -> None:
     """Score TEXT_FILE (default: the checkpoint's own validation split) under CHECKPOINT.
@@ -705,7 +711,7 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per checkpoint.")
 @click.option("--markdown", "markdown_file", type=click.Path(path_type=Path), default=None,
               help="Also write the comparison as Markdown to this file.")
-@click.option("--device", type=DEVICE_CHOICES, default="cpu", show_default=True)
+@device_option("cpu")
 @click.pass_context
 def compare_command(ctx: click.Context, checkpoints: tuple[Path, ...], prime: str, length: int,
                     temperature: float, seed: int, top_k: int | None, top_p: float | None, greedy: bool,
@@ -834,8 +840,10 @@ def plot_command(run_dirs: tuple[Path, ...], output: Path) -> None:
               help="Read at most this many characters of TEXT_FILE.")
 @click.option("--html", "html_file", type=click.Path(path_type=Path), default=None,
               help="Also write the coloured text as a standalone HTML page.")
+@device_option("cpu")
 def inspect_command(checkpoint: Path, text_file: Path, layer: int, unit: int | None, state: str,
-                    feature: str | None, top: int, max_chars: int, html_file: Path | None) -> None:
+                    feature: str | None, top: int, max_chars: int, html_file: Path | None,
+                    device: str) -> None:
     """Colour TEXT_FILE by one unit's activation, or rank units by a feature of the text.
 
     Each character is shaded by the unit's value after reading it: red negative,
@@ -851,11 +859,12 @@ def inspect_command(checkpoint: Path, text_file: Path, layer: int, unit: int | N
     from charrnn.data import read_corpus
     from charrnn.display import coloured_text, ranking_table
     from charrnn.neurons import activations, html_page, rank_units, text_feature
+    from charrnn.train import resolve_device
     from charrnn.vocab import UnknownCharactersError
     if unit is None and feature is None:
         raise click.UsageError("give --unit to colour the text, or --rank to find units")
     checkpoint = _checkpoint_argument(checkpoint)
-    loaded = load_model(checkpoint)
+    loaded = load_model(checkpoint, resolve_device(device))
     config = loaded.model.config
     if layer >= config.num_layers:
         raise click.BadParameter(f"the model has layers 0 to {config.num_layers - 1}", param_hint="'--layer'")

@@ -32,9 +32,10 @@ def activations(model: CharRNN, vocab: Vocab, text: str, state: str = "h") -> to
         raise CharrnnError("--state must be h or c")
     if state == "c" and model.config.cell != "lstm":
         raise CharrnnError(f"--state c needs an LSTM; this model is a {model.config.cell.upper()}")
-    ids = vocab.encode(text).long()
+    device = next(model.parameters()).device
+    ids = vocab.encode(text).long().to(device)
     stepper = model.stepper()
-    current = model.initial_state(1)
+    current = model.initial_state(1, device)
     which = 0 if state == "h" else 1
     rows = []
     for index in ids:
@@ -42,7 +43,7 @@ def activations(model: CharRNN, vocab: Vocab, text: str, state: str = "h") -> to
         rows.append(current[which][:, 0])  # (num_layers, H)
     if not rows:
         raise CharrnnError("the text is empty")
-    return torch.stack(rows)
+    return torch.stack(rows).cpu()
 
 
 def _inside_quotes(text: str) -> list[float]:

@@ -156,3 +156,11 @@ def test_html_page_keeps_strong_shades_readable_and_shows_a_colour_bar():
     assert 'color:#fff" title="0.950">a<' in page and 'color:#000" title="0.100">b<' in page
     assert page.count('class="bar"') == 1 and "+1" in page and "-1" in page
     assert "<h1>run/best.pt: layer 0, unit 3, hidden state</h1>" in page
+
+
+@pytest.mark.cuda
+def test_activations_on_cuda_equal_the_cpu_ones():
+    model, vocab = planted_quote_model()
+    on_cpu = activations(model, vocab, QUOTED, "c")
+    on_gpu = activations(model.to("cuda"), vocab, QUOTED, "c")
+    assert on_gpu.device.type == "cpu" and torch.allclose(on_cpu, on_gpu, atol=1e-5)
