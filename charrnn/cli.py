@@ -9,7 +9,9 @@ modules (torch above all) are imported inside the commands that need them, so
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import secrets
 import shlex
 import sys
 import time
@@ -605,7 +607,13 @@ def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None,
                    for beam in beams]
         rendered = render_samples([record["text"] for record in records], "beam")
     else:
-        steps = generate(loaded.model, loaded.vocab, config, prime)
+        drawn = config.seed is None and not config.greedy
+        if drawn:
+            # A fresh seed each time, said on stderr, so that any text worth keeping can be drawn again.
+            config = dataclasses.replace(config, seed=secrets.randbits(63))
+        steps = generate(loaded.model, loaded.vocab, config, prime)  # checks the prime first
+        if drawn:
+            message(f"seed {config.seed} (give --seed {config.seed} to draw the same text again)")
         if output is None and config.num_samples == 1 and not as_json:
             stream_stdout((chars[0] for chars in steps), prefix=prime)
             return

@@ -352,8 +352,8 @@ def test_installed_program_end_to_end(tmp_path, small_corpus):
     scored = run_installed("eval-perplexity", "run/best.pt", "--json", cwd=tmp_path)
     assert json.loads(scored.stdout)["chars"] > 0
 
-    piped = subprocess.run(f"'{INSTALLED}' sample run/best.pt --length 200000 | head -c 20", shell=True,
-                           cwd=tmp_path, capture_output=True, timeout=300)
+    piped = subprocess.run(f"'{INSTALLED}' sample run/best.pt --length 200000 --seed 1 | head -c 20",
+                           shell=True, cwd=tmp_path, capture_output=True, timeout=300)
     assert len(piped.stdout) == 20 and piped.stderr == b""
 
     failed = run_installed("sample", "run/best.pt", "--temperature", "0", cwd=tmp_path)
@@ -460,3 +460,10 @@ def test_train_json_quiet_and_a_log_without_a_progress_bar(runner, small_corpus)
     logged = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "10", "--out", "log")
     assert "step/s" not in logged.stderr  # stderr is no terminal here: no bar, only evaluation lines
     assert [line for line in logged.stderr.splitlines() if line.startswith("step ")]
+
+
+def test_sample_reports_the_seed_it_drew_so_the_text_can_be_drawn_again(runner, tiny_checkpoint):
+    first = invoke(runner, "sample", tiny_checkpoint, "--length", "30")
+    seed = next(line.split()[1] for line in first.stderr.splitlines() if line.startswith("seed "))
+    again = invoke(runner, "sample", tiny_checkpoint, "--length", "30", "--seed", seed)
+    assert again.stdout == first.stdout and "seed " not in again.stderr

@@ -428,7 +428,7 @@ def run_installed(*args: Any, stdout: Any = subprocess.PIPE, stderr: Any = subpr
 
 
 STDOUT_COMMANDS = {
-    "sample": lambda ckpt: ["sample", ckpt, "--prime", "ROMEO", "--length", "50"],
+    "sample": lambda ckpt: ["sample", ckpt, "--prime", "ROMEO", "--length", "50", "--seed", "1"],
     "eval_perplexity_json": lambda ckpt: ["eval-perplexity", ckpt, "--json"],
     "compare": lambda ckpt: ["compare", ckpt, "--length", "20"],
     "help": lambda ckpt: ["--help"],
