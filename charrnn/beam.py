@@ -30,6 +30,14 @@ class Beam:
     stopped: bool  # ended by the stop string before reaching the length limit
 
 
+DEFAULT_LENGTH_PENALTY = 1.0  # measured: lower lets the shortest stop win, 1.2 and up let endless loops win
+
+
+def length_normaliser(lengths: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Wu et al. (2016)'s ``((5 + n) / 6) ** alpha`` for beams of ``n`` generated characters."""
+    return ((5.0 + lengths.double()) / 6.0) ** alpha
+
+
 def _reorder(layers: Layers, parents: torch.Tensor) -> Layers:
     """Make row i of every layer's state the state of beam ``parents[i]``."""
     return [tuple(s.index_select(0, parents) for s in layer) for layer in layers]
@@ -37,12 +45,17 @@ def _reorder(layers: Layers, parents: torch.Tensor) -> Layers:
 
 @torch.no_grad()
 def beam_search(
-    model: CharRNN, vocab: Vocab, prime: str, width: int, length: int, stop_at: str | None = None
+    model: CharRNN, vocab: Vocab, prime: str, width: int, length: int, stop_at: str | None = None,
+    length_penalty: float = 0.0, min_length: int = 0,
 ) -> list[Beam]:
     """The ``width`` most probable continuations of ``prime``, best first.
 
     Scores are summed in float64 so long beams keep their ranking exact enough to
-    compare with a rescoring of the text.
+    compare with a rescoring of the text. Beams are ranked by their total
+    log-probability divided by :func:`length_normaliser` (``length_penalty`` 0:
+    the plain total), which only matters once ``stop_at`` ends beams at different
+    lengths: a total log-probability always prefers the beam that stopped first.
+    ``stop_at`` ends no beam shorter than ``min_length`` generated characters.
     """
     if width < 1:
         raise CharrnnError("beam width must be at least 1")
@@ -56,6 +69,7 @@ def beam_search(
     layers = stepper.unstack(state)
     scores = torch.zeros(1, dtype=torch.float64, device=device)  # (n,)
     stopped = torch.zeros(1, dtype=torch.bool, device=device)  # (n,)
+    lengths = torch.zeros(1, dtype=torch.long, device=device)  # (n,) characters generated
     tails = [""]  # last len(stop_at) generated characters of each beam
     # Per step, each surviving beam's parent and symbol (-1 after a stop); the texts are
     # read back once at the end, so a step costs the same at character 10 and 10,000,
@@ -69,8 +83,15 @@ def beam_search(
             candidates[stopped] = float("-inf")
             candidates[stopped, 0] = scores[stopped]
         keep = min(width, candidates.numel())
-        scores, flat = torch.topk(candidates.view(-1), keep)
+        # Every running beam grows by one character this step; a stopped one keeps its length.
+        grown = lengths + (~stopped).long()  # (n,)
+        ranks = candidates
+        if length_penalty and stop_at:
+            ranks = candidates / length_normaliser(grown, length_penalty).unsqueeze(1)
+        _, flat = torch.topk(ranks.view(-1), keep)
+        scores = candidates.view(-1)[flat]
         parents, symbols = flat // vocab_size, flat % vocab_size
+        lengths = grown[parents]
         layers = _reorder(layers, parents)
         current = symbols
         if stop_at:
@@ -78,11 +99,12 @@ def beam_search(
             symbols = symbols.masked_fill(stopped, -1)
             current = symbols.clamp(min=0)
             new_tails = []
+            beam_lengths = lengths.tolist()  # one read-back per step, not one per beam
             for i, (parent, symbol) in enumerate(zip(parents.tolist(), symbols.tolist(), strict=True)):
                 tail = tails[parent]
                 if symbol >= 0:
                     tail, reached = extend_tail(tail, vocab.chars[symbol], stop_at)
-                    stopped[i] = reached
+                    stopped[i] = reached and beam_lengths[i] >= min_length
                 new_tails.append(tail)
             tails = new_tails
         history.append((parents, symbols))

@@ -541,6 +541,11 @@ def _resume(ctx: click.Context, checkpoint: Path, corpus: Path | None, out_dir: 
               help="Beam search: keep the B most probable continuations (deterministic).")
 @click.option("--stop-at", default=None,
               help="End a sample after this string first appears in the generated text.")
+@config_option("--min-length", SampleConfig, "min_length",
+               "--stop-at ends no sample shorter than this many generated characters.", type=int)
+@click.option("--length-penalty", type=click.FloatRange(min=0), default=None,
+              help="With --beam-width and --stop-at: rank beams by log-probability / ((5 + n) / 6) ** ALPHA, "
+                   "n their length [default: 1.0; 0 ranks by total log-probability].")
 @click.option("--prime", default=None, help="Text to warm the model with; the output starts with it.")
 @click.option("--prime-file", type=click.Path(path_type=Path), default=None,
               help="Read the prime from a UTF-8 file.")
@@ -555,7 +560,7 @@ def _resume(ctx: click.Context, checkpoint: Path, corpus: Path | None, out_dir: 
 @click.pass_context
 def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None, prime: str | None,
                    prime_file: Path | None, output: Path | None, as_json: bool, device: str,
-                   **options: Any) -> None:
+                   length_penalty: float | None, **options: Any) -> None:
     """Generate text from CHECKPOINT, streaming it to stdout as it is produced.
 
     stdout (or --output) gets the text alone. Several samples (--num-samples)
@@ -576,6 +581,8 @@ def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None,
     except CharrnnError as exc:
         raise click.BadParameter(str(exc)) from None
     _refuse_sampling_options(ctx, beam_width, config.greedy)
+    if length_penalty is not None and beam_width is None:
+        raise click.UsageError("--length-penalty ranks beams: it goes with --beam-width")
     if beam_width is not None and config.num_samples > beam_width:
         raise click.UsageError(f"--num-samples {config.num_samples} exceeds --beam-width {beam_width}")
     if beam_width is None and config.greedy and config.num_samples > 1:
@@ -584,7 +591,7 @@ def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None,
     if prime is not None and prime_file is not None:
         raise click.UsageError("give --prime or --prime-file, not both")
     # Imported only now, so that a mistyped option is reported without waiting for torch.
-    from charrnn.beam import beam_search
+    from charrnn.beam import DEFAULT_LENGTH_PENALTY, beam_search
     from charrnn.checkpoint import load_model
     from charrnn.data import read_corpus
     from charrnn.sample import collect_samples, generate
@@ -596,7 +603,9 @@ def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None,
     loaded = load_model(checkpoint, resolve_device(device))
 
     if beam_width is not None:
-        beams = beam_search(loaded.model, loaded.vocab, prime, beam_width, config.length, config.stop_at)
+        beams = beam_search(loaded.model, loaded.vocab, prime, beam_width, config.length, config.stop_at,
+                            DEFAULT_LENGTH_PENALTY if length_penalty is None else length_penalty,
+                            config.min_length)
         if len(beams) < config.num_samples:
             message(f"note: only {len(beams)} distinct continuation(s) of {config.length} characters exist "
                     f"over this model's {len(loaded.vocab)}-symbol vocabulary; printing {len(beams)}")

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from charrnn.beam import beam_search
+from charrnn.beam import DEFAULT_LENGTH_PENALTY, beam_search
 from charrnn.checkpoint import LoadedModel, load_model
 from charrnn.config import SampleConfig
 from charrnn.corpus_cache import scan_corpus
@@ -81,7 +81,8 @@ def _score(loaded: LoadedModel, settings: CompareSettings) -> tuple[dict[str, An
 def _sample(loaded: LoadedModel, settings: CompareSettings) -> tuple[str, float | None]:
     if settings.beam_width is not None:
         best = beam_search(loaded.model, loaded.vocab, settings.prime, settings.beam_width,
-                           settings.sample.length, settings.sample.stop_at)[0]
+                           settings.sample.length, settings.sample.stop_at, DEFAULT_LENGTH_PENALTY,
+                           settings.sample.min_length)[0]
         return settings.prime + best.text, best.log_prob
     steps = generate(loaded.model, loaded.vocab, settings.sample, settings.prime)
     return collect_samples(steps, settings.prime, 1)[0], None

@@ -205,6 +205,7 @@ class SampleConfig(_DictMixin):
     num_samples: int = 1  # independent samples, generated as one batch
     seed: int | None = None  # the same seed gives the same text
     stop_at: str | None = None  # end a sample after this string first appears in its generated text
+    min_length: int = 0  # stop_at ends nothing shorter than this many generated characters
 
     def __post_init__(self) -> None:
         if self.length < 0:
@@ -219,6 +220,8 @@ class SampleConfig(_DictMixin):
         if self.num_samples < 1:
             raise ConfigError("num-samples must be at least 1")
         check_seed(self.seed)
+        if self.min_length < 0:
+            raise ConfigError("min-length must be 0 or more")
         if self.stop_at is not None:
             try:
                 require_valid_text(self.stop_at, "--stop-at")

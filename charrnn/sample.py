@@ -135,7 +135,7 @@ def _steps(
     tails = [""] * config.num_samples
     finished = [False] * config.num_samples
     layers = stepper.unstack(state)
-    for _ in range(config.length):
+    for generated in range(1, config.length + 1):
         logits, layers = stepper.advance(current, layers)  # (B, V)
         current = choose_next(logits, config, generator)  # (B,)
         step = ["" if done else chars[i] for i, done in zip(current.tolist(), finished, strict=True)]
@@ -143,7 +143,8 @@ def _steps(
         if stop_at:
             for row, char in enumerate(step):
                 if char:
-                    tails[row], finished[row] = extend_tail(tails[row], char, stop_at)
+                    tails[row], reached = extend_tail(tails[row], char, stop_at)
+                    finished[row] = reached and generated >= config.min_length
             if all(finished):
                 return
 

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from charrnn.beam import beam_search
+from charrnn.beam import beam_search, length_normaliser
 from charrnn.checkpoint import load_model
 from charrnn.config import ModelConfig, SampleConfig
 from charrnn.model import CharRNN
@@ -117,3 +117,27 @@ def test_beam_search_on_cuda_finds_the_cpu_beams(tiny_checkpoint):
     gpu_beams = beam_search(on_gpu.model, on_gpu.vocab, "ROMEO:", 4, 40)
     assert [b.text for b in gpu_beams] == [b.text for b in cpu_beams]
     assert [b.log_prob for b in gpu_beams] == pytest.approx([b.log_prob for b in cpu_beams], abs=1e-3)
+
+
+def test_length_penalty_zero_is_the_plain_total_and_ranks_are_normalised(tiny_checkpoint):
+    loaded = load_model(tiny_checkpoint)
+    plain = beam_search(loaded.model, loaded.vocab, "ROMEO:", 6, 60, "\n")
+    zero = beam_search(loaded.model, loaded.vocab, "ROMEO:", 6, 60, "\n", length_penalty=0.0)
+    assert [(b.text, b.log_prob) for b in plain] == [(b.text, b.log_prob) for b in zero]
+    for alpha in (1.0, 2.0):
+        beams = beam_search(loaded.model, loaded.vocab, "ROMEO:", 6, 60, "\n", length_penalty=alpha)
+        normalised = [b.log_prob / length_normaliser(torch.tensor(len(b.text)), alpha).item() for b in beams]
+        assert normalised == sorted(normalised, reverse=True)
+        for beam in beams:  # scores stay the true totals
+            assert beam.log_prob == pytest.approx(score_text(loaded.model, loaded.vocab, "ROMEO:", beam.text),
+                                                  abs=1e-3)
+
+
+def test_min_length_keeps_stop_strings_from_ending_short_texts(tiny_checkpoint):
+    loaded = load_model(tiny_checkpoint)
+    beams = beam_search(loaded.model, loaded.vocab, "ROMEO:", 4, 80, "\n", min_length=25)
+    assert all(len(beam.text) >= 25 or not beam.stopped for beam in beams)
+    config = SampleConfig(length=80, stop_at="\n", min_length=25, seed=1, num_samples=3)
+    texts = ["".join(chars) for chars in zip(*generate(loaded.model, loaded.vocab, config, "ROMEO:"),
+                                                      strict=True)]
+    assert all(len(text) >= 25 for text in texts)
