@@ -83,13 +83,16 @@ def beam_search(
             candidates[stopped] = float("-inf")
             candidates[stopped, 0] = scores[stopped]
         keep = min(width, candidates.numel())
-        # Every running beam grows by one character this step; a stopped one keeps its length.
-        grown = lengths + (~stopped).long()  # (n,)
-        ranks = candidates
-        if length_penalty and stop_at:
+        if stop_at and length_penalty:
+            # Only stopped beams differ in length: a running beam grows by one character, a stopped
+            # one keeps its own.
+            grown = lengths + (~stopped).long()  # (n,)
             ranks = candidates / length_normaliser(grown, length_penalty).unsqueeze(1)
-        _, flat = torch.topk(ranks.view(-1), keep)
-        scores = candidates.view(-1)[flat]
+            _, flat = torch.topk(ranks.view(-1), keep)
+            scores = candidates.view(-1)[flat]
+        else:
+            grown = lengths + 1
+            scores, flat = torch.topk(candidates.view(-1), keep)
         parents, symbols = flat // vocab_size, flat % vocab_size
         lengths = grown[parents]
         layers = _reorder(layers, parents)
