@@ -56,6 +56,16 @@ def reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+def stat_or_none(path: Path, failing: str) -> os.stat_result | None:
+    """``os.stat(path)``, None where nothing exists; another failure is ``failing: <reason>``."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CharrnnError(f"{failing}: {reason(exc)}") from None
+
+
 def resolve_destination(path: Path) -> Path:
     """The file a write to ``path`` should change: symbolic links followed, even dangling ones.
 
@@ -120,12 +130,7 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
     def failure(exc: OSError) -> str:
         return f"could not write {given}: {reason(exc)}; any previous {given.name} is intact"
 
-    try:
-        info = os.stat(target)
-    except FileNotFoundError:
-        info = None
-    except OSError as exc:
-        raise CharrnnError(f"could not write {given}: {reason(exc)}") from None
+    info = stat_or_none(target, f"could not write {given}")
     if info is not None and stat.S_ISDIR(info.st_mode):
         raise CharrnnError(f"could not write {given}: it is a directory")
     if info is not None and not stat.S_ISREG(info.st_mode):

@@ -31,7 +31,7 @@ import torch
 
 from charrnn.checkpoint import save_checkpoint
 from charrnn.errors import CharrnnError
-from charrnn.files import append_line, atomic_write_text, reason, write_json
+from charrnn.files import append_line, atomic_write_text, reason, stat_or_none, write_json
 
 RUN_FILES = ("last.pt", "best.pt", "metrics.jsonl", "config.json")
 EPOCH_CHECKPOINT_GLOB = "epoch*-val*.pt"
@@ -68,12 +68,7 @@ def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
     A directory that already holds a run is refused unless ``overwrite``: an earlier
     run's checkpoints are never replaced by accident.
     """
-    try:
-        info = os.stat(out_dir)
-    except FileNotFoundError:
-        info = None
-    except OSError as exc:
-        raise CharrnnError(f"cannot use --out {out_dir}: {reason(exc)}") from None
+    info = stat_or_none(out_dir, f"cannot use --out {out_dir}")
     if info is not None and not stat.S_ISDIR(info.st_mode):
         raise CharrnnError(f"--out {out_dir} is a file, not a directory; choose a directory for the run")
     existing = existing_run_files(out_dir) if info is not None else []
