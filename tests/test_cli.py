@@ -74,6 +74,7 @@ def test_existing_run_is_kept_unless_overwrite(runner, small_corpus):
     before = best.read_bytes()
     again = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "3")
     assert_one_line_error(again, "already holds a training run")
+    assert "continue it with --resume checkpoints/small/last.pt" in again.stderr
     assert best.read_bytes() == before
     replaced = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "3", "--overwrite",
                       "--seed", "2")

@@ -80,3 +80,35 @@ def test_each_example_command_parses(where, line):
 def test_help_and_version_answer(args):
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0 and result.stdout.strip()
+
+
+def console_examples() -> list[tuple[str, list[str]]]:
+    """(command line, the output lines shown under it) for each ``$ charrnn`` line of a console block."""
+    found = []
+    for document in DOCUMENTS:
+        for kind, block in FENCE.findall(document.read_text(encoding="utf-8")):
+            if kind != "console":
+                continue
+            lines = block.splitlines()
+            for index, line in enumerate(lines):
+                if line.startswith("$ charrnn "):
+                    shown = []
+                    for following in lines[index + 1:]:
+                        if following.startswith("$ "):
+                            break
+                        shown.append(following)
+                    found.append((line[2:], shown))
+    return found
+
+
+CHEAP = ("charrnn data get",)  # examples whose whole output can be checked in a test
+
+
+@pytest.mark.parametrize(("line", "shown"), [(line, shown) for line, shown in console_examples()
+                                             if line.startswith(CHEAP)])
+def test_cheap_console_examples_print_what_the_guide_shows(line, shown, data_mirror, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CHARRNN_DATA_DIR", raising=False)
+    result = CliRunner().invoke(cli, shlex.split(line)[1:])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == shown
