@@ -163,8 +163,6 @@ def _matches(value: Any, hint: Any) -> bool:
         return isinstance(value, int | float) and not isinstance(value, bool)
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    if hint is Any:
-        return True
     if hasattr(hint, "__dataclass_fields__"):
         return isinstance(value, dict)
     return isinstance(value, hint)

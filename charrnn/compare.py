@@ -10,6 +10,7 @@ in its entry instead of stopping the comparison.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,7 +19,6 @@ from typing import Any
 from charrnn.beam import DEFAULT_LENGTH_PENALTY, beam_search
 from charrnn.checkpoint import LoadedModel, load_model
 from charrnn.config import SampleConfig
-from charrnn.corpus_cache import scan_corpus
 from charrnn.data import checkpoint_validation_ids, read_corpus
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import evaluate
@@ -112,10 +112,11 @@ class References:
             path = Path(corpus["path"])
             if not path.exists():
                 raise CharrnnError(f"the training corpus {path} is gone; give --against FILE")
-            if scan_corpus(path).sha256 != corpus["sha256"]:
+            text = read_corpus(path)
+            # The recorded hash is of the corpus's UTF-8 bytes: the text just read, encoded again.
+            if hashlib.sha256(text.encode("utf-8")).hexdigest() != corpus["sha256"]:
                 raise CharrnnError(f"the training corpus {path} has changed since training; "
                                    f"give --against FILE")
-            text = read_corpus(path)
             self._cache[key] = (Reference(text[: corpus["split_point"]]), f"training split of {path}")
         return self._cache[key]
 

@@ -74,9 +74,7 @@ def _verify(path: Path, dataset: Dataset) -> str | None:
 
 
 def _cached_copy_is_valid(target: Path, dataset: Dataset) -> bool:
-    """Whether ``target`` already holds the verified dataset; a target that cannot be one is an error."""
-    if target.is_dir():
-        raise CharrnnError(f"cannot store {dataset.name} at {target}: it is a directory")
+    """Whether ``target`` (not a directory) already holds the verified dataset."""
     if not target.exists():
         return False
     try:
@@ -121,10 +119,10 @@ def get_dataset(name: str, data_dir: Path | None = None, force: bool = False) ->
         raise CharrnnError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
     dataset = DATASETS[name]
     target = (data_dir or default_data_dir()) / dataset.relative_path
-    if not force and _cached_copy_is_valid(target, dataset):
-        return target, False
     if target.is_dir():
         raise CharrnnError(f"cannot store {dataset.name} at {target}: it is a directory")
+    if not force and _cached_copy_is_valid(target, dataset):
+        return target, False
 
     url = dataset_url(dataset)
     created = _make_parents(target.parent)

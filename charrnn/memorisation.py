@@ -124,42 +124,45 @@ def known_word_fraction(text: str, reference: Reference) -> float | None:
     return sum(word in reference.words for word in words) / len(words)
 
 
-def _any_copied(text_hashes: WindowHashes, reference: Reference, window: int) -> torch.Tensor:
-    return reference.contains(text_hashes.keys(window), window)
-
-
-def longest_copy(text: str, reference: Reference) -> tuple[int, str]:
-    """Length and first instance of the longest substring of ``text`` that occurs in the reference."""
-    hashes = WindowHashes(text)
+def longest_copy(text: str, reference: Reference,
+                 hashes: WindowHashes | None = None) -> tuple[int, str, int | None]:
+    """Length, first instance and reference line of the longest substring of ``text`` found in the
+    reference (line None when there is none). ``hashes``: ``text``'s, when already computed."""
+    hashes = WindowHashes(text) if hashes is None else hashes
     # Invariant: a copy of length `low` exists, and none is longer than `high`.
     low, high = 0, min(len(text), len(reference.text))
     found_at = 0
     while low < high:
         middle = (low + high + 1) // 2
-        hits = _any_copied(hashes, reference, middle)
+        hits = reference.contains(hashes.keys(middle), middle)
         if bool(hits.any()):
             low, found_at = middle, int(torch.nonzero(hits)[0])
         else:
             high = middle - 1
     passage = text[found_at:found_at + low]
+    line = reference.line_of(passage) if low else None
     # A hash collision could fake a match: confirm it, and fall back to shorter lengths if needed.
-    while low and reference.line_of(passage) is None:
+    while low and line is None:
         low -= 1
-        hits = _any_copied(hashes, reference, low)
+        hits = reference.contains(hashes.keys(low), low)
         found_at = int(torch.nonzero(hits)[0]) if bool(hits.any()) else 0
         passage = text[found_at:found_at + low]
-    return low, passage
+        line = reference.line_of(passage) if low else None
+    return low, passage, line
 
 
-def copied_fraction(text: str, reference: Reference, min_chars: int = COPY_MIN_CHARS) -> float:
+def copied_fraction(text: str, reference: Reference, min_chars: int = COPY_MIN_CHARS,
+                    hashes: WindowHashes | None = None) -> float:
     """Share of ``text``'s characters inside a substring of ``min_chars`` or more found in the reference.
 
     Every copy of at least ``min_chars`` characters is a union of windows of exactly
     ``min_chars``, so marking the characters under each matching window counts them all.
+    ``hashes``: ``text``'s, when already computed.
     """
     if not text:
         return 0.0
-    hits = _any_copied(WindowHashes(text), reference, min_chars)
+    hashes = WindowHashes(text) if hashes is None else hashes
+    hits = reference.contains(hashes.keys(min_chars), min_chars)
     if not bool(hits.any()):
         return 0.0
     starts = torch.zeros(len(text) + 1, dtype=torch.int32)
@@ -171,11 +174,12 @@ def copied_fraction(text: str, reference: Reference, min_chars: int = COPY_MIN_C
 
 def measure(generated: str, reference: Reference) -> Memorisation:
     """The three figures for ``generated`` (the text after the prime) against ``reference``."""
-    length, passage = longest_copy(generated, reference)
+    hashes = WindowHashes(generated)  # once, for both look-ups
+    length, passage, line = longest_copy(generated, reference, hashes)
     return Memorisation(
         known_word_fraction=known_word_fraction(generated, reference),
         longest_copied_chars=length,
-        longest_copied_line=reference.line_of(passage) if length else None,
+        longest_copied_line=line,
         longest_copied_passage=passage,
-        copied_fraction=copied_fraction(generated, reference),
+        copied_fraction=copied_fraction(generated, reference, hashes=hashes),
     )
