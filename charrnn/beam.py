@@ -2,7 +2,7 @@
 
 Every step extends each surviving beam by every symbol, scores each candidate by
 its total log-probability, and keeps the best B. All beams advance as one batch
-through :class:`~charrnn.model.Stepper`; after each selection the recurrent state
+through :class:`~charrnn.stepper.Stepper`; after each selection the recurrent state
 (h, and c for the LSTM) is reordered to follow the surviving beams. Plain text has
 no end symbol, so beams run to ``length`` characters unless ``stop_at`` ends one:
 a stopped beam keeps its score, stops growing, and competes with the rest as is.
@@ -18,8 +18,9 @@ from dataclasses import dataclass
 import torch
 
 from charrnn.errors import CharrnnError
-from charrnn.model import CharRNN, Layers
+from charrnn.model import CharRNN
 from charrnn.sample import extend_tail, warm_state
+from charrnn.stepper import Layers, make_stepper
 from charrnn.vocab import Vocab
 
 
@@ -65,7 +66,7 @@ def beam_search(
     current, state = warm_state(model, vocab, prime, batch=1)  # (1,), state of one beam
     device = current.device
     vocab_size = len(vocab)
-    stepper = model.stepper()
+    stepper = make_stepper(model)
     layers = stepper.unstack(state)
     scores = torch.zeros(1, dtype=torch.float64, device=device)  # (n,)
     stopped = torch.zeros(1, dtype=torch.bool, device=device)  # (n,)
@@ -76,7 +77,7 @@ def beam_search(
     # and without a stop string it never waits for the device.
     history: list[tuple[torch.Tensor, torch.Tensor]] = []
     for _ in range(length):
-        logits, layers = stepper.advance(current, layers)  # (n, V)
+        logits, layers = stepper.step_layers(current, layers)  # (n, V)
         candidates = scores.unsqueeze(1) + torch.log_softmax(logits.double(), dim=-1)  # (n, V)
         if stop_at:
             # A stopped beam offers exactly one candidate: itself, unchanged (column 0 stands in).

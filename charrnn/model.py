@@ -1,4 +1,4 @@
-"""The character-level recurrent language model and its fast per-step path.
+"""The character-level recurrent language model (its one-character path: :mod:`charrnn.stepper`).
 
 ``CharRNN`` is embedding → stacked fused ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` →
 dropout → linear head. The cell equations are those of textbook notes §1, with
@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from charrnn.config import ModelConfig
@@ -24,7 +23,6 @@ from charrnn.errors import CharrnnError
 from charrnn.layernorm import LayerNormRNN
 
 State = tuple[torch.Tensor, ...]
-Layers = list[tuple[torch.Tensor, ...]]  # per layer: (h, c) or (h,), each (B, H)
 
 _RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN, "esn": nn.RNN}
 _VOCAB_ROWS = ("embedding.weight", "head.weight", "head.bias")  # one row per vocabulary symbol
@@ -114,10 +112,6 @@ class CharRNN(nn.Module):
                         f"{tuple(target.shape)}"
                     )
 
-    def stepper(self) -> Stepper:
-        """A snapshot of the weights laid out for fast one-character steps (see :class:`Stepper`)."""
-        return Stepper(self)
-
 
 def state_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     """The name and shape of every tensor in the state dict of a model with ``config``.
@@ -187,158 +181,3 @@ def initialise(model: CharRNN) -> None:
 def detach_state(state: State) -> State:
     """Cut the graph at a segment boundary so backprop stops there (truncated BPTT)."""
     return tuple(s.detach() for s in state)
-
-
-class Stepper:
-    """One-character-at-a-time inference with the cell's matrix products done directly.
-
-    Calling the fused ``nn.LSTM`` once per character pays its dispatch and layout
-    overhead on every step, about 10× slower on CPU than the arithmetic itself.
-    This class concatenates each layer's weights once so a step is one ``addmm``
-    per layer on ``[x, h]``; the first layer's input product is folded into a
-    lookup table ``embedding @ W_ih^T + b`` indexed by the character id. The numbers
-    equal the fused module's up to float rounding (tested to 1e-5).
-
-    It is a snapshot: rebuild it after the model's weights change. Inference only
-    (no dropout, no autograd).
-    """
-
-    def __init__(self, model: CharRNN):
-        self.cell = "rnn" if model.config.cell == "esn" else model.config.cell
-        self.hidden_size = model.config.hidden_size
-        self.num_layers = model.config.num_layers
-        rnn = model.rnn
-        self.layer_norm_rnn = rnn if model.config.layer_norm else None
-        self.embedding = model.embedding.weight.detach()
-        self.head_weight = model.head.weight.detach().t().contiguous()  # (H, V)
-        self.head_bias = model.head.bias.detach().clone()
-        if self.layer_norm_rnn is not None:
-            return  # its own step function is the sequence path's, one character long
-        with torch.no_grad():
-            embedding = model.embedding.weight  # (V, E)
-            w_ih0 = rnn.weight_ih_l0
-            b_ih0 = rnn.bias_ih_l0
-            if self.cell == "gru":
-                # Input and recurrent products stay apart: the reset gate multiplies
-                # only the recurrent part of the candidate.
-                self.input_table = torch.addmm(b_ih0, embedding, w_ih0.t())  # (V, 3H)
-                self.recurrent = [
-                    (getattr(rnn, f"weight_hh_l{k}").t().contiguous(), getattr(rnn, f"bias_hh_l{k}"))
-                    for k in range(self.num_layers)
-                ]
-                self.upper_input = [
-                    (getattr(rnn, f"weight_ih_l{k}").t().contiguous(), getattr(rnn, f"bias_ih_l{k}"))
-                    for k in range(1, self.num_layers)
-                ]
-            else:
-                self.input_table = torch.addmm(b_ih0 + rnn.bias_hh_l0, embedding, w_ih0.t())
-                self.first_recurrent = rnn.weight_hh_l0.t().contiguous()  # (H, G)
-                # Upper layers: one product of [x, h] with the stacked weights.
-                self.upper = [
-                    (
-                        torch.cat(
-                            [getattr(rnn, f"weight_ih_l{k}"), getattr(rnn, f"weight_hh_l{k}")], dim=1
-                        ).t().contiguous(),  # (2H, G)
-                        getattr(rnn, f"bias_ih_l{k}") + getattr(rnn, f"bias_hh_l{k}"),
-                    )
-                    for k in range(1, self.num_layers)
-                ]
-            self.activation = F.relu if rnn.mode == "RNN_RELU" else torch.tanh
-
-    def unstack(self, state: State) -> Layers:
-        """``(num_layers, B, H)`` state tensors → one tuple of ``(B, H)`` tensors per layer."""
-        return [tuple(s[k] for s in state) for k in range(self.num_layers)]
-
-    def stack(self, layers: Layers) -> State:
-        """The inverse of :meth:`unstack`."""
-        return tuple(torch.stack(parts) for parts in zip(*layers, strict=True))
-
-    @torch.no_grad()
-    def step(self, idx: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        """Advance one character.
-
-        idx: (B,) int64 ids. state: tuple of (num_layers, B, H). Returns logits (B, V)
-        for the next character and the new state.
-        """
-        logits, layers = self.advance(idx, self.unstack(state))
-        return logits, self.stack(layers)
-
-    def advance(self, idx: torch.Tensor, layers: Layers) -> tuple[torch.Tensor, Layers]:
-        """:meth:`step` on the per-layer form of the state (see :meth:`unstack`).
-
-        Loops that take many steps keep the state in this form: stacking and
-        slicing it on every character would cost more than the small matrix
-        products of a step. The weights here are detached copies, so no graph is
-        built even outside ``torch.no_grad()``.
-        """
-        if self.layer_norm_rnn is not None:
-            return self._layer_norm_step(idx, layers)
-        if self.cell == "lstm":
-            return self._lstm_step(idx, layers)
-        if self.cell == "gru":
-            return self._gru_step(idx, layers)
-        return self._rnn_step(idx, layers)
-
-    @torch.no_grad()
-    def _layer_norm_step(self, idx: torch.Tensor, layers: Layers) -> tuple[torch.Tensor, Layers]:
-        """The layer-norm cells' own step function (it reads the module's live parameters)."""
-        state = self.stack(layers)
-        rnn_state = state if self.cell == "lstm" else state[0]
-        top, rnn_state = self.layer_norm_rnn.step(self.embedding[idx], rnn_state)
-        logits = torch.addmm(self.head_bias, top, self.head_weight)
-        return logits, self.unstack(rnn_state if self.cell == "lstm" else (rnn_state,))
-
-    def _preactivation(
-        self, k: int, idx: torch.Tensor, x: torch.Tensor | None, h: torch.Tensor
-    ) -> torch.Tensor:
-        """``W_ih x + W_hh h + b`` of layer ``k`` (LSTM and RNN): one ``addmm`` on ``[x, h]``.
-
-        Layer 0 reads its input part from the lookup table by character id instead.
-        """
-        if k == 0:
-            return torch.addmm(self.input_table[idx], h, self.first_recurrent)
-        weight, bias = self.upper[k - 1]
-        return torch.addmm(bias, torch.cat([x, h], dim=1), weight)
-
-    def _lstm_step(self, idx: torch.Tensor, layers: Layers) -> tuple[torch.Tensor, Layers]:
-        H = self.hidden_size
-        new_layers = []
-        x = None
-        for k, (h_prev, c_prev) in enumerate(layers):
-            gates = self._preactivation(k, idx, x, h_prev)  # (B, 4H), gates i, f, g, o
-            # One sigmoid over all four gates (g's is unused) costs less than four small calls.
-            i, f, _, o = torch.sigmoid(gates).chunk(4, dim=1)
-            g = torch.tanh(gates[:, 2 * H : 3 * H])
-            c = torch.addcmul(f * c_prev, i, g)  # f ⊙ c + i ⊙ g
-            x = o * torch.tanh(c)
-            new_layers.append((x, c))
-        logits = torch.addmm(self.head_bias, x, self.head_weight)
-        return logits, new_layers
-
-    def _gru_step(self, idx: torch.Tensor, layers: Layers) -> tuple[torch.Tensor, Layers]:
-        H = self.hidden_size
-        new_layers = []
-        x = None
-        for k, (h_prev,) in enumerate(layers):
-            if k == 0:
-                gi = self.input_table[idx]  # (B, 3H)
-            else:
-                weight, bias = self.upper_input[k - 1]
-                gi = torch.addmm(bias, x, weight)
-            weight_hh, bias_hh = self.recurrent[k]
-            gh = torch.addmm(bias_hh, h_prev, weight_hh)  # (B, 3H)
-            r, z = torch.sigmoid(gi[:, : 2 * H] + gh[:, : 2 * H]).chunk(2, dim=1)
-            n = torch.tanh(torch.addcmul(gi[:, 2 * H :], r, gh[:, 2 * H :]))
-            x = torch.addcmul(n, z, h_prev - n)  # = (1 - z) ⊙ n + z ⊙ h_prev
-            new_layers.append((x,))
-        logits = torch.addmm(self.head_bias, x, self.head_weight)
-        return logits, new_layers
-
-    def _rnn_step(self, idx: torch.Tensor, layers: Layers) -> tuple[torch.Tensor, Layers]:
-        new_layers = []
-        x = None
-        for k, (h_prev,) in enumerate(layers):
-            x = self.activation(self._preactivation(k, idx, x, h_prev))
-            new_layers.append((x,))
-        logits = torch.addmm(self.head_bias, x, self.head_weight)
-        return logits, new_layers

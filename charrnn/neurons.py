@@ -16,6 +16,7 @@ import torch
 from charrnn.config import INSPECT_FEATURES
 from charrnn.errors import CharrnnError
 from charrnn.model import CharRNN
+from charrnn.stepper import make_stepper
 from charrnn.vocab import Vocab
 
 FEATURES = INSPECT_FEATURES  # the text features rank_units can correlate with
@@ -34,7 +35,7 @@ def activations(model: CharRNN, vocab: Vocab, text: str, state: str = "h") -> to
         raise CharrnnError(f"--state c needs an LSTM; this model is a {model.config.cell.upper()}")
     device = next(model.parameters()).device
     ids = vocab.encode(text).long().to(device)
-    stepper = model.stepper()
+    stepper = make_stepper(model)
     current = model.initial_state(1, device)
     which = 0 if state == "h" else 1
     rows = []

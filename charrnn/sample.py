@@ -1,7 +1,7 @@
 """Autoregressive generation: temperature, top-k, top-p and greedy (textbook notes §4).
 
 The prime is run through the network once to warm the state; after that each new
-character costs one :meth:`Stepper.step`, the state carried forward, so the prefix
+character costs one :meth:`~charrnn.stepper.Stepper.step`, the state carried forward, so the prefix
 is never re-run. Several samples advance together as one batch.
 """
 
@@ -14,6 +14,7 @@ import torch
 from charrnn.config import SampleConfig
 from charrnn.errors import CharrnnError
 from charrnn.model import CharRNN, State
+from charrnn.stepper import make_stepper
 from charrnn.text import require_valid_text
 from charrnn.vocab import UnknownCharactersError, Vocab, describe_chars
 
@@ -129,14 +130,14 @@ def _steps(
     model: CharRNN, vocab: Vocab, config: SampleConfig, current: torch.Tensor, state: State
 ) -> Iterator[list[str]]:
     generator = make_generator(config.seed, current.device)
-    stepper = model.stepper()
+    stepper = make_stepper(model)
     chars = vocab.chars
     stop_at = config.stop_at
     tails = [""] * config.num_samples
     finished = [False] * config.num_samples
     layers = stepper.unstack(state)
     for generated in range(1, config.length + 1):
-        logits, layers = stepper.advance(current, layers)  # (B, V)
+        logits, layers = stepper.step_layers(current, layers)  # (B, V)
         current = choose_next(logits, config, generator)  # (B,)
         step = ["" if done else chars[i] for i, done in zip(current.tolist(), finished, strict=True)]
         yield step

@@ -6,6 +6,7 @@ import torch
 from charrnn.config import ModelConfig
 from charrnn.layernorm import EPSILON, LayerNormRNN
 from charrnn.model import CharRNN
+from charrnn.stepper import make_stepper
 
 CELLS = ["rnn", "gru", "lstm"]
 
@@ -76,7 +77,7 @@ def test_step_path_equals_sequence_path_and_chunks_equal_whole(cell):
         first, state = model(idx[:, :5])
         second, state = model(idx[:, 5:], state)
     torch.testing.assert_close(torch.cat([first, second], dim=1), whole, rtol=0, atol=1e-6)
-    stepper, step_state = model.stepper(), model.initial_state(3)
+    stepper, step_state = make_stepper(model), model.initial_state(3)
     for t in range(12):
         logits, step_state = stepper.step(idx[:, t], step_state)
         torch.testing.assert_close(logits, whole[:, t], rtol=0, atol=1e-5)

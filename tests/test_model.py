@@ -1,16 +1,10 @@
 import pytest
 import torch
+from helpers import CELLS, make_model
 
 from charrnn.config import ModelConfig
 from charrnn.model import CharRNN
-
-CELLS = ["lstm", "gru", "rnn"]
-
-
-def make_model(cell: str, layers: int = 2, seed: int = 0) -> CharRNN:
-    torch.manual_seed(seed)
-    config = ModelConfig(vocab_size=11, cell=cell, num_layers=layers, hidden_size=16, embed_size=6)
-    return CharRNN(config).eval()
+from charrnn.stepper import make_stepper
 
 
 @pytest.mark.parametrize("cell", CELLS)
@@ -37,48 +31,6 @@ def test_whole_sequence_equals_chunks_with_state_carried(cell):
     torch.testing.assert_close(torch.cat(parts, dim=1), whole, rtol=1e-5, atol=1e-6)
     for a, b in zip(state, whole_state, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-
-
-CUDA = pytest.param("cuda", marks=pytest.mark.cuda)
-
-
-@pytest.mark.parametrize("cell", CELLS)
-@pytest.mark.parametrize("layers", [1, 3])
-@pytest.mark.parametrize("device", ["cpu", CUDA])
-def test_step_path_equals_fused_module(cell, layers, device):
-    """The stepper, on the CPU or a GPU, against the fused module on the CPU."""
-    model = make_model(cell, layers)
-    # Non-zero biases everywhere, so a bias folded into the wrong place would show.
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "bias" in name:
-                param.uniform_(-0.5, 0.5)
-    idx = torch.randint(0, 11, (4, 25))
-    with torch.no_grad():
-        fused, fused_state = model(idx)
-    tolerance = 1e-5 if device == "cpu" else 1e-4  # GPU kernels sum in another order
-    stepping = model.to(device)
-    stepper = stepping.stepper()
-    state = stepping.initial_state(4)
-    for t in range(idx.shape[1]):
-        logits, state = stepper.step(idx[:, t].to(device), state)
-        torch.testing.assert_close(logits.cpu(), fused[:, t], rtol=0, atol=tolerance)
-    for a, b in zip(state, fused_state, strict=True):
-        torch.testing.assert_close(a.cpu(), b, rtol=0, atol=tolerance)
-
-
-def test_relu_rnn_step_path():
-    torch.manual_seed(0)
-    model = CharRNN(ModelConfig(vocab_size=5, cell="rnn", num_layers=2, hidden_size=8, embed_size=4,
-                                rnn_activation="relu")).eval()
-    assert model.rnn.nonlinearity == "relu"
-    idx = torch.randint(0, 5, (2, 9))
-    with torch.no_grad():
-        fused, _ = model(idx)
-    stepper, state = model.stepper(), model.initial_state(2)
-    for t in range(9):
-        logits, state = stepper.step(idx[:, t], state)
-        torch.testing.assert_close(logits, fused[:, t], rtol=0, atol=1e-5)
 
 
 def test_dropout_only_in_training():
@@ -164,7 +116,7 @@ def test_esn_trains_only_its_read_out():
     torch.nn.functional.cross_entropy(logits.reshape(-1, 6), torch.randint(0, 6, (18,))).backward()
     trained = {name for name, p in model.named_parameters() if p.grad is not None}
     assert trained == {"head.weight", "head.bias"}
-    stepper, state = model.stepper(), model.initial_state(1)
+    stepper, state = make_stepper(model), model.initial_state(1)
     with torch.no_grad():
         fused, _ = model(torch.tensor([[1, 2, 3]]))
     for t, idx in enumerate([1, 2, 3]):
