@@ -37,7 +37,7 @@ from charrnn.data import CorpusInfo, StreamBatches, encode_corpus
 from charrnn.evaluate import evaluate
 from charrnn.model import CharRNN
 from charrnn.sample import generate
-from charrnn.train import TrainingRun
+from charrnn.training_run import TrainingRun
 from charrnn.vocab import Vocab
 
 RESULTS = Path(__file__).with_name("results.json")
@@ -144,7 +144,7 @@ def training_throughput(quick: bool) -> list[Result]:
     def charrnn_steps() -> None:
         run.position = 0
         for _ in range(steps):
-            run.advance(1e-3)
+            run.train_step(1e-3)
 
     ours, theirs = paired_times(charrnn_steps, lambda: reference(steps), 1 if quick else 3)
     chars = batch * seq_len * steps
@@ -444,7 +444,7 @@ def layer_norm_training_cost(quick: bool) -> list[Result]:
     seconds = {}
     for layer_norm in (False, True):
         run = training_run(ModelConfig(vocab_size=len(VOCAB), layer_norm=layer_norm), ids, 16, 50, steps)
-        seconds[layer_norm] = best_time(lambda run=run: [run.advance(1e-3) for _ in range(steps)], 2)
+        seconds[layer_norm] = best_time(lambda run=run: [run.train_step(1e-3) for _ in range(steps)], 2)
     ratio = seconds[True] / seconds[False]
     return [Result(f"layer-norm LSTM training vs fused, 2×256, {steps} steps of 16×50", "s", seconds[True],
                    seconds[False], ratio, "reported", None)]

@@ -8,3 +8,15 @@ import warnings
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
 
 __version__ = "0.1.0"
+
+__all__ = ["load", "train"]
+
+
+def __getattr__(name: str):
+    """``charrnn.load`` and ``charrnn.train`` (see :mod:`charrnn.api`), imported on first use so that
+    the command line starts without importing torch."""
+    if name in __all__:
+        from charrnn import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'charrnn' has no attribute {name!r}")

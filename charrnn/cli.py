@@ -35,7 +35,6 @@ from charrnn.config import (
     ModelConfig,
     SampleConfig,
     TrainConfig,
-    shape_for_budget,
 )
 from charrnn.datasets import DATASETS, DEFAULT_DATASET, get_dataset
 from charrnn.errors import CharrnnError, ConfigError
@@ -45,8 +44,7 @@ from charrnn.terminal import ReaderGone, silence_stdout, stdout_guard, stream_st
 from charrnn.text import require_valid_text
 
 if TYPE_CHECKING:
-    from charrnn.distributed import ProcessGroup
-    from charrnn.train import TrainObserver, TrainResult
+    from charrnn.plan import TrainingPlan
 
 out = Console()
 err = Console(stderr=True)
@@ -97,23 +95,19 @@ def render_samples(texts: list[str], kind: str) -> str:
     return "".join(f"=== {kind} {i} ===\n{text}\n" for i, text in enumerate(texts, start=1))
 
 
-def _checkpoint_argument(path: Path, name: str = "best.pt") -> Path:
+def _checkpoint_argument(path: Path, name: str = "best.pt", say: Callable[[str], None] | None = None) -> Path:
     """A checkpoint the user named: a file, or a run directory's ``name``, which is then said."""
     from charrnn.checkpoint import checkpoint_in
 
     resolved = checkpoint_in(path, name)
     if resolved != path:
-        message(f"using {resolved}")
+        (say or message)(f"using {resolved}")
     return resolved
 
 
 def message(text: str) -> None:
     """A status line on stderr, never re-wrapped or read as markup."""
     click.echo(text, err=True)
-
-
-def _silent(text: str) -> None:
-    """What ranks other than 0 do with status lines (see charrnn.distributed)."""
 
 
 class OneLineUsageError(click.ClickException):
@@ -353,70 +347,52 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
       charrnn train my_corpus.txt --hidden 512 --epochs 20 --dropout 0.2
       charrnn train poems/ --model gru --out runs/poems
     """
-    from charrnn.checkpoint import load_model
-    from charrnn.data import corpus_name, encode_corpus
-    from charrnn.display import ProgressBar, key_value_table
+    from charrnn.devices import resolve_device
+    from charrnn.display import ProgressBar, describe_stop, key_value_table
     from charrnn.distributed import join_from_environment, leave
-    from charrnn.train import TrainingInterrupted, TrainObserver, resolve_device, train
-    from charrnn.vocab import UnknownCharactersError
+    from charrnn.plan import OptionConflict, RunAlreadyFinished, TrainingRequest, check_request, plan_training
+    from charrnn.train import TrainingInterrupted, TrainObserver
 
     observer = TrainObserver() if quiet else ProgressBar(err, draw_bar=sys.stderr.isatty())
-    model_options = {key: options.pop(key) for key in ModelConfig.__dataclass_fields__ if key in options}
-    if init_from is not None and resume_path is not None:
-        raise click.UsageError("--init-from starts a new run and --resume continues one: give one of them")
-    if extend_vocab and init_from is None:
-        raise click.UsageError("--extend-vocab goes with --init-from")
-    # Under torchrun: join the other processes; rank 0 alone prints.
-    group, device = join_from_environment(resolve_device(device))
-    main = group is None or group.is_main
-    say = message if main else _silent
-    if group is not None:
-        say(f"training with {group.world_size} processes (DistributedDataParallel, "
-            f"{'nccl' if device.startswith('cuda') else 'gloo'})")
-    if resume_path is not None:
-        start_training = _resume(ctx, resume_path, corpus, out_dir, overwrite, device, model_options, options,
-                                 group, say, observer)
-    else:
-        if corpus is None:
-            corpus, _ = _fetch_dataset(DEFAULT_DATASET, data_dir, say=say)
-            name = DEFAULT_DATASET
-        else:
-            name = corpus_name(corpus)
-        if init_from is None and options["time_budget"] is not None:
-            _shape_for_budget(ctx, options["time_budget"], device.split(":")[0], model_options, options, say)
-        config = TrainConfig(out_dir=str(out_dir or Path("checkpoints") / name),
-                             device=device, init_from=init_from and str(init_from), **options)
-        initial_weights = None
-        if init_from is None:
-            encoded = encode_corpus(corpus, name, config.val_frac)
-            model_config = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
-        else:
-            source = load_model(_checkpoint_argument(init_from))
-            try:
-                encoded = encode_corpus(corpus, name, config.val_frac, source.vocab, extend_vocab)
-            except UnknownCharactersError as exc:
-                raise CharrnnError(f"{corpus}: {exc}; pass --extend-vocab to add them") from None
-            model_config = _fine_tune_config(ctx, source.model.config, model_options, len(encoded.vocab))
-            initial_weights = source.model.state_dict()
-
-        def start_training(stop: GracefulStop) -> TrainResult:
-            return train(model_config, config, encoded.vocab, encoded.ids, encoded.info, observer,
-                         overwrite=overwrite, stop=stop, initial_weights=initial_weights, group=group)
-
+    given = {key: value for key, value in options.items()
+             if ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
+    request = TrainingRequest(corpus, given, out_dir, overwrite, resume_path, init_from, extend_vocab)
+    try:
+        check_request(request)
+        # Under torchrun: join the other processes; rank 0 alone prints.
+        group, request.device = join_from_environment(resolve_device(device))
+        say = group.only_main(message)
+        if group.world_size > 1:
+            say(f"training with {group.world_size} processes (DistributedDataParallel, "
+                f"{'nccl' if request.device.startswith('cuda') else 'gloo'})")
+        if resume_path is not None:
+            request.resume = _checkpoint_argument(resume_path, "last.pt", say)
+        elif corpus is None:
+            request.corpus, _ = _fetch_dataset(DEFAULT_DATASET, data_dir, say=say)
+            request.corpus_name = DEFAULT_DATASET
+        if init_from is not None:
+            _checkpoint_argument(init_from, "best.pt", say)  # says which checkpoint a directory means
+        plan = plan_training(request)
+    except OptionConflict as exc:
+        raise click.UsageError(str(exc), ctx) from None
+    except RunAlreadyFinished as exc:
+        raise CharrnnError(f"this run already {describe_stop(exc.reason)}; give a larger limit to continue it"
+                           ) from None
+    _say_plan(plan, ctx, say)
     try:
         with GracefulStop() as stop:
-            result = start_training(stop)
+            result = plan.run(observer, stop, group)
     except TrainingInterrupted as interrupted:
         say(str(interrupted))
         say(f"resume with: charrnn train --resume {shlex.quote(str(interrupted.checkpoint))}")
         ctx.exit(EXIT_CODES[interrupted.signal_name])
     finally:
         leave(group)
-    if not main:
+    if not group.is_main:
         return
     if as_json:
         write_stdout(json_text({
-            "stopped": result.stop_reason, "steps": result.steps, "epoch": result.epoch,
+            "stopped": describe_stop(result.stop_reason), "steps": result.steps, "epoch": result.epoch,
             "elapsed_s": result.elapsed_s, "best": result.best.to_dict(),
             "skipped_steps": result.skipped_steps,
             "out_dir": str(result.out_dir), "best_checkpoint": str(result.out_dir / "best.pt"),
@@ -425,7 +401,7 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
         }, ensure_ascii=False) + "\n")
         return
     summary = key_value_table("training finished", {
-        "stopped": result.stop_reason,
+        "stopped": describe_stop(result.stop_reason),
         "steps": f"{result.steps:,} ({result.epoch:.2f} epochs)",
         "wall time": f"{result.elapsed_s:.1f} s",
         "best validation": f"{result.best.nats_per_char:.4f} nats/char, "
@@ -440,89 +416,23 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
         out.print(summary)
 
 
-def _shape_for_budget(ctx: click.Context, seconds: float, device: str, model_options: dict[str, Any],
-                      train_options: dict[str, Any], say: Callable[[str], None]) -> None:
-    """Give a time-budgeted LSTM run the size, batch, learning rate and dropout measured best for it.
-
-    Only options the user left at their defaults change, and the choice is printed.
-    Other cells, layer-normalised LSTMs and devices other than the CPU keep the plain
-    defaults: the sweep did not measure them.
-    """
-    if model_options["cell"] != "lstm" or model_options["layer_norm"]:
-        return
-    shape = shape_for_budget(seconds, device)
-    if shape is None:
-        say(f"--time-budget {seconds:g} s on {device}: the budget settings were measured on a CPU, so "
-            f"this run keeps the plain defaults")
-        return
+def _say_plan(plan: TrainingPlan, ctx: click.Context, say: Callable[[str], None]) -> None:
+    """Tell the user what the plan decided that they did not ask for in so many words."""
     flags = {param.name: param.opts[0] for param in ctx.command.params}
-    chosen = []
-    for key in ("hidden_size", "batch_size", "learning_rate", "dropout"):
-        if ctx.get_parameter_source(key) is click.core.ParameterSource.DEFAULT:
-            options = model_options if key in model_options else train_options
-            options[key] = getattr(shape, key)
-            chosen.append(f"{flags[key]} {options[key]:g}")
-    if chosen:
-        say(f"--time-budget {seconds:g} s: {' '.join(chosen)} (the fastest-learning settings measured "
+    budget = plan.budget
+    if budget is not None and not budget.measured:
+        say(f"--time-budget {budget.seconds:g} s on {budget.device}: the budget settings were measured on a "
+            f"CPU, so this run keeps the plain defaults")
+    elif budget is not None and budget.chosen:
+        chosen = " ".join(f"{flags[key]} {value:g}" for key, value in budget.chosen.items())
+        say(f"--time-budget {budget.seconds:g} s: {chosen} (the fastest-learning settings measured "
             f"for this budget; give any of them to override)")
-
-
-def _fine_tune_config(ctx: click.Context, source: ModelConfig, model_options: dict[str, Any],
-                      vocab_size: int) -> ModelConfig:
-    """The checkpoint's model, with a larger vocabulary if extended; only dropout may be changed."""
-    values = source.to_dict() | {"vocab_size": vocab_size}
-    for key, value in model_options.items():
-        if ctx.get_parameter_source(key) is click.core.ParameterSource.DEFAULT or value == values[key]:
-            continue
-        if key != "dropout":
-            raise CharrnnError(f"{key} {value!r} contradicts the --init-from checkpoint "
-                               f"({key} {values[key]!r}); fine-tuning keeps the model's shape")
-        values[key] = value
-    return ModelConfig(**values)
-
-
-def _resume(ctx: click.Context, checkpoint: Path, corpus: Path | None, out_dir: Path | None, overwrite: bool,
-            device: str, model_options: dict[str, Any], train_options: dict[str, Any],
-            group: ProcessGroup | None, say: Callable[[str], None],
-            observer: TrainObserver) -> Callable[[GracefulStop], TrainResult]:
-    """Check that a run can continue from its checkpoint, with only the options given here changed.
-
-    Returns the function that continues it.
-    """
-    from charrnn.checkpoint import load_checkpoint
-    from charrnn.data import encode_corpus
-    from charrnn.rundir import metrics_history, resume_target
-    from charrnn.train import RESUME_FIELDS, resume_config, train
-    from charrnn.vocab import Vocab
-
-    def given(options: dict[str, Any]) -> dict[str, Any]:
-        return {key: value for key, value in options.items()
-                if ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
-
-    checkpoint = _checkpoint_argument(checkpoint, "last.pt")
-    payload = load_checkpoint(checkpoint)
-    missing = [name for name in RESUME_FIELDS if name not in payload]
-    if missing:
-        raise CharrnnError(f"{checkpoint} cannot be resumed (it holds no training state: {missing[0]} "
-                           f"is missing)")
-    model_config, config, changes = resume_config(payload, given(model_options),
-                                                  {**given(train_options), "device": device})
-    target = resume_target(checkpoint, payload, out_dir, overwrite)
-    config.out_dir = str(target.out_dir)
-    saved_corpus = payload["corpus"]
-    corpus_path = corpus or Path(saved_corpus["path"])
-    # The ids always come from the checkpoint's own vocabulary (a fine-tuned run's may differ
-    # from the corpus's), and the corpus must be the very text the run was trained on.
-    vocab = Vocab.from_list(payload["vocab"])
-    encoded = encode_corpus(corpus_path, saved_corpus["name"], config.val_frac, vocab,
-                            expected_sha256=saved_corpus["sha256"])
-    for change in changes:
-        say(f"resuming with {change}")
-    where = f" into a new branch {target.out_dir}" if target.branch else ""
-    say(f"resuming {checkpoint} at step {payload['step']:,} (epoch {payload['progress_epochs']:.2f}){where}")
-    history = metrics_history(checkpoint.parent, payload["step"]) if target.branch else None
-    return lambda stop: train(model_config, config, vocab, encoded.ids, encoded.info, observer,
-                              resume_from=payload, stop=stop, group=group, branch_history=history)
+    resume = plan.resume
+    if resume is not None:
+        for key, old, new in resume.changes:
+            say(f"resuming with {key}: {old!r} → {new!r}")
+        where = f" into a new branch {plan.config.out_dir}" if resume.branch else ""
+        say(f"resuming {resume.checkpoint} at step {resume.step:,} (epoch {resume.epoch:.2f}){where}")
 
 
 # -------------------------------------------------------------------------- sample
@@ -594,8 +504,8 @@ def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None,
     from charrnn.beam import DEFAULT_LENGTH_PENALTY, beam_search
     from charrnn.checkpoint import load_model
     from charrnn.data import read_corpus
+    from charrnn.devices import resolve_device
     from charrnn.sample import collect_samples, generate
-    from charrnn.train import resolve_device
     if prime_file is not None:
         prime = read_corpus(prime_file)
     prime = prime or ""
@@ -662,9 +572,9 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
     from charrnn.checkpoint import load_model
     from charrnn.corpus_cache import cached_ids, scan_corpus
     from charrnn.data import checkpoint_validation_ids
+    from charrnn.devices import resolve_device
     from charrnn.display import key_value_table
     from charrnn.evaluate import evaluate
-    from charrnn.train import resolve_device
     from charrnn.vocab import UnknownCharactersError, describe_chars
     checkpoint = _checkpoint_argument(checkpoint)
     loaded = load_model(checkpoint, resolve_device(device))
@@ -761,8 +671,8 @@ def compare_command(ctx: click.Context, checkpoints: tuple[Path, ...], prime: st
         raise click.UsageError("give --prime or --prime-file, not both")
     from charrnn.compare import TRAINING_SPLIT, CompareSettings, compare_checkpoints, to_markdown
     from charrnn.data import read_corpus
+    from charrnn.devices import resolve_device
     from charrnn.display import comparison_renderable
-    from charrnn.train import resolve_device
     if prime_file is not None:
         prime = read_corpus(prime_file)
     require_valid_text(prime, "--prime")
@@ -874,9 +784,9 @@ def inspect_command(checkpoint: Path, text_file: Path, layer: int, unit: int | N
     """
     from charrnn.checkpoint import load_model
     from charrnn.data import read_corpus
+    from charrnn.devices import resolve_device
     from charrnn.display import coloured_text, ranking_table
     from charrnn.neurons import activations, html_page, rank_units, text_feature
-    from charrnn.train import resolve_device
     from charrnn.vocab import UnknownCharactersError
     if unit is None and feature is None:
         raise click.UsageError("give --unit to colour the text, or --rank to find units")

@@ -22,7 +22,20 @@ from charrnn.data import CorpusInfo
 from charrnn.memorisation import COPY_MIN_CHARS
 from charrnn.model import CharRNN
 from charrnn.neurons import colour
+from charrnn.rundir import EvaluationRecord
+from charrnn.schedule import StopReason
 from charrnn.train import StepReport, TrainObserver
+
+
+def describe_stop(reason: StopReason) -> str:
+    """Why a run stopped, in the words of the command line's options."""
+    if reason.interrupted:
+        return f"interrupted by {reason.signal_name}"
+    if reason.criterion == "time_budget":
+        return f"used the --time-budget of {reason.limit:g} s"
+    if reason.criterion == "max_steps":
+        return f"reached --max-steps {reason.limit}"
+    return f"reached --epochs {reason.limit:g}"
 
 
 def key_value_table(title: str, rows: dict[str, str], fold: bool = False) -> Table:
@@ -112,15 +125,14 @@ class ProgressBar(TrainObserver):
         self.bar.set_postfix(postfix, refresh=False)
         self.bar.update(1)
 
-    def on_eval(self, record: dict[str, Any]) -> None:
-        train_loss = record["train_loss"]
-        train_part = f"train {train_loss:.4f}" if train_loss is not None else "train n/a"
-        marker = "  (best)" if record["best"] else ""
-        if record.get("epoch_checkpoint"):
-            marker += f"  saved {record['epoch_checkpoint']}"
+    def on_eval(self, record: EvaluationRecord, improved: bool) -> None:
+        train_part = f"train {record.train_loss:.4f}" if record.train_loss is not None else "train n/a"
+        marker = "  (best)" if improved else ""
+        if record.epoch_checkpoint:
+            marker += f"  saved {record.epoch_checkpoint}"
         tqdm.write(
-            f"step {record['step']:>6}  epoch {record['epoch']:>7.3f}  {train_part}  "
-            f"val {record['val_loss']:.4f} nats/char ({record['val_bits_per_char']:.3f} bits){marker}",
+            f"step {record.step:>6}  epoch {record.epoch:>7.3f}  {train_part}  "
+            f"val {record.val_loss:.4f} nats/char ({record.val_bits_per_char:.3f} bits){marker}",
             file=sys.stderr,
         )
 

@@ -4,7 +4,9 @@
 command with ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
 ``MASTER_PORT`` set (multi-node runs add torchrun's rendezvous options; nothing
 here changes). :func:`join_from_environment` turns those into a
-:class:`ProcessGroup`: gloo on the CPU, nccl on CUDA, one GPU per local rank.
+:class:`ProcessGroup`: gloo on the CPU, nccl on CUDA, one GPU per local rank. A
+process on its own gets a :class:`SingleProcess`, the same interface for a world
+of one, so that training never asks whether it runs alone.
 
 Each rank owns a disjoint, contiguous block of the ``--batch-size`` streams, so
 the global batch is the one given. DDP averages the gradients, which, with equal
@@ -19,25 +21,64 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from charrnn.errors import CharrnnError
 
+T = TypeVar("T")
 
-@dataclass(frozen=True)
-class ProcessGroup:
-    rank: int  # this process's index among all processes, 0 .. world_size - 1
-    local_rank: int  # its index on this machine (picks the GPU)
-    world_size: int  # number of processes
+
+class SingleProcess:
+    """A world of one: every collective is the identity, and this process is the main one."""
+
+    rank = 0  # this process's index among all processes
+    world_size = 1  # number of processes
 
     @property
     def is_main(self) -> bool:
         """Rank 0: the one process that evaluates, logs and writes."""
         return self.rank == 0
+
+    def only_main(self, say: Callable[[str], None]) -> Callable[[str], None]:
+        """``say`` on the main process; elsewhere a function that drops the line."""
+        return say if self.is_main else _drop
+
+    def rows(self, batch_size: int) -> slice:
+        """This rank's block of the ``batch_size`` streams: all of them."""
+        return slice(None)
+
+    def reduce(self, values: list[float], device: torch.device, op: str = "sum") -> list[float]:
+        """Element-wise ``sum`` or ``max`` of ``values`` over all ranks: the values themselves."""
+        return list(values)
+
+    def from_main(self, value: T) -> T:
+        """Rank 0's ``value``, on every rank."""
+        return value
+
+    def gather_rows(self, tensor: torch.Tensor, dim: int) -> torch.Tensor:
+        """Every rank's block of ``tensor`` along ``dim``, in rank order."""
+        return tensor
+
+    def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+        """The module a training step calls: the model itself."""
+        return model
+
+
+def _drop(text: str) -> None:
+    """What ranks other than 0 do with status lines."""
+
+
+@dataclass(frozen=True)
+class ProcessGroup(SingleProcess):
+    """One of ``world_size`` processes that torchrun started, joined through torch.distributed."""
+
+    rank: int  # this process's index among all processes, 0 .. world_size - 1
+    world_size: int  # number of processes
 
     def rows(self, batch_size: int) -> slice:
         """This rank's block of the ``batch_size`` streams."""
@@ -55,7 +96,7 @@ class ProcessGroup:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
         return tensor.tolist()
 
-    def from_main(self, value: object) -> object:
+    def from_main(self, value: T) -> T:
         """Rank 0's ``value``, on every rank."""
         box = [value]
         dist.broadcast_object_list(box, src=0)
@@ -66,6 +107,11 @@ class ProcessGroup:
         parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
         dist.all_gather(parts, tensor.contiguous())
         return torch.cat(parts, dim=dim)
+
+    def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+        """DistributedDataParallel around ``model``: its backward pass averages the ranks' gradients."""
+        return torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
 def _environment_int(name: str, default: str | None = None) -> int:
@@ -88,14 +134,15 @@ def world_size_from_environment() -> int:
         return 1
 
 
-def join_from_environment(device: str) -> tuple[ProcessGroup | None, str]:
-    """Join the process group torchrun set up; return it (None when alone) and this rank's device.
+def join_from_environment(device: str) -> tuple[SingleProcess, str]:
+    """Join the process group torchrun set up; return it (a :class:`SingleProcess` when alone) and
+    this rank's device.
 
     ``device`` is the resolved ``cpu`` or ``cuda``; on CUDA each local rank takes its own GPU.
     """
     world_size = _environment_int("WORLD_SIZE", "1")
     if world_size <= 1:
-        return None, device
+        return SingleProcess(), device
     rank, local_rank = _environment_int("RANK"), _environment_int("LOCAL_RANK", "0")
     if not 0 <= rank < world_size:
         raise CharrnnError(f"RANK {rank} is outside WORLD_SIZE {world_size}; start training with torchrun")
@@ -113,11 +160,11 @@ def join_from_environment(device: str) -> tuple[ProcessGroup | None, str]:
         raise CharrnnError(f"multi-process training runs on cpu (gloo) or cuda (nccl), not {device}")
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
-    return ProcessGroup(rank, local_rank, world_size), device
+    return ProcessGroup(rank, world_size), device
 
 
-def leave(group: ProcessGroup | None) -> None:
-    if group is not None and dist.is_initialized():
+def leave(group: SingleProcess) -> None:
+    if isinstance(group, ProcessGroup) and dist.is_initialized():
         dist.destroy_process_group()
 
 

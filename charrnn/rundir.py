@@ -22,7 +22,7 @@ import shutil
 import stat
 import uuid
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ import torch
 
 from charrnn.checkpoint import save_checkpoint
 from charrnn.errors import CharrnnError
-from charrnn.files import append_line, atomic_write_text, reason, stat_or_none, write_json
+from charrnn.files import append_line, atomic_write_text, json_text, reason, stat_or_none, write_json
 
 RUN_FILES = ("last.pt", "best.pt", "metrics.jsonl", "config.json")
 EPOCH_CHECKPOINT_GLOB = "epoch*-val*.pt"
@@ -44,6 +44,12 @@ def new_run_id() -> str:
 def epoch_checkpoint_name(epoch: int, val_loss: float) -> str:
     """``epoch0005-val1.6123.pt``: sorts by epoch and says what it holds."""
     return f"epoch{epoch:04d}-val{val_loss:.4f}.pt"
+
+
+def checkpoint_bytes(parameters: int) -> int:
+    """Roughly what one checkpoint of a model with ``parameters`` takes on disk: float32 weights,
+    Adam's two moments, a margin."""
+    return 3 * 4 * parameters + (1 << 20)
 
 
 def check_free_space(out_dir: Path, needed: int) -> None:
@@ -193,8 +199,9 @@ class RunDirectory:
         save_checkpoint(self.path / name, payload)
         self._wrote(name)
 
-    def append_metrics(self, line: str) -> None:
+    def append_metrics(self, record: EvaluationRecord) -> None:
         """Add one evaluation record; a fresh run's first replaces an older run's log."""
+        line = record.to_json()
         if self.fresh and "metrics.jsonl" not in self.written:
             atomic_write_text(self.metrics_path, "".join(f"{kept}\n" for kept in [*self.history, line]))
         else:
@@ -220,8 +227,81 @@ class RunDirectory:
         self.written.add("config.json")
 
 
+@dataclass(frozen=True)
+class EvaluationRecord:
+    """One line of ``metrics.jsonl``: a validation pass during training.
+
+    Training writes them; ``plot``, branches and the progress display read them as this type.
+    """
+
+    step: int | None  # optimiser steps done (None only in hand-made logs)
+    epoch: float  # passes over the training split done, fractional
+    train_loss: float | None  # mean training loss since the previous evaluation (None if none was finite)
+    val_loss: float | None  # validation nats/char (None if not finite)
+    val_bits_per_char: float | None  # the same in bits
+    learning_rate: float | None  # the learning rate at this step
+    chars_per_s: float | None  # training throughput since the previous evaluation
+    elapsed_s: float  # wall time of the run so far
+    epoch_checkpoint: str | None = None  # the epoch checkpoint written with this evaluation, if any
+
+    def to_json(self) -> str:
+        record = asdict(self)
+        if self.epoch_checkpoint is None:
+            del record["epoch_checkpoint"]
+        return json_text(record)
+
+    @classmethod
+    def from_json(cls, line: str) -> EvaluationRecord:
+        """Parse one line; a ValueError says what is wrong with it."""
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            raise ValueError("is not JSON") from None
+        if not isinstance(record, dict):
+            raise ValueError("is not an evaluation record (a JSON object)")
+        for key in ("epoch", "elapsed_s", "val_loss", "train_loss"):
+            value = record.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise ValueError(f": {key} is {value!r}, not a number")
+            if value is None and key in ("epoch", "elapsed_s"):  # a non-finite loss is logged as null
+                raise ValueError(f"lacks {key}")
+        if "val_loss" not in record:
+            raise ValueError("lacks val_loss")
+        step = record.get("step")
+        return cls(**{f.name: record.get(f.name) for f in fields(cls)}
+                   | {"step": step if isinstance(step, int) and not isinstance(step, bool) else None})
+
+
+def read_metrics(run_dir: Path) -> list[EvaluationRecord]:
+    """The evaluation records of one run, oldest first; a malformed line is an error naming it."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise CharrnnError(f"{run_dir} is not a run directory (no metrics.jsonl)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise CharrnnError(f"{path} is not UTF-8 text (invalid byte at offset {exc.start})") from None
+    except OSError as exc:
+        raise CharrnnError(f"cannot read {path}: {reason(exc)}") from None
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(EvaluationRecord.from_json(line))
+        except ValueError as exc:
+            separator = "" if str(exc).startswith(":") else " "
+            raise CharrnnError(f"{path} line {number}{separator}{exc}") from None
+    if not records:
+        raise CharrnnError(f"{path} has no evaluations yet; plot it after the run's first evaluation")
+    return records
+
+
 def metrics_history(run_dir: Path, up_to_step: int) -> list[str]:
-    """The lines of ``run_dir``'s metrics.jsonl up to and including ``up_to_step``, for a branch."""
+    """The lines of ``run_dir``'s metrics.jsonl up to and including ``up_to_step``, for a branch.
+
+    Lines that are not evaluation records are left out; the kept ones are copied as they are.
+    """
     try:
         lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
@@ -229,9 +309,9 @@ def metrics_history(run_dir: Path, up_to_step: int) -> list[str]:
     kept = []
     for line in lines:
         try:
-            record = json.loads(line)
+            record = EvaluationRecord.from_json(line)
         except ValueError:
             continue
-        if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= up_to_step:
+        if record.step is not None and record.step <= up_to_step:
             kept.append(line)
     return kept

@@ -1,66 +1,47 @@
-"""The training loop: truncated BPTT, Adam, a warm-up + cosine schedule, clipping, evaluation.
+"""The training loop: step, evaluate and save, stop; and :func:`train`, which sets it up.
 
-Textbook notes §3: inputs are ``text[i : i+T]``, targets ``text[i+1 : i+T+1]``;
-the final state of a segment is the initial state of the next, detached so that
-backpropagation stops at the segment boundary; the state is reset at the start
-of each epoch. Gradients are clipped by their global norm,
-``g ← g · v / ‖g‖`` when ``‖g‖ > v``, and a step whose loss or gradient is not
-finite is skipped rather than applied.
-
-The loop reports through a :class:`TrainObserver`; it never prints by itself.
+The loop only schedules. A step is :meth:`TrainingRun.train_step
+<charrnn.training_run.TrainingRun.train_step>`; when to stop and the learning rate
+come from :mod:`charrnn.schedule`; files go through :mod:`charrnn.rundir`; other
+processes (torchrun) through :mod:`charrnn.distributed`. The loop reports through a
+:class:`TrainObserver` and never prints by itself.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import random
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data import CorpusInfo, Split, StreamBatches, split_ids
-from charrnn.distributed import ProcessGroup
+from charrnn.devices import check_model_fits
+from charrnn.distributed import SingleProcess
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import EvalResult, evaluate
-from charrnn.files import json_text, remove_stale_temporaries
-from charrnn.hardware import available_host_memory
+from charrnn.files import remove_stale_temporaries
 from charrnn.interrupt import GracefulStop
-from charrnn.model import CharRNN, detach_state, parameter_count
+from charrnn.model import CharRNN
 from charrnn.rundir import (
+    EvaluationRecord,
     RunDirectory,
     check_free_space,
+    checkpoint_bytes,
     epoch_checkpoint_name,
     new_run_id,
     prepare_out_dir,
 )
 from charrnn.runlock import RunLock
+from charrnn.schedule import StopReason, learning_rate_at, planned_steps, run_progress, stop_reason
+from charrnn.training_run import TrainingRun
 from charrnn.vocab import Vocab
-
-
-def resolve_device(name: str) -> str:
-    """Turn ``auto`` into ``cuda`` when a GPU is present, else ``cpu``; check explicit choices."""
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise CharrnnError("--device cuda was requested but no CUDA GPU is available")
-    if name == "mps" and not torch.backends.mps.is_available():
-        raise CharrnnError("--device mps was requested but MPS is not available")
-    return name
-
-
-def autocast(device: torch.device, precision: str):
-    """bfloat16 autocast of the training forward pass for ``precision == "bf16"``; a no-op for fp32.
-
-    Weights, optimiser state and the loss stay float32, so checkpoints are the same either way.
-    """
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
 @dataclass
@@ -79,12 +60,11 @@ class TrainResult:
     out_dir: Path  # where checkpoints and logs were written
     steps: int  # optimiser steps done
     epoch: float  # passes over the training split done
-    best_val_loss: float  # lowest validation nats/char seen
-    best: EvalResult  # the evaluation that produced best.pt
+    best: EvalResult  # the evaluation that produced best.pt (the lowest validation loss)
     elapsed_s: float  # wall time of the loop, evaluations included
-    stop_reason: str  # which criterion ended the run
+    stop_reason: StopReason  # which criterion ended the run
     skipped_steps: int  # steps skipped for non-finite values
-    epoch_checkpoints: list[Path]  # the --save-epochs checkpoints this call wrote
+    epoch_checkpoints: list[Path]  # the save_epochs checkpoints this call wrote
 
 
 class TrainingInterrupted(Exception):
@@ -107,368 +87,125 @@ class TrainObserver:
     def on_step(self, report: StepReport) -> None:
         pass
 
-    def on_eval(self, record: dict[str, Any]) -> None:
-        pass
+    def on_eval(self, record: EvaluationRecord, improved: bool) -> None:
+        """``improved``: this evaluation is the run's best so far, and was saved as best.pt."""
 
     def on_end(self, completed: bool) -> None:
         """``completed`` is False when an error or a signal cut the run short."""
 
 
-def learning_rate_at(config: TrainConfig, step: int, progress: float | None) -> float:
-    """Linear warm-up for ``warmup_steps``, then cosine decay to ``min_lr_ratio`` of the peak.
+class TrainingLoop:
+    """Step until a stopping criterion or a signal, evaluating and saving on schedule.
 
-    ``progress`` in [0, 1] is how much of the run is done; with no known end the rate
-    stays at its peak after warm-up.
-    """
-    peak = config.learning_rate
-    if step < config.warmup_steps:
-        return peak * (step + 1) / config.warmup_steps
-    if progress is None:
-        return peak
-    floor = peak * config.min_lr_ratio
-    return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
-
-
-def run_progress(config: TrainConfig, step: int, epoch: float, elapsed: float) -> float | None:
-    """The fraction done by whichever stopping criterion is nearest, or None without one."""
-    fractions = []
-    if config.max_steps is not None:
-        fractions.append(step / config.max_steps)
-    if config.epochs is not None:
-        fractions.append(epoch / config.epochs)
-    if config.time_budget is not None:
-        fractions.append(elapsed / config.time_budget)
-    return max(fractions) if fractions else None
-
-
-def stop_reason(config: TrainConfig, step: int, epoch: float, elapsed: float) -> str | None:
-    if config.max_steps is not None and step >= config.max_steps:
-        return f"reached --max-steps {config.max_steps}"
-    if config.epochs is not None and epoch >= config.epochs - 1e-9:
-        return f"reached --epochs {config.epochs:g}"
-    if config.time_budget is not None and elapsed >= config.time_budget:
-        return f"used the --time-budget of {config.time_budget:g} s"
-    return None
-
-
-def checkpoint_bytes(model: CharRNN) -> int:
-    """Roughly what one checkpoint takes on disk: float32 weights, Adam's two moments, a margin."""
-    return 3 * 4 * sum(p.numel() for p in model.parameters()) + (1 << 20)
-
-
-TRAINING_BYTES_PER_PARAMETER = 16  # float32 weights, gradients and Adam's two moments
-
-
-def check_model_fits(model_config: ModelConfig, config: TrainConfig) -> None:
-    """Refuse, before allocating anything, a model whose training state cannot fit in memory."""
-    count = parameter_count(model_config)
-    needed = count * TRAINING_BYTES_PER_PARAMETER
-    device = torch.device(config.device)
-    if device.type == "cuda":
-        available = torch.cuda.mem_get_info(device)[0]
-    elif device.type == "cpu":
-        available = available_host_memory()
-    else:
-        available = None
-    if available is not None and needed > available:
-        raise CharrnnError(
-            f"the model has {count:,} parameters, and training it needs about {needed / 2**30:,.1f} GiB "
-            f"(weights, gradients and Adam's moments) before any activations; {config.device} has "
-            f"{available / 2**30:,.1f} GiB available. Choose a smaller --hidden, --embed or --layers"
-        )
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def restore_cuda_rng(states: list[torch.Tensor]) -> None:
-    """Restore saved CUDA generator states, one per GPU, onto the GPUs this machine has.
-
-    A run saved on more GPUs than are present restores the first ones; one saved without
-    a GPU (no states) or resumed without one leaves the CUDA generators as they are.
-    """
-    if not states or not torch.cuda.is_available():
-        return
-    for index, state in enumerate(states[: torch.cuda.device_count()]):
-        torch.cuda.set_rng_state(state, index)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:120] if text else type(exc).__name__
-
-
-def _plain_python_rng_state(state: tuple) -> list:
-    """``random.getstate()`` as lists and ints, which weights-only loading accepts."""
-    version, internal, gauss = state
-    return [version, list(internal), gauss]
-
-
-def _python_rng_state(plain: list) -> tuple:
-    version, internal, gauss = plain
-    return version, tuple(internal), gauss
-
-
-class TrainingRun:
-    """The mutable state of one run: model, optimiser, place in the data, best result so far.
-
-    ``advance()`` takes one truncated-BPTT step; ``payload()`` is the checkpoint dict.
-    With a process ``group`` this rank trains its own block of the streams through
-    DistributedDataParallel (see :mod:`charrnn.distributed`).
+    Every rank of a process group runs the loop and takes the same decisions; rank 0
+    alone evaluates and writes (``run_dir`` is None elsewhere).
     """
 
-    def __init__(self, model_config: ModelConfig, config: TrainConfig, vocab: Vocab, corpus: CorpusInfo,
-                 batches: StreamBatches, initial_weights: dict[str, torch.Tensor] | None = None,
-                 group: ProcessGroup | None = None):
-        self.model_config = model_config
-        self.config = config
-        self.vocab = vocab
-        self.corpus = corpus
-        self.batches = batches
-        self.device = torch.device(config.device)
-        # Host batches reach a GPU through pinned memory, copied without blocking the host.
-        self.pin_batches = self.device.type == "cuda"
-        seed_everything(config.seed)
-        self.model = CharRNN(model_config)
-        if initial_weights is not None:
-            self.model.load_pretrained(initial_weights)
-        self.model.to(self.device)
-        self.group = group
-        self.rows = group.rows(config.batch_size) if group else slice(None)  # this rank's streams
-        self.local_batch = config.batch_size // (group.world_size if group else 1)
-        # The module that training steps call; checkpoints and evaluation use self.model itself.
-        self.trained: torch.nn.Module = self.model
-        if group is not None:
-            self.trained = torch.nn.parallel.DistributedDataParallel(
-                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate,
-                                           weight_decay=config.weight_decay)
-        self.max_norm = config.clip if config.clip > 0 and config.clip_mode == "norm" else float("inf")
-        self.step = 0  # optimiser steps taken (skipped ones included)
-        self.epochs_done = 0  # completed passes over the training split
-        self.position = 0  # next step within the current epoch
-        self.state = self.model.initial_state(self.local_batch, self.device)
-        self.best: EvalResult | None = None
-        self.skipped = 0  # steps skipped for a non-finite loss or gradient
-        self.bad_streak = 0  # consecutive skipped steps up to now
-        self.run_id = new_run_id()  # names the run directory's run in config.json and every checkpoint
-        self.latest_eval: dict[str, Any] | None = None  # the last validation result, with its step
+    def __init__(self, run: TrainingRun, val_ids: torch.Tensor, observer: TrainObserver,
+                 stop: GracefulStop | None, run_dir: RunDirectory | None, elapsed_before: float,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.clock = clock  # seconds, for the time budget and the throughput figures
+        self.run = run
+        self.config = run.config
+        self.val_ids = val_ids  # (N,) validation ids
+        self.observer = observer
+        self.stop = stop
+        self.run_dir = run_dir
+        self.start = clock() - elapsed_before  # a resumed run continues its clock
+        self.elapsed = elapsed_before  # rank 0's clock, agreed by every rank
+        self._start_window()
 
-    @property
-    def epoch(self) -> float:
-        return self.epochs_done + self.position / len(self.batches)
+    def _start_window(self) -> None:
+        """Start the averages that the next evaluation record reports."""
+        self.loss_sum, self.loss_count = 0.0, 0
+        self.window_chars, self.window_start = 0, self.clock()
 
-    def advance(self, learning_rate: float) -> tuple[float, int]:
-        """One step at ``learning_rate``: its training loss (nats/char, maybe non-finite) and characters."""
-        if self.position == 0:
-            self.state = self.model.initial_state(self.local_batch, self.device)
-        for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate
-        inputs, targets = (
-            window[self.rows].pin_memory().to(self.device, non_blocking=True) if self.pin_batches
-            else window[self.rows]
-            for window in self.batches[self.position]
-        )  # (B, T) each, B this rank's streams
-        self.model.train()
-        with autocast(self.device, self.config.precision):
-            logits, state = self.trained(inputs, self.state)  # (B, T, V)
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
-        # Without the detach, the next segment's backward pass would run on into this one.
-        self.state = detach_state(tuple(s.float() for s in state))
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        # Textbook notes §3: by norm, g ← g·v/‖g‖ when ‖g‖ > v (all parameters jointly);
-        # by value, each element clamped to ±v. The norm also tells whether the step is finite.
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
-        if self.config.clip_mode == "value" and self.config.clip > 0:
-            torch.nn.utils.clip_grad_value_(self.params, self.config.clip)
-        # One host transfer for both numbers: each sync stalls an accelerator's queue.
-        loss_value, norm_value = torch.stack([loss.detach(), grad_norm.to(loss.dtype)]).tolist()
-        if self.group is not None:
-            # The gradients (so their norm) are already averaged; the loss is made global too,
-            # so that every rank takes the same decision to apply or skip this step.
-            loss_value = self.group.reduce([loss_value], self.device)[0] / self.group.world_size
-        if math.isfinite(loss_value) and math.isfinite(norm_value):
-            self.optimizer.step()
-            self.bad_streak = 0
-        else:
-            # Never apply a NaN or infinite update (textbook notes §3): skip it and count it.
-            self.skipped += 1
-            self.bad_streak += 1
-        self.step += 1
-        self.position += 1
-        if self.position == len(self.batches):
-            self.position = 0
-            self.epochs_done += 1
-        return loss_value, inputs.numel() * (self.group.world_size if self.group else 1)
+    def chars_per_s(self, now: float) -> float:
+        """Training throughput since the window started, as of ``now`` (a ``perf_counter`` time)."""
+        return self.window_chars / max(now - self.window_start, 1e-9)
 
-    def restore(self, payload: dict[str, Any]) -> None:
-        """Continue exactly where ``payload`` (a checkpoint of this run) left off.
+    def progress(self) -> float | None:
+        return run_progress(self.config, self.run.step, self.run.epoch, self.elapsed)
 
-        Weights, optimiser moments, position in the data, the carried hidden state,
-        the best result and every random generator come back as they were, so the
-        continued run takes the same steps an uninterrupted one would have.
+    def run_until_stopped(self) -> tuple[StopReason, float]:
+        """Train until a stopping criterion or a signal; return why, and the run's wall time."""
+        run, config = self.run, self.config
+        reason: StopReason | None = None
+        while reason is None:
+            learning_rate = learning_rate_at(config, run.step, self.progress())
+            loss, chars = run.train_step(learning_rate)
+            if run.bad_streak >= config.max_bad_steps:
+                raise CharrnnError(
+                    f"training stopped at step {run.step:,}: {run.bad_streak} consecutive steps had a "
+                    f"non-finite loss or gradient; the checkpoints in {config.out_dir} keep the last good "
+                    f"state; try a lower --lr (now {config.learning_rate:g})"
+                )
+            if math.isfinite(loss):
+                self.loss_sum += loss
+                self.loss_count += 1
+            self.window_chars += chars
+            now = self.clock()
+            reason = self._agreed_stop(now)
+            self.observer.on_step(StepReport(
+                step=run.step, epoch=run.epoch, loss=loss, learning_rate=learning_rate,
+                chars_per_s=self.chars_per_s(now), progress=self.progress(), skipped_steps=run.skipped,
+            ))
+            self.evaluate_and_save(reason, learning_rate, self.chars_per_s(now))
+        return reason, self.clock() - self.start
+
+    def _agreed_stop(self, now: float) -> StopReason | None:
+        """A signal any rank received, else the criterion reached on rank 0's clock: the same on
+        every rank.
+
+        Every decision that depends on them (the learning rate, when to stop, evaluate
+        and save) must be taken identically by all ranks, or their collectives would
+        no longer pair up. Alone, they are this process's own.
         """
-        if not 0 <= payload["epoch_step"] < len(self.batches):
-            raise CharrnnError(f"cannot resume: epoch_step {payload['epoch_step']} is outside this run's "
-                               f"{len(self.batches)} steps per epoch")
-        carried = payload["carried_state"]
-        expected = tuple(s.shape for s in self.model.initial_state(self.config.batch_size, "meta"))
-        if tuple(tuple(s.shape) for s in carried) != tuple(tuple(shape) for shape in expected):
-            raise CharrnnError(f"cannot resume: carried_state has shapes {[tuple(s.shape) for s in carried]};"
-                               f" this run needs {[tuple(shape) for shape in expected]}")
-        self.model.load_state_dict(payload["model_state"])
-        try:
-            self.optimizer.load_state_dict(payload["optimizer_state"])
-        except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as exc:
-            raise CharrnnError(f"cannot resume: optimizer_state does not fit this model ({_first_line(exc)})"
-                               ) from None
-        self.step = payload["step"]
-        self.epochs_done = payload["epoch"]
-        self.position = payload["epoch_step"]
-        self.state = tuple(s[:, self.rows].to(self.device) for s in carried)
-        self.best = EvalResult(**payload["best"]) if payload.get("best") else None
-        self.skipped = payload.get("skipped_steps", 0)
-        self.run_id = payload.get("run_id", self.run_id)
-        self.latest_eval = payload.get("latest_eval")
-        rng = payload["rng"]
-        try:
-            random.setstate(_python_rng_state(rng["python"]))
-            torch.set_rng_state(rng["torch"])
-            restore_cuda_rng(rng.get("cuda") or [])
-        except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as exc:
-            raise CharrnnError(f"cannot resume: rng holds no valid generator state ({_first_line(exc)})"
-                               ) from None
+        group = self.run.group
+        signal_name = self.stop.signal_name if self.stop is not None else None
+        number = signal.Signals[signal_name].value if signal_name else 0
+        own_clock = now - self.start if group.is_main else 0.0
+        number, self.elapsed = group.reduce([number, own_clock], self.run.device, op="max")
+        if number:
+            return StopReason("signal", signal_name=signal.Signals(int(number)).name)
+        return stop_reason(self.config, self.run.step, self.run.epoch, self.elapsed)
 
-    def carried_state(self) -> tuple[torch.Tensor, ...]:
-        """The hidden state of all ``batch_size`` streams (a collective: every rank must call it)."""
-        if self.group is None:
-            return self.state
-        return tuple(self.group.gather_rows(s, dim=1) for s in self.state)
-
-    def payload(self, elapsed_s: float, carried_state: tuple[torch.Tensor, ...]) -> dict[str, Any]:
-        """The checkpoint dict: everything :meth:`restore` needs, plus what readers want to know.
-
-        ``carried_state`` is :meth:`carried_state`'s result, gathered by every rank beforehand.
-        """
-        return {
-            "run_id": self.run_id,
-            "model_config": self.model_config.to_dict(),
-            "train_config": self.config.to_dict(),
-            "vocab": self.vocab.to_list(),
-            "vocab_digest": self.vocab.digest(),
-            "model_state": self.model.state_dict(),
-            "optimizer_state": self.optimizer.state_dict(),
-            "step": self.step,
-            "epoch": self.epochs_done,
-            "epoch_step": self.position,
-            "progress_epochs": self.epoch,
-            "best_val_loss": self.best.nats_per_char if self.best else None,
-            "best": self.best.to_dict() if self.best else None,
-            "latest_eval": self.latest_eval,
-            "skipped_steps": self.skipped,
-            "elapsed_s": elapsed_s,
-            "carried_state": list(carried_state),
-            "rng": {
-                "python": _plain_python_rng_state(random.getstate()),
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            },
-            "corpus": self.corpus.to_dict(),
-        }
-
-
-def _agree(run: TrainingRun, stop: GracefulStop | None, elapsed: float) -> tuple[str | None, float]:
-    """The stop signal, if any rank received one, and rank 0's clock: the same on every rank.
-
-    Every decision that depends on them (the learning rate, when to stop, evaluate
-    and save) must be taken identically by all ranks, or their collectives would
-    no longer pair up. Alone, they are this process's own.
-    """
-    signal_name = stop.signal_name if stop is not None else None
-    if run.group is None:
-        return signal_name, elapsed
-    number = signal.Signals[signal_name].value if signal_name else 0
-    number, elapsed = run.group.reduce([number, elapsed if run.group.is_main else 0.0], run.device, op="max")
-    return (signal.Signals(int(number)).name if number else None), elapsed
-
-
-def _train_loop(run: TrainingRun, config: TrainConfig, val_ids: torch.Tensor, observer: TrainObserver,
-                stop: GracefulStop | None, elapsed_before: float,
-                run_dir: RunDirectory | None) -> tuple[str, float]:
-    """Step, evaluate, log and save until a stopping criterion or a signal; return why, and when.
-
-    With a process group, rank 0 alone evaluates and writes (``run_dir`` is None
-    elsewhere); every rank steps.
-    """
-    out_dir = Path(config.out_dir)
-    main = run_dir is not None
-    loss_sum, loss_count = 0.0, 0
-    window_chars, window_start = 0, time.perf_counter()
-    start = time.perf_counter() - elapsed_before
-    elapsed = elapsed_before
-    reason: str | None = None
-    while reason is None:
-        lr = learning_rate_at(config, run.step, run_progress(config, run.step, run.epoch, elapsed))
-        loss, chars = run.advance(lr)
-        if run.bad_streak >= config.max_bad_steps:
-            raise CharrnnError(
-                f"training stopped at step {run.step:,}: {run.bad_streak} consecutive steps had a "
-                f"non-finite loss or gradient; the checkpoints in {out_dir} keep the last good state; "
-                f"try a lower --lr (now {config.learning_rate:g})"
-            )
-        if math.isfinite(loss):
-            loss_sum += loss
-            loss_count += 1
-        window_chars += chars
-        now = time.perf_counter()
-        signal_name, elapsed = _agree(run, stop, now - start)
-        reason = f"interrupted by {signal_name}" if signal_name else stop_reason(
-            config, run.step, run.epoch, elapsed)
-        observer.on_step(StepReport(
-            step=run.step, epoch=run.epoch, loss=loss, learning_rate=lr,
-            chars_per_s=window_chars / max(now - window_start, 1e-9),
-            progress=run_progress(config, run.step, run.epoch, elapsed), skipped_steps=run.skipped,
-        ))
-
+    def evaluate_and_save(self, reason: StopReason | None, learning_rate: float, chars_per_s: float) -> None:
+        """Evaluate on schedule, at the end and at a listed epoch's end; save last.pt on schedule and
+        at the end (an interrupted run saves at once, without evaluating: the user is waiting)."""
+        run, config = self.run, self.config
         epoch_end = run.position == 0 and run.epochs_done in config.save_epochs
-        # An interrupted run saves at once: the user is waiting.
         interval = config.evaluation_interval
         scheduled = (interval is not None and run.step % interval == 0) or reason is not None or epoch_end
-        evaluating = scheduled and not signal_name
+        evaluating = scheduled and not (reason is not None and reason.interrupted)
         saving = run.step % config.save_every == 0 or reason is not None
-        carried = run.carried_state() if evaluating or saving else None
-        if evaluating and main:
-            result = evaluate(run.model, val_ids)  # in float32 whatever the precision: exact scores
+        if not (evaluating or saving):
+            return
+        carried = run.carried_state()  # a collective: every rank gathers
+        if evaluating and self.run_dir is not None:
+            result = evaluate(run.model, self.val_ids)  # in float32 whatever the precision: exact scores
             run.latest_eval = {"step": run.step, **result.to_dict()}
-            record = {
-                "step": run.step,
-                "epoch": round(run.epoch, 4),
-                "train_loss": loss_sum / loss_count if loss_count else None,
-                "val_loss": result.nats_per_char,
-                "val_bits_per_char": result.bits_per_char,
-                "learning_rate": lr,
-                "chars_per_s": window_chars / max(now - window_start, 1e-9),
-                "elapsed_s": round(time.perf_counter() - start, 3),
-            }
             improved = run.best is None or result.nats_per_char < run.best.nats_per_char
             if improved:
                 run.best = result
-                run_dir.save("best.pt", run.payload(elapsed, carried))
-            if epoch_end:
-                record["epoch_checkpoint"] = epoch_checkpoint_name(run.epochs_done, result.nats_per_char)
-                run_dir.save(record["epoch_checkpoint"], run.payload(elapsed, carried))
-            run_dir.append_metrics(json_text(record))
-            observer.on_eval({**record, "best": improved})
+                self.run_dir.save("best.pt", run.payload(self.elapsed, carried))
+            record = EvaluationRecord(
+                step=run.step, epoch=round(run.epoch, 4),
+                train_loss=self.loss_sum / self.loss_count if self.loss_count else None,
+                val_loss=result.nats_per_char, val_bits_per_char=result.bits_per_char,
+                learning_rate=learning_rate, chars_per_s=chars_per_s,
+                elapsed_s=round(self.clock() - self.start, 3),
+                epoch_checkpoint=epoch_checkpoint_name(run.epochs_done, result.nats_per_char) if epoch_end
+                else None,
+            )
+            if record.epoch_checkpoint is not None:
+                self.run_dir.save(record.epoch_checkpoint, run.payload(self.elapsed, carried))
+            self.run_dir.append_metrics(record)
+            self.observer.on_eval(record, improved)
         if evaluating:
-            loss_sum, loss_count = 0.0, 0
-            window_chars, window_start = 0, time.perf_counter()
-        if saving and main:
-            run_dir.save("last.pt", run.payload(elapsed, carried))
-    return reason, time.perf_counter() - start
+            self._start_window()
+        if saving and self.run_dir is not None:
+            self.run_dir.save("last.pt", run.payload(self.elapsed, carried))
 
 
 def train(
@@ -482,15 +219,17 @@ def train(
     resume_from: dict[str, Any] | None = None,
     stop: GracefulStop | None = None,
     initial_weights: dict[str, torch.Tensor] | None = None,
-    group: ProcessGroup | None = None,
+    group: SingleProcess | None = None,
     branch_history: list[str] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> TrainResult:
     """Train a new model on ``ids`` (the encoded corpus) and write the run to ``config.out_dir``.
 
+    This is the engine: it takes a configuration that :mod:`charrnn.plan` has
+    checked (the command line and :func:`charrnn.api.train` go through it).
     An existing run in ``config.out_dir`` is replaced only when ``overwrite`` is set,
     and only once the new run writes its first file (see :mod:`charrnn.rundir`).
-    With ``resume_from`` (a checkpoint of the run in ``config.out_dir``, see
-    :func:`resume_config` and :func:`charrnn.rundir.resume_target`) training
+    With ``resume_from`` (a checkpoint of the run in ``config.out_dir``) training
     continues from it exactly, appending to ``metrics.jsonl``. With
     ``branch_history`` as well, ``config.out_dir`` is a new directory (a branch):
     the run continues there from the checkpoint under a new run id, its
@@ -501,13 +240,14 @@ def train(
     error and the checkpoints written so far are left as they were.
     ``initial_weights`` (a checkpoint's ``model_state``) start a fine-tuning run
     from a trained model with a fresh optimiser; see :meth:`CharRNN.load_pretrained`.
-    With a process ``group`` (torchrun), every rank calls this with the same
+    In a process ``group`` (torchrun), every rank calls this with the same
     arguments; rank 0 alone touches ``config.out_dir`` and reports to ``observer``.
+    ``clock`` measures the run's wall time (tests give a fake one).
 
     ids: (N,) integer ids of the whole corpus; from ``corpus.split_point`` on, it is validation.
     """
-    main = group is None or group.is_main
-    observer = observer if observer is not None and main else TrainObserver()
+    group = group if group is not None else SingleProcess()
+    observer = observer if observer is not None and group.is_main else TrainObserver()
     out_dir = Path(config.out_dir)
     split: Split = split_ids(ids, corpus.split_point)
     if len(split.val) < 2:
@@ -517,12 +257,11 @@ def train(
         )
     # The ids stay in host memory (memory-mapped from the corpus cache); each step moves one batch.
     batches = StreamBatches(split.train, config.batch_size, config.seq_len)
-    if main:
+    if group.is_main:
         prepare_out_dir(out_dir, overwrite=overwrite or resume_from is not None)
-    check_model_fits(model_config, config)
-    with RunLock(out_dir) if main else contextlib.nullcontext():
+    check_model_fits(model_config, config.device)
+    with RunLock(out_dir) if group.is_main else contextlib.nullcontext():
         run = TrainingRun(model_config, config, vocab, corpus, batches, initial_weights, group)
-        val_ids = split.val
         if resume_from is not None:
             run.restore(resume_from)
         branching = branch_history is not None
@@ -530,85 +269,29 @@ def train(
             run.run_id = new_run_id()
             run.best = None
         run_dir = None
-        if main:
+        if group.is_main:
             remove_stale_temporaries(out_dir)
-            check_free_space(out_dir, 3 * checkpoint_bytes(run.model))
+            check_free_space(out_dir, 3 * checkpoint_bytes(sum(p.numel() for p in run.model.parameters())))
             run_dir = RunDirectory(out_dir, {
                 "run_id": run.run_id, "model": model_config.to_dict(), "train": config.to_dict(),
-                "corpus": corpus.to_dict(), "world_size": group.world_size if group else 1,
+                "corpus": corpus.to_dict(), "world_size": group.world_size,
             }, fresh=resume_from is None or branching, history=branch_history or [])
         observer.on_start(run.model, model_config, config, corpus, len(batches),
-                          _planned_steps(config, len(batches)), run.step)
+                          planned_steps(config, len(batches)), run.step)
+        loop = TrainingLoop(run, split.val, observer, stop, run_dir,
+                            resume_from["elapsed_s"] if resume_from else 0.0, clock)
         try:
-            # A resumed run continues its clock, so a time budget covers the whole run.
-            reason, elapsed_s = _train_loop(run, config, val_ids, observer, stop,
-                                            resume_from["elapsed_s"] if resume_from else 0.0, run_dir)
+            reason, elapsed_s = loop.run_until_stopped()
         except BaseException:
             observer.on_end(completed=False)
             raise
-        observer.on_end(completed=not reason.startswith("interrupted"))
-    if reason.startswith("interrupted"):
-        raise TrainingInterrupted(reason.removeprefix("interrupted by "), out_dir / "last.pt", run.step)
-    if group is not None:
-        run.best = group.from_main(run.best)
-    assert run.best is not None  # a run that was not interrupted ends with an evaluation
+        observer.on_end(completed=not reason.interrupted)
+    if reason.interrupted:
+        raise TrainingInterrupted(reason.signal_name, out_dir / "last.pt", run.step)
+    best = group.from_main(run.best)
+    assert best is not None  # a run that was not interrupted ends with an evaluation
     return TrainResult(
-        out_dir=out_dir, steps=run.step, epoch=run.epoch, best_val_loss=run.best.nats_per_char,
-        best=run.best, elapsed_s=elapsed_s, stop_reason=reason,
-        skipped_steps=run.skipped,
+        out_dir=out_dir, steps=run.step, epoch=run.epoch, best=best, elapsed_s=elapsed_s,
+        stop_reason=reason, skipped_steps=run.skipped,
         epoch_checkpoints=run_dir.epoch_checkpoints() if run_dir is not None else [],
     )
-
-
-# What a checkpoint needs to be resumed.
-RESUME_FIELDS = ("corpus", "train_config", "optimizer_state", "step", "epoch", "epoch_step",
-                 "progress_epochs", "elapsed_s", "carried_state", "rng")
-RESUME_MAY_CHANGE = ("epochs", "max_steps", "time_budget", "learning_rate", "min_lr_ratio", "warmup_steps",
-                     "clip", "clip_mode", "max_bad_steps", "save_epochs", "eval_every", "save_every",
-                     "device", "precision")
-
-
-def resume_config(
-    payload: dict[str, Any], model_options: dict[str, Any], train_options: dict[str, Any]
-) -> tuple[ModelConfig, TrainConfig, list[str]]:
-    """The configuration a resumed run continues with, and a line for each option that changed.
-
-    ``model_options`` and ``train_options`` are the options given for the resumed
-    run. Stopping criteria, the learning-rate schedule, evaluation and saving may
-    change; the model, the data layout and the seed may not, since the checkpoint's
-    weights and its place in the data only make sense with them.
-    """
-    model_config = ModelConfig.from_dict(payload["model_config"])
-    for key, value in model_options.items():
-        if getattr(model_config, key) != value:
-            raise CharrnnError(
-                f"{key} {value!r} contradicts the checkpoint ({key} {getattr(model_config, key)!r}); "
-                f"a resumed run keeps its model"
-            )
-    saved = dict(payload["train_config"])
-    changes = []
-    for key, value in train_options.items():
-        if saved.get(key) == value:
-            continue
-        if key not in RESUME_MAY_CHANGE:
-            raise CharrnnError(
-                f"{key} {value!r} contradicts the checkpoint ({key} {saved.get(key)!r}); resuming may change "
-                f"only {', '.join(RESUME_MAY_CHANGE)}"
-            )
-        changes.append(f"{key}: {saved.get(key)!r} → {value!r}")
-        saved[key] = value
-    config = TrainConfig.from_dict(saved)
-    finished = stop_reason(config, payload["step"], payload["progress_epochs"], payload["elapsed_s"])
-    if finished:
-        raise CharrnnError(f"this run already {finished}; give a larger limit to continue it")
-    return model_config, config, changes
-
-
-def _planned_steps(config: TrainConfig, steps_per_epoch: int) -> int | None:
-    """Steps the run will take when a step or epoch limit is set (a time budget may end it sooner)."""
-    limits = []
-    if config.max_steps is not None:
-        limits.append(config.max_steps)
-    if config.epochs is not None:
-        limits.append(math.ceil(config.epochs * steps_per_epoch))
-    return min(limits) if limits else None

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from charrnn.config import ModelConfig, TrainConfig
 from charrnn.corpus_cache import CACHE_DIR_ENV
-from charrnn.data import encode_corpus
 from charrnn.datasets import MIRROR_ENV
-from charrnn.train import train
+from charrnn.train import TrainResult
+
+from helpers import plan_run
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -80,13 +80,21 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("tiny_run")
     corpus = root / "small.txt"
     corpus.write_text(SMALL_TEXT, encoding="utf-8")
-    encoded = encode_corpus(corpus, "small", 0.1)
-    model_config = ModelConfig(vocab_size=len(encoded.vocab), cell="lstm", num_layers=2,
-                               hidden_size=32, embed_size=8)
-    config = TrainConfig(out_dir=str(root / "run"), batch_size=4, seq_len=32, max_steps=40,
-                         eval_every=20, save_every=20, learning_rate=1e-2)
-    train(model_config, config, encoded.vocab, encoded.ids, encoded.info)
+    plan_run(corpus, root / "run", num_layers=2, seq_len=32, max_steps=40, eval_every=20, save_every=20).run()
     return root / "run"
+
+
+@pytest.fixture
+def make_run():
+    """The one run factory: train a tiny run (see ``helpers.plan_run``) and return its result.
+
+    ``make_run(corpus, out, observer=None, stop=None, **options)``; options are fields of
+    ModelConfig and TrainConfig, plus ``overwrite`` and ``resume``.
+    """
+    def run(corpus: Path | None, out: Path | None, observer=None, stop=None, **options) -> TrainResult:
+        return plan_run(corpus, out, **options).run(observer, stop)
+
+    return run
 
 
 @pytest.fixture

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
 import torch
 
 from charrnn.config import ModelConfig
 from charrnn.model import CharRNN
+from charrnn.plan import TrainingPlan, TrainingRequest, plan_training
 
 CELLS = ["lstm", "gru", "rnn"]
+
+# The charrnn command installed beside this interpreter, for tests that run it as a real process.
+INSTALLED = Path(sys.executable).with_name("charrnn")
+needs_installed = pytest.mark.skipif(not INSTALLED.exists(), reason="charrnn is not installed here")
+
+# A run small enough to train in a fraction of a second; tests override what they measure.
+TINY_RUN: dict[str, Any] = {"num_layers": 1, "hidden_size": 32, "embed_size": 8, "batch_size": 4,
+                            "seq_len": 16, "learning_rate": 1e-2}
 
 
 def make_model(cell: str, layers: int = 2, seed: int = 0) -> CharRNN:
@@ -15,3 +29,11 @@ def make_model(cell: str, layers: int = 2, seed: int = 0) -> CharRNN:
     torch.manual_seed(seed)
     config = ModelConfig(vocab_size=11, cell=cell, num_layers=layers, hidden_size=16, embed_size=6)
     return CharRNN(config).eval()
+
+
+def plan_run(corpus: Path | None, out: Path | None, *, overwrite: bool = False, resume: Path | None = None,
+             **options: Any) -> TrainingPlan:
+    """The plan of a tiny run on ``corpus`` into ``out``: :data:`TINY_RUN` overridden by ``options``
+    (fields of ModelConfig and TrainConfig); with ``resume``, only the options given change."""
+    given = options if resume is not None else {**TINY_RUN, **options}
+    return plan_training(TrainingRequest(corpus, given, out, overwrite=overwrite, resume=resume))

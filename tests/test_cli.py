@@ -16,9 +16,10 @@ from charrnn.checkpoint import load_model
 from charrnn.cli import cli
 from charrnn.evaluate import evaluate
 
+from helpers import INSTALLED
+
 TINY_TRAIN = ["--layers", "1", "--hidden", "24", "--embed", "8", "--batch-size", "4", "--seq-len", "16",
               "--eval-every", "10", "--seed", "1"]
-INSTALLED = Path(sys.executable).with_name("charrnn")
 
 
 @pytest.fixture

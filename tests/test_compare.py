@@ -10,13 +10,13 @@ from rich.console import Console
 from charrnn.checkpoint import load_model, save_checkpoint
 from charrnn.cli import cli
 from charrnn.compare import CompareSettings, checkpoint_labels, compare_checkpoints, to_markdown
-from charrnn.config import ModelConfig, SampleConfig, TrainConfig
-from charrnn.data import encode_corpus
+from charrnn.config import SampleConfig
 from charrnn.display import comparison_renderable
 from charrnn.evaluate import evaluate
 from charrnn.sample import collect_samples, generate
-from charrnn.train import train
 from charrnn.vocab import Vocab
+
+from helpers import plan_run
 
 
 @pytest.fixture(scope="module")
@@ -25,10 +25,8 @@ def other_run(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("other")
     corpus = root / "other.txt"
     corpus.write_text("Ωmega speaks: the quick brown fox.\n" * 80, encoding="utf-8")
-    encoded = encode_corpus(corpus, "other", 0.1)
-    train(ModelConfig(vocab_size=len(encoded.vocab), cell="gru", num_layers=1, hidden_size=16, embed_size=4),
-          TrainConfig(out_dir=str(root / "run"), batch_size=4, seq_len=16, max_steps=10),
-          encoded.vocab, encoded.ids, encoded.info)
+    plan_run(corpus, root / "run", cell="gru", hidden_size=16, embed_size=4, learning_rate=3e-3,
+             max_steps=10).run()
     return root / "run"
 
 

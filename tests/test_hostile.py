@@ -28,8 +28,8 @@ from charrnn.errors import CharrnnError
 from charrnn.evaluate import EvalResult
 from charrnn.files import TEMPORARY_GLOB
 
-INSTALLED = Path(sys.executable).with_name("charrnn")
-needs_installed = pytest.mark.skipif(not INSTALLED.exists(), reason="charrnn is not installed here")
+from helpers import INSTALLED, needs_installed
+
 TINY = ["--layers", "1", "--hidden", "16", "--embed", "8", "--batch-size", "4", "--seq-len", "16",
         "--eval-every", "5"]
 

@@ -1,10 +1,11 @@
 import pytest
 import torch
-from helpers import CELLS, make_model
 
 from charrnn.config import ModelConfig
 from charrnn.model import CharRNN
 from charrnn.stepper import make_stepper
+
+from helpers import CELLS, make_model
 
 
 @pytest.mark.parametrize("cell", CELLS)

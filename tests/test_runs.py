@@ -15,15 +15,12 @@ import pytest
 import torch
 
 from charrnn.checkpoint import load_checkpoint
-from charrnn.config import ModelConfig, TrainConfig
-from charrnn.data import encode_corpus
 from charrnn.errors import CharrnnError
 from charrnn.files import TEMPORARY_PREFIX
 from charrnn.runlock import LOCK_NAME
-from charrnn.train import TrainingInterrupted, TrainObserver, resume_config, train
+from charrnn.train import TrainingInterrupted, TrainObserver
 
-INSTALLED = Path(sys.executable).with_name("charrnn")
-needs_installed = pytest.mark.skipif(not INSTALLED.exists(), reason="charrnn is not installed here")
+from helpers import INSTALLED, needs_installed, plan_run
 
 
 class StopAt:
@@ -43,32 +40,27 @@ class SignalAfter(TrainObserver):
             self.stop.signal_name = "SIGINT"
 
 
-def tiny_setup(corpus: Path, out: Path, **overrides):
-    encoded = encode_corpus(corpus, "small", 0.1)
-    model_config = ModelConfig(vocab_size=len(encoded.vocab), num_layers=2, hidden_size=24, embed_size=8,
-                               dropout=overrides.pop("dropout", 0.0))
-    config = TrainConfig(out_dir=str(out), **{"batch_size": 4, "seq_len": 16, "learning_rate": 1e-2,
-                                              "warmup_steps": 3, "eval_every": 6, "save_every": 1000,
-                                              **overrides})
-    return model_config, config, encoded
+def tiny_plan(corpus: Path, out: Path, **options):
+    return plan_run(corpus, out, **{"num_layers": 2, "hidden_size": 24, "warmup_steps": 3, "eval_every": 6,
+                                    "save_every": 1000, **options})
 
 
 def test_interrupt_then_resume_equals_one_run(small_corpus, tmp_path):
     """The decaying schedule, dropout and every RNG carry across an interrupt and a resume."""
-    model_config, config, encoded = tiny_setup(small_corpus, tmp_path / "straight", max_steps=20, dropout=0.3)
-    train(model_config, config, encoded.vocab, encoded.ids, encoded.info)
+    plan = tiny_plan(small_corpus, tmp_path / "straight", max_steps=20, dropout=0.3)
+    plan.run()
 
-    model_config, config, encoded = tiny_setup(small_corpus, tmp_path / "halves", max_steps=20, dropout=0.3)
+    plan = tiny_plan(small_corpus, tmp_path / "halves", max_steps=20, dropout=0.3)
     stop = StopAt(9)
     with pytest.raises(TrainingInterrupted) as info:
-        train(model_config, config, encoded.vocab, encoded.ids, encoded.info, SignalAfter(stop), stop=stop)
+        plan.run(SignalAfter(stop), stop=stop)
     # The request arrives while step 10 runs (after step 9 was reported); step 10 completes.
     assert info.value.step == 10 and info.value.checkpoint == tmp_path / "halves" / "last.pt"
     payload = load_checkpoint(info.value.checkpoint)
     assert payload["step"] == 10
-    model_config, config, changes = resume_config(payload, {}, {})
-    assert changes == []
-    train(model_config, config, encoded.vocab, encoded.ids, encoded.info, resume_from=payload)
+    plan = plan_run(None, None, resume=info.value.checkpoint)
+    assert plan.resume.changes == []
+    plan.run()
 
     straight = torch.load(tmp_path / "straight" / "last.pt", weights_only=True)["model_state"]
     resumed = torch.load(tmp_path / "halves" / "last.pt", weights_only=True)["model_state"]
@@ -86,9 +78,9 @@ class PoisonWeights(TrainObserver):
 
 
 def test_non_finite_steps_are_skipped_then_training_stops(small_corpus, tmp_path):
-    model_config, config, encoded = tiny_setup(small_corpus, tmp_path / "run", max_steps=50, max_bad_steps=4)
+    plan = tiny_plan(small_corpus, tmp_path / "run", max_steps=50, max_bad_steps=4)
     with pytest.raises(CharrnnError, match="4 consecutive steps had a non-finite loss.*lower --lr"):
-        train(model_config, config, encoded.vocab, encoded.ids, encoded.info, PoisonWeights())
+        plan.run(PoisonWeights())
     assert not (tmp_path / "run" / "last.pt").exists()  # nothing poisoned was saved
     assert not (tmp_path / "run" / LOCK_NAME).exists()
 
@@ -104,9 +96,9 @@ def test_a_held_lock_refuses_a_second_writer_and_a_stale_file_is_taken_over(smal
     out.mkdir()
     holder = hold_lock(out / LOCK_NAME)
     try:
-        model_config, config, encoded = tiny_setup(small_corpus, out, max_steps=2)
+        plan = tiny_plan(small_corpus, out, max_steps=2)
         with pytest.raises(CharrnnError, match=f"another training \\(PID {holder.pid}\\).*{LOCK_NAME}"):
-            train(model_config, config, encoded.vocab, encoded.ids, encoded.info)
+            plan.run()
     finally:
         holder.kill()
         holder.wait()
@@ -114,7 +106,7 @@ def test_a_held_lock_refuses_a_second_writer_and_a_stale_file_is_taken_over(smal
     (out / LOCK_NAME).write_text("1\n")
     (out / f"{TEMPORARY_PREFIX}{dead_pid()}-last.pt.leftover.tmp").write_bytes(b"half a checkpoint")
     (out / ".thesis.tmp").write_text("the user's own")
-    train(model_config, config, encoded.vocab, encoded.ids, encoded.info)
+    plan.run()
     assert (out / "last.pt").exists() and not (out / LOCK_NAME).exists()
     assert [p.name for p in out.glob(".*.tmp")] == [".thesis.tmp"]
 
@@ -200,8 +192,8 @@ def test_train_in_a_thread_without_signal_handlers(small_corpus, tmp_path):
     def body():
         try:
             with GracefulStop() as stop:
-                model_config, config, encoded = tiny_setup(small_corpus, tmp_path / "run", max_steps=2)
-                train(model_config, config, encoded.vocab, encoded.ids, encoded.info, stop=stop)
+                plan = tiny_plan(small_corpus, tmp_path / "run", max_steps=2)
+                plan.run(stop=stop)
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -216,16 +208,16 @@ def test_a_full_disk_is_reported_before_training(small_corpus, tmp_path, monkeyp
 
     usage = shutil_module.disk_usage(tmp_path)
     monkeypatch.setattr("charrnn.rundir.shutil.disk_usage", lambda path: usage._replace(free=100_000))
-    model_config, config, encoded = tiny_setup(small_corpus, tmp_path / "run", max_steps=2)
+    plan = tiny_plan(small_corpus, tmp_path / "run", max_steps=2)
     with pytest.raises(CharrnnError, match="MiB free under --out"):
-        train(model_config, config, encoded.vocab, encoded.ids, encoded.info)
+        plan.run()
     assert not (tmp_path / "run" / "last.pt").exists()
 
 
 def test_a_failed_save_says_so_and_keeps_the_previous_checkpoint(small_corpus, tmp_path, monkeypatch):
     out = tmp_path / "run"
-    model_config, config, encoded = tiny_setup(small_corpus, out, max_steps=2)
-    train(model_config, config, encoded.vocab, encoded.ids, encoded.info)
+    plan = tiny_plan(small_corpus, out, max_steps=2)
+    plan.run()
     before = (out / "last.pt").read_bytes()
 
     real_replace = os.replace
@@ -236,10 +228,10 @@ def test_a_failed_save_says_so_and_keeps_the_previous_checkpoint(small_corpus, t
         real_replace(source, target)
 
     monkeypatch.setattr("charrnn.files.os.replace", disk_full_for_last)
-    model_config, config, encoded = tiny_setup(small_corpus, out, max_steps=2, seed=5)
+    plan = tiny_plan(small_corpus, out, max_steps=2, seed=5, overwrite=True)
     with pytest.raises(CharrnnError, match="could not write .*last.pt: No space left on device; "
                                            "any previous last.pt is intact"):
-        train(model_config, config, encoded.vocab, encoded.ids, encoded.info, overwrite=True)
+        plan.run()
     assert (out / "last.pt").read_bytes() == before
     assert not list(out.glob(".*.tmp"))
 

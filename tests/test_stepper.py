@@ -2,11 +2,12 @@
 
 import pytest
 import torch
-from helpers import CELLS, make_model
 
 from charrnn.config import ModelConfig
 from charrnn.model import CharRNN
 from charrnn.stepper import GRUStepper, LayerNormStepper, LSTMStepper, RNNStepper, make_stepper
+
+from helpers import CELLS, make_model
 
 CUDA = pytest.param("cuda", marks=pytest.mark.cuda)
 
