@@ -28,7 +28,7 @@ from charrnn.evaluate import EvalResult, evaluate
 from charrnn.model import CharRNN
 from charrnn.plan import TrainingRequest, plan_training
 from charrnn.sample import collect_samples, generate
-from charrnn.train import TrainObserver, TrainResult
+from charrnn.trainer import TrainObserver, TrainResult
 from charrnn.vocab import Vocab
 
 
@@ -78,7 +78,7 @@ def train(corpus: str | PathLike[str] | None = None, *, out_dir: str | PathLike[
     ``time_budget=120``, ...); those not given take the same defaults as on the
     command line, time-budget shapes included. ``resume`` continues the run that
     wrote a checkpoint (``corpus`` may then be left out); ``init_from`` fine-tunes
-    from one. ``observer`` receives progress (see :class:`~charrnn.train.TrainObserver`).
+    from one. ``observer`` receives progress (see :class:`~charrnn.trainer.TrainObserver`).
     """
     request = TrainingRequest(
         corpus=_path(corpus), options=options, out_dir=_path(out_dir), overwrite=overwrite,

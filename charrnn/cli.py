@@ -351,7 +351,7 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
     from charrnn.display import ProgressBar, describe_stop, key_value_table
     from charrnn.distributed import join_from_environment, leave
     from charrnn.plan import OptionConflict, RunAlreadyFinished, TrainingRequest, check_request, plan_training
-    from charrnn.train import TrainingInterrupted, TrainObserver
+    from charrnn.trainer import TrainingInterrupted, TrainObserver
 
     observer = TrainObserver() if quiet else ProgressBar(err, draw_bar=sys.stderr.isatty())
     given = {key: value for key, value in options.items()

@@ -24,7 +24,7 @@ from charrnn.model import CharRNN
 from charrnn.neurons import colour
 from charrnn.rundir import EvaluationRecord
 from charrnn.schedule import StopReason
-from charrnn.train import StepReport, TrainObserver
+from charrnn.trainer import StepReport, TrainObserver
 
 
 def describe_stop(reason: StopReason) -> str:

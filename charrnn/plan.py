@@ -34,7 +34,7 @@ from charrnn.errors import CharrnnError, ConfigError
 from charrnn.interrupt import GracefulStop
 from charrnn.rundir import metrics_history, resume_target
 from charrnn.schedule import stop_reason
-from charrnn.train import TrainObserver, TrainResult, train
+from charrnn.trainer import TrainObserver, TrainResult, train
 from charrnn.training_run import RESUME_FIELDS
 from charrnn.vocab import UnknownCharactersError, Vocab
 
@@ -107,7 +107,7 @@ class TrainingPlan:
 
     def run(self, observer: TrainObserver | None = None, stop: GracefulStop | None = None,
             group: SingleProcess | None = None, **engine_options: Any) -> TrainResult:
-        """Train it (see :func:`charrnn.train.train`; ``engine_options`` such as ``clock`` go there)."""
+        """Train it (see :func:`charrnn.trainer.train`; ``engine_options`` such as ``clock`` go there)."""
         return train(self.model_config, self.config, self.vocab, self.ids, self.corpus, observer,
                      overwrite=self.overwrite, resume_from=self.resume_from, stop=stop,
                      initial_weights=self.initial_weights, group=group, branch_history=self.branch_history,

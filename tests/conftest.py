@@ -10,7 +10,7 @@ import torch
 
 from charrnn.corpus_cache import CACHE_DIR_ENV
 from charrnn.datasets import MIRROR_ENV
-from charrnn.train import TrainResult
+from charrnn.trainer import TrainResult
 
 from helpers import plan_run
 

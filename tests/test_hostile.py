@@ -304,7 +304,7 @@ def test_an_overwrite_that_crashes_before_its_first_write_leaves_the_old_run_who
     def crash(*args, **kwargs):
         raise CharrnnError("the evaluation failed")  # as an overflow in the first evaluation once did
 
-    monkeypatch.setattr("charrnn.train.evaluate", crash)
+    monkeypatch.setattr("charrnn.trainer.evaluate", crash)
     failed = run_cli("train", small_corpus, *TINY, "--max-steps", "50", "--out", out, "--overwrite",
                      "--seed", "2")
     assert_one_line_error(failed, "the evaluation failed")

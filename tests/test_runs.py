@@ -18,7 +18,7 @@ from charrnn.checkpoint import load_checkpoint
 from charrnn.errors import CharrnnError
 from charrnn.files import TEMPORARY_PREFIX
 from charrnn.runlock import LOCK_NAME
-from charrnn.train import TrainingInterrupted, TrainObserver
+from charrnn.trainer import TrainingInterrupted, TrainObserver
 
 from helpers import INSTALLED, needs_installed, plan_run
 

@@ -9,7 +9,7 @@ from charrnn.config import SampleConfig, TrainConfig
 from charrnn.errors import CharrnnError
 from charrnn.sample import generate
 from charrnn.schedule import StopReason
-from charrnn.train import TrainObserver
+from charrnn.trainer import TrainObserver
 
 from helpers import plan_run
 
