@@ -26,6 +26,7 @@ from charrnn import __version__
 from charrnn.config import (
     CELL_TYPES,
     CLIP_MODES,
+    COMPARE_SAMPLE,
     DEFAULT_EPOCHS,
     DEFAULT_EVAL_EVERY,
     INIT_SCHEMES,
@@ -69,11 +70,45 @@ def _parse_epochs(value: str | None) -> list[int]:
                                  param_hint="'--save-epochs'") from None
 
 
-def config_option(flag: str, config_class: type, field_name: str, help: str, **kwargs: Any):
-    """A click option bound to a config field: same name, and the field's default, so they never disagree."""
-    default = config_class.__dataclass_fields__[field_name].default
-    return click.option(flag, field_name, default=default, show_default=default is not None, help=help,
-                        **kwargs)
+def config_option(flag: str, source: Any, field_name: str, help: str, **kwargs: Any):
+    """A click option bound to a config field: the same name, and its default, so they never disagree.
+
+    ``source`` is a config dataclass (its field's default) or an instance of one (a command's
+    own defaults, such as :data:`~charrnn.config.COMPARE_SAMPLE`). The option parses the value;
+    the dataclass checks it, and an error names the option (see :class:`CharrnnGroup`).
+    """
+    if isinstance(source, type):
+        default = source.__dataclass_fields__[field_name].default
+    else:
+        default = getattr(source, field_name)
+    if isinstance(default, bool):
+        kwargs.setdefault("is_flag", True)
+    show = default is not None and not isinstance(default, bool)
+    return click.option(flag, field_name, default=default, show_default=show, help=help, **kwargs)
+
+
+def sampling_options(defaults: Any, seed_help: str):
+    """The decoding options ``sample`` and ``compare`` share, their defaults taken from ``defaults``
+    (:class:`~charrnn.config.SampleConfig`, or an instance of it)."""
+    options = [
+        config_option("--temperature", defaults, "temperature",
+                      "Divide the logits by this (> 0); lower is more conservative.", type=float),
+        config_option("--top-k", defaults, "top_k", "Sample only from the k most likely characters.",
+                      type=int),
+        config_option("--top-p", defaults, "top_p",
+                      "Sample only from the smallest set with total probability ≥ p.", type=float),
+        config_option("--greedy", defaults, "greedy", "Always take the most likely character."),
+        config_option("--seed", defaults, "seed", seed_help, type=int),
+        config_option("--stop-at", defaults, "stop_at",
+                      "End a sample after this string first appears in the generated text."),
+    ]
+
+    def apply(command: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
 
 
 def _refuse_sampling_options(ctx: click.Context, beam_width: int | None, greedy: bool) -> None:
@@ -81,8 +116,8 @@ def _refuse_sampling_options(ctx: click.Context, beam_width: int | None, greedy:
     deterministic = "--beam-width" if beam_width is not None else "--greedy" if greedy else None
     if deterministic is None:
         return
-    sampling_options = ("temperature", "top_k", "top_p", "seed") + (("greedy",) if beam_width else ())
-    explicit = [f"--{name.replace('_', '-')}" for name in sampling_options
+    random_options = ("temperature", "top_k", "top_p", "seed") + (("greedy",) if beam_width else ())
+    explicit = [f"--{name.replace('_', '-')}" for name in random_options
                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
     if explicit:
         raise click.UsageError(f"{deterministic} is deterministic; {', '.join(explicit)} does not apply")
@@ -132,7 +167,7 @@ class CharrnnGroup(click.Group):
             with raise_on_termination():
                 return super().invoke(ctx)
         except ConfigError as exc:  # an option value outside its range: a usage error, exit 2
-            raise OneLineUsageError(str(exc)) from None
+            raise OneLineUsageError(self._config_error_message(ctx, exc)) from None
         except CharrnnError as exc:
             raise click.ClickException(str(exc)) from None
         except ReaderGone:
@@ -144,6 +179,16 @@ class CharrnnGroup(click.Group):
         except click.UsageError as exc:
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
             raise OneLineUsageError(exc.format_message() + hint) from None
+
+
+    def _config_error_message(self, ctx: click.Context, exc: ConfigError) -> str:
+        """A dataclass's complaint about a field, in the words of the option that set it."""
+        command = self.get_command(ctx, ctx.invoked_subcommand) if ctx.invoked_subcommand else None
+        flags = {param.name: param.opts[0] for param in command.params} if command is not None else {}
+        if exc.field not in flags:
+            return str(exc)
+        return (f"Invalid value for '{flags[exc.field]}': {exc.problem} "
+                f"(see '{ctx.command_path} {ctx.invoked_subcommand} --help')")
 
 
 @click.group(cls=CharrnnGroup)
@@ -251,34 +296,34 @@ def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False,
 @cli.command("train")
 @click.argument("corpus", required=False, type=click.Path(path_type=Path))
 @config_option("--model", ModelConfig, "cell", "Recurrent cell.", type=click.Choice(CELL_TYPES))
-@config_option("--layers", ModelConfig, "num_layers", "Stacked recurrent layers.", type=click.IntRange(min=1))
+@config_option("--layers", ModelConfig, "num_layers", "Stacked recurrent layers.", type=int)
 @config_option("--hidden", ModelConfig, "hidden_size", f"Units per layer.{BUDGET_NOTE}",
-               type=click.IntRange(min=1))
-@config_option("--embed", ModelConfig, "embed_size", "Character embedding size.", type=click.IntRange(min=1))
+               type=int)
+@config_option("--embed", ModelConfig, "embed_size", "Character embedding size.", type=int)
 @config_option("--dropout", ModelConfig, "dropout",
                f"Dropout between layers and before the output layer.{BUDGET_NOTE}",
-               type=click.FloatRange(0, 1, max_open=True))
+               type=float)
 @config_option("--batch-size", TrainConfig, "batch_size", f"Parallel BPTT streams.{BUDGET_NOTE}",
-               type=click.IntRange(min=1))
+               type=int)
 @config_option("--seq-len", TrainConfig, "seq_len", "Characters per truncated-BPTT segment.",
-               type=click.IntRange(min=1))
+               type=int)
 @config_option("--lr", TrainConfig, "learning_rate", f"Peak Adam learning rate.{BUDGET_NOTE}",
-               type=click.FloatRange(min=0, min_open=True))
+               type=float)
 @config_option("--min-lr-ratio", TrainConfig, "min_lr_ratio", "The cosine schedule ends at lr × this.",
-               type=click.FloatRange(0, 1))
+               type=float)
 @config_option("--warmup-steps", TrainConfig, "warmup_steps", "Linear learning-rate warm-up.",
-               type=click.IntRange(min=0))
+               type=int)
 @config_option("--weight-decay", TrainConfig, "weight_decay", "Decoupled weight decay.",
-               type=click.FloatRange(min=0))
+               type=float)
 @config_option("--clip", TrainConfig, "clip", "Clipping threshold (see --clip-mode); 0 turns clipping off.",
-               type=click.FloatRange(min=0))
+               type=float)
 @config_option("--clip-mode", TrainConfig, "clip_mode",
                "norm: rescale all gradients by their global norm; value: clamp each element to ±clip.",
                type=click.Choice(CLIP_MODES))
 @config_option("--rnn-activation", ModelConfig, "rnn_activation", "Nonlinearity of --model rnn.",
                type=click.Choice(RNN_ACTIVATIONS))
-@click.option("--layer-norm", "layer_norm", is_flag=True,
-              help="Layer-normalised cells: each gate's pre-activation (and the LSTM cell state).")
+@config_option("--layer-norm", ModelConfig, "layer_norm",
+               "Layer-normalised cells: each gate's pre-activation (and the LSTM cell state).")
 @config_option("--forget-bias", ModelConfig, "forget_bias",
                "LSTM: start the effective forget-gate bias (b_ih + b_hh) at this value "
                "[default: PyTorch's small random biases].", type=float)
@@ -291,26 +336,26 @@ def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False,
 @config_option("--epochs", TrainConfig, "epochs",
                f"Stop after this many passes over the training split ({DEFAULT_EPOCHS:g} if no limit "
                f"is given).",
-               type=click.FloatRange(min=0, min_open=True))
+               type=float)
 @config_option("--max-steps", TrainConfig, "max_steps", "Stop after this many steps.",
-               type=click.IntRange(min=1))
+               type=int)
 @config_option("--time-budget", TrainConfig, "time_budget",
                "Stop after this many wall-clock seconds, then evaluate and save.",
-               type=click.FloatRange(min=0, min_open=True))
+               type=float)
 @click.option("--save-epochs", "save_epochs", callback=lambda ctx, param, value: _parse_epochs(value),
               default=None, metavar="E1,E2,...",
               help="Keep a checkpoint at the end of each listed epoch, e.g. 5,50,500.")
 @config_option("--max-bad-steps", TrainConfig, "max_bad_steps",
                "Stop after this many consecutive steps with a non-finite loss or gradient.",
-               type=click.IntRange(min=1))
+               type=int)
 @config_option("--eval-every", TrainConfig, "eval_every",
                f"Steps between validation passes [default: {DEFAULT_EVAL_EVERY:,}; with --time-budget, only "
                f"at the end].",
-               type=click.IntRange(min=1))
+               type=int)
 @config_option("--save-every", TrainConfig, "save_every", "Steps between writes of last.pt.",
-               type=click.IntRange(min=1))
+               type=int)
 @config_option("--val-frac", TrainConfig, "val_frac", "Tail fraction of the corpus held out for validation.",
-               type=click.FloatRange(0, 1, min_open=True, max_open=True))
+               type=float)
 @config_option("--seed", TrainConfig, "seed", "Random seed.", type=int)
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Run directory (default: checkpoints/<corpus name>).")
@@ -356,11 +401,12 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
     observer = TrainObserver() if quiet else ProgressBar(err, draw_bar=sys.stderr.isatty())
     given = {key: value for key, value in options.items()
              if ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
-    request = TrainingRequest(corpus, given, out_dir, overwrite, resume_path, init_from, extend_vocab)
+    request = TrainingRequest(corpus, given, out_dir, overwrite, resume_path, init_from, extend_vocab,
+                              resolve_device(device))
     try:
         check_request(request)
         # Under torchrun: join the other processes; rank 0 alone prints.
-        group, request.device = join_from_environment(resolve_device(device))
+        group, request.device = join_from_environment(request.device)
         say = group.only_main(message)
         if group.world_size > 1:
             say(f"training with {group.world_size} processes (DistributedDataParallel, "
@@ -441,16 +487,9 @@ def _say_plan(plan: TrainingPlan, ctx: click.Context, say: Callable[[str], None]
 @cli.command("sample")
 @click.argument("checkpoint", type=click.Path(path_type=Path))
 @config_option("--length", SampleConfig, "length", "Characters to generate.", type=int)
-@config_option("--temperature", SampleConfig, "temperature",
-               "Divide the logits by this (> 0); lower is more conservative.", type=float)
-@click.option("--top-k", type=int, default=None, help="Sample only from the k most likely characters.")
-@click.option("--top-p", type=float, default=None,
-              help="Sample only from the smallest set with total probability ≥ p.")
-@click.option("--greedy", is_flag=True, help="Always take the most likely character.")
+@sampling_options(SampleConfig, "The same seed gives the same text.")
 @click.option("--beam-width", type=click.IntRange(min=1), default=None,
               help="Beam search: keep the B most probable continuations (deterministic).")
-@click.option("--stop-at", default=None,
-              help="End a sample after this string first appears in the generated text.")
 @config_option("--min-length", SampleConfig, "min_length",
                "--stop-at ends no sample shorter than this many generated characters.", type=int)
 @click.option("--length-penalty", type=click.FloatRange(min=0), default=None,
@@ -459,7 +498,6 @@ def _say_plan(plan: TrainingPlan, ctx: click.Context, say: Callable[[str], None]
 @click.option("--prime", default=None, help="Text to warm the model with; the output starts with it.")
 @click.option("--prime-file", type=click.Path(path_type=Path), default=None,
               help="Read the prime from a UTF-8 file.")
-@click.option("--seed", type=int, default=None, help="The same seed gives the same text.")
 @config_option("--num-samples", SampleConfig, "num_samples",
                "Independent samples, generated together (with --beam-width: the N best beams).", type=int)
 @click.option("--output", type=click.Path(path_type=Path), default=None,
@@ -486,10 +524,7 @@ def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None,
       charrnn sample best.pt --greedy --length 200 --output greedy.txt
       charrnn sample best.pt --beam-width 8 --num-samples 3 --stop-at $'\\n\\n'
     """
-    try:
-        config = SampleConfig(**options)
-    except CharrnnError as exc:
-        raise click.BadParameter(str(exc)) from None
+    config = SampleConfig(**options)
     _refuse_sampling_options(ctx, beam_width, config.greedy)
     if length_penalty is not None and beam_width is None:
         raise click.UsageError("--length-penalty ranks beams: it goes with --beam-width")
@@ -617,19 +652,12 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
 @cli.command("compare")
 @click.argument("checkpoints", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--prime", default="", help="Every sample starts with this text.")
-@click.option("--length", type=click.IntRange(min=0), default=300, show_default=True,
-              help="Characters to generate per checkpoint.")
-@config_option("--temperature", SampleConfig, "temperature", "Sampling temperature (> 0).", type=float)
-@click.option("--seed", type=int, default=1, show_default=True, help="The same seed for every checkpoint.")
-@click.option("--top-k", type=int, default=None, help="Sample only from the k most likely characters.")
-@click.option("--top-p", type=float, default=None,
-              help="Sample only from the smallest set with total probability ≥ p.")
-@click.option("--greedy", is_flag=True, help="Always take the most likely character.")
+@config_option("--length", COMPARE_SAMPLE, "length", "Characters to generate per checkpoint.", type=int)
+@sampling_options(COMPARE_SAMPLE, "The same seed for every checkpoint.")
 @click.option("--prime-file", type=click.Path(path_type=Path), default=None,
               help="Read the prime from a UTF-8 file.")
 @click.option("--beam-width", type=click.IntRange(min=1), default=None,
               help="Decode by beam search (deterministic) instead of sampling.")
-@click.option("--stop-at", default=None, help="End each sample after this string first appears.")
 @click.option("--text", "text_file", type=click.Path(path_type=Path), default=None,
               help="Score this text for every checkpoint instead of each one's own validation split.")
 @click.option("--against", default=None, metavar="train|FILE",
@@ -661,11 +689,8 @@ def compare_command(ctx: click.Context, checkpoints: tuple[Path, ...], prime: st
       charrnn compare runs/*/best.pt --prime "ROMEO:" --temperature 0.8 --markdown report.md
       charrnn compare a.pt b.pt --beam-width 4 --text held_out.txt --json
     """
-    try:
-        sample = SampleConfig(length=length, temperature=temperature, seed=seed, stop_at=stop_at, top_k=top_k,
-                              top_p=top_p, greedy=greedy)
-    except CharrnnError as exc:
-        raise click.BadParameter(str(exc)) from None
+    sample = SampleConfig(length=length, temperature=temperature, seed=seed, stop_at=stop_at, top_k=top_k,
+                          top_p=top_p, greedy=greedy)
     _refuse_sampling_options(ctx, beam_width, greedy)
     if prime and prime_file is not None:
         raise click.UsageError("give --prime or --prime-file, not both")

@@ -31,9 +31,29 @@ MAX_LEARNING_RATE = 1e3  # far above any useful rate; larger ones overflow float
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
 
 
+def require(condition: bool, field: str, problem: str) -> None:
+    """Raise a :class:`ConfigError` about ``field`` unless ``condition`` holds."""
+    if not condition:
+        raise ConfigError(problem, field)
+
+
+def require_at_least(config: object, minimum: int, *fields: str) -> None:
+    """Each of ``fields`` of ``config`` that is set is a whole number of at least ``minimum``."""
+    for name in fields:
+        value = getattr(config, name)
+        require(value is None or value >= minimum, name, f"must be at least {minimum}")
+
+
+def require_finite(config: object, *fields: str) -> None:
+    """Each of ``fields`` of ``config`` that is set is a finite number (neither NaN nor infinite)."""
+    for name in fields:
+        value = getattr(config, name)
+        require(value is None or math.isfinite(value), name, "must be a finite number")
+
+
 def check_seed(seed: int | None) -> None:
-    if seed is not None and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
-        raise ConfigError(f"seed must be between {SEED_RANGE[0]} and {SEED_RANGE[1]} (64 bits)")
+    require(seed is None or SEED_RANGE[0] <= seed <= SEED_RANGE[1], "seed",
+            f"must be between {SEED_RANGE[0]} and {SEED_RANGE[1]} (64 bits)")
 
 
 class _DictMixin:
@@ -63,31 +83,22 @@ class ModelConfig(_DictMixin):
     layer_norm: bool = False  # layer-normalise each gate's pre-activation (and the LSTM cell state)
 
     def __post_init__(self) -> None:
-        if self.cell not in CELL_TYPES:
-            raise ConfigError(f"unknown cell {self.cell!r}; choose one of {', '.join(CELL_TYPES)}")
-        if self.rnn_activation not in RNN_ACTIVATIONS:
-            raise ConfigError(f"rnn_activation must be one of {', '.join(RNN_ACTIVATIONS)}")
+        require(self.cell in CELL_TYPES, "cell", f"must be one of {', '.join(CELL_TYPES)}")
+        require(self.rnn_activation in RNN_ACTIVATIONS, "rnn_activation",
+                f"must be one of {', '.join(RNN_ACTIVATIONS)}")
         if self.rnn_activation != "tanh" and self.cell != "rnn":
             raise ConfigError("--rnn-activation applies to --model rnn only (an esn reservoir is tanh)")
         if self.layer_norm and self.cell == "esn":
             raise ConfigError("--layer-norm does not apply to --model esn (its reservoir is plain tanh)")
-        if self.init not in INIT_SCHEMES:
-            raise ConfigError(f"init must be one of {', '.join(INIT_SCHEMES)}")
-        if not (math.isfinite(self.forget_bias or 0.0) and math.isfinite(self.spectral_radius)):
-            raise ConfigError("forget-bias and spectral-radius must be finite numbers")
-        if abs(self.forget_bias or 0.0) > MAX_FORGET_BIAS:
-            raise ConfigError(f"forget-bias must be within ±{MAX_FORGET_BIAS:g} (the gate saturates long "
-                              f"before)")
-        if not 0 < self.spectral_radius <= MAX_SPECTRAL_RADIUS:
-            raise ConfigError(f"spectral-radius must be in (0, {MAX_SPECTRAL_RADIUS:g}]: larger radii "
-                              f"overflow the recurrent weights")
-        if not 0.0 < self.recurrent_density <= 1.0:
-            raise ConfigError("recurrent-density must be in (0, 1]")
-        for name in ("vocab_size", "num_layers", "hidden_size", "embed_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be at least 1")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError("dropout must be in [0, 1)")
+        require(self.init in INIT_SCHEMES, "init", f"must be one of {', '.join(INIT_SCHEMES)}")
+        require_finite(self, "forget_bias", "spectral_radius", "recurrent_density", "dropout")
+        require(abs(self.forget_bias or 0.0) <= MAX_FORGET_BIAS, "forget_bias",
+                f"must be within ±{MAX_FORGET_BIAS:g} (the gate saturates long before)")
+        require(0 < self.spectral_radius <= MAX_SPECTRAL_RADIUS, "spectral_radius",
+                f"must be in (0, {MAX_SPECTRAL_RADIUS:g}]: larger radii overflow the recurrent weights")
+        require(0.0 < self.recurrent_density <= 1.0, "recurrent_density", "must be in (0, 1]")
+        require_at_least(self, 1, "vocab_size", "num_layers", "hidden_size", "embed_size")
+        require(0.0 <= self.dropout < 1.0, "dropout", "must be in [0, 1)")
 
 
 @dataclass
@@ -115,34 +126,27 @@ class TrainConfig(_DictMixin):
     init_from: str | None = None  # checkpoint whose weights this run started from (fine-tuning)
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.val_frac < 1.0:
-            raise ConfigError("val_frac must be strictly between 0 and 1")
-        for name in ("batch_size", "seq_len", "eval_every", "save_every", "max_bad_steps"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be at least 1")
-        for name in ("val_frac", "learning_rate", "min_lr_ratio", "weight_decay", "clip", "epochs",
-                     "time_budget"):
-            value = getattr(self, name)
-            if value is not None and not math.isfinite(value):
-                raise ConfigError(f"{name} must be a finite number")
-        if not 0 < self.learning_rate <= MAX_LEARNING_RATE:
-            raise ConfigError(f"learning_rate must be positive and at most {MAX_LEARNING_RATE:g}")
-        if self.clip < 0:
-            raise ConfigError("clip must be 0 (off) or positive")
-        if self.clip_mode not in CLIP_MODES:
-            raise ConfigError(f"clip_mode must be one of {', '.join(CLIP_MODES)}")
-        for name in ("epochs", "max_steps", "time_budget"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ConfigError(f"{name} must be positive")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}")
+        require_finite(self, "val_frac", "learning_rate", "min_lr_ratio", "weight_decay", "clip", "epochs",
+                       "time_budget")
+        require(0.0 < self.val_frac < 1.0, "val_frac", "must be strictly between 0 and 1")
+        require_at_least(self, 1, "batch_size", "seq_len", "eval_every", "save_every", "max_bad_steps",
+                         "max_steps")
+        require_at_least(self, 0, "warmup_steps")
+        require(0 < self.learning_rate <= MAX_LEARNING_RATE, "learning_rate",
+                f"must be positive and at most {MAX_LEARNING_RATE:g}")
+        require(0.0 <= self.min_lr_ratio <= 1.0, "min_lr_ratio", "must be in [0, 1]")
+        require(self.weight_decay >= 0, "weight_decay", "must be 0 or positive")
+        require(self.clip >= 0, "clip", "must be 0 (off) or positive")
+        require(self.clip_mode in CLIP_MODES, "clip_mode", f"must be one of {', '.join(CLIP_MODES)}")
+        for name in ("epochs", "time_budget"):
+            require(getattr(self, name) is None or getattr(self, name) > 0, name, "must be positive")
+        require(self.precision in PRECISIONS, "precision", f"must be one of {', '.join(PRECISIONS)}")
         if self.precision == "bf16" and not (self.device.startswith("cuda") or
                                              (self.device == "cpu" and cpu_has_native_bf16())):
             raise ConfigError("--precision bf16 needs a CUDA device or a CPU with native bfloat16 "
                               "(AVX512-BF16 or AMX); train in fp32 here")
-        if any(epoch < 1 for epoch in self.save_epochs):
-            raise ConfigError("save-epochs must list whole epochs of 1 or more")
+        require(all(epoch >= 1 for epoch in self.save_epochs), "save_epochs",
+                "must list whole epochs of 1 or more")
         check_seed(self.seed)
         self.save_epochs = sorted(set(self.save_epochs))
         if self.epochs is None and self.max_steps is None and self.time_budget is None:
@@ -208,22 +212,20 @@ class SampleConfig(_DictMixin):
     min_length: int = 0  # stop_at ends nothing shorter than this many generated characters
 
     def __post_init__(self) -> None:
-        if self.length < 0:
-            raise ConfigError("length must be 0 or more")
-        if not (self.temperature > 0 and math.isfinite(self.temperature)):
-            raise ConfigError("temperature must be a finite number greater than 0 (for the most likely "
-                              "character every time, use --greedy)")
-        if self.top_k is not None and self.top_k < 1:
-            raise ConfigError("top-k must be at least 1")
-        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
-            raise ConfigError("top-p must be in (0, 1]")
-        if self.num_samples < 1:
-            raise ConfigError("num-samples must be at least 1")
+        require_at_least(self, 0, "length", "min_length")
+        require(self.temperature > 0 and math.isfinite(self.temperature), "temperature",
+                "must be a finite number greater than 0 (for the most likely character every time, use "
+                "--greedy)")
+        require_at_least(self, 1, "top_k", "num_samples")
+        require(self.top_p is None or 0.0 < self.top_p <= 1.0, "top_p", "must be in (0, 1]")
         check_seed(self.seed)
-        if self.min_length < 0:
-            raise ConfigError("min-length must be 0 or more")
         if self.stop_at is not None:
             try:
                 require_valid_text(self.stop_at, "--stop-at")
             except CharrnnError as exc:
                 raise ConfigError(str(exc)) from None
+
+
+# What compare samples unless told otherwise: shorter texts than sample's, and one seed shared by
+# every checkpoint so that the texts differ only by the model.
+COMPARE_SAMPLE = SampleConfig(length=300, seed=1)

@@ -11,4 +11,14 @@ class CharrnnError(Exception):
 
 
 class ConfigError(CharrnnError, ValueError):
-    """An option value outside its allowed range."""
+    """An option value outside its allowed range.
+
+    ``field`` names the configuration field at fault (the command line shows its
+    flag instead), and ``problem`` says what is wrong with it; a message about
+    several options together has no field.
+    """
+
+    def __init__(self, problem: str, field: str | None = None):
+        super().__init__(f"{field} {problem}" if field else problem)
+        self.problem = problem
+        self.field = field

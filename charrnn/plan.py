@@ -124,6 +124,10 @@ def check_request(request: TrainingRequest) -> None:
         raise OptionConflict("--init-from starts a new run and --resume continues one: give one of them")
     if request.extend_vocab and request.init_from is None:
         raise OptionConflict("--extend-vocab goes with --init-from")
+    # Each value is checked by its dataclass now, before a download, a checkpoint or a corpus is read.
+    ModelConfig(vocab_size=1, **{k: v for k, v in request.options.items() if k in MODEL_FIELDS})
+    TrainConfig(out_dir=".", device=request.device,
+                **{k: v for k, v in request.options.items() if k in TRAIN_FIELDS})
 
 
 def plan_training(request: TrainingRequest) -> TrainingPlan:

@@ -291,14 +291,14 @@ BAD_INPUTS = [
     (["train", "latin1.txt"], "not UTF-8"),
     (["train", "short.txt", "--batch-size", "8", "--seq-len", "16"], "needs at least 129"),
     (["train", "short.txt", "--epochs", "0"], "--epochs"),
-    (["train", "short.txt", "--lr", "1e39"], "learning_rate must be positive and at most 1000"),
-    (["train", "short.txt", "--lr", "nan"], "learning_rate must be a finite number"),
+    (["train", "short.txt", "--lr", "1e39"], "Invalid value for '--lr': must be positive and at most 1000"),
+    (["train", "short.txt", "--lr", "nan"], "Invalid value for '--lr': must be a finite number"),
     (["train", "short.txt", "--save-epochs", "5,x"], "not a comma-separated list"),
-    (["train", "short.txt", "--save-epochs", "0,5"], "save-epochs must list whole epochs of 1 or more"),
+    (["train", "short.txt", "--save-epochs", "0,5"], "'--save-epochs': must list whole epochs of 1 or more"),
     (["train", "short.txt", "--device", "mps", "--precision", "bf16"], "MPS is not available"),
     (["sample", "CKPT", "--temperature", "0"], "temperature"),
     (["sample", "CKPT", "--temperature", "-0.5"], "temperature"),
-    (["sample", "CKPT", "--temperature", "inf"], "temperature must be a finite number"),
+    (["sample", "CKPT", "--temperature", "inf"], "'--temperature': must be a finite number"),
     (["sample", "CKPT", "--top-k", "0"], "top-k"),
     (["sample", "CKPT", "--top-p", "0"], "top-p"),
     (["sample", "CKPT", "--top-p", "1.01"], "top-p"),
@@ -405,15 +405,24 @@ def test_the_command_line_starts_without_importing_torch():
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
-    (["train", "small.txt", "--save-epochs", "0"], "save-epochs must list whole epochs of 1 or more"),
-    (["train", "small.txt", "--seed", str(2**64)], "seed must be between"),
+    (["train", "small.txt", "--save-epochs", "0"], "'--save-epochs': must list whole epochs of 1 or more"),
+    (["train", "small.txt", "--seed", str(2**64)], "'--seed': must be between"),
     (["sample", "x.pt", "--temperature", "0"], "use --greedy"),
+    # Checked before the default corpus would be fetched or the checkpoint read:
+    (["train", "--lr", "-1"], "Invalid value for '--lr': must be positive and at most 1000 (see 'cli train"),
+    (["train", "--warmup-steps", "-1"], "Invalid value for '--warmup-steps': must be at least 0"),
+    (["train", "--resume", "gone/last.pt", "--min-lr-ratio", "1.5"], "'--min-lr-ratio': must be in [0, 1]"),
+    (["compare", "gone.pt", "--length", "-1"], "Invalid value for '--length': must be at least 0"),
+    (["sample", "gone.pt", "--top-k", "0"], "Invalid value for '--top-k': must be at least 1"),
 ])
-def test_an_option_value_out_of_range_is_a_usage_error(runner, small_corpus, args, fragment):
+def test_an_option_value_out_of_range_is_a_usage_error(runner, small_corpus, args, fragment, monkeypatch):
+    """The dataclass checks the value; the message names the option that gave it."""
+    monkeypatch.setenv("CHARRNN_DATA_MIRROR", "file:///nonexistent")
     Path("small.txt").write_text(small_corpus.read_text(encoding="utf-8"), encoding="utf-8")
     result = invoke(runner, *args)
     assert result.exit_code == 2
     assert_one_line_error(result, fragment)
+    assert not Path("data").exists()
 
 
 def test_a_run_directory_stands_for_its_checkpoint(runner, small_corpus):

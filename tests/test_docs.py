@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from charrnn.cli import cli
+from charrnn.config import DEFAULT_EVAL_EVERY
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -112,3 +113,40 @@ def test_cheap_console_examples_print_what_the_guide_shows(line, shown, data_mir
     result = CliRunner().invoke(cli, shlex.split(line)[1:])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == shown
+
+
+DEFAULT_IN_BRACKETS = re.compile(r"`(--[a-z][a-z-]*)[^`]*`(?: \([^)]*\))? \[([^\]]+)\]")
+
+
+def stated_defaults() -> list[tuple[str, str, str]]:
+    """(command, flag, the default the README states in brackets) in each command's section."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    found = []
+    for section in readme.split("\n### `charrnn ")[1:]:
+        command = section.split()[0].rstrip("`")
+        text = section.replace("\n", " ")
+        found += [(command, flag, value) for flag, value in DEFAULT_IN_BRACKETS.findall(text)]
+    return found
+
+
+STATED_DEFAULTS = stated_defaults()
+# Options whose unset value (None) means a default that the configuration applies later.
+EFFECTIVE_DEFAULTS = {"--eval-every": DEFAULT_EVAL_EVERY}
+
+
+def test_the_readme_states_defaults_for_the_main_options():
+    flags = {flag for _, flag, _ in STATED_DEFAULTS}
+    assert {"--layers", "--hidden", "--lr", "--seq-len", "--batch-size", "--length", "--temperature"} <= flags
+
+
+@pytest.mark.parametrize(("command", "flag", "stated"), STATED_DEFAULTS,
+                         ids=[f"{command} {flag}" for command, flag, _ in STATED_DEFAULTS])
+def test_a_default_the_readme_states_is_the_options_own(command, flag, stated):
+    """The README restates defaults for readers; the dataclasses hold them. This keeps the two equal."""
+    option = next(param for param in cli.commands[command].params if flag in param.opts)
+    first = re.split(r"[ ,;:]", stated.strip(), maxsplit=1)[0]
+    default = EFFECTIVE_DEFAULTS.get(flag, option.default)
+    if isinstance(default, int | float) and not isinstance(default, bool):
+        assert float(first) == default, f"README says {flag} [{stated}], the option's default is {default}"
+    else:
+        assert first == str(default), f"README says {flag} [{stated}], the option's default is {default}"

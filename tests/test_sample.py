@@ -3,7 +3,7 @@ import torch
 
 from charrnn.checkpoint import load_model
 from charrnn.config import SampleConfig
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, ConfigError
 from charrnn.sample import filter_logits, generate
 
 
@@ -77,13 +77,14 @@ def test_top_k_and_top_p_masks():
 
 @pytest.mark.parametrize(
     ("options", "message"),
-    [({"temperature": 0}, "temperature"), ({"temperature": -1}, "temperature"), ({"top_k": 0}, "top-k"),
-     ({"top_p": 0}, "top-p"), ({"top_p": 1.5}, "top-p"), ({"length": -1}, "length"),
-     ({"num_samples": 0}, "num-samples")],
+    [({"temperature": 0}, "temperature"), ({"temperature": -1}, "temperature"), ({"top_k": 0}, "top_k"),
+     ({"top_p": 0}, "top_p"), ({"top_p": 1.5}, "top_p"), ({"length": -1}, "length"),
+     ({"num_samples": 0}, "num_samples")],
 )
 def test_invalid_settings(options, message):
-    with pytest.raises(CharrnnError, match=message):
+    with pytest.raises(ConfigError, match=message) as raised:
         SampleConfig(**options)
+    assert raised.value.field == message
 
 
 def test_stop_at_ends_each_sample_after_the_first_occurrence(loaded):
