@@ -7,7 +7,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint
+.PHONY: setup demo test test-fast lint
 
 setup: $(VENV)/.installed
 
@@ -29,3 +29,7 @@ lint: setup
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+# Everything but the tests marked slow (real subprocesses, torchrun, fuzzing): for the edit-test loop.
+test-fast: lint
+	$(BIN)/python -m pytest -q -m "not slow"

@@ -74,6 +74,7 @@ def test_train_from_python_gets_the_commands_checks(small_corpus, tmp_path, tiny
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_importing_charrnn_imports_no_torch_until_the_api_is_used():
     code = ("import sys, charrnn; before = 'torch' in sys.modules; charrnn.load; "
             "print(before, 'torch' in sys.modules)")

@@ -16,7 +16,7 @@ from charrnn.checkpoint import load_model
 from charrnn.cli import cli
 from charrnn.evaluate import evaluate
 
-from helpers import INSTALLED
+from helpers import INSTALLED, needs_installed
 
 TINY_TRAIN = ["--layers", "1", "--hidden", "24", "--embed", "8", "--batch-size", "4", "--seq-len", "16",
               "--eval-every", "10", "--seed", "1"]
@@ -82,6 +82,7 @@ def test_existing_run_is_kept_unless_overwrite(runner, small_corpus):
     assert replaced.exit_code == 0 and best.read_bytes() != before
 
 
+@pytest.mark.slow
 def test_resume_continues_the_run_with_epoch_checkpoints(runner, small_corpus):
     # small.txt: 13,100 chars, 11,790 for training; 4 streams of 2,947, seq-len 16: 185 steps an epoch.
     first = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--epochs", "1", "--save-epochs", "1,2",
@@ -132,9 +133,10 @@ def test_resume_of_a_fine_tuned_run_trains_on_the_checkpoints_vocabulary(runner,
         assert torch.equal(tensor, halves["model_state"][name]), name
 
 
+@pytest.mark.slow
 def test_resuming_an_earlier_checkpoint_never_replaces_newer_results(runner, small_corpus):
     assert invoke(runner, "train", small_corpus, *TINY_TRAIN, "--epochs", "3", "--save-epochs", "1,2",
-                  "--out", "ep").exit_code == 0
+                  "--eval-every", "1000", "--out", "ep").exit_code == 0
     run = Path("ep")
     before = {name: (run / name).read_bytes() for name in ("best.pt", "last.pt", "metrics.jsonl")}
     first = next(run.glob("epoch0001-*.pt"))
@@ -337,7 +339,8 @@ def run_installed(*args: str, cwd: Path, env: dict[str, str] | None = None) -> s
                           env={**os.environ, **(env or {})}, timeout=300)
 
 
-@pytest.mark.skipif(not INSTALLED.exists(), reason="charrnn is not installed in this environment")
+@pytest.mark.slow
+@needs_installed
 def test_installed_program_end_to_end(tmp_path, small_corpus):
     version = run_installed("--version", cwd=tmp_path)
     assert version.returncode == 0 and "charrnn" in version.stdout
@@ -363,6 +366,7 @@ def test_installed_program_end_to_end(tmp_path, small_corpus):
     assert failed.stderr.strip().count("\n") == 0
 
 
+@pytest.mark.slow
 def test_python_dash_m(tmp_path):
     result = subprocess.run([sys.executable, "-m", "charrnn", "--help"], cwd=tmp_path, capture_output=True,
                             text=True, timeout=120)
@@ -395,6 +399,7 @@ def test_a_time_budget_on_cuda_keeps_the_plain_defaults(runner, small_corpus):
     assert torch.load("run/last.pt", weights_only=True)["model_config"]["hidden_size"] == 256
 
 
+@pytest.mark.slow
 def test_the_command_line_starts_without_importing_torch():
     """--help, --version, shell completion and argument errors must not wait for torch's import."""
     probe = ("import sys, charrnn.cli\n"
@@ -448,8 +453,10 @@ def test_deterministic_decoding_refuses_sampling_options(runner, tiny_checkpoint
     assert_one_line_error(result, fragment)
 
 
+@pytest.mark.slow
 def test_save_epochs_beyond_the_run_warn_and_the_summary_lists_those_written(runner, small_corpus):
-    result = train_tiny_run(runner, small_corpus, "run", "--epochs", "2", "--save-epochs", "1,5")
+    result = train_tiny_run(runner, small_corpus, "run", "--epochs", "2", "--save-epochs", "1,5",
+                            "--eval-every", "1000")
     assert result.exit_code == 0, result.output
     assert "warning: --save-epochs 5 lies beyond this run's end" in " ".join(result.stderr.split())
     assert "epoch checkpoints" in result.stdout and "epoch0001-" in result.stdout

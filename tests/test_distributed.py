@@ -11,6 +11,8 @@ import torch
 from charrnn.distributed import join_from_environment
 from charrnn.errors import CharrnnError
 
+pytestmark = pytest.mark.slow  # real torchrun processes
+
 # Tiny model, a few steps; a constant learning rate so that a run may be resumed with a later step limit.
 TRAIN_ARGS = ["--hidden", "32", "--layers", "2", "--embed", "8", "--batch-size", "8", "--seq-len", "16",
               "--lr", "1e-2", "--warmup-steps", "0", "--min-lr-ratio", "1", "--eval-every", "3",

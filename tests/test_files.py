@@ -117,6 +117,7 @@ def test_new_files_follow_the_umask_and_replaced_files_keep_their_mode(tmp_path)
         os.umask(previous)
 
 
+@pytest.mark.slow
 def test_only_charrnn_temporaries_of_dead_processes_are_cleaned(tmp_path):
     users = tmp_path / ".thesis.tmp"
     users.write_text("mine")

@@ -11,6 +11,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 import torch
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
@@ -18,6 +19,8 @@ from hypothesis import strategies as st
 
 from charrnn.checkpoint import load_checkpoint
 from charrnn.cli import cli
+
+pytestmark = pytest.mark.slow  # many drawn examples per test
 
 FUZZ = settings(max_examples=int(os.environ.get("CHARRNN_FUZZ_EXAMPLES", "100")), deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])

@@ -274,6 +274,7 @@ def test_a_vanishing_temperature_samples_like_greedy(tiny_checkpoint, temperatur
     assert cold.stdout == greedy.stdout
 
 
+@pytest.mark.slow
 def test_a_five_megabyte_prime_runs_in_bounded_memory(tiny_checkpoint, tmp_path):
     vocab = torch.load(tiny_checkpoint, weights_only=True)["vocab"]
     prime = tmp_path / "prime.txt"
@@ -436,6 +437,7 @@ STDOUT_COMMANDS = {
 }
 
 
+@pytest.mark.slow
 @needs_installed
 @pytest.mark.parametrize("command", sorted(STDOUT_COMMANDS))
 def test_stdout_on_a_full_device_is_one_error_line(tiny_checkpoint, command):
@@ -446,6 +448,7 @@ def test_stdout_on_a_full_device_is_one_error_line(tiny_checkpoint, command):
         "Error: cannot write to standard output: No space left on device"]
 
 
+@pytest.mark.slow
 @needs_installed
 @pytest.mark.parametrize("command", ["sample", "eval_perplexity_json", "compare"])
 def test_closed_stdout_is_one_error_line_not_a_lost_result(tiny_checkpoint, command):
@@ -458,6 +461,7 @@ def test_closed_stdout_is_one_error_line_not_a_lost_result(tiny_checkpoint, comm
                                                   "(or use --output)"]
 
 
+@pytest.mark.slow
 @needs_installed
 def test_an_ascii_stdout_with_a_non_ascii_model_is_one_error_line(tiny_checkpoint):
     result = run_installed("sample", tiny_checkpoint, "--prime", "Café", "--length", "5",
@@ -467,6 +471,7 @@ def test_an_ascii_stdout_with_a_non_ascii_model_is_one_error_line(tiny_checkpoin
     assert last.startswith("Error: standard output (ascii) cannot represent")
 
 
+@pytest.mark.slow
 @needs_installed
 def test_with_stderr_closed_the_error_never_reaches_stdout(tmp_path):
     result = subprocess.run([sys.executable, "-c", "import os, sys; os.close(2); "
@@ -475,6 +480,7 @@ def test_with_stderr_closed_the_error_never_reaches_stdout(tmp_path):
     assert result.returncode == 1 and result.stdout == ""
 
 
+@pytest.mark.slow
 def test_plot_writes_through_a_symlink_and_reports_a_full_device(tiny_run, tmp_path):
     pytest.importorskip("matplotlib")
     real = tmp_path / "real.png"

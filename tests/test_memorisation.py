@@ -95,6 +95,7 @@ POEM = ("Tyger Tyger, burning bright,\nIn the forests of the night;\nWhat immort
         "Could frame thy fearful symmetry?\n\n")
 
 
+@pytest.mark.slow
 def test_a_model_that_memorised_a_short_text_reports_copying_near_one(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     corpus = tmp_path / "poem.txt"

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from charrnn.config import ModelConfig
+from charrnn.errors import CharrnnError, ConfigError
 from charrnn.model import CharRNN
 from charrnn.stepper import make_stepper
 
@@ -66,12 +67,12 @@ def test_load_pretrained_copies_weights_and_keeps_new_vocabulary_rows_fresh():
 def test_load_pretrained_refuses_another_shape():
     small = CharRNN(ModelConfig(vocab_size=5, hidden_size=8, embed_size=4))
     other = CharRNN(ModelConfig(vocab_size=5, hidden_size=16, embed_size=4))
-    with pytest.raises(Exception, match="has shape"):
+    with pytest.raises(CharrnnError, match="has shape"):
         other.load_pretrained(small.state_dict())
 
 
 def test_relu_only_for_the_vanilla_rnn():
-    with pytest.raises(Exception, match="--model rnn only"):
+    with pytest.raises(ConfigError, match="--model rnn only"):
         ModelConfig(vocab_size=5, cell="lstm", rnn_activation="relu")
 
 

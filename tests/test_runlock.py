@@ -26,6 +26,7 @@ def _contend(directory: str, start: float, log: str) -> None:
         pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stale_file", [False, True])
 def test_processes_racing_for_the_lock_never_hold_it_together(tmp_path, stale_file):
     context = multiprocessing.get_context("fork")

@@ -91,6 +91,7 @@ def dead_pid() -> int:
     return process.pid
 
 
+@pytest.mark.slow
 def test_a_held_lock_refuses_a_second_writer_and_a_stale_file_is_taken_over(small_corpus, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
@@ -140,6 +141,7 @@ def wait_for(path: Path, process: subprocess.Popen, timeout: float = 60) -> None
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 @needs_installed
 @pytest.mark.parametrize(("signum", "code"),
                          [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
@@ -161,6 +163,7 @@ def test_signal_saves_and_prints_the_resume_command(small_corpus, tmp_path, sign
     assert load_checkpoint(tmp_path / "run" / "last.pt")["step"] == step + 3
 
 
+@pytest.mark.slow
 @needs_installed
 def test_sigkill_at_random_moments_never_leaves_a_broken_checkpoint(small_corpus, tmp_path):
     rng = random.Random(0)
@@ -236,6 +239,7 @@ def test_a_failed_save_says_so_and_keeps_the_previous_checkpoint(small_corpus, t
     assert not list(out.glob(".*.tmp"))
 
 
+@pytest.mark.slow
 @needs_installed
 def test_a_second_ctrl_c_aborts_at_once_and_leaves_a_whole_checkpoint(small_corpus, tmp_path):
     process = start_training(tmp_path, small_corpus)

@@ -31,6 +31,7 @@ def train_tiny(make_run, corpus: Path, out: Path, **options):
     return make_run(corpus, out, **{**OPTIONS, **options})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_overfits_repeated_text_then_greedy_reproduces_it(make_run, repeated_corpus, tmp_path, cell):
     result = train_tiny(make_run, repeated_corpus, tmp_path / "run", cell=cell, max_steps=150, eval_every=50)
@@ -155,6 +156,7 @@ def params_of(path: Path) -> dict[str, torch.Tensor]:
     return torch.load(path, weights_only=True)["model_state"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_resume_is_exact_with_dropout(make_run, repeated_corpus, tmp_path, cell):
     options = {"cell": cell, "num_layers": 2, "min_lr_ratio": 1.0, "warmup_steps": 0, "eval_every": 5,

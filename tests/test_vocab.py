@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from charrnn.errors import CharrnnError
 from charrnn.vocab import UnknownCharactersError, Vocab, code_points, id_dtype
 
 
@@ -78,5 +79,5 @@ def test_extended_vocabulary_keeps_every_id_and_appends():
 
 
 def test_duplicates_are_refused():
-    with pytest.raises(Exception, match="unique"):
+    with pytest.raises(CharrnnError, match="unique"):
         Vocab(("a", "a"))
