@@ -621,7 +621,7 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
         source = f"validation split of {loaded.payload['corpus']['path']}"
     else:
         scan = scan_corpus(text_file)
-        unknown = scan.unknown(loaded.vocab)
+        unknown = loaded.vocab.outside(scan.char_counts())
         if unknown and not skip_unknown:
             raise CharrnnError(f"{UnknownCharactersError(unknown)} (use --skip-unknown to score the rest)")
         if unknown:

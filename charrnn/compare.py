@@ -207,7 +207,8 @@ def _fence(text: str) -> str:
     return "`" * max(3, longest + 1)
 
 
-def _number(value: float | None, digits: int = 4) -> str:
+def format_score(value: float | None, digits: int = 4) -> str:
+    """A score to ``digits`` decimals, or "n/a" when there is none."""
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
@@ -258,7 +259,8 @@ def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note
     labels = checkpoint_labels(reports)
     for r, label in zip(reports, labels, strict=True):
         epoch = "n/a" if r.epoch is None else f"{r.epoch:g}"
-        scores = f"{_number(r.nats_per_char)} | {_number(r.bits_per_char)} | {_number(r.perplexity, 3)}"
+        scores = " | ".join([format_score(r.nats_per_char), format_score(r.bits_per_char),
+                             format_score(r.perplexity, 3)])
         row = f"| {label} | {r.run} | {epoch} | {r.step} | {scores} |"
         if memorised:
             row += _memorisation_cells(r.memorisation)

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from charrnn.errors import CharrnnError, ConfigError
 from charrnn.hardware import cpu_has_native_bf16
 from charrnn.text import require_valid_text
 
 CellType = Literal["lstm", "gru", "rnn", "esn"]
-CELL_TYPES: tuple[str, ...] = ("lstm", "gru", "rnn", "esn")
+CELL_TYPES: tuple[str, ...] = get_args(CellType)
 INIT_SCHEMES: tuple[str, ...] = ("pytorch", "textbook", "orthogonal", "esn")
 RNN_ACTIVATIONS: tuple[str, ...] = ("tanh", "relu")
 CLIP_MODES: tuple[str, ...] = ("norm", "value")

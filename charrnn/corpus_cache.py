@@ -55,7 +55,7 @@ def corpus_files(path: Path) -> list[Path]:
     except FileNotFoundError:
         raise CharrnnError(f"corpus {path} does not exist") from None
     except OSError as exc:
-        raise CharrnnError(f"cannot read corpus {path}: {reason(exc)}") from None
+        raise unreadable_corpus_error(path, exc) from None
     if stat.S_ISDIR(info.st_mode):
         files = sorted(p for p in path.glob("*.txt") if p.is_file())
         if not files:
@@ -65,6 +65,10 @@ def corpus_files(path: Path) -> list[Path]:
         raise CharrnnError(f"corpus {path} is not a regular file (a pipe or a device); "
                            f"save the text to a file and give that")
     return [path]
+
+
+def unreadable_corpus_error(file: Path, exc: OSError) -> CharrnnError:
+    return CharrnnError(f"cannot read corpus {file}: {reason(exc)}")
 
 
 def not_utf8_error(file: Path, byte: int, offset: int) -> CharrnnError:
@@ -83,13 +87,13 @@ def _file_chunks(file: Path, chunk_bytes: int) -> Iterator[tuple[bytes, torch.Te
     try:
         handle = open(file, "rb")
     except OSError as exc:
-        raise CharrnnError(f"cannot read corpus {file}: {reason(exc)}") from None
+        raise unreadable_corpus_error(file, exc) from None
     with handle:
         while True:
             try:
                 raw = handle.read(chunk_bytes)
             except OSError as exc:
-                raise CharrnnError(f"cannot read corpus {file}: {reason(exc)}") from None
+                raise unreadable_corpus_error(file, exc) from None
             final = len(raw) < chunk_bytes
             pending = len(decoder.getstate()[0])
             if not pending and raw.isascii():
@@ -128,10 +132,9 @@ class CorpusScan:
         """The corpus's own vocabulary: its characters in code-point order."""
         return Vocab(tuple(chr(point) for point in self.present().tolist()))
 
-    def unknown(self, vocab: Vocab) -> dict[str, int]:
-        """Characters of the corpus outside ``vocab``, with their counts."""
-        return {chr(point): int(self.counts[point]) for point in self.present().tolist()
-                if chr(point) not in vocab}
+    def char_counts(self) -> dict[str, int]:
+        """Each character that occurs, with its number of occurrences."""
+        return {chr(point): int(self.counts[point]) for point in self.present().tolist()}
 
 
 def scan_corpus(path: Path, chunk_bytes: int = CHUNK_BYTES) -> CorpusScan:
@@ -178,7 +181,7 @@ def cached_ids(scan: CorpusScan, vocab: Vocab, skip_unknown: bool = False, cache
     cache cannot be written (a read-only home, say), a text of up to
     ``IN_MEMORY_LIMIT_BYTES`` of ids is encoded in memory instead.
     """
-    unknown = scan.unknown(vocab)
+    unknown = vocab.outside(scan.char_counts())
     if unknown and not skip_unknown:
         raise UnknownCharactersError(unknown)
     length = scan.chars - sum(unknown.values())

@@ -14,7 +14,13 @@ from typing import Any
 
 import torch
 
-from charrnn.corpus_cache import cached_ids, corpus_files, not_utf8_error, scan_corpus
+from charrnn.corpus_cache import (
+    cached_ids,
+    corpus_files,
+    not_utf8_error,
+    scan_corpus,
+    unreadable_corpus_error,
+)
 from charrnn.errors import CharrnnError
 from charrnn.vocab import Vocab
 
@@ -35,7 +41,7 @@ def read_corpus(path: Path) -> str:
         try:
             raw = file.read_bytes()
         except OSError as exc:
-            raise CharrnnError(f"cannot read corpus {file}: {exc.strerror or exc}") from None
+            raise unreadable_corpus_error(file, exc) from None
         try:
             parts.append(raw.decode("utf-8"))
         except UnicodeDecodeError as exc:

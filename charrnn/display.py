@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 from tqdm import tqdm
 
-from charrnn.compare import CheckpointReport, checkpoint_labels
+from charrnn.compare import CheckpointReport, checkpoint_labels, format_score
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data import CorpusInfo
 from charrnn.memorisation import COPY_MIN_CHARS
@@ -165,16 +165,13 @@ def memorisation_rows(figures: dict[str, Any]) -> dict[str, str]:
 
 
 def _report_rows(report: CheckpointReport) -> dict[str, str]:
-    def number(value: float | None, digits: int = 4) -> str:
-        return "n/a" if value is None else f"{value:.{digits}f}"
-
     rows = {
         "run": report.run,
         "epoch": _format_epoch(report),
         "steps": f"{report.step:,}" if report.step is not None else "n/a",
-        "nats/char": number(report.nats_per_char),
-        "bits/char": number(report.bits_per_char),
-        "perplexity": number(report.perplexity, 3),
+        "nats/char": format_score(report.nats_per_char),
+        "bits/char": format_score(report.bits_per_char),
+        "perplexity": format_score(report.perplexity, 3),
     }
     if report.log_prob is not None:
         rows["beam log-prob"] = f"{report.log_prob:.4f}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -112,13 +113,9 @@ class Vocab:
             return self._table.index_select(0, points.masked_fill(beyond, 0)).masked_fill_(beyond, -1)
         return self._table.index_select(0, points)
 
-    def unknown_chars(self, text: str) -> dict[str, int]:
-        """Characters of ``text`` outside the vocabulary, with their counts."""
-        missing = set(text) - self._index.keys()
-        if not missing:
-            return {}
-        counts = Counter(c for c in text if c in missing)
-        return dict(counts)
+    def outside(self, counts: Mapping[str, int]) -> dict[str, int]:
+        """The characters of ``counts`` (character → occurrences) that the vocabulary lacks."""
+        return {char: count for char, count in counts.items() if char not in self._index}
 
     def encode(self, text: str, skip_unknown: bool = False) -> torch.Tensor:
         """Map ``text`` to ids, a ``(len(text),)`` tensor of :attr:`id_dtype`.
@@ -130,7 +127,7 @@ class Vocab:
         found = ids >= 0
         if not bool(found.all()):
             if not skip_unknown:
-                raise UnknownCharactersError(self.unknown_chars(text))
+                raise UnknownCharactersError(self.outside(Counter(text)))
             ids = ids[found]
         return ids.to(self.id_dtype)
 

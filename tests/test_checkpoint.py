@@ -89,3 +89,11 @@ def test_pickled_code_is_refused_and_never_runs(tmp_path, via_torch_save):
     with pytest.raises(CharrnnError, match="not a readable charrnn checkpoint"):
         load_checkpoint(path)
     assert not marker.exists()
+
+
+def test_the_module_docstring_names_every_checkpoint_field():
+    """The format is described in one place for readers; this keeps it complete."""
+    from charrnn import checkpoint
+
+    missing = [name for name in checkpoint.PAYLOAD_FIELDS if f"``{name}``" not in checkpoint.__doc__]
+    assert missing == []

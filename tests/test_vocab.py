@@ -81,3 +81,11 @@ def test_extended_vocabulary_keeps_every_id_and_appends():
 def test_duplicates_are_refused():
     with pytest.raises(CharrnnError, match="unique"):
         Vocab(("a", "a"))
+
+
+def test_characters_outside_the_vocabulary_are_counted_once_whatever_the_source():
+    vocab = Vocab.from_text("abc")
+    assert vocab.outside({"a": 3, "z": 2, "é": 1}) == {"z": 2, "é": 1}
+    with pytest.raises(UnknownCharactersError) as raised:
+        vocab.encode("abzzé")
+    assert raised.value.unknown == {"z": 2, "é": 1}
