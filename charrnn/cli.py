@@ -45,6 +45,7 @@ from charrnn.terminal import ReaderGone, silence_stdout, stdout_guard, stream_st
 from charrnn.text import require_valid_text
 
 if TYPE_CHECKING:
+    from charrnn.checkpoint import LoadedModel
     from charrnn.plan import TrainingPlan
 
 out = Console()
@@ -525,18 +526,10 @@ def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None,
       charrnn sample best.pt --beam-width 8 --num-samples 3 --stop-at $'\\n\\n'
     """
     config = SampleConfig(**options)
-    _refuse_sampling_options(ctx, beam_width, config.greedy)
-    if length_penalty is not None and beam_width is None:
-        raise click.UsageError("--length-penalty ranks beams: it goes with --beam-width")
-    if beam_width is not None and config.num_samples > beam_width:
-        raise click.UsageError(f"--num-samples {config.num_samples} exceeds --beam-width {beam_width}")
-    if beam_width is None and config.greedy and config.num_samples > 1:
-        raise click.UsageError(f"--greedy gives one text; --num-samples {config.num_samples} would repeat it "
-                               f"(use --beam-width for several deterministic texts)")
+    _check_decoding_options(ctx, config, beam_width, length_penalty)
     if prime is not None and prime_file is not None:
         raise click.UsageError("give --prime or --prime-file, not both")
     # Imported only now, so that a mistyped option is reported without waiting for torch.
-    from charrnn.beam import DEFAULT_LENGTH_PENALTY, beam_search
     from charrnn.checkpoint import load_model
     from charrnn.data import read_corpus
     from charrnn.devices import resolve_device
@@ -548,17 +541,7 @@ def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None,
     loaded = load_model(checkpoint, resolve_device(device))
 
     if beam_width is not None:
-        beams = beam_search(loaded.model, loaded.vocab, prime, beam_width, config.length, config.stop_at,
-                            DEFAULT_LENGTH_PENALTY if length_penalty is None else length_penalty,
-                            config.min_length)
-        if len(beams) < config.num_samples:
-            message(f"note: only {len(beams)} distinct continuation(s) of {config.length} characters exist "
-                    f"over this model's {len(loaded.vocab)}-symbol vocabulary; printing {len(beams)}")
-        beams = beams[: config.num_samples]
-        for i, beam in enumerate(beams, start=1):
-            message(f"beam {i}: log-prob {beam.log_prob:.4f}{' (stopped)' if beam.stopped else ''}")
-        records = [{"text": prime + beam.text, "log_prob": beam.log_prob, "stopped": beam.stopped}
-                   for beam in beams]
+        records = _best_beams(loaded, config, prime, beam_width, length_penalty)
         rendered = render_samples([record["text"] for record in records], "beam")
     else:
         drawn = config.seed is None and not config.greedy
@@ -580,6 +563,36 @@ def sample_command(ctx: click.Context, checkpoint: Path, beam_width: int | None,
         return
     atomic_write_text(output, rendered)
     message(f"wrote {config.num_samples} sample(s) to {output}")
+
+
+def _check_decoding_options(ctx: click.Context, config: SampleConfig, beam_width: int | None,
+                            length_penalty: float | None) -> None:
+    """Refuse option combinations that would be ignored or repeat themselves."""
+    _refuse_sampling_options(ctx, beam_width, config.greedy)
+    if length_penalty is not None and beam_width is None:
+        raise click.UsageError("--length-penalty ranks beams: it goes with --beam-width")
+    if beam_width is not None and config.num_samples > beam_width:
+        raise click.UsageError(f"--num-samples {config.num_samples} exceeds --beam-width {beam_width}")
+    if beam_width is None and config.greedy and config.num_samples > 1:
+        raise click.UsageError(f"--greedy gives one text; --num-samples {config.num_samples} would repeat it "
+                               f"(use --beam-width for several deterministic texts)")
+
+
+def _best_beams(loaded: LoadedModel, config: SampleConfig, prime: str, beam_width: int,
+                length_penalty: float | None) -> list[dict[str, Any]]:
+    """The ``config.num_samples`` best beams as output records; their scores are said on stderr."""
+    from charrnn.beam import DEFAULT_LENGTH_PENALTY, beam_search
+
+    beams = beam_search(loaded.model, loaded.vocab, prime, beam_width, config.length, config.stop_at,
+                        DEFAULT_LENGTH_PENALTY if length_penalty is None else length_penalty,
+                        config.min_length)
+    if len(beams) < config.num_samples:
+        message(f"note: only {len(beams)} distinct continuation(s) of {config.length} characters exist "
+                f"over this model's {len(loaded.vocab)}-symbol vocabulary; printing {len(beams)}")
+    beams = beams[: config.num_samples]
+    for i, beam in enumerate(beams, start=1):
+        message(f"beam {i}: log-prob {beam.log_prob:.4f}{' (stopped)' if beam.stopped else ''}")
+    return [{"text": prime + beam.text, "log_prob": beam.log_prob, "stopped": beam.stopped} for beam in beams]
 
 
 # ---------------------------------------------------------------- eval-perplexity
