@@ -35,6 +35,7 @@ from charrnn.config import ModelConfig, SampleConfig, TrainConfig
 from charrnn.corpus_cache import CACHE_DIR_ENV
 from charrnn.data import CorpusInfo, StreamBatches, encode_corpus
 from charrnn.evaluate import evaluate
+from charrnn.hardware import cpu_has_native_bf16
 from charrnn.model import CharRNN
 from charrnn.sample import generate
 from charrnn.training_run import TrainingRun
@@ -91,9 +92,10 @@ def random_ids(n: int, seed: int = 0) -> torch.Tensor:
 
 
 def training_run(model_config: ModelConfig, ids: torch.Tensor, batch: int, seq_len: int,
-                 steps: int) -> TrainingRun:
+                 steps: int, precision: str = "fp32") -> TrainingRun:
+    """A run of ``model_config`` on ``ids``; float32 unless told, to match the float32 references."""
     corpus = CorpusInfo("random", "random", len(ids), "-", 0.0, len(ids))
-    config = TrainConfig(out_dir=".", batch_size=batch, seq_len=seq_len, max_steps=steps)
+    config = TrainConfig(out_dir=".", batch_size=batch, seq_len=seq_len, max_steps=steps, precision=precision)
     return TrainingRun(model_config, config, VOCAB, corpus, StreamBatches(ids, batch, seq_len))
 
 
@@ -158,6 +160,41 @@ def training_throughput(quick: bool) -> list[Result]:
         Result("training GFLOP/s (6 × params × chars/s) vs 1024² float32 matmul", "GFLOP/s", achieved, peak,
                achieved / peak, "reported", None),
     ]
+
+
+# Shapes of the bf16 table: the budget shapes and char-rnn's, a small and a large model.
+PRECISION_SHAPES = [(128, 50, 50), (192, 16, 50), (256, 16, 50), (512, 32, 50), (1024, 64, 100)]
+
+
+def precision_throughput(quick: bool) -> list[Result]:
+    """Training throughput in bf16 autocast against float32, same run, same LSTM, on this CPU.
+
+    ``--precision auto`` picks bf16 for the LSTM on a CPU with native bfloat16, so each
+    row must be at least 1.0 there; elsewhere bf16 is refused and nothing is measured.
+    """
+    if not cpu_has_native_bf16():
+        return [Result("bf16 vs fp32 training: skipped, this CPU has no native bfloat16", "-", 0.0, 0.0, 0.0,
+                       "reported", None)]
+    results = []
+    steps = 2 if quick else 6
+    for hidden, batch, seq_len in PRECISION_SHAPES[1:4:2] if quick else PRECISION_SHAPES:
+        ids = random_ids(batch * seq_len * (2 * steps + 4) + 1)
+        model_config = ModelConfig(vocab_size=len(VOCAB), hidden_size=hidden)
+        runs = {precision: training_run(model_config, ids, batch, seq_len, steps, precision)
+                for precision in ("bf16", "fp32")}
+
+        def steps_of(run: TrainingRun) -> Callable[[], None]:
+            def take() -> None:
+                run.position = 0
+                for _ in range(steps):
+                    run.train_step(1e-3)
+            return take
+
+        bf16, fp32 = paired_times(steps_of(runs["bf16"]), steps_of(runs["fp32"]), 1 if quick else 3)
+        chars = batch * seq_len * steps
+        results.append(Result(f"training bf16 vs fp32, LSTM 2×{hidden}, {batch} × {seq_len}", "chars/s",
+                              chars / bf16, chars / fp32, fp32 / bf16, "≥ 1.0", fp32 / bf16 >= 1.0))
+    return results
 
 
 # ------------------------------------------------------------------ 2. sampling
@@ -509,8 +546,8 @@ def render(results: list[Result], title: str) -> Table:
 def main(quick: bool, only: tuple[str, ...]) -> None:
     """Run every benchmark, print the table and write benchmarks/results.json."""
     console = Console(width=max(Console().width, 150))
-    in_process = [command_start_up, training_throughput, sampling_speed, beam_cost, evaluation_cost,
-                  layer_norm_training_cost]
+    in_process = [command_start_up, training_throughput, precision_throughput, sampling_speed, beam_cost,
+                  evaluation_cost, layer_norm_training_cost]
     on_disk = [preprocessing_speed, corpus_memory, larger_than_memory]
     results: list[Result] = []
     started = time.perf_counter()

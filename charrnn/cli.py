@@ -370,7 +370,8 @@ def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False,
 @device_option("auto")
 @config_option("--precision", TrainConfig, "precision",
                "bf16: bfloat16 autocast of the training forward pass (CUDA, or a CPU with "
-               "AVX512-BF16/AMX); weights, optimiser and validation stay float32.",
+               "AVX512-BF16/AMX); weights, optimiser and validation stay float32. auto: bf16 for an "
+               "LSTM on such a CPU, where it is faster; fp32 elsewhere.",
                type=click.Choice(PRECISIONS))
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None,
               help="Dataset cache for the built-in corpus (default: $CHARRNN_DATA_DIR or ./data).")

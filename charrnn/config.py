@@ -19,7 +19,7 @@ CELL_TYPES: tuple[str, ...] = get_args(CellType)
 INIT_SCHEMES: tuple[str, ...] = ("pytorch", "textbook", "orthogonal", "esn")
 RNN_ACTIVATIONS: tuple[str, ...] = ("tanh", "relu")
 CLIP_MODES: tuple[str, ...] = ("norm", "value")
-PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
+PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16")
 DEFAULT_EPOCHS = 10.0  # how long a run lasts when no stopping criterion is given
 DEFAULT_EVAL_EVERY = 1000  # steps between validation passes of a run without a time budget
 INSPECT_FEATURES: tuple[str, ...] = ("quotes", "line-position", "indent")  # what inspect --rank tracks
@@ -122,7 +122,8 @@ class TrainConfig(_DictMixin):
     save_every: int = 1000  # steps between writes of last.pt
     seed: int = 1337  # seeds torch and Python's RNG for initialisation and dropout
     device: str = "cpu"  # torch device the run uses (resolved, never "auto")
-    precision: str = "fp32"  # fp32, or bf16: bfloat16 autocast of the training forward pass
+    precision: str = "auto"  # fp32; bf16: bfloat16 autocast of the training forward pass; auto: bf16
+    # where it was measured faster, chosen again each time the run starts (charrnn.devices.resolve_precision)
     init_from: str | None = None  # checkpoint whose weights this run started from (fine-tuning)
 
     def __post_init__(self) -> None:

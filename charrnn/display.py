@@ -19,12 +19,19 @@ from tqdm import tqdm
 from charrnn.compare import CheckpointReport, checkpoint_labels, format_score
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data import CorpusInfo
+from charrnn.devices import resolve_precision
 from charrnn.memorisation import COPY_MIN_CHARS
 from charrnn.model import CharRNN
 from charrnn.neurons import colour
 from charrnn.rundir import EvaluationRecord
 from charrnn.schedule import StopReason
 from charrnn.trainer import StepReport, TrainObserver
+
+
+def describe_precision(config: TrainConfig, model_config: ModelConfig) -> str:
+    """The precision a run trains in, and whether ``--precision auto`` chose it."""
+    chosen = resolve_precision(config.precision, config.device, model_config)
+    return f"{chosen} (auto)" if config.precision == "auto" else chosen
 
 
 def describe_stop(reason: StopReason) -> str:
@@ -94,7 +101,7 @@ class ProgressBar(TrainObserver):
             "validation": f"every {config.evaluation_interval:,} steps and at the end"
                           if config.evaluation_interval else "at the end (a time-budgeted run)",
             "epoch checkpoints": ", ".join(map(str, config.save_epochs)) or "none",
-            "device": f"{config.device}, {config.precision}",
+            "device": f"{config.device}, {describe_precision(config, model_config)}",
             "seed": str(config.seed),
             "out": config.out_dir,
         }

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data import CorpusInfo, StreamBatches
-from charrnn.devices import autocast
+from charrnn.devices import autocast, resolve_precision
 from charrnn.distributed import SingleProcess
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import EvalResult
@@ -83,6 +83,7 @@ class TrainingRun:
         self.corpus = corpus
         self.batches = batches
         self.device = torch.device(config.device)
+        self.precision = resolve_precision(config.precision, config.device, model_config)  # fp32 or bf16
         # Host batches reach a GPU through pinned memory, copied without blocking the host.
         self.pin_batches = self.device.type == "cuda"
         seed_everything(config.seed)
@@ -125,7 +126,7 @@ class TrainingRun:
             for window in self.batches[self.position]
         )  # (B, T) each, B this rank's streams
         self.model.train()
-        with autocast(self.device, self.config.precision):
+        with autocast(self.device, self.precision):
             logits, state = self.step_module(inputs, self.state)  # (B, T, V)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
         # Without the detach, the next segment's backward pass would run on into this one.

@@ -485,3 +485,15 @@ def test_sample_reports_the_seed_it_drew_so_the_text_can_be_drawn_again(runner, 
     seed = next(line.split()[1] for line in first.stderr.splitlines() if line.startswith("seed "))
     again = invoke(runner, "sample", tiny_checkpoint, "--length", "30", "--seed", seed)
     assert again.stdout == first.stdout and "seed " not in again.stderr
+
+
+def test_the_run_table_says_which_precision_auto_chose(runner, small_corpus):
+    from charrnn.hardware import cpu_has_native_bf16
+
+    chosen = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "2", "--out", "a")
+    assert chosen.exit_code == 0, chosen.output
+    expected = "bf16 (auto)" if cpu_has_native_bf16() else "fp32 (auto)"
+    assert f"cpu, {expected}" in chosen.stderr
+    forced = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "2", "--out", "f",
+                    "--precision", "fp32")
+    assert "cpu, fp32 " in forced.stderr and "(auto)" not in forced.stderr

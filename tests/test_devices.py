@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from charrnn.config import ModelConfig
-from charrnn.devices import check_model_fits, resolve_device
+from charrnn.devices import check_model_fits, resolve_device, resolve_precision
 from charrnn.errors import CharrnnError
 
 
@@ -29,3 +29,20 @@ def test_a_model_too_large_for_the_gpu_is_refused_before_allocating(monkeypatch)
     with pytest.raises(CharrnnError, match="cuda has 0.0 GiB available"):
         check_model_fits(model_config, "cuda")
     check_model_fits(model_config, "cpu")  # the CPU has room
+
+
+@pytest.mark.parametrize(("native", "device", "options", "expected"), [
+    (True, "cpu", {}, "bf16"),
+    (True, "cpu", {"layer_norm": True}, "fp32"),  # a Python loop of small products: slower in bf16
+    (True, "cpu", {"cell": "gru"}, "fp32"),
+    (True, "cpu", {"cell": "rnn"}, "fp32"),
+    (True, "cuda", {}, "fp32"),  # not measured on a GPU yet
+    (False, "cpu", {}, "fp32"),
+])
+def test_auto_precision_picks_bf16_only_where_it_was_measured_faster(monkeypatch, native, device, options,
+                                                                      expected):
+    monkeypatch.setattr("charrnn.devices.cpu_has_native_bf16", lambda: native)
+    model_config = ModelConfig(vocab_size=5, **options)
+    assert resolve_precision("auto", device, model_config) == expected
+    assert resolve_precision("fp32", device, model_config) == "fp32"  # a given precision is kept
+    assert resolve_precision("bf16", device, model_config) == "bf16"

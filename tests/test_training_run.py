@@ -5,6 +5,7 @@ import torch
 
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data import StreamBatches, encode_corpus, split_ids
+from charrnn.hardware import cpu_has_native_bf16
 from charrnn.training_run import TrainingRun, restore_cuda_rng
 
 
@@ -44,3 +45,26 @@ def test_cuda_generator_states_are_restored_onto_the_gpus_present(monkeypatch):
     restored.clear()
     restore_cuda_rng([])  # saved without a GPU
     assert restored == []
+
+
+needs_native_bf16 = pytest.mark.skipif(not cpu_has_native_bf16(), reason="this CPU has no native bfloat16")
+
+
+@needs_native_bf16
+def test_auto_precision_trains_an_lstm_in_bf16_here_with_float32_weights(repeated_corpus, tmp_path):
+    encoded = encode_corpus(repeated_corpus, "repeat", 0.1)
+    model_config = ModelConfig(vocab_size=len(encoded.vocab), hidden_size=32, embed_size=8)
+    batches = StreamBatches(split_ids(encoded.ids, encoded.info.split_point).train, 8, 32)
+    runs = {precision: TrainingRun(model_config, TrainConfig(out_dir=str(tmp_path), batch_size=8, seq_len=32,
+                                                             precision=precision),
+                                   encoded.vocab, encoded.info, batches)
+            for precision in ("auto", "bf16", "fp32")}
+    assert runs["auto"].precision == "bf16"
+    losses = {precision: [run.train_step(1e-2)[0] for _ in range(30)] for precision, run in runs.items()}
+    assert losses["auto"] == losses["bf16"]  # the same path, step for step
+    assert losses["bf16"] != losses["fp32"]
+    assert losses["bf16"][-1] < losses["bf16"][0] - 0.5  # it learns
+    assert abs(losses["bf16"][-1] - losses["fp32"][-1]) < 0.1
+    payload = runs["auto"].payload(0.0, runs["auto"].carried_state())
+    assert all(tensor.dtype == torch.float32 for tensor in payload["model_state"].values())
+    assert payload["train_config"]["precision"] == "auto"
