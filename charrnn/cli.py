@@ -33,6 +33,7 @@ from charrnn.config import (
     INSPECT_FEATURES,
     PRECISIONS,
     RNN_ACTIVATIONS,
+    DynamicConfig,
     ModelConfig,
     SampleConfig,
     TrainConfig,
@@ -110,6 +111,24 @@ def sampling_options(defaults: Any, seed_help: str):
         return command
 
     return apply
+
+
+def dynamic_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--dynamic and its settings, shared by eval-perplexity and compare."""
+    options = [
+        click.option("--dynamic", is_flag=True,
+                     help="Also score by dynamic evaluation: adapt a copy of the model to the text as it "
+                          "is read."),
+        config_option("--dynamic-lr", DynamicConfig, "learning_rate",
+                      "Dynamic evaluation: step size (0 gives the static score).", type=float),
+        config_option("--dynamic-decay", DynamicConfig, "decay",
+                      "Dynamic evaluation: pull towards the trained weights at each step.", type=float),
+        config_option("--segment-len", DynamicConfig, "segment_len",
+                      "Dynamic evaluation: characters scored between updates.", type=int),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
 
 
 def _refuse_sampling_options(ctx: click.Context, beam_width: int | None, greedy: bool) -> None:
@@ -605,24 +624,29 @@ def _best_beams(loaded: LoadedModel, config: SampleConfig, prime: str, beam_widt
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object for scripts.")
 @click.option("--skip-unknown", is_flag=True,
               help="Drop characters outside the vocabulary and score the rest.")
+@dynamic_options
 @device_option("auto")
 def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: bool, skip_unknown: bool,
-                            device: str) -> None:
+                            dynamic: bool, device: str, **dynamic_settings: Any) -> None:
     """Score TEXT_FILE (default: the checkpoint's own validation split) under CHECKPOINT.
 
     Reports nats/char, bits/char and perplexity over the whole text, read as one
-    stream with the state carried across chunks.
+    stream with the state carried across chunks. With --dynamic, also the score
+    of dynamic evaluation, which adapts a copy of the model to the text as it
+    reads it (the checkpoint is never changed).
 
     \b
     Examples:
       charrnn eval-perplexity checkpoints/tinyshakespeare/best.pt
       charrnn eval-perplexity best.pt held_out.txt --json
+      charrnn eval-perplexity best.pt --dynamic
     """
     from charrnn.checkpoint import load_model
     from charrnn.corpus_cache import cached_ids, scan_corpus
     from charrnn.data import checkpoint_validation_ids
     from charrnn.devices import resolve_device
     from charrnn.display import key_value_table
+    from charrnn.dynamic import checkpoint_dynamic_score
     from charrnn.evaluate import evaluate
     from charrnn.vocab import UnknownCharactersError, describe_chars
     checkpoint = _checkpoint_argument(checkpoint)
@@ -643,20 +667,33 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
                     f"{describe_chars(unknown)}")
         ids = cached_ids(scan, loaded.vocab, skip_unknown=True)
         source = str(text_file)
+    settings = DynamicConfig(**dynamic_settings) if dynamic else None  # checked before the work starts
     started = time.perf_counter()
     result = evaluate(loaded.model, ids)
+    adapted = checkpoint_dynamic_score(loaded, ids, settings) if settings is not None else None
     seconds = time.perf_counter() - started
     if as_json:
-        write_stdout(json_text(result.to_dict()) + "\n")
+        record: dict[str, Any] = result.to_dict()
+        if adapted is not None:
+            record["dynamic"] = {**adapted.to_dict(), **settings.to_dict()}
+        write_stdout(json_text(record) + "\n")
         return
-    table = key_value_table("perplexity", {
+    rows = {
         "text": source,
         "nats/char": f"{result.nats_per_char:.4f}",
         "bits/char": f"{result.bits_per_char:.4f}",
         "perplexity": f"{result.perplexity:.4f}",
-        "characters scored": f"{result.chars:,}",
-        "time": f"{seconds:.1f} s",
-    })
+    }
+    if adapted is not None:
+        rows.update({
+            "dynamic nats/char": f"{adapted.nats_per_char:.4f} "
+                                 f"({adapted.nats_per_char - result.nats_per_char:+.4f})",
+            "dynamic bits/char": f"{adapted.bits_per_char:.4f}",
+            "dynamic settings": f"lr {settings.learning_rate:g}, decay {settings.decay:g}, "
+                                f"segments of {settings.segment_len}",
+        })
+    rows.update({"characters scored": f"{result.chars:,}", "time": f"{seconds:.1f} s"})
+    table = key_value_table("perplexity", rows)
     with stdout_guard():
         out.print(table)
 
@@ -677,6 +714,7 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
 @click.option("--against", default=None, metavar="train|FILE",
               help="Measure how much of each sample is copied and how much is spelled right, against "
                    "each checkpoint's own training split (train) or FILE.")
+@dynamic_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per checkpoint.")
 @click.option("--markdown", "markdown_file", type=click.Path(path_type=Path), default=None,
               help="Also write the comparison as Markdown to this file.")
@@ -685,8 +723,8 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
 def compare_command(ctx: click.Context, checkpoints: tuple[Path, ...], prime: str, length: int,
                     temperature: float, seed: int, top_k: int | None, top_p: float | None, greedy: bool,
                     prime_file: Path | None, beam_width: int | None, stop_at: str | None,
-                    text_file: Path | None, against: str | None, as_json: bool, markdown_file: Path | None,
-                    device: str) -> None:
+                    text_file: Path | None, against: str | None, dynamic: bool, as_json: bool,
+                    markdown_file: Path | None, device: str, **dynamic_settings: Any) -> None:
     """Score CHECKPOINTS and sample each with the same prime, seed and decoding settings.
 
     For each: epoch, steps, validation nats/char, bits/char, perplexity and a
@@ -702,6 +740,7 @@ def compare_command(ctx: click.Context, checkpoints: tuple[Path, ...], prime: st
       charrnn compare checkpoints/epochs/epoch0*.pt --against train --prime "ROMEO:"
       charrnn compare runs/*/best.pt --prime "ROMEO:" --temperature 0.8 --markdown report.md
       charrnn compare a.pt b.pt --beam-width 4 --text held_out.txt --json
+      charrnn compare runs/*/best.pt --dynamic
     """
     sample = SampleConfig(length=length, temperature=temperature, seed=seed, stop_at=stop_at, top_k=top_k,
                           top_p=top_p, greedy=greedy)
@@ -719,7 +758,8 @@ def compare_command(ctx: click.Context, checkpoints: tuple[Path, ...], prime: st
     if against is not None and against != TRAINING_SPLIT:
         read_corpus(Path(against))  # a missing or unreadable reference fails now, not per checkpoint
     settings = CompareSettings(prime=prime, sample=sample, beam_width=beam_width, text=text,
-                               text_name=str(text_file) if text_file is not None else None, against=against)
+                               text_name=str(text_file) if text_file is not None else None, against=against,
+                               dynamic=DynamicConfig(**dynamic_settings) if dynamic else None)
     paths = [_checkpoint_argument(path) for path in checkpoints]
     reports, note = compare_checkpoints(paths, settings, resolve_device(device))
     if note:

@@ -16,10 +16,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from charrnn.beam import DEFAULT_LENGTH_PENALTY, beam_search
 from charrnn.checkpoint import LoadedModel, load_model
-from charrnn.config import SampleConfig
+from charrnn.config import DynamicConfig, SampleConfig
 from charrnn.data import checkpoint_validation_ids, read_corpus
+from charrnn.dynamic import checkpoint_dynamic_score
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import evaluate
 from charrnn.memorisation import COPY_MIN_CHARS, Reference, measure
@@ -34,6 +37,7 @@ class CompareSettings:
     text: str | None = None  # score this text instead of each checkpoint's validation split
     text_name: str | None = None  # where ``text`` came from, for the report
     against: str | None = None  # memorisation reference: TRAINING_SPLIT, a file's path, or None for none
+    dynamic: DynamicConfig | None = None  # also score by dynamic evaluation, with these settings
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class CheckpointReport:
     error: str | None  # why a score or sample is missing
     memorisation: dict[str, Any] | None = None  # Memorisation.to_dict() of the generated text, if asked
     against: str | None = None  # what the memorisation figures were measured against
+    dynamic: dict[str, Any] | None = None  # EvalResult.to_dict() of dynamic evaluation, if asked
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,18 +69,24 @@ def _score(loaded: LoadedModel, settings: CompareSettings) -> tuple[dict[str, An
     Without the training corpus (gone or changed), the validation result stored in the
     checkpoint at training time stands in, when there is one.
     """
-    if settings.text is not None:
-        return evaluate(loaded.model, loaded.vocab.encode(settings.text)).to_dict(), None
     try:
-        ids = checkpoint_validation_ids(loaded.payload.get("corpus"), loaded.vocab)
+        return evaluate(loaded.model, _scored_ids(loaded, settings)).to_dict(), None
     except CharrnnError as exc:
+        if settings.text is not None:
+            raise
         stored = loaded.payload.get("latest_eval")
         if stored is None:
             raise CharrnnError(f"{exc}; give --text FILE to score every checkpoint on one text") from None
         when = "" if stored["step"] == loaded.payload.get("step") else f", from step {stored['step']:,}"
         scores = {key: stored[key] for key in ("nats_per_char", "bits_per_char", "perplexity", "chars")}
         return scores, f"validation score stored at training time{when} (the corpus cannot be re-read)"
-    return evaluate(loaded.model, ids).to_dict(), None
+
+
+def _scored_ids(loaded: LoadedModel, settings: CompareSettings) -> torch.Tensor:
+    """The ids a checkpoint is scored on: the shared text, or its own validation split."""
+    if settings.text is not None:
+        return loaded.vocab.encode(settings.text)
+    return checkpoint_validation_ids(loaded.payload.get("corpus"), loaded.vocab)
 
 
 def _sample(loaded: LoadedModel, settings: CompareSettings) -> tuple[str, float | None]:
@@ -127,12 +138,20 @@ def compare_checkpoint(loaded: LoadedModel, path: Path, settings: CompareSetting
     payload = loaded.payload
     errors = []
     score: dict[str, Any] = {"nats_per_char": None, "bits_per_char": None, "perplexity": None, "chars": None}
+    stored_note = None
     try:
         score, stored_note = _score(loaded, settings)
         if stored_note:
             errors.append(stored_note)
     except CharrnnError as exc:
         errors.append(f"not scored: {exc}")
+    dynamic = None
+    if settings.dynamic is not None and score["nats_per_char"] is not None and not stored_note:
+        try:
+            ids = _scored_ids(loaded, settings)
+            dynamic = checkpoint_dynamic_score(loaded, ids, settings.dynamic).to_dict()
+        except CharrnnError as exc:
+            errors.append(f"no dynamic score: {exc}")
     sample, log_prob = None, None
     try:
         sample, log_prob = _sample(loaded, settings)
@@ -157,6 +176,7 @@ def compare_checkpoint(loaded: LoadedModel, path: Path, settings: CompareSetting
         error="; ".join(errors) or None,
         memorisation=memorisation,
         against=against,
+        dynamic=dynamic,
         **score,
     )
 
@@ -246,9 +266,16 @@ def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note
     ]
     if note:
         lines += [f"Note: {note}.", ""]
+    if settings.dynamic is not None:
+        dynamic = settings.dynamic
+        lines += [f"Dynamic evaluation: lr {dynamic.learning_rate:g}, decay {dynamic.decay:g}, "
+                  f"segments of {dynamic.segment_len}.", ""]
     memorised = any(r.memorisation is not None for r in reports)
     header = "| checkpoint | run | epoch | steps | nats/char | bits/char | perplexity |"
     rule = "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+    if settings.dynamic is not None:
+        header += " dynamic nats/char |"
+        rule += " ---: |"
     if memorised:
         against = next(r.against for r in reports if r.against)
         lines += [f"Memorisation measured against the {against}." if against.startswith("training split")
@@ -262,6 +289,8 @@ def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note
         scores = " | ".join([format_score(r.nats_per_char), format_score(r.bits_per_char),
                              format_score(r.perplexity, 3)])
         row = f"| {label} | {r.run} | {epoch} | {r.step} | {scores} |"
+        if settings.dynamic is not None:
+            row += f" {format_score(r.dynamic['nats_per_char'] if r.dynamic else None)} |"
         if memorised:
             row += _memorisation_cells(r.memorisation)
         lines.append(row)

@@ -227,6 +227,22 @@ class SampleConfig(_DictMixin):
                 raise ConfigError(str(exc)) from None
 
 
+@dataclass(frozen=True)
+class DynamicConfig(_DictMixin):
+    """Dynamic evaluation (see :mod:`charrnn.dynamic`); the defaults were tuned on the first half of
+    tiny Shakespeare's validation split (docs/techniques.md, "Dynamic evaluation")."""
+
+    learning_rate: float = 1e-4  # η: size of the RMS-normalised step taken after each segment
+    decay: float = 1e-3  # λ: how far each step pulls the weights back towards the trained ones
+    segment_len: int = 50  # characters scored between two updates
+
+    def __post_init__(self) -> None:
+        require_finite(self, "learning_rate", "decay")
+        require(self.learning_rate >= 0, "learning_rate", "must be 0 (the static score) or positive")
+        require(self.decay >= 0, "decay", "must be 0 or positive")
+        require_at_least(self, 1, "segment_len")
+
+
 # What compare samples unless told otherwise: shorter texts than sample's, and one seed shared by
 # every checkpoint so that the texts differ only by the model.
 COMPARE_SAMPLE = SampleConfig(length=300, seed=1)

@@ -121,6 +121,11 @@ def checkpoint_validation_ids(corpus: dict[str, Any] | None, vocab: Vocab) -> to
     ``corpus`` is the checkpoint's corpus record; None when it has none. The errors
     say what is missing; callers add how to give a text instead.
     """
+    return checkpoint_split(corpus, vocab).val
+
+
+def checkpoint_split(corpus: dict[str, Any] | None, vocab: Vocab) -> Split:
+    """Both splits a checkpoint was trained with, as ids (see :func:`checkpoint_validation_ids`)."""
     if corpus is None:
         raise CharrnnError("the checkpoint records no training corpus")
     path = Path(corpus["path"])
@@ -130,7 +135,7 @@ def checkpoint_validation_ids(corpus: dict[str, Any] | None, vocab: Vocab) -> to
     if scan.sha256 != corpus["sha256"]:
         raise CharrnnError(f"the training corpus {path} has changed since training, so its validation split "
                            f"is unknown")
-    return cached_ids(scan, vocab)[corpus["split_point"]:]
+    return split_ids(cached_ids(scan, vocab), corpus["split_point"])
 
 
 class StreamBatches:

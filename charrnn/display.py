@@ -180,6 +180,8 @@ def _report_rows(report: CheckpointReport) -> dict[str, str]:
         "bits/char": format_score(report.bits_per_char),
         "perplexity": format_score(report.perplexity, 3),
     }
+    if report.dynamic is not None:
+        rows["dynamic nats/char"] = format_score(report.dynamic["nats_per_char"])
     if report.log_prob is not None:
         rows["beam log-prob"] = f"{report.log_prob:.4f}"
     if report.memorisation is not None:
