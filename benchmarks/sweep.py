@@ -69,7 +69,32 @@ STAGES: dict[str, list[Point]] = {
         "h512-b32-lr5e-3-dropout0.2": ("--hidden", "512", "--batch-size", "32", "--lr", "5e-3",
                                        "--dropout", "0.2"),
     }),
+    # bfloat16 on a CPU that has it: the 100-second shape again, then the larger shapes that bf16's
+    # throughput may make affordable; every option given, so no budget shape fills anything in.
+    "s100-bf16": points(100, {
+        "fp32-h192-b16-lr5e-3": ("--precision", "fp32", "--hidden", "192", "--batch-size", "16",
+                                 "--lr", "5e-3", "--dropout", "0"),
+        "bf16-h192-b16-lr5e-3": ("--precision", "bf16", "--hidden", "192", "--batch-size", "16",
+                                 "--lr", "5e-3", "--dropout", "0"),
+        "bf16-h256-b16-lr5e-3": ("--precision", "bf16", "--hidden", "256", "--batch-size", "16",
+                                 "--lr", "5e-3", "--dropout", "0"),
+        "bf16-h256-b32-lr6e-3": ("--precision", "bf16", "--hidden", "256", "--batch-size", "32",
+                                 "--lr", "6e-3", "--dropout", "0"),
+        "bf16-h320-b16-lr4e-3": ("--precision", "bf16", "--hidden", "320", "--batch-size", "16",
+                                 "--lr", "4e-3", "--dropout", "0"),
+    }),
 }
+
+
+def processor() -> str:
+    """The CPU's model name, as /proc/cpuinfo gives it: results differ by 2× between machines."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
 
 
 def recorded() -> dict[str, dict]:
@@ -96,7 +121,7 @@ def run_point(point: Point, extra: tuple[str, ...]) -> dict:
             "steps": metrics[-1]["step"], "epochs": metrics[-1]["epoch"], "train_wall_s": round(wall, 1),
             "hidden": config["model"]["hidden_size"], "layers": config["model"]["num_layers"],
             "curve": [(m["elapsed_s"], m["val_loss"]) for m in metrics],
-            "cpu": os.cpu_count(), "when": time.strftime("%Y-%m-%d %H:%M")}
+            "cpu": os.cpu_count(), "processor": processor(), "when": time.strftime("%Y-%m-%d %H:%M")}
 
 
 def report() -> None:
