@@ -34,6 +34,8 @@ from charrnn.beam import beam_search
 from charrnn.config import ModelConfig, SampleConfig, TrainConfig
 from charrnn.corpus_cache import CACHE_DIR_ENV
 from charrnn.data import CorpusInfo, StreamBatches, encode_corpus
+from charrnn.datasets import DEFAULT_DATASET, get_dataset
+from charrnn.errors import CharrnnError
 from charrnn.evaluate import evaluate
 from charrnn.hardware import cpu_has_native_bf16
 from charrnn.model import CharRNN
@@ -195,6 +197,38 @@ def precision_throughput(quick: bool) -> list[Result]:
         results.append(Result(f"training bf16 vs fp32, LSTM 2×{hidden}, {batch} × {seq_len}", "chars/s",
                               chars / bf16, chars / fp32, fp32 / bf16, "≥ 1.0", fp32 / bf16 >= 1.0))
     return results
+
+
+QUALITY_SECONDS = 60  # the wall-clock budget of each quality-per-minute run
+
+
+def quality_per_minute(quick: bool, workdir: Path) -> list[Result]:
+    """Validation nats/char of tiny Shakespeare after a one-minute budget, bf16 against fp32.
+
+    Real ``charrnn train --time-budget`` runs, every other option at its default, scored by
+    ``eval-perplexity``. Reported, not judged: one run each lands within a few hundredths
+    of another run of the same settings. Needs the dataset (CHARRNN_DATA_MIRROR offline)
+    and a CPU with native bfloat16; skipped in --quick.
+    """
+    if quick or not cpu_has_native_bf16():
+        reason = "--quick" if quick else "this CPU has no native bfloat16"
+        return [Result(f"quality per minute, bf16 vs fp32: skipped ({reason})", "-", 0.0, 0.0, 0.0,
+                       "reported", None)]
+    try:
+        corpus, _ = get_dataset(DEFAULT_DATASET, workdir / "data")
+    except CharrnnError as exc:
+        return [Result(f"quality per minute: skipped ({exc})", "-", 0.0, 0.0, 0.0, "reported", None)]
+    scores = {}
+    for precision in ("bf16", "fp32"):
+        out = workdir / f"quality-{precision}"
+        subprocess.run([sys.executable, "-m", "charrnn", "train", str(corpus), "--out", str(out),
+                        "--overwrite", "--time-budget", str(QUALITY_SECONDS), "--precision", precision,
+                        "--quiet"], check=True, stdout=subprocess.DEVNULL)
+        printed = subprocess.run([sys.executable, "-m", "charrnn", "eval-perplexity", str(out / "best.pt"),
+                                  "--json"], check=True, capture_output=True, text=True).stdout
+        scores[precision] = json.loads(printed)["nats_per_char"]
+    return [Result(f"validation nats/char after {QUALITY_SECONDS} s of training, bf16 vs fp32", "nats/char",
+                   scores["bf16"], scores["fp32"], scores["bf16"] / scores["fp32"], "reported", None)]
 
 
 # ------------------------------------------------------------------ 2. sampling
@@ -535,8 +569,9 @@ def render(results: list[Result], title: str) -> Table:
         table.add_column(column)
     for r in results:
         verdict = "measured" if r.passed is None else "[green]pass[/]" if r.passed else "[red]FAIL[/]"
-        table.add_row(r.name, r.unit, f"{r.figure:,.1f}", f"{r.reference:,.1f}", f"{r.ratio:.2f}", r.target,
-                      verdict)
+        digits = 4 if r.unit == "nats/char" else 1  # losses differ in the second decimal
+        table.add_row(r.name, r.unit, f"{r.figure:,.{digits}f}", f"{r.reference:,.{digits}f}",
+                      f"{r.ratio:.2f}", r.target, verdict)
     return table
 
 
@@ -548,7 +583,7 @@ def main(quick: bool, only: tuple[str, ...]) -> None:
     console = Console(width=max(Console().width, 150))
     in_process = [command_start_up, training_throughput, precision_throughput, sampling_speed, beam_cost,
                   evaluation_cost, layer_norm_training_cost]
-    on_disk = [preprocessing_speed, corpus_memory, larger_than_memory]
+    on_disk = [preprocessing_speed, corpus_memory, larger_than_memory, quality_per_minute]
     results: list[Result] = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="charrnn-bench-") as directory:
