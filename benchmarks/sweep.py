@@ -1,4 +1,4 @@
-"""Hyperparameter sweep on tiny Shakespeare under a fixed wall-clock budget (issue: best model per minute).
+"""Hyperparameter sweep on tiny Shakespeare under a fixed wall-clock budget.
 
 Each point is a real ``charrnn train --time-budget S`` run with some options
 changed from the defaults, scored afterwards by ``charrnn eval-perplexity`` on

@@ -1,4 +1,4 @@
-"""Runs that survive: interrupts, kills, locks, numerical trouble (issue: runs that survive)."""
+"""Runs that survive: interrupts, kills, locks, numerical trouble."""
 
 from __future__ import annotations
 
