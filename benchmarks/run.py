@@ -37,7 +37,7 @@ from charrnn.data import CorpusInfo, StreamBatches, encode_corpus
 from charrnn.datasets import DEFAULT_DATASET, get_dataset
 from charrnn.errors import CharrnnError
 from charrnn.evaluate import evaluate
-from charrnn.hardware import cpu_has_native_bf16
+from charrnn.hardware import cpu_has_native_bf16, processor_name
 from charrnn.model import CharRNN
 from charrnn.sample import generate
 from charrnn.training_run import TrainingRun
@@ -552,14 +552,7 @@ def command_start_up(quick: bool) -> list[Result]:
 
 
 def machine() -> dict[str, str]:
-    model_name = "unknown"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                model_name = line.split(":", 1)[1].strip()
-                break
-    return {"cpu": model_name, "cores": str(os.cpu_count()), "threads": str(torch.get_num_threads()),
+    return {"cpu": processor_name(), "cores": str(os.cpu_count()), "threads": str(torch.get_num_threads()),
             "torch": torch.__version__, "python": platform.python_version()}
 
 

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import click
 
+from charrnn.hardware import processor_name
+
 HERE = Path(__file__).resolve().parent
 RESULTS_DIR = HERE / "sweep"
 RESULTS = RESULTS_DIR / "results.jsonl"
@@ -86,17 +88,6 @@ STAGES: dict[str, list[Point]] = {
 }
 
 
-def processor() -> str:
-    """The CPU's model name, as /proc/cpuinfo gives it: results differ by 2× between machines."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
 def recorded() -> dict[str, dict]:
     if not RESULTS.exists():
         return {}
@@ -121,7 +112,7 @@ def run_point(point: Point, extra: tuple[str, ...]) -> dict:
             "steps": metrics[-1]["step"], "epochs": metrics[-1]["epoch"], "train_wall_s": round(wall, 1),
             "hidden": config["model"]["hidden_size"], "layers": config["model"]["num_layers"],
             "curve": [(m["elapsed_s"], m["val_loss"]) for m in metrics],
-            "cpu": os.cpu_count(), "processor": processor(), "when": time.strftime("%Y-%m-%d %H:%M")}
+            "cpu": os.cpu_count(), "processor": processor_name(), "when": time.strftime("%Y-%m-%d %H:%M")}
 
 
 def report() -> None:

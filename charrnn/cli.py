@@ -105,6 +105,11 @@ def sampling_options(defaults: Any, seed_help: str):
                       "End a sample after this string first appears in the generated text."),
     ]
 
+    return stacked(options)
+
+
+def stacked(options: list[Callable[[Any], Any]]) -> Callable[[Any], Any]:
+    """One decorator applying ``options`` so that --help lists them in this order."""
     def apply(command: Callable[..., Any]) -> Callable[..., Any]:
         for option in reversed(options):
             command = option(command)
@@ -115,7 +120,7 @@ def sampling_options(defaults: Any, seed_help: str):
 
 def dynamic_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """--dynamic and its settings, shared by eval-perplexity and compare."""
-    options = [
+    return stacked([
         click.option("--dynamic", is_flag=True,
                      help="Also score by dynamic evaluation: adapt a copy of the model to the text as it "
                           "is read."),
@@ -125,10 +130,7 @@ def dynamic_options(command: Callable[..., Any]) -> Callable[..., Any]:
                       "Dynamic evaluation: pull towards the trained weights at each step.", type=float),
         config_option("--segment-len", DynamicConfig, "segment_len",
                       "Dynamic evaluation: characters scored between updates.", type=int),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+    ])(command)
 
 
 def _refuse_sampling_options(ctx: click.Context, beam_width: int | None, greedy: bool) -> None:

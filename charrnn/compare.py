@@ -63,14 +63,17 @@ class CheckpointReport:
         return asdict(self)
 
 
-def _score(loaded: LoadedModel, settings: CompareSettings) -> tuple[dict[str, Any], str | None]:
-    """The checkpoint's scores, and a note when they were read from the checkpoint, not measured.
+def _score(loaded: LoadedModel, settings: CompareSettings
+           ) -> tuple[dict[str, Any], str | None, torch.Tensor | None]:
+    """The checkpoint's scores, a note when they were read from the checkpoint, not measured, and
+    the ids they were measured on (None then).
 
     Without the training corpus (gone or changed), the validation result stored in the
     checkpoint at training time stands in, when there is one.
     """
     try:
-        return evaluate(loaded.model, _scored_ids(loaded, settings)).to_dict(), None
+        ids = _scored_ids(loaded, settings)
+        return evaluate(loaded.model, ids).to_dict(), None, ids
     except CharrnnError as exc:
         if settings.text is not None:
             raise
@@ -79,7 +82,7 @@ def _score(loaded: LoadedModel, settings: CompareSettings) -> tuple[dict[str, An
             raise CharrnnError(f"{exc}; give --text FILE to score every checkpoint on one text") from None
         when = "" if stored["step"] == loaded.payload.get("step") else f", from step {stored['step']:,}"
         scores = {key: stored[key] for key in ("nats_per_char", "bits_per_char", "perplexity", "chars")}
-        return scores, f"validation score stored at training time{when} (the corpus cannot be re-read)"
+        return scores, f"validation score stored at training time{when} (the corpus cannot be re-read)", None
 
 
 def _scored_ids(loaded: LoadedModel, settings: CompareSettings) -> torch.Tensor:
@@ -138,17 +141,16 @@ def compare_checkpoint(loaded: LoadedModel, path: Path, settings: CompareSetting
     payload = loaded.payload
     errors = []
     score: dict[str, Any] = {"nats_per_char": None, "bits_per_char": None, "perplexity": None, "chars": None}
-    stored_note = None
+    ids = None
     try:
-        score, stored_note = _score(loaded, settings)
+        score, stored_note, ids = _score(loaded, settings)
         if stored_note:
             errors.append(stored_note)
     except CharrnnError as exc:
         errors.append(f"not scored: {exc}")
     dynamic = None
-    if settings.dynamic is not None and score["nats_per_char"] is not None and not stored_note:
+    if settings.dynamic is not None and ids is not None:
         try:
-            ids = _scored_ids(loaded, settings)
             dynamic = checkpoint_dynamic_score(loaded, ids, settings.dynamic).to_dict()
         except CharrnnError as exc:
             errors.append(f"no dynamic score: {exc}")

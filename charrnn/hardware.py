@@ -20,6 +20,23 @@ def cpu_flags(cpuinfo: str) -> frozenset[str]:
     return frozenset()
 
 
+def model_name(cpuinfo: str) -> str:
+    """The model name of the first processor listed in a ``/proc/cpuinfo`` text ("unknown" if none)."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            return value.strip()
+    return "unknown"
+
+
+def processor_name() -> str:
+    """This machine's CPU model: figures differ by 2× between machines, so measurements name it."""
+    try:
+        return model_name(Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return "unknown"
+
+
 @cache
 def cpu_has_native_bf16() -> bool:
     """True when this machine's processor has AVX512-BF16 or AMX-BF16 (Linux only; False elsewhere)."""

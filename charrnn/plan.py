@@ -125,16 +125,21 @@ def check_request(request: TrainingRequest) -> None:
     if request.extend_vocab and request.init_from is None:
         raise OptionConflict("--extend-vocab goes with --init-from")
     # Each value is checked by its dataclass now, before a download, a checkpoint or a corpus is read.
-    ModelConfig(vocab_size=1, **{k: v for k, v in request.options.items() if k in MODEL_FIELDS})
-    TrainConfig(out_dir=".", device=request.device,
-                **{k: v for k, v in request.options.items() if k in TRAIN_FIELDS})
+    model_options, train_options = _split_options(request.options)
+    ModelConfig(vocab_size=1, **model_options)
+    TrainConfig(out_dir=".", device=request.device, **train_options)
+
+
+def _split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The options that are ModelConfig fields, and those that are TrainConfig fields (new dicts)."""
+    return ({k: v for k, v in options.items() if k in MODEL_FIELDS},
+            {k: v for k, v in options.items() if k in TRAIN_FIELDS})
 
 
 def plan_training(request: TrainingRequest) -> TrainingPlan:
     """Check ``request`` and decide everything about the run; nothing is written yet."""
     check_request(request)
-    model_options = {k: v for k, v in request.options.items() if k in MODEL_FIELDS}
-    train_options = {k: v for k, v in request.options.items() if k in TRAIN_FIELDS}
+    model_options, train_options = _split_options(request.options)
     if request.resume is not None:
         return _plan_resume(request, model_options, train_options)
     if request.corpus is None:
