@@ -85,6 +85,12 @@ STAGES: dict[str, list[Point]] = {
         "bf16-h320-b16-lr4e-3": ("--precision", "bf16", "--hidden", "320", "--batch-size", "16",
                                  "--lr", "4e-3", "--dropout", "0"),
     }),
+    # Ten minutes with bfloat16: wider models than the 600-second shape (2×512), and the AWD-LSTM
+    # regularisation (weight drop on W_hh, locked dropout) on it.
+    "s600-bf16": points(600, {
+        "bf16-h768-b32-lr4e-3-dropout0.25": ("--precision", "bf16", "--hidden", "768", "--batch-size", "32",
+                                             "--lr", "4e-3", "--dropout", "0.25"),
+    }),
 }
 
 

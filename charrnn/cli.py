@@ -325,6 +325,14 @@ def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False,
 @config_option("--dropout", ModelConfig, "dropout",
                f"Dropout between layers and before the output layer.{BUDGET_NOTE}",
                type=float)
+@config_option("--weight-drop", ModelConfig, "weight_drop",
+               "DropConnect on the recurrent weights W_hh: one mask per segment (AWD-LSTM).", type=float)
+@config_option("--locked-dropout/--no-locked-dropout", ModelConfig, "locked_dropout",
+               "Draw every dropout mask once per segment and keep it at each step (variational).")
+@config_option("--input-dropout", ModelConfig, "input_dropout",
+               "Dropout on the embedded characters fed to the first layer.", type=float)
+@config_option("--embed-dropout", ModelConfig, "embed_dropout",
+               "Drop whole characters from the embedding, one draw per segment.", type=float)
 @config_option("--batch-size", TrainConfig, "batch_size", f"Parallel BPTT streams.{BUDGET_NOTE}",
                type=int)
 @config_option("--seq-len", TrainConfig, "seq_len", "Characters per truncated-BPTT segment.",

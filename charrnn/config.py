@@ -25,6 +25,9 @@ DEFAULT_EVAL_EVERY = 1000  # steps between validation passes of a run without a 
 INSPECT_FEATURES: tuple[str, ...] = ("quotes", "line-position", "indent")  # what inspect --rank tracks
 MAX_FORGET_BIAS = 1e3  # the gate is saturated far below this; beyond float32 it would overflow
 MAX_SPECTRAL_RADIUS = 1e3  # far beyond any useful reservoir; 1e308 overflows the weights to infinity
+REGULARISATION_RATES = ("dropout", "weight_drop", "input_dropout", "embed_dropout")  # probabilities in [0, 1)
+# What a fine-tuning run may set afresh: the rest of the model is the checkpoint's.
+REGULARISATION_FIELDS = (*REGULARISATION_RATES, "locked_dropout")
 MAX_LEARNING_RATE = 1e3  # far above any useful rate; larger ones overflow float32 updates
 
 
@@ -81,6 +84,10 @@ class ModelConfig(_DictMixin):
     spectral_radius: float = 2.5  # esn init: largest |eigenvalue| of each recurrent block
     recurrent_density: float = 1.0  # esn init: fraction of recurrent weights that are non-zero
     layer_norm: bool = False  # layer-normalise each gate's pre-activation (and the LSTM cell state)
+    weight_drop: float = 0.0  # DropConnect on the recurrent matrices W_hh, one mask per training segment
+    locked_dropout: bool = False  # dropout masks drawn once per segment and reused at every time step
+    input_dropout: float = 0.0  # dropout on the embedded characters fed to the first layer
+    embed_dropout: float = 0.0  # drop whole characters from the embedding, one draw per segment
 
     def __post_init__(self) -> None:
         require(self.cell in CELL_TYPES, "cell", f"must be one of {', '.join(CELL_TYPES)}")
@@ -91,14 +98,17 @@ class ModelConfig(_DictMixin):
         if self.layer_norm and self.cell == "esn":
             raise ConfigError("--layer-norm does not apply to --model esn (its reservoir is plain tanh)")
         require(self.init in INIT_SCHEMES, "init", f"must be one of {', '.join(INIT_SCHEMES)}")
-        require_finite(self, "forget_bias", "spectral_radius", "recurrent_density", "dropout")
+        require_finite(self, "forget_bias", "spectral_radius", "recurrent_density", *REGULARISATION_RATES)
         require(abs(self.forget_bias or 0.0) <= MAX_FORGET_BIAS, "forget_bias",
                 f"must be within ±{MAX_FORGET_BIAS:g} (the gate saturates long before)")
         require(0 < self.spectral_radius <= MAX_SPECTRAL_RADIUS, "spectral_radius",
                 f"must be in (0, {MAX_SPECTRAL_RADIUS:g}]: larger radii overflow the recurrent weights")
         require(0.0 < self.recurrent_density <= 1.0, "recurrent_density", "must be in (0, 1]")
         require_at_least(self, 1, "vocab_size", "num_layers", "hidden_size", "embed_size")
-        require(0.0 <= self.dropout < 1.0, "dropout", "must be in [0, 1)")
+        for name in REGULARISATION_RATES:
+            require(0.0 <= getattr(self, name) < 1.0, name, "must be in [0, 1)")
+        if self.weight_drop and self.cell == "esn":
+            raise ConfigError("--weight-drop does not apply to --model esn (its reservoir is not trained)")
 
 
 @dataclass

@@ -86,7 +86,7 @@ class ProgressBar(TrainObserver):
             "corpus": f"{corpus.path} ({corpus.chars:,} chars, vocabulary {model_config.vocab_size})",
             "split": f"{corpus.split_point:,} train / {corpus.chars - corpus.split_point:,} validation",
             "model": f"{model_config.num_layers}×{model_config.hidden_size} {model_config.cell.upper()}, "
-                     f"embedding {model_config.embed_size}, dropout {model_config.dropout:g}",
+                     f"embedding {model_config.embed_size}, {regularisation(model_config.to_dict())}",
             "parameters": f"{parameters:,}{frozen_note}",
             "batches": f"{config.batch_size} streams × {config.seq_len} chars, "
                        f"{steps_per_epoch:,} steps per epoch",
@@ -236,12 +236,23 @@ def escaped(chars: str) -> str:
     return repr(chars)[1:-1]
 
 
+def regularisation(model: dict[str, Any]) -> str:
+    """A model's dropouts in a few words: "dropout 0.2", or each rate that is set."""
+    locked = " (locked)" if model.get("locked_dropout") else ""
+    words = [f"dropout {model['dropout']:g}{locked}"]
+    for key, label in (("weight_drop", "weight drop"), ("input_dropout", "input dropout"),
+                       ("embed_dropout", "embedding dropout")):
+        if model.get(key):
+            words.append(f"{label} {model[key]:g}")
+    return ", ".join(words)
+
+
 def info_table(name: str, facts: dict[str, Any]) -> Table:
     """``charrnn info``'s table of what a checkpoint holds."""
     model = facts["model"]
     shape = (f"{model['num_layers']}×{model['hidden_size']} {model['cell'].upper()}"
              f"{' (layer-normalised)' if model.get('layer_norm') else ''}, embedding {model['embed_size']}, "
-             f"dropout {model['dropout']:g}")
+             f"{regularisation(model)}")
     corpus = facts["corpus"]
     rows = {
         "model": shape,

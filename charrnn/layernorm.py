@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from charrnn.regularise import dropout_mask_like, sequence_dropout
+
 EPSILON = 1e-5
 _GATES = {"rnn": 1, "gru": 3, "lstm": 4}
 
@@ -47,11 +49,13 @@ class LayerNormRNN(nn.Module):
     """
 
     def __init__(self, cell: str, input_size: int, hidden_size: int, num_layers: int, dropout: float,
-                 activation: str = "tanh"):
+                 activation: str = "tanh", weight_drop: float = 0.0, locked_dropout: bool = False):
         super().__init__()
         self.cell, self.hidden_size, self.num_layers = cell, hidden_size, num_layers
         self.activation = torch.tanh if activation == "tanh" else F.relu
-        self.dropout = dropout
+        self.dropout = dropout  # between layers, in training
+        self.weight_drop = weight_drop  # DropConnect on W_hh, in training (charrnn.regularise)
+        self.locked_dropout = locked_dropout  # the dropout between layers keeps its mask across time
         gates = _GATES[cell]
         bound = hidden_size ** -0.5
         for k in range(num_layers):
@@ -69,11 +73,12 @@ class LayerNormRNN(nn.Module):
     def _layer(self, name: str, k: int) -> torch.Tensor:
         return getattr(self, f"{name}_l{k}")
 
-    def _cell_step(self, k: int, x_proj: torch.Tensor, h: torch.Tensor, c: torch.Tensor | None):
-        """One step of layer k. x_proj: (B, G·H) = W_x x; h, c: (B, H). Returns (h', c')."""
+    def _cell_step(self, k: int, x_proj: torch.Tensor, h: torch.Tensor, c: torch.Tensor | None,
+                   w_hh: torch.Tensor):
+        """One step of layer k. x_proj: (B, G·H) = W_x x; h, c: (B, H); w_hh: its recurrent matrix
+        (weight-dropped in training). Returns (h', c')."""
         H = self.hidden_size
         gain, bias = self._layer("ln_gain", k), self._layer("ln_bias", k)
-        w_hh = self._layer("weight_hh", k)
         if self.cell == "gru":
             x_z, x_r, x_n = x_proj.split(H, dim=1)
             h_z, h_r = (h @ w_hh[: 2 * H].t()).split(H, dim=1)
@@ -107,13 +112,16 @@ class LayerNormRNN(nn.Module):
         layer_input = x  # (B, T, E)
         for k in range(self.num_layers):
             x_proj = layer_input @ self._layer("weight_ih", k).t()  # (B, T, G·H) for all steps at once
+            w_hh = self._layer("weight_hh", k)
+            if self.training and self.weight_drop > 0:
+                w_hh = w_hh * dropout_mask_like(w_hh, self.weight_drop)
             outputs = []
             for t in range(x.shape[1]):
-                hs[k], cs[k] = self._cell_step(k, x_proj[:, t], hs[k], cs[k])
+                hs[k], cs[k] = self._cell_step(k, x_proj[:, t], hs[k], cs[k], w_hh)
                 outputs.append(hs[k])
             layer_input = torch.stack(outputs, dim=1)  # (B, T, H)
             if k < self.num_layers - 1:
-                layer_input = F.dropout(layer_input, self.dropout, self.training)
+                layer_input = sequence_dropout(layer_input, self.dropout, self.training, self.locked_dropout)
         return layer_input, self._join_state(hs, cs)
 
     def step(self, x: torch.Tensor, state):
@@ -122,6 +130,6 @@ class LayerNormRNN(nn.Module):
         layer_input = x
         for k in range(self.num_layers):
             x_proj = layer_input @ self._layer("weight_ih", k).t()
-            hs[k], cs[k] = self._cell_step(k, x_proj, hs[k], cs[k])
+            hs[k], cs[k] = self._cell_step(k, x_proj, hs[k], cs[k], self._layer("weight_hh", k))
             layer_input = hs[k]
         return layer_input, self._join_state(hs, cs)

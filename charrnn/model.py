@@ -1,10 +1,12 @@
 """The character-level recurrent language model (its one-character path: :mod:`charrnn.stepper`).
 
 ``CharRNN`` is embedding → stacked fused ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` →
-dropout → linear head. The cell equations are those of textbook notes §1, with
-PyTorch's conventions: LSTM gates stored in the order i, f, g, o; the GRU weights
-the *old* state by the update gate z and applies the reset gate after the
-recurrent matrix product, ``n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn))``.
+dropout → linear head. In training, the regularisation of :mod:`charrnn.regularise`
+(weight drop, locked, input and embedding dropout) applies when configured.
+The cell equations are those of textbook notes §1, with PyTorch's conventions:
+LSTM gates stored in the order i, f, g, o; the GRU weights the *old* state by the
+update gate z and applies the reset gate after the recurrent matrix product,
+``n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn))``.
 
 State is explicit and always a tuple of ``(num_layers, B, H)`` tensors: ``(h, c)``
 for the LSTM, ``(h,)`` for the GRU and RNN. That one shape lets training detach
@@ -21,6 +23,7 @@ from torch import nn
 from charrnn.config import ModelConfig
 from charrnn.errors import CharrnnError
 from charrnn.layernorm import LayerNormRNN
+from charrnn.regularise import embedding_dropout, layerwise_recurrence, sequence_dropout
 
 State = tuple[torch.Tensor, ...]
 
@@ -38,7 +41,8 @@ class CharRNN(nn.Module):
         between_layers = config.dropout if config.num_layers > 1 else 0.0
         if config.layer_norm:
             self.rnn = LayerNormRNN(config.cell, config.embed_size, config.hidden_size, config.num_layers,
-                                    between_layers, config.rnn_activation)
+                                    between_layers, config.rnn_activation, config.weight_drop,
+                                    config.locked_dropout)
         else:
             options = {"nonlinearity": config.rnn_activation} if config.cell in ("rnn", "esn") else {}
             self.rnn = _RNN_CLASSES[config.cell](
@@ -49,7 +53,10 @@ class CharRNN(nn.Module):
                 batch_first=True,
                 **options,
             )
-        self.dropout = nn.Dropout(config.dropout)
+        # The fused multi-layer kernel cannot mask W_hh or lock the dropout between its layers;
+        # in training, such a model runs its layers one fused kernel at a time instead.
+        self.layerwise_in_training = not config.layer_norm and (
+            config.weight_drop > 0 or (config.locked_dropout and between_layers > 0))
         self.head = nn.Linear(config.hidden_size, config.vocab_size)
         if initialise_weights:
             initialise(self)
@@ -80,10 +87,17 @@ class CharRNN(nn.Module):
         """
         if state is None:
             state = self.initial_state(idx.shape[0], idx.device)
-        x = self.embedding(idx)  # (B, T, E)
-        rnn_state = state if self.config.cell == "lstm" else state[0]
-        out, new_state = self.rnn(x, rnn_state)  # (B, T, H)
-        logits = self.head(self.dropout(out))  # (B, T, V)
+        config = self.config
+        x = embedding_dropout(self.embedding, idx, config.embed_dropout, self.training)  # (B, T, E)
+        x = sequence_dropout(x, config.input_dropout, self.training, config.locked_dropout)
+        rnn_state = state if config.cell == "lstm" else state[0]
+        if self.training and self.layerwise_in_training:
+            out, new_state = layerwise_recurrence(self.rnn, x, rnn_state, config.weight_drop,
+                                                  self.rnn.dropout, config.locked_dropout)
+        else:
+            out, new_state = self.rnn(x, rnn_state)  # (B, T, H)
+        out = sequence_dropout(out, config.dropout, self.training, config.locked_dropout)
+        logits = self.head(out)  # (B, T, V)
         new_state = new_state if isinstance(new_state, tuple) else (new_state,)
         return logits, new_state
 

@@ -13,7 +13,7 @@ through it, so every caller gets the same checks:
 - resuming keeps the model, the data layout and the seed, may change only
   :data:`RESUME_MAY_CHANGE`, needs the very corpus the run was trained on, and
   writes where :func:`charrnn.rundir.resume_target` allows;
-- fine-tuning keeps the source model's shape (only dropout may change) and its
+- fine-tuning keeps the source model's shape (only its dropouts may change) and its
   vocabulary, extended on request.
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from charrnn.checkpoint import checkpoint_in, load_checkpoint, load_model
-from charrnn.config import ModelConfig, TrainConfig, shape_for_budget
+from charrnn.config import REGULARISATION_FIELDS, ModelConfig, TrainConfig, shape_for_budget
 from charrnn.data import CorpusInfo, corpus_name, encode_corpus
 from charrnn.distributed import SingleProcess
 from charrnn.errors import CharrnnError, ConfigError
@@ -190,12 +190,13 @@ def _budget_decision(seconds: float, device: str, model_options: dict[str, Any],
 
 
 def fine_tune_config(source: ModelConfig, model_options: dict[str, Any], vocab_size: int) -> ModelConfig:
-    """The checkpoint's model, with a larger vocabulary if extended; only dropout may be changed."""
+    """The checkpoint's model, with a larger vocabulary if extended; only its regularisation
+    (:data:`~charrnn.config.REGULARISATION_FIELDS`) may be changed."""
     values = source.to_dict() | {"vocab_size": vocab_size}
     for key, value in model_options.items():
         if value == values[key]:
             continue
-        if key != "dropout":
+        if key not in REGULARISATION_FIELDS:
             raise CharrnnError(f"{key} {value!r} contradicts the --init-from checkpoint "
                                f"({key} {values[key]!r}); fine-tuning keeps the model's shape")
         values[key] = value

@@ -180,7 +180,8 @@ def test_fine_tune_with_extended_vocabulary(runner, tiny_checkpoint):
     assert_one_line_error(refused, "'Z' (U+005A)")
     assert "--extend-vocab" in refused.stderr
     tuned = invoke(runner, "train", "new.txt", "--init-from", tiny_checkpoint, "--extend-vocab",
-                   "--max-steps", "2", "--batch-size", "4", "--seq-len", "16", "--dropout", "0.1")
+                   "--max-steps", "2", "--batch-size", "4", "--seq-len", "16", "--dropout", "0.1",
+                   "--weight-drop", "0.2", "--locked-dropout")
     assert tuned.exit_code == 0, tuned.output
     old = torch.load(tiny_checkpoint, weights_only=True)
     new = torch.load("checkpoints/new/last.pt", weights_only=True)
@@ -188,6 +189,7 @@ def test_fine_tune_with_extended_vocabulary(runner, tiny_checkpoint):
     assert {"Z", "Q", "K", "X"} <= set(new["vocab"][len(old["vocab"]):])
     assert new["model_config"]["hidden_size"] == old["model_config"]["hidden_size"]
     assert new["model_config"]["dropout"] == 0.1
+    assert new["model_config"]["weight_drop"] == 0.2 and new["model_config"]["locked_dropout"]
     assert new["train_config"]["init_from"] == str(tiny_checkpoint)
     assert max(s["step"] for s in new["optimizer_state"]["state"].values()) == 2  # fresh optimiser
     sampled = invoke(runner, "sample", "checkpoints/new/last.pt", "--prime", "Zounds", "--length", "10")

@@ -80,10 +80,12 @@ def test_options_that_cannot_go_together_are_refused_before_any_work(small_corpu
         plan_training(TrainingRequest(small_corpus, {"out_dir": "x"}))
 
 
-def test_fine_tuning_keeps_the_shape_and_may_change_only_dropout():
-    source = ModelConfig(vocab_size=10, hidden_size=32)
-    assert fine_tune_config(source, {"dropout": 0.2, "hidden_size": 32}, 12) == ModelConfig(
-        vocab_size=12, hidden_size=32, dropout=0.2)
+def test_fine_tuning_keeps_the_shape_and_may_change_only_the_regularisation():
+    source = ModelConfig(vocab_size=10, hidden_size=32, locked_dropout=True)
+    regularisation = {"dropout": 0.2, "weight_drop": 0.3, "locked_dropout": False, "input_dropout": 0.1,
+                      "embed_dropout": 0.05}
+    assert fine_tune_config(source, {**regularisation, "hidden_size": 32}, 12) == ModelConfig(
+        vocab_size=12, hidden_size=32, **regularisation)
     with pytest.raises(CharrnnError, match="hidden_size 64 contradicts the --init-from checkpoint"):
         fine_tune_config(source, {"hidden_size": 64}, 10)
 

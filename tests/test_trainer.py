@@ -157,15 +157,20 @@ def params_of(path: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_resume_is_exact_with_dropout(make_run, repeated_corpus, tmp_path, cell):
+@pytest.mark.parametrize("cell,regularisation", [
+    ("lstm", {"dropout": 0.3}),
+    ("gru", {"dropout": 0.3}),
+    ("lstm", {"dropout": 0.3, "weight_drop": 0.3, "locked_dropout": True, "input_dropout": 0.1,
+              "embed_dropout": 0.1}),
+])
+def test_resume_is_exact_with_dropout(make_run, repeated_corpus, tmp_path, cell, regularisation):
     options = {"cell": cell, "num_layers": 2, "min_lr_ratio": 1.0, "warmup_steps": 0, "eval_every": 5,
-               "save_every": 7}
+               "save_every": 7, **regularisation}
     # 10 steps per epoch: the resumed half crosses an epoch boundary (state reset).
     straight = tmp_path / "straight"
-    train_tiny(make_run, repeated_corpus, straight, max_steps=14, dropout=0.3, **options)
+    train_tiny(make_run, repeated_corpus, straight, max_steps=14, **options)
     halves = tmp_path / "halves"
-    train_tiny(make_run, repeated_corpus, halves, max_steps=7, dropout=0.3, **options)
+    train_tiny(make_run, repeated_corpus, halves, max_steps=7, **options)
     plan = plan_run(None, None, resume=halves / "last.pt", max_steps=14)
     assert plan.resume.changes == [("max_steps", 7, 14)] and not plan.resume.branch
     plan.run()

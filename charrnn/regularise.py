@@ -1,0 +1,83 @@
+"""Regularisation for longer runs: the AWD-LSTM recipe (Merity et al. 2018, "Regularizing and
+Optimizing LSTM Language Models"), see docs/techniques.md, "Regularisation".
+
+- **Weight drop** (DropConnect on the recurrent matrices W_hh): one mask per training
+  segment, shared by every stream and time step, so the recurrence still runs through
+  PyTorch's fused kernels, layer by layer, with the masked matrix in place of W_hh.
+- **Locked (variational) dropout**: one mask per stream per segment, reused at every
+  time step, instead of a fresh mask for every character.
+- **Embedding dropout**: whole characters dropped from the embedding for a segment.
+
+All of them act in training only: in eval mode (evaluation, sampling, the stepper)
+the model is exactly the unregularised network.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# The fused kernel of each cell type (nn.RNNBase.mode); all take (input, state, [w_ih, w_hh, b_ih, b_hh],
+# has_biases, num_layers, dropout, train, bidirectional, batch_first).
+_FUSED_LAYERS = {"LSTM": torch.lstm, "GRU": torch.gru, "RNN_TANH": torch.rnn_tanh, "RNN_RELU": torch.rnn_relu}
+
+
+def dropout_mask_like(x: torch.Tensor, p: float) -> torch.Tensor:
+    """A dropout mask of ``x``'s shape: 0 with probability ``p``, else ``1 / (1 - p)``."""
+    return torch.empty_like(x).bernoulli_(1 - p).div_(1 - p)
+
+
+def locked_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Variational dropout: one mask per stream and feature, the same at every time step.
+
+    x: (B, T, F). Returns x masked along B and F (not T); x itself when not training or p is 0.
+    """
+    if not training or p == 0:
+        return x
+    return x * dropout_mask_like(x[:, :1], p)
+
+
+def sequence_dropout(x: torch.Tensor, p: float, training: bool, locked: bool) -> torch.Tensor:
+    """Dropout on a (B, T, F) sequence: locked across time, or a fresh mask per element."""
+    return locked_dropout(x, p, training) if locked else F.dropout(x, p, training)
+
+
+def embedding_dropout(embedding: nn.Embedding, idx: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Embed ``idx`` (B, T) with whole rows of the table dropped (all of a character's occurrences).
+
+    Returns (B, T, E); the kept rows are scaled by ``1 / (1 - p)``.
+    """
+    if not training or p == 0:
+        return embedding(idx)
+    weight = embedding.weight * dropout_mask_like(embedding.weight[:, :1], p)
+    return F.embedding(idx, weight)
+
+
+def layerwise_recurrence(rnn: nn.RNNBase, x: torch.Tensor, state: torch.Tensor | tuple[torch.Tensor, ...],
+                         weight_drop: float, between_layers: float, locked: bool
+                         ) -> tuple[torch.Tensor, torch.Tensor | tuple[torch.Tensor, ...]]:
+    """``rnn(x, state)`` in training, one fused layer at a time, with W_hh weight-dropped.
+
+    The dropout between layers (``between_layers``) is locked across time when
+    ``locked``, as in the AWD-LSTM. x: (B, T, input_size); state and the returned
+    state as ``rnn``'s own: (num_layers, B, H), or a pair of them for the LSTM.
+    Returns out (B, T, H) and the final state.
+    """
+    fused_layer = _FUSED_LAYERS[rnn.mode]
+    is_lstm = rnn.mode == "LSTM"
+    finals: list[list[torch.Tensor]] = [[], []] if is_lstm else [[]]
+    layer_input = x
+    for k in range(rnn.num_layers):
+        w_hh = getattr(rnn, f"weight_hh_l{k}")
+        if weight_drop > 0:
+            w_hh = w_hh * dropout_mask_like(w_hh, weight_drop)
+        weights = [getattr(rnn, f"weight_ih_l{k}"), w_hh, getattr(rnn, f"bias_ih_l{k}"),
+                   getattr(rnn, f"bias_hh_l{k}")]
+        layer_state = (state[0][k : k + 1], state[1][k : k + 1]) if is_lstm else state[k : k + 1]
+        out, *layer_final = fused_layer(layer_input, layer_state, weights, True, 1, 0.0, True, False, True)
+        for kept, tensor in zip(finals, layer_final, strict=True):
+            kept.append(tensor)
+        layer_input = out if k == rnn.num_layers - 1 else sequence_dropout(out, between_layers, True, locked)
+    final = tuple(torch.cat(tensors) for tensors in finals)
+    return layer_input, final if is_lstm else final[0]
