@@ -11,11 +11,13 @@ characters) and ``model_state``. One written by training also holds ``vocab_dige
 ``corpus`` (path, name, characters, hash, validation fraction, split point) and the
 state that resuming needs: ``run_id`` (the run directory it belongs to),
 ``train_config``, ``optimizer_state``, ``step``, ``epoch``, ``epoch_step``,
-``progress_epochs`` (fractional), ``best_val_loss``, ``best``, ``latest_eval`` (the
-last validation result and its step), ``skipped_steps``,
-``elapsed_s``, ``carried_state`` and ``rng``. :func:`load_checkpoint` checks every
-one of them against :data:`PAYLOAD_FIELDS` and the declared model before anything
-is allocated, and names the first field that is wrong.
+``progress_epochs`` (fractional), ``best_val_loss``, ``best``, ``best_is_average``
+(whether ``model_state`` holds the averaged weights), ``latest_eval`` (the last
+validation result and its step), ``skipped_steps``, ``elapsed_s``, ``carried_state``,
+``rng``, ``weight_average`` (the moving average of the weights, or None) and, in a
+``best.pt`` of averaged weights, ``training_weights`` (the trained ones, to resume from).
+:func:`load_checkpoint` checks every one of them against :data:`PAYLOAD_FIELDS` and
+the declared model before anything is allocated, and names the first field that is wrong.
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ PAYLOAD_FIELDS: dict[str, tuple[Any, bool]] = {
     "elapsed_s": (Number, False),
     "carried_state": (list[torch.Tensor], False),
     "rng": (dict, False),
+    "best_is_average": (bool, False),
+    "weight_average": (dict | None, False),
+    "training_weights": (dict, False),
 }
 NON_NEGATIVE = ("step", "epoch", "epoch_step", "progress_epochs", "skipped_steps", "elapsed_s")
 
@@ -225,6 +230,13 @@ def validate_payload(payload: dict[str, Any]) -> ModelConfig:
     if "vocab_digest" in payload and payload["vocab_digest"] != vocab.digest():
         raise CharrnnError("vocab does not match vocab_digest: the vocabulary was changed after training")
     _check_state(payload["model_state"], config)
+    if "training_weights" in payload:
+        _check_state(payload["training_weights"], config, "training_weights")
+    if payload.get("weight_average") is not None:
+        average = payload["weight_average"]
+        if not isinstance(average.get("weights"), dict) or not isinstance(average.get("updates"), int):
+            raise CharrnnError("weight_average must hold weights (a dict) and updates (a whole number)")
+        _check_state(average["weights"], config, "weight_average")
     return config
 
 
@@ -239,24 +251,24 @@ def _vocab(payload: dict[str, Any], config: ModelConfig) -> Vocab:
     return vocab
 
 
-def _check_state(state: dict[str, Any], config: ModelConfig) -> None:
+def _check_state(state: dict[str, Any], config: ModelConfig, label: str = "model_state") -> None:
     expected = state_shapes(config)
     for name, shape in expected.items():
         if name not in state:
-            raise CharrnnError(f"model_state lacks {name}, which model_config needs")
+            raise CharrnnError(f"{label} lacks {name}, which model_config needs")
         tensor = state[name]
         if not isinstance(tensor, torch.Tensor):
-            raise CharrnnError(f"model_state[{name!r}] is {_describe(tensor)}; expected a tensor")
+            raise CharrnnError(f"{label}[{name!r}] is {_describe(tensor)}; expected a tensor")
         if tuple(tensor.shape) != shape:
-            raise CharrnnError(f"model_state[{name!r}] has shape {tuple(tensor.shape)}; model_config "
+            raise CharrnnError(f"{label}[{name!r}] has shape {tuple(tensor.shape)}; model_config "
                                f"declares {shape}")
         if not tensor.is_floating_point():
-            raise CharrnnError(f"model_state[{name!r}] holds {tensor.dtype} values; expected floating point")
+            raise CharrnnError(f"{label}[{name!r}] holds {tensor.dtype} values; expected floating point")
         if not bool(torch.isfinite(tensor).all()):
-            raise CharrnnError(f"model_state[{name!r}] holds non-finite values (NaN or infinity)")
+            raise CharrnnError(f"{label}[{name!r}] holds non-finite values (NaN or infinity)")
     unexpected = sorted(set(state) - set(expected))
     if unexpected:
-        raise CharrnnError(f"model_state has {unexpected[0]!r}, which model_config does not declare")
+        raise CharrnnError(f"{label} has {unexpected[0]!r}, which model_config does not declare")
 
 
 @dataclass
@@ -303,6 +315,7 @@ def describe_checkpoint(payload: dict[str, Any]) -> dict[str, Any]:
         "step": payload.get("step"),
         "epoch": payload.get("progress_epochs"),
         "best_val_loss": payload.get("best_val_loss"),
+        "best_is_average": bool(payload.get("best_is_average")),
         "latest_eval": payload.get("latest_eval"),
         "corpus": None if corpus is None else {**corpus, "status": corpus_status(corpus)},
         "training": payload.get("train_config"),

@@ -345,6 +345,9 @@ def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False,
                type=int)
 @config_option("--weight-decay", TrainConfig, "weight_decay", "Decoupled weight decay.",
                type=float)
+@config_option("--ema", TrainConfig, "ema_decay",
+               "Keep a moving average of the weights with this decay (e.g. 0.999; 0: off); best.pt holds "
+               "it when it scores better.", type=float)
 @config_option("--clip", TrainConfig, "clip", "Clipping threshold (see --clip-mode); 0 turns clipping off.",
                type=float)
 @config_option("--clip-mode", TrainConfig, "clip_mode",
@@ -471,6 +474,7 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
         write_stdout(json_text({
             "stopped": describe_stop(result.stop_reason), "steps": result.steps, "epoch": result.epoch,
             "elapsed_s": result.elapsed_s, "best": result.best.to_dict(),
+            "best_is_average": result.best_is_average,
             "skipped_steps": result.skipped_steps,
             "out_dir": str(result.out_dir), "best_checkpoint": str(result.out_dir / "best.pt"),
             "last_checkpoint": str(result.out_dir / "last.pt"),
@@ -483,7 +487,8 @@ def train_command(ctx: click.Context, corpus: Path | None, out_dir: Path | None,
         "wall time": f"{result.elapsed_s:.1f} s",
         "best validation": f"{result.best.nats_per_char:.4f} nats/char, "
                            f"{result.best.bits_per_char:.4f} bits/char, "
-                           f"perplexity {result.best.perplexity:.3f}",
+                           f"perplexity {result.best.perplexity:.3f}"
+                           f"{' (averaged weights)' if result.best_is_average else ''}",
         "skipped steps": str(result.skipped_steps),
         "checkpoints": f"{result.out_dir / 'best.pt'}, {result.out_dir / 'last.pt'}",
         **({"epoch checkpoints": ", ".join(path.name for path in result.epoch_checkpoints)}

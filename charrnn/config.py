@@ -121,6 +121,8 @@ class TrainConfig(_DictMixin):
     min_lr_ratio: float = 0.1  # the cosine schedule decays to learning_rate * this
     warmup_steps: int = 50  # linear warm-up from 0 to the peak learning rate
     weight_decay: float = 0.0  # decoupled (AdamW) weight decay
+    ema_decay: float = 0.0  # keep an exponential moving average of the weights with this decay (0: off);
+    # each evaluation scores it too, and best.pt holds it when it scores better (charrnn.averaging)
     clip: float = 5.0  # clipping threshold; 0 turns clipping off
     clip_mode: str = "norm"  # norm: rescale by the global norm; value: clamp each element to ±clip
     max_bad_steps: int = 10  # stop after this many consecutive steps with a non-finite loss or gradient
@@ -137,8 +139,8 @@ class TrainConfig(_DictMixin):
     init_from: str | None = None  # checkpoint whose weights this run started from (fine-tuning)
 
     def __post_init__(self) -> None:
-        require_finite(self, "val_frac", "learning_rate", "min_lr_ratio", "weight_decay", "clip", "epochs",
-                       "time_budget")
+        require_finite(self, "val_frac", "learning_rate", "min_lr_ratio", "weight_decay", "ema_decay", "clip",
+                       "epochs", "time_budget")
         require(0.0 < self.val_frac < 1.0, "val_frac", "must be strictly between 0 and 1")
         require_at_least(self, 1, "batch_size", "seq_len", "eval_every", "save_every", "max_bad_steps",
                          "max_steps")
@@ -147,6 +149,7 @@ class TrainConfig(_DictMixin):
                 f"must be positive and at most {MAX_LEARNING_RATE:g}")
         require(0.0 <= self.min_lr_ratio <= 1.0, "min_lr_ratio", "must be in [0, 1]")
         require(self.weight_decay >= 0, "weight_decay", "must be 0 or positive")
+        require(0.0 <= self.ema_decay < 1.0, "ema_decay", "must be in [0, 1) (0 turns averaging off)")
         require(self.clip >= 0, "clip", "must be 0 (off) or positive")
         require(self.clip_mode in CLIP_MODES, "clip_mode", f"must be one of {', '.join(CLIP_MODES)}")
         for name in ("epochs", "time_budget"):

@@ -137,9 +137,10 @@ class ProgressBar(TrainObserver):
         marker = "  (best)" if improved else ""
         if record.epoch_checkpoint:
             marker += f"  saved {record.epoch_checkpoint}"
+        averaged = "" if record.averaged_val_loss is None else f"  averaged {record.averaged_val_loss:.4f}"
         tqdm.write(
             f"step {record.step:>6}  epoch {record.epoch:>7.3f}  {train_part}  "
-            f"val {record.val_loss:.4f} nats/char ({record.val_bits_per_char:.3f} bits){marker}",
+            f"val {record.val_loss:.4f} nats/char ({record.val_bits_per_char:.3f} bits){averaged}{marker}",
             file=sys.stderr,
         )
 
@@ -261,7 +262,8 @@ def info_table(name: str, facts: dict[str, Any]) -> Table:
         "step": "n/a" if facts["step"] is None else f"{facts['step']:,}",
         "epoch": "n/a" if facts["epoch"] is None else f"{facts['epoch']:.2f}",
         "best validation": "n/a" if facts["best_val_loss"] is None
-                           else f"{facts['best_val_loss']:.4f} nats/char (the run's best when saved)",
+                           else f"{facts['best_val_loss']:.4f} nats/char (the run's best when saved"
+                                f"{', by the averaged weights' if facts.get('best_is_average') else ''})",
         "corpus": "not recorded" if corpus is None else
                   f"{corpus['path']} ({corpus['chars']:,} chars, {corpus['status']})",
         "corpus sha256": "n/a" if corpus is None else corpus["sha256"],

@@ -243,11 +243,13 @@ class EvaluationRecord:
     chars_per_s: float | None  # training throughput since the previous evaluation
     elapsed_s: float  # wall time of the run so far
     epoch_checkpoint: str | None = None  # the epoch checkpoint written with this evaluation, if any
+    averaged_val_loss: float | None = None  # validation nats/char of the averaged weights, when kept
 
     def to_json(self) -> str:
         record = asdict(self)
-        if self.epoch_checkpoint is None:
-            del record["epoch_checkpoint"]
+        for optional in ("epoch_checkpoint", "averaged_val_loss"):
+            if record[optional] is None:
+                del record[optional]
         return json_text(record)
 
     @classmethod
@@ -259,7 +261,7 @@ class EvaluationRecord:
             raise ValueError("is not JSON") from None
         if not isinstance(record, dict):
             raise ValueError("is not an evaluation record (a JSON object)")
-        for key in ("epoch", "elapsed_s", "val_loss", "train_loss"):
+        for key in ("epoch", "elapsed_s", "val_loss", "train_loss", "averaged_val_loss"):
             value = record.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
                 raise ValueError(f": {key} is {value!r}, not a number")

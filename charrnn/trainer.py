@@ -61,6 +61,7 @@ class TrainResult:
     steps: int  # optimiser steps done
     epoch: float  # passes over the training split done
     best: EvalResult  # the evaluation that produced best.pt (the lowest validation loss)
+    best_is_average: bool  # whether best.pt holds the averaged weights (TrainConfig.ema_decay)
     elapsed_s: float  # wall time of the loop, evaluations included
     stop_reason: StopReason  # which criterion ended the run
     skipped_steps: int  # steps skipped for non-finite values
@@ -185,10 +186,16 @@ class TrainingLoop:
         if evaluating and self.run_dir is not None:
             result = evaluate(run.model, self.val_ids)  # in float32 whatever the precision: exact scores
             run.latest_eval = {"step": run.step, **result.to_dict()}
-            improved = run.best is None or result.nats_per_char < run.best.nats_per_char
+            averaged = None
+            if run.average is not None:
+                with run.average.swapped_in(run.model):
+                    averaged = evaluate(run.model, self.val_ids)
+            use_average = averaged is not None and averaged.nats_per_char < result.nats_per_char
+            candidate = averaged if use_average else result
+            improved = run.best is None or candidate.nats_per_char < run.best.nats_per_char
             if improved:
-                run.best = result
-                self.run_dir.save("best.pt", run.payload(self.elapsed, carried))
+                run.best, run.best_is_average = candidate, use_average
+                self.run_dir.save("best.pt", run.payload(self.elapsed, carried, averaged=use_average))
             record = EvaluationRecord(
                 step=run.step, epoch=round(run.epoch, 4),
                 train_loss=self.loss_sum / self.loss_count if self.loss_count else None,
@@ -197,6 +204,7 @@ class TrainingLoop:
                 elapsed_s=round(self.clock() - self.start, 3),
                 epoch_checkpoint=epoch_checkpoint_name(run.epochs_done, result.nats_per_char) if epoch_end
                 else None,
+                averaged_val_loss=averaged.nats_per_char if averaged is not None else None,
             )
             if record.epoch_checkpoint is not None:
                 self.run_dir.save(record.epoch_checkpoint, run.payload(self.elapsed, carried))
@@ -288,10 +296,11 @@ def train(
         observer.on_end(completed=not reason.interrupted)
     if reason.interrupted:
         raise TrainingInterrupted(reason.signal_name, out_dir / "last.pt", run.step)
-    best = group.from_main(run.best)
+    best, best_is_average = group.from_main((run.best, run.best_is_average))
     assert best is not None  # a run that was not interrupted ends with an evaluation
     return TrainResult(
-        out_dir=out_dir, steps=run.step, epoch=run.epoch, best=best, elapsed_s=elapsed_s,
+        out_dir=out_dir, steps=run.step, epoch=run.epoch, best=best, best_is_average=best_is_average,
+        elapsed_s=elapsed_s,
         stop_reason=reason, skipped_steps=run.skipped,
         epoch_checkpoints=run_dir.epoch_checkpoints() if run_dir is not None else [],
     )

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from charrnn.averaging import WeightAverage
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data import CorpusInfo, StreamBatches
 from charrnn.devices import autocast, resolve_precision
@@ -97,6 +98,8 @@ class TrainingRun:
         # What training steps call (DDP across processes); checkpoints and evaluation use the model.
         self.step_module = self.group.wrap(self.model, self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
+        # The moving average of the weights, scored beside them at each evaluation (charrnn.averaging).
+        self.average = WeightAverage(self.model, config.ema_decay) if config.ema_decay > 0 else None
         self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate,
                                            weight_decay=config.weight_decay)
         self.max_norm = config.clip if config.clip > 0 and config.clip_mode == "norm" else float("inf")
@@ -105,6 +108,7 @@ class TrainingRun:
         self.position = 0  # next step within the current epoch
         self.state = self.model.initial_state(self.local_batch, self.device)
         self.best: EvalResult | None = None
+        self.best_is_average = False  # whether best.pt holds the averaged weights
         self.skipped = 0  # steps skipped for a non-finite loss or gradient
         self.bad_streak = 0  # consecutive skipped steps up to now
         self.run_id = new_run_id()  # names the run directory's run in config.json and every checkpoint
@@ -145,6 +149,8 @@ class TrainingRun:
         loss_value = self.group.reduce([loss_value], self.device)[0] / self.group.world_size
         if math.isfinite(loss_value) and math.isfinite(norm_value):
             self.optimizer.step()
+            if self.average is not None:
+                self.average.update(self.model)
             self.bad_streak = 0
         else:
             # Never apply a NaN or infinite update (textbook notes §3): skip it and count it.
@@ -172,7 +178,8 @@ class TrainingRun:
         if tuple(tuple(s.shape) for s in carried) != tuple(tuple(shape) for shape in expected):
             raise CharrnnError(f"cannot resume: carried_state has shapes {[tuple(s.shape) for s in carried]};"
                                f" this run needs {[tuple(shape) for shape in expected]}")
-        self.model.load_state_dict(payload["model_state"])
+        # A best.pt that holds the averaged weights keeps the trained ones for training to go on from.
+        self.model.load_state_dict(payload.get("training_weights") or payload["model_state"])
         try:
             self.optimizer.load_state_dict(payload["optimizer_state"])
         except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as exc:
@@ -183,6 +190,13 @@ class TrainingRun:
         self.position = payload["epoch_step"]
         self.state = tuple(s[:, self.rows].to(self.device) for s in carried)
         self.best = EvalResult(**payload["best"]) if payload.get("best") else None
+        self.best_is_average = bool(payload.get("best_is_average"))
+        if self.average is not None:
+            try:
+                self.average.load_state(payload["weight_average"])
+            except (ValueError, KeyError, TypeError, RuntimeError, AttributeError) as exc:
+                raise CharrnnError(f"cannot resume: weight_average does not fit this run ({_first_line(exc)})"
+                                   ) from None
         self.skipped = payload.get("skipped_steps", 0)
         self.run_id = payload.get("run_id", self.run_id)
         self.latest_eval = payload.get("latest_eval")
@@ -199,18 +213,26 @@ class TrainingRun:
         """The hidden state of all ``batch_size`` streams (a collective: every rank must call it)."""
         return tuple(self.group.gather_rows(s, dim=1) for s in self.state)
 
-    def payload(self, elapsed_s: float, carried_state: tuple[torch.Tensor, ...]) -> dict[str, Any]:
+    def payload(self, elapsed_s: float, carried_state: tuple[torch.Tensor, ...],
+                averaged: bool = False) -> dict[str, Any]:
         """The checkpoint dict: everything :meth:`restore` needs, plus what readers want to know.
 
         ``carried_state`` is :meth:`carried_state`'s result, gathered by every rank beforehand.
+        With ``averaged``, ``model_state`` (what sampling and evaluation read) holds the
+        averaged weights and ``training_weights`` the trained ones.
         """
+        weights = {"model_state": self.model.state_dict()}
+        if averaged:
+            assert self.average is not None
+            weights = {"model_state": self.average.weights, "training_weights": self.model.state_dict()}
         return {
             "run_id": self.run_id,
             "model_config": self.model_config.to_dict(),
             "train_config": self.config.to_dict(),
             "vocab": self.vocab.to_list(),
             "vocab_digest": self.vocab.digest(),
-            "model_state": self.model.state_dict(),
+            **weights,
+            "weight_average": self.average.state() if self.average is not None else None,
             "optimizer_state": self.optimizer.state_dict(),
             "step": self.step,
             "epoch": self.epochs_done,
@@ -218,6 +240,7 @@ class TrainingRun:
             "progress_epochs": self.epoch,
             "best_val_loss": self.best.nats_per_char if self.best else None,
             "best": self.best.to_dict() if self.best else None,
+            "best_is_average": self.best_is_average,
             "latest_eval": self.latest_eval,
             "skipped_steps": self.skipped,
             "elapsed_s": elapsed_s,

@@ -161,7 +161,7 @@ def params_of(path: Path) -> dict[str, torch.Tensor]:
     ("lstm", {"dropout": 0.3}),
     ("gru", {"dropout": 0.3}),
     ("lstm", {"dropout": 0.3, "weight_drop": 0.3, "locked_dropout": True, "input_dropout": 0.1,
-              "embed_dropout": 0.1}),
+              "embed_dropout": 0.1, "ema_decay": 0.9}),
 ])
 def test_resume_is_exact_with_dropout(make_run, repeated_corpus, tmp_path, cell, regularisation):
     options = {"cell": cell, "num_layers": 2, "min_lr_ratio": 1.0, "warmup_steps": 0, "eval_every": 5,
@@ -176,6 +176,12 @@ def test_resume_is_exact_with_dropout(make_run, repeated_corpus, tmp_path, cell,
     plan.run()
     for name, value in params_of(straight / "last.pt").items():
         assert (value - params_of(halves / "last.pt")[name]).abs().max() <= 1e-6, name
+    if "ema_decay" in regularisation:
+        averages = [torch.load(run / "last.pt", weights_only=True)["weight_average"]
+                    for run in (straight, halves)]
+        assert averages[0]["updates"] == averages[1]["updates"] == 14
+        for name, value in averages[0]["weights"].items():
+            assert (value - averages[1]["weights"][name]).abs().max() <= 1e-6, name
     steps = [json.loads(line)["step"] for line in (halves / "metrics.jsonl").read_text().splitlines()]
     assert steps == [5, 7, 10, 14]  # appended after the first half's records, not rewritten
 
