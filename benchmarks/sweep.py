@@ -84,12 +84,30 @@ STAGES: dict[str, list[Point]] = {
                                  "--lr", "6e-3", "--dropout", "0"),
         "bf16-h320-b16-lr4e-3": ("--precision", "bf16", "--hidden", "320", "--batch-size", "16",
                                  "--lr", "4e-3", "--dropout", "0"),
+        # Weight averaging: each run scores its trained and its averaged weights (a paired comparison).
+        "bf16-h192-b16-lr5e-3-ema0.995": ("--precision", "bf16", "--hidden", "192", "--batch-size", "16",
+                                          "--lr", "5e-3", "--dropout", "0", "--ema", "0.995"),
+        "bf16-h256-b16-lr5e-3-ema0.995": ("--precision", "bf16", "--hidden", "256", "--batch-size", "16",
+                                          "--lr", "5e-3", "--dropout", "0", "--ema", "0.995"),
     }),
     # Ten minutes with bfloat16: wider models than the 600-second shape (2×512), and the AWD-LSTM
     # regularisation (weight drop on W_hh, locked dropout) on it.
     "s600-bf16": points(600, {
         "bf16-h768-b32-lr4e-3-dropout0.25": ("--precision", "bf16", "--hidden", "768", "--batch-size", "32",
                                              "--lr", "4e-3", "--dropout", "0.25"),
+        "bf16-h512-b32-lr5e-3-dropout0.2-ema0.998": ("--precision", "bf16", "--hidden", "512",
+                                                     "--batch-size", "32", "--lr", "5e-3", "--dropout", "0.2",
+                                                     "--ema", "0.998"),
+        "bf16-h512-b32-lr5e-3-dropout0.1-ema0.998": ("--precision", "bf16", "--hidden", "512",
+                                                     "--batch-size", "32", "--lr", "5e-3", "--dropout", "0.1",
+                                                     "--ema", "0.998"),
+    }),
+    # An hour: the AWD-LSTM regularisation and weight averaging on a wider model, every option given
+    # (these are the 3600-second budget shape's values).
+    "s3600-bf16": points(3600, {
+        "h768-b32-lr4e-3-dropout0.3-locked-wdrop0.3-ema0.999": (
+            "--hidden", "768", "--batch-size", "32", "--lr", "4e-3", "--dropout", "0.3", "--locked-dropout",
+            "--weight-drop", "0.3", "--ema", "0.999"),
     }),
 }
 
@@ -115,6 +133,8 @@ def run_point(point: Point, extra: tuple[str, ...]) -> dict:
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     config = json.loads((out / "config.json").read_text())
     return {**asdict(point), "extra": list(extra), "val_nats_per_char": score["nats_per_char"],
+            "trained_nats_per_char": metrics[-1]["val_loss"],
+            "averaged_nats_per_char": metrics[-1].get("averaged_val_loss"),
             "steps": metrics[-1]["step"], "epochs": metrics[-1]["epoch"], "train_wall_s": round(wall, 1),
             "hidden": config["model"]["hidden_size"], "layers": config["model"]["num_layers"],
             "curve": [(m["elapsed_s"], m["val_loss"]) for m in metrics],
@@ -123,12 +143,17 @@ def run_point(point: Point, extra: tuple[str, ...]) -> dict:
 
 def report() -> None:
     rows = sorted(recorded().values(), key=lambda row: (row["budget"], row["val_nats_per_char"]))
-    lines = ["| point | budget (s) | options | steps | epochs | validation nats/char |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| point | budget (s) | options | steps | epochs | validation nats/char | of which averaged "
+             "| processor |",
+             "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         options = " ".join(row["options"]) or "(defaults)"
+        averaged = row.get("averaged_nats_per_char")
+        # The averaged weights' score beside the trained ones' (best.pt holds the better of the two).
+        averaging = "" if averaged is None else f"{averaged:.4f} (trained {row['trained_nats_per_char']:.4f})"
         lines.append(f"| {row['name']} | {row['budget']} | `{options}` | {row['steps']:,} | "
-                     f"{row['epochs']:.2f} | {row['val_nats_per_char']:.4f} |")
+                     f"{row['epochs']:.2f} | {row['val_nats_per_char']:.4f} | {averaging} | "
+                     f"{row.get('processor', 'not recorded')} |")
     RESULTS_DIR.mkdir(exist_ok=True)
     (RESULTS_DIR / "table.md").write_text("\n".join(lines) + "\n")
     click.echo("\n".join(lines))

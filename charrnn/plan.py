@@ -29,6 +29,7 @@ import torch
 from charrnn.checkpoint import checkpoint_in, load_checkpoint, load_model
 from charrnn.config import REGULARISATION_FIELDS, ModelConfig, TrainConfig, shape_for_budget
 from charrnn.data import CorpusInfo, corpus_name, encode_corpus
+from charrnn.devices import resolve_precision
 from charrnn.distributed import SingleProcess
 from charrnn.errors import CharrnnError, ConfigError
 from charrnn.interrupt import GracefulStop
@@ -42,7 +43,6 @@ from charrnn.vocab import UnknownCharactersError, Vocab
 RESUME_MAY_CHANGE = ("epochs", "max_steps", "time_budget", "learning_rate", "min_lr_ratio", "warmup_steps",
                      "clip", "clip_mode", "max_bad_steps", "save_epochs", "eval_every", "save_every",
                      "device", "precision")
-BUDGET_FIELDS = ("hidden_size", "batch_size", "learning_rate", "dropout")  # what a budget shape sets
 MODEL_FIELDS = frozenset(f.name for f in dataclasses.fields(ModelConfig))
 TRAIN_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainConfig))
 NOT_OPTIONS = frozenset({"vocab_size", "out_dir", "device", "init_from"})  # set by the request or the corpus
@@ -74,6 +74,7 @@ class BudgetDecision:
 
     seconds: float  # the budget
     device: str  # the device type it applies to
+    precision: str  # the precision training will use (fp32 or bf16), whose shapes apply
     measured: bool  # whether a shape was measured for this device (False: plain defaults kept)
     chosen: dict[str, Any]  # the fields set from the measured shape (those the user did not give)
 
@@ -176,17 +177,21 @@ def _budget_decision(seconds: float, device: str, model_options: dict[str, Any],
     """The shape measured best for a ``seconds`` budget, for the fields the user left unset.
 
     Other cells and layer-normalised LSTMs keep the plain defaults: the sweep did not measure them.
+    The shapes depend on the precision training will use (bf16's throughput affords larger ones).
     """
     device_type = device.split(":")[0]
-    cell = model_options.get("cell", ModelConfig.__dataclass_fields__["cell"].default)
-    if cell != "lstm" or model_options.get("layer_norm"):
-        return BudgetDecision(seconds, device_type, measured=True, chosen={})
-    shape = shape_for_budget(seconds, device_type)
+    cell = ModelConfig(vocab_size=1, **{key: model_options[key] for key in ("cell", "layer_norm")
+                                        if key in model_options})
+    precision = resolve_precision(train_options.get("precision", TrainConfig.__dataclass_fields__["precision"]
+                                                    .default), device_type, cell)
+    if cell.cell != "lstm" or cell.layer_norm:
+        return BudgetDecision(seconds, device_type, precision, measured=True, chosen={})
+    shape = shape_for_budget(seconds, device_type, precision)
     if shape is None:
-        return BudgetDecision(seconds, device_type, measured=False, chosen={})
+        return BudgetDecision(seconds, device_type, precision, measured=False, chosen={})
     given = model_options.keys() | train_options.keys()
-    chosen = {key: getattr(shape, key) for key in BUDGET_FIELDS if key not in given}
-    return BudgetDecision(seconds, device_type, measured=True, chosen=chosen)
+    chosen = {key: value for key, value in shape.settings().items() if key not in given}
+    return BudgetDecision(seconds, device_type, precision, measured=True, chosen=chosen)
 
 
 def fine_tune_config(source: ModelConfig, model_options: dict[str, Any], vocab_size: int) -> ModelConfig:

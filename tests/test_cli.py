@@ -377,20 +377,31 @@ def test_python_dash_m(tmp_path):
 
 def test_a_time_budget_picks_the_settings_not_given(runner, small_corpus):
     result = invoke(runner, "train", small_corpus, "--out", "run", "--time-budget", "100", "--max-steps", "3",
-                    *TINY_TRAIN)
+                    "--precision", "fp32", *TINY_TRAIN)
     assert result.exit_code == 0, result.stderr
-    assert "--time-budget 100 s: --lr 0.005 --dropout 0 (the fastest-learning" in result.stderr
+    assert ("--time-budget 100 s: --lr 0.005 --dropout 0 (the fastest-learning settings measured for this "
+            "budget in fp32") in result.stderr
     config = json.loads(Path("run/config.json").read_text())
     assert config["model"]["hidden_size"] == 24 and config["train"]["batch_size"] == 4  # given: kept
     assert config["train"]["learning_rate"] == 5e-3
 
 
-def test_a_long_budget_picks_a_larger_model(runner, small_corpus):
-    result = invoke(runner, "train", small_corpus, "--out", "run", "--time-budget", "600", "--max-steps", "1",
-                    "--layers", "1", "--seq-len", "16")
+@pytest.mark.parametrize(("native", "seconds", "note", "hidden"), [
+    (False, "600", "--hidden 512 --batch-size 32 --lr 0.005 --dropout 0.2 (the fastest", 512),
+    (False, "3600", "--hidden 512 --batch-size 32 --lr 0.005 --dropout 0.2 (the fastest", 512),
+    (True, "100", "--hidden 256 --batch-size 16 --lr 0.005 --dropout 0 --ema 0.995 (the fastest", 256),
+    (True, "3600", "--hidden 768 --batch-size 32 --lr 0.004 --dropout 0.3 --weight-drop 0.3 --locked-dropout "
+                   "--ema 0.999 (the fastest-learning settings measured for this budget in bf16", 768),
+])
+def test_a_budget_picks_the_shape_measured_for_its_precision(runner, small_corpus, monkeypatch, native, seconds, note, hidden):
+    """On a CPU with native bfloat16 (mocked here), the shapes measured in bf16."""
+    for module in ("config", "devices"):
+        monkeypatch.setattr(f"charrnn.{module}.cpu_has_native_bf16", lambda: native)
+    result = invoke(runner, "train", small_corpus, "--out", "run", "--time-budget", seconds,
+                    "--max-steps", "1", "--layers", "1", "--seq-len", "16")
     assert result.exit_code == 0, result.stderr
-    assert "--hidden 512 --batch-size 32 --lr 0.005 --dropout 0.2" in result.stderr
-    assert json.loads(Path("run/config.json").read_text())["model"]["hidden_size"] == 512
+    assert note in result.stderr
+    assert json.loads(Path("run/config.json").read_text())["model"]["hidden_size"] == hidden
 
 
 @pytest.mark.cuda

@@ -7,15 +7,20 @@ from charrnn.config import BUDGET_SHAPES, TrainConfig, shape_for_budget
 from charrnn.errors import ConfigError
 
 
-@pytest.mark.parametrize(("seconds", "hidden"), [(1, 192), (100, 192), (240, 192), (241, 512), (600, 512),
-                                                 (86_400, 512)])
-def test_each_budget_takes_the_shape_measured_nearest(seconds, hidden):
-    assert shape_for_budget(seconds).hidden_size == hidden
+@pytest.mark.parametrize(("precision", "seconds", "hidden"), [
+    ("fp32", 1, 192), ("fp32", 100, 192), ("fp32", 240, 192), ("fp32", 241, 512), ("fp32", 600, 512),
+    ("fp32", 86_400, 512),
+    ("bf16", 100, 256), ("bf16", 240, 256), ("bf16", 241, 512), ("bf16", 1440, 512), ("bf16", 1441, 768),
+    ("bf16", 86_400, 768),
+])
+def test_each_budget_takes_the_shape_measured_nearest(precision, seconds, hidden):
+    assert shape_for_budget(seconds, "cpu", precision).hidden_size == hidden
 
 
-def test_budget_shapes_cover_every_budget():
-    assert [shape.up_to_seconds for shape in BUDGET_SHAPES] == sorted(s.up_to_seconds for s in BUDGET_SHAPES)
-    assert BUDGET_SHAPES[-1].up_to_seconds == math.inf
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_budget_shapes_cover_every_budget(precision):
+    limits = [shape.up_to_seconds for shape in BUDGET_SHAPES[precision]]
+    assert limits == sorted(limits) and limits[-1] == math.inf
 
 
 def test_bf16_needs_cuda_or_a_cpu_with_native_bf16(monkeypatch):

@@ -45,15 +45,33 @@ def test_a_resume_plan_checks_the_corpus_before_anything_runs(tiny_run, tmp_path
     assert plan.config.out_dir == str(tiny_run) and plan.resume_from["step"] == 40
 
 
-@pytest.mark.parametrize(("seconds", "shape"), [(100, BUDGET_SHAPES[0]), (3600, BUDGET_SHAPES[1])])
-def test_a_time_budget_on_the_cpu_takes_the_measured_shape_for_what_was_not_given(small_corpus, seconds,
-                                                                                     shape):
-    request = TrainingRequest(small_corpus, {"time_budget": seconds, "batch_size": 4}, device="cpu")
-    plan = plan_training(request)
-    assert plan.budget.measured and plan.budget.chosen == {
-        "hidden_size": shape.hidden_size, "learning_rate": shape.learning_rate, "dropout": shape.dropout}
+@pytest.mark.parametrize(("native", "precision", "seconds", "shape"), [
+    (False, "auto", 100, BUDGET_SHAPES["fp32"][0]), (False, "auto", 3600, BUDGET_SHAPES["fp32"][1]),
+    (True, "fp32", 100, BUDGET_SHAPES["fp32"][0]), (True, "fp32", 3600, BUDGET_SHAPES["fp32"][1]),
+    (True, "auto", 100, BUDGET_SHAPES["bf16"][0]), (True, "auto", 600, BUDGET_SHAPES["bf16"][1]),
+    (True, "bf16", 1200, BUDGET_SHAPES["bf16"][1]), (True, "auto", 3600, BUDGET_SHAPES["bf16"][2]),
+])
+def test_a_time_budget_on_the_cpu_takes_the_measured_shape_for_what_was_not_given(
+        monkeypatch, small_corpus, native, precision, seconds, shape):
+    """The shape of the precision training will use: bf16 where ``auto`` picks it or it is asked for."""
+    for module in ("config", "devices"):
+        monkeypatch.setattr(f"charrnn.{module}.cpu_has_native_bf16", lambda: native)
+    options = {"time_budget": seconds, "batch_size": 4, "precision": precision}
+    plan = plan_training(TrainingRequest(small_corpus, options, device="cpu"))
+    expected = {key: value for key, value in shape.settings().items() if key != "batch_size"}
+    assert plan.budget.measured and plan.budget.chosen == expected
+    assert plan.budget.precision == ("bf16" if shape in BUDGET_SHAPES["bf16"] else "fp32")
     assert plan.model_config.hidden_size == shape.hidden_size and plan.config.batch_size == 4
     assert plan.config.learning_rate == shape.learning_rate
+    assert plan.model_config.weight_drop == shape.weight_drop and plan.config.ema_decay == shape.ema_decay
+    assert plan.model_config.locked_dropout == shape.locked_dropout
+
+
+def test_a_shape_names_the_regularisation_it_uses_only():
+    assert BUDGET_SHAPES["fp32"][0].settings() == {
+        "hidden_size": 192, "batch_size": 16, "learning_rate": 5e-3, "dropout": 0.0}
+    assert BUDGET_SHAPES["bf16"][2].settings().keys() == {
+        "hidden_size", "batch_size", "learning_rate", "dropout", "weight_drop", "locked_dropout", "ema_decay"}
 
 
 @pytest.mark.parametrize("options", [{"cell": "gru"}, {"layer_norm": True}])
