@@ -46,10 +46,12 @@ def epoch_checkpoint_name(epoch: int, val_loss: float) -> str:
     return f"epoch{epoch:04d}-val{val_loss:.4f}.pt"
 
 
-def checkpoint_bytes(parameters: int) -> int:
-    """Roughly what one checkpoint of a model with ``parameters`` takes on disk: float32 weights,
-    Adam's two moments, a margin."""
-    return 3 * 4 * parameters + (1 << 20)
+def checkpoint_bytes(parameters: int, averaging: bool = False) -> int:
+    """Roughly what one checkpoint of a model with ``parameters`` takes on disk, at most: float32
+    weights, Adam's two moments, a margin; with weight ``averaging``, also the average (a best.pt of
+    averaged weights stores them once, as its weights and its average, beside the trained ones)."""
+    copies = 4 if averaging else 3
+    return copies * 4 * parameters + (1 << 20)
 
 
 def check_free_space(out_dir: Path, needed: int) -> None:

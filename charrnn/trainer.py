@@ -279,7 +279,8 @@ def train(
         run_dir = None
         if group.is_main:
             remove_stale_temporaries(out_dir)
-            check_free_space(out_dir, 3 * checkpoint_bytes(sum(p.numel() for p in run.model.parameters())))
+            parameters = sum(p.numel() for p in run.model.parameters())
+            check_free_space(out_dir, 3 * checkpoint_bytes(parameters, averaging=run.average is not None))
             run_dir = RunDirectory(out_dir, {
                 "run_id": run.run_id, "model": model_config.to_dict(), "train": config.to_dict(),
                 "corpus": corpus.to_dict(), "world_size": group.world_size,

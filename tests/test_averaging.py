@@ -9,6 +9,7 @@ from torch import nn
 from charrnn import trainer
 from charrnn.averaging import WeightAverage
 from charrnn.evaluate import EvalResult
+from charrnn.rundir import checkpoint_bytes
 
 from helpers import plan_run
 
@@ -89,6 +90,9 @@ def test_best_pt_holds_the_averaged_weights_when_they_score_better(scripted_scor
     assert not torch.equal(best["model_state"]["head.bias"], last["model_state"]["head.bias"])
     metrics = (tmp_path / "run" / "metrics.jsonl").read_text()
     assert '"val_loss": 2.0' in metrics and '"averaged_val_loss": 1.0' in metrics
+    parameters = sum(tensor.numel() for tensor in last["model_state"].values())
+    largest = (tmp_path / "run" / "best.pt").stat().st_size
+    assert 4 * 4 * parameters < largest <= checkpoint_bytes(parameters, averaging=True)  # four float32 copies
 
 
 def test_training_goes_on_from_the_trained_weights_of_an_averaged_best_pt(scripted_scores, small_corpus,

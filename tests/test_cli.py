@@ -393,7 +393,8 @@ def test_a_time_budget_picks_the_settings_not_given(runner, small_corpus):
     (True, "3600", "--hidden 768 --batch-size 32 --lr 0.004 --dropout 0.3 --weight-drop 0.3 --locked-dropout "
                    "--ema 0.999 (the fastest-learning settings measured for this budget in bf16", 768),
 ])
-def test_a_budget_picks_the_shape_measured_for_its_precision(runner, small_corpus, monkeypatch, native, seconds, note, hidden):
+def test_a_budget_picks_the_shape_measured_for_its_precision(runner, small_corpus, monkeypatch, native,
+                                                             seconds, note, hidden):
     """On a CPU with native bfloat16 (mocked here), the shapes measured in bf16."""
     for module in ("config", "devices"):
         monkeypatch.setattr(f"charrnn.{module}.cpu_has_native_bf16", lambda: native)
