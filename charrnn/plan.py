@@ -226,8 +226,9 @@ def resume_config(
                 f"{key} {value!r} contradicts the checkpoint ({key} {getattr(model_config, key)!r}); "
                 f"a resumed run keeps its model"
             )
-    # Runs saved before the precision option trained in float32, whatever "auto" would choose now.
-    saved = {"precision": "fp32", **payload["train_config"]}
+    # Runs saved before the precision option trained in float32, whatever "auto" would choose now;
+    # those saved before weight averaging kept no average.
+    saved = {"precision": "fp32", "ema_decay": 0.0, **payload["train_config"]}
     changes = []
     for key, value in train_options.items():
         if saved.get(key) == value:

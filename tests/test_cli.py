@@ -433,6 +433,10 @@ def test_the_command_line_starts_without_importing_torch():
     (["train", "--resume", "gone/last.pt", "--min-lr-ratio", "1.5"], "'--min-lr-ratio': must be in [0, 1]"),
     (["compare", "gone.pt", "--length", "-1"], "Invalid value for '--length': must be at least 0"),
     (["sample", "gone.pt", "--top-k", "0"], "Invalid value for '--top-k': must be at least 1"),
+    (["train", "--ema", "1"], "Invalid value for '--ema': must be in [0, 1) (0 turns averaging off)"),
+    (["train", "--weight-drop", "1"], "Invalid value for '--weight-drop': must be in [0, 1)"),
+    (["train", "--embed-dropout", "nan"], "Invalid value for '--embed-dropout': must be a finite number"),
+    (["train", "--model", "esn", "--weight-drop", "0.2"], "--weight-drop does not apply to --model esn"),
 ])
 def test_an_option_value_out_of_range_is_a_usage_error(runner, small_corpus, args, fragment, monkeypatch):
     """The dataclass checks the value; the message names the option that gave it."""

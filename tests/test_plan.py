@@ -33,6 +33,14 @@ def test_resume_refuses_a_different_model_or_layout(tiny_run):
                                        {"learning_rate": 1e-3, "seed": 1337, "max_steps": 80})
     assert config.learning_rate == 1e-3 and config.max_steps == 80
     assert changes == [("learning_rate", 0.01, 0.001), ("max_steps", 40, 80)]
+    with pytest.raises(CharrnnError, match="ema_decay 0.9 contradicts the checkpoint"):
+        resume_config(payload, {}, {"ema_decay": 0.9, "max_steps": 80})
+    with pytest.raises(CharrnnError, match="weight_drop 0.2 contradicts the checkpoint"):
+        resume_config(payload, {"weight_drop": 0.2}, {"max_steps": 80})
+    del payload["train_config"]["ema_decay"]  # as in a run saved before weight averaging
+    for given in ({}, {"ema_decay": 0.0}):
+        _, config, changes = resume_config(payload, {}, {**given, "max_steps": 80})
+        assert changes == [("max_steps", 40, 80)] and config.ema_decay == 0.0
 
 
 def test_a_resume_plan_checks_the_corpus_before_anything_runs(tiny_run, tmp_path):
