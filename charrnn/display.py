@@ -92,7 +92,8 @@ class ProgressBar(TrainObserver):
                        f"{steps_per_epoch:,} steps per epoch",
             "optimiser": f"Adam lr {config.learning_rate:g} (warm-up {config.warmup_steps}, cosine to "
                          f"×{config.min_lr_ratio:g}), weight decay {config.weight_decay:g}, "
-                         f"clip {config.clip_mode} {config.clip:g}",
+                         f"clip {config.clip_mode} {config.clip:g}"
+                         f"{f', weight average (EMA {config.ema_decay:g})' if config.ema_decay else ''}",
             "stop": ", ".join(filter(None, [
                 config.epochs and f"{config.epochs:g} epochs",
                 config.max_steps and f"{config.max_steps:,} steps",

@@ -515,3 +515,15 @@ def test_the_run_table_says_which_precision_auto_chose(runner, small_corpus):
     forced = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "2", "--out", "f",
                     "--precision", "fp32")
     assert "cpu, fp32 " in forced.stderr and "(auto)" not in forced.stderr
+
+
+def test_the_run_table_and_the_summary_name_the_regularisation_and_the_average(runner, small_corpus):
+    result = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "2", "--out", "r",
+                    "--dropout", "0.1", "--locked-dropout", "--weight-drop", "0.2", "--ema", "0.9", "--json")
+    assert result.exit_code == 0, result.output
+    table = " ".join(result.stderr.replace("│", " ").split())
+    assert "dropout 0.1 (locked), weight drop 0.2" in table and "weight average (EMA 0.9)" in table
+    summary = json.loads(result.stdout)
+    assert isinstance(summary["best_is_average"], bool)
+    config = json.loads(Path("r/config.json").read_text())
+    assert config["model"]["weight_drop"] == 0.2 and config["train"]["ema_decay"] == 0.9
