@@ -333,6 +333,8 @@ def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False,
                "Dropout on the embedded characters fed to the first layer.", type=float)
 @config_option("--embed-dropout", ModelConfig, "embed_dropout",
                "Drop whole characters from the embedding, one draw per segment.", type=float)
+@config_option("--skip-connections", ModelConfig, "skip_connections",
+               "Feed the input to every layer and every layer to the output layer (Graves 2013).")
 @config_option("--batch-size", TrainConfig, "batch_size", f"Parallel BPTT streams.{BUDGET_NOTE}",
                type=int)
 @config_option("--seq-len", TrainConfig, "seq_len", "Characters per truncated-BPTT segment.",

@@ -88,6 +88,7 @@ class ModelConfig(_DictMixin):
     locked_dropout: bool = False  # dropout masks drawn once per segment and reused at every time step
     input_dropout: float = 0.0  # dropout on the embedded characters fed to the first layer
     embed_dropout: float = 0.0  # drop whole characters from the embedding, one draw per segment
+    skip_connections: bool = False  # the input feeds every layer, and every layer the output (Graves 2013)
 
     def __post_init__(self) -> None:
         require(self.cell in CELL_TYPES, "cell", f"must be one of {', '.join(CELL_TYPES)}")
@@ -107,6 +108,9 @@ class ModelConfig(_DictMixin):
         require_at_least(self, 1, "vocab_size", "num_layers", "hidden_size", "embed_size")
         for name in REGULARISATION_RATES:
             require(0.0 <= getattr(self, name) < 1.0, name, "must be in [0, 1)")
+        if self.skip_connections and (self.cell == "esn" or self.layer_norm):
+            raise ConfigError("--skip-connections applies to the fused lstm, gru and rnn cells, not to "
+                              "--model esn or --layer-norm")
         if self.weight_drop and self.cell == "esn":
             raise ConfigError("--weight-drop does not apply to --model esn (its reservoir is not trained)")
 

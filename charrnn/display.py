@@ -85,8 +85,7 @@ class ProgressBar(TrainObserver):
         rows = {
             "corpus": f"{corpus.path} ({corpus.chars:,} chars, vocabulary {model_config.vocab_size})",
             "split": f"{corpus.split_point:,} train / {corpus.chars - corpus.split_point:,} validation",
-            "model": f"{model_config.num_layers}×{model_config.hidden_size} {model_config.cell.upper()}, "
-                     f"embedding {model_config.embed_size}, {regularisation(model_config.to_dict())}",
+            "model": describe_model(model_config.to_dict()),
             "parameters": f"{parameters:,}{frozen_note}",
             "batches": f"{config.batch_size} streams × {config.seq_len} chars, "
                        f"{steps_per_epoch:,} steps per epoch",
@@ -238,6 +237,14 @@ def escaped(chars: str) -> str:
     return repr(chars)[1:-1]
 
 
+def describe_model(model: dict[str, Any]) -> str:
+    """A model's shape in a few words, from its ``model_config`` dict (as a checkpoint holds it)."""
+    return (f"{model['num_layers']}×{model['hidden_size']} {model['cell'].upper()}"
+            f"{' (layer-normalised)' if model.get('layer_norm') else ''}"
+            f"{' with skip connections' if model.get('skip_connections') else ''}, "
+            f"embedding {model['embed_size']}, {regularisation(model)}")
+
+
 def regularisation(model: dict[str, Any]) -> str:
     """A model's dropouts in a few words: "dropout 0.2", or each rate that is set."""
     locked = " (locked)" if model.get("locked_dropout") else ""
@@ -252,9 +259,7 @@ def regularisation(model: dict[str, Any]) -> str:
 def info_table(name: str, facts: dict[str, Any]) -> Table:
     """``charrnn info``'s table of what a checkpoint holds."""
     model = facts["model"]
-    shape = (f"{model['num_layers']}×{model['hidden_size']} {model['cell'].upper()}"
-             f"{' (layer-normalised)' if model.get('layer_norm') else ''}, embedding {model['embed_size']}, "
-             f"{regularisation(model)}")
+    shape = describe_model(model)
     corpus = facts["corpus"]
     rows = {
         "model": shape,

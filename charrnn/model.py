@@ -2,7 +2,8 @@
 
 ``CharRNN`` is embedding → stacked fused ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` →
 dropout → linear head. In training, the regularisation of :mod:`charrnn.regularise`
-(weight drop, locked, input and embedding dropout) applies when configured.
+(weight drop, locked, input and embedding dropout) applies when configured; with
+skip connections the layers are a :class:`~charrnn.regularise.SkipStack`.
 The cell equations are those of textbook notes §1, with PyTorch's conventions:
 LSTM gates stored in the order i, f, g, o; the GRU weights the *old* state by the
 update gate z and applies the reset gate after the recurrent matrix product,
@@ -23,7 +24,7 @@ from torch import nn
 from charrnn.config import ModelConfig
 from charrnn.errors import CharrnnError
 from charrnn.layernorm import LayerNormRNN
-from charrnn.regularise import embedding_dropout, layerwise_recurrence, sequence_dropout
+from charrnn.regularise import SkipStack, embedding_dropout, layerwise_recurrence, sequence_dropout
 
 State = tuple[torch.Tensor, ...]
 
@@ -43,6 +44,10 @@ class CharRNN(nn.Module):
             self.rnn = LayerNormRNN(config.cell, config.embed_size, config.hidden_size, config.num_layers,
                                     between_layers, config.rnn_activation, config.weight_drop,
                                     config.locked_dropout)
+        elif config.skip_connections:
+            mode = {"lstm": "LSTM", "gru": "GRU"}.get(config.cell, f"RNN_{config.rnn_activation.upper()}")
+            self.rnn = SkipStack(mode, config.embed_size, config.hidden_size, config.num_layers,
+                                 between_layers)
         else:
             options = {"nonlinearity": config.rnn_activation} if config.cell in ("rnn", "esn") else {}
             self.rnn = _RNN_CLASSES[config.cell](
@@ -53,11 +58,12 @@ class CharRNN(nn.Module):
                 batch_first=True,
                 **options,
             )
-        # The fused multi-layer kernel cannot mask W_hh or lock the dropout between its layers;
-        # in training, such a model runs its layers one fused kernel at a time instead.
-        self.layerwise_in_training = not config.layer_norm and (
+        # The fused multi-layer kernel cannot mask W_hh, lock the dropout between its layers or feed
+        # the input to every layer; such a model runs its layers one fused kernel at a time instead.
+        self.layerwise_in_training = config.skip_connections or not config.layer_norm and (
             config.weight_drop > 0 or (config.locked_dropout and between_layers > 0))
-        self.head = nn.Linear(config.hidden_size, config.vocab_size)
+        self.head = nn.Linear(config.hidden_size * (config.num_layers if config.skip_connections else 1),
+                              config.vocab_size)
         if initialise_weights:
             initialise(self)
             if not all(bool(torch.isfinite(p).all()) for p in self.parameters()):
@@ -91,9 +97,10 @@ class CharRNN(nn.Module):
         x = embedding_dropout(self.embedding, idx, config.embed_dropout, self.training)  # (B, T, E)
         x = sequence_dropout(x, config.input_dropout, self.training, config.locked_dropout)
         rnn_state = state if config.cell == "lstm" else state[0]
-        if self.training and self.layerwise_in_training:
-            out, new_state = layerwise_recurrence(self.rnn, x, rnn_state, config.weight_drop,
-                                                  self.rnn.dropout, config.locked_dropout)
+        if config.skip_connections or (self.training and self.layerwise_in_training):
+            out, new_state = layerwise_recurrence(self.rnn, x, rnn_state, self.training, config.weight_drop,
+                                                  self.rnn.dropout, config.locked_dropout,
+                                                  config.skip_connections)  # (B, T, H), or (B, T, L·H)
         else:
             out, new_state = self.rnn(x, rnn_state)  # (B, T, H)
         out = sequence_dropout(out, config.dropout, self.training, config.locked_dropout)

@@ -54,30 +54,65 @@ def embedding_dropout(embedding: nn.Embedding, idx: torch.Tensor, p: float, trai
     return F.embedding(idx, weight)
 
 
-def layerwise_recurrence(rnn: nn.RNNBase, x: torch.Tensor, state: torch.Tensor | tuple[torch.Tensor, ...],
-                         weight_drop: float, between_layers: float, locked: bool
+def layerwise_recurrence(rnn: nn.Module, x: torch.Tensor, state: torch.Tensor | tuple[torch.Tensor, ...],
+                         training: bool, weight_drop: float, between_layers: float, locked: bool,
+                         skip_connections: bool = False
                          ) -> tuple[torch.Tensor, torch.Tensor | tuple[torch.Tensor, ...]]:
-    """``rnn(x, state)`` in training, one fused layer at a time, with W_hh weight-dropped.
+    """``rnn(x, state)`` one fused layer at a time, with W_hh weight-dropped in training.
 
-    The dropout between layers (``between_layers``) is locked across time when
-    ``locked``, as in the AWD-LSTM. x: (B, T, input_size); state and the returned
-    state as ``rnn``'s own: (num_layers, B, H), or a pair of them for the LSTM.
-    Returns out (B, T, H) and the final state.
+    ``rnn`` is an ``nn.RNNBase`` or a :class:`SkipStack` (their ``mode``, ``num_layers``
+    and per-layer weight names). The dropout between layers (``between_layers``, in
+    training) is locked across time when ``locked``, as in the AWD-LSTM. With
+    ``skip_connections``, layer k ≥ 1 reads ``[x, output of layer k − 1]`` and the
+    output is every layer's output side by side. x: (B, T, input_size); state and
+    the returned state as ``rnn``'s own: (num_layers, B, H), or a pair of them for
+    the LSTM. Returns out (B, T, H), or (B, T, num_layers·H) with skip connections,
+    and the final state.
     """
     fused_layer = _FUSED_LAYERS[rnn.mode]
     is_lstm = rnn.mode == "LSTM"
     finals: list[list[torch.Tensor]] = [[], []] if is_lstm else [[]]
+    outputs = []
     layer_input = x
     for k in range(rnn.num_layers):
         w_hh = getattr(rnn, f"weight_hh_l{k}")
-        if weight_drop > 0:
+        if training and weight_drop > 0:
             w_hh = w_hh * dropout_mask_like(w_hh, weight_drop)
         weights = [getattr(rnn, f"weight_ih_l{k}"), w_hh, getattr(rnn, f"bias_ih_l{k}"),
                    getattr(rnn, f"bias_hh_l{k}")]
         layer_state = (state[0][k : k + 1], state[1][k : k + 1]) if is_lstm else state[k : k + 1]
-        out, *layer_final = fused_layer(layer_input, layer_state, weights, True, 1, 0.0, True, False, True)
+        out, *layer_final = fused_layer(layer_input, layer_state, weights, True, 1, 0.0, training, False,
+                                        True)
         for kept, tensor in zip(finals, layer_final, strict=True):
             kept.append(tensor)
-        layer_input = out if k == rnn.num_layers - 1 else sequence_dropout(out, between_layers, True, locked)
+        outputs.append(out)
+        if k < rnn.num_layers - 1:
+            layer_input = sequence_dropout(out, between_layers, training, locked)
+            if skip_connections:
+                layer_input = torch.cat([x, layer_input], dim=-1)
     final = tuple(torch.cat(tensors) for tensors in finals)
-    return layer_input, final if is_lstm else final[0]
+    out = torch.cat(outputs, dim=-1) if skip_connections else outputs[-1]
+    return out, final if is_lstm else final[0]
+
+
+class SkipStack(nn.Module):
+    """Stacked recurrent layers with skip connections (Graves 2013, "Generating Sequences With
+    Recurrent Neural Networks"): the input reaches every layer and every layer reaches the output.
+
+    The weights have ``nn.LSTM``'s / ``nn.GRU``'s / ``nn.RNN``'s names and layout, except that
+    ``weight_ih_l{k}`` for k ≥ 1 is (G·H, E + H): its first E columns read the input. Its
+    initialisation is PyTorch's: every weight and bias uniform in ±1/√H. It runs through
+    :func:`layerwise_recurrence`; :mod:`charrnn.stepper` has its one-character path.
+    """
+
+    def __init__(self, mode: str, input_size: int, hidden_size: int, num_layers: int, dropout: float):
+        super().__init__()
+        self.mode, self.hidden_size, self.num_layers, self.dropout = mode, hidden_size, num_layers, dropout
+        gates = {"LSTM": 4, "GRU": 3}.get(mode, 1) * hidden_size
+        bound = hidden_size ** -0.5
+        for k in range(num_layers):
+            fan_in = input_size if k == 0 else input_size + hidden_size
+            shapes = {f"weight_ih_l{k}": (gates, fan_in), f"weight_hh_l{k}": (gates, hidden_size),
+                      f"bias_ih_l{k}": (gates,), f"bias_hh_l{k}": (gates,)}
+            for name, shape in shapes.items():
+                self.register_parameter(name, nn.Parameter(torch.empty(shape).uniform_(-bound, bound)))

@@ -32,7 +32,10 @@ class Stepper(ABC):
     def __init__(self, model: CharRNN):
         self.hidden_size = model.config.hidden_size
         self.num_layers = model.config.num_layers
-        self.head_weight = model.head.weight.detach().t().contiguous()  # (H, V)
+        # With skip connections every layer reaches the output, and the input every layer.
+        self.skip_connections = model.config.skip_connections
+        self.embed_size = model.config.embed_size
+        self.head_weight = model.head.weight.detach().t().contiguous()  # (H, V), or (L·H, V) with skips
         self.head_bias = model.head.bias.detach().clone()  # (V,)
 
     def unstack(self, state: State) -> Layers:
@@ -63,9 +66,26 @@ class Stepper(ABC):
         even outside ``torch.no_grad()``.
         """
 
-    def read_out(self, top: torch.Tensor) -> torch.Tensor:
-        """Logits (B, V) from the top layer's hidden state (B, H)."""
+    def read_out(self, layers: Layers) -> torch.Tensor:
+        """Logits (B, V) from the top layer's hidden state (B, H), or every layer's with skip connections."""
+        top = torch.cat([h for h, *_ in layers], dim=1) if self.skip_connections else layers[-1][0]
         return torch.addmm(self.head_bias, top, self.head_weight)
+
+    def upper_input(self, model: CharRNN, k: int, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer ``k`` ≥ 1's input weights as (the part that reads the layer below (G, H), its base).
+
+        The base is ``bias`` (G,); with skip connections it is a lookup table (V, G) that
+        folds in the product of the embedding with the columns that read the input.
+        """
+        weight = getattr(model.rnn, f"weight_ih_l{k}")
+        if not self.skip_connections:
+            return weight, bias
+        reads_input, reads_below = weight[:, : self.embed_size], weight[:, self.embed_size :]
+        return reads_below, torch.addmm(bias, model.embedding.weight, reads_input.t())
+
+    def base(self, table_or_bias: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """An upper layer's base for the characters ``idx`` (B,): its bias, or its table's rows."""
+        return table_or_bias[idx] if self.skip_connections else table_or_bias
 
 
 class _SummedInputStepper(Stepper):
@@ -78,24 +98,24 @@ class _SummedInputStepper(Stepper):
             self.input_table = torch.addmm(rnn.bias_ih_l0 + rnn.bias_hh_l0, model.embedding.weight,
                                            rnn.weight_ih_l0.t())  # (V, G)
             self.first_recurrent = rnn.weight_hh_l0.t().contiguous()  # (H, G)
-            # Upper layers: one product of [x, h] with the stacked weights.
-            self.upper = [
-                (
-                    torch.cat([getattr(rnn, f"weight_ih_l{k}"), getattr(rnn, f"weight_hh_l{k}")], dim=1
-                              ).t().contiguous(),  # (2H, G)
-                    getattr(rnn, f"bias_ih_l{k}") + getattr(rnn, f"bias_hh_l{k}"),  # (G,)
-                )
-                for k in range(1, self.num_layers)
-            ]
+            # Upper layers: one product of [x, h] with the stacked weights, added to the base.
+            self.upper = []
+            for k in range(1, self.num_layers):
+                reads_below, base = self.upper_input(
+                    model, k, getattr(rnn, f"bias_ih_l{k}") + getattr(rnn, f"bias_hh_l{k}"))
+                stacked = torch.cat([reads_below, getattr(rnn, f"weight_hh_l{k}")], dim=1)
+                self.upper.append((stacked.t().contiguous(), base))  # (2H, G); (G,) or (V, G)
 
     def first_preactivation(self, idx: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """Layer 0: the input part read from the lookup table by character id. idx: (B,); h: (B, H)."""
         return torch.addmm(self.input_table[idx], h, self.first_recurrent)
 
-    def upper_preactivation(self, k: int, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        """Layer ``k`` ≥ 1, reading the layer below's output ``x``: one ``addmm`` on ``[x, h]``."""
-        weight, bias = self.upper[k - 1]
-        return torch.addmm(bias, torch.cat([x, h], dim=1), weight)
+    def upper_preactivation(self, k: int, idx: torch.Tensor, x: torch.Tensor, h: torch.Tensor
+                            ) -> torch.Tensor:
+        """Layer ``k`` ≥ 1, reading the layer below's output ``x`` (and, with skip connections, the
+        character ``idx`` through the base): one ``addmm`` on ``[x, h]``."""
+        weight, base = self.upper[k - 1]
+        return torch.addmm(self.base(base, idx), torch.cat([x, h], dim=1), weight)
 
 
 class LSTMStepper(_SummedInputStepper):
@@ -105,14 +125,14 @@ class LSTMStepper(_SummedInputStepper):
         x = None
         for k, (h_prev, c_prev) in enumerate(layers):
             gates = (self.first_preactivation(idx, h_prev) if k == 0
-                     else self.upper_preactivation(k, x, h_prev))  # (B, 4H), gates i, f, g, o
+                     else self.upper_preactivation(k, idx, x, h_prev))  # (B, 4H), gates i, f, g, o
             # One sigmoid over all four gates (g's is unused) costs less than four small calls.
             i, f, _, o = torch.sigmoid(gates).chunk(4, dim=1)
             g = torch.tanh(gates[:, 2 * H : 3 * H])
             c = torch.addcmul(f * c_prev, i, g)  # f ⊙ c + i ⊙ g
             x = o * torch.tanh(c)
             new_layers.append((x, c))
-        return self.read_out(x), new_layers
+        return self.read_out(new_layers), new_layers
 
 
 class RNNStepper(_SummedInputStepper):
@@ -127,9 +147,9 @@ class RNNStepper(_SummedInputStepper):
         x = None
         for k, (h_prev,) in enumerate(layers):
             x = self.activation(self.first_preactivation(idx, h_prev) if k == 0
-                                else self.upper_preactivation(k, x, h_prev))
+                                else self.upper_preactivation(k, idx, x, h_prev))
             new_layers.append((x,))
-        return self.read_out(x), new_layers
+        return self.read_out(new_layers), new_layers
 
 
 class GRUStepper(Stepper):
@@ -146,10 +166,10 @@ class GRUStepper(Stepper):
                 (getattr(rnn, f"weight_hh_l{k}").t().contiguous(), getattr(rnn, f"bias_hh_l{k}"))
                 for k in range(self.num_layers)
             ]
-            self.upper_input = [
-                (getattr(rnn, f"weight_ih_l{k}").t().contiguous(), getattr(rnn, f"bias_ih_l{k}"))
-                for k in range(1, self.num_layers)
-            ]
+            self.upper_inputs = []
+            for k in range(1, self.num_layers):
+                reads_below, base = self.upper_input(model, k, getattr(rnn, f"bias_ih_l{k}"))
+                self.upper_inputs.append((reads_below.t().contiguous(), base))  # (H, 3H); (3H,) or (V, 3H)
 
     def step_layers(self, idx: torch.Tensor, layers: Layers) -> tuple[torch.Tensor, Layers]:
         H = self.hidden_size
@@ -159,15 +179,15 @@ class GRUStepper(Stepper):
             if k == 0:
                 gi = self.input_table[idx]  # (B, 3H)
             else:
-                weight, bias = self.upper_input[k - 1]
-                gi = torch.addmm(bias, x, weight)
+                weight, base = self.upper_inputs[k - 1]
+                gi = torch.addmm(self.base(base, idx), x, weight)
             weight_hh, bias_hh = self.recurrent[k]
             gh = torch.addmm(bias_hh, h_prev, weight_hh)  # (B, 3H)
             r, z = torch.sigmoid(gi[:, : 2 * H] + gh[:, : 2 * H]).chunk(2, dim=1)
             n = torch.tanh(torch.addcmul(gi[:, 2 * H :], r, gh[:, 2 * H :]))
             x = torch.addcmul(n, z, h_prev - n)  # = (1 - z) ⊙ n + z ⊙ h_prev
             new_layers.append((x,))
-        return self.read_out(x), new_layers
+        return self.read_out(new_layers), new_layers
 
 
 class LayerNormStepper(Stepper):
@@ -183,8 +203,9 @@ class LayerNormStepper(Stepper):
     @torch.no_grad()
     def step_layers(self, idx: torch.Tensor, layers: Layers) -> tuple[torch.Tensor, Layers]:
         state = self.stack(layers)
-        top, rnn_state = self.rnn.step(self.embedding[idx], state if self.carries_cell else state[0])
-        return self.read_out(top), self.unstack(rnn_state if self.carries_cell else (rnn_state,))
+        _, rnn_state = self.rnn.step(self.embedding[idx], state if self.carries_cell else state[0])
+        layers = self.unstack(rnn_state if self.carries_cell else (rnn_state,))
+        return self.read_out(layers), layers
 
 
 def make_stepper(model: CharRNN) -> Stepper:

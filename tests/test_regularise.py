@@ -45,7 +45,7 @@ def assert_same_result(a, b) -> None:
                                           ("rnn", {"nonlinearity": "relu"})])
 def test_one_layer_at_a_time_without_masks_is_the_fused_stack(cell, options):
     rnn, x, state = fused_stack(cell, **options)
-    assert_same_result(layerwise_recurrence(rnn, x, state, 0.0, 0.0, locked=True), rnn(x, state))
+    assert_same_result(layerwise_recurrence(rnn, x, state, True, 0.0, 0.0, locked=True), rnn(x, state))
 
 
 @pytest.mark.parametrize("cell", CELLS)
@@ -53,7 +53,7 @@ def test_weight_drop_is_the_fused_stack_with_masked_recurrent_matrices(cell):
     """One mask per layer, drawn in layer order, the same at every time step and for every stream."""
     rnn, x, state = fused_stack(cell)
     torch.manual_seed(5)
-    dropped = layerwise_recurrence(rnn, x, state, 0.4, 0.0, locked=False)
+    dropped = layerwise_recurrence(rnn, x, state, True, 0.4, 0.0, locked=False)
     torch.manual_seed(5)
     masked = copy.deepcopy(rnn)
     with torch.no_grad():
@@ -68,7 +68,7 @@ def test_weight_drop_is_the_fused_stack_with_masked_recurrent_matrices(cell):
 def test_weight_drop_sends_no_gradient_to_the_dropped_recurrent_weights():
     rnn, x, state = fused_stack("lstm", layers=1)
     torch.manual_seed(3)
-    out, _ = layerwise_recurrence(rnn, x, state, 0.5, 0.0, locked=False)
+    out, _ = layerwise_recurrence(rnn, x, state, True, 0.5, 0.0, locked=False)
     out.sum().backward()
     torch.manual_seed(3)
     keep = torch.empty_like(rnn.weight_hh_l0).bernoulli_(0.5)
@@ -157,3 +157,67 @@ def test_rates_are_probabilities(field, value):
 def test_weight_drop_does_not_apply_to_a_frozen_reservoir():
     with pytest.raises(ConfigError, match="esn"):
         ModelConfig(vocab_size=5, cell="esn", weight_drop=0.2)
+
+
+SKIP_CELLS = [("lstm", "tanh"), ("gru", "tanh"), ("rnn", "tanh"), ("rnn", "relu")]
+
+
+def skip_model(cell: str, activation: str, layers: int = 3) -> CharRNN:
+    torch.manual_seed(0)
+    return CharRNN(ModelConfig(vocab_size=11, cell=cell, rnn_activation=activation, num_layers=layers,
+                               hidden_size=16, embed_size=6, skip_connections=True)).eval()
+
+
+@pytest.mark.parametrize("cell,activation", SKIP_CELLS)
+def test_skip_connections_feed_the_input_to_every_layer_and_every_layer_to_the_output(cell, activation):
+    """Against single-layer fused modules wired by hand (Graves 2013, eqs. 1-3)."""
+    model = skip_model(cell, activation)
+    idx = torch.randint(0, 11, (4, 20))
+    state = tuple(torch.randn_like(s) for s in model.initial_state(4))
+    with torch.no_grad():
+        logits, final = model(idx, state)
+        x = model.embedding(idx)
+        layer_input, outputs, finals = x, [], []
+        for k in range(3):
+            layer = FUSED[cell](6 if k == 0 else 22, 16, batch_first=True,
+                                **({"nonlinearity": activation} if cell == "rnn" else {}))
+            for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+                getattr(layer, f"{name}_l0").copy_(getattr(model.rnn, f"{name}_l{k}"))
+            layer_state = tuple(s[k : k + 1] for s in state)
+            out, layer_final = layer(layer_input, layer_state if cell == "lstm" else layer_state[0])
+            outputs.append(out)
+            finals.append(layer_final if cell == "lstm" else (layer_final,))
+            layer_input = torch.cat([x, out], dim=-1)
+        expected = model.head(torch.cat(outputs, dim=-1))
+    torch.testing.assert_close(logits, expected, rtol=0, atol=1e-6)
+    for got, parts in zip(final, zip(*finals, strict=True), strict=True):
+        torch.testing.assert_close(got, torch.cat(parts), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("cell,activation", SKIP_CELLS)
+@pytest.mark.parametrize("layers", [1, 3])
+def test_the_stepper_equals_the_sequence_path_with_skip_connections(cell, activation, layers):
+    model = skip_model(cell, activation, layers)
+    idx = torch.randint(0, 11, (3, 25))
+    with torch.no_grad():
+        logits, state = model(idx)
+        stepper, stepped = make_stepper(model), model.initial_state(3)
+        for t in range(idx.shape[1]):
+            step_logits, stepped = stepper.step(idx[:, t], stepped)
+            torch.testing.assert_close(step_logits, logits[:, t], rtol=0, atol=1e-5)
+    for a, b in zip(stepped, state, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_skip_connections_train_with_the_regularisation():
+    torch.manual_seed(0)
+    model = CharRNN(ModelConfig(vocab_size=11, num_layers=2, hidden_size=16, embed_size=6,
+                                skip_connections=True, **REGULARISED)).train()
+    model(torch.randint(0, 11, (4, 30)))[0].sum().backward()
+    assert all(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in model.parameters())
+
+
+@pytest.mark.parametrize("options", [{"cell": "esn"}, {"layer_norm": True}])
+def test_skip_connections_need_a_fused_cell(options):
+    with pytest.raises(ConfigError, match="--skip-connections"):
+        ModelConfig(vocab_size=5, skip_connections=True, **options)

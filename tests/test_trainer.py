@@ -162,6 +162,7 @@ def params_of(path: Path) -> dict[str, torch.Tensor]:
     ("gru", {"dropout": 0.3}),
     ("lstm", {"dropout": 0.3, "weight_drop": 0.3, "locked_dropout": True, "input_dropout": 0.1,
               "embed_dropout": 0.1, "ema_decay": 0.9}),
+    ("gru", {"dropout": 0.3, "weight_drop": 0.3, "skip_connections": True}),
 ])
 def test_resume_is_exact_with_dropout(make_run, repeated_corpus, tmp_path, cell, regularisation):
     options = {"cell": cell, "num_layers": 2, "min_lr_ratio": 1.0, "warmup_steps": 0, "eval_every": 5,
