@@ -9,7 +9,13 @@ from torch import nn
 from charrnn.config import ModelConfig
 from charrnn.errors import ConfigError
 from charrnn.model import CharRNN
-from charrnn.regularise import embedding_dropout, layerwise_recurrence, locked_dropout, sequence_dropout
+from charrnn.regularise import (
+    dropout_mask_like,
+    embedding_dropout,
+    layerwise_recurrence,
+    locked_dropout,
+    sequence_dropout,
+)
 from charrnn.stepper import make_stepper
 
 from helpers import CELLS
@@ -59,9 +65,9 @@ def test_weight_drop_is_the_fused_stack_with_masked_recurrent_matrices(cell):
     with torch.no_grad():
         for k in range(rnn.num_layers):
             weight = getattr(masked, f"weight_hh_l{k}")
-            keep = torch.empty_like(weight).bernoulli_(0.6)
-            assert 0 < keep.mean() < 1
-            weight.mul_(keep / 0.6)
+            mask = dropout_mask_like(weight, 0.4)
+            assert mask.unique().tolist() == [0.0, pytest.approx(1 / 0.6)]
+            weight.mul_(mask)
     assert_same_result(dropped, masked(x, state))
 
 
@@ -71,9 +77,10 @@ def test_weight_drop_sends_no_gradient_to_the_dropped_recurrent_weights():
     out, _ = layerwise_recurrence(rnn, x, state, True, 0.5, 0.0, locked=False)
     out.sum().backward()
     torch.manual_seed(3)
-    keep = torch.empty_like(rnn.weight_hh_l0).bernoulli_(0.5)
-    assert bool((rnn.weight_hh_l0.grad[keep == 0] == 0).all())
-    assert bool((rnn.weight_hh_l0.grad[keep == 1] != 0).all())
+    kept = dropout_mask_like(rnn.weight_hh_l0, 0.5) > 0
+    assert 0 < kept.float().mean() < 1
+    assert bool((rnn.weight_hh_l0.grad[~kept] == 0).all())
+    assert bool((rnn.weight_hh_l0.grad[kept] != 0).all())
 
 
 def test_locked_dropout_keeps_one_mask_across_time():
