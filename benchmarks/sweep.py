@@ -89,6 +89,10 @@ STAGES: dict[str, list[Point]] = {
                                           "--lr", "5e-3", "--dropout", "0", "--ema", "0.995"),
         "bf16-h256-b16-lr5e-3-ema0.995": ("--precision", "bf16", "--hidden", "256", "--batch-size", "16",
                                           "--lr", "5e-3", "--dropout", "0", "--ema", "0.995"),
+        # Skip connections on the bf16 100-second shape.
+        "bf16-h256-b16-lr5e-3-ema0.995-skip": ("--precision", "bf16", "--hidden", "256", "--batch-size", "16",
+                                               "--lr", "5e-3", "--dropout", "0", "--ema", "0.995",
+                                               "--skip-connections"),
     }),
     # Ten minutes with bfloat16: wider models than the 600-second shape (2×512), and the AWD-LSTM
     # regularisation (weight drop on W_hh, locked dropout) on it.
