@@ -527,3 +527,18 @@ def test_the_run_table_and_the_summary_name_the_regularisation_and_the_average(r
     assert isinstance(summary["best_is_average"], bool)
     config = json.loads(Path("r/config.json").read_text())
     assert config["model"]["weight_drop"] == 0.2 and config["train"]["ema_decay"] == 0.9
+
+
+def test_a_skip_connection_model_samples_scores_and_beam_searches(runner, small_corpus):
+    trained = train_tiny_run(runner, small_corpus, "skip", "--max-steps", "4", "--layers", "2",
+                             "--skip-connections")
+    assert trained.exit_code == 0, trained.output
+    sampled = invoke(runner, "sample", "skip/best.pt", "--length", "20", "--seed", "3", "--prime", "th")
+    assert sampled.exit_code == 0 and sampled.stdout.startswith("th") and len(sampled.stdout) >= 22
+    beamed = invoke(runner, "sample", "skip/best.pt", "--length", "10", "--beam-width", "3", "--prime", "th")
+    assert beamed.exit_code == 0, beamed.output
+    scored = invoke(runner, "eval-perplexity", "skip/best.pt", "--json")
+    assert json.loads(scored.stdout)["nats_per_char"] == pytest.approx(
+        torch.load("skip/best.pt", weights_only=True)["best_val_loss"], rel=1e-6)
+    described = invoke(runner, "info", "skip/best.pt")
+    assert "with skip connections" in " ".join(described.stdout.replace("│", " ").split())
