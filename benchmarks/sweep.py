@@ -106,8 +106,7 @@ STAGES: dict[str, list[Point]] = {
                                                      "--batch-size", "32", "--lr", "5e-3", "--dropout", "0.1",
                                                      "--ema", "0.998"),
     }),
-    # An hour: the AWD-LSTM regularisation and weight averaging on a wider model, every option given
-    # (these are the 3600-second budget shape's values).
+    # An hour: the AWD-LSTM regularisation and weight averaging on a wider model, every option given.
     "s3600-bf16": points(3600, {
         "h768-b32-lr4e-3-dropout0.3-locked-wdrop0.3-ema0.999": (
             "--hidden", "768", "--batch-size", "32", "--lr", "4e-3", "--dropout", "0.3", "--locked-dropout",

@@ -508,8 +508,7 @@ def _say_plan(plan: TrainingPlan, ctx: click.Context, say: Callable[[str], None]
         say(f"--time-budget {budget.seconds:g} s on {budget.device}: the budget settings were measured on a "
             f"CPU, so this run keeps the plain defaults")
     elif budget is not None and budget.chosen:
-        chosen = " ".join(flags[key] if value is True else f"{flags[key]} {value:g}"
-                          for key, value in budget.chosen.items())
+        chosen = " ".join(f"{flags[key]} {value:g}" for key, value in budget.chosen.items())
         say(f"--time-budget {budget.seconds:g} s: {chosen} (the fastest-learning settings measured "
             f"for this budget in {budget.precision}; give any of them to override)")
     resume = plan.resume

@@ -390,8 +390,8 @@ def test_a_time_budget_picks_the_settings_not_given(runner, small_corpus):
     (False, "600", "--hidden 512 --batch-size 32 --lr 0.005 --dropout 0.2 (the fastest", 512),
     (False, "3600", "--hidden 512 --batch-size 32 --lr 0.005 --dropout 0.2 (the fastest", 512),
     (True, "100", "--hidden 256 --batch-size 16 --lr 0.005 --dropout 0 --ema 0.995 (the fastest", 256),
-    (True, "3600", "--hidden 768 --batch-size 32 --lr 0.004 --dropout 0.3 --weight-drop 0.3 --locked-dropout "
-                   "--ema 0.999 (the fastest-learning settings measured for this budget in bf16", 768),
+    (True, "3600", "--hidden 512 --batch-size 32 --lr 0.005 --dropout 0.2 --ema 0.998 (the fastest-learning "
+                   "settings measured for this budget in bf16", 512),
 ])
 def test_a_budget_picks_the_shape_measured_for_its_precision(runner, small_corpus, monkeypatch, native,
                                                              seconds, note, hidden):

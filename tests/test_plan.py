@@ -57,7 +57,7 @@ def test_a_resume_plan_checks_the_corpus_before_anything_runs(tiny_run, tmp_path
     (False, "auto", 100, BUDGET_SHAPES["fp32"][0]), (False, "auto", 3600, BUDGET_SHAPES["fp32"][1]),
     (True, "fp32", 100, BUDGET_SHAPES["fp32"][0]), (True, "fp32", 3600, BUDGET_SHAPES["fp32"][1]),
     (True, "auto", 100, BUDGET_SHAPES["bf16"][0]), (True, "auto", 600, BUDGET_SHAPES["bf16"][1]),
-    (True, "bf16", 1200, BUDGET_SHAPES["bf16"][1]), (True, "auto", 3600, BUDGET_SHAPES["bf16"][2]),
+    (True, "bf16", 1200, BUDGET_SHAPES["bf16"][1]), (True, "auto", 3600, BUDGET_SHAPES["bf16"][1]),
 ])
 def test_a_time_budget_on_the_cpu_takes_the_measured_shape_for_what_was_not_given(
         monkeypatch, small_corpus, native, precision, seconds, shape):
@@ -71,15 +71,15 @@ def test_a_time_budget_on_the_cpu_takes_the_measured_shape_for_what_was_not_give
     assert plan.budget.precision == ("bf16" if shape in BUDGET_SHAPES["bf16"] else "fp32")
     assert plan.model_config.hidden_size == shape.hidden_size and plan.config.batch_size == 4
     assert plan.config.learning_rate == shape.learning_rate
-    assert plan.model_config.weight_drop == shape.weight_drop and plan.config.ema_decay == shape.ema_decay
-    assert plan.model_config.locked_dropout == shape.locked_dropout
+    assert plan.config.ema_decay == shape.ema_decay
 
 
-def test_a_shape_names_the_regularisation_it_uses_only():
+def test_a_shape_names_the_weight_average_only_when_it_uses_one():
     assert BUDGET_SHAPES["fp32"][0].settings() == {
         "hidden_size": 192, "batch_size": 16, "learning_rate": 5e-3, "dropout": 0.0}
-    assert BUDGET_SHAPES["bf16"][2].settings().keys() == {
-        "hidden_size", "batch_size", "learning_rate", "dropout", "weight_drop", "locked_dropout", "ema_decay"}
+    assert BUDGET_SHAPES["bf16"][1].settings() == {
+        "hidden_size": 512, "batch_size": 32, "learning_rate": 5e-3, "dropout": 0.2, "ema_decay": 0.998}
+
 
 
 @pytest.mark.parametrize("options", [{"cell": "gru"}, {"layer_norm": True}])
