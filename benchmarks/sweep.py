@@ -93,6 +93,13 @@ STAGES: dict[str, list[Point]] = {
         "bf16-h256-b16-lr5e-3-ema0.995-skip": ("--precision", "bf16", "--hidden", "256", "--batch-size", "16",
                                                "--lr", "5e-3", "--dropout", "0", "--ema", "0.995",
                                                "--skip-connections"),
+        # The same pair again from another seed.
+        "bf16-h256-b16-lr5e-3-ema0.995-seed2": ("--precision", "bf16", "--hidden", "256", "--batch-size",
+                                                "16", "--lr", "5e-3", "--dropout", "0", "--ema", "0.995",
+                                                "--seed", "2"),
+        "bf16-h256-b16-lr5e-3-ema0.995-skip-seed2": ("--precision", "bf16", "--hidden", "256", "--batch-size",
+                                                     "16", "--lr", "5e-3", "--dropout", "0", "--ema", "0.995",
+                                                     "--skip-connections", "--seed", "2"),
     }),
     # Ten minutes with bfloat16: wider models than the 600-second shape (2×512), and the AWD-LSTM
     # regularisation (weight drop on W_hh, locked dropout) on it.

@@ -30,17 +30,18 @@ class WeightAverage:
         self.decay = decay  # the rate r approaches as the warm-up ends
         self.updates = 0  # averaging steps taken (applied optimiser steps)
         self.weights = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+        # The model's tensors and their averages in one order, for one fused update of them all.
+        self._pairs = [(self.weights[name], tensor) for name, tensor in model.state_dict().items()]
 
     def rate(self) -> float:
         """r for the next update: the decay, or less early in the run."""
         return min(self.decay, (1 + self.updates + 1) / (10 + self.updates + 1))
 
     @torch.no_grad()
-    def update(self, model: nn.Module) -> None:
-        """Move the average towards ``model``'s current weights."""
-        weight_of_new = 1 - self.rate()
-        for name, tensor in model.state_dict().items():
-            self.weights[name].lerp_(tensor, weight_of_new)
+    def update(self) -> None:
+        """Move the average towards the model's current weights (those it was made from, in place)."""
+        averages, weights = zip(*self._pairs, strict=True)
+        torch._foreach_lerp_(averages, weights, 1 - self.rate())
         self.updates += 1
 
     @contextlib.contextmanager

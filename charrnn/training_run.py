@@ -150,7 +150,7 @@ class TrainingRun:
         if math.isfinite(loss_value) and math.isfinite(norm_value):
             self.optimizer.step()
             if self.average is not None:
-                self.average.update(self.model)
+                self.average.update()
             self.bad_streak = 0
         else:
             # Never apply a NaN or infinite update (textbook notes §3): skip it and count it.

@@ -26,12 +26,12 @@ def test_the_average_follows_the_warm_up_then_the_decay():
     average = WeightAverage(model, decay=0.5)
     with torch.no_grad():
         model.weight.fill_(1.0)
-    average.update(model)  # r = min(0.5, 2/11)
+    average.update()  # r = min(0.5, 2/11)
     assert average.weights["weight"].item() == pytest.approx(9 / 11)
-    average.update(model)  # r = min(0.5, 3/12)
+    average.update()  # r = min(0.5, 3/12)
     assert average.weights["weight"].item() == pytest.approx(1 - (2 / 11) * (3 / 12))
     for _ in range(20):
-        average.update(model)
+        average.update()
     assert average.rate() == 0.5
     assert average.weights["weight"].item() == pytest.approx(1.0, abs=1e-5)
 
@@ -46,8 +46,11 @@ def test_swapped_in_weights_go_back_even_after_an_error():
 
 
 def test_the_state_round_trips_and_refuses_another_model():
-    average = WeightAverage(scalar_model(2.0), decay=0.9)
-    average.update(scalar_model(4.0))
+    model = scalar_model(2.0)
+    average = WeightAverage(model, decay=0.9)
+    with torch.no_grad():
+        model.weight.fill_(4.0)
+    average.update()
     copy = WeightAverage(scalar_model(0.0), decay=0.9)
     copy.load_state(average.state())
     assert copy.updates == 1 and torch.equal(copy.weights["weight"], average.weights["weight"])
