@@ -333,7 +333,7 @@ def _fetch_dataset(name: str, data_dir: Path | None, force: bool = False,
                "Dropout on the embedded characters fed to the first layer.", type=float)
 @config_option("--embed-dropout", ModelConfig, "embed_dropout",
                "Drop whole characters from the embedding, one draw per segment.", type=float)
-@config_option("--skip-connections", ModelConfig, "skip_connections",
+@config_option("--skip-connections/--no-skip-connections", ModelConfig, "skip_connections",
                "Feed the input to every layer and every layer to the output layer (Graves 2013).")
 @config_option("--batch-size", TrainConfig, "batch_size", f"Parallel BPTT streams.{BUDGET_NOTE}",
                type=int)
@@ -508,7 +508,8 @@ def _say_plan(plan: TrainingPlan, ctx: click.Context, say: Callable[[str], None]
         say(f"--time-budget {budget.seconds:g} s on {budget.device}: the budget settings were measured on a "
             f"CPU, so this run keeps the plain defaults")
     elif budget is not None and budget.chosen:
-        chosen = " ".join(f"{flags[key]} {value:g}" for key, value in budget.chosen.items())
+        chosen = " ".join(flags[key] if value is True else f"{flags[key]} {value:g}"
+                          for key, value in budget.chosen.items())
         say(f"--time-budget {budget.seconds:g} s: {chosen} (the fastest-learning settings measured "
             f"for this budget in {budget.precision}; give any of them to override)")
     resume = plan.resume

@@ -187,8 +187,8 @@ class TrainConfig(_DictMixin):
 
 @dataclass(frozen=True)
 class BudgetShape:
-    """The model size, batch, learning rate, dropout and weight average that learned fastest under a time
-    budget."""
+    """The model size, batch, learning rate, dropout, weight average and skip connections that learned
+    fastest under a time budget."""
 
     up_to_seconds: float  # budgets up to this many seconds use this shape
     hidden_size: int  # units per LSTM layer
@@ -196,9 +196,10 @@ class BudgetShape:
     learning_rate: float  # peak Adam learning rate
     dropout: float  # dropout between layers and before the output layer
     ema_decay: float = 0.0  # moving average of the weights (0: none)
+    skip_connections: bool = False  # the input to every layer, every layer to the output
 
     def settings(self) -> dict[str, Any]:
-        """What the shape sets: size, batch, learning rate and dropout always; the average when used."""
+        """What the shape sets: size, batch, learning rate and dropout always; the rest when used."""
         values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "up_to_seconds"}
         return {key: value for key, value in values.items()
                 if key in ("hidden_size", "batch_size", "learning_rate", "dropout") or value}
@@ -218,7 +219,7 @@ BUDGET_SHAPES: dict[str, tuple[BudgetShape, ...]] = {
     # Measured on an Intel Xeon with AMX-BF16.
     "bf16": (
         BudgetShape(up_to_seconds=240, hidden_size=256, batch_size=16, learning_rate=5e-3, dropout=0.0,
-                    ema_decay=0.995),
+                    ema_decay=0.995, skip_connections=True),
         BudgetShape(up_to_seconds=math.inf, hidden_size=512, batch_size=32, learning_rate=5e-3, dropout=0.2,
                     ema_decay=0.998),
     ),

@@ -389,7 +389,8 @@ def test_a_time_budget_picks_the_settings_not_given(runner, small_corpus):
 @pytest.mark.parametrize(("native", "seconds", "note", "hidden"), [
     (False, "600", "--hidden 512 --batch-size 32 --lr 0.005 --dropout 0.2 (the fastest", 512),
     (False, "3600", "--hidden 512 --batch-size 32 --lr 0.005 --dropout 0.2 (the fastest", 512),
-    (True, "100", "--hidden 256 --batch-size 16 --lr 0.005 --dropout 0 --ema 0.995 (the fastest", 256),
+    (True, "100", "--hidden 256 --batch-size 16 --lr 0.005 --dropout 0 --ema 0.995 --skip-connections (the "
+                  "fastest", 256),
     (True, "3600", "--hidden 512 --batch-size 32 --lr 0.005 --dropout 0.2 --ema 0.998 (the fastest-learning "
                    "settings measured for this budget in bf16", 512),
 ])
@@ -542,3 +543,13 @@ def test_a_skip_connection_model_samples_scores_and_beam_searches(runner, small_
         torch.load("skip/best.pt", weights_only=True)["best_val_loss"], rel=1e-6)
     described = invoke(runner, "info", "skip/best.pt")
     assert "with skip connections" in " ".join(described.stdout.replace("│", " ").split())
+
+
+def test_a_budgets_skip_connections_can_be_turned_off(runner, small_corpus, monkeypatch):
+    for module in ("config", "devices"):
+        monkeypatch.setattr(f"charrnn.{module}.cpu_has_native_bf16", lambda: True)
+    result = invoke(runner, "train", small_corpus, "--out", "run", "--time-budget", "100", "--max-steps", "1",
+                    "--seq-len", "16", "--no-skip-connections")
+    assert result.exit_code == 0, result.stderr
+    assert "--skip-connections" not in result.stderr
+    assert json.loads(Path("run/config.json").read_text())["model"]["skip_connections"] is False

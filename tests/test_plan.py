@@ -72,13 +72,17 @@ def test_a_time_budget_on_the_cpu_takes_the_measured_shape_for_what_was_not_give
     assert plan.model_config.hidden_size == shape.hidden_size and plan.config.batch_size == 4
     assert plan.config.learning_rate == shape.learning_rate
     assert plan.config.ema_decay == shape.ema_decay
+    assert plan.model_config.skip_connections == shape.skip_connections
 
 
-def test_a_shape_names_the_weight_average_only_when_it_uses_one():
+def test_a_shape_names_the_average_and_skip_connections_only_when_it_uses_them():
     assert BUDGET_SHAPES["fp32"][0].settings() == {
         "hidden_size": 192, "batch_size": 16, "learning_rate": 5e-3, "dropout": 0.0}
     assert BUDGET_SHAPES["bf16"][1].settings() == {
         "hidden_size": 512, "batch_size": 32, "learning_rate": 5e-3, "dropout": 0.2, "ema_decay": 0.998}
+    assert BUDGET_SHAPES["bf16"][0].settings() == {
+        "hidden_size": 256, "batch_size": 16, "learning_rate": 5e-3, "dropout": 0.0, "ema_decay": 0.995,
+        "skip_connections": True}
 
 
 
