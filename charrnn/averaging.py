@@ -29,19 +29,20 @@ class WeightAverage:
     def __init__(self, model: nn.Module, decay: float):
         self.decay = decay  # the rate r approaches as the warm-up ends
         self.updates = 0  # averaging steps taken (applied optimiser steps)
-        self.weights = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
-        # The model's tensors and their averages in one order, for one fused update of them all.
-        self._pairs = [(self.weights[name], tensor) for name, tensor in model.state_dict().items()]
+        live = model.state_dict()  # views of the model's own tensors, which training updates in place
+        self.weights = {name: tensor.detach().clone() for name, tensor in live.items()}
+        # The averages and the model's tensors in one order, for one fused update of them all.
+        self._averages, self._live = list(self.weights.values()), [live[name] for name in self.weights]
 
     def rate(self) -> float:
-        """r for the next update: the decay, or less early in the run."""
-        return min(self.decay, (1 + self.updates + 1) / (10 + self.updates + 1))
+        """r for the next update, the t-th: the decay, or less early in the run."""
+        t = self.updates + 1
+        return min(self.decay, (1 + t) / (10 + t))
 
     @torch.no_grad()
     def update(self) -> None:
         """Move the average towards the model's current weights (those it was made from, in place)."""
-        averages, weights = zip(*self._pairs, strict=True)
-        torch._foreach_lerp_(averages, weights, 1 - self.rate())
+        torch._foreach_lerp_(self._averages, self._live, 1 - self.rate())
         self.updates += 1
 
     @contextlib.contextmanager

@@ -58,9 +58,10 @@ class CharRNN(nn.Module):
                 batch_first=True,
                 **options,
             )
-        # The fused multi-layer kernel cannot mask W_hh, lock the dropout between its layers or feed
-        # the input to every layer; such a model runs its layers one fused kernel at a time instead.
-        self.layerwise_in_training = config.skip_connections or not config.layer_norm and (
+        # The fused multi-layer kernel cannot mask W_hh or lock the dropout between its layers; in
+        # training such a model runs its layers one fused kernel at a time instead (as a SkipStack
+        # always does: no multi-layer kernel feeds the input to every layer).
+        self.layerwise_in_training = not config.layer_norm and (
             config.weight_drop > 0 or (config.locked_dropout and between_layers > 0))
         self.head = nn.Linear(config.hidden_size * (config.num_layers if config.skip_connections else 1),
                               config.vocab_size)

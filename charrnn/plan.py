@@ -180,11 +180,12 @@ def _budget_decision(seconds: float, device: str, model_options: dict[str, Any],
     The shapes depend on the precision training will use (bf16's throughput affords larger ones).
     """
     device_type = device.split(":")[0]
-    cell = ModelConfig(vocab_size=1, **{key: model_options[key] for key in ("cell", "layer_norm")
-                                        if key in model_options})
+    # Only the cell decides what "auto" precision means here.
+    model = ModelConfig(vocab_size=1, **{key: model_options[key] for key in ("cell", "layer_norm")
+                                         if key in model_options})
     precision = resolve_precision(train_options.get("precision", TrainConfig.__dataclass_fields__["precision"]
-                                                    .default), device_type, cell)
-    if cell.cell != "lstm" or cell.layer_norm:
+                                                    .default), device_type, model)
+    if model.cell != "lstm" or model.layer_norm:
         return BudgetDecision(seconds, device_type, precision, measured=True, chosen={})
     shape = shape_for_budget(seconds, device_type, precision)
     if shape is None:
