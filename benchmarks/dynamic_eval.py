@@ -19,11 +19,11 @@ from pathlib import Path
 
 import click
 
-from charrnn.checkpoint import checkpoint_in, load_model
+from charrnn.analysis.dynamic import dynamic_evaluate, gradient_rms
 from charrnn.config import DynamicConfig
-from charrnn.data import checkpoint_split
-from charrnn.dynamic import dynamic_evaluate, gradient_rms
-from charrnn.evaluate import evaluate
+from charrnn.data.corpus import checkpoint_split
+from charrnn.models.evaluate import evaluate
+from charrnn.training.checkpoint import checkpoint_in, load_model
 
 LEARNING_RATES = (3e-5, 1e-4, 3e-4)  # 1e-3 made a 2×192 LSTM worse than static
 DECAYS = (0.0, 1e-3, 1e-2, 1e-1)

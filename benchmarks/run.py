@@ -31,18 +31,18 @@ from rich.console import Console
 from rich.table import Table
 from torch import nn
 
-from charrnn.beam import beam_search
 from charrnn.config import ModelConfig, SampleConfig, TrainConfig
-from charrnn.corpus_cache import CACHE_DIR_ENV
-from charrnn.data import CorpusInfo, StreamBatches, encode_corpus
-from charrnn.datasets import DEFAULT_DATASET, get_dataset
+from charrnn.data.cache import CACHE_DIR_ENV
+from charrnn.data.corpus import CorpusInfo, StreamBatches, encode_corpus
+from charrnn.data.datasets import DEFAULT_DATASET, get_dataset
+from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
-from charrnn.evaluate import evaluate
-from charrnn.hardware import cpu_has_native_bf16, processor_name
-from charrnn.model import CharRNN
-from charrnn.sample import generate
-from charrnn.training_run import TrainingRun
-from charrnn.vocab import Vocab
+from charrnn.generation.beam import beam_search
+from charrnn.generation.sample import generate
+from charrnn.models.evaluate import evaluate
+from charrnn.models.model import CharRNN
+from charrnn.training.state import TrainingRun
+from charrnn.utils.hardware import cpu_has_native_bf16, processor_name
 
 RESULTS = Path(__file__).with_name("results.json")
 # The size of tiny Shakespeare's vocabulary (65 symbols).
@@ -416,7 +416,7 @@ def preprocessing_speed(quick: bool, workdir: Path) -> list[Result]:
 PEAK_RSS_CHILD = """
 import sys
 from pathlib import Path
-from charrnn.cli import cli
+from charrnn.cli.main import cli
 try:
     cli.main(sys.argv[2:], prog_name="charrnn")
 finally:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import click
 
-from charrnn.hardware import processor_name
+from charrnn.utils.hardware import processor_name
 
 HERE = Path(__file__).resolve().parent
 RESULTS_DIR = HERE / "sweep"

@@ -1,3 +1,3 @@
-from charrnn.cli import main
+from charrnn.cli.main import main
 
 main()

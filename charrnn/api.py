@@ -10,7 +10,7 @@ and ``charrnn.train("my_corpus.txt", hidden_size=128, epochs=5, out_dir="runs/mi
 These are the command line's own code paths, with the same checks: options are
 the fields of :class:`~charrnn.config.ModelConfig`, :class:`~charrnn.config.TrainConfig`
 and :class:`~charrnn.config.SampleConfig`, validated by those dataclasses, and a
-training run is planned by :mod:`charrnn.plan`. Failures raise
+training run is planned by :mod:`charrnn.training.plan`. Failures raise
 :class:`~charrnn.errors.CharrnnError` with the message the command line prints.
 """
 
@@ -21,15 +21,15 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
-from charrnn.checkpoint import checkpoint_in, load_model
 from charrnn.config import SampleConfig
-from charrnn.devices import resolve_device
-from charrnn.evaluate import EvalResult, evaluate
-from charrnn.model import CharRNN
-from charrnn.plan import TrainingRequest, plan_training
-from charrnn.sample import collect_samples, generate
-from charrnn.trainer import TrainObserver, TrainResult
-from charrnn.vocab import Vocab
+from charrnn.data.vocab import Vocab
+from charrnn.generation.sample import collect_samples, generate
+from charrnn.models.devices import resolve_device
+from charrnn.models.evaluate import EvalResult, evaluate
+from charrnn.models.model import CharRNN
+from charrnn.training.checkpoint import checkpoint_in, load_model
+from charrnn.training.loop import TrainObserver, TrainResult
+from charrnn.training.plan import TrainingRequest, plan_training
 
 
 @dataclass
@@ -78,7 +78,7 @@ def train(corpus: str | PathLike[str] | None = None, *, out_dir: str | PathLike[
     ``time_budget=120``, ...); those not given take the same defaults as on the
     command line, time-budget shapes included. ``resume`` continues the run that
     wrote a checkpoint (``corpus`` may then be left out); ``init_from`` fine-tunes
-    from one. ``observer`` receives progress (see :class:`~charrnn.trainer.TrainObserver`).
+    from one. ``observer`` receives progress (see :class:`~charrnn.training.loop.TrainObserver`).
     """
     request = TrainingRequest(
         corpus=_path(corpus), options=options, out_dir=_path(out_dir), overwrite=overwrite,

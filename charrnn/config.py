@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from charrnn.errors import CharrnnError, ConfigError
-from charrnn.hardware import cpu_has_native_bf16
-from charrnn.text import require_valid_text
+from charrnn.utils.hardware import cpu_has_native_bf16
+from charrnn.utils.text import require_valid_text
 
 CellType = Literal["lstm", "gru", "rnn", "esn"]
 CELL_TYPES: tuple[str, ...] = get_args(CellType)
@@ -126,7 +126,7 @@ class TrainConfig(_DictMixin):
     warmup_steps: int = 50  # linear warm-up from 0 to the peak learning rate
     weight_decay: float = 0.0  # decoupled (AdamW) weight decay
     ema_decay: float = 0.0  # keep an exponential moving average of the weights with this decay (0: off);
-    # each evaluation scores it too, and best.pt holds it when it scores better (charrnn.averaging)
+    # each evaluation scores it too, and best.pt holds it when it scores better (charrnn.models.averaging)
     clip: float = 5.0  # clipping threshold; 0 turns clipping off
     clip_mode: str = "norm"  # norm: rescale by the global norm; value: clamp each element to ±clip
     max_bad_steps: int = 10  # stop after this many consecutive steps with a non-finite loss or gradient
@@ -139,7 +139,7 @@ class TrainConfig(_DictMixin):
     seed: int = 1337  # seeds torch and Python's RNG for initialisation and dropout
     device: str = "cpu"  # torch device the run uses (resolved, never "auto")
     precision: str = "auto"  # fp32; bf16: bfloat16 autocast of the training forward pass; auto: bf16
-    # where it was measured faster, chosen again each time the run starts (charrnn.devices.resolve_precision)
+    # where it was measured faster, chosen again each time the run starts (models.devices.resolve_precision)
     init_from: str | None = None  # checkpoint whose weights this run started from (fine-tuning)
 
     def __post_init__(self) -> None:
@@ -266,7 +266,7 @@ class SampleConfig(_DictMixin):
 
 @dataclass(frozen=True)
 class DynamicConfig(_DictMixin):
-    """Dynamic evaluation (see :mod:`charrnn.dynamic`); the defaults were tuned on the first half of
+    """Dynamic evaluation (see :mod:`charrnn.analysis.dynamic`); the defaults were tuned on the first half of
     tiny Shakespeare's validation split (docs/techniques.md, "Dynamic evaluation")."""
 
     learning_rate: float = 1e-4  # η: size of the RMS-normalised step taken after each segment

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from charrnn.corpus_cache import CACHE_DIR_ENV
-from charrnn.datasets import MIRROR_ENV
-from charrnn.trainer import TrainResult
+from charrnn.data.cache import CACHE_DIR_ENV
+from charrnn.data.datasets import MIRROR_ENV
+from charrnn.training.loop import TrainResult
 
 from helpers import plan_run
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from charrnn.config import ModelConfig
-from charrnn.model import CharRNN
-from charrnn.plan import TrainingPlan, TrainingRequest, plan_training
+from charrnn.models.model import CharRNN
+from charrnn.training.plan import TrainingPlan, TrainingRequest, plan_training
 
 CELLS = ["lstm", "gru", "rnn"]
 

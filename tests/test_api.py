@@ -10,10 +10,10 @@ import torch
 from click.testing import CliRunner
 
 import charrnn
-from charrnn.cli import cli
+from charrnn.cli.main import cli
+from charrnn.data.vocab import UnknownCharactersError
 from charrnn.errors import CharrnnError, ConfigError
-from charrnn.plan import OptionConflict
-from charrnn.vocab import UnknownCharactersError
+from charrnn.training.plan import OptionConflict
 
 
 def test_load_then_sample_gives_the_commands_text(tiny_run):

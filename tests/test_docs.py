@@ -10,7 +10,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from charrnn.cli import cli
+from charrnn.cli.main import cli
 from charrnn.config import DEFAULT_EVAL_EVERY
 
 ROOT = Path(__file__).resolve().parents[1]

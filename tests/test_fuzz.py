@@ -17,8 +17,8 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from charrnn.checkpoint import load_checkpoint
-from charrnn.cli import cli
+from charrnn.cli.main import cli
+from charrnn.training.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow  # many drawn examples per test
 

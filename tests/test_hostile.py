@@ -21,12 +21,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from charrnn import corpus_cache
-from charrnn.checkpoint import load_checkpoint
-from charrnn.cli import cli
+from charrnn.cli.main import cli
+from charrnn.data import cache as corpus_cache
 from charrnn.errors import CharrnnError
-from charrnn.evaluate import EvalResult
-from charrnn.files import TEMPORARY_GLOB
+from charrnn.models.evaluate import EvalResult
+from charrnn.training.checkpoint import load_checkpoint
+from charrnn.utils.files import TEMPORARY_GLOB
 
 from helpers import INSTALLED, needs_installed
 
@@ -306,7 +306,7 @@ def test_an_overwrite_that_crashes_before_its_first_write_leaves_the_old_run_who
     def crash(*args, **kwargs):
         raise CharrnnError("the evaluation failed")  # as an overflow in the first evaluation once did
 
-    monkeypatch.setattr("charrnn.trainer.evaluate", crash)
+    monkeypatch.setattr("charrnn.training.loop.evaluate", crash)
     failed = run_cli("train", small_corpus, *TINY, "--max-steps", "50", "--out", out, "--overwrite",
                      "--seed", "2")
     assert_one_line_error(failed, "the evaluation failed")
@@ -337,7 +337,7 @@ def test_ctrl_c_while_sampling_is_one_error_line_and_exit_130(tiny_checkpoint, m
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("charrnn.sample.generate", interrupted)
+    monkeypatch.setattr("charrnn.generation.sample.generate", interrupted)
     result = run_cli("sample", tiny_checkpoint)
     assert_one_line_error(result, "interrupted by SIGINT", code=130)
     assert "Aborted!" not in result.output

@@ -1,0 +1,312 @@
+"""Side-by-side comparison of checkpoints: the textbook's 5 / 50 / 500-epoch experiment.
+
+Each checkpoint is scored (validation nats/char on its own validation split, or on
+one shared text) and asked for a sample with the same prime, seed and decoding
+settings, so the differences come from the weights alone. Checkpoints from runs
+with different hyperparameters or vocabularies can be compared; a problem that
+concerns one checkpoint only (a prime character it never saw, say) is reported
+in its entry instead of stopping the comparison.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from charrnn.analysis.dynamic import checkpoint_dynamic_score
+from charrnn.analysis.memorisation import COPY_MIN_CHARS, Reference, measure
+from charrnn.config import DynamicConfig, SampleConfig
+from charrnn.data.corpus import checkpoint_validation_ids, read_corpus
+from charrnn.errors import CharrnnError
+from charrnn.generation.beam import DEFAULT_LENGTH_PENALTY, beam_search
+from charrnn.generation.sample import collect_samples, generate
+from charrnn.models.evaluate import evaluate
+from charrnn.training.checkpoint import LoadedModel, load_model
+
+
+@dataclass(frozen=True)
+class CompareSettings:
+    prime: str  # every sample starts from this text
+    sample: SampleConfig  # length, temperature, seed, ... shared by all checkpoints
+    beam_width: int | None = None  # decode by beam search instead of sampling
+    text: str | None = None  # score this text instead of each checkpoint's validation split
+    text_name: str | None = None  # where ``text`` came from, for the report
+    against: str | None = None  # memorisation reference: TRAINING_SPLIT, a file's path, or None for none
+    dynamic: DynamicConfig | None = None  # also score by dynamic evaluation, with these settings
+
+
+@dataclass(frozen=True)
+class CheckpointReport:
+    checkpoint: str  # path as given
+    run: str  # the run directory's name
+    epoch: float | None  # passes over the training split when it was saved
+    step: int | None  # optimiser steps when it was saved
+    vocab_size: int  # symbols in its vocabulary
+    scored_on: str  # "validation split" or the shared text's name
+    nats_per_char: float | None  # None when it could not be scored (see error)
+    bits_per_char: float | None
+    perplexity: float | None
+    chars: int | None  # characters scored
+    sample: str | None  # prime + generated text; None when it could not be sampled
+    log_prob: float | None  # total log-probability of the beam (beam search only)
+    error: str | None  # why a score or sample is missing
+    memorisation: dict[str, Any] | None = None  # Memorisation.to_dict() of the generated text, if asked
+    against: str | None = None  # what the memorisation figures were measured against
+    dynamic: dict[str, Any] | None = None  # EvalResult.to_dict() of dynamic evaluation, if asked
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _score(loaded: LoadedModel, settings: CompareSettings
+           ) -> tuple[dict[str, Any], str | None, torch.Tensor | None]:
+    """The checkpoint's scores, a note when they were read from the checkpoint, not measured, and
+    the ids they were measured on (None then).
+
+    Without the training corpus (gone or changed), the validation result stored in the
+    checkpoint at training time stands in, when there is one.
+    """
+    try:
+        ids = _scored_ids(loaded, settings)
+        return evaluate(loaded.model, ids).to_dict(), None, ids
+    except CharrnnError as exc:
+        if settings.text is not None:
+            raise
+        stored = loaded.payload.get("latest_eval")
+        if stored is None:
+            raise CharrnnError(f"{exc}; give --text FILE to score every checkpoint on one text") from None
+        when = "" if stored["step"] == loaded.payload.get("step") else f", from step {stored['step']:,}"
+        scores = {key: stored[key] for key in ("nats_per_char", "bits_per_char", "perplexity", "chars")}
+        return scores, f"validation score stored at training time{when} (the corpus cannot be re-read)", None
+
+
+def _scored_ids(loaded: LoadedModel, settings: CompareSettings) -> torch.Tensor:
+    """The ids a checkpoint is scored on: the shared text, or its own validation split."""
+    if settings.text is not None:
+        return loaded.vocab.encode(settings.text)
+    return checkpoint_validation_ids(loaded.payload.get("corpus"), loaded.vocab)
+
+
+def _sample(loaded: LoadedModel, settings: CompareSettings) -> tuple[str, float | None]:
+    if settings.beam_width is not None:
+        best = beam_search(loaded.model, loaded.vocab, settings.prime, settings.beam_width,
+                           settings.sample.length, settings.sample.stop_at, DEFAULT_LENGTH_PENALTY,
+                           settings.sample.min_length)[0]
+        return settings.prime + best.text, best.log_prob
+    steps = generate(loaded.model, loaded.vocab, settings.sample, settings.prime)
+    return collect_samples(steps, settings.prime, 1)[0], None
+
+
+TRAINING_SPLIT = "train"  # --against value meaning each checkpoint's own training split
+
+
+class References:
+    """Memorisation references, read and indexed once however many checkpoints share them."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, str], tuple[Reference, str]] = {}
+
+    def for_checkpoint(self, loaded: LoadedModel, against: str) -> tuple[Reference, str]:
+        """The reference ``against`` names for this checkpoint, and a name for it in reports."""
+        if against != TRAINING_SPLIT:
+            key = ("file", against)
+            if key not in self._cache:
+                self._cache[key] = (Reference(read_corpus(Path(against))), against)
+            return self._cache[key]
+        corpus = loaded.payload.get("corpus")
+        if corpus is None:
+            raise CharrnnError("the checkpoint records no training corpus; give --against FILE")
+        key = ("train", corpus["sha256"])
+        if key not in self._cache:
+            path = Path(corpus["path"])
+            if not path.exists():
+                raise CharrnnError(f"the training corpus {path} is gone; give --against FILE")
+            text = read_corpus(path)
+            # The recorded hash is of the corpus's UTF-8 bytes: the text just read, encoded again.
+            if hashlib.sha256(text.encode("utf-8")).hexdigest() != corpus["sha256"]:
+                raise CharrnnError(f"the training corpus {path} has changed since training; "
+                                   f"give --against FILE")
+            self._cache[key] = (Reference(text[: corpus["split_point"]]), f"training split of {path}")
+        return self._cache[key]
+
+
+def compare_checkpoint(loaded: LoadedModel, path: Path, settings: CompareSettings,
+                       references: References | None = None) -> CheckpointReport:
+    """Score and sample one loaded checkpoint; problems are reported in the entry, not raised."""
+    payload = loaded.payload
+    errors = []
+    score: dict[str, Any] = {"nats_per_char": None, "bits_per_char": None, "perplexity": None, "chars": None}
+    ids = None
+    try:
+        score, stored_note, ids = _score(loaded, settings)
+        if stored_note:
+            errors.append(stored_note)
+    except CharrnnError as exc:
+        errors.append(f"not scored: {exc}")
+    dynamic = None
+    if settings.dynamic is not None and ids is not None:
+        try:
+            dynamic = checkpoint_dynamic_score(loaded, ids, settings.dynamic).to_dict()
+        except CharrnnError as exc:
+            errors.append(f"no dynamic score: {exc}")
+    sample, log_prob = None, None
+    try:
+        sample, log_prob = _sample(loaded, settings)
+    except CharrnnError as exc:
+        errors.append(f"no sample: {exc}")
+    memorisation, against = None, None
+    if settings.against is not None and sample is not None:
+        try:
+            reference, against = (references or References()).for_checkpoint(loaded, settings.against)
+            memorisation = measure(sample[len(settings.prime):], reference).to_dict()
+        except CharrnnError as exc:
+            errors.append(f"no memorisation figures: {exc}")
+    return CheckpointReport(
+        checkpoint=str(path),
+        run=Path(path).resolve().parent.name,
+        epoch=payload.get("progress_epochs", payload.get("epoch")),
+        step=payload.get("step"),
+        vocab_size=len(loaded.vocab),
+        scored_on=settings.text_name or "validation split",
+        sample=sample,
+        log_prob=log_prob,
+        error="; ".join(errors) or None,
+        memorisation=memorisation,
+        against=against,
+        dynamic=dynamic,
+        **score,
+    )
+
+
+def checkpoint_labels(reports: list[CheckpointReport]) -> list[str]:
+    """The shortest of file name, run/file name and full path that tells the checkpoints apart."""
+    candidates = [
+        [Path(report.checkpoint).name for report in reports],
+        [f"{report.run}/{Path(report.checkpoint).name}" for report in reports],
+    ]
+    for labels in candidates:
+        if len(set(labels)) == len(labels):
+            return labels
+    return [report.checkpoint for report in reports]
+
+
+def vocabulary_note(reports: list[CheckpointReport], vocabularies: list[tuple[str, ...]]) -> str | None:
+    """A sentence saying how vocabularies differ, or None when they are all the same."""
+    if len(set(vocabularies)) <= 1:
+        return None
+    union = set().union(*vocabularies)
+    parts = []
+    for label, vocab in zip(checkpoint_labels(reports), vocabularies, strict=True):
+        missing = sorted(union - set(vocab))
+        shown = "".join(missing[:12]) + ("…" if len(missing) > 12 else "")
+        parts.append(f"{label}: {len(vocab)} symbols"
+                     + (f", lacks {len(missing)} ({shown!r})" if missing else ""))
+    return "the checkpoints have different vocabularies: " + "; ".join(parts)
+
+
+def compare_checkpoints(
+    paths: list[Path], settings: CompareSettings, device: str = "cpu"
+) -> tuple[list[CheckpointReport], str | None]:
+    """Reports for every checkpoint, in the order given, and a note when vocabularies differ.
+
+    Every checkpoint is loaded before any work starts, so a bad path fails at once.
+    """
+    loaded = [load_model(path, device) for path in paths]
+    references = References()
+    reports = [compare_checkpoint(model, path, settings, references)
+               for model, path in zip(loaded, paths, strict=True)]
+    return reports, vocabulary_note(reports, [model.vocab.chars for model in loaded])
+
+
+def _fence(text: str) -> str:
+    """A backtick fence longer than any run of backticks inside ``text``."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def format_score(value: float | None, digits: int = 4) -> str:
+    """A score to ``digits`` decimals, or "n/a" when there is none."""
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def describe_decoding(settings: CompareSettings) -> str:
+    """How the samples were drawn, in words: beam search, greedy, or the sampling settings."""
+    if settings.beam_width is not None:
+        return f"beam search, width {settings.beam_width}"
+    sample = settings.sample
+    if sample.greedy:
+        return "greedy"
+    parts = [f"temperature {sample.temperature:g}"]
+    parts += [f"top-k {sample.top_k}"] if sample.top_k is not None else []
+    parts += [f"top-p {sample.top_p:g}"] if sample.top_p is not None else []
+    return ", ".join([*parts, f"seed {sample.seed}"])
+
+
+def _memorisation_cells(figures: dict[str, Any] | None) -> str:
+    if figures is None:
+        return " n/a | n/a | n/a |"
+    known = figures["known_word_fraction"]
+    known_text = "n/a" if known is None else f"{known:.1%}"
+    line = f" (line {figures['longest_copied_line']:,})" if figures["longest_copied_line"] else ""
+    return f" {known_text} | {figures['longest_copied_chars']}{line} | {figures['copied_fraction']:.1%} |"
+
+
+def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note: str | None) -> str:
+    """The comparison as a Markdown document: a table of scores, then each sample."""
+    decoding = describe_decoding(settings)
+    lines = [
+        "# Checkpoint comparison",
+        "",
+        f"Prime {settings.prime!r}, {settings.sample.length} characters, {decoding}; "
+        f"scored on {reports[0].scored_on if reports else 'validation split'}.",
+        "",
+    ]
+    if note:
+        lines += [f"Note: {note}.", ""]
+    if settings.dynamic is not None:
+        dynamic = settings.dynamic
+        lines += [f"Dynamic evaluation: lr {dynamic.learning_rate:g}, decay {dynamic.decay:g}, "
+                  f"segments of {dynamic.segment_len}.", ""]
+    memorised = any(r.memorisation is not None for r in reports)
+    header = "| checkpoint | run | epoch | steps | nats/char | bits/char | perplexity |"
+    rule = "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+    if settings.dynamic is not None:
+        header += " dynamic nats/char |"
+        rule += " ---: |"
+    if memorised:
+        against = next(r.against for r in reports if r.against)
+        lines += [f"Memorisation measured against the {against}." if against.startswith("training split")
+                  else f"Memorisation measured against {against}.", ""]
+        header += f" known words | longest copy (chars) | copied (runs ≥ {COPY_MIN_CHARS}) |"
+        rule += " ---: | ---: | ---: |"
+    lines += [header, rule]
+    labels = checkpoint_labels(reports)
+    for r, label in zip(reports, labels, strict=True):
+        epoch = "n/a" if r.epoch is None else f"{r.epoch:g}"
+        scores = " | ".join([format_score(r.nats_per_char), format_score(r.bits_per_char),
+                             format_score(r.perplexity, 3)])
+        row = f"| {label} | {r.run} | {epoch} | {r.step} | {scores} |"
+        if settings.dynamic is not None:
+            row += f" {format_score(r.dynamic['nats_per_char'] if r.dynamic else None)} |"
+        if memorised:
+            row += _memorisation_cells(r.memorisation)
+        lines.append(row)
+    for r, label in zip(reports, labels, strict=True):
+        lines += ["", f"## {label}", ""]
+        if r.error:
+            lines += [f"*{r.error}*", ""]
+        if r.sample is not None:
+            fence = _fence(r.sample)
+            lines += [f"{fence}text", r.sample, fence]
+        if r.memorisation is not None and r.memorisation["longest_copied_chars"]:
+            passage = r.memorisation["longest_copied_passage"]
+            fence = _fence(passage)
+            lines += ["", f"Longest copied passage, {len(passage)} characters, from line "
+                          f"{r.memorisation['longest_copied_line']:,} of the reference:", "",
+                      f"{fence}text", passage, fence]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,152 @@
+"""Looking inside the network: one unit's activation over a text, and units that track a feature.
+
+After Karpathy, Johnson & Fei-Fei, "Visualizing and Understanding Recurrent
+Networks": colour each character by a hidden (or, for the LSTM, cell) unit's value
+after reading it, and rank units by how well they follow a simple property of the
+text, which is how the famous "inside a quotation" cell is found.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+
+import torch
+
+from charrnn.config import INSPECT_FEATURES
+from charrnn.data.vocab import Vocab
+from charrnn.errors import CharrnnError
+from charrnn.models.model import CharRNN
+from charrnn.models.stepper import make_stepper
+
+FEATURES = INSPECT_FEATURES  # the text features rank_units can correlate with
+
+
+@torch.no_grad()
+def activations(model: CharRNN, vocab: Vocab, text: str, state: str = "h") -> torch.Tensor:
+    """Every unit's value after each character: (T, num_layers, H) float32.
+
+    ``state`` is "h" (hidden) or, for the LSTM, "c" (cell). The text is read from a
+    zero state, one character at a time through the fast step path.
+    """
+    if state not in ("h", "c"):
+        raise CharrnnError("--state must be h or c")
+    if state == "c" and model.config.cell != "lstm":
+        raise CharrnnError(f"--state c needs an LSTM; this model is a {model.config.cell.upper()}")
+    device = next(model.parameters()).device
+    ids = vocab.encode(text).long().to(device)
+    stepper = make_stepper(model)
+    current = model.initial_state(1, device)
+    which = 0 if state == "h" else 1
+    rows = []
+    for index in ids:
+        _, current = stepper.step(index.view(1), current)
+        rows.append(current[which][:, 0])  # (num_layers, H)
+    if not rows:
+        raise CharrnnError("the text is empty")
+    return torch.stack(rows).cpu()
+
+
+def _inside_quotes(text: str) -> list[float]:
+    inside, values = False, []
+    for char in text:
+        if char == '"':
+            inside = not inside
+        values.append(float(inside))
+    return values
+
+
+def _line_position(text: str) -> list[float]:
+    position, values = 0, []
+    for char in text:
+        values.append(float(position))
+        position = 0 if char == "\n" else position + 1
+    return values
+
+
+def _indent(text: str) -> list[float]:
+    values = []
+    for line in text.splitlines(keepends=True):
+        depth = float(len(line) - len(line.lstrip(" \t")))
+        values.extend([depth] * len(line))
+    return values
+
+
+_FEATURE_FUNCTIONS: dict[str, Callable[[str], list[float]]] = {
+    "quotes": _inside_quotes, "line-position": _line_position, "indent": _indent,
+}
+
+
+_ABSENT = {"quotes": "double-quoted passage", "line-position": "line longer than one character",
+           "indent": "indented line"}  # what a text must have for each feature to vary
+
+
+def text_feature(text: str, feature: str) -> torch.Tensor:
+    """A per-character property of the text: (T,) float32.
+
+    quotes: 1 from an opening double quote up to its closing one, else 0.
+    line-position: characters since the last newline. indent: leading spaces and
+    tabs of the character's line.
+    """
+    if feature not in _FEATURE_FUNCTIONS:
+        raise CharrnnError(f"unknown feature {feature!r}; choose one of {', '.join(FEATURES)}")
+    values = torch.tensor(_FEATURE_FUNCTIONS[feature](text), dtype=torch.float32)
+    if len(values) and bool((values == values[0]).all()):
+        # A constant feature correlates with nothing: a table of +0.000 would only mislead.
+        raise CharrnnError(f"the text has no {_ABSENT[feature]}, so no unit can track {feature}; give a text "
+                           f"that has some")
+    return values
+
+
+def rank_units(acts: torch.Tensor, feature: torch.Tensor, top: int = 10) -> list[tuple[int, int, float]]:
+    """Units whose activation correlates best with ``feature``: (layer, unit, Pearson r), |r| descending.
+
+    acts: (T, num_layers, H); feature: (T,). A constant feature correlates with nothing.
+    """
+    T, layers, hidden = acts.shape
+    flat = acts.reshape(T, layers * hidden).double()
+    x = flat - flat.mean(0)
+    y = feature.double() - feature.double().mean()
+    denominator = x.norm(dim=0) * y.norm()
+    corr = torch.where(denominator > 0, (x * y.unsqueeze(1)).sum(0) / denominator, torch.zeros(()))
+    order = torch.argsort(corr.abs(), descending=True)[:top]
+    return [(int(i) // hidden, int(i) % hidden, float(corr[i])) for i in order]
+
+
+def colour(value: float, scale: float) -> tuple[int, int, int]:
+    """Red for negative, white for zero, blue for positive, saturating at ±scale."""
+    v = max(-1.0, min(1.0, value / scale)) if scale > 0 else 0.0
+    if v < 0:
+        return 255, round(255 * (1 + v)), round(255 * (1 + v))
+    return round(255 * (1 - v)), round(255 * (1 - v)), 255
+
+
+DARK_BACKGROUND = 0.55  # beyond this share of the scale, a shade takes white text to stay readable
+COLOUR_BAR_STEPS = 11  # swatches in the page's colour bar, from -scale to +scale
+
+
+def _span(char: str, value: float, scale: float) -> str:
+    red, green, blue = colour(value, scale)
+    ink = "#fff" if scale > 0 and abs(value) / scale > DARK_BACKGROUND else "#000"
+    return (f'<span style="background:rgb({red},{green},{blue});color:{ink}" title="{value:.3f}">'
+            f"{html.escape(char)}</span>")
+
+
+def html_page(text: str, values: list[float], scale: float, title: str) -> str:
+    """A standalone HTML page: the text, each character shaded by its value (shown on hover),
+    under a colour bar; strong shades get white text so every character stays readable."""
+    spans = [_span(char, value, scale) if char != "\n" else "\n"
+             for char, value in zip(text, values, strict=True)]
+    swatches = [-scale + 2 * scale * step / (COLOUR_BAR_STEPS - 1) for step in range(COLOUR_BAR_STEPS)]
+    bar = "".join(_span(f" {value:+.2g} ", value, scale) for value in swatches)
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        f"<title>{html.escape(title)}</title>\n"
+        "<style>body{font-family:sans-serif;margin:2em}pre{font-size:14px;line-height:1.4;"
+        "white-space:pre-wrap}.bar span{font-family:monospace;font-size:12px}</style>\n</head>\n"
+        "<body>\n"
+        f"<h1>{html.escape(title)}</h1>\n<p>red: negative, white: zero, blue: positive "
+        f"(saturating at ±{scale:.3g}); hover a character for its value.</p>\n"
+        f'<p class="bar">{bar}</p>\n'
+        f"<pre>{''.join(spans)}</pre>\n</body>\n</html>\n"
+    )

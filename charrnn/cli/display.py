@@ -1,0 +1,285 @@
+"""How results look in a terminal: tables, the training progress bar, comparisons, coloured text.
+
+The library computes; this module only arranges what it computed for rich and
+tqdm. Every user-supplied string goes in as ``Text``, never as markup, so paths
+and samples containing ``[brackets]`` are shown as they are.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+from tqdm import tqdm
+
+from charrnn.analysis.compare import CheckpointReport, checkpoint_labels, format_score
+from charrnn.analysis.memorisation import COPY_MIN_CHARS
+from charrnn.analysis.neurons import colour
+from charrnn.config import ModelConfig, TrainConfig
+from charrnn.data.corpus import CorpusInfo
+from charrnn.models.devices import resolve_precision
+from charrnn.models.model import CharRNN
+from charrnn.training.loop import StepReport, TrainObserver
+from charrnn.training.rundir import EvaluationRecord
+from charrnn.training.schedule import StopReason
+
+
+def describe_precision(config: TrainConfig, model_config: ModelConfig) -> str:
+    """The precision a run trains in, and whether ``--precision auto`` chose it."""
+    chosen = resolve_precision(config.precision, config.device, model_config)
+    return f"{chosen} (auto)" if config.precision == "auto" else chosen
+
+
+def describe_stop(reason: StopReason) -> str:
+    """Why a run stopped, in the words of the command line's options."""
+    if reason.interrupted:
+        return f"interrupted by {reason.signal_name}"
+    if reason.criterion == "time_budget":
+        return f"used the --time-budget of {reason.limit:g} s"
+    if reason.criterion == "max_steps":
+        return f"reached --max-steps {reason.limit}"
+    return f"reached --epochs {reason.limit:g}"
+
+
+def key_value_table(title: str, rows: dict[str, str], fold: bool = False) -> Table:
+    """A two-column table; values are plain text, so paths with [brackets] are shown as they are.
+
+    ``fold``: long values wrap onto further lines instead of ending in an ellipsis.
+    """
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(overflow="fold" if fold else "ellipsis")
+    for key, value in rows.items():
+        table.add_row(key, Text(value))
+    return table
+
+
+def unreachable_save_epochs(config: TrainConfig, steps_per_epoch: int, total_steps: int | None) -> list[int]:
+    """The ``--save-epochs`` that end after the run's last step, when that is known."""
+    if total_steps is None:
+        return []
+    return [epoch for epoch in config.save_epochs if epoch * steps_per_epoch > total_steps]
+
+
+class ProgressBar(TrainObserver):
+    """Prints the run configuration, a tqdm bar with loss, chars/s and ETA, and eval lines.
+
+    Without a terminal on stderr (a log file, a pipe) there is no bar: one line per
+    evaluation says all a log needs.
+    """
+
+    def __init__(self, console: Console, draw_bar: bool = True) -> None:
+        self.console = console  # where the configuration table goes (stderr)
+        self.draw_bar = draw_bar  # False: evaluation lines only
+        self.bar: tqdm | None = None
+
+    def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
+                 corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None, first_step: int) -> None:
+        parameters = sum(p.numel() for p in model.parameters())
+        trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        frozen_note = f" ({trained:,} trained, the rest frozen)" if trained != parameters else ""
+        rows = {
+            "corpus": f"{corpus.path} ({corpus.chars:,} chars, vocabulary {model_config.vocab_size})",
+            "split": f"{corpus.split_point:,} train / {corpus.chars - corpus.split_point:,} validation",
+            "model": describe_model(model_config.to_dict()),
+            "parameters": f"{parameters:,}{frozen_note}",
+            "batches": f"{config.batch_size} streams × {config.seq_len} chars, "
+                       f"{steps_per_epoch:,} steps per epoch",
+            "optimiser": f"Adam lr {config.learning_rate:g} (warm-up {config.warmup_steps}, cosine to "
+                         f"×{config.min_lr_ratio:g}), weight decay {config.weight_decay:g}, "
+                         f"clip {config.clip_mode} {config.clip:g}"
+                         f"{f', weight average (EMA {config.ema_decay:g})' if config.ema_decay else ''}",
+            "stop": ", ".join(filter(None, [
+                config.epochs and f"{config.epochs:g} epochs",
+                config.max_steps and f"{config.max_steps:,} steps",
+                config.time_budget and f"{config.time_budget:g} s",
+            ])),
+            "validation": f"every {config.evaluation_interval:,} steps and at the end"
+                          if config.evaluation_interval else "at the end (a time-budgeted run)",
+            "epoch checkpoints": ", ".join(map(str, config.save_epochs)) or "none",
+            "device": f"{config.device}, {describe_precision(config, model_config)}",
+            "seed": str(config.seed),
+            "out": config.out_dir,
+        }
+        self.console.print(key_value_table("charrnn train", rows))
+        unreachable = unreachable_save_epochs(config, steps_per_epoch, total_steps)
+        if unreachable:
+            listed = ",".join(map(str, unreachable))
+            self.console.print(Text(f"warning: --save-epochs {listed} lies beyond this run's end "
+                                    f"({total_steps:,} steps, {total_steps / steps_per_epoch:.2f} epochs): "
+                                    f"no checkpoint will be kept for it"))
+        elif config.save_epochs and config.time_budget is not None:
+            self.console.print(Text("note: with --time-budget, epoch checkpoints are kept only for the "
+                                    "epochs the budget reaches"))
+        if self.draw_bar:
+            self.bar = tqdm(total=total_steps, initial=first_step, unit="step", dynamic_ncols=True,
+                            file=sys.stderr)
+
+    def on_step(self, report: StepReport) -> None:
+        if self.bar is None:
+            return
+        if report.progress:
+            # Whichever limit is nearest (a time budget included) sets the bar's end and so its ETA.
+            self.bar.total = max(report.step, round(report.step / report.progress))
+        postfix = {"loss": f"{report.loss:.3f}", "chars/s": f"{report.chars_per_s:,.0f}",
+                   "lr": f"{report.learning_rate:.2e}"}
+        if report.skipped_steps:
+            postfix["skipped"] = report.skipped_steps
+        self.bar.set_postfix(postfix, refresh=False)
+        self.bar.update(1)
+
+    def on_eval(self, record: EvaluationRecord, improved: bool) -> None:
+        train_part = f"train {record.train_loss:.4f}" if record.train_loss is not None else "train n/a"
+        marker = "  (best)" if improved else ""
+        if record.epoch_checkpoint:
+            marker += f"  saved {record.epoch_checkpoint}"
+        averaged = "" if record.averaged_val_loss is None else f"  averaged {record.averaged_val_loss:.4f}"
+        tqdm.write(
+            f"step {record.step:>6}  epoch {record.epoch:>7.3f}  {train_part}  "
+            f"val {record.val_loss:.4f} nats/char ({record.val_bits_per_char:.3f} bits){averaged}{marker}",
+            file=sys.stderr,
+        )
+
+    def on_end(self, completed: bool) -> None:
+        if self.bar is not None:
+            if completed:  # a time budget's estimated end was approximate: show where it really ended
+                self.bar.total = self.bar.n
+                self.bar.refresh()
+            self.bar.close()
+
+
+SIDE_BY_SIDE_MIN_COLUMN = 32  # narrower than this per checkpoint, panels are stacked instead
+
+
+def _format_epoch(report: CheckpointReport) -> str:
+    return "n/a" if report.epoch is None else f"{report.epoch:.2f}".rstrip("0").rstrip(".")
+
+
+def memorisation_rows(figures: dict[str, Any]) -> dict[str, str]:
+    """The memorisation figures as table rows, the longest copied passage quoted."""
+    known = figures["known_word_fraction"]
+    longest = figures["longest_copied_chars"]
+    where = f" (line {figures['longest_copied_line']:,})" if figures["longest_copied_line"] else ""
+    return {
+        "known words": "n/a" if known is None else f"{known:.1%}",
+        "longest copy": f"{longest} chars{where}",
+        f"copied (runs ≥ {COPY_MIN_CHARS})": f"{figures['copied_fraction']:.1%}",
+        "copied passage": repr(figures["longest_copied_passage"]),
+    }
+
+
+def _report_rows(report: CheckpointReport) -> dict[str, str]:
+    rows = {
+        "run": report.run,
+        "epoch": _format_epoch(report),
+        "steps": f"{report.step:,}" if report.step is not None else "n/a",
+        "nats/char": format_score(report.nats_per_char),
+        "bits/char": format_score(report.bits_per_char),
+        "perplexity": format_score(report.perplexity, 3),
+    }
+    if report.dynamic is not None:
+        rows["dynamic nats/char"] = format_score(report.dynamic["nats_per_char"])
+    if report.log_prob is not None:
+        rows["beam log-prob"] = f"{report.log_prob:.4f}"
+    if report.memorisation is not None:
+        rows.update(memorisation_rows(report.memorisation))
+    if report.error:
+        rows["problem"] = report.error
+    return rows
+
+
+def comparison_renderable(reports: list[CheckpointReport], width: int):
+    """A side-by-side table, or stacked panels when the terminal is too narrow for one."""
+    labels = checkpoint_labels(reports)
+    if width >= 14 + SIDE_BY_SIDE_MIN_COLUMN * len(reports):
+        table = Table(show_lines=True)
+        table.add_column("", style="bold")
+        for label in labels:
+            table.add_column(Text(label), overflow="fold")
+        all_rows = [_report_rows(report) for report in reports]
+        for key in dict.fromkeys(key for rows in all_rows for key in rows):
+            table.add_row(key, *(Text(rows.get(key, "")) for rows in all_rows))
+        table.add_row("sample", *(Text(report.sample or "") for report in reports))
+        return table
+    panels = []
+    for report, label in zip(reports, labels, strict=True):
+        summary = "  ".join(f"{key} {value}" for key, value in _report_rows(report).items())
+        panels.append(Panel(Group(Text(summary, style="bold"), Text(""), Text(report.sample or "")),
+                            title=Text(label), title_align="left"))
+    return Group(*panels)
+
+
+def ranking_table(ranked: list[tuple[int, int, float]], title: str) -> Table:
+    """Units and their correlation with a text feature, best first."""
+    table = Table(title=title, title_justify="left")
+    for column in ("layer", "unit", "correlation"):
+        table.add_column(column, justify="right")
+    for layer, unit, correlation in ranked:
+        table.add_row(str(layer), str(unit), f"{correlation:+.3f}")
+    return table
+
+
+def coloured_text(text: str, values: list[float], scale: float) -> Text:
+    """The text with each character's background shaded by its value (see :func:`neurons.colour`)."""
+    rendered = Text()
+    for char, value in zip(text, values, strict=True):
+        red, green, blue = colour(value, scale)
+        rendered.append(char, style=f"black on rgb({red},{green},{blue})" if char != "\n" else "")
+    return rendered
+
+
+def escaped(chars: str) -> str:
+    """Characters as Python would write them in a string: newlines and tabs visible, the rest as is."""
+    return repr(chars)[1:-1]
+
+
+def describe_model(model: dict[str, Any]) -> str:
+    """A model's shape in a few words, from its ``model_config`` dict (as a checkpoint holds it)."""
+    return (f"{model['num_layers']}×{model['hidden_size']} {model['cell'].upper()}"
+            f"{' (layer-normalised)' if model.get('layer_norm') else ''}"
+            f"{' with skip connections' if model.get('skip_connections') else ''}, "
+            f"embedding {model['embed_size']}, {regularisation(model)}")
+
+
+def regularisation(model: dict[str, Any]) -> str:
+    """A model's dropouts in a few words: "dropout 0.2", or each rate that is set."""
+    locked = " (locked)" if model.get("locked_dropout") else ""
+    words = [f"dropout {model['dropout']:g}{locked}"]
+    for key, label in (("weight_drop", "weight drop"), ("input_dropout", "input dropout"),
+                       ("embed_dropout", "embedding dropout")):
+        if model.get(key):
+            words.append(f"{label} {model[key]:g}")
+    return ", ".join(words)
+
+
+def info_table(name: str, facts: dict[str, Any]) -> Table:
+    """``charrnn info``'s table of what a checkpoint holds."""
+    model = facts["model"]
+    shape = describe_model(model)
+    corpus = facts["corpus"]
+    rows = {
+        "model": shape,
+        "parameters": f"{facts['parameters']:,}",
+        "vocabulary": f"{facts['vocab_size']} characters: {escaped(facts['vocab'])}",
+        "step": "n/a" if facts["step"] is None else f"{facts['step']:,}",
+        "epoch": "n/a" if facts["epoch"] is None else f"{facts['epoch']:.2f}",
+        "best validation": "n/a" if facts["best_val_loss"] is None
+                           else f"{facts['best_val_loss']:.4f} nats/char (the run's best when saved"
+                                f"{', by the averaged weights' if facts.get('best_is_average') else ''})",
+        "corpus": "not recorded" if corpus is None else
+                  f"{corpus['path']} ({corpus['chars']:,} chars, {corpus['status']})",
+        "corpus sha256": "n/a" if corpus is None else corpus["sha256"],
+        **({"latest validation": f"{facts['latest_eval']['nats_per_char']:.4f} nats/char at step "
+                                 f"{facts['latest_eval']['step']:,}"} if facts["latest_eval"] else {}),
+        "resumable": "yes" if facts["resumable"] else "no (weights only)",
+        "format version": str(facts["format_version"]),
+    }
+    training = facts["training"]
+    if training:
+        rows["training"] = ", ".join(f"{key} {value}" for key, value in sorted(training.items())
+                                     if key != "out_dir" and value not in (None, [], False))
+    return key_value_table(name, rows, fold=True)

@@ -1,0 +1,184 @@
+"""Corpora: reading, splitting, and truncated-BPTT stream batches.
+
+A corpus is a UTF-8 text file, or a directory whose ``*.txt`` files are read in
+sorted order and concatenated. The validation split is the contiguous tail of the
+corpus, as in nanoGPT's character-level recipe, so the two report comparable
+numbers on the same text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from charrnn.data.cache import (
+    cached_ids,
+    corpus_files,
+    not_utf8_error,
+    scan_corpus,
+    unreadable_corpus_error,
+)
+from charrnn.data.vocab import Vocab
+from charrnn.errors import CharrnnError
+
+
+def corpus_name(path: Path) -> str:
+    """A short name for run directories: the file's stem or the directory's name."""
+    return path.name if path.is_dir() else path.stem
+
+
+def read_corpus(path: Path) -> str:
+    """Read a corpus file, or the sorted ``*.txt`` files of a directory, as one string.
+
+    For short texts (primes, texts to inspect); corpora go through :func:`encode_corpus`,
+    which never holds the whole text in memory.
+    """
+    parts = []
+    for file in corpus_files(path):
+        try:
+            raw = file.read_bytes()
+        except OSError as exc:
+            raise unreadable_corpus_error(file, exc) from None
+        try:
+            parts.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise not_utf8_error(file, raw[exc.start], exc.start) from None
+    text = "".join(parts)
+    if not text:
+        raise CharrnnError(f"corpus {path} is empty")
+    return text
+
+
+def split_point(num_chars: int, val_frac: float) -> int:
+    """Index of the first validation character: the tail ``val_frac`` is held out.
+
+    ``int(n * (1 - val_frac))`` reproduces nanoGPT's split exactly: for tiny
+    Shakespeare and 0.1, 1,003,854 training and 111,540 validation characters.
+    """
+    return int(num_chars * (1.0 - val_frac))
+
+
+@dataclass(frozen=True)
+class Split:
+    train: torch.Tensor  # (N_train,) ids of the training text
+    val: torch.Tensor  # (N_val,) ids of the held-out tail
+
+
+def split_ids(ids: torch.Tensor, first_val_index: int) -> Split:
+    return Split(train=ids[:first_val_index], val=ids[first_val_index:])
+
+
+@dataclass(frozen=True)
+class CorpusInfo:
+    path: str  # absolute path the corpus was read from
+    name: str  # short name, used for the default run directory
+    chars: int  # total characters
+    sha256: str  # hash of the UTF-8 text, to recognise the same corpus later
+    val_frac: float  # validation fraction used for the split
+    split_point: int  # index of the first validation character
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class EncodedCorpus:
+    vocab: Vocab  # the sorted code points of the whole corpus
+    ids: torch.Tensor  # (N,) ids of the whole corpus, in vocab.id_dtype, memory-mapped from the cache
+    info: CorpusInfo  # where it came from and how it is split
+
+
+def encode_corpus(
+    path: Path, name: str, val_frac: float, vocab: Vocab | None = None, extend_vocab: bool = False,
+    expected_sha256: str | None = None,
+) -> EncodedCorpus:
+    """Encode a corpus (through the id cache, see :mod:`charrnn.data.cache`), recording the split.
+
+    The vocabulary is the corpus's own unless one is given (fine-tuning, resuming).
+    With a given vocabulary, a character outside it is an error that names it, unless
+    ``extend_vocab``, which appends such characters (existing ids never move). With
+    ``expected_sha256`` (resuming), any other text is refused before it is encoded.
+    """
+    scan = scan_corpus(path)
+    if expected_sha256 is not None and scan.sha256 != expected_sha256:
+        raise CharrnnError(f"{path} is not the text this run was trained on; resuming needs the same corpus")
+    if vocab is None:
+        vocab = scan.vocab()
+    elif extend_vocab:
+        vocab = vocab.extended(scan.vocab().chars)
+    ids = cached_ids(scan, vocab)
+    info = CorpusInfo(str(path.resolve()), name, scan.chars, scan.sha256, val_frac,
+                      split_point(scan.chars, val_frac))
+    return EncodedCorpus(vocab, ids, info)
+
+
+def checkpoint_validation_ids(corpus: dict[str, Any] | None, vocab: Vocab) -> torch.Tensor:
+    """The validation split a checkpoint was trained with, as ids, checking the corpus is unchanged.
+
+    ``corpus`` is the checkpoint's corpus record; None when it has none. The errors
+    say what is missing; callers add how to give a text instead.
+    """
+    return checkpoint_split(corpus, vocab).val
+
+
+def checkpoint_split(corpus: dict[str, Any] | None, vocab: Vocab) -> Split:
+    """Both splits a checkpoint was trained with, as ids (see :func:`checkpoint_validation_ids`)."""
+    if corpus is None:
+        raise CharrnnError("the checkpoint records no training corpus")
+    path = Path(corpus["path"])
+    if not path.exists():
+        raise CharrnnError(f"the training corpus {path} is gone")
+    scan = scan_corpus(path)
+    if scan.sha256 != corpus["sha256"]:
+        raise CharrnnError(f"the training corpus {path} has changed since training, so its validation split "
+                           f"is unknown")
+    return split_ids(cached_ids(scan, vocab), corpus["split_point"])
+
+
+class StreamBatches:
+    """Truncated-BPTT batches over ``B`` parallel streams (textbook notes §3).
+
+    The training ids are cut into ``B`` contiguous streams of ``L = (N - 1) // B``
+    characters each (the last ``N - 1 - B*L < B`` characters are left out). Row
+    ``b`` of every batch continues stream ``b``, so the hidden state left by one
+    step is the correct initial state of the next. For a text ``a b c … x`` with
+    B = 3, T = 2::
+
+        stream 0: a b | c d | e f | g      step 0 takes columns 0-1,
+        stream 1: h i | j k | l m | n      step 1 columns 2-3, ...
+        stream 2: o p | q r | s t | u      the last step may be shorter.
+
+    Targets are the same layout shifted one character to the right, so the target
+    of ``g`` is ``h``: each stream's last target is the next stream's first
+    input. One epoch is ``ceil(L / T)`` steps, one full pass over the split.
+    """
+
+    def __init__(self, ids: torch.Tensor, batch_size: int, seq_len: int):
+        minimum = batch_size * seq_len + 1
+        if len(ids) < minimum:
+            raise CharrnnError(
+                f"the training split has {len(ids):,} characters; one batch of "
+                f"--batch-size {batch_size} × --seq-len {seq_len} needs at least {minimum:,} "
+                f"(use a longer corpus or smaller --batch-size/--seq-len)"
+            )
+        self.batch_size = batch_size
+        self.seq_len = seq_len
+        self.stream_len = (len(ids) - 1) // batch_size
+        used = batch_size * self.stream_len
+        self.inputs = ids[:used].view(batch_size, self.stream_len)  # (B, L)
+        self.targets = ids[1 : used + 1].view(batch_size, self.stream_len)  # (B, L)
+
+    def __len__(self) -> int:
+        """Steps per epoch."""
+        return -(-self.stream_len // self.seq_len)
+
+    def __getitem__(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and targets of step ``step`` within the epoch: two ``(B, T') int64``."""
+        if not 0 <= step < len(self):
+            raise IndexError(step)
+        start = step * self.seq_len
+        end = min(start + self.seq_len, self.stream_len)
+        return self.inputs[:, start:end].long(), self.targets[:, start:end].long()

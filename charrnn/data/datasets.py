@@ -1,0 +1,161 @@
+"""Built-in datasets: download, verify by checksum, and cache under the data directory.
+
+The download origin is overridable with ``CHARRNN_DATA_MIRROR`` (any URL urllib
+understands, ``file://`` included), because many machines that train models have
+no route to the public origin. A file is written under a temporary name, checked,
+and only then moved into place, so a failed or tampered download never leaves a
+file that looks valid, nor an empty directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from charrnn.errors import CharrnnError
+from charrnn.utils.files import reason, replacing
+
+MIRROR_ENV = "CHARRNN_DATA_MIRROR"
+DATA_DIR_ENV = "CHARRNN_DATA_DIR"
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str  # the name users type, e.g. "tinyshakespeare"
+    relative_path: str  # path under both the origin base URL and the data directory
+    origin: str  # public base URL the relative path is appended to
+    sha256: str  # hex digest the downloaded file must have
+    chars: int  # number of characters (code points) of the decoded text
+
+
+DATASETS: dict[str, Dataset] = {
+    "tinyshakespeare": Dataset(
+        name="tinyshakespeare",
+        relative_path="tinyshakespeare/input.txt",
+        origin="https://raw.githubusercontent.com/karpathy/char-rnn/master/data",
+        sha256="86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+        chars=1_115_394,
+    ),
+}
+DEFAULT_DATASET = "tinyshakespeare"
+
+
+def default_data_dir() -> Path:
+    """``$CHARRNN_DATA_DIR`` if set, else ``./data``."""
+    return Path(os.environ.get(DATA_DIR_ENV) or "data")
+
+
+def dataset_url(dataset: Dataset) -> str:
+    base = os.environ.get(MIRROR_ENV) or dataset.origin
+    return f"{base.rstrip('/')}/{dataset.relative_path}"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _verify(path: Path, dataset: Dataset) -> str | None:
+    """Return why ``path`` is not the expected file, or ``None`` when it is."""
+    actual = _sha256(path)
+    if actual != dataset.sha256:
+        return f"SHA-256 {actual[:12]}… does not match the expected {dataset.sha256[:12]}…"
+    chars = len(path.read_text(encoding="utf-8"))
+    if chars != dataset.chars:
+        return f"{chars:,} characters instead of {dataset.chars:,}"
+    return None
+
+
+def _cached_copy_is_valid(target: Path, dataset: Dataset) -> bool:
+    """Whether ``target`` (not a directory) already holds the verified dataset."""
+    if not target.exists():
+        return False
+    try:
+        return _verify(target, dataset) is None
+    except UnicodeDecodeError:
+        return False
+    except OSError as exc:
+        raise CharrnnError(f"cannot read the cached copy {target}: {reason(exc)}") from None
+
+
+def _make_parents(directory: Path) -> list[Path]:
+    """Create ``directory`` and its missing parents; return those created, deepest first."""
+    missing = []
+    for candidate in (directory, *directory.parents):
+        if candidate.exists():
+            break
+        missing.append(candidate)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _remove_empty(missing)
+        raise CharrnnError(f"cannot create {directory}: {reason(exc)}") from None
+    return missing
+
+
+def _remove_empty(directories: list[Path]) -> None:
+    for directory in directories:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
+
+
+def get_dataset(name: str, data_dir: Path | None = None, force: bool = False) -> tuple[Path, bool]:
+    """Make sure dataset ``name`` is in the cache; return its path and whether it was downloaded.
+
+    A cached file that fails verification is downloaded again. A download that fails
+    verification is deleted and reported; a failed download leaves no file and no
+    directory it created behind.
+    """
+    if name not in DATASETS:
+        raise CharrnnError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
+    dataset = DATASETS[name]
+    target = (data_dir or default_data_dir()) / dataset.relative_path
+    if target.is_dir():
+        raise CharrnnError(f"cannot store {dataset.name} at {target}: it is a directory")
+    if not force and _cached_copy_is_valid(target, dataset):
+        return target, False
+
+    url = dataset_url(dataset)
+    created = _make_parents(target.parent)
+    try:
+        _download(dataset, url, target)
+    except BaseException:
+        _remove_empty(created)
+        raise
+    return target, True
+
+
+def _download(dataset: Dataset, url: str, target: Path) -> None:
+    """Fetch ``url`` into ``target`` through a temporary sibling, verified before it takes the name."""
+    with replacing(target, lambda exc: f"cannot write {target}: {reason(exc)}") as tmp_name:
+        try:
+            response = urllib.request.urlopen(url, timeout=60)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            cause = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
+            raise CharrnnError(
+                f"could not download {dataset.name} from {url}: {cause}"
+                f" (offline? set {MIRROR_ENV} to a base URL that holds {dataset.relative_path})"
+            ) from None
+        with response, open(tmp_name, "wb") as out:
+            try:
+                for block in iter(lambda: response.read(1 << 20), b""):
+                    out.write(block)
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+                raise CharrnnError(f"the download of {dataset.name} from {url} broke off: "
+                                   f"{getattr(exc, 'reason', None) or exc}") from None
+        try:
+            problem = _verify(Path(tmp_name), dataset)
+        except UnicodeDecodeError:
+            problem = "not UTF-8"
+        if problem is not None:
+            raise CharrnnError(f"refused the download of {dataset.name} from {url}: {problem}; "
+                               f"deleted it")

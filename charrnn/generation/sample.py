@@ -1,0 +1,159 @@
+"""Autoregressive generation: temperature, top-k, top-p and greedy (textbook notes §4).
+
+The prime is run through the network once to warm the state; after that each new
+character costs one :meth:`~charrnn.models.stepper.Stepper.step`, the state carried forward, so the prefix
+is never re-run. Several samples advance together as one batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from charrnn.config import SampleConfig
+from charrnn.data.vocab import UnknownCharactersError, Vocab, describe_chars
+from charrnn.errors import CharrnnError
+from charrnn.models.model import CharRNN, State
+from charrnn.models.stepper import make_stepper
+from charrnn.utils.text import require_valid_text
+
+PRIME_CHUNK = 4096  # prime characters run through the network at once
+TINY_TEMPERATURE = 1e-30  # below this, logits are divided in float64
+
+
+def default_warmup(vocab: Vocab) -> str:
+    """What an empty prime feeds the network: a newline, as at the start of a text, if known."""
+    return "\n" if "\n" in vocab else vocab.chars[0]
+
+
+def encode_prime(vocab: Vocab, prime: str) -> torch.Tensor:
+    """Ids of the prime; characters outside the vocabulary are named in the error."""
+    require_valid_text(prime, "the prime")
+    try:
+        return vocab.encode(prime).long()
+    except UnknownCharactersError as exc:
+        unknown = describe_chars(exc.unknown)
+        raise CharrnnError(f"the prime has characters the model never saw: {unknown}") from None
+
+
+def extend_tail(tail: str, char: str, stop_at: str) -> tuple[str, bool]:
+    """Keep the last ``len(stop_at)`` generated characters; say whether they are the stop string."""
+    tail = (tail + char)[-len(stop_at):]
+    return tail, tail == stop_at
+
+
+def filter_logits(
+    logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None
+) -> torch.Tensor:
+    """Mask (with -inf) every logit outside the top-k and the top-p nucleus.
+
+    logits: (B, V). top-p keeps the smallest set of most likely symbols whose total
+    probability reaches p (the most likely symbol always survives).
+    """
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        sorted_probs = torch.softmax(sorted_logits, dim=-1)
+        mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+        drop_sorted = mass_before >= top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def choose_next(
+    logits: torch.Tensor, config: SampleConfig, generator: torch.Generator
+) -> torch.Tensor:
+    """Pick the next id for each row of logits (B, V); returns (B,) int64."""
+    if config.greedy:
+        return torch.argmax(logits, dim=-1)
+    if config.temperature != 1.0:
+        if config.temperature < TINY_TEMPERATURE:
+            logits = logits.double()  # float32 would round such a temperature to 0
+        # Shifted so the largest logit is 0 first: a tiny temperature then sends the others to
+        # -inf (probability 0) instead of overflowing them all to +inf (NaN probabilities).
+        logits = (logits - logits.max(dim=-1, keepdim=True).values) / config.temperature
+    logits = filter_logits(logits, config.top_k, config.top_p)
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
+    generator = torch.Generator(device=device)
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(seed)
+    return generator
+
+
+@torch.no_grad()
+def warm_state(model: CharRNN, vocab: Vocab, prime: str, batch: int) -> tuple[torch.Tensor, State]:
+    """Run the prime through the network for ``batch`` identical rows.
+
+    Returns the last prime character's ids (B,), still to be fed, and the state
+    before it. Everything but that character goes through the fused module, in
+    chunks of ``PRIME_CHUNK`` characters with the state carried, so memory does not
+    grow with the prime's length. An empty prime feeds :func:`default_warmup`.
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    warmup = encode_prime(vocab, prime or default_warmup(vocab))
+    state = model.initial_state(batch, device)
+    body = warmup[:-1]
+    for start in range(0, len(body), PRIME_CHUNK):
+        chunk = body[start : start + PRIME_CHUNK].to(device)
+        _, state = model(chunk.unsqueeze(0).expand(batch, -1), state)
+    return warmup[-1:].to(device).expand(batch), state
+
+
+def generate(
+    model: CharRNN, vocab: Vocab, config: SampleConfig, prime: str = ""
+) -> Iterator[list[str]]:
+    """Return an iterator of steps, each one new character for each of ``config.num_samples`` samples.
+
+    The prime is checked and run through the network before this returns, so a bad
+    prime fails here, not halfway through the output. The prime itself is not
+    yielded (callers print it first). Same seed, same text. With ``config.stop_at``
+    a sample ends after the first occurrence of that string in its generated text;
+    finished samples yield ``""`` until all have finished or the length is reached.
+    """
+    current, state = warm_state(model, vocab, prime, config.num_samples)
+    return _steps(model, vocab, config, current, state)
+
+
+@torch.inference_mode()
+def _steps(
+    model: CharRNN, vocab: Vocab, config: SampleConfig, current: torch.Tensor, state: State
+) -> Iterator[list[str]]:
+    generator = make_generator(config.seed, current.device)
+    stepper = make_stepper(model)
+    chars = vocab.chars
+    stop_at = config.stop_at
+    tails = [""] * config.num_samples
+    finished = [False] * config.num_samples
+    layers = stepper.unstack(state)
+    for generated in range(1, config.length + 1):
+        logits, layers = stepper.step_layers(current, layers)  # (B, V)
+        current = choose_next(logits, config, generator)  # (B,)
+        step = ["" if done else chars[i] for i, done in zip(current.tolist(), finished, strict=True)]
+        yield step
+        if stop_at:
+            for row, char in enumerate(step):
+                if char:
+                    tails[row], reached = extend_tail(tails[row], char, stop_at)
+                    finished[row] = reached and generated >= config.min_length
+            if all(finished):
+                return
+
+
+def collect_samples(steps: Iterator[list[str]], prime: str, num_samples: int) -> list[str]:
+    """Join what :func:`generate` yields into ``num_samples`` texts, each starting with the prime."""
+    pieces = [[prime] for _ in range(num_samples)]
+    for chars in steps:
+        for sample, char in zip(pieces, chars, strict=True):
+            sample.append(char)
+    return ["".join(sample) for sample in pieces]

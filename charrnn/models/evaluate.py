@@ -1,0 +1,74 @@
+"""Held-out negative log-likelihood, bits per character and perplexity (textbook notes §5).
+
+The text is scored as one stream: chunks of ``chunk_len`` characters run through
+the model in order with the recurrent state carried from each chunk to the next,
+so every character is predicted from the whole text before it, exactly as if the
+model had read it in one pass. The summed NLL is divided by the number of
+predicted characters (``len(text) - 1``: the first character has no context).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+from charrnn.errors import CharrnnError
+from charrnn.models.model import CharRNN
+
+
+def perplexity(nats_per_char: float) -> float:
+    """``exp(nats_per_char)``, saturating to infinity where it would overflow a float (above ~709)."""
+    try:
+        return math.exp(nats_per_char)
+    except OverflowError:
+        return math.inf
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    nats_per_char: float  # mean NLL of each predicted character, natural log
+    bits_per_char: float  # nats_per_char / ln 2
+    perplexity: float  # exp(nats_per_char)
+    chars: int  # number of characters predicted and scored
+
+    @classmethod
+    def from_total(cls, total_nll: float, chars: int) -> EvalResult:
+        nats = total_nll / chars
+        return cls(nats, nats / math.log(2), perplexity(nats), chars)
+
+    def to_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+@torch.no_grad()
+def total_nll(model: CharRNN, ids: torch.Tensor, chunk_len: int = 4096) -> tuple[float, int]:
+    """Summed NLL (nats) of ``ids[1:]`` given everything before, and how many were scored.
+
+    ids: (N,) integer ids, N >= 2. Runs in eval mode and restores the model's mode.
+    """
+    if len(ids) < 2:
+        raise CharrnnError("need at least 2 characters to score (the first has no context)")
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    state = None
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    try:
+        for start in range(0, len(ids) - 1, chunk_len):
+            end = min(start + chunk_len, len(ids) - 1)
+            inputs = ids[start:end].long().to(device).unsqueeze(0)  # (1, T)
+            targets = ids[start + 1 : end + 1].long().to(device)  # (T,)
+            logits, state = model(inputs, state)  # (1, T, V)
+            total += F.cross_entropy(logits[0], targets, reduction="sum").double()
+    finally:
+        model.train(was_training)
+    return float(total), len(ids) - 1
+
+
+def evaluate(model: CharRNN, ids: torch.Tensor, chunk_len: int = 4096) -> EvalResult:
+    """NLL per character, bits per character and perplexity of ``ids`` under ``model``."""
+    total, chars = total_nll(model, ids, chunk_len)
+    return EvalResult.from_total(total, chars)

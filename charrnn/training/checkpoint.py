@@ -1,0 +1,323 @@
+"""Checkpoints: plain dicts of Python values and CPU tensors, written atomically.
+
+A checkpoint never pickles a module or a class, so it loads with
+``torch.load(..., weights_only=True)``, which cannot run code hidden in a file,
+and it loads on a CPU-only machine whatever device trained it. Writes go to a
+temporary file in the same directory, are flushed to disk, then renamed over the
+target, so a crash mid-save leaves the previous file intact.
+
+Every checkpoint holds ``format_version``, ``model_config``, ``vocab`` (list of
+characters) and ``model_state``. One written by training also holds ``vocab_digest``,
+``corpus`` (path, name, characters, hash, validation fraction, split point) and the
+state that resuming needs: ``run_id`` (the run directory it belongs to),
+``train_config``, ``optimizer_state``, ``step``, ``epoch``, ``epoch_step``,
+``progress_epochs`` (fractional), ``best_val_loss``, ``best``, ``best_is_average``
+(whether ``model_state`` holds the averaged weights), ``latest_eval`` (the last
+validation result and its step), ``skipped_steps``, ``elapsed_s``, ``carried_state``,
+``rng``, ``weight_average`` (the moving average of the weights, or None) and, in a
+``best.pt`` of averaged weights, ``training_weights`` (the trained ones, to resume from).
+:func:`load_checkpoint` checks every one of them against :data:`PAYLOAD_FIELDS` and
+the declared model before anything is allocated, and names the first field that is wrong.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+import warnings
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from charrnn.config import ModelConfig, TrainConfig
+from charrnn.data.cache import scan_corpus
+from charrnn.data.corpus import CorpusInfo
+from charrnn.data.vocab import Vocab
+from charrnn.errors import CharrnnError
+from charrnn.models.evaluate import EvalResult
+from charrnn.models.model import CharRNN, state_shapes
+from charrnn.utils.files import atomic_write
+
+FORMAT_VERSION = 1
+Number = int | float
+# Each top-level field, its type, and whether every checkpoint must have it (False: only those
+# written by training, which resuming needs). Dataclass-typed fields are checked field by field.
+PAYLOAD_FIELDS: dict[str, tuple[Any, bool]] = {
+    "format_version": (int, True),
+    "model_config": (ModelConfig, True),
+    "vocab": (list[str], True),
+    "vocab_digest": (str, False),
+    "model_state": (dict, True),
+    "corpus": (CorpusInfo, False),
+    "run_id": (str, False),
+    "train_config": (TrainConfig, False),
+    "optimizer_state": (dict, False),
+    "step": (int, False),
+    "epoch": (int, False),
+    "epoch_step": (int, False),
+    "progress_epochs": (Number, False),
+    "best_val_loss": (Number | None, False),
+    "best": (EvalResult | None, False),
+    "latest_eval": (EvalResult | None, False),
+    "skipped_steps": (int, False),
+    "elapsed_s": (Number, False),
+    "carried_state": (list[torch.Tensor], False),
+    "rng": (dict, False),
+    "best_is_average": (bool, False),
+    "weight_average": (dict | None, False),
+    "training_weights": (dict, False),
+}
+NON_NEGATIVE = ("step", "epoch", "epoch_step", "progress_epochs", "skipped_steps", "elapsed_s")
+
+
+def _to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_to_cpu(v) for v in value)
+    return value
+
+
+def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    """Save ``payload`` (see module docstring) atomically, tensors moved to the CPU."""
+    payload = {"format_version": FORMAT_VERSION, **_to_cpu(payload)}
+    atomic_write(path, lambda handle: torch.save(payload, handle))
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Load a checkpoint safely onto the CPU and check it (see :func:`validate_payload`).
+
+    Any problem becomes a one-line :class:`CharrnnError`.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CharrnnError(f"checkpoint {path} does not exist")
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+    except OSError as exc:
+        raise CharrnnError(f"cannot read checkpoint {path}: {exc.strerror or exc}") from None
+    if magic[:4] != b"PK\x03\x04" and magic[:1] != b"\x80":  # torch.save's zip, or a legacy pickle
+        raise CharrnnError(f"{path} is not a charrnn checkpoint (not a file that torch.save wrote)")
+    try:
+        with warnings.catch_warnings():
+            # Foreign files make torch warn about pickle protocols before failing; the
+            # error below says all a user needs.
+            warnings.simplefilter("ignore")
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for corrupt, truncated or unsafe files
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CharrnnError(
+            f"{path} is not a readable charrnn checkpoint ({first_line[:160]})"
+        ) from None
+    if not isinstance(payload, dict) or not {"model_config", "vocab", "model_state"} <= payload.keys():
+        raise CharrnnError(f"{path} is not a charrnn checkpoint (missing model, config or vocabulary)")
+    try:
+        validate_payload(payload)
+    except CharrnnError as exc:
+        raise CharrnnError(f"{path} is not a valid charrnn checkpoint: {exc}") from None
+    return payload
+
+
+def checkpoint_in(path: Path, name: str = "best.pt") -> Path:
+    """``path`` itself, or for a run directory its checkpoint ``name`` (best.pt, or last.pt to resume)."""
+    path = Path(path)
+    if not path.is_dir():
+        return path
+    if not (path / name).is_file():
+        raise CharrnnError(f"{path} is a directory without a {name}; give a checkpoint file or a run "
+                           f"directory")
+    return path / name
+
+
+def _describe(value: Any) -> str:
+    shown = repr(value)
+    return f"{shown[:40]}{'…' if len(shown) > 40 else ''} (a {type(value).__name__})"
+
+
+def _expected(hint: Any) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_expected(arg) for arg in typing.get_args(hint))
+    if hint is type(None):
+        return "null"
+    if typing.get_origin(hint) is typing.Literal:
+        return "one of " + ", ".join(map(repr, typing.get_args(hint)))
+    if typing.get_origin(hint) is list:
+        return f"a list of {_expected(typing.get_args(hint)[0]).removeprefix('a ')}"
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "a mapping",
+             torch.Tensor: "a tensor"}
+    return names.get(hint, f"a {getattr(hint, '__name__', hint)} record")
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    """Whether ``value`` has the type ``hint`` describes (ints are not bools; a float may be an int)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in typing.get_args(hint))
+    if origin is typing.Literal:
+        return value in typing.get_args(hint)
+    if origin is list:
+        return isinstance(value, list) and all(_matches(item, typing.get_args(hint)[0]) for item in value)
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hasattr(hint, "__dataclass_fields__"):
+        return isinstance(value, dict)
+    return isinstance(value, hint)
+
+
+def check_record(cls: type, values: dict[str, Any], where: str, build: bool = True) -> Any:
+    """Check the type of each field of dataclass ``cls`` in a checkpoint's dict; with ``build``,
+    construct it too, which applies its own range checks.
+
+    Unknown keys are ignored (a newer charrnn may add some); a missing field takes its
+    default, or is an error when it has none.
+    """
+    hints = typing.get_type_hints(cls)
+    for spec in fields(cls):
+        if spec.name not in values:
+            if spec.default is MISSING and spec.default_factory is MISSING:
+                raise CharrnnError(f"{where}.{spec.name} is missing")
+            continue
+        if not _matches(values[spec.name], hints[spec.name]):
+            raise CharrnnError(f"{where}.{spec.name} is {_describe(values[spec.name])}; expected "
+                               f"{_expected(hints[spec.name])}")
+    if not build:
+        return None
+    try:
+        return cls(**{spec.name: values[spec.name] for spec in fields(cls) if spec.name in values})
+    except (CharrnnError, ValueError, TypeError) as exc:
+        raise CharrnnError(f"{where}: {exc}") from None
+
+
+def validate_payload(payload: dict[str, Any]) -> ModelConfig:
+    """Check every field of a checkpoint's dict; return its model configuration.
+
+    The tensors of ``model_state`` must be exactly those of the declared model, in
+    shape and finite, which is checked before any model is built, so a small file that
+    declares a huge model costs nothing.
+    """
+    for name, (hint, required) in PAYLOAD_FIELDS.items():
+        if name not in payload:
+            if required:
+                raise CharrnnError(f"{name} is missing")
+            continue
+        value = payload[name]
+        if not _matches(value, hint):
+            raise CharrnnError(f"{name} is {_describe(value)}; expected {_expected(hint)}")
+        if name in NON_NEGATIVE and value < 0:
+            raise CharrnnError(f"{name} is {value}; expected 0 or more")
+    if payload["format_version"] != FORMAT_VERSION:
+        raise CharrnnError(f"format version {payload['format_version']}; this charrnn reads version "
+                           f"{FORMAT_VERSION}")
+    config = check_record(ModelConfig, payload["model_config"], "model_config")
+    if "corpus" in payload:
+        check_record(CorpusInfo, payload["corpus"], "corpus")
+    for name in ("best", "latest_eval"):
+        if payload.get(name) is not None:
+            check_record(EvalResult, payload[name], name)
+    if "train_config" in payload:
+        # Types only: whether its precision suits this machine is a question for resuming, not loading.
+        check_record(TrainConfig, payload["train_config"], "train_config", build=False)
+    vocab = _vocab(payload, config)
+    if "vocab_digest" in payload and payload["vocab_digest"] != vocab.digest():
+        raise CharrnnError("vocab does not match vocab_digest: the vocabulary was changed after training")
+    _check_state(payload["model_state"], config)
+    if "training_weights" in payload:
+        _check_state(payload["training_weights"], config, "training_weights")
+    if payload.get("weight_average") is not None:
+        average = payload["weight_average"]
+        if not isinstance(average.get("weights"), dict) or not isinstance(average.get("updates"), int):
+            raise CharrnnError("weight_average must hold weights (a dict) and updates (a whole number)")
+        _check_state(average["weights"], config, "weight_average")
+    return config
+
+
+def _vocab(payload: dict[str, Any], config: ModelConfig) -> Vocab:
+    try:
+        vocab = Vocab.from_list(payload["vocab"])
+    except CharrnnError as exc:
+        raise CharrnnError(f"vocab: {exc}") from None
+    if len(vocab) != config.vocab_size:
+        raise CharrnnError(f"vocab has {len(vocab)} characters; model_config.vocab_size is "
+                           f"{config.vocab_size}")
+    return vocab
+
+
+def _check_state(state: dict[str, Any], config: ModelConfig, label: str = "model_state") -> None:
+    expected = state_shapes(config)
+    for name, shape in expected.items():
+        if name not in state:
+            raise CharrnnError(f"{label} lacks {name}, which model_config needs")
+        tensor = state[name]
+        if not isinstance(tensor, torch.Tensor):
+            raise CharrnnError(f"{label}[{name!r}] is {_describe(tensor)}; expected a tensor")
+        if tuple(tensor.shape) != shape:
+            raise CharrnnError(f"{label}[{name!r}] has shape {tuple(tensor.shape)}; model_config "
+                               f"declares {shape}")
+        if not tensor.is_floating_point():
+            raise CharrnnError(f"{label}[{name!r}] holds {tensor.dtype} values; expected floating point")
+        if not bool(torch.isfinite(tensor).all()):
+            raise CharrnnError(f"{label}[{name!r}] holds non-finite values (NaN or infinity)")
+    unexpected = sorted(set(state) - set(expected))
+    if unexpected:
+        raise CharrnnError(f"{label} has {unexpected[0]!r}, which model_config does not declare")
+
+
+@dataclass
+class LoadedModel:
+    model: CharRNN  # in eval mode, on the requested device
+    vocab: Vocab  # the vocabulary the model was trained with
+    payload: dict[str, Any]  # the whole checkpoint, for metadata (step, corpus, ...)
+
+
+def load_model(path: Path, device: str = "cpu") -> LoadedModel:
+    """Rebuild the model and vocabulary stored in a checkpoint, ready for inference."""
+    payload = load_checkpoint(path)
+    config = ModelConfig.from_dict(payload["model_config"])
+    model = CharRNN(config, initialise_weights=False)
+    model.load_state_dict(payload["model_state"])
+    model.to(device).eval()
+    return LoadedModel(model=model, vocab=Vocab.from_list(payload["vocab"]), payload=payload)
+
+
+def corpus_status(corpus: dict[str, Any] | None) -> str:
+    """Whether a checkpoint's training corpus is still where it was, unchanged."""
+    if corpus is None:
+        return "not recorded"
+    path = Path(corpus["path"])
+    if not path.exists():
+        return "missing"
+    try:
+        return "present, unchanged" if scan_corpus(path).sha256 == corpus["sha256"] else "present, changed"
+    except CharrnnError as exc:
+        return f"unreadable ({exc})"
+
+
+def describe_checkpoint(payload: dict[str, Any]) -> dict[str, Any]:
+    """What a (validated) checkpoint holds, for ``charrnn info``: plain JSON-ready values."""
+    vocab = payload["vocab"]
+    corpus = payload.get("corpus")
+    return {
+        "format_version": payload["format_version"],
+        "run_id": payload.get("run_id"),
+        "model": payload["model_config"],
+        "parameters": sum(tensor.numel() for tensor in payload["model_state"].values()),
+        "vocab_size": len(vocab),
+        "vocab": "".join(vocab),
+        "step": payload.get("step"),
+        "epoch": payload.get("progress_epochs"),
+        "best_val_loss": payload.get("best_val_loss"),
+        "best_is_average": bool(payload.get("best_is_average")),
+        "latest_eval": payload.get("latest_eval"),
+        "corpus": None if corpus is None else {**corpus, "status": corpus_status(corpus)},
+        "training": payload.get("train_config"),
+        "resumable": all(name in payload for name in ("optimizer_state", "rng", "carried_state")),
+    }

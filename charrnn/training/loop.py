@@ -1,0 +1,307 @@
+"""The training loop: step, evaluate and save, stop; and :func:`train`, which sets it up.
+
+The loop only schedules. A step is :meth:`TrainingRun.train_step
+<charrnn.training.state.TrainingRun.train_step>`; when to stop and the learning rate
+come from :mod:`charrnn.training.schedule`; files go through :mod:`charrnn.training.rundir`; other
+processes (torchrun) through :mod:`charrnn.training.distributed`. The loop reports through a
+:class:`TrainObserver` and never prints by itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from charrnn.config import ModelConfig, TrainConfig
+from charrnn.data.corpus import CorpusInfo, Split, StreamBatches, split_ids
+from charrnn.data.vocab import Vocab
+from charrnn.errors import CharrnnError
+from charrnn.models.devices import check_model_fits
+from charrnn.models.evaluate import EvalResult, evaluate
+from charrnn.models.model import CharRNN
+from charrnn.training.distributed import SingleProcess
+from charrnn.training.rundir import (
+    EvaluationRecord,
+    RunDirectory,
+    check_free_space,
+    checkpoint_bytes,
+    epoch_checkpoint_name,
+    new_run_id,
+    prepare_out_dir,
+)
+from charrnn.training.runlock import RunLock
+from charrnn.training.schedule import StopReason, learning_rate_at, planned_steps, run_progress, stop_reason
+from charrnn.training.state import TrainingRun
+from charrnn.utils.files import remove_stale_temporaries
+from charrnn.utils.interrupt import GracefulStop
+
+
+@dataclass
+class StepReport:
+    step: int  # optimiser steps done
+    epoch: float  # passes over the training split done, fractional
+    loss: float  # training loss of this step (nats/char)
+    learning_rate: float  # learning rate applied at this step
+    chars_per_s: float  # training throughput since the last report
+    progress: float | None  # fraction of the run done, when a stopping criterion is set
+    skipped_steps: int  # steps skipped so far for a non-finite loss or gradient
+
+
+@dataclass
+class TrainResult:
+    out_dir: Path  # where checkpoints and logs were written
+    steps: int  # optimiser steps done
+    epoch: float  # passes over the training split done
+    best: EvalResult  # the evaluation that produced best.pt (the lowest validation loss)
+    best_is_average: bool  # whether best.pt holds the averaged weights (TrainConfig.ema_decay)
+    elapsed_s: float  # wall time of the loop, evaluations included
+    stop_reason: StopReason  # which criterion ended the run
+    skipped_steps: int  # steps skipped for non-finite values
+    epoch_checkpoints: list[Path]  # the save_epochs checkpoints this call wrote
+
+
+class TrainingInterrupted(Exception):
+    """A signal stopped the run after a step; ``checkpoint`` holds a resumable state."""
+
+    def __init__(self, signal_name: str, checkpoint: Path, step: int):
+        super().__init__(f"interrupted by {signal_name} after step {step:,}; saved {checkpoint}")
+        self.signal_name = signal_name
+        self.checkpoint = checkpoint
+        self.step = step
+
+
+class TrainObserver:
+    """Hooks the loop calls; the default does nothing. The CLI's draws a progress bar."""
+
+    def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
+                 corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None, first_step: int) -> None:
+        pass
+
+    def on_step(self, report: StepReport) -> None:
+        pass
+
+    def on_eval(self, record: EvaluationRecord, improved: bool) -> None:
+        """``improved``: this evaluation is the run's best so far, and was saved as best.pt."""
+
+    def on_end(self, completed: bool) -> None:
+        """``completed`` is False when an error or a signal cut the run short."""
+
+
+class TrainingLoop:
+    """Step until a stopping criterion or a signal, evaluating and saving on schedule.
+
+    Every rank of a process group runs the loop and takes the same decisions; rank 0
+    alone evaluates and writes (``run_dir`` is None elsewhere).
+    """
+
+    def __init__(self, run: TrainingRun, val_ids: torch.Tensor, observer: TrainObserver,
+                 stop: GracefulStop | None, run_dir: RunDirectory | None, elapsed_before: float,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.clock = clock  # seconds, for the time budget and the throughput figures
+        self.run = run
+        self.config = run.config
+        self.val_ids = val_ids  # (N,) validation ids
+        self.observer = observer
+        self.stop = stop
+        self.run_dir = run_dir
+        self.start = clock() - elapsed_before  # a resumed run continues its clock
+        self.elapsed = elapsed_before  # rank 0's clock, agreed by every rank
+        self._start_window()
+
+    def _start_window(self) -> None:
+        """Start the averages that the next evaluation record reports."""
+        self.loss_sum, self.loss_count = 0.0, 0
+        self.window_chars, self.window_start = 0, self.clock()
+
+    def chars_per_s(self, now: float) -> float:
+        """Training throughput since the window started, as of ``now`` (a ``perf_counter`` time)."""
+        return self.window_chars / max(now - self.window_start, 1e-9)
+
+    def progress(self) -> float | None:
+        return run_progress(self.config, self.run.step, self.run.epoch, self.elapsed)
+
+    def run_until_stopped(self) -> tuple[StopReason, float]:
+        """Train until a stopping criterion or a signal; return why, and the run's wall time."""
+        run, config = self.run, self.config
+        reason: StopReason | None = None
+        while reason is None:
+            learning_rate = learning_rate_at(config, run.step, self.progress())
+            loss, chars = run.train_step(learning_rate)
+            if run.bad_streak >= config.max_bad_steps:
+                raise CharrnnError(
+                    f"training stopped at step {run.step:,}: {run.bad_streak} consecutive steps had a "
+                    f"non-finite loss or gradient; the checkpoints in {config.out_dir} keep the last good "
+                    f"state; try a lower --lr (now {config.learning_rate:g})"
+                )
+            if math.isfinite(loss):
+                self.loss_sum += loss
+                self.loss_count += 1
+            self.window_chars += chars
+            now = self.clock()
+            reason = self._agreed_stop(now)
+            self.observer.on_step(StepReport(
+                step=run.step, epoch=run.epoch, loss=loss, learning_rate=learning_rate,
+                chars_per_s=self.chars_per_s(now), progress=self.progress(), skipped_steps=run.skipped,
+            ))
+            self.evaluate_and_save(reason, learning_rate, self.chars_per_s(now))
+        return reason, self.clock() - self.start
+
+    def _agreed_stop(self, now: float) -> StopReason | None:
+        """A signal any rank received, else the criterion reached on rank 0's clock: the same on
+        every rank.
+
+        Every decision that depends on them (the learning rate, when to stop, evaluate
+        and save) must be taken identically by all ranks, or their collectives would
+        no longer pair up. Alone, they are this process's own.
+        """
+        group = self.run.group
+        signal_name = self.stop.signal_name if self.stop is not None else None
+        number = signal.Signals[signal_name].value if signal_name else 0
+        own_clock = now - self.start if group.is_main else 0.0
+        number, self.elapsed = group.reduce([number, own_clock], self.run.device, op="max")
+        if number:
+            return StopReason("signal", signal_name=signal.Signals(int(number)).name)
+        return stop_reason(self.config, self.run.step, self.run.epoch, self.elapsed)
+
+    def evaluate_and_save(self, reason: StopReason | None, learning_rate: float, chars_per_s: float) -> None:
+        """Evaluate on schedule, at the end and at a listed epoch's end; save last.pt on schedule and
+        at the end (an interrupted run saves at once, without evaluating: the user is waiting)."""
+        run, config = self.run, self.config
+        epoch_end = run.position == 0 and run.epochs_done in config.save_epochs
+        interval = config.evaluation_interval
+        scheduled = (interval is not None and run.step % interval == 0) or reason is not None or epoch_end
+        evaluating = scheduled and not (reason is not None and reason.interrupted)
+        saving = run.step % config.save_every == 0 or reason is not None
+        if not (evaluating or saving):
+            return
+        carried = run.carried_state()  # a collective: every rank gathers
+        if evaluating and self.run_dir is not None:
+            result = evaluate(run.model, self.val_ids)  # in float32 whatever the precision: exact scores
+            run.latest_eval = {"step": run.step, **result.to_dict()}
+            averaged = None
+            if run.average is not None:
+                with run.average.swapped_in(run.model):
+                    averaged = evaluate(run.model, self.val_ids)
+            use_average = averaged is not None and averaged.nats_per_char < result.nats_per_char
+            candidate = averaged if use_average else result
+            improved = run.best is None or candidate.nats_per_char < run.best.nats_per_char
+            if improved:
+                run.best, run.best_is_average = candidate, use_average
+                self.run_dir.save("best.pt", run.payload(self.elapsed, carried, averaged=use_average))
+            record = EvaluationRecord(
+                step=run.step, epoch=round(run.epoch, 4),
+                train_loss=self.loss_sum / self.loss_count if self.loss_count else None,
+                val_loss=result.nats_per_char, val_bits_per_char=result.bits_per_char,
+                learning_rate=learning_rate, chars_per_s=chars_per_s,
+                elapsed_s=round(self.clock() - self.start, 3),
+                epoch_checkpoint=epoch_checkpoint_name(run.epochs_done, result.nats_per_char) if epoch_end
+                else None,
+                averaged_val_loss=averaged.nats_per_char if averaged is not None else None,
+            )
+            if record.epoch_checkpoint is not None:
+                self.run_dir.save(record.epoch_checkpoint, run.payload(self.elapsed, carried))
+            self.run_dir.append_metrics(record)
+            self.observer.on_eval(record, improved)
+        if evaluating:
+            self._start_window()
+        if saving and self.run_dir is not None:
+            self.run_dir.save("last.pt", run.payload(self.elapsed, carried))
+
+
+def train(
+    model_config: ModelConfig,
+    config: TrainConfig,
+    vocab: Vocab,
+    ids: torch.Tensor,
+    corpus: CorpusInfo,
+    observer: TrainObserver | None = None,
+    overwrite: bool = False,
+    resume_from: dict[str, Any] | None = None,
+    stop: GracefulStop | None = None,
+    initial_weights: dict[str, torch.Tensor] | None = None,
+    group: SingleProcess | None = None,
+    branch_history: list[str] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> TrainResult:
+    """Train a new model on ``ids`` (the encoded corpus) and write the run to ``config.out_dir``.
+
+    This is the engine: it takes a configuration that :mod:`charrnn.training.plan` has
+    checked (the command line and :func:`charrnn.api.train` go through it).
+    An existing run in ``config.out_dir`` is replaced only when ``overwrite`` is set,
+    and only once the new run writes its first file (see :mod:`charrnn.training.rundir`).
+    With ``resume_from`` (a checkpoint of the run in ``config.out_dir``) training
+    continues from it exactly, appending to ``metrics.jsonl``. With
+    ``branch_history`` as well, ``config.out_dir`` is a new directory (a branch):
+    the run continues there from the checkpoint under a new run id, its
+    ``metrics.jsonl`` starting with those lines, and its ``best.pt`` the best of
+    the branch. When ``stop`` reports a signal, the current step finishes,
+    ``last.pt`` is written and :class:`TrainingInterrupted` is raised. After
+    ``config.max_bad_steps`` consecutive non-finite steps, training stops with an
+    error and the checkpoints written so far are left as they were.
+    ``initial_weights`` (a checkpoint's ``model_state``) start a fine-tuning run
+    from a trained model with a fresh optimiser; see :meth:`CharRNN.load_pretrained`.
+    In a process ``group`` (torchrun), every rank calls this with the same
+    arguments; rank 0 alone touches ``config.out_dir`` and reports to ``observer``.
+    ``clock`` measures the run's wall time (tests give a fake one).
+
+    ids: (N,) integer ids of the whole corpus; from ``corpus.split_point`` on, it is validation.
+    """
+    group = group if group is not None else SingleProcess()
+    observer = observer if observer is not None and group.is_main else TrainObserver()
+    out_dir = Path(config.out_dir)
+    split: Split = split_ids(ids, corpus.split_point)
+    if len(split.val) < 2:
+        raise CharrnnError(
+            f"the validation split has {len(split.val)} character(s); it needs at least 2 "
+            f"(use a longer corpus or a larger --val-frac)"
+        )
+    # The ids stay in host memory (memory-mapped from the corpus cache); each step moves one batch.
+    batches = StreamBatches(split.train, config.batch_size, config.seq_len)
+    if group.is_main:
+        prepare_out_dir(out_dir, overwrite=overwrite or resume_from is not None)
+    check_model_fits(model_config, config.device)
+    with RunLock(out_dir) if group.is_main else contextlib.nullcontext():
+        run = TrainingRun(model_config, config, vocab, corpus, batches, initial_weights, group)
+        if resume_from is not None:
+            run.restore(resume_from)
+        branching = branch_history is not None
+        if branching:
+            run.run_id = new_run_id()
+            run.best = None
+        run_dir = None
+        if group.is_main:
+            remove_stale_temporaries(out_dir)
+            parameters = sum(p.numel() for p in run.model.parameters())
+            check_free_space(out_dir, 3 * checkpoint_bytes(parameters, averaging=run.average is not None))
+            run_dir = RunDirectory(out_dir, {
+                "run_id": run.run_id, "model": model_config.to_dict(), "train": config.to_dict(),
+                "corpus": corpus.to_dict(), "world_size": group.world_size,
+            }, fresh=resume_from is None or branching, history=branch_history or [])
+        observer.on_start(run.model, model_config, config, corpus, len(batches),
+                          planned_steps(config, len(batches)), run.step)
+        loop = TrainingLoop(run, split.val, observer, stop, run_dir,
+                            resume_from["elapsed_s"] if resume_from else 0.0, clock)
+        try:
+            reason, elapsed_s = loop.run_until_stopped()
+        except BaseException:
+            observer.on_end(completed=False)
+            raise
+        observer.on_end(completed=not reason.interrupted)
+    if reason.interrupted:
+        raise TrainingInterrupted(reason.signal_name, out_dir / "last.pt", run.step)
+    best, best_is_average = group.from_main((run.best, run.best_is_average))
+    assert best is not None  # a run that was not interrupted ends with an evaluation
+    return TrainResult(
+        out_dir=out_dir, steps=run.step, epoch=run.epoch, best=best, best_is_average=best_is_average,
+        elapsed_s=elapsed_s,
+        stop_reason=reason, skipped_steps=run.skipped,
+        epoch_checkpoints=run_dir.epoch_checkpoints() if run_dir is not None else [],
+    )

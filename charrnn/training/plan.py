@@ -1,0 +1,281 @@
+"""What a training run will be, decided and checked before anything is trained or written.
+
+:func:`plan_training` turns a :class:`TrainingRequest` (the options the user gave,
+a checkpoint to resume or fine-tune from, a time budget) into a complete
+:class:`TrainingPlan`: model and training configuration, vocabulary, encoded
+corpus and starting state. The command line and :func:`charrnn.api.train` both go
+through it, so every caller gets the same checks:
+
+- an option the user did not give takes its dataclass default, or, for a
+  time-budgeted LSTM on the CPU, the shape measured best for that budget
+  (:data:`charrnn.config.BUDGET_SHAPES`; other devices keep the plain defaults
+  until someone measures shapes there);
+- resuming keeps the model, the data layout and the seed, may change only
+  :data:`RESUME_MAY_CHANGE`, needs the very corpus the run was trained on, and
+  writes where :func:`charrnn.training.rundir.resume_target` allows;
+- fine-tuning keeps the source model's shape (only its dropouts may change) and its
+  vocabulary, extended on request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from charrnn.config import REGULARISATION_FIELDS, ModelConfig, TrainConfig, shape_for_budget
+from charrnn.data.corpus import CorpusInfo, corpus_name, encode_corpus
+from charrnn.data.vocab import UnknownCharactersError, Vocab
+from charrnn.errors import CharrnnError, ConfigError
+from charrnn.models.devices import resolve_precision
+from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_model
+from charrnn.training.distributed import SingleProcess
+from charrnn.training.loop import TrainObserver, TrainResult, train
+from charrnn.training.rundir import metrics_history, resume_target
+from charrnn.training.schedule import stop_reason
+from charrnn.training.state import RESUME_FIELDS
+from charrnn.utils.interrupt import GracefulStop
+
+# What a resumed run may change; anything else would not fit the checkpoint's weights or place in the data.
+RESUME_MAY_CHANGE = ("epochs", "max_steps", "time_budget", "learning_rate", "min_lr_ratio", "warmup_steps",
+                     "clip", "clip_mode", "max_bad_steps", "save_epochs", "eval_every", "save_every",
+                     "device", "precision")
+MODEL_FIELDS = frozenset(f.name for f in dataclasses.fields(ModelConfig))
+TRAIN_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainConfig))
+NOT_OPTIONS = frozenset({"vocab_size", "out_dir", "device", "init_from"})  # set by the request or the corpus
+OPTION_FIELDS = (MODEL_FIELDS | TRAIN_FIELDS) - NOT_OPTIONS
+
+
+class OptionConflict(ConfigError):
+    """Two options that cannot be given together (a usage error on the command line)."""
+
+
+@dataclass
+class TrainingRequest:
+    """What the user asked for. Only the options they gave: the plan fills in the rest."""
+
+    corpus: Path | None  # a UTF-8 file or a directory of *.txt; None when resuming from the saved path
+    options: dict[str, Any] = field(default_factory=dict)  # ModelConfig and TrainConfig fields given
+    out_dir: Path | None = None  # run directory; None: checkpoints/<corpus name>, or the resumed run's
+    overwrite: bool = False  # replace a run already in out_dir
+    resume: Path | None = None  # continue the run that wrote this checkpoint (or run directory's last.pt)
+    init_from: Path | None = None  # fine-tune from this checkpoint's weights (or run directory's best.pt)
+    extend_vocab: bool = False  # with init_from: add the corpus's new characters to the vocabulary
+    device: str = "cpu"  # the resolved torch device
+    corpus_name: str | None = None  # the run's corpus name; None: the corpus file's stem
+
+
+@dataclass(frozen=True)
+class BudgetDecision:
+    """What a time budget did to a run's shape."""
+
+    seconds: float  # the budget
+    device: str  # the device type it applies to
+    precision: str  # the precision training will use (fp32 or bf16), whose shapes apply
+    measured: bool  # whether a shape was measured for this device (False: plain defaults kept)
+    chosen: dict[str, Any]  # the fields set from the measured shape (those the user did not give)
+
+
+@dataclass(frozen=True)
+class ResumeFacts:
+    """What continuing a checkpoint means for this run."""
+
+    checkpoint: Path  # the checkpoint continued
+    step: int  # its step
+    epoch: float  # its fractional epoch
+    changes: list[tuple[str, Any, Any]]  # (field, saved value, new value) for each option changed
+    branch: bool  # True: the run continues in a new directory (out_dir), leaving the original as it is
+
+
+@dataclass
+class TrainingPlan:
+    """A complete, checked run: :meth:`run` trains it."""
+
+    model_config: ModelConfig
+    config: TrainConfig
+    vocab: Vocab
+    ids: torch.Tensor  # (N,) the encoded corpus
+    corpus: CorpusInfo
+    overwrite: bool = False  # an existing run in config.out_dir may be replaced
+    resume_from: dict[str, Any] | None = None  # the checkpoint payload a resumed run continues
+    resume: ResumeFacts | None = None  # what resuming means, for the user
+    branch_history: list[str] | None = None  # metrics lines a branch starts with
+    initial_weights: dict[str, torch.Tensor] | None = None  # a fine-tuned run's starting weights
+    budget: BudgetDecision | None = None  # what the time budget chose, when one was given
+
+    def run(self, observer: TrainObserver | None = None, stop: GracefulStop | None = None,
+            group: SingleProcess | None = None, **engine_options: Any) -> TrainResult:
+        """Train it (see :func:`charrnn.training.loop.train`; ``engine_options``, such as ``clock``, too)."""
+        return train(self.model_config, self.config, self.vocab, self.ids, self.corpus, observer,
+                     overwrite=self.overwrite, resume_from=self.resume_from, stop=stop,
+                     initial_weights=self.initial_weights, group=group, branch_history=self.branch_history,
+                     **engine_options)
+
+
+def check_request(request: TrainingRequest) -> None:
+    """The checks that need nothing but the request itself (cheap: run them before any download)."""
+    unknown = sorted(set(request.options) - OPTION_FIELDS)
+    if unknown:
+        raise ConfigError(f"unknown training option {unknown[0]!r}; the options are the fields of "
+                          f"ModelConfig and TrainConfig except {', '.join(sorted(NOT_OPTIONS))}")
+    if request.init_from is not None and request.resume is not None:
+        raise OptionConflict("--init-from starts a new run and --resume continues one: give one of them")
+    if request.extend_vocab and request.init_from is None:
+        raise OptionConflict("--extend-vocab goes with --init-from")
+    # Each value is checked by its dataclass now, before a download, a checkpoint or a corpus is read.
+    model_options, train_options = _split_options(request.options)
+    ModelConfig(vocab_size=1, **model_options)
+    TrainConfig(out_dir=".", device=request.device, **train_options)
+
+
+def _split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The options that are ModelConfig fields, and those that are TrainConfig fields (new dicts)."""
+    return ({k: v for k, v in options.items() if k in MODEL_FIELDS},
+            {k: v for k, v in options.items() if k in TRAIN_FIELDS})
+
+
+def plan_training(request: TrainingRequest) -> TrainingPlan:
+    """Check ``request`` and decide everything about the run; nothing is written yet."""
+    check_request(request)
+    model_options, train_options = _split_options(request.options)
+    if request.resume is not None:
+        return _plan_resume(request, model_options, train_options)
+    if request.corpus is None:
+        raise ConfigError("a new run needs a corpus")
+    name = request.corpus_name or corpus_name(request.corpus)
+    budget = None
+    if request.init_from is None and train_options.get("time_budget") is not None:
+        budget = _budget_decision(train_options["time_budget"], request.device, model_options, train_options)
+        for key, value in budget.chosen.items():
+            (model_options if key in MODEL_FIELDS else train_options)[key] = value
+    config = TrainConfig(**{
+        **train_options,
+        "out_dir": str(request.out_dir or Path("checkpoints") / name),
+        "device": request.device,
+        "init_from": request.init_from and str(request.init_from),
+    })
+    if request.init_from is None:
+        encoded = encode_corpus(request.corpus, name, config.val_frac)
+        model_config = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
+        return TrainingPlan(model_config, config, encoded.vocab, encoded.ids, encoded.info,
+                            overwrite=request.overwrite, budget=budget)
+    source = load_model(checkpoint_in(request.init_from, "best.pt"))
+    try:
+        encoded = encode_corpus(request.corpus, name, config.val_frac, source.vocab, request.extend_vocab)
+    except UnknownCharactersError as exc:
+        raise CharrnnError(f"{request.corpus}: {exc}; pass --extend-vocab to add them") from None
+    model_config = fine_tune_config(source.model.config, model_options, len(encoded.vocab))
+    return TrainingPlan(model_config, config, encoded.vocab, encoded.ids, encoded.info,
+                        overwrite=request.overwrite, initial_weights=source.model.state_dict())
+
+
+def _budget_decision(seconds: float, device: str, model_options: dict[str, Any],
+                     train_options: dict[str, Any]) -> BudgetDecision:
+    """The shape measured best for a ``seconds`` budget, for the fields the user left unset.
+
+    Other cells and layer-normalised LSTMs keep the plain defaults: the sweep did not measure them.
+    The shapes depend on the precision training will use (bf16's throughput affords larger ones).
+    """
+    device_type = device.split(":")[0]
+    # Only the cell decides what "auto" precision means here.
+    model = ModelConfig(vocab_size=1, **{key: model_options[key] for key in ("cell", "layer_norm")
+                                         if key in model_options})
+    precision = resolve_precision(train_options.get("precision", TrainConfig.__dataclass_fields__["precision"]
+                                                    .default), device_type, model)
+    if model.cell != "lstm" or model.layer_norm:
+        return BudgetDecision(seconds, device_type, precision, measured=True, chosen={})
+    shape = shape_for_budget(seconds, device_type, precision)
+    if shape is None:
+        return BudgetDecision(seconds, device_type, precision, measured=False, chosen={})
+    given = model_options.keys() | train_options.keys()
+    chosen = {key: value for key, value in shape.settings().items() if key not in given}
+    return BudgetDecision(seconds, device_type, precision, measured=True, chosen=chosen)
+
+
+def fine_tune_config(source: ModelConfig, model_options: dict[str, Any], vocab_size: int) -> ModelConfig:
+    """The checkpoint's model, with a larger vocabulary if extended; only its regularisation
+    (:data:`~charrnn.config.REGULARISATION_FIELDS`) may be changed."""
+    values = source.to_dict() | {"vocab_size": vocab_size}
+    for key, value in model_options.items():
+        if value == values[key]:
+            continue
+        if key not in REGULARISATION_FIELDS:
+            raise CharrnnError(f"{key} {value!r} contradicts the --init-from checkpoint "
+                               f"({key} {values[key]!r}); fine-tuning keeps the model's shape")
+        values[key] = value
+    return ModelConfig(**values)
+
+
+def resume_config(
+    payload: dict[str, Any], model_options: dict[str, Any], train_options: dict[str, Any]
+) -> tuple[ModelConfig, TrainConfig, list[tuple[str, Any, Any]]]:
+    """The configuration a resumed run continues with, and (field, old, new) for each option changed.
+
+    ``model_options`` and ``train_options`` are the options given for the resumed
+    run. Stopping criteria, the learning-rate schedule, evaluation and saving may
+    change; the model, the data layout and the seed may not, since the checkpoint's
+    weights and its place in the data only make sense with them. A run that has
+    already reached its limits cannot continue without a larger one.
+    """
+    model_config = ModelConfig.from_dict(payload["model_config"])
+    for key, value in model_options.items():
+        if getattr(model_config, key) != value:
+            raise CharrnnError(
+                f"{key} {value!r} contradicts the checkpoint ({key} {getattr(model_config, key)!r}); "
+                f"a resumed run keeps its model"
+            )
+    # Runs saved before the precision option trained in float32, whatever "auto" would choose now;
+    # those saved before weight averaging kept no average.
+    saved = {"precision": "fp32", "ema_decay": 0.0, **payload["train_config"]}
+    changes = []
+    for key, value in train_options.items():
+        if saved.get(key) == value:
+            continue
+        if key not in RESUME_MAY_CHANGE:
+            raise CharrnnError(
+                f"{key} {value!r} contradicts the checkpoint ({key} {saved.get(key)!r}); resuming may change "
+                f"only {', '.join(RESUME_MAY_CHANGE)}"
+            )
+        changes.append((key, saved.get(key), value))
+        saved[key] = value
+    config = TrainConfig.from_dict(saved)
+    finished = stop_reason(config, payload["step"], payload["progress_epochs"], payload["elapsed_s"])
+    if finished:
+        raise RunAlreadyFinished(finished)
+    return model_config, config, changes
+
+
+class RunAlreadyFinished(CharrnnError):
+    """A resumed run has already reached the limit that would stop it at once."""
+
+    def __init__(self, reason):
+        super().__init__(f"this run already {reason}; give a larger limit to continue it")
+        self.reason = reason  # the StopReason it reached
+
+
+def _plan_resume(request: TrainingRequest, model_options: dict[str, Any],
+                 train_options: dict[str, Any]) -> TrainingPlan:
+    checkpoint = checkpoint_in(request.resume, "last.pt")
+    payload = load_checkpoint(checkpoint)
+    missing = [name for name in RESUME_FIELDS if name not in payload]
+    if missing:
+        raise CharrnnError(f"{checkpoint} cannot be resumed (it holds no training state: {missing[0]} "
+                           f"is missing)")
+    model_config, config, changes = resume_config(payload, model_options,
+                                                  {**train_options, "device": request.device})
+    target = resume_target(checkpoint, payload, request.out_dir, request.overwrite)
+    config = dataclasses.replace(config, out_dir=str(target.out_dir))
+    saved_corpus = payload["corpus"]
+    # The ids always come from the checkpoint's own vocabulary (a fine-tuned run's may differ
+    # from the corpus's), and the corpus must be the very text the run was trained on.
+    vocab = Vocab.from_list(payload["vocab"])
+    encoded = encode_corpus(request.corpus or Path(saved_corpus["path"]), saved_corpus["name"],
+                            config.val_frac, vocab, expected_sha256=saved_corpus["sha256"])
+    return TrainingPlan(
+        model_config, config, vocab, encoded.ids, encoded.info, resume_from=payload,
+        resume=ResumeFacts(checkpoint, payload["step"], payload["progress_epochs"], changes, target.branch),
+        branch_history=metrics_history(checkpoint.parent, payload["step"]) if target.branch else None,
+    )

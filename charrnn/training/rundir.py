@@ -1,0 +1,321 @@
+"""The run directory: its files, who may write them, and when an old run gives way to a new one.
+
+A run directory holds ``config.json`` (with the run's ``run_id``), ``last.pt``,
+``best.pt``, ``metrics.jsonl``, epoch checkpoints and, while a process trains,
+``.charrnn.lock``. Three rules keep a user's results safe:
+
+- A directory that holds a run is replaced only with ``overwrite``, and even then
+  nothing of the old run is removed until the new run has written its first file
+  (:class:`RunDirectory`): a new run that fails at once leaves the old one whole.
+- A checkpoint is resumed in its own directory only when that directory is the run
+  that wrote it (``config.json`` names the same ``run_id``) and holds nothing newer
+  than the checkpoint. Anything else must branch into a new directory
+  (``--out``), which starts with the run's history up to the checkpoint.
+- Writes go through :mod:`charrnn.utils.files`, so each file is whole or untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import uuid
+import warnings
+from dataclasses import asdict, dataclass, field, fields
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from charrnn.errors import CharrnnError
+from charrnn.training.checkpoint import save_checkpoint
+from charrnn.utils.files import append_line, atomic_write_text, json_text, reason, stat_or_none, write_json
+
+RUN_FILES = ("last.pt", "best.pt", "metrics.jsonl", "config.json")
+EPOCH_CHECKPOINT_GLOB = "epoch*-val*.pt"
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+def epoch_checkpoint_name(epoch: int, val_loss: float) -> str:
+    """``epoch0005-val1.6123.pt``: sorts by epoch and says what it holds."""
+    return f"epoch{epoch:04d}-val{val_loss:.4f}.pt"
+
+
+def checkpoint_bytes(parameters: int, averaging: bool = False) -> int:
+    """Roughly what one checkpoint of a model with ``parameters`` takes on disk, at most: float32
+    weights, Adam's two moments, a margin; with weight ``averaging``, also the average (a best.pt of
+    averaged weights stores them once, as its weights and its average, beside the trained ones)."""
+    copies = 4 if averaging else 3
+    return copies * 4 * parameters + (1 << 20)
+
+
+def check_free_space(out_dir: Path, needed: int) -> None:
+    """Refuse to start when the disk cannot hold the checkpoints a run writes (best, last and a temporary)."""
+    free = shutil.disk_usage(out_dir).free
+    if free < needed:
+        raise CharrnnError(
+            f"only {free / 2**20:,.1f} MiB free under --out {out_dir}; a run needs about "
+            f"{needed / 2**20:,.1f} MiB for its checkpoints"
+        )
+
+
+def existing_run_files(out_dir: Path) -> list[str]:
+    """The names of a run's files in ``out_dir`` (a few epoch checkpoints at most, for messages)."""
+    existing = [name for name in RUN_FILES if (out_dir / name).exists()]
+    return existing + sorted(path.name for path in out_dir.glob(EPOCH_CHECKPOINT_GLOB))[:3]
+
+
+def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
+    """Create the run directory and prove it is writable before any training time is spent.
+
+    A directory that already holds a run is refused unless ``overwrite``: an earlier
+    run's checkpoints are never replaced by accident.
+    """
+    info = stat_or_none(out_dir, f"cannot use --out {out_dir}")
+    if info is not None and not stat.S_ISDIR(info.st_mode):
+        raise CharrnnError(f"--out {out_dir} is a file, not a directory; choose a directory for the run")
+    existing = existing_run_files(out_dir) if info is not None else []
+    if existing and not overwrite:
+        raise CharrnnError(
+            f"--out {out_dir} already holds a training run ({', '.join(existing)}); "
+            f"continue it with --resume {out_dir / 'last.pt'}, pass --overwrite to replace it, "
+            f"or choose another --out"
+        )
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / f".charrnn-{os.getpid()}-write-test.tmp"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise CharrnnError(f"cannot write to --out {out_dir}: {reason(exc)}") from None
+
+
+def read_run_config(out_dir: Path) -> dict[str, Any] | None:
+    """``config.json`` of a run directory, or None when it is missing or unreadable."""
+    try:
+        value = json.loads((out_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The ``step`` of a checkpoint, read without loading its tensors; None if unreadable."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # any unreadable file simply has no step to compare
+        return None
+    step = payload.get("step") if isinstance(payload, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def belongs_to(out_dir: Path, payload: dict[str, Any]) -> bool:
+    """Whether ``out_dir`` is the run that wrote checkpoint ``payload``.
+
+    Its ``config.json`` must carry the checkpoint's ``run_id``; for checkpoints older
+    than run ids, the same model and corpus.
+    """
+    config = read_run_config(out_dir)
+    if config is None:
+        return False
+    if "run_id" in payload or "run_id" in config:
+        return config.get("run_id") == payload.get("run_id")
+    corpus = config.get("corpus")
+    return (config.get("model") == payload["model_config"] and isinstance(corpus, dict)
+            and corpus.get("sha256") == payload.get("corpus", {}).get("sha256"))
+
+
+@dataclass(frozen=True)
+class ResumeTarget:
+    out_dir: Path  # where the resumed run writes
+    branch: bool  # True: a new directory, starting from the checkpoint's history
+
+
+def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | None,
+                  overwrite: bool = False) -> ResumeTarget:
+    """Where a resumed run may write, by the rules in the module docstring.
+
+    ``out_dir`` None (or the checkpoint's own directory) continues in place; any other
+    directory is a branch, refused if it holds a run unless ``overwrite``.
+    """
+    own_dir = checkpoint.parent
+    if out_dir is not None and out_dir.exists() and out_dir.resolve() == own_dir.resolve():
+        out_dir = None
+    if out_dir is not None:
+        prepare_out_dir(out_dir, overwrite)
+        return ResumeTarget(out_dir, branch=True)
+    if overwrite:
+        raise CharrnnError("--overwrite with --resume replaces nothing in the run's own directory; "
+                           "give it with --out NEW_DIR to replace a run there")
+    if not belongs_to(own_dir, payload):
+        raise CharrnnError(
+            f"{own_dir} is not the run that wrote {checkpoint.name} (its config.json is missing or "
+            f"belongs to another run), so resuming there could overwrite its files; continue it "
+            f"elsewhere with --out NEW_DIR"
+        )
+    last = own_dir / "last.pt"
+    newest = checkpoint_step(last) if last.exists() and not _same_file(last, checkpoint) else None
+    if newest is not None and newest > payload["step"]:
+        raise CharrnnError(
+            f"{own_dir} has newer results (last.pt is at step {newest:,}; {checkpoint.name} at step "
+            f"{payload['step']:,}), which resuming here would replace; branch from it with --out NEW_DIR"
+        )
+    return ResumeTarget(own_dir, branch=False)
+
+
+def _same_file(first: Path, second: Path) -> bool:
+    try:
+        return first.samefile(second)
+    except OSError:
+        return False
+
+
+@dataclass
+class RunDirectory:
+    """One run's directory, written by the process that holds its lock.
+
+    Every write goes through :meth:`save` or :meth:`append_metrics`. Until the first
+    of them succeeds, nothing in the directory is removed or replaced; right after it,
+    an older run's epoch checkpoints go (fresh runs) and ``config.json`` is written.
+    An older run's ``last.pt``, ``best.pt`` and log stay until this run replaces each.
+    """
+
+    path: Path  # the directory
+    config_record: dict[str, Any]  # what config.json holds: model, train, corpus, run_id, world_size
+    fresh: bool  # a new run (or an overwrite, or a branch): an older run's files give way to it
+    history: list[str] = field(default_factory=list)  # metrics lines a branch starts with
+    written: set[str] = field(default_factory=set)  # the files this run has written so far
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    def save(self, name: str, payload: dict[str, Any]) -> None:
+        save_checkpoint(self.path / name, payload)
+        self._wrote(name)
+
+    def append_metrics(self, record: EvaluationRecord) -> None:
+        """Add one evaluation record; a fresh run's first replaces an older run's log."""
+        line = record.to_json()
+        if self.fresh and "metrics.jsonl" not in self.written:
+            atomic_write_text(self.metrics_path, "".join(f"{kept}\n" for kept in [*self.history, line]))
+        else:
+            append_line(self.metrics_path, line)
+        self._wrote("metrics.jsonl")
+
+    def epoch_checkpoints(self) -> list[Path]:
+        """The epoch checkpoints this run has written, in epoch order."""
+        return sorted(self.path / name for name in self.written if fnmatch(name, EPOCH_CHECKPOINT_GLOB))
+
+    def _wrote(self, name: str) -> None:
+        first = not self.written
+        self.written.add(name)
+        if not first:
+            return
+        if self.fresh:
+            # last.pt, best.pt and metrics.jsonl are each replaced, atomically, when this run first
+            # writes them; epoch checkpoints it may never write, so an older run's go now.
+            for path in self.path.glob(EPOCH_CHECKPOINT_GLOB):
+                if path.name not in self.written:
+                    path.unlink(missing_ok=True)
+        write_json(self.path / "config.json", self.config_record)
+        self.written.add("config.json")
+
+
+@dataclass(frozen=True)
+class EvaluationRecord:
+    """One line of ``metrics.jsonl``: a validation pass during training.
+
+    Training writes them; ``plot``, branches and the progress display read them as this type.
+    """
+
+    step: int | None  # optimiser steps done (None only in hand-made logs)
+    epoch: float  # passes over the training split done, fractional
+    train_loss: float | None  # mean training loss since the previous evaluation (None if none was finite)
+    val_loss: float | None  # validation nats/char (None if not finite)
+    val_bits_per_char: float | None  # the same in bits
+    learning_rate: float | None  # the learning rate at this step
+    chars_per_s: float | None  # training throughput since the previous evaluation
+    elapsed_s: float  # wall time of the run so far
+    epoch_checkpoint: str | None = None  # the epoch checkpoint written with this evaluation, if any
+    averaged_val_loss: float | None = None  # validation nats/char of the averaged weights, when kept
+
+    def to_json(self) -> str:
+        record = asdict(self)
+        for optional in ("epoch_checkpoint", "averaged_val_loss"):
+            if record[optional] is None:
+                del record[optional]
+        return json_text(record)
+
+    @classmethod
+    def from_json(cls, line: str) -> EvaluationRecord:
+        """Parse one line; a ValueError says what is wrong with it."""
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            raise ValueError("is not JSON") from None
+        if not isinstance(record, dict):
+            raise ValueError("is not an evaluation record (a JSON object)")
+        for key in ("epoch", "elapsed_s", "val_loss", "train_loss", "averaged_val_loss"):
+            value = record.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise ValueError(f": {key} is {value!r}, not a number")
+            if value is None and key in ("epoch", "elapsed_s"):  # a non-finite loss is logged as null
+                raise ValueError(f"lacks {key}")
+        if "val_loss" not in record:
+            raise ValueError("lacks val_loss")
+        step = record.get("step")
+        return cls(**{f.name: record.get(f.name) for f in fields(cls)}
+                   | {"step": step if isinstance(step, int) and not isinstance(step, bool) else None})
+
+
+def read_metrics(run_dir: Path) -> list[EvaluationRecord]:
+    """The evaluation records of one run, oldest first; a malformed line is an error naming it."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise CharrnnError(f"{run_dir} is not a run directory (no metrics.jsonl)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise CharrnnError(f"{path} is not UTF-8 text (invalid byte at offset {exc.start})") from None
+    except OSError as exc:
+        raise CharrnnError(f"cannot read {path}: {reason(exc)}") from None
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(EvaluationRecord.from_json(line))
+        except ValueError as exc:
+            separator = "" if str(exc).startswith(":") else " "
+            raise CharrnnError(f"{path} line {number}{separator}{exc}") from None
+    if not records:
+        raise CharrnnError(f"{path} has no evaluations yet; plot it after the run's first evaluation")
+    return records
+
+
+def metrics_history(run_dir: Path, up_to_step: int) -> list[str]:
+    """The lines of ``run_dir``'s metrics.jsonl up to and including ``up_to_step``, for a branch.
+
+    Lines that are not evaluation records are left out; the kept ones are copied as they are.
+    """
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    kept = []
+    for line in lines:
+        try:
+            record = EvaluationRecord.from_json(line)
+        except ValueError:
+            continue
+        if record.step is not None and record.step <= up_to_step:
+            kept.append(line)
+    return kept

@@ -1,0 +1,254 @@
+"""The state of one training run: model, optimiser, place in the data, random generators.
+
+A :class:`TrainingRun` takes truncated-BPTT steps (textbook notes §3: the final
+state of a segment is the initial state of the next, detached so that
+backpropagation stops at the segment boundary; the state is reset at the start
+of each epoch; gradients are clipped by their global norm, ``g ← g · v / ‖g‖``
+when ``‖g‖ > v``, and a step whose loss or gradient is not finite is skipped
+rather than applied). It turns itself into a checkpoint dict and back, exactly:
+a resumed run takes the steps an uninterrupted one would have.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from charrnn.config import ModelConfig, TrainConfig
+from charrnn.data.corpus import CorpusInfo, StreamBatches
+from charrnn.data.vocab import Vocab
+from charrnn.errors import CharrnnError
+from charrnn.models.averaging import WeightAverage
+from charrnn.models.devices import autocast, resolve_precision
+from charrnn.models.evaluate import EvalResult
+from charrnn.models.model import CharRNN, detach_state
+from charrnn.training.distributed import SingleProcess
+from charrnn.training.rundir import new_run_id
+
+# What a checkpoint needs to be resumed.
+RESUME_FIELDS = ("corpus", "train_config", "optimizer_state", "step", "epoch", "epoch_step",
+                 "progress_epochs", "elapsed_s", "carried_state", "rng")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def restore_cuda_rng(states: list[torch.Tensor]) -> None:
+    """Restore saved CUDA generator states, one per GPU, onto the GPUs this machine has.
+
+    A run saved on more GPUs than are present restores the first ones; one saved without
+    a GPU (no states) or resumed without one leaves the CUDA generators as they are.
+    """
+    if not states or not torch.cuda.is_available():
+        return
+    for index, state in enumerate(states[: torch.cuda.device_count()]):
+        torch.cuda.set_rng_state(state, index)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:120] if text else type(exc).__name__
+
+
+def _plain_python_rng_state(state: tuple) -> list:
+    """``random.getstate()`` as lists and ints, which weights-only loading accepts."""
+    version, internal, gauss = state
+    return [version, list(internal), gauss]
+
+
+def _python_rng_state(plain: list) -> tuple:
+    version, internal, gauss = plain
+    return version, tuple(internal), gauss
+
+
+class TrainingRun:
+    """The mutable state of one run: model, optimiser, place in the data, best result so far.
+
+    :meth:`train_step` takes one truncated-BPTT step; :meth:`payload` is the checkpoint
+    dict. In a :class:`~charrnn.training.distributed.ProcessGroup` this rank trains its own block
+    of the streams through DistributedDataParallel (see :mod:`charrnn.training.distributed`).
+    """
+
+    def __init__(self, model_config: ModelConfig, config: TrainConfig, vocab: Vocab, corpus: CorpusInfo,
+                 batches: StreamBatches, initial_weights: dict[str, torch.Tensor] | None = None,
+                 group: SingleProcess | None = None):
+        self.model_config = model_config
+        self.config = config
+        self.vocab = vocab
+        self.corpus = corpus
+        self.batches = batches
+        self.device = torch.device(config.device)
+        self.precision = resolve_precision(config.precision, config.device, model_config)  # fp32 or bf16
+        # Host batches reach a GPU through pinned memory, copied without blocking the host.
+        self.pin_batches = self.device.type == "cuda"
+        seed_everything(config.seed)
+        self.model = CharRNN(model_config)
+        if initial_weights is not None:
+            self.model.load_pretrained(initial_weights)
+        self.model.to(self.device)
+        self.group = group if group is not None else SingleProcess()
+        self.rows = self.group.rows(config.batch_size)  # this rank's streams
+        self.local_batch = config.batch_size // self.group.world_size
+        # What training steps call (DDP across processes); checkpoints and evaluation use the model.
+        self.step_module = self.group.wrap(self.model, self.device)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        # The moving average of the weights, scored beside them at each evaluation (charrnn.models.averaging).
+        self.average = WeightAverage(self.model, config.ema_decay) if config.ema_decay > 0 else None
+        self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate,
+                                           weight_decay=config.weight_decay)
+        self.max_norm = config.clip if config.clip > 0 and config.clip_mode == "norm" else float("inf")
+        self.step = 0  # optimiser steps taken (skipped ones included)
+        self.epochs_done = 0  # completed passes over the training split
+        self.position = 0  # next step within the current epoch
+        self.state = self.model.initial_state(self.local_batch, self.device)
+        self.best: EvalResult | None = None
+        self.best_is_average = False  # whether best.pt holds the averaged weights
+        self.skipped = 0  # steps skipped for a non-finite loss or gradient
+        self.bad_streak = 0  # consecutive skipped steps up to now
+        self.run_id = new_run_id()  # names the run directory's run in config.json and every checkpoint
+        self.latest_eval: dict[str, Any] | None = None  # the last validation result, with its step
+
+    @property
+    def epoch(self) -> float:
+        return self.epochs_done + self.position / len(self.batches)
+
+    def train_step(self, learning_rate: float) -> tuple[float, int]:
+        """One step at ``learning_rate``: its training loss (nats/char, maybe non-finite) and characters."""
+        if self.position == 0:
+            self.state = self.model.initial_state(self.local_batch, self.device)
+        for param_group in self.optimizer.param_groups:
+            param_group["lr"] = learning_rate
+        inputs, targets = (
+            window[self.rows].pin_memory().to(self.device, non_blocking=True) if self.pin_batches
+            else window[self.rows]
+            for window in self.batches[self.position]
+        )  # (B, T) each, B this rank's streams
+        self.model.train()
+        with autocast(self.device, self.precision):
+            logits, state = self.step_module(inputs, self.state)  # (B, T, V)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+        # Without the detach, the next segment's backward pass would run on into this one.
+        self.state = detach_state(tuple(s.float() for s in state))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        # Textbook notes §3: by norm, g ← g·v/‖g‖ when ‖g‖ > v (all parameters jointly);
+        # by value, each element clamped to ±v. The norm also tells whether the step is finite.
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
+        if self.config.clip_mode == "value" and self.config.clip > 0:
+            torch.nn.utils.clip_grad_value_(self.params, self.config.clip)
+        # One host transfer for both numbers: each sync stalls an accelerator's queue.
+        loss_value, norm_value = torch.stack([loss.detach(), grad_norm.to(loss.dtype)]).tolist()
+        # The gradients (so their norm) are already averaged over the processes; the loss is made
+        # global too, so that every rank takes the same decision to apply or skip this step.
+        loss_value = self.group.reduce([loss_value], self.device)[0] / self.group.world_size
+        if math.isfinite(loss_value) and math.isfinite(norm_value):
+            self.optimizer.step()
+            if self.average is not None:
+                self.average.update()
+            self.bad_streak = 0
+        else:
+            # Never apply a NaN or infinite update (textbook notes §3): skip it and count it.
+            self.skipped += 1
+            self.bad_streak += 1
+        self.step += 1
+        self.position += 1
+        if self.position == len(self.batches):
+            self.position = 0
+            self.epochs_done += 1
+        return loss_value, inputs.numel() * self.group.world_size
+
+    def restore(self, payload: dict[str, Any]) -> None:
+        """Continue exactly where ``payload`` (a checkpoint of this run) left off.
+
+        Weights, optimiser moments, position in the data, the carried hidden state,
+        the best result and every random generator come back as they were, so the
+        continued run takes the same steps an uninterrupted one would have.
+        """
+        if not 0 <= payload["epoch_step"] < len(self.batches):
+            raise CharrnnError(f"cannot resume: epoch_step {payload['epoch_step']} is outside this run's "
+                               f"{len(self.batches)} steps per epoch")
+        carried = payload["carried_state"]
+        expected = tuple(s.shape for s in self.model.initial_state(self.config.batch_size, "meta"))
+        if tuple(tuple(s.shape) for s in carried) != tuple(tuple(shape) for shape in expected):
+            raise CharrnnError(f"cannot resume: carried_state has shapes {[tuple(s.shape) for s in carried]};"
+                               f" this run needs {[tuple(shape) for shape in expected]}")
+        # A best.pt that holds the averaged weights keeps the trained ones for training to go on from.
+        self.model.load_state_dict(payload.get("training_weights") or payload["model_state"])
+        try:
+            self.optimizer.load_state_dict(payload["optimizer_state"])
+        except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as exc:
+            raise CharrnnError(f"cannot resume: optimizer_state does not fit this model ({_first_line(exc)})"
+                               ) from None
+        self.step = payload["step"]
+        self.epochs_done = payload["epoch"]
+        self.position = payload["epoch_step"]
+        self.state = tuple(s[:, self.rows].to(self.device) for s in carried)
+        self.best = EvalResult(**payload["best"]) if payload.get("best") else None
+        self.best_is_average = bool(payload.get("best_is_average"))
+        if self.average is not None:
+            try:
+                self.average.load_state(payload["weight_average"])
+            except (ValueError, KeyError, TypeError, RuntimeError, AttributeError) as exc:
+                raise CharrnnError(f"cannot resume: weight_average does not fit this run ({_first_line(exc)})"
+                                   ) from None
+        self.skipped = payload.get("skipped_steps", 0)
+        self.run_id = payload.get("run_id", self.run_id)
+        self.latest_eval = payload.get("latest_eval")
+        rng = payload["rng"]
+        try:
+            random.setstate(_python_rng_state(rng["python"]))
+            torch.set_rng_state(rng["torch"])
+            restore_cuda_rng(rng.get("cuda") or [])
+        except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as exc:
+            raise CharrnnError(f"cannot resume: rng holds no valid generator state ({_first_line(exc)})"
+                               ) from None
+
+    def carried_state(self) -> tuple[torch.Tensor, ...]:
+        """The hidden state of all ``batch_size`` streams (a collective: every rank must call it)."""
+        return tuple(self.group.gather_rows(s, dim=1) for s in self.state)
+
+    def payload(self, elapsed_s: float, carried_state: tuple[torch.Tensor, ...],
+                averaged: bool = False) -> dict[str, Any]:
+        """The checkpoint dict: everything :meth:`restore` needs, plus what readers want to know.
+
+        ``carried_state`` is :meth:`carried_state`'s result, gathered by every rank beforehand.
+        With ``averaged``, ``model_state`` (what sampling and evaluation read) holds the
+        averaged weights and ``training_weights`` the trained ones.
+        """
+        weights = {"model_state": self.model.state_dict()}
+        if averaged:
+            assert self.average is not None
+            weights = {"model_state": self.average.weights, "training_weights": self.model.state_dict()}
+        return {
+            "run_id": self.run_id,
+            "model_config": self.model_config.to_dict(),
+            "train_config": self.config.to_dict(),
+            "vocab": self.vocab.to_list(),
+            "vocab_digest": self.vocab.digest(),
+            **weights,
+            "weight_average": self.average.state() if self.average is not None else None,
+            "optimizer_state": self.optimizer.state_dict(),
+            "step": self.step,
+            "epoch": self.epochs_done,
+            "epoch_step": self.position,
+            "progress_epochs": self.epoch,
+            "best_val_loss": self.best.nats_per_char if self.best else None,
+            "best": self.best.to_dict() if self.best else None,
+            "best_is_average": self.best_is_average,
+            "latest_eval": self.latest_eval,
+            "skipped_steps": self.skipped,
+            "elapsed_s": elapsed_s,
+            "carried_state": list(carried_state),
+            "rng": {
+                "python": _plain_python_rng_state(random.getstate()),
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            },
+            "corpus": self.corpus.to_dict(),
+        }

@@ -1,0 +1,72 @@
+"""Writing the product to standard output, whatever standard output turns out to be.
+
+stdout may be a closed descriptor (``>&-``), a full device (``>/dev/full``), a pipe
+whose reader left (``| head``) or a stream whose encoding cannot hold the text
+(``PYTHONIOENCODING=ascii``). Each becomes a one-line :class:`CharrnnError` (a
+reader that left ends the command quietly), never a traceback, and never a result
+silently lost behind exit code 0.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from charrnn.errors import CharrnnError
+from charrnn.utils.files import reason
+
+
+class ReaderGone(Exception):
+    """stdout's reader closed the pipe (``charrnn sample ... | head``): stop quietly."""
+
+
+def silence_stdout() -> None:
+    """Point the descriptor at /dev/null, so the interpreter's last flush at exit cannot fail again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
+
+
+@contextmanager
+def stdout_guard() -> Iterator[None]:
+    """Turn a failure to write stdout inside the block into a one-line error (or a quiet stop)."""
+    if sys.stdout is None:
+        raise CharrnnError("standard output is closed; redirect it to a file (or use --output)")
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
+        raise ReaderGone from None
+    except UnicodeEncodeError as exc:
+        encoding = getattr(sys.stdout, "encoding", None) or "its encoding"
+        raise CharrnnError(
+            f"standard output ({encoding}) cannot represent {exc.object[exc.start:exc.end]!r}; "
+            f"set PYTHONIOENCODING=utf-8 or write to a file"
+        ) from None
+    except OSError as exc:
+        silence_stdout()
+        raise CharrnnError(f"cannot write to standard output: {reason(exc)}") from None
+
+
+def write_stdout(text: str) -> None:
+    """Write ``text`` to stdout and flush it; see :func:`stdout_guard` for the failures."""
+    with stdout_guard():
+        sys.stdout.write(text)
+
+
+def stream_stdout(pieces: Iterable[str], prefix: str = "") -> None:
+    """Write ``prefix`` then each piece as it comes, flushed, ending with a newline when it did not."""
+    last = prefix
+    with stdout_guard():
+        sys.stdout.write(prefix)
+        for piece in pieces:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+            last = piece or last
+        if not last.endswith("\n"):
+            sys.stdout.write("\n")

@@ -1,0 +1,178 @@
+import io
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from rich.console import Console
+
+from charrnn.analysis.compare import CompareSettings, checkpoint_labels, compare_checkpoints, to_markdown
+from charrnn.cli.display import comparison_renderable
+from charrnn.cli.main import cli
+from charrnn.config import SampleConfig
+from charrnn.data.vocab import Vocab
+from charrnn.generation.sample import collect_samples, generate
+from charrnn.models.evaluate import evaluate
+from charrnn.training.checkpoint import load_model, save_checkpoint
+
+from helpers import plan_run
+
+
+@pytest.fixture(scope="module")
+def other_run(tmp_path_factory) -> Path:
+    """A GRU of another size, trained on a corpus with a different vocabulary (no 'R', adds 'Ω')."""
+    root = tmp_path_factory.mktemp("other")
+    corpus = root / "other.txt"
+    corpus.write_text("Ωmega speaks: the quick brown fox.\n" * 80, encoding="utf-8")
+    plan_run(corpus, root / "run", cell="gru", hidden_size=16, embed_size=4, learning_rate=3e-3,
+             max_steps=10).run()
+    return root / "run"
+
+
+def settings(**overrides) -> CompareSettings:
+    sample = SampleConfig(length=overrides.pop("length", 40), seed=3, temperature=0.9)
+    return CompareSettings(**{"prime": "ROMEO:", "sample": sample, **overrides})
+
+
+def test_reports_match_eval_and_sample(tiny_run):
+    paths = [tiny_run / "best.pt", tiny_run / "last.pt"]
+    reports, note = compare_checkpoints(paths, settings())
+    assert note is None
+    loaded = load_model(paths[0])
+    text = Path(loaded.payload["corpus"]["path"]).read_text(encoding="utf-8")
+    expected = evaluate(loaded.model, loaded.vocab.encode(text[loaded.payload["corpus"]["split_point"]:]))
+    assert reports[0].nats_per_char == pytest.approx(expected.nats_per_char)
+    direct = collect_samples(generate(loaded.model, loaded.vocab, settings().sample, "ROMEO:"), "ROMEO:", 1)
+    assert reports[0].sample == direct[0]
+    assert reports[0].step == loaded.payload["step"] and reports[0].run == "run"
+    assert reports[0].error is None
+
+
+def test_different_vocabularies_are_noted_and_each_still_sampled(tiny_run, other_run):
+    reports, note = compare_checkpoints([tiny_run / "best.pt", other_run / "best.pt"], settings())
+    assert "different vocabularies" in note
+    assert reports[0].sample.startswith("ROMEO:")
+    # The prime's 'R' is not in the other vocabulary: its entry says so and has no sample.
+    assert reports[1].sample is None and "'R' (U+0052) ×1" in reports[1].error
+    assert reports[1].nats_per_char is not None  # still scored on its own validation split
+    greek = compare_checkpoints([tiny_run / "best.pt", other_run / "best.pt"], settings(prime=""))[0]
+    assert all(r.sample is not None for r in greek)
+
+
+def test_shared_text_with_unknown_characters(tiny_run, other_run):
+    text = "ROMEO: Café\n" * 5
+    reports, _ = compare_checkpoints([tiny_run / "best.pt", other_run / "best.pt"],
+                                     settings(prime="", text=text, text_name="shared.txt"))
+    assert reports[0].scored_on == "shared.txt" and reports[0].chars == len(text) - 1
+    assert reports[1].nats_per_char is None and "not scored" in reports[1].error
+
+
+def test_beam_decoding_reports_log_prob(tiny_run):
+    reports, _ = compare_checkpoints([tiny_run / "best.pt"], settings(beam_width=3))
+    assert reports[0].log_prob is not None and reports[0].log_prob < 0
+
+
+def test_markdown_has_table_and_fenced_samples(tiny_run, other_run):
+    paths = [tiny_run / "best.pt", other_run / "best.pt"]
+    reports, note = compare_checkpoints(paths, settings(prime=""))
+    document = to_markdown(reports, settings(prime=""), note)
+    assert "| checkpoint | run | epoch | steps | nats/char | bits/char | perplexity |" in document
+    assert document.count("```text") == 2 and "Note: the checkpoints have different vocabularies" in document
+
+
+def render(reports, width: int) -> str:
+    console = Console(file=io.StringIO(), width=width)
+    console.print(comparison_renderable(reports, width))
+    return console.file.getvalue()
+
+
+def test_side_by_side_when_wide_stacked_when_narrow(tiny_run, other_run):
+    reports, _ = compare_checkpoints([tiny_run / "best.pt", other_run / "best.pt"], settings(prime=""))
+    wide = render(reports, 160)
+    narrow = render(reports, 50)
+    assert "┃" in wide and "╭─" not in wide  # one table, checkpoints as columns
+    assert narrow.count("╭─") == 2  # one panel per checkpoint
+    assert "run/best.pt" in wide  # same file name in two runs: labelled with the run
+
+
+def test_cli_json_and_markdown(tiny_run, other_run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), str(other_run / "best.pt"),
+                                      "--length", "20", "--json", "--markdown", "report.md"])
+    assert result.exit_code == 0, result.output
+    entries = json.loads(result.stdout)
+    assert [set(e) >= {"checkpoint", "epoch", "step", "nats_per_char", "bits_per_char", "perplexity",
+                       "sample"} for e in entries] == [True, True]
+    assert all(len(e["sample"]) == 20 for e in entries)
+    assert "different vocabularies" in result.stderr
+    assert Path("report.md").read_text(encoding="utf-8").startswith("# Checkpoint comparison")
+
+
+def test_cli_table_and_missing_checkpoint(tiny_run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shown = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "--length", "10"])
+    assert shown.exit_code == 0 and "nats/char" in shown.stdout
+    missing = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "nope.pt"])
+    assert missing.exit_code == 1 and missing.stderr.strip() == "Error: checkpoint nope.pt does not exist"
+
+
+def test_labels_fall_back_to_full_paths(tiny_run, tmp_path):
+    copy_dir = tmp_path / "elsewhere" / tiny_run.name
+    copy_dir.mkdir(parents=True)
+    (copy_dir / "best.pt").write_bytes((tiny_run / "best.pt").read_bytes())
+    reports, _ = compare_checkpoints([tiny_run / "best.pt", copy_dir / "best.pt"], settings(length=5))
+    assert checkpoint_labels(reports) == [str(tiny_run / "best.pt"), str(copy_dir / "best.pt")]
+
+
+def test_the_vocabulary_note_tells_checkpoints_apart(tiny_run, tmp_path):
+    payload = torch.load(tiny_run / "best.pt", weights_only=True)
+    other = tmp_path / "other" / "best.pt"
+    other.parent.mkdir()
+    extra = "\u00a7"  # a symbol the tiny run never saw
+    payload["vocab"] = [*payload["vocab"], extra]
+    payload["vocab_digest"] = Vocab.from_list(payload["vocab"]).digest()
+    payload["model_config"]["vocab_size"] += 1
+    for name in ("embedding.weight", "head.weight", "head.bias"):
+        tensor = payload["model_state"][name]
+        payload["model_state"][name] = torch.cat([tensor, tensor[:1]])
+    save_checkpoint(other, payload)
+    reports, note = compare_checkpoints([tiny_run / "best.pt", other], settings(length=5))
+    assert f"{tiny_run.name}/best.pt: " in note and "other/best.pt: " in note
+
+
+def test_a_checkpoint_whose_corpus_is_gone_shows_its_stored_score(tiny_run, tmp_path):
+    payload = torch.load(tiny_run / "best.pt", weights_only=True)
+    payload["corpus"]["path"] = str(tmp_path / "gone.txt")
+    moved = tmp_path / "best.pt"
+    save_checkpoint(moved, payload)
+    reports, _ = compare_checkpoints([moved], settings(length=5))
+    stored = payload["latest_eval"]
+    assert stored["step"] == payload["step"]
+    assert reports[0].nats_per_char == stored["nats_per_char"]
+    assert "validation score stored at training time" in reports[0].error
+    del payload["latest_eval"]
+    save_checkpoint(moved, payload)
+    reports, _ = compare_checkpoints([moved], settings(length=5))
+    assert reports[0].nats_per_char is None and "give --text FILE" in reports[0].error
+
+
+def test_compare_takes_the_sampling_options_of_sample(tiny_run, tmp_path):
+    checkpoint = str(tiny_run / "best.pt")
+    prime = tmp_path / "prime.txt"
+    prime.write_text("ROMEO:", encoding="utf-8")
+    runner = CliRunner()
+    compared = runner.invoke(cli, ["compare", checkpoint, "--prime-file", str(prime), "--top-k", "3",
+                                   "--top-p", "0.9", "--length", "20", "--json", "--markdown",
+                                   str(tmp_path / "r.md")])
+    assert compared.exit_code == 0, compared.output
+    sampled = runner.invoke(cli, ["sample", checkpoint, "--prime", "ROMEO:", "--top-k", "3", "--top-p", "0.9",
+                                  "--length", "20", "--seed", "1"])
+    assert json.loads(compared.stdout)[0]["sample"] + "\n" == sampled.stdout
+    assert "temperature 1, top-k 3, top-p 0.9, seed 1" in (tmp_path / "r.md").read_text(encoding="utf-8")
+    greedy = runner.invoke(cli, ["compare", checkpoint, "--greedy", "--length", "20", "--json",
+                                 "--prime", "R"])
+    plain = runner.invoke(cli, ["sample", checkpoint, "--greedy", "--length", "20", "--prime", "R"])
+    assert json.loads(greedy.stdout)[0]["sample"] + "\n" == plain.stdout
+    refused = runner.invoke(cli, ["compare", checkpoint, "--greedy", "--temperature", "0.5"])
+    assert refused.exit_code == 2 and "--greedy is deterministic" in refused.stderr

@@ -1,0 +1,37 @@
+"""charrnn info: what a checkpoint holds, without running the model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from click.testing import CliRunner
+
+from charrnn.cli.main import cli
+
+
+def test_info_describes_a_checkpoint_and_a_run_directory(tiny_run):
+    table = CliRunner().invoke(cli, ["info", str(tiny_run / "best.pt")])
+    assert table.exit_code == 0, table.output
+    for fragment in ("2×32 LSTM", "parameters", "vocabulary", "present, unchanged", "resumable", "yes",
+                     "format version", "latest validation", "batch_size 4"):
+        assert fragment in table.stdout, fragment
+    as_json = CliRunner().invoke(cli, ["info", str(tiny_run), "--json"])
+    facts = json.loads(as_json.stdout)
+    assert facts["checkpoint"].endswith("best.pt") and "using" in as_json.stderr
+    assert facts["model"]["hidden_size"] == 32 and facts["vocab_size"] == len(facts["vocab"])
+    assert facts["corpus"]["status"] == "present, unchanged" and facts["format_version"] == 1
+    assert facts["parameters"] > 0 and facts["step"] > 0
+
+
+def test_info_says_when_the_corpus_is_gone(tiny_run, tmp_path):
+    corpus = tmp_path / "small.txt"
+    shutil.copy(tiny_run.parent / "small.txt", corpus)
+    run = tmp_path / "run"
+    trained = CliRunner().invoke(cli, ["train", str(corpus), "--layers", "1", "--hidden", "8", "--embed", "4",
+                                       "--batch-size", "4", "--seq-len", "16", "--max-steps", "2",
+                                       "--out", str(run)])
+    assert trained.exit_code == 0, trained.output
+    corpus.unlink()
+    facts = json.loads(CliRunner().invoke(cli, ["info", str(run), "--json"]).stdout)
+    assert facts["corpus"]["status"] == "missing"

@@ -1,0 +1,555 @@
+"""The command line end to end: in process through CliRunner, and as the installed program."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from charrnn.cli.main import cli
+from charrnn.models.evaluate import evaluate
+from charrnn.training.checkpoint import load_model
+
+from helpers import INSTALLED, needs_installed
+
+TINY_TRAIN = ["--layers", "1", "--hidden", "24", "--embed", "8", "--batch-size", "4", "--seq-len", "16",
+              "--eval-every", "10", "--seed", "1"]
+
+
+@pytest.fixture
+def runner(tmp_path, monkeypatch) -> CliRunner:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CHARRNN_DATA_DIR", raising=False)
+    return CliRunner()
+
+
+def invoke(runner: CliRunner, *args: str):
+    return runner.invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def assert_one_line_error(result, fragment: str) -> None:
+    assert result.exit_code != 0
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert fragment in lines[0]
+
+
+def test_train_sample_eval_round_trip(runner, small_corpus):
+    result = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "25")
+    assert result.exit_code == 0, result.output
+    run = Path("checkpoints/small")
+    assert {p.name for p in run.iterdir()} == {"best.pt", "last.pt", "metrics.jsonl", "config.json"}
+    assert "best validation" in result.stdout and "reached --max-steps 25" in result.stdout
+    assert "parameters" in result.stderr  # configuration table
+
+    first = invoke(runner, "sample", run / "best.pt", "--prime", "ROMEO:", "--length", "80", "--seed", "4")
+    second = invoke(runner, "sample", run / "best.pt", "--prime", "ROMEO:", "--length", "80", "--seed", "4")
+    assert first.exit_code == 0 and first.stdout == second.stdout
+    assert first.stdout.startswith("ROMEO:") and len(first.stdout) == len("ROMEO:") + 80 + 1
+
+    scored = invoke(runner, "eval-perplexity", run / "best.pt", "--json")
+    report = json.loads(scored.stdout)
+    assert set(report) == {"nats_per_char", "bits_per_char", "perplexity", "chars"}
+    loaded = load_model(run / "best.pt")
+    text = small_corpus.read_text(encoding="utf-8")
+    cut = loaded.payload["corpus"]["split_point"]
+    expected = evaluate(loaded.model, loaded.vocab.encode(text[cut:]))
+    assert report["nats_per_char"] == pytest.approx(expected.nats_per_char)
+    assert report["chars"] == len(text) - cut - 1
+    assert loaded.payload["best_val_loss"] == pytest.approx(report["nats_per_char"], rel=1e-6)
+
+    table = invoke(runner, "eval-perplexity", run / "best.pt", small_corpus)
+    assert table.exit_code == 0 and "perplexity" in table.stdout and "bits/char" in table.stdout
+
+
+def test_existing_run_is_kept_unless_overwrite(runner, small_corpus):
+    assert invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "3").exit_code == 0
+    best = Path("checkpoints/small/best.pt")
+    before = best.read_bytes()
+    again = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "3")
+    assert_one_line_error(again, "already holds a training run")
+    assert "continue it with --resume checkpoints/small/last.pt" in again.stderr
+    assert best.read_bytes() == before
+    replaced = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "3", "--overwrite",
+                      "--seed", "2")
+    assert replaced.exit_code == 0 and best.read_bytes() != before
+
+
+@pytest.mark.slow
+def test_resume_continues_the_run_with_epoch_checkpoints(runner, small_corpus):
+    # small.txt: 13,100 chars, 11,790 for training; 4 streams of 2,947, seq-len 16: 185 steps an epoch.
+    first = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--epochs", "1", "--save-epochs", "1,2",
+                   "--eval-every", "1000")
+    assert first.exit_code == 0, first.output
+    run = Path("checkpoints/small")
+    resumed = invoke(runner, "train", "--resume", run / "last.pt", "--epochs", "2")
+    assert resumed.exit_code == 0, resumed.output
+    assert "resuming with epochs: 1.0 → 2.0" in resumed.stderr
+    assert [p.name[:9] for p in sorted(run.glob("epoch*.pt"))] == ["epoch0001", "epoch0002"]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r.get("epoch_checkpoint", "")[:9] for r in records] == ["epoch0001", "epoch0002"]
+    assert torch.load(run / "last.pt", weights_only=True)["step"] == 2 * records[0]["step"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [(["--max-steps", "6", "--hidden", "48"], "hidden_size 48 contradicts the checkpoint"),
+     (["--max-steps", "6", "--seq-len", "8"], "seq_len 8 contradicts the checkpoint"),
+     (["--max-steps", "6", "--overwrite"], "--overwrite with --resume replaces nothing"),
+     (["--max-steps", "3"], "this run already reached --max-steps 3")],
+)
+def test_resume_refuses_contradictions(runner, small_corpus, extra, fragment):
+    assert invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "3").exit_code == 0
+    before = Path("checkpoints/small/last.pt").read_bytes()
+    result = invoke(runner, "train", "--resume", "checkpoints/small/last.pt", *extra)
+    assert_one_line_error(result, fragment)
+    assert Path("checkpoints/small/last.pt").read_bytes() == before
+
+
+def train_tiny_run(runner: CliRunner, corpus: Path, out: str, *extra: str):
+    return invoke(runner, "train", corpus, *TINY_TRAIN, "--out", out, *extra)
+
+
+def test_resume_of_a_fine_tuned_run_trains_on_the_checkpoints_vocabulary(runner, small_corpus):
+    """The fine-tuned vocabulary (extended, so unlike the corpus's own) must carry through a resume."""
+    assert train_tiny_run(runner, small_corpus, "base", "--max-steps", "4").exit_code == 0
+    Path("lower.txt").write_text(small_corpus.read_text(encoding="utf-8").lower(), encoding="utf-8")
+    tune = ["train", "lower.txt", "--init-from", "base/last.pt", "--extend-vocab", *TINY_TRAIN]
+    assert invoke(runner, *tune, "--max-steps", "8", "--out", "straight").exit_code == 0
+    assert invoke(runner, *tune, "--max-steps", "4", "--out", "halves").exit_code == 0
+    resumed = invoke(runner, "train", "--resume", "halves/last.pt", "--max-steps", "8")
+    assert resumed.exit_code == 0, resumed.output
+    straight = torch.load("straight/last.pt", weights_only=True)
+    halves = torch.load("halves/last.pt", weights_only=True)
+    assert straight["vocab"] == halves["vocab"] != sorted(halves["vocab"])
+    for name, tensor in straight["model_state"].items():
+        assert torch.equal(tensor, halves["model_state"][name]), name
+
+
+@pytest.mark.slow
+def test_resuming_an_earlier_checkpoint_never_replaces_newer_results(runner, small_corpus):
+    assert invoke(runner, "train", small_corpus, *TINY_TRAIN, "--epochs", "3", "--save-epochs", "1,2",
+                  "--eval-every", "1000", "--out", "ep").exit_code == 0
+    run = Path("ep")
+    before = {name: (run / name).read_bytes() for name in ("best.pt", "last.pt", "metrics.jsonl")}
+    first = next(run.glob("epoch0001-*.pt"))
+    refused = invoke(runner, "train", "--resume", first, "--epochs", "2")
+    assert_one_line_error(refused, "has newer results")
+    assert "--out NEW_DIR" in refused.stderr
+    branched = invoke(runner, "train", "--resume", first, "--epochs", "2", "--out", "branch")
+    assert branched.exit_code == 0, branched.output
+    assert {name: (run / name).read_bytes() for name in before} == before
+    history = [json.loads(line) for line in Path("branch/metrics.jsonl").read_text().splitlines()]
+    original = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert history[0] == original[0]  # the branch starts with the run's history up to the checkpoint
+    assert torch.load("branch/last.pt", weights_only=True)["run_id"] != \
+        torch.load(run / "last.pt", weights_only=True)["run_id"]
+
+
+def test_resume_refuses_a_directory_that_is_not_the_checkpoints_run(runner, small_corpus):
+    assert train_tiny_run(runner, small_corpus, "run", "--max-steps", "4").exit_code == 0
+    other = Path("other")
+    other.mkdir()
+    (other / "config.json").write_text('{"mine": true}\n')
+    (other / "best.pt").write_bytes(b"the user's own")
+    (other / "metrics.jsonl").write_text("{}\n")
+    (other / "last.pt").write_bytes(Path("run/last.pt").read_bytes())
+    before = {p.name: p.read_bytes() for p in other.iterdir()}
+    refused = invoke(runner, "train", "--resume", other / "last.pt", "--max-steps", "6")
+    assert_one_line_error(refused, "is not the run that wrote last.pt")
+    assert {p.name: p.read_bytes() for p in other.iterdir()} == before
+
+
+def test_resume_accepts_out_naming_the_checkpoints_own_directory(runner, small_corpus):
+    assert train_tiny_run(runner, small_corpus, "run", "--max-steps", "4").exit_code == 0
+    resumed = invoke(runner, "train", "--resume", "run/last.pt", "--max-steps", "6", "--out", "run")
+    assert resumed.exit_code == 0, resumed.output
+    assert torch.load("run/last.pt", weights_only=True)["step"] == 6
+
+
+def test_fine_tune_with_extended_vocabulary(runner, tiny_checkpoint):
+    Path("new.txt").write_text("ROMEO: Zounds! Quoth the Knave, 'tis XV o'clock.\n" * 40, encoding="utf-8")
+    refused = invoke(runner, "train", "new.txt", "--init-from", tiny_checkpoint, "--max-steps", "2")
+    assert_one_line_error(refused, "'Z' (U+005A)")
+    assert "--extend-vocab" in refused.stderr
+    tuned = invoke(runner, "train", "new.txt", "--init-from", tiny_checkpoint, "--extend-vocab",
+                   "--max-steps", "2", "--batch-size", "4", "--seq-len", "16", "--dropout", "0.1",
+                   "--weight-drop", "0.2", "--locked-dropout")
+    assert tuned.exit_code == 0, tuned.output
+    old = torch.load(tiny_checkpoint, weights_only=True)
+    new = torch.load("checkpoints/new/last.pt", weights_only=True)
+    assert new["vocab"][: len(old["vocab"])] == old["vocab"]  # no id moved
+    assert {"Z", "Q", "K", "X"} <= set(new["vocab"][len(old["vocab"]):])
+    assert new["model_config"]["hidden_size"] == old["model_config"]["hidden_size"]
+    assert new["model_config"]["dropout"] == 0.1
+    assert new["model_config"]["weight_drop"] == 0.2 and new["model_config"]["locked_dropout"]
+    assert new["train_config"]["init_from"] == str(tiny_checkpoint)
+    assert max(s["step"] for s in new["optimizer_state"]["state"].values()) == 2  # fresh optimiser
+    sampled = invoke(runner, "sample", "checkpoints/new/last.pt", "--prime", "Zounds", "--length", "10")
+    assert sampled.exit_code == 0 and sampled.stdout.startswith("Zounds")
+
+
+def test_fine_tune_refuses_another_shape(runner, tiny_checkpoint, small_corpus):
+    result = invoke(runner, "train", small_corpus, "--init-from", tiny_checkpoint, "--hidden", "64")
+    assert_one_line_error(result, "hidden_size 64 contradicts the --init-from checkpoint")
+
+
+def test_sample_to_file_and_several_samples(runner, tiny_checkpoint):
+    result = invoke(runner, "sample", tiny_checkpoint, "--num-samples", "3", "--length", "20", "--seed", "2",
+                    "--output", "out.txt")
+    assert result.exit_code == 0 and result.stdout == ""
+    text = Path("out.txt").read_text(encoding="utf-8")
+    assert text.count("=== sample ") == 3
+
+
+def test_beam_search_prints_the_best_beams_with_scores_on_stderr(runner, tiny_checkpoint):
+    result = invoke(runner, "sample", tiny_checkpoint, "--prime", "ROMEO:", "--beam-width", "4",
+                    "--num-samples", "2", "--length", "30")
+    assert result.exit_code == 0, result.output
+    assert [line for line in result.stdout.splitlines() if line.startswith("===")] == ["=== beam 1 ===",
+                                                                                       "=== beam 2 ==="]
+    scores = [float(line.split("log-prob ")[1].split()[0]) for line in result.stderr.splitlines()
+              if line.startswith("beam ")]
+    assert len(scores) == 2 and scores[0] >= scores[1]
+    width_one = invoke(runner, "sample", tiny_checkpoint, "--prime", "ROMEO:", "--beam-width", "1",
+                       "--length", "30")
+    greedy = invoke(runner, "sample", tiny_checkpoint, "--prime", "ROMEO:", "--greedy", "--length", "30")
+    assert width_one.stdout == greedy.stdout  # one beam: the text alone, no header
+
+
+def test_sample_json_gives_one_object_per_line(runner, tiny_checkpoint):
+    sampled = invoke(runner, "sample", tiny_checkpoint, "--num-samples", "2", "--length", "10", "--seed", "3",
+                     "--json")
+    records = [json.loads(line) for line in sampled.stdout.splitlines()]
+    assert len(records) == 2 and all(set(record) == {"text"} for record in records)
+    beams = invoke(runner, "sample", tiny_checkpoint, "--beam-width", "3", "--num-samples", "3",
+                   "--length", "10", "--stop-at", "\n", "--json")
+    records = [json.loads(line) for line in beams.stdout.splitlines()]
+    assert len(records) == 3 and all(set(record) == {"text", "log_prob", "stopped"} for record in records)
+    assert records[0]["log_prob"] >= records[1]["log_prob"] >= records[2]["log_prob"]
+
+
+def test_stop_at_in_the_cli(runner, tiny_checkpoint):
+    result = invoke(runner, "sample", tiny_checkpoint, "--prime", "ROMEO:", "--stop-at", "\n",
+                    "--length", "500", "--seed", "1")
+    assert result.exit_code == 0
+    assert result.stdout.startswith("ROMEO:") and result.stdout.count("\n") == 1
+
+
+def test_prime_file_and_greedy(runner, tiny_checkpoint):
+    Path("prime.txt").write_text("JULIET:\n", encoding="utf-8")
+    result = invoke(runner, "sample", tiny_checkpoint, "--prime-file", "prime.txt", "--greedy",
+                    "--length", "30")
+    assert result.exit_code == 0 and result.stdout.startswith("JULIET:\n")
+
+
+def test_eval_unknown_characters_named_and_skippable(runner, tiny_checkpoint):
+    Path("other.txt").write_text("ROMEO: Café ZZZ Q", encoding="utf-8")
+    refused = invoke(runner, "eval-perplexity", tiny_checkpoint, "other.txt")
+    assert_one_line_error(refused, "'Z' (U+005A) ×3")
+    assert "--skip-unknown" in refused.stderr
+    skipped = invoke(runner, "eval-perplexity", tiny_checkpoint, "other.txt", "--skip-unknown", "--json")
+    assert skipped.exit_code == 0
+    assert json.loads(skipped.stdout)["chars"] == len("ROMEO: Café  ") - 1
+    assert "skipped 4 character(s)" in skipped.stderr
+
+
+def test_data_get_uses_the_mirror(runner, data_mirror):
+    result = invoke(runner, "data", "get", "tinyshakespeare", "--data-dir", "cache")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == str(Path("cache/tinyshakespeare/input.txt"))
+    assert len(Path("cache/tinyshakespeare/input.txt").read_text(encoding="utf-8")) == 1_115_394
+
+
+def test_train_without_corpus_fetches_tiny_shakespeare(runner, data_mirror):
+    result = invoke(runner, "train", "--layers", "1", "--hidden", "8", "--embed", "4", "--batch-size", "2",
+                    "--seq-len", "8", "--max-steps", "2")
+    assert result.exit_code == 0, result.output
+    payload = torch.load("checkpoints/tinyshakespeare/last.pt", weights_only=True)
+    assert payload["corpus"]["chars"] == 1_115_394
+    assert payload["corpus"]["split_point"] == 1_003_854
+    assert len(payload["vocab"]) == 65
+
+
+@pytest.fixture
+def bad_files(tmp_path, tiny_checkpoint) -> dict[str, Path]:
+    files = {"empty.txt": b"", "latin1.txt": "café".encode("latin-1"), "short.txt": b"abcdefgh" * 4,
+             "notes.txt": b"plain text, not a checkpoint"}
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+    (tmp_path / "cut.pt").write_bytes(tiny_checkpoint.read_bytes()[:1500])
+    torch.save({"weights": torch.ones(2)}, tmp_path / "foreign.pt")
+    return {name: tmp_path / name for name in [*files, "cut.pt", "foreign.pt"]}
+
+
+BAD_INPUTS = [
+    (["train", "missing.txt"], "does not exist"),
+    (["train", "empty.txt"], "is empty"),
+    (["train", "latin1.txt"], "not UTF-8"),
+    (["train", "short.txt", "--batch-size", "8", "--seq-len", "16"], "needs at least 129"),
+    (["train", "short.txt", "--epochs", "0"], "--epochs"),
+    (["train", "short.txt", "--lr", "1e39"], "Invalid value for '--lr': must be positive and at most 1000"),
+    (["train", "short.txt", "--lr", "nan"], "Invalid value for '--lr': must be a finite number"),
+    (["train", "short.txt", "--save-epochs", "5,x"], "not a comma-separated list"),
+    (["train", "short.txt", "--save-epochs", "0,5"], "'--save-epochs': must list whole epochs of 1 or more"),
+    (["train", "short.txt", "--device", "mps", "--precision", "bf16"], "MPS is not available"),
+    (["sample", "CKPT", "--temperature", "0"], "temperature"),
+    (["sample", "CKPT", "--temperature", "-0.5"], "temperature"),
+    (["sample", "CKPT", "--temperature", "inf"], "'--temperature': must be a finite number"),
+    (["sample", "CKPT", "--top-k", "0"], "top-k"),
+    (["sample", "CKPT", "--top-p", "0"], "top-p"),
+    (["sample", "CKPT", "--top-p", "1.01"], "top-p"),
+    (["sample", "CKPT", "--length", "-1"], "length"),
+    (["sample", "CKPT", "--prime", "Ωmega"], "'Ω' (U+03A9)"),
+    (["sample", "CKPT", "--prime", "x", "--prime-file", "notes.txt"], "not both"),
+    (["sample", "CKPT", "--beam-width", "0"], "--beam-width"),
+    (["sample", "CKPT", "--beam-width", "2", "--temperature", "0.5"], "--temperature does not apply"),
+    (["sample", "CKPT", "--beam-width", "2", "--num-samples", "3"], "exceeds --beam-width 2"),
+    (["sample", "missing.pt"], "does not exist"),
+    (["sample", "cut.pt"], "not a readable charrnn checkpoint"),
+    (["sample", "notes.txt"], "is not a charrnn checkpoint"),
+    (["sample", "foreign.pt"], "not a charrnn checkpoint"),
+    (["eval-perplexity", "foreign.pt"], "not a charrnn checkpoint"),
+    (["eval-perplexity", "CKPT", "missing.txt"], "does not exist"),
+    (["sampel"], "No such command"),
+]
+
+
+@pytest.mark.parametrize(("args", "fragment"), BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_is_one_line_error(runner, tmp_path, bad_files, tiny_checkpoint, args, fragment):
+    args = [str(tiny_checkpoint) if a == "CKPT" else a for a in args]
+    result = invoke(runner, *args)
+    assert_one_line_error(result, fragment)
+    assert not any(Path("checkpoints").glob("**/*.pt"))  # nothing half-written
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_a_gpu_is_one_line_error(runner, tiny_checkpoint):
+    assert_one_line_error(invoke(runner, "sample", tiny_checkpoint, "--device", "cuda"),
+                          "no CUDA GPU is available")
+
+
+def run_installed(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(INSTALLED), *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+
+@pytest.mark.slow
+@needs_installed
+def test_installed_program_end_to_end(tmp_path, small_corpus):
+    version = run_installed("--version", cwd=tmp_path)
+    assert version.returncode == 0 and "charrnn" in version.stdout
+
+    trained = run_installed("train", small_corpus, *TINY_TRAIN, "--max-steps", "12", "--out", "run",
+                            cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr
+    assert "best validation" in trained.stdout
+
+    sampled = run_installed("sample", "run/best.pt", "--prime", "ROMEO:", "--length", "40", "--seed", "3",
+                            cwd=tmp_path)
+    assert sampled.returncode == 0 and sampled.stdout.startswith("ROMEO:")
+
+    scored = run_installed("eval-perplexity", "run/best.pt", "--json", cwd=tmp_path)
+    assert json.loads(scored.stdout)["chars"] > 0
+
+    piped = subprocess.run(f"'{INSTALLED}' sample run/best.pt --length 200000 --seed 1 | head -c 20",
+                           shell=True, cwd=tmp_path, capture_output=True, timeout=300)
+    assert len(piped.stdout) == 20 and piped.stderr == b""
+
+    failed = run_installed("sample", "run/best.pt", "--temperature", "0", cwd=tmp_path)
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr
+    assert failed.stderr.strip().count("\n") == 0
+
+
+@pytest.mark.slow
+def test_python_dash_m(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "charrnn", "--help"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0 and "eval-perplexity" in result.stdout
+
+
+def test_a_time_budget_picks_the_settings_not_given(runner, small_corpus):
+    result = invoke(runner, "train", small_corpus, "--out", "run", "--time-budget", "100", "--max-steps", "3",
+                    "--precision", "fp32", *TINY_TRAIN)
+    assert result.exit_code == 0, result.stderr
+    assert ("--time-budget 100 s: --lr 0.005 --dropout 0 (the fastest-learning settings measured for this "
+            "budget in fp32") in result.stderr
+    config = json.loads(Path("run/config.json").read_text())
+    assert config["model"]["hidden_size"] == 24 and config["train"]["batch_size"] == 4  # given: kept
+    assert config["train"]["learning_rate"] == 5e-3
+
+
+@pytest.mark.parametrize(("native", "seconds", "note", "hidden"), [
+    (False, "600", "--hidden 512 --batch-size 32 --lr 0.005 --dropout 0.2 (the fastest", 512),
+    (False, "3600", "--hidden 512 --batch-size 32 --lr 0.005 --dropout 0.2 (the fastest", 512),
+    (True, "100", "--hidden 256 --batch-size 16 --lr 0.005 --dropout 0 --ema 0.995 --skip-connections (the "
+                  "fastest", 256),
+    (True, "3600", "--hidden 512 --batch-size 32 --lr 0.005 --dropout 0.2 --ema 0.998 (the fastest-learning "
+                   "settings measured for this budget in bf16", 512),
+])
+def test_a_budget_picks_the_shape_measured_for_its_precision(runner, small_corpus, monkeypatch, native,
+                                                             seconds, note, hidden):
+    """On a CPU with native bfloat16 (mocked here), the shapes measured in bf16."""
+    for module in ("config", "models.devices"):
+        monkeypatch.setattr(f"charrnn.{module}.cpu_has_native_bf16", lambda: native)
+    result = invoke(runner, "train", small_corpus, "--out", "run", "--time-budget", seconds,
+                    "--max-steps", "1", "--layers", "1", "--seq-len", "16")
+    assert result.exit_code == 0, result.stderr
+    assert note in result.stderr
+    assert json.loads(Path("run/config.json").read_text())["model"]["hidden_size"] == hidden
+
+
+@pytest.mark.cuda
+def test_a_time_budget_on_cuda_keeps_the_plain_defaults(runner, small_corpus):
+    result = invoke(runner, "train", small_corpus, "--time-budget", "3", "--device", "cuda", "--out", "run")
+    assert result.exit_code == 0, result.output
+    assert "measured on a CPU, so this run keeps the plain defaults" in result.stderr
+    assert torch.load("run/last.pt", weights_only=True)["model_config"]["hidden_size"] == 256
+
+
+@pytest.mark.slow
+def test_the_command_line_starts_without_importing_torch():
+    """--help, --version, shell completion and argument errors must not wait for torch's import."""
+    probe = ("import sys, charrnn.cli.main\n"
+             "heavy = sorted(m for m in ('torch', 'matplotlib') if m in sys.modules)\n"
+             "print(','.join(heavy))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == ""
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["train", "small.txt", "--save-epochs", "0"], "'--save-epochs': must list whole epochs of 1 or more"),
+    (["train", "small.txt", "--seed", str(2**64)], "'--seed': must be between"),
+    (["sample", "x.pt", "--temperature", "0"], "use --greedy"),
+    # Checked before the default corpus would be fetched or the checkpoint read:
+    (["train", "--lr", "-1"], "Invalid value for '--lr': must be positive and at most 1000 (see 'cli train"),
+    (["train", "--warmup-steps", "-1"], "Invalid value for '--warmup-steps': must be at least 0"),
+    (["train", "--resume", "gone/last.pt", "--min-lr-ratio", "1.5"], "'--min-lr-ratio': must be in [0, 1]"),
+    (["compare", "gone.pt", "--length", "-1"], "Invalid value for '--length': must be at least 0"),
+    (["sample", "gone.pt", "--top-k", "0"], "Invalid value for '--top-k': must be at least 1"),
+    (["train", "--ema", "1"], "Invalid value for '--ema': must be in [0, 1) (0 turns averaging off)"),
+    (["train", "--weight-drop", "1"], "Invalid value for '--weight-drop': must be in [0, 1)"),
+    (["train", "--embed-dropout", "nan"], "Invalid value for '--embed-dropout': must be a finite number"),
+    (["train", "--model", "esn", "--weight-drop", "0.2"], "--weight-drop does not apply to --model esn"),
+])
+def test_an_option_value_out_of_range_is_a_usage_error(runner, small_corpus, args, fragment, monkeypatch):
+    """The dataclass checks the value; the message names the option that gave it."""
+    monkeypatch.setenv("CHARRNN_DATA_MIRROR", "file:///nonexistent")
+    Path("small.txt").write_text(small_corpus.read_text(encoding="utf-8"), encoding="utf-8")
+    result = invoke(runner, *args)
+    assert result.exit_code == 2
+    assert_one_line_error(result, fragment)
+    assert not Path("data").exists()
+
+
+def test_a_run_directory_stands_for_its_checkpoint(runner, small_corpus):
+    assert train_tiny_run(runner, small_corpus, "run", "--max-steps", "4").exit_code == 0
+    sampled = invoke(runner, "sample", "run", "--length", "5", "--seed", "1")
+    assert sampled.exit_code == 0 and "using run/best.pt" in sampled.stderr
+    assert sampled.stdout == invoke(runner, "sample", "run/best.pt", "--length", "5", "--seed", "1").stdout
+    resumed = invoke(runner, "train", "--resume", "run", "--max-steps", "6")
+    assert resumed.exit_code == 0 and "using run/last.pt" in resumed.stderr
+    assert_one_line_error(invoke(runner, "eval-perplexity", "."), "is a directory without a best.pt")
+
+
+@pytest.mark.parametrize(("extra", "fragment"), [
+    (["--greedy", "--temperature", "0.5"], "--greedy is deterministic; --temperature does not apply"),
+    (["--greedy", "--top-k", "3", "--seed", "1"],
+     "--greedy is deterministic; --top-k, --seed does not apply"),
+    (["--greedy", "--num-samples", "2"], "--greedy gives one text"),
+    (["--beam-width", "2", "--greedy"], "--beam-width is deterministic; --greedy does not apply"),
+])
+def test_deterministic_decoding_refuses_sampling_options(runner, tiny_checkpoint, extra, fragment):
+    result = invoke(runner, "sample", tiny_checkpoint, *extra)
+    assert result.exit_code == 2
+    assert_one_line_error(result, fragment)
+
+
+@pytest.mark.slow
+def test_save_epochs_beyond_the_run_warn_and_the_summary_lists_those_written(runner, small_corpus):
+    result = train_tiny_run(runner, small_corpus, "run", "--epochs", "2", "--save-epochs", "1,5",
+                            "--eval-every", "1000")
+    assert result.exit_code == 0, result.output
+    assert "warning: --save-epochs 5 lies beyond this run's end" in " ".join(result.stderr.split())
+    assert "epoch checkpoints" in result.stdout and "epoch0001-" in result.stdout
+
+
+def test_help_examples_can_be_typed_as_shown(runner):
+    shown = invoke(runner, "sample", "--help").stdout
+    assert "--stop-at $'\\n\\n'" in shown  # bash passes a newline only with $'...'
+    assert all(line == "" or line.startswith((" ", "Usage:", "Options:")) for line in shown.splitlines())
+
+
+def test_train_json_quiet_and_a_log_without_a_progress_bar(runner, small_corpus):
+    quiet = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "10", "--out", "q", "--quiet",
+                   "--json")
+    assert quiet.exit_code == 0, quiet.output
+    summary = json.loads(quiet.stdout)
+    assert summary["steps"] == 10 and summary["best"]["nats_per_char"] > 0 and summary["stopped"]
+    assert quiet.stderr == ""
+    logged = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "10", "--out", "log")
+    assert "step/s" not in logged.stderr  # stderr is no terminal here: no bar, only evaluation lines
+    assert [line for line in logged.stderr.splitlines() if line.startswith("step ")]
+
+
+def test_sample_reports_the_seed_it_drew_so_the_text_can_be_drawn_again(runner, tiny_checkpoint):
+    first = invoke(runner, "sample", tiny_checkpoint, "--length", "30")
+    seed = next(line.split()[1] for line in first.stderr.splitlines() if line.startswith("seed "))
+    again = invoke(runner, "sample", tiny_checkpoint, "--length", "30", "--seed", seed)
+    assert again.stdout == first.stdout and "seed " not in again.stderr
+
+
+def test_the_run_table_says_which_precision_auto_chose(runner, small_corpus):
+    from charrnn.utils.hardware import cpu_has_native_bf16
+
+    chosen = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "2", "--out", "a")
+    assert chosen.exit_code == 0, chosen.output
+    expected = "bf16 (auto)" if cpu_has_native_bf16() else "fp32 (auto)"
+    assert f"cpu, {expected}" in chosen.stderr
+    forced = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "2", "--out", "f",
+                    "--precision", "fp32")
+    assert "cpu, fp32 " in forced.stderr and "(auto)" not in forced.stderr
+
+
+def test_the_run_table_and_the_summary_name_the_regularisation_and_the_average(runner, small_corpus):
+    result = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "2", "--out", "r",
+                    "--dropout", "0.1", "--locked-dropout", "--weight-drop", "0.2", "--ema", "0.9", "--json")
+    assert result.exit_code == 0, result.output
+    table = " ".join(result.stderr.replace("│", " ").split())
+    assert "dropout 0.1 (locked), weight drop 0.2" in table and "weight average (EMA 0.9)" in table
+    summary = json.loads(result.stdout)
+    assert isinstance(summary["best_is_average"], bool)
+    config = json.loads(Path("r/config.json").read_text())
+    assert config["model"]["weight_drop"] == 0.2 and config["train"]["ema_decay"] == 0.9
+
+
+def test_a_skip_connection_model_samples_scores_and_beam_searches(runner, small_corpus):
+    trained = train_tiny_run(runner, small_corpus, "skip", "--max-steps", "4", "--layers", "2",
+                             "--skip-connections")
+    assert trained.exit_code == 0, trained.output
+    sampled = invoke(runner, "sample", "skip/best.pt", "--length", "20", "--seed", "3", "--prime", "th")
+    assert sampled.exit_code == 0 and sampled.stdout.startswith("th") and len(sampled.stdout) >= 22
+    beamed = invoke(runner, "sample", "skip/best.pt", "--length", "10", "--beam-width", "3", "--prime", "th")
+    assert beamed.exit_code == 0, beamed.output
+    scored = invoke(runner, "eval-perplexity", "skip/best.pt", "--json")
+    assert json.loads(scored.stdout)["nats_per_char"] == pytest.approx(
+        torch.load("skip/best.pt", weights_only=True)["best_val_loss"], rel=1e-6)
+    described = invoke(runner, "info", "skip/best.pt")
+    assert "with skip connections" in " ".join(described.stdout.replace("│", " ").split())
+
+
+def test_a_budgets_skip_connections_can_be_turned_off(runner, small_corpus, monkeypatch):
+    for module in ("config", "models.devices"):
+        monkeypatch.setattr(f"charrnn.{module}.cpu_has_native_bf16", lambda: True)
+    result = invoke(runner, "train", small_corpus, "--out", "run", "--time-budget", "100", "--max-steps", "1",
+                    "--seq-len", "16", "--no-skip-connections")
+    assert result.exit_code == 0, result.stderr
+    assert "--skip-connections" not in result.stderr
+    assert json.loads(Path("run/config.json").read_text())["model"]["skip_connections"] is False

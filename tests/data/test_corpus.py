@@ -1,0 +1,71 @@
+from pathlib import Path
+
+import pytest
+import torch
+
+from charrnn.data.corpus import StreamBatches, encode_corpus, read_corpus, split_ids, split_point
+from charrnn.errors import CharrnnError
+
+
+def test_stream_layout_and_targets():
+    ids = torch.arange(23)
+    batches = StreamBatches(ids, batch_size=3, seq_len=3)
+    # L = (23 - 1) // 3 = 7 characters per stream; steps of 3, 3 and 1 columns.
+    assert batches.stream_len == 7
+    assert len(batches) == 3
+    x0, y0 = batches[0]
+    assert x0.tolist() == [[0, 1, 2], [7, 8, 9], [14, 15, 16]]
+    assert y0.tolist() == [[1, 2, 3], [8, 9, 10], [15, 16, 17]]
+    x2, y2 = batches[2]
+    assert x2.tolist() == [[6], [13], [20]]
+    assert y2.tolist() == [[7], [14], [21]]
+    assert x0.dtype == torch.int64
+
+
+def test_consecutive_steps_continue_each_stream():
+    ids = torch.arange(1000)
+    batches = StreamBatches(ids, batch_size=4, seq_len=10)
+    joined = torch.cat([batches[i][0] for i in range(len(batches))], dim=1)
+    assert torch.equal(joined, ids[: 4 * batches.stream_len].view(4, -1))
+
+
+def test_too_short_for_one_batch_names_minimum():
+    with pytest.raises(CharrnnError, match="needs at least 33"):
+        StreamBatches(torch.arange(20), batch_size=4, seq_len=8)
+
+
+def test_split_matches_nanogpt():
+    assert split_point(1_115_394, 0.1) == 1_003_854
+    split = split_ids(torch.arange(100), split_point(100, 0.1))
+    assert len(split.train) == 90 and split.val[0] == 90
+
+
+def test_directory_corpus_is_sorted_concatenation(tmp_path: Path):
+    (tmp_path / "b.txt").write_text("second", encoding="utf-8")
+    (tmp_path / "a.txt").write_text("first ", encoding="utf-8")
+    (tmp_path / "skip.md").write_text("ignored", encoding="utf-8")
+    assert read_corpus(tmp_path) == "first second"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, "does not exist"), (b"", "is empty"), (b"ok \xff\xfe bad", "not UTF-8")],
+)
+def test_bad_corpora(tmp_path: Path, content, message):
+    path = tmp_path / "corpus.txt"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(CharrnnError, match=message):
+        read_corpus(path)
+
+
+def test_empty_directory(tmp_path: Path):
+    with pytest.raises(CharrnnError, match="no \\*.txt"):
+        read_corpus(tmp_path)
+
+
+def test_encode_corpus_records_split(small_corpus: Path):
+    encoded = encode_corpus(small_corpus, "small", 0.25)
+    assert encoded.info.chars == len(encoded.ids)
+    assert encoded.info.split_point == int(len(encoded.ids) * 0.75)
+    assert Path(encoded.info.path).is_absolute()

@@ -1,0 +1,100 @@
+import pytest
+import torch
+
+from charrnn.config import SampleConfig
+from charrnn.errors import CharrnnError, ConfigError
+from charrnn.generation.sample import filter_logits, generate
+from charrnn.training.checkpoint import load_model
+
+
+def run(loaded, prime="ROMEO:", **options) -> list[str]:
+    config = SampleConfig(**{"length": 60, **options})
+    samples = [prime] * config.num_samples
+    for chars in generate(loaded.model, loaded.vocab, config, prime):
+        samples = [s + c for s, c in zip(samples, chars, strict=True)]
+    return samples
+
+
+@pytest.fixture
+def loaded(tiny_checkpoint):
+    return load_model(tiny_checkpoint)
+
+
+def test_same_seed_same_text(loaded):
+    assert run(loaded, seed=7) == run(loaded, seed=7)
+    assert run(loaded, seed=7) != run(loaded, seed=8)
+
+
+def test_output_starts_with_prime_and_has_requested_length(loaded):
+    (text,) = run(loaded, prime="JULIET:", seed=1)
+    assert text.startswith("JULIET:") and len(text) == len("JULIET:") + 60
+
+
+def test_top_k_one_is_greedy(loaded):
+    assert run(loaded, top_k=1, seed=3) == run(loaded, greedy=True)
+
+
+def test_greedy_matches_rerunning_the_whole_prefix(loaded):
+    """The carried-state step path gives what re-reading the text from the start would."""
+    (fast,) = run(loaded, prime="Caf", greedy=True, length=40)
+    text = "Caf"
+    with torch.no_grad():
+        for _ in range(40):
+            logits, _ = loaded.model(loaded.vocab.encode(text).long().unsqueeze(0))
+            text += loaded.vocab.chars[int(logits[0, -1].argmax())]
+    assert fast == text
+
+
+def test_samples_in_a_batch_are_independent(loaded):
+    samples = run(loaded, seed=5, num_samples=4)
+    assert len(samples) == 4 and len(set(samples)) > 1
+    assert all(len(s) == len("ROMEO:") + 60 for s in samples)
+
+
+def test_empty_prime_and_zero_length(loaded):
+    assert run(loaded, prime="", length=0) == [""]
+    (text,) = run(loaded, prime="", length=10, seed=1)
+    assert len(text) == 10
+
+
+def test_unknown_prime_fails_before_any_output(loaded):
+    with pytest.raises(CharrnnError, match="never saw: 'Q'"):
+        generate(loaded.model, loaded.vocab, SampleConfig(), "Q")
+
+
+def test_top_k_and_top_p_masks():
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    logits = probs.log()
+    kept = lambda masked: torch.isfinite(masked[0]).tolist()  # noqa: E731
+    assert kept(filter_logits(logits, top_k=2)) == [True, True, False, False]
+    assert kept(filter_logits(logits, top_p=0.8)) == [True, True, False, False]
+    assert kept(filter_logits(logits, top_p=0.81)) == [True, True, True, False]
+    assert kept(filter_logits(logits, top_p=0.1)) == [True, False, False, False]
+    assert kept(filter_logits(logits, top_p=1.0)) == [True, True, True, True]
+    shuffled = logits[:, [2, 0, 3, 1]]
+    assert kept(filter_logits(shuffled, top_p=0.8)) == [False, True, False, True]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"temperature": 0}, "temperature"), ({"temperature": -1}, "temperature"), ({"top_k": 0}, "top_k"),
+     ({"top_p": 0}, "top_p"), ({"top_p": 1.5}, "top_p"), ({"length": -1}, "length"),
+     ({"num_samples": 0}, "num_samples")],
+)
+def test_invalid_settings(options, message):
+    with pytest.raises(ConfigError, match=message) as raised:
+        SampleConfig(**options)
+    assert raised.value.field == message
+
+
+def test_stop_at_ends_each_sample_after_the_first_occurrence(loaded):
+    samples = run(loaded, prime="ROMEO:", seed=2, num_samples=3, length=400, stop_at="\n")
+    for text in samples:
+        generated = text[len("ROMEO:"):]
+        assert generated.endswith("\n") and generated.count("\n") == 1
+
+
+def test_stop_at_ignores_the_prime(loaded):
+    (text,) = run(loaded, prime="ROMEO:\n", seed=2, length=400, stop_at="\n")
+    generated = text[len("ROMEO:\n"):]
+    assert len(generated) > 1 and generated.endswith("\n") and generated.count("\n") == 1

@@ -1,0 +1,48 @@
+import pytest
+import torch
+
+from charrnn.config import ModelConfig
+from charrnn.errors import CharrnnError
+from charrnn.models.devices import check_model_fits, resolve_device, resolve_precision
+
+
+def test_auto_picks_the_gpu_only_when_there_is_one(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == "cpu"
+    with pytest.raises(CharrnnError, match="no CUDA GPU is available"):
+        resolve_device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == "cuda"
+    assert resolve_device("cpu") == "cpu"
+
+
+def test_a_model_too_large_for_memory_is_refused_with_its_size(monkeypatch):
+    monkeypatch.setattr("charrnn.models.devices.available_host_memory", lambda: 1 << 30)
+    with pytest.raises(CharrnnError, match=r"about 28\.0 GiB .* cpu has 1\.0 GiB available"):
+        check_model_fits(ModelConfig(vocab_size=65, hidden_size=8192, num_layers=4), "cpu")
+
+
+def test_a_model_too_large_for_the_gpu_is_refused_before_allocating(monkeypatch):
+    """The CUDA branch of the memory check, on a CPU: the GPU's free memory is what counts."""
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (1 << 20, 80 << 30))
+    model_config = ModelConfig(vocab_size=65, hidden_size=512)
+    with pytest.raises(CharrnnError, match="cuda has 0.0 GiB available"):
+        check_model_fits(model_config, "cuda")
+    check_model_fits(model_config, "cpu")  # the CPU has room
+
+
+@pytest.mark.parametrize(("native", "device", "options", "expected"), [
+    (True, "cpu", {}, "bf16"),
+    (True, "cpu", {"layer_norm": True}, "fp32"),  # a Python loop of small products: slower in bf16
+    (True, "cpu", {"cell": "gru"}, "fp32"),
+    (True, "cpu", {"cell": "rnn"}, "fp32"),
+    (True, "cuda", {}, "fp32"),  # not measured on a GPU yet
+    (False, "cpu", {}, "fp32"),
+])
+def test_auto_precision_picks_bf16_only_where_it_was_measured_faster(monkeypatch, native, device, options,
+                                                                      expected):
+    monkeypatch.setattr("charrnn.models.devices.cpu_has_native_bf16", lambda: native)
+    model_config = ModelConfig(vocab_size=5, **options)
+    assert resolve_precision("auto", device, model_config) == expected
+    assert resolve_precision("fp32", device, model_config) == "fp32"  # a given precision is kept
+    assert resolve_precision("bf16", device, model_config) == "bf16"

@@ -1,0 +1,126 @@
+import pytest
+import torch
+
+from charrnn.config import ModelConfig
+from charrnn.errors import CharrnnError, ConfigError
+from charrnn.models.model import CharRNN
+from charrnn.models.stepper import make_stepper
+
+from helpers import CELLS, make_model
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_forward_shapes_and_state(cell):
+    model = make_model(cell)
+    idx = torch.randint(0, 11, (3, 7))
+    logits, state = model(idx)
+    assert logits.shape == (3, 7, 11)
+    assert len(state) == (2 if cell == "lstm" else 1)
+    assert all(s.shape == (2, 3, 16) for s in state)
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_whole_sequence_equals_chunks_with_state_carried(cell):
+    model = make_model(cell)
+    idx = torch.randint(0, 11, (2, 30))
+    with torch.no_grad():
+        whole, whole_state = model(idx)
+        state = None
+        parts = []
+        for chunk in idx.split([11, 5, 14], dim=1):
+            logits, state = model(chunk, state)
+            parts.append(logits)
+    torch.testing.assert_close(torch.cat(parts, dim=1), whole, rtol=1e-5, atol=1e-6)
+    for a, b in zip(state, whole_state, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_dropout_only_in_training():
+    torch.manual_seed(0)
+    model = CharRNN(ModelConfig(vocab_size=5, num_layers=2, hidden_size=8, embed_size=4, dropout=0.5))
+    idx = torch.randint(0, 5, (2, 9))
+    model.eval()
+    with torch.no_grad():
+        a, _ = model(idx)
+        b, _ = model(idx)
+    assert torch.equal(a, b)
+    model.train()
+    with torch.no_grad():
+        c, _ = model(idx)
+    assert not torch.equal(a, c)
+
+
+def test_load_pretrained_copies_weights_and_keeps_new_vocabulary_rows_fresh():
+    torch.manual_seed(0)
+    small = CharRNN(ModelConfig(vocab_size=5, num_layers=2, hidden_size=8, embed_size=4))
+    torch.manual_seed(1)
+    wide = CharRNN(ModelConfig(vocab_size=7, num_layers=2, hidden_size=8, embed_size=4))
+    fresh_rows = wide.embedding.weight[5:].detach().clone()
+    wide.load_pretrained(small.state_dict())
+    assert torch.equal(wide.embedding.weight[:5], small.embedding.weight)
+    assert torch.equal(wide.head.weight[:5], small.head.weight)
+    assert torch.equal(wide.head.bias[:5], small.head.bias)
+    assert torch.equal(wide.embedding.weight[5:], fresh_rows)
+    assert torch.equal(wide.rnn.weight_hh_l1, small.rnn.weight_hh_l1)
+
+
+def test_load_pretrained_refuses_another_shape():
+    small = CharRNN(ModelConfig(vocab_size=5, hidden_size=8, embed_size=4))
+    other = CharRNN(ModelConfig(vocab_size=5, hidden_size=16, embed_size=4))
+    with pytest.raises(CharrnnError, match="has shape"):
+        other.load_pretrained(small.state_dict())
+
+
+def test_relu_only_for_the_vanilla_rnn():
+    with pytest.raises(ConfigError, match="--model rnn only"):
+        ModelConfig(vocab_size=5, cell="lstm", rnn_activation="relu")
+
+
+@pytest.mark.parametrize("forget_bias", [1.0, 2.5, 0.0])
+def test_effective_forget_bias(forget_bias):
+    model = CharRNN(ModelConfig(vocab_size=5, cell="lstm", num_layers=2, hidden_size=6, embed_size=3,
+                                forget_bias=forget_bias))
+    for k in range(2):
+        effective = getattr(model.rnn, f"bias_ih_l{k}") + getattr(model.rnn, f"bias_hh_l{k}")
+        assert torch.equal(effective[6:12], torch.full((6,), forget_bias))
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn", "esn"])
+@pytest.mark.parametrize(("radius", "density"), [(2.5, 1.0), (0.9, 0.3)])
+def test_esn_init_has_the_requested_spectral_radius(cell, radius, density):
+    from charrnn.models.model import spectral_radius
+
+    torch.manual_seed(0)
+    init = "pytorch" if cell == "esn" else "esn"  # --model esn always draws its reservoir this way
+    model = CharRNN(ModelConfig(vocab_size=5, cell=cell, num_layers=2, hidden_size=40, embed_size=3,
+                                init=init, spectral_radius=radius, recurrent_density=density))
+    for k in range(2):
+        for block in getattr(model.rnn, f"weight_hh_l{k}").split(40, dim=0):
+            assert spectral_radius(block) == pytest.approx(radius, abs=1e-3)
+            assert (block != 0).float().mean().item() == pytest.approx(density, abs=0.05)
+
+
+def test_orthogonal_and_textbook_init():
+    torch.manual_seed(0)
+    model = CharRNN(ModelConfig(vocab_size=7, cell="gru", hidden_size=8, embed_size=5, init="orthogonal"))
+    for block in model.rnn.weight_hh_l0.split(8, dim=0):
+        torch.testing.assert_close(block @ block.t(), torch.eye(8), rtol=0, atol=1e-5)
+    model = CharRNN(ModelConfig(vocab_size=7, cell="lstm", hidden_size=8, embed_size=5, init="textbook"))
+    for weight, fan_in in ((model.rnn.weight_ih_l0, 5), (model.rnn.weight_hh_l1, 8), (model.head.weight, 8)):
+        bound = fan_in ** -0.5
+        assert weight.abs().max() <= bound and weight.abs().max() > 0.8 * bound
+
+
+def test_esn_trains_only_its_read_out():
+    torch.manual_seed(0)
+    model = CharRNN(ModelConfig(vocab_size=6, cell="esn", num_layers=1, hidden_size=16, embed_size=4))
+    logits, _ = model(torch.randint(0, 6, (2, 9)))
+    torch.nn.functional.cross_entropy(logits.reshape(-1, 6), torch.randint(0, 6, (18,))).backward()
+    trained = {name for name, p in model.named_parameters() if p.grad is not None}
+    assert trained == {"head.weight", "head.bias"}
+    stepper, state = make_stepper(model), model.initial_state(1)
+    with torch.no_grad():
+        fused, _ = model(torch.tensor([[1, 2, 3]]))
+    for t, idx in enumerate([1, 2, 3]):
+        step_logits, state = stepper.step(torch.tensor([idx]), state)
+        torch.testing.assert_close(step_logits[0], fused[0, t], rtol=0, atol=1e-5)

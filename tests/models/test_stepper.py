@@ -1,0 +1,75 @@
+"""The one-character path against the fused modules, for every kind of cell."""
+
+import pytest
+import torch
+
+from charrnn.config import ModelConfig
+from charrnn.models.model import CharRNN
+from charrnn.models.stepper import GRUStepper, LayerNormStepper, LSTMStepper, RNNStepper, make_stepper
+
+from helpers import CELLS, make_model
+
+CUDA = pytest.param("cuda", marks=pytest.mark.cuda)
+
+
+@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("layers", [1, 3])
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+def test_step_path_equals_fused_module(cell, layers, device):
+    """The stepper, on the CPU or a GPU, against the fused module on the CPU."""
+    model = make_model(cell, layers)
+    # Non-zero biases everywhere, so a bias folded into the wrong place would show.
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "bias" in name:
+                param.uniform_(-0.5, 0.5)
+    idx = torch.randint(0, 11, (4, 25))
+    with torch.no_grad():
+        fused, fused_state = model(idx)
+    tolerance = 1e-5 if device == "cpu" else 1e-4  # GPU kernels sum in another order
+    stepping = model.to(device)
+    stepper = make_stepper(stepping)
+    state = stepping.initial_state(4)
+    for t in range(idx.shape[1]):
+        logits, state = stepper.step(idx[:, t].to(device), state)
+        torch.testing.assert_close(logits.cpu(), fused[:, t], rtol=0, atol=tolerance)
+    for a, b in zip(state, fused_state, strict=True):
+        torch.testing.assert_close(a.cpu(), b, rtol=0, atol=tolerance)
+
+
+def test_relu_rnn_step_path():
+    torch.manual_seed(0)
+    model = CharRNN(ModelConfig(vocab_size=5, cell="rnn", num_layers=2, hidden_size=8, embed_size=4,
+                                rnn_activation="relu")).eval()
+    assert model.rnn.nonlinearity == "relu"
+    idx = torch.randint(0, 5, (2, 9))
+    with torch.no_grad():
+        fused, _ = model(idx)
+    stepper, state = make_stepper(model), model.initial_state(2)
+    for t in range(9):
+        logits, state = stepper.step(idx[:, t], state)
+        torch.testing.assert_close(logits, fused[:, t], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    ({"cell": "lstm"}, LSTMStepper),
+    ({"cell": "gru"}, GRUStepper),
+    ({"cell": "rnn"}, RNNStepper),
+    ({"cell": "esn"}, RNNStepper),
+    ({"cell": "lstm", "layer_norm": True}, LayerNormStepper),
+    ({"cell": "gru", "layer_norm": True}, LayerNormStepper),
+])
+def test_the_factory_picks_one_class_per_kind_of_cell(options, expected):
+    model = CharRNN(ModelConfig(vocab_size=5, hidden_size=8, embed_size=4, **options))
+    assert type(make_stepper(model)) is expected
+
+
+def test_a_stepper_is_a_snapshot_of_the_weights():
+    model = make_model("lstm")
+    stepper = make_stepper(model)
+    idx = torch.tensor([3])
+    before, _ = stepper.step(idx, model.initial_state(1))
+    with torch.no_grad():
+        model.head.bias.add_(1.0)
+    after, _ = stepper.step(idx, model.initial_state(1))
+    assert torch.equal(before, after)

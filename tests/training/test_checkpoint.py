@@ -1,0 +1,99 @@
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from charrnn.errors import CharrnnError
+from charrnn.training.checkpoint import (
+    FORMAT_VERSION,
+    load_checkpoint,
+    load_model,
+    save_checkpoint,
+)
+
+
+def test_round_trip_gives_identical_logits(tiny_checkpoint, tmp_path):
+    loaded = load_model(tiny_checkpoint)
+    copy = tmp_path / "copy.pt"
+    save_checkpoint(copy, loaded.payload)
+    again = load_model(copy)
+    idx = loaded.vocab.encode("ROMEO:\nCafé").long().unsqueeze(0)
+    with torch.no_grad():
+        assert torch.equal(loaded.model(idx)[0], again.model(idx)[0])
+    assert again.vocab == loaded.vocab
+
+
+def test_checkpoint_is_plain_data(tiny_checkpoint):
+    payload = torch.load(tiny_checkpoint, weights_only=True)
+    assert payload["format_version"] == FORMAT_VERSION
+    assert isinstance(payload["vocab"], list) and "🙂" in payload["vocab"]
+    assert {"model_config", "train_config", "model_state", "optimizer_state", "step", "epoch",
+            "best_val_loss", "corpus"} <= payload.keys()
+    assert all(t.device.type == "cpu" for t in payload["model_state"].values())
+
+
+def test_missing(tmp_path):
+    with pytest.raises(CharrnnError, match="does not exist"):
+        load_checkpoint(tmp_path / "none.pt")
+
+
+def test_truncated(tiny_checkpoint, tmp_path):
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(tiny_checkpoint.read_bytes()[:2000])
+    with pytest.raises(CharrnnError, match="not a readable charrnn checkpoint"):
+        load_checkpoint(cut)
+
+
+@pytest.mark.parametrize("content", [b"just some text\n", b""])
+def test_not_a_torch_file(tmp_path, content):
+    path = tmp_path / "x.pt"
+    path.write_bytes(content)
+    with pytest.raises(CharrnnError, match="is not a charrnn checkpoint \\(not a file that torch.save"):
+        load_checkpoint(path)
+
+
+def test_foreign_torch_file(tmp_path):
+    path = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.zeros(3)}, path)
+    with pytest.raises(CharrnnError, match="not a charrnn checkpoint"):
+        load_checkpoint(path)
+
+
+def test_unknown_format_version(tiny_checkpoint, tmp_path):
+    payload = torch.load(tiny_checkpoint, weights_only=True)
+    payload["format_version"] = 99
+    path = tmp_path / "future.pt"
+    torch.save(payload, path)
+    with pytest.raises(CharrnnError, match="format version 99"):
+        load_checkpoint(path)
+
+
+class _Payload:
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("via_torch_save", [True, False])
+def test_pickled_code_is_refused_and_never_runs(tmp_path, via_torch_save):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pt"
+    if via_torch_save:
+        torch.save({"format_version": 1, "payload": _Payload(marker)}, path)
+    else:
+        path.write_bytes(pickle.dumps(_Payload(marker)))
+    with pytest.raises(CharrnnError, match="not a readable charrnn checkpoint"):
+        load_checkpoint(path)
+    assert not marker.exists()
+
+
+def test_the_module_docstring_names_every_checkpoint_field():
+    """The format is described in one place for readers; this keeps it complete."""
+    from charrnn.training import checkpoint
+
+    missing = [name for name in checkpoint.PAYLOAD_FIELDS if f"``{name}``" not in checkpoint.__doc__]
+    assert missing == []

@@ -1,0 +1,200 @@
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from charrnn.config import SampleConfig, TrainConfig
+from charrnn.errors import CharrnnError
+from charrnn.generation.sample import generate
+from charrnn.training.checkpoint import load_model
+from charrnn.training.loop import TrainObserver
+from charrnn.training.schedule import StopReason
+
+from helpers import plan_run
+
+PHRASE = "the quick brown fox jumps over the lazy dog. "
+
+
+@pytest.fixture
+def repeated_corpus(tmp_path: Path) -> Path:
+    path = tmp_path / "repeat.txt"
+    path.write_text(PHRASE * 60, encoding="utf-8")
+    return path
+
+
+# 2430 training characters in 8 streams of 303, 32 per step: 10 steps per epoch.
+OPTIONS = {"hidden_size": 64, "embed_size": 16, "batch_size": 8, "seq_len": 32, "warmup_steps": 10}
+
+
+def train_tiny(make_run, corpus: Path, out: Path, **options):
+    return make_run(corpus, out, **{**OPTIONS, **options})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_overfits_repeated_text_then_greedy_reproduces_it(make_run, repeated_corpus, tmp_path, cell):
+    result = train_tiny(make_run, repeated_corpus, tmp_path / "run", cell=cell, max_steps=150, eval_every=50)
+    assert result.best.nats_per_char < 0.1
+    loaded = load_model(tmp_path / "run" / "best.pt")
+    prime = "the quick brown"
+    steps = generate(loaded.model, loaded.vocab, SampleConfig(length=2 * len(PHRASE), greedy=True), prime)
+    text = prime + "".join(chars[0] for chars in steps)
+    assert text == (PHRASE * 4)[: len(text)]
+
+
+def test_run_directory_contents(make_run, repeated_corpus, tmp_path):
+    out = tmp_path / "run"
+    result = train_tiny(make_run, repeated_corpus, out, max_steps=12, eval_every=5, save_every=5)
+    assert {p.name for p in out.iterdir()} == {"best.pt", "last.pt", "metrics.jsonl", "config.json"}
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [5, 10, 12]
+    assert set(records[0]) == {"step", "epoch", "train_loss", "val_loss", "val_bits_per_char",
+                               "learning_rate", "chars_per_s", "elapsed_s"}
+    assert result.best.nats_per_char == min(r["val_loss"] for r in records)
+    config = json.loads((out / "config.json").read_text())
+    assert config["model"]["cell"] == "lstm" and config["train"]["max_steps"] == 12
+    assert config["corpus"]["split_point"] == int(len(PHRASE * 60) * 0.9)
+    payload = torch.load(out / "last.pt", weights_only=True)
+    assert payload["step"] == 12 and payload["format_version"] == 1
+
+
+def test_epochs_stop_after_full_passes(make_run, repeated_corpus, tmp_path):
+    # 2430 training chars, 8 streams of 303, seq 32: 10 steps per epoch.
+    result = train_tiny(make_run, repeated_corpus, tmp_path / "run", epochs=2, eval_every=100)
+    assert result.steps == 20 and result.epoch == 2.0
+    assert result.stop_reason == StopReason("epochs", 2)
+
+
+class FakeClock(TrainObserver):
+    """A wall clock that moves only when a step ends, by ``step_seconds``: runs become exact."""
+
+    def __init__(self, step_seconds: float):
+        self.now = 1000.0
+        self.step_seconds = step_seconds
+
+    def __call__(self) -> float:
+        return self.now
+
+    def on_step(self, report) -> None:
+        self.now += self.step_seconds
+
+
+def test_time_budget_stops_cleanly_and_evaluates_only_at_the_end(repeated_corpus, tmp_path):
+    clock = FakeClock(step_seconds=0.125)  # exact in binary: no rounding at the boundary
+    plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=1.5, save_every=10)
+    result = plan.run(clock, clock=clock)
+    # The clock is read after each step, before the step is reported: step 13 sees 12 × 0.125 = 1.5 s.
+    assert result.stop_reason == StopReason("time_budget", 1.5)
+    assert result.steps == 13 and result.elapsed_s == 13 * 0.125
+    assert (tmp_path / "run" / "best.pt").exists()
+    records = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert len(records) == 1 and json.loads(records[0])["step"] == 13
+
+
+def test_evaluation_interval():
+    assert TrainConfig(out_dir=".").evaluation_interval == 1000
+    assert TrainConfig(out_dir=".", time_budget=60).evaluation_interval is None
+    assert TrainConfig(out_dir=".", time_budget=60, eval_every=50).evaluation_interval == 50
+
+
+def test_same_seed_same_model(make_run, repeated_corpus, tmp_path):
+    a = train_tiny(make_run, repeated_corpus, tmp_path / "a", max_steps=5)
+    b = train_tiny(make_run, repeated_corpus, tmp_path / "b", max_steps=5)
+    assert a.best == b.best
+
+
+def test_validation_split_too_short(make_run, tmp_path):
+    path = tmp_path / "short.txt"
+    path.write_text("abcdefghij" * 20, encoding="utf-8")
+    with pytest.raises(CharrnnError, match="validation split has 1"):
+        train_tiny(make_run, path, tmp_path / "run", val_frac=0.004, batch_size=2, seq_len=4, max_steps=1)
+
+
+def test_unwritable_out_is_reported_before_training(make_run, repeated_corpus, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(CharrnnError, match="--out .*Not a directory"):
+        train_tiny(make_run, repeated_corpus, blocker / "run", max_steps=1)
+
+
+@pytest.mark.parametrize("out", ["existing_file", "/dev/null"])
+def test_out_naming_a_file_says_so(make_run, repeated_corpus, tmp_path, out):
+    target = tmp_path / out if out == "existing_file" else Path(out)
+    if out == "existing_file":
+        target.write_text("")
+    with pytest.raises(CharrnnError, match="is a file, not a directory"):
+        train_tiny(make_run, repeated_corpus, target, max_steps=1)
+
+
+def test_save_epochs_keeps_named_checkpoints_and_marks_metrics(make_run, repeated_corpus, tmp_path):
+    out = tmp_path / "run"
+    # 10 steps per epoch (see test_epochs_stop_after_full_passes).
+    train_tiny(make_run, repeated_corpus, out, epochs=3, eval_every=1000, save_epochs=[1, 3])
+    names = sorted(p.name for p in out.glob("epoch*.pt"))
+    assert [n[:9] for n in names] == ["epoch0001", "epoch0003"]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    marked = {r["epoch_checkpoint"]: r for r in records if "epoch_checkpoint" in r}
+    assert sorted(marked) == names
+    for name, record in marked.items():
+        assert name == f"epoch{int(record['epoch']):04d}-val{record['val_loss']:.4f}.pt"
+        payload = torch.load(out / name, weights_only=True)
+        assert payload["epoch"] == int(record["epoch"]) and payload["epoch_step"] == 0
+    assert [r["step"] for r in records] == [10, 30]  # the final evaluation is the epoch-3 one
+
+
+def test_overwrite_removes_an_older_runs_epoch_checkpoints(make_run, repeated_corpus, tmp_path):
+    out = tmp_path / "run"
+    train_tiny(make_run, repeated_corpus, out, epochs=1, save_epochs=[1])
+    with pytest.raises(CharrnnError, match="already holds a training run"):
+        train_tiny(make_run, repeated_corpus, out, max_steps=2)
+    train_tiny(make_run, repeated_corpus, out, max_steps=2, overwrite=True)
+    assert not list(out.glob("epoch*.pt"))
+
+
+def params_of(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)["model_state"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cell,regularisation", [
+    ("lstm", {"dropout": 0.3}),
+    ("gru", {"dropout": 0.3}),
+    ("lstm", {"dropout": 0.3, "weight_drop": 0.3, "locked_dropout": True, "input_dropout": 0.1,
+              "embed_dropout": 0.1, "ema_decay": 0.9}),
+    ("gru", {"dropout": 0.3, "weight_drop": 0.3, "skip_connections": True}),
+])
+def test_resume_is_exact_with_dropout(make_run, repeated_corpus, tmp_path, cell, regularisation):
+    options = {"cell": cell, "num_layers": 2, "min_lr_ratio": 1.0, "warmup_steps": 0, "eval_every": 5,
+               "save_every": 7, **regularisation}
+    # 10 steps per epoch: the resumed half crosses an epoch boundary (state reset).
+    straight = tmp_path / "straight"
+    train_tiny(make_run, repeated_corpus, straight, max_steps=14, **options)
+    halves = tmp_path / "halves"
+    train_tiny(make_run, repeated_corpus, halves, max_steps=7, **options)
+    plan = plan_run(None, None, resume=halves / "last.pt", max_steps=14)
+    assert plan.resume.changes == [("max_steps", 7, 14)] and not plan.resume.branch
+    plan.run()
+    for name, value in params_of(straight / "last.pt").items():
+        assert (value - params_of(halves / "last.pt")[name]).abs().max() <= 1e-6, name
+    if "ema_decay" in regularisation:
+        averages = [torch.load(run / "last.pt", weights_only=True)["weight_average"]
+                    for run in (straight, halves)]
+        assert averages[0]["updates"] == averages[1]["updates"] == 14
+        for name, value in averages[0]["weights"].items():
+            assert (value - averages[1]["weights"][name]).abs().max() <= 1e-6, name
+    steps = [json.loads(line)["step"] for line in (halves / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [5, 7, 10, 14]  # appended after the first half's records, not rewritten
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_cuda_training_with_pinned_batches(make_run, repeated_corpus, tmp_path, precision):
+    plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, max_steps=150, eval_every=50,
+                    precision=precision)
+    plan.config.device = "cuda"
+    result = plan.run()
+    assert result.best.nats_per_char < 0.2
+    # Checkpoints written on the GPU load on the CPU, in float32.
+    loaded = load_model(tmp_path / "run" / "best.pt")
+    assert all(p.device.type == "cpu" and p.dtype == torch.float32 for p in loaded.model.parameters())

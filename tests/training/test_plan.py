@@ -1,0 +1,133 @@
+"""Planning a run: defaults, time-budget shapes, resuming and fine-tuning, checked without click."""
+
+from pathlib import Path
+
+import pytest
+
+from charrnn.config import BUDGET_SHAPES, ModelConfig
+from charrnn.errors import CharrnnError, ConfigError
+from charrnn.training.checkpoint import load_checkpoint
+from charrnn.training.plan import (
+    OptionConflict,
+    RunAlreadyFinished,
+    TrainingRequest,
+    fine_tune_config,
+    plan_training,
+    resume_config,
+)
+from charrnn.training.schedule import StopReason
+
+from helpers import plan_run
+
+
+def test_resume_refuses_a_different_model_or_layout(tiny_run):
+    payload = load_checkpoint(tiny_run / "last.pt")
+    with pytest.raises(CharrnnError, match="hidden_size 64 contradicts the checkpoint"):
+        resume_config(payload, {"hidden_size": 64}, {})
+    with pytest.raises(CharrnnError, match="batch_size 9 contradicts"):
+        resume_config(payload, {}, {"batch_size": 9})
+    with pytest.raises(RunAlreadyFinished) as finished:
+        resume_config(payload, {}, {})
+    assert finished.value.reason == StopReason("max_steps", 40)
+    _, config, changes = resume_config(payload, {"hidden_size": 32},
+                                       {"learning_rate": 1e-3, "seed": 1337, "max_steps": 80})
+    assert config.learning_rate == 1e-3 and config.max_steps == 80
+    assert changes == [("learning_rate", 0.01, 0.001), ("max_steps", 40, 80)]
+    with pytest.raises(CharrnnError, match="ema_decay 0.9 contradicts the checkpoint"):
+        resume_config(payload, {}, {"ema_decay": 0.9, "max_steps": 80})
+    with pytest.raises(CharrnnError, match="weight_drop 0.2 contradicts the checkpoint"):
+        resume_config(payload, {"weight_drop": 0.2}, {"max_steps": 80})
+    del payload["train_config"]["ema_decay"]  # as in a run saved before weight averaging
+    for given in ({}, {"ema_decay": 0.0}):
+        _, config, changes = resume_config(payload, {}, {**given, "max_steps": 80})
+        assert changes == [("max_steps", 40, 80)] and config.ema_decay == 0.0
+
+
+def test_a_resume_plan_checks_the_corpus_before_anything_runs(tiny_run, tmp_path):
+    other = tmp_path / "other.txt"
+    other.write_text("not the text this run was trained on\n" * 50, encoding="utf-8")
+    with pytest.raises(CharrnnError, match="is not the text this run was trained on"):
+        plan_run(other, None, resume=tiny_run / "last.pt", max_steps=80)
+    plan = plan_run(None, None, resume=tiny_run, max_steps=80)  # a run directory means its last.pt
+    assert plan.resume.checkpoint == tiny_run / "last.pt" and plan.resume.step == 40
+    assert plan.config.out_dir == str(tiny_run) and plan.resume_from["step"] == 40
+
+
+@pytest.mark.parametrize(("native", "precision", "seconds", "shape"), [
+    (False, "auto", 100, BUDGET_SHAPES["fp32"][0]), (False, "auto", 3600, BUDGET_SHAPES["fp32"][1]),
+    (True, "fp32", 100, BUDGET_SHAPES["fp32"][0]), (True, "fp32", 3600, BUDGET_SHAPES["fp32"][1]),
+    (True, "auto", 100, BUDGET_SHAPES["bf16"][0]), (True, "auto", 600, BUDGET_SHAPES["bf16"][1]),
+    (True, "bf16", 1200, BUDGET_SHAPES["bf16"][1]), (True, "auto", 3600, BUDGET_SHAPES["bf16"][1]),
+])
+def test_a_time_budget_on_the_cpu_takes_the_measured_shape_for_what_was_not_given(
+        monkeypatch, small_corpus, native, precision, seconds, shape):
+    """The shape of the precision training will use: bf16 where ``auto`` picks it or it is asked for."""
+    for module in ("config", "models.devices"):
+        monkeypatch.setattr(f"charrnn.{module}.cpu_has_native_bf16", lambda: native)
+    options = {"time_budget": seconds, "batch_size": 4, "precision": precision}
+    plan = plan_training(TrainingRequest(small_corpus, options, device="cpu"))
+    expected = {key: value for key, value in shape.settings().items() if key != "batch_size"}
+    assert plan.budget.measured and plan.budget.chosen == expected
+    assert plan.budget.precision == ("bf16" if shape in BUDGET_SHAPES["bf16"] else "fp32")
+    assert plan.model_config.hidden_size == shape.hidden_size and plan.config.batch_size == 4
+    assert plan.config.learning_rate == shape.learning_rate
+    assert plan.config.ema_decay == shape.ema_decay
+    assert plan.model_config.skip_connections == shape.skip_connections
+
+
+def test_a_shape_names_the_average_and_skip_connections_only_when_it_uses_them():
+    assert BUDGET_SHAPES["fp32"][0].settings() == {
+        "hidden_size": 192, "batch_size": 16, "learning_rate": 5e-3, "dropout": 0.0}
+    assert BUDGET_SHAPES["bf16"][1].settings() == {
+        "hidden_size": 512, "batch_size": 32, "learning_rate": 5e-3, "dropout": 0.2, "ema_decay": 0.998}
+    assert BUDGET_SHAPES["bf16"][0].settings() == {
+        "hidden_size": 256, "batch_size": 16, "learning_rate": 5e-3, "dropout": 0.0, "ema_decay": 0.995,
+        "skip_connections": True}
+
+
+
+@pytest.mark.parametrize("options", [{"cell": "gru"}, {"layer_norm": True}])
+def test_a_time_budget_leaves_cells_it_was_not_measured_on_alone(small_corpus, options):
+    plan = plan_training(TrainingRequest(small_corpus, {"time_budget": 100, **options}, device="cpu"))
+    assert plan.budget.chosen == {} and plan.model_config.hidden_size == ModelConfig(vocab_size=1).hidden_size
+
+
+def test_a_time_budget_on_a_gpu_keeps_the_plain_defaults(small_corpus):
+    # Only the decision is looked at: a plan never touches the device.
+    plan = plan_training(TrainingRequest(small_corpus, {"time_budget": 100}, device="cuda:1"))
+    assert plan.budget.device == "cuda" and not plan.budget.measured and plan.budget.chosen == {}
+    assert plan.model_config.hidden_size == ModelConfig(vocab_size=1).hidden_size
+
+
+def test_options_that_cannot_go_together_are_refused_before_any_work(small_corpus, tmp_path):
+    with pytest.raises(OptionConflict, match="give one of them"):
+        plan_training(TrainingRequest(small_corpus, resume=tmp_path / "a.pt", init_from=tmp_path / "b.pt"))
+    with pytest.raises(OptionConflict, match="--extend-vocab goes with --init-from"):
+        plan_training(TrainingRequest(small_corpus, extend_vocab=True))
+    with pytest.raises(ConfigError, match="unknown training option 'hiden_size'"):
+        plan_training(TrainingRequest(small_corpus, {"hiden_size": 3}))
+    with pytest.raises(ConfigError, match="unknown training option 'out_dir'"):
+        plan_training(TrainingRequest(small_corpus, {"out_dir": "x"}))
+
+
+def test_fine_tuning_keeps_the_shape_and_may_change_only_the_regularisation():
+    source = ModelConfig(vocab_size=10, hidden_size=32, locked_dropout=True)
+    regularisation = {"dropout": 0.2, "weight_drop": 0.3, "locked_dropout": False, "input_dropout": 0.1,
+                      "embed_dropout": 0.05}
+    assert fine_tune_config(source, {**regularisation, "hidden_size": 32}, 12) == ModelConfig(
+        vocab_size=12, hidden_size=32, **regularisation)
+    with pytest.raises(CharrnnError, match="hidden_size 64 contradicts the --init-from checkpoint"):
+        fine_tune_config(source, {"hidden_size": 64}, 10)
+
+
+def test_a_fine_tuning_plan_reads_the_source_vocabulary(tiny_run, small_corpus, tmp_path):
+    novel = tmp_path / "novel.txt"
+    novel.write_text("ROMEO: Ωmega\n" * 100, encoding="utf-8")
+    with pytest.raises(CharrnnError, match="pass --extend-vocab to add them"):
+        plan_training(TrainingRequest(novel, init_from=tiny_run))
+    plan = plan_training(TrainingRequest(novel, init_from=tiny_run, extend_vocab=True,
+                                         out_dir=tmp_path / "ft"))
+    source = load_checkpoint(tiny_run / "best.pt")
+    assert list(plan.vocab.chars[: len(source["vocab"])]) == source["vocab"] and "Ω" in plan.vocab.chars
+    assert plan.initial_weights is not None and plan.config.init_from == str(tiny_run)
+    assert Path(plan.config.out_dir) == tmp_path / "ft"

@@ -1,0 +1,256 @@
+"""Runs that survive: interrupts, kills, locks, numerical trouble."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from charrnn.errors import CharrnnError
+from charrnn.training.checkpoint import load_checkpoint
+from charrnn.training.loop import TrainingInterrupted, TrainObserver
+from charrnn.training.runlock import LOCK_NAME
+from charrnn.utils.files import TEMPORARY_PREFIX
+
+from helpers import INSTALLED, needs_installed, plan_run
+
+
+class StopAt:
+    """A stand-in for GracefulStop that 'receives' SIGINT after a given step."""
+
+    def __init__(self, step: int):
+        self.step = step
+        self.signal_name: str | None = None
+
+
+class SignalAfter(TrainObserver):
+    def __init__(self, stop: StopAt):
+        self.stop = stop
+
+    def on_step(self, report) -> None:
+        if report.step == self.stop.step:
+            self.stop.signal_name = "SIGINT"
+
+
+def tiny_plan(corpus: Path, out: Path, **options):
+    return plan_run(corpus, out, **{"num_layers": 2, "hidden_size": 24, "warmup_steps": 3, "eval_every": 6,
+                                    "save_every": 1000, **options})
+
+
+def test_interrupt_then_resume_equals_one_run(small_corpus, tmp_path):
+    """The decaying schedule, dropout and every RNG carry across an interrupt and a resume."""
+    plan = tiny_plan(small_corpus, tmp_path / "straight", max_steps=20, dropout=0.3)
+    plan.run()
+
+    plan = tiny_plan(small_corpus, tmp_path / "halves", max_steps=20, dropout=0.3)
+    stop = StopAt(9)
+    with pytest.raises(TrainingInterrupted) as info:
+        plan.run(SignalAfter(stop), stop=stop)
+    # The request arrives while step 10 runs (after step 9 was reported); step 10 completes.
+    assert info.value.step == 10 and info.value.checkpoint == tmp_path / "halves" / "last.pt"
+    payload = load_checkpoint(info.value.checkpoint)
+    assert payload["step"] == 10
+    plan = plan_run(None, None, resume=info.value.checkpoint)
+    assert plan.resume.changes == []
+    plan.run()
+
+    straight = torch.load(tmp_path / "straight" / "last.pt", weights_only=True)["model_state"]
+    resumed = torch.load(tmp_path / "halves" / "last.pt", weights_only=True)["model_state"]
+    for name, value in straight.items():
+        assert (value - resumed[name]).abs().max() <= 1e-6, name
+    logged = [[json.loads(line)["step"] for line in (tmp_path / name / "metrics.jsonl").open()]
+              for name in ("straight", "halves")]
+    assert logged[0] == logged[1] == [6, 12, 18, 20]
+
+
+class PoisonWeights(TrainObserver):
+    def on_start(self, model, *args) -> None:
+        with torch.no_grad():
+            model.embedding.weight.fill_(float("nan"))
+
+
+def test_non_finite_steps_are_skipped_then_training_stops(small_corpus, tmp_path):
+    plan = tiny_plan(small_corpus, tmp_path / "run", max_steps=50, max_bad_steps=4)
+    with pytest.raises(CharrnnError, match="4 consecutive steps had a non-finite loss.*lower --lr"):
+        plan.run(PoisonWeights())
+    assert not (tmp_path / "run" / "last.pt").exists()  # nothing poisoned was saved
+    assert not (tmp_path / "run" / LOCK_NAME).exists()
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+@pytest.mark.slow
+def test_a_held_lock_refuses_a_second_writer_and_a_stale_file_is_taken_over(small_corpus, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    holder = hold_lock(out / LOCK_NAME)
+    try:
+        plan = tiny_plan(small_corpus, out, max_steps=2)
+        with pytest.raises(CharrnnError, match=f"another training \\(PID {holder.pid}\\).*{LOCK_NAME}"):
+            plan.run()
+    finally:
+        holder.kill()
+        holder.wait()
+    # A lock file naming a live but unrelated process (PID 1 after a container restart) is not held.
+    (out / LOCK_NAME).write_text("1\n")
+    (out / f"{TEMPORARY_PREFIX}{dead_pid()}-last.pt.leftover.tmp").write_bytes(b"half a checkpoint")
+    (out / ".thesis.tmp").write_text("the user's own")
+    plan.run()
+    assert (out / "last.pt").exists() and not (out / LOCK_NAME).exists()
+    assert [p.name for p in out.glob(".*.tmp")] == [".thesis.tmp"]
+
+
+def hold_lock(path: Path) -> subprocess.Popen:
+    """A process that holds ``path``'s flock (and writes its PID there) until killed."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         f"fd = os.open({str(path)!r}, os.O_CREAT | os.O_RDWR)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX)\nos.write(fd, b'%d\\n' % os.getpid())\n"
+         "print('locked', flush=True)\ntime.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+def start_training(cwd: Path, corpus: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(INSTALLED), "train", str(corpus), "--layers", "1", "--hidden", "64", "--embed", "8",
+         "--batch-size", "4", "--seq-len", "16", "--max-steps", "100000", "--save-every", "1",
+         "--eval-every", "50", "--out", "run", *extra],
+        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def wait_for(path: Path, process: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+@needs_installed
+@pytest.mark.parametrize(("signum", "code"),
+                         [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_signal_saves_and_prints_the_resume_command(small_corpus, tmp_path, signum, code):
+    process = start_training(tmp_path, small_corpus)
+    wait_for(tmp_path / "run" / "last.pt", process)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == code, stderr
+    name = signal.Signals(signum).name
+    assert f"interrupted by {name} after step" in stderr
+    assert "resume with: charrnn train --resume run/last.pt" in stderr
+    assert "Traceback" not in stderr
+    step = load_checkpoint(tmp_path / "run" / "last.pt")["step"]
+    assert step >= 1 and not (tmp_path / "run" / LOCK_NAME).exists()
+    resumed = subprocess.run([str(INSTALLED), "train", "--resume", "run/last.pt", "--max-steps",
+                              str(step + 3)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert load_checkpoint(tmp_path / "run" / "last.pt")["step"] == step + 3
+
+
+@pytest.mark.slow
+@needs_installed
+def test_sigkill_at_random_moments_never_leaves_a_broken_checkpoint(small_corpus, tmp_path):
+    rng = random.Random(0)
+    run = tmp_path / "run"
+    for attempt in range(8):
+        process = start_training(tmp_path, small_corpus, "--overwrite")
+        wait_for(run / LOCK_NAME, process)
+        time.sleep(rng.uniform(0.0, 1.5))
+        process.kill()
+        process.communicate()
+        if (run / "last.pt").exists():
+            load_checkpoint(run / "last.pt")  # complete and loadable, or this raises
+        assert len(list(run.glob(".*.tmp"))) <= 1, attempt  # at most the write that was cut short
+    finished = subprocess.run([str(INSTALLED), "train", str(small_corpus), "--layers", "1", "--hidden", "8",
+                               "--batch-size", "4", "--seq-len", "16", "--max-steps", "2", "--out", "run",
+                               "--overwrite"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert finished.returncode == 0, finished.stderr  # the dead runs' lock was stale and taken over
+    assert not list(run.glob(".*.tmp"))
+
+
+def test_train_in_a_thread_without_signal_handlers(small_corpus, tmp_path):
+    """GracefulStop outside the main thread installs nothing and still works as a context manager."""
+    import threading
+
+    from charrnn.utils.interrupt import GracefulStop
+
+    errors = []
+
+    def body():
+        try:
+            with GracefulStop() as stop:
+                plan = tiny_plan(small_corpus, tmp_path / "run", max_steps=2)
+                plan.run(stop=stop)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    assert errors == [] and os.path.exists(tmp_path / "run" / "last.pt")
+
+
+def test_a_full_disk_is_reported_before_training(small_corpus, tmp_path, monkeypatch):
+    import shutil as shutil_module
+
+    usage = shutil_module.disk_usage(tmp_path)
+    monkeypatch.setattr("charrnn.training.rundir.shutil.disk_usage",
+                        lambda path: usage._replace(free=100_000))
+    plan = tiny_plan(small_corpus, tmp_path / "run", max_steps=2)
+    with pytest.raises(CharrnnError, match="MiB free under --out"):
+        plan.run()
+    assert not (tmp_path / "run" / "last.pt").exists()
+
+
+def test_a_failed_save_says_so_and_keeps_the_previous_checkpoint(small_corpus, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    plan = tiny_plan(small_corpus, out, max_steps=2)
+    plan.run()
+    before = (out / "last.pt").read_bytes()
+
+    real_replace = os.replace
+
+    def disk_full_for_last(source, target):
+        if str(target).endswith("last.pt"):
+            raise OSError(28, "No space left on device")
+        real_replace(source, target)
+
+    monkeypatch.setattr("charrnn.utils.files.os.replace", disk_full_for_last)
+    plan = tiny_plan(small_corpus, out, max_steps=2, seed=5, overwrite=True)
+    with pytest.raises(CharrnnError, match="could not write .*last.pt: No space left on device; "
+                                           "any previous last.pt is intact"):
+        plan.run()
+    assert (out / "last.pt").read_bytes() == before
+    assert not list(out.glob(".*.tmp"))
+
+
+@pytest.mark.slow
+@needs_installed
+def test_a_second_ctrl_c_aborts_at_once_and_leaves_a_whole_checkpoint(small_corpus, tmp_path):
+    process = start_training(tmp_path, small_corpus)
+    wait_for(tmp_path / "run" / "last.pt", process)
+    process.send_signal(signal.SIGINT)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "Aborted!" not in stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(("Error: interrupted by SIGINT", "resume with:")), stderr
+    load_checkpoint(tmp_path / "run" / "last.pt")
+    assert not list((tmp_path / "run").glob(".*.tmp"))

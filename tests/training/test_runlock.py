@@ -1,0 +1,60 @@
+"""The run lock: one holder at a time, released by the kernel whatever happens to the holder."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from pathlib import Path
+
+import pytest
+
+from charrnn.errors import CharrnnError
+from charrnn.training.runlock import LOCK_NAME, RunLock
+
+
+def _contend(directory: str, start: float, log: str) -> None:
+    while time.time() < start:
+        time.sleep(0.001)
+    try:
+        with RunLock(Path(directory)):
+            with open(log, "a") as handle:
+                handle.write(f"in {time.monotonic()}\n")
+            time.sleep(0.05)
+            with open(log, "a") as handle:
+                handle.write(f"out {time.monotonic()}\n")
+    except CharrnnError:
+        pass
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stale_file", [False, True])
+def test_processes_racing_for_the_lock_never_hold_it_together(tmp_path, stale_file):
+    context = multiprocessing.get_context("fork")
+    for trial in range(5):
+        directory = tmp_path / f"trial{trial}"
+        directory.mkdir()
+        if stale_file:
+            (directory / LOCK_NAME).write_text("")  # empty, as a crash between create and write leaves it
+        log = tmp_path / f"log{trial}"
+        start = time.time() + 0.3
+        workers = [context.Process(target=_contend, args=(str(directory), start, str(log))) for _ in range(4)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(30)
+        events = log.read_text().split("\n")[:-1] if log.exists() else []
+        holders = 0
+        for event in events:
+            holders += 1 if event.startswith("in") else -1
+            assert holders <= 1, events
+        assert events, "nobody got the lock"
+
+
+def test_the_lock_is_released_and_removed_on_exit(tmp_path):
+    with RunLock(tmp_path):
+        assert (tmp_path / LOCK_NAME).read_text().strip().isdigit()
+        with pytest.raises(CharrnnError, match="holds its lock"):
+            RunLock(tmp_path).__enter__()
+    assert not (tmp_path / LOCK_NAME).exists()
+    with RunLock(tmp_path):
+        pass

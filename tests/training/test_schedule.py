@@ -1,0 +1,44 @@
+import math
+
+import pytest
+
+from charrnn.config import TrainConfig
+from charrnn.training.schedule import StopReason, learning_rate_at, planned_steps, run_progress, stop_reason
+
+
+def test_schedule_warms_up_then_decays_to_floor():
+    config = TrainConfig(out_dir="x", learning_rate=1.0, warmup_steps=4, min_lr_ratio=0.1, max_steps=100)
+    assert learning_rate_at(config, 0, 0.0) == pytest.approx(0.25)
+    assert learning_rate_at(config, 3, 0.03) == pytest.approx(1.0)
+    cosine = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.04))
+    assert learning_rate_at(config, 4, 0.04) == pytest.approx(cosine)
+    assert learning_rate_at(config, 50, 0.5) == pytest.approx(0.55)
+    assert learning_rate_at(config, 100, 1.0) == pytest.approx(0.1)
+    assert learning_rate_at(config, 10, None) == 1.0
+
+
+def test_progress_follows_nearest_limit():
+    config = TrainConfig(out_dir="x", max_steps=100, time_budget=10.0)
+    assert run_progress(config, 10, 0.0, 5.0) == 0.5
+    assert stop_reason(config, 10, 0.0, 5.0) is None
+    assert stop_reason(config, 100, 0.0, 5.0) == StopReason("max_steps", 100)
+    assert stop_reason(config, 10, 0.0, 10.0) == StopReason("time_budget", 10.0)
+
+
+def test_epochs_count_as_stopping_within_rounding():
+    config = TrainConfig(out_dir="x", epochs=3.0)
+    assert stop_reason(config, 30, 3.0 - 1e-12, 0.0) == StopReason("epochs", 3.0)
+    assert stop_reason(config, 29, 2.9, 0.0) is None
+
+
+def test_planned_steps_take_the_nearer_of_steps_and_epochs():
+    assert planned_steps(TrainConfig(out_dir="x", max_steps=100, epochs=2.5), steps_per_epoch=30) == 75
+    assert planned_steps(TrainConfig(out_dir="x", max_steps=50, epochs=2.5), steps_per_epoch=30) == 50
+    assert planned_steps(TrainConfig(out_dir="x", time_budget=60), steps_per_epoch=30) is None
+
+
+def test_a_stop_reason_says_what_it_is_without_command_line_words():
+    assert str(StopReason("max_steps", 40)) == "reached max_steps = 40"
+    assert str(StopReason("signal", signal_name="SIGTERM")) == "interrupted by SIGTERM"
+    assert StopReason("signal", signal_name="SIGINT").interrupted
+    assert not StopReason("epochs", 2.0).interrupted

@@ -1,0 +1,132 @@
+"""Writes that respect what is at the destination: links, devices, FIFOs, modes, leftovers."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from charrnn.errors import CharrnnError
+from charrnn.utils.files import (
+    TEMPORARY_PREFIX,
+    atomic_write,
+    atomic_write_text,
+    current_umask,
+    remove_stale_temporaries,
+)
+
+
+def mode_of(path: Path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_atomic_write_leaves_previous_file_on_failure(tmp_path):
+    target = tmp_path / "file.txt"
+    atomic_write_text(target, "old")
+
+    class Boom(Exception):
+        pass
+
+    def explode(handle):
+        handle.write(b"partial")
+        raise Boom
+
+    with pytest.raises(Boom):
+        atomic_write(target, explode)
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["file.txt"]
+
+
+def test_a_symlinked_destination_writes_its_target_and_stays_a_link(tmp_path):
+    real = tmp_path / "real.txt"
+    real.write_text("old")
+    link = tmp_path / "link.txt"
+    link.symlink_to(real)
+    atomic_write_text(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+
+
+def test_a_dangling_symlink_creates_its_target(tmp_path):
+    link = tmp_path / "link.txt"
+    link.symlink_to(tmp_path / "absent.txt")
+    atomic_write_text(link, "new")
+    assert link.is_symlink() and (tmp_path / "absent.txt").read_text() == "new"
+
+
+def test_a_symlink_loop_is_a_clear_error(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(CharrnnError, match="symbolic links"):
+        atomic_write_text(tmp_path / "a", "x")
+
+
+def test_a_hard_link_is_not_split(tmp_path):
+    first = tmp_path / "first.txt"
+    first.write_text("old")
+    second = tmp_path / "second.txt"
+    os.link(first, second)
+    atomic_write_text(first, "new")
+    assert second.read_text() == "new" and os.stat(first).st_ino == os.stat(second).st_ino
+
+
+def test_a_fifo_is_written_through_not_replaced(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
+    reader.start()
+    atomic_write_text(fifo, "through the pipe")
+    reader.join(timeout=10)
+    assert received == ["through the pipe"]
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_a_device_is_written_through_and_its_errors_reported():
+    atomic_write_text(Path("/dev/null"), "discarded")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    with pytest.raises(CharrnnError, match="could not write /dev/full: No space left on device"):
+        atomic_write_text(Path("/dev/full"), "x" * 100_000)
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_a_directory_destination_is_refused(tmp_path):
+    with pytest.raises(CharrnnError, match="is a directory"):
+        atomic_write_text(tmp_path, "x")
+
+
+def test_new_files_follow_the_umask_and_replaced_files_keep_their_mode(tmp_path):
+    previous = os.umask(0o002)
+    try:
+        assert current_umask() == 0o002
+        fresh = tmp_path / "fresh.txt"
+        atomic_write_text(fresh, "x")
+        assert mode_of(fresh) == 0o664
+        os.umask(0o077)
+        existing = tmp_path / "existing.txt"
+        existing.write_text("old")
+        existing.chmod(0o640)
+        atomic_write_text(existing, "new")
+        assert mode_of(existing) == 0o640
+    finally:
+        os.umask(previous)
+
+
+@pytest.mark.slow
+def test_only_charrnn_temporaries_of_dead_processes_are_cleaned(tmp_path):
+    users = tmp_path / ".thesis.tmp"
+    users.write_text("mine")
+    finished = subprocess.run(["true"], check=True)
+    assert finished.returncode == 0
+    dead_pid = 2**22 + 12345  # above the usual pid_max, so no process has it
+    dead = tmp_path / f"{TEMPORARY_PREFIX}{dead_pid}-best.pt.abc.tmp"
+    dead.write_text("")
+    alive = tmp_path / f"{TEMPORARY_PREFIX}1-best.pt.abc.tmp"
+    alive.write_text("")
+    remove_stale_temporaries(tmp_path)
+    assert users.exists() and alive.exists() and not dead.exists()
