@@ -1,35 +1,218 @@
-"""The Python API: load a checkpoint to sample and score text, and train from Python.
+"""The Python API, and the command line's only way into the library.
 
-    >>> from charrnn import load
-    >>> model = load("checkpoints/tinyshakespeare/best.pt")   # a checkpoint or a run directory
-    >>> text = model.sample("ROMEO:", length=200, temperature=0.8, seed=1)   # prime included
-    >>> score = model.perplexity("some held-out text")   # .nats_per_char, .bits_per_char, ...
+    >>> import charrnn
+    >>> run = charrnn.train("my_corpus.txt", hidden_size=128, epochs=5, out_dir="runs/mine")
+    >>> model = charrnn.load("runs/mine")               # a checkpoint, or a run directory's best.pt
+    >>> model.sample("ROMEO:", 200, temperature=0.8, seed=1).text   # the prime, then 200 characters
+    >>> model.perplexity().nats_per_char                # the validation split; or text=..., file=...
 
-and ``charrnn.train("my_corpus.txt", hidden_size=128, epochs=5, out_dir="runs/mine")``.
-
-These are the command line's own code paths, with the same checks: options are
-the fields of :class:`~charrnn.config.ModelConfig`, :class:`~charrnn.config.TrainConfig`
-and :class:`~charrnn.config.SampleConfig`, validated by those dataclasses, and a
-training run is planned by :mod:`charrnn.training.plan`. Failures raise
-:class:`~charrnn.errors.CharrnnError` with the message the command line prints.
+Every ``charrnn`` command calls one function here (or a method of :class:`Model`)
+and renders the typed result it returns; ``--json`` prints that result's
+``to_dict()``. Options are checked once, by the configuration dataclasses of
+:mod:`charrnn.config`, before anything is downloaded, trained or written: a
+refusal is a :class:`~charrnn.errors.ConfigError` (a ``ValueError``; a
+``TypeError`` for a value of the wrong type) that names the parameter as the
+caller wrote it. Other failures raise :class:`~charrnn.errors.CharrnnError`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import secrets
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 from os import PathLike
 from pathlib import Path
 from typing import Any
 
-from charrnn.config import SampleConfig
-from charrnn.data.vocab import Vocab
-from charrnn.generation.sample import collect_samples, generate
-from charrnn.models.devices import resolve_device
+from charrnn.config import COMPARE_LENGTH, COMPARE_SEED, DynamicConfig, SampleConfig
+from charrnn.data.datasets import DATASETS, DEFAULT_DATASET
+from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict
 from charrnn.models.evaluate import EvalResult, evaluate
 from charrnn.models.model import CharRNN
-from charrnn.training.checkpoint import checkpoint_in, load_model
+from charrnn.training.checkpoint import LoadedModel, checkpoint_in, load_model
 from charrnn.training.loop import TrainObserver, TrainResult
-from charrnn.training.plan import TrainingRequest, plan_training
+from charrnn.utils.text import require_valid_text
+
+PathArg = str | PathLike[str]
+
+
+def _path(value: PathArg | None, name: str) -> Path | None:
+    """A path parameter: None, a string or a path-like; anything else is refused by name."""
+    if value is None:
+        return None
+    if not isinstance(value, str | PathLike) or isinstance(value, bytes):
+        raise ConfigTypeError(f"must be a path (a string or a pathlib.Path), not {type(value).__name__}",
+                              name)
+    return Path(value)
+
+
+def _require_path(value: PathArg, name: str) -> Path:
+    path = _path(value, name)
+    if path is None:
+        raise ConfigTypeError("must be a path (a string or a pathlib.Path), not None", name)
+    return path
+
+
+def _read_text(path: Path) -> str:
+    from charrnn.data.corpus import read_corpus
+
+    return read_corpus(path)
+
+
+def read_prime(prime: str | None, prime_file: PathArg | None) -> str:
+    """The prime: ``prime``, or the text of ``prime_file``, or nothing; giving both is a conflict."""
+    if prime is not None and not isinstance(prime, str):
+        raise ConfigTypeError(f"must be a string, not {type(prime).__name__}", "prime")
+    path = _path(prime_file, "prime_file")
+    if prime is not None and path is not None:
+        raise OptionConflict("give {prime} or {prime_file}, not both")
+    if path is not None:
+        return _read_text(path)
+    return require_valid_text(prime or "", "{prime}")
+
+
+def dynamic_settings(dynamic: bool | DynamicConfig, learning_rate: float | None = None,
+                     decay: float | None = None, segment_len: int | None = None) -> DynamicConfig | None:
+    """Dynamic evaluation's settings, or None when it is off. Settings without ``dynamic`` would be
+    ignored, so they are refused."""
+    given = {key: value for key, value in
+             (("learning_rate", learning_rate), ("decay", decay), ("segment_len", segment_len))
+             if value is not None}
+    if isinstance(dynamic, DynamicConfig):
+        if given:
+            raise OptionConflict("give the dynamic settings in {dynamic} or as parameters, not both")
+        return dynamic
+    if not isinstance(dynamic, bool):
+        raise ConfigTypeError(f"must be True, False or a DynamicConfig, not {type(dynamic).__name__}",
+                              "dynamic")
+    if given and not dynamic:
+        names = {"learning_rate": "dynamic_lr", "decay": "dynamic_decay", "segment_len": "segment_len"}
+        raise OptionConflict(f"{{{names[next(iter(given))]}}} is a setting of dynamic evaluation: it goes "
+                             f"with {{dynamic}}")
+    if not dynamic:
+        return None
+    try:
+        return DynamicConfig(**given)
+    except ConfigError as exc:
+        names = {"learning_rate": "dynamic_lr", "decay": "dynamic_decay"}
+        raise ConfigError(exc.problem, names.get(exc.field, exc.field)) from None
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Samples:
+    """Texts generated by :meth:`Model.sample`; each starts with the prime."""
+
+    texts: list[str]  # one per sample (or beam, best first)
+    seed: int | None  # the seed that draws these texts again (None: greedy or beam search)
+    seed_drawn: bool  # True when no seed was given and this one was drawn
+    log_probs: list[float] | None = None  # beam search: each beam's total log-probability
+    stopped: list[bool] | None = None  # beam search: whether each beam ended at stop_at
+    notes: list[str] = field(default_factory=list)  # what the caller should know (fewer beams than asked)
+
+    @property
+    def text(self) -> str:
+        """The first (for beams, the best) text."""
+        return self.texts[0]
+
+    def __str__(self) -> str:
+        return self.text
+
+    def records(self) -> list[dict[str, Any]]:
+        """A JSON-ready record per text: the text; for beams, its log-probability and whether it stopped."""
+        if self.log_probs is None or self.stopped is None:
+            return [{"text": text} for text in self.texts]
+        return [{"text": text, "log_prob": log_prob, "stopped": stopped}
+                for text, log_prob, stopped in zip(self.texts, self.log_probs, self.stopped, strict=True)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class SampleStream:
+    """One sample, delivered as it is generated: iterate for the characters after the prime."""
+
+    prime: str  # the text the model was warmed with
+    seed: int | None  # as in :class:`Samples`
+    seed_drawn: bool
+    chars: Iterator[str]  # the generated characters, one at a time
+
+    def __iter__(self) -> Iterator[str]:
+        return self.chars
+
+
+@dataclass(frozen=True)
+class Perplexity:
+    """How well a model predicts a text (:meth:`Model.perplexity`)."""
+
+    text: str  # what was scored: a file's path, "text", or the checkpoint's validation split
+    score: EvalResult  # nats/char, bits/char, perplexity and characters scored
+    skipped: dict[str, int]  # characters outside the vocabulary that were dropped (skip_unknown)
+    dynamic: EvalResult | None  # the score under dynamic evaluation, when asked for
+    dynamic_settings: DynamicConfig | None  # its settings
+    seconds: float  # wall time of the scoring
+
+    @property
+    def nats_per_char(self) -> float:
+        return self.score.nats_per_char
+
+    @property
+    def bits_per_char(self) -> float:
+        return self.score.bits_per_char
+
+    @property
+    def perplexity(self) -> float:
+        return self.score.perplexity
+
+    @property
+    def chars(self) -> int:
+        return self.score.chars
+
+    def to_dict(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"text": self.text, **self.score.to_dict(), "seconds": self.seconds}
+        if self.skipped:
+            record["skipped"] = self.skipped
+        if self.dynamic is not None and self.dynamic_settings is not None:
+            record["dynamic"] = {**self.dynamic.to_dict(), **self.dynamic_settings.to_dict()}
+        return record
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """A unit's activations over a text, and the units that best track a feature (:meth:`Model.inspect`)."""
+
+    text: str  # the text read (at most max_chars of it)
+    layer: int  # the layer looked at
+    unit: int | None  # the unit coloured, if one was asked for
+    state: str  # "h" (hidden state) or "c" (LSTM cell state)
+    values: list[float] | None  # the unit's value after each character (with unit)
+    scale: float  # the magnitude shown as full colour
+    feature: str | None  # the feature units were ranked by (with rank)
+    ranking: list[tuple[int, int, float]] | None  # (layer, unit, correlation), best first (with rank)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A built-in dataset in the local cache (:func:`get_dataset`)."""
+
+    name: str  # its name, e.g. tinyshakespeare
+    path: Path  # the verified file
+    downloaded: bool  # False: a verified copy was already there
+    chars: int  # its length in characters
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "path": str(self.path)}
+
+
+# ---------------------------------------------------------------------------- a model
 
 
 @dataclass
@@ -37,56 +220,382 @@ class Model:
     """A trained model and its vocabulary, ready to generate and score text."""
 
     network: CharRNN  # the network, in eval mode
-    vocab: Vocab  # the characters it reads and writes
+    loaded: LoadedModel  # the network, its vocabulary and the whole checkpoint
     checkpoint: Path  # the file it was loaded from
-    payload: dict[str, Any]  # the whole checkpoint: step, corpus, configurations, ...
 
-    def sample(self, prime: str = "", length: int = 1000, temperature: float = 1.0, *,
-               seed: int | None = None, **options: Any) -> str:
-        """Generate ``length`` characters after ``prime``; the text returned starts with the prime.
+    @property
+    def vocab(self):
+        return self.loaded.vocab
 
-        ``options`` are the other fields of :class:`~charrnn.config.SampleConfig`
-        (``top_k``, ``top_p``, ``greedy``, ``stop_at``, ``min_length``). The same
-        seed gives the same text; without one, each call draws its own.
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The whole checkpoint: step, corpus, configurations, ..."""
+        return self.loaded.payload
+
+    @staticmethod
+    def _decoding(length: int | None, temperature: float | None, options: dict[str, Any]
+                  ) -> tuple[SampleConfig, bool]:
+        """The decoding settings, and whether a seed was drawn because sampling needs one and none was
+        given (a fresh one each call, reported, so that any text worth keeping can be drawn again)."""
+        if length is not None:
+            options["length"] = length
+        config = SampleConfig(temperature=temperature, **options)
+        if config.seed is not None or config.deterministic:
+            return config, False
+        return SampleConfig(**{**config.to_dict(), "seed": secrets.randbits(63)}), True
+
+    def sample(self, prime: str | None = None, length: int | None = None, temperature: float | None = None,
+               *, prime_file: PathArg | None = None, **options: Any) -> Samples:
+        """Generate ``length`` characters after ``prime`` (or the text of ``prime_file``).
+
+        ``options`` are the other fields of :class:`~charrnn.config.SampleConfig`:
+        ``top_k``, ``top_p``, ``greedy``, ``seed``, ``num_samples``, ``stop_at``,
+        ``min_length``, ``beam_width`` and ``length_penalty``. The same seed gives
+        the same text; without one, a seed is drawn and reported in the result.
         """
-        config = SampleConfig(length=length, temperature=temperature, seed=seed, **options)
-        return collect_samples(generate(self.network, self.vocab, config, prime), prime, 1)[0]
+        config, drawn = self._decoding(length, temperature, options)
+        prime_text = read_prime(prime, prime_file)
+        if config.beam_width is not None:
+            return self._beams(prime_text, config)
+        from charrnn.generation.sample import collect_samples, generate
 
-    def perplexity(self, text: str) -> EvalResult:
-        """Score ``text`` as one stream: ``.nats_per_char``, ``.bits_per_char``, ``.perplexity``, ``.chars``.
+        steps = generate(self.network, self.vocab, config, prime_text)
+        return Samples(collect_samples(steps, prime_text, config.num_samples), config.seed, drawn)
 
-        A character outside the vocabulary is an error that names it.
+    def stream(self, prime: str | None = None, length: int | None = None, temperature: float | None = None,
+               *, prime_file: PathArg | None = None, **options: Any) -> SampleStream:
+        """One sample, character by character, as :meth:`sample` would generate it (same seed, same text).
+
+        The prime is checked before this returns; beam search and several samples need :meth:`sample`.
         """
-        return evaluate(self.network, self.vocab.encode(text).long())
+        config, drawn = self._decoding(length, temperature, options)
+        if config.beam_width is not None or config.num_samples != 1:
+            raise OptionConflict("a stream is one sampled text: {beam_width} and {num_samples} need sample()")
+        prime_text = read_prime(prime, prime_file)
+        from charrnn.generation.sample import generate
+
+        steps = generate(self.network, self.vocab, config, prime_text)  # checks the prime first
+        return SampleStream(prime_text, config.seed, drawn, (chars[0] for chars in steps))
+
+    def _beams(self, prime: str, config: SampleConfig) -> Samples:
+        from charrnn.config import DEFAULT_LENGTH_PENALTY
+        from charrnn.generation.beam import beam_search
+
+        assert config.beam_width is not None
+        penalty = DEFAULT_LENGTH_PENALTY if config.length_penalty is None else config.length_penalty
+        beams = beam_search(self.network, self.vocab, prime, config.beam_width, config.length, config.stop_at,
+                            penalty, config.min_length)
+        notes = []
+        if len(beams) < config.num_samples:
+            notes.append(f"only {len(beams)} distinct continuation(s) of {config.length} characters exist "
+                         f"over this model's {len(self.vocab)}-symbol vocabulary; returning {len(beams)}")
+        beams = beams[: config.num_samples]
+        return Samples([prime + beam.text for beam in beams], None, False,
+                       [beam.log_prob for beam in beams], [beam.stopped for beam in beams], notes)
+
+    def perplexity(self, text: str | None = None, *, file: PathArg | None = None, skip_unknown: bool = False,
+                   dynamic: bool | DynamicConfig = False, dynamic_lr: float | None = None,
+                   dynamic_decay: float | None = None, segment_len: int | None = None) -> Perplexity:
+        """Score ``text``, the text of ``file``, or (with neither) the checkpoint's validation split.
+
+        The text is read as one stream with the state carried across chunks.
+        Characters outside the vocabulary are an error naming them, unless
+        ``skip_unknown`` drops them. ``dynamic`` also scores by dynamic evaluation
+        (a copy of the model adapts as it reads; the checkpoint never changes).
+        """
+        from charrnn.data.cache import cached_ids, scan_corpus
+        from charrnn.data.corpus import checkpoint_validation_ids
+
+        settings = dynamic_settings(dynamic, dynamic_lr, dynamic_decay, segment_len)
+        if not isinstance(skip_unknown, bool):
+            raise ConfigTypeError(f"must be True or False, not {type(skip_unknown).__name__}", "skip_unknown")
+        if text is not None and not isinstance(text, str):
+            raise ConfigTypeError(f"must be a string, not {type(text).__name__}", "text")
+        path = _path(file, "file")
+        if text is not None and path is not None:
+            raise OptionConflict("give {text} or {file}, not both")
+        skipped: dict[str, int] = {}
+        if text is None and path is None:
+            corpus = self.payload.get("corpus")
+            try:
+                ids = checkpoint_validation_ids(corpus, self.vocab)
+            except CharrnnError as exc:
+                raise CharrnnError(f"{exc}; give a text to score instead") from None
+            source = f"validation split of {corpus['path']}"
+        elif path is not None:
+            scan = scan_corpus(path)
+            skipped = _unknown(self.vocab.outside(scan.char_counts()), skip_unknown)
+            ids = cached_ids(scan, self.vocab, skip_unknown=True)
+            source = str(path)
+        else:
+            assert text is not None
+            require_valid_text(text, "{text}")
+            skipped = _unknown(self.vocab.outside(Counter(text)), skip_unknown)
+            ids = self.vocab.encode("".join(char for char in text if char not in skipped)).long()
+            source = "text"
+        started = time.perf_counter()
+        score = evaluate(self.network, ids)
+        adapted = None
+        if settings is not None:
+            from charrnn.analysis.dynamic import checkpoint_dynamic_score
+
+            adapted = checkpoint_dynamic_score(self.loaded, ids, settings)
+        return Perplexity(source, score, skipped, adapted, settings, time.perf_counter() - started)
+
+    def inspect(self, text: str | None = None, *, file: PathArg | None = None, layer: int = 0,
+                unit: int | None = None, state: str = "h", rank: str | None = None, top: int = 10,
+                max_chars: int = 3000) -> Inspection:
+        """Read at most ``max_chars`` of ``text`` (or ``file``): colour by one ``unit`` of ``layer``, and/or
+        rank the ``top`` units by how well they track the feature ``rank`` (see INSPECT_FEATURES)."""
+        from charrnn.analysis.neurons import activations, rank_units, text_feature
+        from charrnn.config import INSPECT_FEATURES, check_field_types
+        from charrnn.data.vocab import UnknownCharactersError
+
+        check_field_types(_InspectOptions(layer, unit, state, rank, top, max_chars))
+        if unit is None and rank is None:
+            raise OptionConflict("give {unit} to colour the text, or {rank} to find units")
+        if state not in ("h", "c"):
+            raise ConfigError("must be h (hidden state) or c (LSTM cell state)", "state")
+        if rank is not None and rank not in INSPECT_FEATURES:
+            raise ConfigError(f"must be one of {', '.join(INSPECT_FEATURES)}", "rank")
+        for name, value, minimum in (("layer", layer, 0), ("unit", unit, 0), ("top", top, 1),
+                                     ("max_chars", max_chars, 1)):
+            if value is not None and value < minimum:
+                raise ConfigError(f"must be at least {minimum}", name)
+        config = self.network.config
+        if layer >= config.num_layers:
+            raise ConfigError(f"must be below {config.num_layers}: the model has layers 0 to "
+                              f"{config.num_layers - 1}", "layer")
+        if unit is not None and unit >= config.hidden_size:
+            raise ConfigError(f"must be below {config.hidden_size}: layers have units 0 to "
+                              f"{config.hidden_size - 1}", "unit")
+        path = _path(file, "file")
+        if (text is None) == (path is None):
+            raise OptionConflict("give one of {text} and {file}")
+        whole = _read_text(path) if path is not None else require_valid_text(text or "", "{text}")
+        read = whole[:max_chars]
+        try:
+            acts = activations(self.network, self.vocab, read, state)
+        except UnknownCharactersError as exc:
+            raise CharrnnError(f"{path or 'text'}: {exc}") from None
+        ranking = rank_units(acts, text_feature(read, rank), top) if rank is not None else None
+        values = acts[:, layer, unit].tolist() if unit is not None else None
+        scale = 1.0 if state == "h" or not values else max(1e-6, max(abs(v) for v in values))
+        return Inspection(read, layer, unit, state, values, scale, rank, ranking)
 
 
-def load(path: str | PathLike[str], device: str = "cpu") -> Model:
-    """Load a checkpoint, or a run directory's best.pt, for sampling and scoring on ``device``."""
-    checkpoint = checkpoint_in(Path(path), "best.pt")
-    loaded = load_model(checkpoint, resolve_device(device))
-    return Model(loaded.model, loaded.vocab, checkpoint, loaded.payload)
+@dataclass(frozen=True)
+class _InspectOptions:
+    """The types :meth:`Model.inspect` takes, checked like every configuration's."""
+
+    layer: int
+    unit: int | None
+    state: str
+    rank: str | None
+    top: int
+    max_chars: int
 
 
-def train(corpus: str | PathLike[str] | None = None, *, out_dir: str | PathLike[str] | None = None,
-          overwrite: bool = False, resume: str | PathLike[str] | None = None,
-          init_from: str | PathLike[str] | None = None, extend_vocab: bool = False, device: str = "auto",
-          observer: TrainObserver | None = None, **options: Any) -> TrainResult:
-    """Train on ``corpus`` (a UTF-8 file or a directory of *.txt), as ``charrnn train`` does.
+def _unknown(outside: dict[str, int], skip_unknown: bool) -> dict[str, int]:
+    """The characters outside the vocabulary, when they may be skipped; an error naming them otherwise."""
+    from charrnn.data.vocab import UnknownCharactersError
+
+    if outside and not skip_unknown:
+        raise UnknownCharactersError(outside, "use {skip_unknown} to score the rest")
+    return outside
+
+
+def load(path: PathArg, device: str = "cpu") -> Model:
+    """Load a checkpoint, or a run directory's best.pt, for sampling and scoring on ``device``
+    (``auto``: a GPU when there is one)."""
+    from charrnn.models.devices import resolve_device
+
+    checkpoint = checkpoint_in(_require_path(path, "path"), "best.pt")
+    loaded = load_model(checkpoint, resolve_device(_device(device)))
+    return Model(loaded.model, loaded, checkpoint)
+
+
+def _device(device: Any) -> str:
+    if not isinstance(device, str):
+        raise ConfigTypeError(f"must be a string such as 'cpu', 'cuda' or 'auto', not "
+                              f"{type(device).__name__}", "device")
+    return device
+
+
+# ----------------------------------------------------------------- whole-checkpoint work
+
+
+def info(path: PathArg) -> CheckpointInfo:
+    """What a checkpoint (or a run directory's best.pt) holds, without building the model."""
+    from charrnn.training.checkpoint import describe_checkpoint, load_checkpoint
+
+    checkpoint = checkpoint_in(_require_path(path, "path"), "best.pt")
+    return CheckpointInfo(checkpoint, describe_checkpoint(load_checkpoint(checkpoint)))
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A checkpoint's model, vocabulary, progress, corpus and training options (:func:`info`)."""
+
+    checkpoint: Path  # the file described
+    facts: dict[str, Any]  # JSON-ready: format_version, model, parameters, vocab, step, epoch, corpus, ...
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"checkpoint": str(self.checkpoint), **self.facts}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Checkpoints scored and sampled alike (:func:`compare`)."""
+
+    reports: list[Any]  # charrnn.analysis.compare.CheckpointReport, one per checkpoint, in order
+    settings: Any  # charrnn.analysis.compare.CompareSettings: prime, decoding, text, reference
+    note: str | None  # how the vocabularies differ, when they do
+    checkpoints: list[Path]  # the files compared (a run directory stands for its best.pt)
+
+    def to_dict(self) -> list[dict[str, Any]]:
+        return [report.to_dict() for report in self.reports]
+
+    def to_markdown(self, name: Callable[[str], str] = str) -> str:
+        """The comparison as Markdown; ``name`` names the options its notes mention (as Python does)."""
+        from charrnn.analysis.compare import to_markdown
+
+        return to_markdown(self.reports, self.settings, self.note, name)
+
+
+def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_file: PathArg | None = None,
+            length: int = COMPARE_LENGTH, text_file: PathArg | None = None, against: str | None = None,
+            dynamic: bool | DynamicConfig = False, dynamic_lr: float | None = None,
+            dynamic_decay: float | None = None, segment_len: int | None = None, device: str = "cpu",
+            **sampling: Any) -> Comparison:
+    """Score every checkpoint and sample each with the same prime, seed and decoding settings.
+
+    Scores are on each checkpoint's own validation split, or on ``text_file`` for
+    all. ``sampling`` takes the fields of :class:`~charrnn.config.SampleConfig`;
+    the seed is ``COMPARE_SEED`` unless given, the same for every checkpoint.
+    ``against`` (``"train"`` or a file) also measures how much of each sample is
+    copied from that reference. A problem with one checkpoint is reported in its
+    entry instead of stopping the comparison.
+    """
+    from charrnn.analysis.compare import TRAINING_SPLIT, CompareSettings, compare_checkpoints
+    from charrnn.models.devices import resolve_device
+
+    if isinstance(checkpoints, str | PathLike):
+        raise ConfigTypeError("must be a list of paths, not one path", "checkpoints")
+    paths = [_require_path(path, "checkpoints") for path in checkpoints]
+    if not paths:
+        raise ConfigError("must name at least one checkpoint", "checkpoints")
+    decoding = SampleConfig(length=length, **sampling)
+    if decoding.seed is None and not decoding.deterministic:
+        decoding = SampleConfig(**{**decoding.to_dict(), "seed": COMPARE_SEED})
+    settings_dynamic = dynamic_settings(dynamic, dynamic_lr, dynamic_decay, segment_len)
+    if against is not None and not isinstance(against, str | PathLike):
+        raise ConfigTypeError(f"must be 'train' or a path, not {type(against).__name__}", "against")
+    text_path = _path(text_file, "text_file")
+    prime_text = read_prime(prime, prime_file)
+    text = _read_text(text_path) if text_path is not None else None
+    if against is not None and str(against) != TRAINING_SPLIT:
+        _read_text(Path(against))  # a missing or unreadable reference fails now, not per checkpoint
+    settings = CompareSettings(prime=prime_text, sample=decoding, text=text,
+                               text_name=None if text_path is None else str(text_path),
+                               against=None if against is None else str(against), dynamic=settings_dynamic)
+    resolved = [checkpoint_in(path, "best.pt") for path in paths]
+    reports, note = compare_checkpoints(resolved, settings, resolve_device(_device(device)))
+    return Comparison(reports, settings, note, resolved)
+
+
+def plot(run_dirs: Sequence[PathArg], output: PathArg = "curves.png") -> Path:
+    """Draw the training and validation loss of ``run_dirs`` against epoch and wall time into ``output``
+    (its suffix picks the format); needs the optional matplotlib."""
+    from charrnn.analysis.plot import plot_runs
+
+    if isinstance(run_dirs, str | PathLike):
+        raise ConfigTypeError("must be a list of run directories, not one path", "run_dirs")
+    directories = [_require_path(path, "run_dirs") for path in run_dirs]
+    if not directories:
+        raise ConfigError("must name at least one run directory", "run_dirs")
+    target = _require_path(output, "output")
+    plot_runs(directories, target)
+    return target
+
+
+def get_dataset(name: str = DEFAULT_DATASET, data_dir: PathArg | None = None, force: bool = False) -> Dataset:
+    """Make sure the built-in dataset ``name`` is downloaded and verified (SHA-256) in ``data_dir``
+    (default: ``$CHARRNN_DATA_DIR`` or ./data). ``$CHARRNN_DATA_MIRROR`` replaces the download's origin."""
+    from charrnn.data.datasets import get_dataset as fetch
+
+    if not isinstance(name, str) or name not in DATASETS:
+        raise ConfigError(f"must be one of {', '.join(sorted(DATASETS))}, not {name!r}", "name")
+    if not isinstance(force, bool):
+        raise ConfigTypeError(f"must be True or False, not {type(force).__name__}", "force")
+    path, downloaded = fetch(name, _path(data_dir, "data_dir"), force)
+    return Dataset(name, path, downloaded, DATASETS[name].chars)
+
+
+# ---------------------------------------------------------------------------- training
+
+
+def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, overwrite: bool = False,
+          resume: PathArg | None = None, init_from: PathArg | None = None, extend_vocab: bool = False,
+          device: str = "auto", data_dir: PathArg | None = None, observer: TrainObserver | None = None,
+          **options: Any) -> TrainResult:
+    """Train on ``corpus`` (a UTF-8 file or a directory of *.txt); without one, on tiny Shakespeare,
+    downloaded (once) into ``data_dir``.
 
     ``options`` are fields of :class:`~charrnn.config.ModelConfig` and
     :class:`~charrnn.config.TrainConfig` (``hidden_size=128``, ``epochs=5``,
-    ``time_budget=120``, ...); those not given take the same defaults as on the
-    command line, time-budget shapes included. ``resume`` continues the run that
-    wrote a checkpoint (``corpus`` may then be left out); ``init_from`` fine-tunes
-    from one. ``observer`` receives progress (see :class:`~charrnn.training.loop.TrainObserver`).
+    ``time_budget=120``, ...); those not given take their defaults, or for a
+    time-budgeted run the shape measured best for the budget (``result.plan``
+    says which). ``resume`` continues the run that wrote a checkpoint (or a run
+    directory's last.pt) exactly; ``init_from`` fine-tunes from one. Under
+    torchrun, every process calls this and they train together.
+
+    Ctrl-C (or SIGTERM, SIGHUP) finishes the current step, saves last.pt and
+    raises :class:`~charrnn.training.loop.TrainingInterrupted`, whose
+    ``checkpoint`` resumes the run. ``observer`` receives the plan, notes and
+    progress (see :class:`~charrnn.training.loop.TrainObserver`).
     """
+    from charrnn.training.distributed import join_from_environment, leave
+    from charrnn.training.plan import TrainingRequest, check_request, plan_training
+    from charrnn.utils.interrupt import GracefulStop
+
+    observer = observer if observer is not None else TrainObserver()
+    if not isinstance(overwrite, bool) or not isinstance(extend_vocab, bool):
+        name = "overwrite" if not isinstance(overwrite, bool) else "extend_vocab"
+        raise ConfigTypeError("must be True or False", name)
     request = TrainingRequest(
-        corpus=_path(corpus), options=options, out_dir=_path(out_dir), overwrite=overwrite,
-        resume=_path(resume), init_from=_path(init_from), extend_vocab=extend_vocab,
-        device=resolve_device(device),
+        corpus=_path(corpus, "corpus"), options=options, out_dir=_path(out_dir, "out_dir"),
+        overwrite=overwrite, resume=_path(resume, "resume"), init_from=_path(init_from, "init_from"),
+        extend_vocab=extend_vocab, device=_resolved_device(device), data_dir=_path(data_dir, "data_dir"),
     )
-    return plan_training(request).run(observer)
+    check_request(request)  # every option, before a download, a checkpoint or a corpus is read
+    group, request.device = join_from_environment(request.device)
+    say = group.only_main(observer.on_message)
+    try:
+        if group.world_size > 1:
+            say(f"training with {group.world_size} processes (DistributedDataParallel, "
+                f"{'nccl' if request.device.startswith('cuda') else 'gloo'})")
+        for given, name in ((request.resume, "last.pt"), (request.init_from, "best.pt")):
+            if given is not None and checkpoint_in(given, name) != given:
+                say(f"using {checkpoint_in(given, name)}")
+        if request.resume is None and request.corpus is None:
+            dataset = get_dataset(DEFAULT_DATASET, request.data_dir)
+            verb = "downloaded and verified" if dataset.downloaded else "verified cached copy of"
+            say(f"{verb} {dataset.name}: {dataset.path} ({dataset.chars:,} characters)")
+            # The built-in corpus, fetched: from here on the run is one on a corpus like any other.
+            request.corpus, request.corpus_name, request.data_dir = dataset.path, dataset.name, None
+        plan = plan_training(request)
+        if group.is_main:
+            observer.on_plan(plan)
+        with GracefulStop() as stop:
+            result = plan.run(observer, stop, group)
+    finally:
+        leave(group)
+    return result
 
 
-def _path(value: str | PathLike[str] | None) -> Path | None:
-    return None if value is None else Path(value)
+def _resolved_device(device: Any) -> str:
+    from charrnn.models.devices import resolve_device
+
+    return resolve_device(_device(device))
+

@@ -6,11 +6,17 @@ checkpoints and ``config.json`` hold nothing but JSON-compatible values.
 
 from __future__ import annotations
 
+import functools
 import math
+import numbers
+import re
+import types
+import typing
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any, Literal, get_args
 
-from charrnn.errors import CharrnnError, ConfigError
+from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict
 from charrnn.utils.hardware import cpu_has_native_bf16
 from charrnn.utils.text import require_valid_text
 
@@ -47,16 +53,92 @@ def require_at_least(config: object, minimum: int, *fields: str) -> None:
         require(value is None or value >= minimum, name, f"must be at least {minimum}")
 
 
-def require_finite(config: object, *fields: str) -> None:
-    """Each of ``fields`` of ``config`` that is set is a finite number (neither NaN nor infinite)."""
-    for name in fields:
-        value = getattr(config, name)
-        require(value is None or math.isfinite(value), name, "must be a finite number")
 
 
 def check_seed(seed: int | None) -> None:
     require(seed is None or SEED_RANGE[0] <= seed <= SEED_RANGE[1], "seed",
             f"must be between {SEED_RANGE[0]} and {SEED_RANGE[1]} (64 bits)")
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _checked(value: Any, hint: Any, name: str) -> Any:
+    """``value`` as a field of type ``hint``: a number in the type that field holds (5 → 5.0 for a float);
+    refused with a :class:`ConfigTypeError` when it is not of that type (a bool is not a number, 5.5 is
+    not a whole number, "0.1" is not a number), with a :class:`ConfigError` when a float is NaN or
+    infinite."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (hint,) = [arg for arg in args if arg is not type(None)]
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        hint = str
+    if origin is list:
+        if not isinstance(value, list | tuple):
+            raise ConfigTypeError(f"must be a list of whole numbers, not {_kind(value)}", name)
+        return [_checked(item, args[0], name) for item in value]
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigTypeError(f"must be True or False, not {_kind(value)}", name)
+    elif hint is int:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ConfigTypeError(f"must be a whole number, not {_kind(value)}", name)
+        return int(value)
+    elif hint is float:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ConfigTypeError(f"must be a number, not {_kind(value)}", name)
+        if not math.isfinite(value):
+            raise ConfigError("must be a finite number", name)
+        return float(value)
+    elif hint is str and not isinstance(value, str):
+        raise ConfigTypeError(f"must be a string, not {_kind(value)}", name)
+    return value
+
+
+def _kind(value: Any) -> str:
+    """How a refused value is shown: its type, and the value when short."""
+    shown = repr(value)
+    return f"{type(value).__name__} {shown}" if len(shown) <= 40 else type(value).__name__
+
+
+def check_field_types(config: Any) -> None:
+    """Check every field of dataclass ``config`` against its annotation (see :func:`_checked`), storing
+    numbers in the field's own type."""
+    for name, hint in _field_types(type(config)).items():
+        value = getattr(config, name)
+        checked = _checked(value, hint, name)
+        if checked is not value:
+            object.__setattr__(config, name, checked)
+
+
+@functools.cache
+def _field_comments() -> dict[tuple[str, str], str]:
+    """(class, field) → the comment beside the field in this file, continuation lines included."""
+    comments: dict[tuple[str, str], str] = {}
+    owner, last = "", None
+    for line in Path(__file__).read_text(encoding="utf-8").splitlines():
+        if line.startswith("class "):
+            owner, last = line[6:].split("(")[0].split(":")[0], None
+        elif (found := re.match(r"    (\w+): [^#]*#\s?(.*)$", line)) and owner:
+            last = (owner, found.group(1))
+            comments[last] = found.group(2)
+        elif (more := re.match(r"    #\s?(.*)$", line)) and last is not None:
+            comments[last] += " " + more.group(1)
+        else:
+            last = None
+    return comments
+
+
+def field_help(cls: type, name: str) -> str:
+    """The comment documenting field ``name`` of configuration ``cls``, as a sentence (for --help)."""
+    text = _field_comments()[(cls.__name__, name)]
+    first = text[:1].upper() if text[:1].isascii() else text[:1]
+    return first + text[1:] + ("" if text.endswith(".") else ".")
 
 
 class _DictMixin:
@@ -72,17 +154,17 @@ class _DictMixin:
 @dataclass(frozen=True)
 class ModelConfig(_DictMixin):
     vocab_size: int  # number of distinct code points the model reads and predicts
-    cell: CellType = "lstm"  # lstm, gru, rnn (Elman), or esn (frozen random tanh reservoir)
+    cell: CellType = "lstm"  # the recurrent cell: lstm, gru, rnn (Elman) or esn (a frozen random reservoir)
     num_layers: int = 2  # stacked recurrent layers
     hidden_size: int = 256  # units per recurrent layer (H)
     embed_size: int = 64  # size of the character embedding fed to layer 1
     dropout: float = 0.0  # dropout between layers and before the output layer
     rnn_activation: str = "tanh"  # the vanilla RNN's nonlinearity: tanh or relu
-    forget_bias: float | None = None  # LSTM: effective forget-gate bias b_ih + b_hh to start from;
-    # None keeps PyTorch's small random biases, which learned faster in 100-second runs (README)
+    forget_bias: float | None = None  # LSTM: start the effective forget-gate bias b_ih + b_hh here;
+    # none keeps PyTorch's small random biases, which learned faster in 100-second runs
     init: str = "pytorch"  # weight initialisation: pytorch, textbook, orthogonal or esn
-    spectral_radius: float = 2.5  # esn init: largest |eigenvalue| of each recurrent block
-    recurrent_density: float = 1.0  # esn init: fraction of recurrent weights that are non-zero
+    spectral_radius: float = 2.5  # echo-state reservoir (esn cell or init): largest |eigenvalue|
+    recurrent_density: float = 1.0  # echo-state reservoir: fraction of recurrent weights that are non-zero
     layer_norm: bool = False  # layer-normalise each gate's pre-activation (and the LSTM cell state)
     weight_drop: float = 0.0  # DropConnect on the recurrent matrices W_hh, one mask per training segment
     locked_dropout: bool = False  # dropout masks drawn once per segment and reused at every time step
@@ -91,15 +173,15 @@ class ModelConfig(_DictMixin):
     skip_connections: bool = False  # the input feeds every layer, and every layer the output (Graves 2013)
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         require(self.cell in CELL_TYPES, "cell", f"must be one of {', '.join(CELL_TYPES)}")
         require(self.rnn_activation in RNN_ACTIVATIONS, "rnn_activation",
                 f"must be one of {', '.join(RNN_ACTIVATIONS)}")
         if self.rnn_activation != "tanh" and self.cell != "rnn":
-            raise ConfigError("--rnn-activation applies to --model rnn only (an esn reservoir is tanh)")
+            raise OptionConflict("{rnn_activation} applies to {cell} rnn only (an esn reservoir is tanh)")
         if self.layer_norm and self.cell == "esn":
-            raise ConfigError("--layer-norm does not apply to --model esn (its reservoir is plain tanh)")
+            raise OptionConflict("{layer_norm} does not apply to {cell} esn (its reservoir is plain tanh)")
         require(self.init in INIT_SCHEMES, "init", f"must be one of {', '.join(INIT_SCHEMES)}")
-        require_finite(self, "forget_bias", "spectral_radius", "recurrent_density", *REGULARISATION_RATES)
         require(abs(self.forget_bias or 0.0) <= MAX_FORGET_BIAS, "forget_bias",
                 f"must be within ±{MAX_FORGET_BIAS:g} (the gate saturates long before)")
         require(0 < self.spectral_radius <= MAX_SPECTRAL_RADIUS, "spectral_radius",
@@ -109,10 +191,10 @@ class ModelConfig(_DictMixin):
         for name in REGULARISATION_RATES:
             require(0.0 <= getattr(self, name) < 1.0, name, "must be in [0, 1)")
         if self.skip_connections and (self.cell == "esn" or self.layer_norm):
-            raise ConfigError("--skip-connections applies to the fused lstm, gru and rnn cells, not to "
-                              "--model esn or --layer-norm")
+            raise OptionConflict("{skip_connections} applies to the fused lstm, gru and rnn cells, not to "
+                                 "{cell} esn or {layer_norm}")
         if self.weight_drop and self.cell == "esn":
-            raise ConfigError("--weight-drop does not apply to --model esn (its reservoir is not trained)")
+            raise OptionConflict("{weight_drop} does not apply to {cell} esn (its reservoir is not trained)")
 
 
 @dataclass
@@ -125,10 +207,10 @@ class TrainConfig(_DictMixin):
     min_lr_ratio: float = 0.1  # the cosine schedule decays to learning_rate * this
     warmup_steps: int = 50  # linear warm-up from 0 to the peak learning rate
     weight_decay: float = 0.0  # decoupled (AdamW) weight decay
-    ema_decay: float = 0.0  # keep an exponential moving average of the weights with this decay (0: off);
-    # each evaluation scores it too, and best.pt holds it when it scores better (charrnn.models.averaging)
+    ema_decay: float = 0.0  # keep a moving average of the weights with this decay (e.g. 0.999; 0: off);
+    # each evaluation scores it too, and best.pt holds it when it scores better
     clip: float = 5.0  # clipping threshold; 0 turns clipping off
-    clip_mode: str = "norm"  # norm: rescale by the global norm; value: clamp each element to ±clip
+    clip_mode: str = "norm"  # how to clip: norm rescales all gradients by their norm, value clamps each
     max_bad_steps: int = 10  # stop after this many consecutive steps with a non-finite loss or gradient
     epochs: float | None = None  # stop after this many passes (DEFAULT_EPOCHS if no limit is set)
     max_steps: int | None = None  # stop after this many optimiser steps
@@ -143,8 +225,7 @@ class TrainConfig(_DictMixin):
     init_from: str | None = None  # checkpoint whose weights this run started from (fine-tuning)
 
     def __post_init__(self) -> None:
-        require_finite(self, "val_frac", "learning_rate", "min_lr_ratio", "weight_decay", "ema_decay", "clip",
-                       "epochs", "time_budget")
+        check_field_types(self)
         require(0.0 < self.val_frac < 1.0, "val_frac", "must be strictly between 0 and 1")
         require_at_least(self, 1, "batch_size", "seq_len", "eval_every", "save_every", "max_bad_steps",
                          "max_steps")
@@ -161,7 +242,7 @@ class TrainConfig(_DictMixin):
         require(self.precision in PRECISIONS, "precision", f"must be one of {', '.join(PRECISIONS)}")
         if self.precision == "bf16" and not (self.device.startswith("cuda") or
                                              (self.device == "cpu" and cpu_has_native_bf16())):
-            raise ConfigError("--precision bf16 needs a CUDA device or a CPU with native bfloat16 "
+            raise ConfigError("{precision} bf16 needs a CUDA device or a CPU with native bfloat16 "
                               "(AVX512-BF16 or AMX); train in fp32 here")
         require(all(epoch >= 1 for epoch in self.save_epochs), "save_epochs",
                 "must list whole epochs of 1 or more")
@@ -237,31 +318,68 @@ def shape_for_budget(seconds: float, device: str = "cpu", precision: str = "fp32
     return next(shape for shape in BUDGET_SHAPES[precision] if seconds <= shape.up_to_seconds)
 
 
+DEFAULT_LENGTH_PENALTY = 1.0  # measured: lower lets the shortest stop win, 1.2 and up let endless loops win
+DECODING_CHOICES = ("temperature", "top_k", "top_p", "seed")  # what beam search and greedy decoding never use
+
+
 @dataclass(frozen=True)
 class SampleConfig(_DictMixin):
+    """How to decode: sampling (temperature, top-k, top-p, seed), greedy, or beam search (textbook
+    notes §4). Options that would be ignored by the decoding chosen are refused, not ignored."""
+
     length: int = 1000  # characters to generate after the prime
-    temperature: float = 1.0  # logits are divided by this before the softmax
+    temperature: float | None = None  # divide the logits by this (> 0); lower is more conservative
     top_k: int | None = None  # keep only the k most likely characters
     top_p: float | None = None  # keep the smallest set whose probability reaches p
     greedy: bool = False  # always take the most likely character
-    num_samples: int = 1  # independent samples, generated as one batch
-    seed: int | None = None  # the same seed gives the same text
+    num_samples: int = 1  # independent samples, generated together (with beam search: the best beams)
+    seed: int | None = None  # the same seed gives the same text; without one, a seed is drawn and reported
     stop_at: str | None = None  # end a sample after this string first appears in its generated text
-    min_length: int = 0  # stop_at ends nothing shorter than this many generated characters
+    min_length: int = 0  # the stop string ends no sample shorter than this many generated characters
+    beam_width: int | None = None  # beam search (deterministic), keeping this many continuations
+    length_penalty: float | None = None  # beam search with a stop string: rank beams by log-probability /
+    # ((5 + n) / 6) ** this, n their length (0: by total log-probability)
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         require_at_least(self, 0, "length", "min_length")
-        require(self.temperature > 0 and math.isfinite(self.temperature), "temperature",
-                "must be a finite number greater than 0 (for the most likely character every time, use "
-                "--greedy)")
-        require_at_least(self, 1, "top_k", "num_samples")
+        require(self.temperature is None or self.temperature > 0, "temperature",
+                "must be greater than 0 (for the most likely character every time, use {greedy})")
+        require_at_least(self, 1, "top_k", "num_samples", "beam_width")
         require(self.top_p is None or 0.0 < self.top_p <= 1.0, "top_p", "must be in (0, 1]")
+        require(self.length_penalty is None or self.length_penalty >= 0, "length_penalty",
+                "must be 0 or more")
         check_seed(self.seed)
         if self.stop_at is not None:
             try:
-                require_valid_text(self.stop_at, "--stop-at")
+                require_valid_text(self.stop_at, "{stop_at}")
             except CharrnnError as exc:
-                raise ConfigError(str(exc)) from None
+                raise ConfigError(exc.render(lambda name: "{" + name + "}")) from None
+        deterministic = "beam_width" if self.beam_width is not None else "greedy" if self.greedy else None
+        if deterministic is not None:
+            ignored = [name for name in DECODING_CHOICES if getattr(self, name) is not None]
+            if self.beam_width is not None and self.greedy:
+                ignored.insert(0, "greedy")
+            if ignored:
+                raise OptionConflict(f"{{{deterministic}}} is deterministic; "
+                                     f"{', '.join('{' + name + '}' for name in ignored)} does not apply")
+        if self.length_penalty is not None and self.beam_width is None:
+            raise OptionConflict("{length_penalty} ranks beams: it goes with {beam_width}")
+        if self.beam_width is not None and self.num_samples > self.beam_width:
+            raise OptionConflict(f"{{num_samples}} {self.num_samples} exceeds "
+                                 f"{{beam_width}} {self.beam_width}")
+        if self.beam_width is None and self.greedy and self.num_samples > 1:
+            raise OptionConflict(f"{{greedy}} gives one text; {{num_samples}} {self.num_samples} would "
+                                 f"repeat it (use {{beam_width}} for several deterministic texts)")
+
+    @property
+    def deterministic(self) -> bool:
+        """Greedy decoding and beam search: the same text every time, with no seed."""
+        return self.greedy or self.beam_width is not None
+
+    @property
+    def softmax_temperature(self) -> float:
+        return 1.0 if self.temperature is None else self.temperature
 
 
 @dataclass(frozen=True)
@@ -274,12 +392,11 @@ class DynamicConfig(_DictMixin):
     segment_len: int = 50  # characters scored between two updates
 
     def __post_init__(self) -> None:
-        require_finite(self, "learning_rate", "decay")
+        check_field_types(self)
         require(self.learning_rate >= 0, "learning_rate", "must be 0 (the static score) or positive")
         require(self.decay >= 0, "decay", "must be 0 or positive")
         require_at_least(self, 1, "segment_len")
 
 
-# What compare samples unless told otherwise: shorter texts than sample's, and one seed shared by
-# every checkpoint so that the texts differ only by the model.
-COMPARE_SAMPLE = SampleConfig(length=300, seed=1)
+COMPARE_LENGTH = 300  # compare samples shorter texts than sample, one per checkpoint
+COMPARE_SEED = 1  # compare's seed when none is given: the same for every checkpoint, and every time

@@ -1,24 +1,70 @@
-"""The one exception type for failures a user can fix.
+"""The exceptions for failures a user can fix.
 
 Library code raises :class:`CharrnnError` with a one-line, human-readable message;
 the command line turns it into ``Error: <message>`` and a non-zero exit, never a
-traceback.
+traceback. A refused option value is a :class:`ConfigError`, which names each
+option it concerns the way the caller wrote it: ``max_steps`` from Python,
+``--max-steps`` on the command line (see :meth:`ConfigError.render`).
 """
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+_NAME = re.compile(r"\{\{|\}\}|\{([a-z_]+)\}")  # {name} names an option; {{ and }} are literal braces
+
+
+def _substitute(template: str, name: Callable[[str], str]) -> str:
+    return _NAME.sub(lambda match: name(match.group(1)) if match.group(1) else match.group(0)[0], template)
+
+
+def escape(text: str) -> str:
+    """``text`` (a path, a character the user gave) as it must stand in a message that names options."""
+    return text.replace("{", "{{").replace("}", "}}")
 
 
 class CharrnnError(Exception):
-    """A user-facing failure: bad input, a missing file, an invalid option."""
+    """A user-facing failure: bad input, a missing file, an invalid option.
+
+    With ``names_options``, ``{name}`` in the message stands for the option ``name``
+    (see :meth:`render`): a failure that another option would avoid says which.
+    """
+
+    def __init__(self, message: str = "", *, names_options: bool = False):
+        self.template = message if names_options else None
+        super().__init__(_substitute(message, str) if names_options else message)
+
+    def render(self, name: Callable[[str], str] = str) -> str:
+        """The message, each option named by ``name(option)`` (by default the option itself)."""
+        template = getattr(self, "template", None)
+        if template is None:
+            return str(self)
+        return _substitute(template, name)
 
 
 class ConfigError(CharrnnError, ValueError):
-    """An option value outside its allowed range.
+    """An option value the library refuses, raised before anything is read, trained or written.
 
-    ``field`` names the configuration field at fault (the command line shows its
-    flag instead), and ``problem`` says what is wrong with it; a message about
-    several options together has no field.
+    ``problem`` is the message, in which ``{name}`` stands for the option ``name``:
+    Python callers see the name itself, the command line its flag. With ``field``,
+    the message is ``"{field} " + problem``. ``field`` is the first option the
+    message concerns (None for a message about no option in particular).
     """
 
     def __init__(self, problem: str, field: str | None = None):
-        super().__init__(f"{field} {problem}" if field else problem)
+        template = problem if field is None or "{" + field + "}" in problem else f"{{{field}}} {problem}"
+        names = [found for found in _NAME.findall(template) if found]
+        self.field = field if field is not None else (names[0] if names else None)
         self.problem = problem
-        self.field = field
+        super().__init__(template, names_options=True)
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """An option value of the wrong type: a bool where a number belongs, 5.5 for a count, a string for
+    a number."""
+
+
+class OptionConflict(ConfigError):
+    """Options that cannot be given together, or one that does nothing beside another (a usage error on
+    the command line)."""

@@ -1,6 +1,9 @@
 """The Python API: the command line's results, from Python, with the same checks."""
 
 import json
+import math
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,25 +15,48 @@ from click.testing import CliRunner
 import charrnn
 from charrnn.cli.main import cli
 from charrnn.data.vocab import UnknownCharactersError
-from charrnn.errors import CharrnnError, ConfigError
-from charrnn.training.plan import OptionConflict
+from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict
+from charrnn.training.loop import TrainingInterrupted, TrainObserver
+
+from helpers import TINY_RUN
 
 
 def test_load_then_sample_gives_the_commands_text(tiny_run):
     model = charrnn.load(tiny_run)  # a run directory means its best.pt
     assert model.checkpoint == tiny_run / "best.pt"
-    text = model.sample("ROMEO:", length=80, temperature=0.8, seed=1)
+    samples = model.sample("ROMEO:", length=80, temperature=0.8, seed=1)
     printed = CliRunner().invoke(cli, ["sample", str(tiny_run / "best.pt"), "--prime", "ROMEO:",
                                        "--length", "80", "--temperature", "0.8", "--seed", "1"])
-    assert printed.exit_code == 0 and printed.stdout == text + "\n"
-    assert text.startswith("ROMEO:") and len(text) == len("ROMEO:") + 80
-    assert model.sample("ROMEO:", length=80, temperature=0.8, seed=1) == text
+    assert printed.exit_code == 0 and printed.stdout == samples.text + "\n"
+    assert samples.text.startswith("ROMEO:") and len(samples.text) == len("ROMEO:") + 80
+    assert (samples.seed, samples.seed_drawn) == (1, False)
+    assert model.sample("ROMEO:", length=80, temperature=0.8, seed=1) == samples
+
+
+def test_a_drawn_seed_is_reported_and_draws_the_same_text_again(tiny_checkpoint):
+    model = charrnn.load(tiny_checkpoint)
+    drawn = model.sample("J", 40)
+    assert drawn.seed_drawn and isinstance(drawn.seed, int)
+    assert model.sample("J", 40, seed=drawn.seed).text == drawn.text
+    streamed = model.stream("J", 40, seed=drawn.seed)
+    assert streamed.prime + "".join(streamed) == drawn.text
+
+
+def test_several_samples_and_beams_from_python(tiny_checkpoint):
+    model = charrnn.load(tiny_checkpoint)
+    two = model.sample("J", 20, seed=4, num_samples=2)
+    assert len(two.texts) == 2 and all(text.startswith("J") for text in two.texts)
+    beams = model.sample("J", 10, beam_width=3, num_samples=2)
+    assert len(beams.texts) == 2 and beams.seed is None and not beams.seed_drawn
+    assert beams.log_probs[0] >= beams.log_probs[1]
+    assert beams.records()[0] == {"text": beams.texts[0], "log_prob": beams.log_probs[0],
+                                  "stopped": beams.stopped[0]}
 
 
 def test_sampling_options_are_the_sample_configs(tiny_checkpoint):
     model = charrnn.load(tiny_checkpoint)
     greedy = model.sample("J", length=30, greedy=True)
-    assert greedy == model.sample("J", length=30, top_k=1, seed=5)
+    assert greedy.text == model.sample("J", length=30, top_k=1, seed=5).text
     with pytest.raises(ConfigError, match="temperature must be"):
         model.sample("J", temperature=0)
     with pytest.raises(TypeError):
@@ -42,11 +68,28 @@ def test_perplexity_equals_eval_perplexity(tiny_checkpoint, tmp_path):
     path = tmp_path / "held_out.txt"
     path.write_text(text, encoding="utf-8")
     printed = CliRunner().invoke(cli, ["eval-perplexity", str(tiny_checkpoint), str(path), "--json"])
-    score = charrnn.load(tiny_checkpoint).perplexity(text)
-    assert score.to_dict() == json.loads(printed.stdout)
-    assert score.chars == len(text) - 1 and score.bits_per_char > 0
+    model = charrnn.load(tiny_checkpoint)
+    from_file, from_text = model.perplexity(file=path), model.perplexity(text)
+    assert printed.exit_code == 0, printed.output
+    expected = {**json.loads(printed.stdout), "seconds": None}
+    assert {**from_file.to_dict(), "seconds": None} == expected
+    assert from_text.score == from_file.score and from_text.text == "text"
+    assert from_text.chars == len(text) - 1 and from_text.bits_per_char > 0
     with pytest.raises(UnknownCharactersError, match="Ω"):
-        charrnn.load(tiny_checkpoint).perplexity("Ωmega")
+        model.perplexity("Ωmega")
+
+
+def test_perplexity_of_the_validation_split_skipping_unknowns_and_dynamic(tiny_checkpoint):
+    model = charrnn.load(tiny_checkpoint)
+    split = model.perplexity()
+    assert split.text.startswith("validation split of ") and split.score.to_dict()["nats_per_char"] > 0
+    with pytest.raises(CharrnnError, match=r"use skip_unknown to score the rest"):
+        model.perplexity("ROMEO Ω")
+    skipped = model.perplexity("ROMEO Ω", skip_unknown=True)
+    assert skipped.skipped == {"Ω": 1} and skipped.score == model.perplexity("ROMEO ").score
+    adapted = model.perplexity(dynamic=True, dynamic_lr=0.0)  # a step of 0 is the static score
+    assert adapted.dynamic.nats_per_char == pytest.approx(split.nats_per_char, abs=1e-6)
+    assert adapted.to_dict()["dynamic"]["learning_rate"] == 0.0
 
 
 def test_train_from_python_then_resume(small_corpus, tmp_path):
@@ -54,11 +97,53 @@ def test_train_from_python_then_resume(small_corpus, tmp_path):
     options = {"hidden_size": 16, "embed_size": 8, "num_layers": 1, "batch_size": 4, "seq_len": 16}
     first = charrnn.train(small_corpus, out_dir=out, device="cpu", max_steps=6, **options)
     assert first.steps == 6 and first.out_dir == out and (out / "best.pt").exists()
+    assert first.model_config.hidden_size == 16 and first.config.max_steps == 6 and first.budget is None
+    assert first.to_dict()["stopped"] == "reached max_steps 6"
     with pytest.raises(CharrnnError, match="already holds a training run"):
         charrnn.train(small_corpus, out_dir=out, max_steps=6, **options)
     resumed = charrnn.train(resume=out, max_steps=10)
     assert resumed.steps == 10
     assert charrnn.load(out / "last.pt").payload["step"] == 10
+
+
+@pytest.mark.slow
+def test_the_plan_a_time_budget_chose_is_in_the_result(small_corpus, tmp_path):
+    result = charrnn.train(small_corpus, out_dir=tmp_path / "run", device="cpu", precision="fp32",
+                           time_budget=1, num_layers=1, embed_size=8, seq_len=16)
+    assert result.budget.chosen == {"hidden_size": 192, "batch_size": 16, "learning_rate": 5e-3,
+                                    "dropout": 0.0}
+    assert result.model_config.hidden_size == 192 and result.config.learning_rate == 5e-3
+    assert result.to_dict()["budget"]["chosen"]["hidden_size"] == 192
+
+
+def test_ctrl_c_saves_a_resumable_checkpoint_and_says_where(small_corpus, tmp_path):
+    class CtrlC(TrainObserver):
+        def on_step(self, report):
+            if report.step == 3:
+                os.kill(os.getpid(), signal.SIGINT)
+
+    out = tmp_path / "run"
+    with pytest.raises(TrainingInterrupted) as interrupted:
+        charrnn.train(small_corpus, out_dir=out, device="cpu", max_steps=50, observer=CtrlC(), **TINY_RUN)
+    assert isinstance(interrupted.value, KeyboardInterrupt)
+    assert interrupted.value.checkpoint == out / "last.pt" and interrupted.value.step in (3, 4)
+    assert charrnn.train(resume=interrupted.value.checkpoint, max_steps=5).steps == 5
+
+
+@pytest.mark.slow
+def test_train_without_a_corpus_fetches_tiny_shakespeare(tmp_path, monkeypatch, data_mirror):
+    monkeypatch.chdir(tmp_path)
+    notes = []
+
+    class Notes(TrainObserver):
+        def on_message(self, text):
+            notes.append(text)
+
+    result = charrnn.train(device="cpu", max_steps=1, observer=Notes(), data_dir=tmp_path / "data",
+                           **TINY_RUN)
+    assert result.out_dir == Path("checkpoints/tinyshakespeare")
+    assert (tmp_path / "data" / "tinyshakespeare" / "input.txt").is_file()
+    assert any(note.startswith("downloaded and verified tinyshakespeare") for note in notes)
 
 
 def test_train_from_python_gets_the_commands_checks(small_corpus, tmp_path, tiny_run):
@@ -68,10 +153,36 @@ def test_train_from_python_gets_the_commands_checks(small_corpus, tmp_path, tiny
         charrnn.train(small_corpus, resume=tiny_run, init_from=tiny_run)
     with pytest.raises(ConfigError, match="batch_size must be at least 1"):
         charrnn.train(small_corpus, out_dir=tmp_path / "x", batch_size=0)
-    if not torch.cuda.is_available():
-        with pytest.raises(CharrnnError, match="no CUDA GPU"):
-            charrnn.train(small_corpus, device="cuda")
     assert not (tmp_path / "x").exists()
+
+
+def test_asking_for_a_missing_gpu_is_refused(small_corpus, tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(CharrnnError, match="device cuda was requested but no CUDA GPU"):
+        charrnn.train(small_corpus, out_dir=tmp_path / "x", device="cuda")
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(("options", "error"), [
+    ({"max_steps": 5.5}, ConfigTypeError),
+    ({"seq_len": True}, ConfigTypeError),
+    ({"seed": 1.5}, ConfigTypeError),
+    ({"learning_rate": "0.1"}, ConfigTypeError),
+    ({"save_epochs": "5"}, ConfigTypeError),
+    ({"save_epochs": [1.5]}, ConfigTypeError),
+    ({"dropout": math.nan}, ConfigError),
+    ({"time_budget": math.inf}, ConfigError),
+    ({"layer_norm": 1}, ConfigTypeError),
+])
+def test_wrong_types_and_non_finite_numbers_are_refused_before_anything_is_written(
+        small_corpus, tmp_path, options, error):
+    with pytest.raises(error) as refused:
+        charrnn.train(small_corpus, out_dir=tmp_path / "run", **options)
+    assert isinstance(refused.value, ValueError | TypeError)
+    assert next(iter(options)) in str(refused.value)
+    assert not (tmp_path / "run").exists()
+    if error is ConfigTypeError:
+        assert isinstance(refused.value, TypeError)
 
 
 @pytest.mark.slow
@@ -84,23 +195,22 @@ def test_importing_charrnn_imports_no_torch_until_the_api_is_used():
         charrnn.lod  # noqa: B018
 
 
-def test_the_readme_examples_run(tmp_path, monkeypatch):
-    """The README's Python examples, against tiny runs in the places they name."""
+def test_the_readme_example_runs(tmp_path, monkeypatch):
+    """The README's Python example, against tiny runs in the places it names."""
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    loading = readme.split("```python\n", 1)[1].split("```", 1)[0]
-    training = readme.split("import charrnn\n", 1)[1].split("```", 1)[0]
+    example = readme.split("## Python API", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(tmp_path)
     corpus = "ROMEO: some held-out text, and more of it.\n" * 60
     (tmp_path / "my_corpus.txt").write_text(corpus, encoding="utf-8")
     tiny = {"hidden_size": 16, "embed_size": 8, "num_layers": 1, "batch_size": 4, "seq_len": 16}
     charrnn.train("my_corpus.txt", out_dir="checkpoints/tinyshakespeare", max_steps=4, device="cpu", **tiny)
+    # The training part made tiny: every option it names still reaches the run.
+    shrunk = example.replace("hidden_size=128, epochs=5", "hidden_size=16, epochs=0.1, embed_size=8, "
+                             "batch_size=4, seq_len=16").replace("epochs=10", "epochs=0.2")
+    assert shrunk != example
     namespace: dict = {}
-    exec(compile(loading, "README.md", "exec"), namespace)
-    assert namespace["text"].startswith("ROMEO:") and len(namespace["text"]) == len("ROMEO:") + 200
-    assert namespace["score"].chars == len("some held-out text") - 1
-    # The training example, made tiny: every option it names still reaches the run.
-    shrunk = training.replace("hidden_size=128, epochs=5", "hidden_size=16, epochs=0.1, embed_size=8, "
-                              "batch_size=4, seq_len=16").replace("epochs=10", "epochs=0.2")
-    assert shrunk != training
-    exec(compile("import charrnn\n" + shrunk, "README.md", "exec"), {})
+    exec(compile(shrunk, "README.md", "exec"), namespace)
+    text = namespace["samples"].text
+    assert text.startswith("ROMEO:") and len(text) == len("ROMEO:") + 200
+    assert namespace["score"].text.startswith("validation split of ")
     assert charrnn.load("runs/mine/last.pt").payload["progress_epochs"] == pytest.approx(0.2, abs=0.03)

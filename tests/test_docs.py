@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -11,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from charrnn.cli.main import cli
-from charrnn.config import DEFAULT_EVAL_EVERY
+from charrnn.config import COMPARE_SEED, DEFAULT_EVAL_EVERY, SampleConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -130,13 +132,16 @@ def stated_defaults() -> list[tuple[str, str, str]]:
 
 
 STATED_DEFAULTS = stated_defaults()
-# Options whose unset value (None) means a default that the configuration applies later.
-EFFECTIVE_DEFAULTS = {"--eval-every": DEFAULT_EVAL_EVERY}
+# Options whose unset value (None) means a default that the library applies later.
+EFFECTIVE_DEFAULTS = {("train", "--eval-every"): DEFAULT_EVAL_EVERY,
+                      ("sample", "--temperature"): SampleConfig().softmax_temperature,
+                      ("compare", "--temperature"): SampleConfig().softmax_temperature,
+                      ("compare", "--seed"): COMPARE_SEED}
 
 
 def test_the_readme_states_defaults_for_the_main_options():
     flags = {flag for _, flag, _ in STATED_DEFAULTS}
-    assert {"--layers", "--hidden", "--lr", "--seq-len", "--batch-size", "--length", "--temperature"} <= flags
+    assert {"--layers", "--hidden", "--length", "--temperature"} <= flags
 
 
 @pytest.mark.parametrize(("command", "flag", "stated"), STATED_DEFAULTS,
@@ -145,8 +150,16 @@ def test_a_default_the_readme_states_is_the_options_own(command, flag, stated):
     """The README restates defaults for readers; the dataclasses hold them. This keeps the two equal."""
     option = next(param for param in cli.commands[command].params if flag in param.opts)
     first = re.split(r"[ ,;:]", stated.strip(), maxsplit=1)[0]
-    default = EFFECTIVE_DEFAULTS.get(flag, option.default)
+    default = EFFECTIVE_DEFAULTS.get((command, flag), option.default)
     if isinstance(default, int | float) and not isinstance(default, bool):
         assert float(first) == default, f"README says {flag} [{stated}], the option's default is {default}"
     else:
         assert first == str(default), f"README says {flag} [{stated}], the option's default is {default}"
+
+
+def test_the_command_line_reference_is_what_the_code_generates():
+    """docs/cli.md is every command's --help; scripts/cli_docs.py rewrites it when an option changes."""
+    checked = subprocess.run([sys.executable, str(ROOT / "scripts" / "cli_docs.py"), "--check"],
+                             capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+    assert "## `charrnn train`" in (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")

@@ -69,7 +69,7 @@ def test_train_never_crashes(corpus, batch_size, seq_len, val_frac, lr, save_epo
         (directory / "corpus.txt").write_bytes(corpus)
         args = ["train", str(directory / "corpus.txt"), "--layers", "1", "--hidden", "8", "--embed", "4",
                 "--max-steps", "2", "--eval-every", "1", "--out", str(directory / "run"),
-                "--batch-size", batch_size, "--seq-len", seq_len, "--val-frac", val_frac, "--lr", lr]
+                "--batch-size", batch_size, "--seq-len", seq_len, "-o", "val_frac", val_frac, "--lr", lr]
         if save_epochs:
             args += ["--save-epochs", save_epochs]
         check_outcome(CliRunner().invoke(cli, args), directory)

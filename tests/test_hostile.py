@@ -223,7 +223,8 @@ BAD_INPUTS = [
     ("embedding_of_a_billion", _write("c.txt", "abc " * 500), ["train", "c.txt", "--embed", "1000000000"],
      "GiB (weights, gradients"),
     ("spectral_radius_1e308", _write("c.txt", "abc " * 500),
-     ["train", "c.txt", "--init", "esn", "--spectral-radius", "1e308"], "'--spectral-radius': must be in"),
+     ["train", "c.txt", "-o", "init", "esn", "-o", "spectral_radius", "1e308"],
+     "'-o spectral_radius': must be in"),
     ("out_is_an_existing_file", _write("c.txt", "abc " * 500), ["train", "c.txt", "--out", "c.txt"],
      "is a file, not a directory"),
     ("out_is_a_device", _write("c.txt", "abc " * 500), ["train", "c.txt", "--out", "/dev/null"],
@@ -316,7 +317,7 @@ def test_an_overwrite_that_crashes_before_its_first_write_leaves_the_old_run_who
 def test_a_diverging_run_finishes_with_valid_metrics(small_corpus, tmp_path):
     out = tmp_path / "run"
     result = run_cli("train", small_corpus, *TINY, "--max-steps", "20", "--out", out, "--lr", "100",
-                     "--clip", "0", "--warmup-steps", "0", "--eval-every", "10")
+                     "--clip", "0", "-o", "warmup_steps", "0", "--eval-every", "10")
     assert "Traceback" not in result.output and result.exception is None or \
         isinstance(result.exception, SystemExit)
     for line in (out / "metrics.jsonl").read_text().splitlines():

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,10 @@ import torch
 
 from charrnn.analysis.dynamic import checkpoint_dynamic_score
 from charrnn.analysis.memorisation import COPY_MIN_CHARS, Reference, measure
-from charrnn.config import DynamicConfig, SampleConfig
+from charrnn.config import DEFAULT_LENGTH_PENALTY, DynamicConfig, SampleConfig
 from charrnn.data.corpus import checkpoint_validation_ids, read_corpus
 from charrnn.errors import CharrnnError
-from charrnn.generation.beam import DEFAULT_LENGTH_PENALTY, beam_search
+from charrnn.generation.beam import beam_search
 from charrnn.generation.sample import collect_samples, generate
 from charrnn.models.evaluate import evaluate
 from charrnn.training.checkpoint import LoadedModel, load_model
@@ -32,8 +33,7 @@ from charrnn.training.checkpoint import LoadedModel, load_model
 @dataclass(frozen=True)
 class CompareSettings:
     prime: str  # every sample starts from this text
-    sample: SampleConfig  # length, temperature, seed, ... shared by all checkpoints
-    beam_width: int | None = None  # decode by beam search instead of sampling
+    sample: SampleConfig  # length, temperature, seed, beam width, ... shared by all checkpoints
     text: str | None = None  # score this text instead of each checkpoint's validation split
     text_name: str | None = None  # where ``text`` came from, for the report
     against: str | None = None  # memorisation reference: TRAINING_SPLIT, a file's path, or None for none
@@ -58,9 +58,18 @@ class CheckpointReport:
     memorisation: dict[str, Any] | None = None  # Memorisation.to_dict() of the generated text, if asked
     against: str | None = None  # what the memorisation figures were measured against
     dynamic: dict[str, Any] | None = None  # EvalResult.to_dict() of dynamic evaluation, if asked
+    error_template: str | None = field(default=None, repr=False)  # error, with {option} for each option named
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        record = asdict(self)
+        del record["error_template"]
+        return record
+
+    def render_error(self, name: Callable[[str], str] = str) -> str | None:
+        """``error``, each option it mentions named by ``name(option)`` (the command line gives flags)."""
+        if self.error_template is None:
+            return self.error
+        return CharrnnError(self.error_template, names_options=True).render(name)
 
 
 def _score(loaded: LoadedModel, settings: CompareSettings
@@ -79,7 +88,8 @@ def _score(loaded: LoadedModel, settings: CompareSettings
             raise
         stored = loaded.payload.get("latest_eval")
         if stored is None:
-            raise CharrnnError(f"{exc}; give --text FILE to score every checkpoint on one text") from None
+            raise CharrnnError(f"{exc}; give {{text_file}} FILE to score every checkpoint on one text",
+                               names_options=True) from None
         when = "" if stored["step"] == loaded.payload.get("step") else f", from step {stored['step']:,}"
         scores = {key: stored[key] for key in ("nats_per_char", "bits_per_char", "perplexity", "chars")}
         return scores, f"validation score stored at training time{when} (the corpus cannot be re-read)", None
@@ -93,10 +103,11 @@ def _scored_ids(loaded: LoadedModel, settings: CompareSettings) -> torch.Tensor:
 
 
 def _sample(loaded: LoadedModel, settings: CompareSettings) -> tuple[str, float | None]:
-    if settings.beam_width is not None:
-        best = beam_search(loaded.model, loaded.vocab, settings.prime, settings.beam_width,
-                           settings.sample.length, settings.sample.stop_at, DEFAULT_LENGTH_PENALTY,
-                           settings.sample.min_length)[0]
+    sample = settings.sample
+    if sample.beam_width is not None:
+        penalty = DEFAULT_LENGTH_PENALTY if sample.length_penalty is None else sample.length_penalty
+        best = beam_search(loaded.model, loaded.vocab, settings.prime, sample.beam_width, sample.length,
+                           sample.stop_at, penalty, sample.min_length)[0]
         return settings.prime + best.text, best.log_prob
     steps = generate(loaded.model, loaded.vocab, settings.sample, settings.prime)
     return collect_samples(steps, settings.prime, 1)[0], None
@@ -120,17 +131,19 @@ class References:
             return self._cache[key]
         corpus = loaded.payload.get("corpus")
         if corpus is None:
-            raise CharrnnError("the checkpoint records no training corpus; give --against FILE")
+            raise CharrnnError("the checkpoint records no training corpus; give {against} FILE",
+                               names_options=True)
         key = ("train", corpus["sha256"])
         if key not in self._cache:
             path = Path(corpus["path"])
             if not path.exists():
-                raise CharrnnError(f"the training corpus {path} is gone; give --against FILE")
+                raise CharrnnError(f"the training corpus {path} is gone; give {{against}} FILE",
+                                   names_options=True)
             text = read_corpus(path)
             # The recorded hash is of the corpus's UTF-8 bytes: the text just read, encoded again.
             if hashlib.sha256(text.encode("utf-8")).hexdigest() != corpus["sha256"]:
                 raise CharrnnError(f"the training corpus {path} has changed since training; "
-                                   f"give --against FILE")
+                                   f"give {{against}} FILE", names_options=True)
             self._cache[key] = (Reference(text[: corpus["split_point"]]), f"training split of {path}")
         return self._cache[key]
 
@@ -147,25 +160,25 @@ def compare_checkpoint(loaded: LoadedModel, path: Path, settings: CompareSetting
         if stored_note:
             errors.append(stored_note)
     except CharrnnError as exc:
-        errors.append(f"not scored: {exc}")
+        errors.append(f"not scored: {_template(exc)}")
     dynamic = None
     if settings.dynamic is not None and ids is not None:
         try:
             dynamic = checkpoint_dynamic_score(loaded, ids, settings.dynamic).to_dict()
         except CharrnnError as exc:
-            errors.append(f"no dynamic score: {exc}")
+            errors.append(f"no dynamic score: {_template(exc)}")
     sample, log_prob = None, None
     try:
         sample, log_prob = _sample(loaded, settings)
     except CharrnnError as exc:
-        errors.append(f"no sample: {exc}")
+        errors.append(f"no sample: {_template(exc)}")
     memorisation, against = None, None
     if settings.against is not None and sample is not None:
         try:
             reference, against = (references or References()).for_checkpoint(loaded, settings.against)
             memorisation = measure(sample[len(settings.prime):], reference).to_dict()
         except CharrnnError as exc:
-            errors.append(f"no memorisation figures: {exc}")
+            errors.append(f"no memorisation figures: {_template(exc)}")
     return CheckpointReport(
         checkpoint=str(path),
         run=Path(path).resolve().parent.name,
@@ -175,12 +188,18 @@ def compare_checkpoint(loaded: LoadedModel, path: Path, settings: CompareSetting
         scored_on=settings.text_name or "validation split",
         sample=sample,
         log_prob=log_prob,
-        error="; ".join(errors) or None,
+        error=CharrnnError("; ".join(errors), names_options=True).render() if errors else None,
+        error_template="; ".join(errors) or None,
         memorisation=memorisation,
         against=against,
         dynamic=dynamic,
         **score,
     )
+
+
+def _template(exc: CharrnnError) -> str:
+    """An error's message with ``{option}`` left for each option it names."""
+    return exc.render(lambda name: "{" + name + "}")
 
 
 def checkpoint_labels(reports: list[CheckpointReport]) -> list[str]:
@@ -236,12 +255,12 @@ def format_score(value: float | None, digits: int = 4) -> str:
 
 def describe_decoding(settings: CompareSettings) -> str:
     """How the samples were drawn, in words: beam search, greedy, or the sampling settings."""
-    if settings.beam_width is not None:
-        return f"beam search, width {settings.beam_width}"
     sample = settings.sample
+    if sample.beam_width is not None:
+        return f"beam search, width {sample.beam_width}"
     if sample.greedy:
         return "greedy"
-    parts = [f"temperature {sample.temperature:g}"]
+    parts = [f"temperature {sample.softmax_temperature:g}"]
     parts += [f"top-k {sample.top_k}"] if sample.top_k is not None else []
     parts += [f"top-p {sample.top_p:g}"] if sample.top_p is not None else []
     return ", ".join([*parts, f"seed {sample.seed}"])
@@ -256,7 +275,8 @@ def _memorisation_cells(figures: dict[str, Any] | None) -> str:
     return f" {known_text} | {figures['longest_copied_chars']}{line} | {figures['copied_fraction']:.1%} |"
 
 
-def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note: str | None) -> str:
+def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note: str | None,
+                name: Callable[[str], str] = str) -> str:
     """The comparison as a Markdown document: a table of scores, then each sample."""
     decoding = describe_decoding(settings)
     lines = [
@@ -299,7 +319,7 @@ def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note
     for r, label in zip(reports, labels, strict=True):
         lines += ["", f"## {label}", ""]
         if r.error:
-            lines += [f"*{r.error}*", ""]
+            lines += [f"*{r.render_error(name)}*", ""]
         if r.sample is not None:
             fence = _fence(r.sample)
             lines += [f"{fence}text", r.sample, fence]

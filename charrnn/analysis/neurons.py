@@ -30,9 +30,10 @@ def activations(model: CharRNN, vocab: Vocab, text: str, state: str = "h") -> to
     zero state, one character at a time through the fast step path.
     """
     if state not in ("h", "c"):
-        raise CharrnnError("--state must be h or c")
+        raise CharrnnError("{state} must be h or c", names_options=True)
     if state == "c" and model.config.cell != "lstm":
-        raise CharrnnError(f"--state c needs an LSTM; this model is a {model.config.cell.upper()}")
+        raise CharrnnError(f"{{state}} c needs an LSTM; this model is a {model.config.cell.upper()}",
+                           names_options=True)
     device = next(model.parameters()).device
     ids = vocab.encode(text).long().to(device)
     stepper = make_stepper(model)

@@ -8,6 +8,7 @@ and samples containing ``[brackets]`` are shown as they are.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console, Group
@@ -23,26 +24,17 @@ from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data.corpus import CorpusInfo
 from charrnn.models.devices import resolve_precision
 from charrnn.models.model import CharRNN
-from charrnn.training.loop import StepReport, TrainObserver
+from charrnn.training.loop import StepReport, TrainObserver, TrainResult
+from charrnn.training.plan import TrainingPlan
 from charrnn.training.rundir import EvaluationRecord
-from charrnn.training.schedule import StopReason
+
+Namer = Callable[[str], str]  # how the command line names a library parameter (max_steps → --max-steps)
 
 
 def describe_precision(config: TrainConfig, model_config: ModelConfig) -> str:
     """The precision a run trains in, and whether ``--precision auto`` chose it."""
     chosen = resolve_precision(config.precision, config.device, model_config)
     return f"{chosen} (auto)" if config.precision == "auto" else chosen
-
-
-def describe_stop(reason: StopReason) -> str:
-    """Why a run stopped, in the words of the command line's options."""
-    if reason.interrupted:
-        return f"interrupted by {reason.signal_name}"
-    if reason.criterion == "time_budget":
-        return f"used the --time-budget of {reason.limit:g} s"
-    if reason.criterion == "max_steps":
-        return f"reached --max-steps {reason.limit}"
-    return f"reached --epochs {reason.limit:g}"
 
 
 def key_value_table(title: str, rows: dict[str, str], fold: bool = False) -> Table:
@@ -72,13 +64,41 @@ class ProgressBar(TrainObserver):
     evaluation says all a log needs.
     """
 
-    def __init__(self, console: Console, draw_bar: bool = True) -> None:
+    def __init__(self, console: Console, name: Namer = str, draw_bar: bool = True,
+                 quiet: bool = False) -> None:
         self.console = console  # where the configuration table goes (stderr)
-        self.draw_bar = draw_bar  # False: evaluation lines only
+        self.name = name  # how to name an option in a note
+        self.draw_bar = draw_bar and not quiet  # False: evaluation lines only
+        self.quiet = quiet  # notes only: no table, bar or evaluation lines
         self.bar: tqdm | None = None
+
+    def on_message(self, text: str) -> None:
+        self.console.print(Text(text), soft_wrap=True)
+
+    def on_plan(self, plan: TrainingPlan) -> None:
+        """Say what the plan decided that the user did not ask for in so many words."""
+        name, budget = self.name, plan.budget
+        if budget is not None and not budget.measured:
+            self.on_message(f"{name('time_budget')} {budget.seconds:g} s on {budget.device}: the budget "
+                            f"settings were measured on a CPU, so this run keeps the plain defaults")
+        elif budget is not None and budget.chosen:
+            chosen = " ".join(name(key) if value is True else f"{name(key)} {value:g}"
+                              for key, value in budget.chosen.items())
+            self.on_message(f"{name('time_budget')} {budget.seconds:g} s: {chosen} (the fastest-learning "
+                            f"settings measured for this budget in {budget.precision}; give any of them to "
+                            f"override)")
+        resume = plan.resume
+        if resume is not None:
+            for key, old, new in resume.changes:
+                self.on_message(f"resuming with {key}: {old!r} → {new!r}")
+            where = f" into a new branch {plan.config.out_dir}" if resume.branch else ""
+            self.on_message(f"resuming {resume.checkpoint} at step {resume.step:,} (epoch {resume.epoch:.2f})"
+                            f"{where}")
 
     def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
                  corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None, first_step: int) -> None:
+        if self.quiet:
+            return
         parameters = sum(p.numel() for p in model.parameters())
         trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
         frozen_note = f" ({trained:,} trained, the rest frozen)" if trained != parameters else ""
@@ -109,12 +129,13 @@ class ProgressBar(TrainObserver):
         unreachable = unreachable_save_epochs(config, steps_per_epoch, total_steps)
         if unreachable:
             listed = ",".join(map(str, unreachable))
-            self.console.print(Text(f"warning: --save-epochs {listed} lies beyond this run's end "
+            self.console.print(Text(f"warning: {self.name('save_epochs')} {listed} lies beyond this run's "
+                                    f"end "
                                     f"({total_steps:,} steps, {total_steps / steps_per_epoch:.2f} epochs): "
                                     f"no checkpoint will be kept for it"))
         elif config.save_epochs and config.time_budget is not None:
-            self.console.print(Text("note: with --time-budget, epoch checkpoints are kept only for the "
-                                    "epochs the budget reaches"))
+            self.console.print(Text(f"note: with {self.name('time_budget')}, epoch checkpoints are kept only "
+                                    f"for the epochs the budget reaches"))
         if self.draw_bar:
             self.bar = tqdm(total=total_steps, initial=first_step, unit="step", dynamic_ncols=True,
                             file=sys.stderr)
@@ -133,6 +154,8 @@ class ProgressBar(TrainObserver):
         self.bar.update(1)
 
     def on_eval(self, record: EvaluationRecord, improved: bool) -> None:
+        if self.quiet:
+            return
         train_part = f"train {record.train_loss:.4f}" if record.train_loss is not None else "train n/a"
         marker = "  (best)" if improved else ""
         if record.epoch_checkpoint:
@@ -150,6 +173,40 @@ class ProgressBar(TrainObserver):
                 self.bar.total = self.bar.n
                 self.bar.refresh()
             self.bar.close()
+
+
+def training_summary(result: TrainResult, name: Namer) -> Table:
+    """``charrnn train``'s closing table."""
+    best = result.best
+    return key_value_table("training finished", {
+        "stopped": result.stop_reason.describe(name),
+        "steps": f"{result.steps:,} ({result.epoch:.2f} epochs)",
+        "wall time": f"{result.elapsed_s:.1f} s",
+        "best validation": f"{best.nats_per_char:.4f} nats/char, {best.bits_per_char:.4f} bits/char, "
+                           f"perplexity {best.perplexity:.3f}"
+                           f"{' (averaged weights)' if result.best_is_average else ''}",
+        "skipped steps": str(result.skipped_steps),
+        "checkpoints": f"{result.out_dir / 'best.pt'}, {result.out_dir / 'last.pt'}",
+        **({"epoch checkpoints": ", ".join(path.name for path in result.epoch_checkpoints)}
+           if result.epoch_checkpoints else {}),
+    })
+
+
+def perplexity_table(result: Any) -> Table:
+    """``charrnn eval-perplexity``'s table (``result``: :class:`charrnn.api.Perplexity`)."""
+    rows = {"text": result.text, "nats/char": f"{result.nats_per_char:.4f}",
+            "bits/char": f"{result.bits_per_char:.4f}", "perplexity": f"{result.perplexity:.4f}"}
+    if result.dynamic is not None:
+        settings = result.dynamic_settings
+        rows.update({
+            "dynamic nats/char": f"{result.dynamic.nats_per_char:.4f} "
+                                 f"({result.dynamic.nats_per_char - result.nats_per_char:+.4f})",
+            "dynamic bits/char": f"{result.dynamic.bits_per_char:.4f}",
+            "dynamic settings": f"lr {settings.learning_rate:g}, decay {settings.decay:g}, "
+                                f"segments of {settings.segment_len}",
+        })
+    rows.update({"characters scored": f"{result.chars:,}", "time": f"{result.seconds:.1f} s"})
+    return key_value_table("perplexity", rows)
 
 
 SIDE_BY_SIDE_MIN_COLUMN = 32  # narrower than this per checkpoint, panels are stacked instead
@@ -172,7 +229,7 @@ def memorisation_rows(figures: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def _report_rows(report: CheckpointReport) -> dict[str, str]:
+def _report_rows(report: CheckpointReport, name: Namer) -> dict[str, str]:
     rows = {
         "run": report.run,
         "epoch": _format_epoch(report),
@@ -188,11 +245,11 @@ def _report_rows(report: CheckpointReport) -> dict[str, str]:
     if report.memorisation is not None:
         rows.update(memorisation_rows(report.memorisation))
     if report.error:
-        rows["problem"] = report.error
+        rows["problem"] = report.render_error(name) or ""
     return rows
 
 
-def comparison_renderable(reports: list[CheckpointReport], width: int):
+def comparison_renderable(reports: list[CheckpointReport], width: int, name: Namer = str):
     """A side-by-side table, or stacked panels when the terminal is too narrow for one."""
     labels = checkpoint_labels(reports)
     if width >= 14 + SIDE_BY_SIDE_MIN_COLUMN * len(reports):
@@ -200,14 +257,14 @@ def comparison_renderable(reports: list[CheckpointReport], width: int):
         table.add_column("", style="bold")
         for label in labels:
             table.add_column(Text(label), overflow="fold")
-        all_rows = [_report_rows(report) for report in reports]
+        all_rows = [_report_rows(report, name) for report in reports]
         for key in dict.fromkeys(key for rows in all_rows for key in rows):
             table.add_row(key, *(Text(rows.get(key, "")) for rows in all_rows))
         table.add_row("sample", *(Text(report.sample or "") for report in reports))
         return table
     panels = []
     for report, label in zip(reports, labels, strict=True):
-        summary = "  ".join(f"{key} {value}" for key, value in _report_rows(report).items())
+        summary = "  ".join(f"{key} {value}" for key, value in _report_rows(report, name).items())
         panels.append(Panel(Group(Text(summary, style="bold"), Text(""), Text(report.sample or "")),
                             title=Text(label), title_align="left"))
     return Group(*panels)

@@ -161,8 +161,8 @@ class StreamBatches:
         if len(ids) < minimum:
             raise CharrnnError(
                 f"the training split has {len(ids):,} characters; one batch of "
-                f"--batch-size {batch_size} × --seq-len {seq_len} needs at least {minimum:,} "
-                f"(use a longer corpus or smaller --batch-size/--seq-len)"
+                f"{{batch_size}} {batch_size} × {{seq_len}} {seq_len} needs at least {minimum:,} "
+                f"(use a longer corpus or smaller {{batch_size}}/{{seq_len}})", names_options=True
             )
         self.batch_size = batch_size
         self.seq_len = seq_len

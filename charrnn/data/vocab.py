@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, escape
 
 
 def code_points(text: str) -> torch.Tensor:
@@ -47,12 +47,14 @@ def describe_chars(chars: dict[str, int], limit: int = 10) -> str:
 class UnknownCharactersError(CharrnnError):
     """The text holds characters the vocabulary does not."""
 
-    def __init__(self, unknown: dict[str, int]):
+    def __init__(self, unknown: dict[str, int], hint: str | None = None):
+        """``hint``: what would avoid the error, naming an option as ``{name}``."""
         self.unknown = unknown
         total = sum(unknown.values())
         super().__init__(
             f"{total} character(s) of {len(unknown)} kind(s) are not in the model's vocabulary: "
-            f"{describe_chars(unknown)}"
+            f"{escape(describe_chars(unknown))}" + (f" ({hint})" if hint else ""),
+            names_options=True,
         )
 
 

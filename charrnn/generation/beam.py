@@ -31,7 +31,6 @@ class Beam:
     stopped: bool  # ended by the stop string before reaching the length limit
 
 
-DEFAULT_LENGTH_PENALTY = 1.0  # measured: lower lets the shortest stop win, 1.2 and up let endless loops win
 
 
 def length_normaliser(lengths: torch.Tensor, alpha: float) -> torch.Tensor:

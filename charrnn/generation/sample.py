@@ -70,12 +70,13 @@ def choose_next(
     """Pick the next id for each row of logits (B, V); returns (B,) int64."""
     if config.greedy:
         return torch.argmax(logits, dim=-1)
-    if config.temperature != 1.0:
-        if config.temperature < TINY_TEMPERATURE:
+    temperature = config.softmax_temperature
+    if temperature != 1.0:
+        if temperature < TINY_TEMPERATURE:
             logits = logits.double()  # float32 would round such a temperature to 0
         # Shifted so the largest logit is 0 first: a tiny temperature then sends the others to
         # -inf (probability 0) instead of overflowing them all to +inf (NaN probabilities).
-        logits = (logits - logits.max(dim=-1, keepdim=True).values) / config.temperature
+        logits = (logits - logits.max(dim=-1, keepdim=True).values) / temperature
     logits = filter_logits(logits, config.top_k, config.top_p)
     probs = torch.softmax(logits, dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)

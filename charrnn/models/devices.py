@@ -17,9 +17,9 @@ def resolve_device(name: str) -> str:
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
-        raise CharrnnError("--device cuda was requested but no CUDA GPU is available")
+        raise CharrnnError("{device} cuda was requested but no CUDA GPU is available", names_options=True)
     if name == "mps" and not torch.backends.mps.is_available():
-        raise CharrnnError("--device mps was requested but MPS is not available")
+        raise CharrnnError("{device} mps was requested but MPS is not available", names_options=True)
     return name
 
 
@@ -64,5 +64,6 @@ def check_model_fits(model_config: ModelConfig, device_name: str) -> None:
         raise CharrnnError(
             f"the model has {count:,} parameters, and training it needs about {needed / 2**30:,.1f} GiB "
             f"(weights, gradients and Adam's moments) before any activations; {device_name} has "
-            f"{available / 2**30:,.1f} GiB available. Choose a smaller --hidden, --embed or --layers"
+            f"{available / 2**30:,.1f} GiB available. Choose a smaller {{hidden_size}}, {{embed_size}} or "
+            f"{{num_layers}}", names_options=True
         )

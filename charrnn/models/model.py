@@ -68,7 +68,8 @@ class CharRNN(nn.Module):
         if initialise_weights:
             initialise(self)
             if not all(bool(torch.isfinite(p).all()) for p in self.parameters()):
-                raise CharrnnError("the initial weights are not finite; lower --spectral-radius")
+                raise CharrnnError("the initial weights are not finite; lower {spectral_radius}",
+                                   names_options=True)
         if config.cell == "esn":
             # An echo-state network trains only its read-out; the reservoir stays as drawn.
             for param in [*self.embedding.parameters(), *self.rnn.parameters()]:

@@ -84,8 +84,8 @@ class ProcessGroup(SingleProcess):
         """This rank's block of the ``batch_size`` streams."""
         if batch_size % self.world_size:
             raise CharrnnError(
-                f"--batch-size {batch_size} does not split evenly over {self.world_size} processes; "
-                f"use a multiple of {self.world_size}"
+                f"{{batch_size}} {batch_size} does not split evenly over {self.world_size} processes; "
+                f"use a multiple of {self.world_size}", names_options=True
             )
         per_rank = batch_size // self.world_size
         return slice(self.rank * per_rank, (self.rank + 1) * per_rank)

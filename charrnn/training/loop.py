@@ -57,6 +57,8 @@ class StepReport:
 
 @dataclass
 class TrainResult:
+    """What a run did (:func:`charrnn.api.train`); ``to_dict()`` is ``charrnn train --json``."""
+
     out_dir: Path  # where checkpoints and logs were written
     steps: int  # optimiser steps done
     epoch: float  # passes over the training split done
@@ -66,10 +68,28 @@ class TrainResult:
     stop_reason: StopReason  # which criterion ended the run
     skipped_steps: int  # steps skipped for non-finite values
     epoch_checkpoints: list[Path]  # the save_epochs checkpoints this call wrote
+    model_config: ModelConfig | None = None  # the model trained
+    config: TrainConfig | None = None  # how it was trained, every default and budget choice filled in
+    budget: Any = None  # charrnn.training.plan.BudgetDecision: what a time budget chose, if one was given
+    rank: int = 0  # this process's rank under torchrun; rank 0 alone wrote the run and reports it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stopped": str(self.stop_reason), "steps": self.steps, "epoch": self.epoch,
+            "elapsed_s": self.elapsed_s, "best": self.best.to_dict(), "best_is_average": self.best_is_average,
+            "skipped_steps": self.skipped_steps, "out_dir": str(self.out_dir),
+            "best_checkpoint": str(self.out_dir / "best.pt"),
+            "last_checkpoint": str(self.out_dir / "last.pt"),
+            "epoch_checkpoints": [str(path) for path in self.epoch_checkpoints],
+            "model": None if self.model_config is None else self.model_config.to_dict(),
+            "training": None if self.config is None else self.config.to_dict(),
+            "budget": None if self.budget is None else self.budget.to_dict(),
+        }
 
 
-class TrainingInterrupted(Exception):
-    """A signal stopped the run after a step; ``checkpoint`` holds a resumable state."""
+class TrainingInterrupted(KeyboardInterrupt):
+    """A signal stopped the run after a step; ``checkpoint`` holds a resumable state (pass it as
+    ``resume``). A ``KeyboardInterrupt``, so that code which stops on Ctrl-C still does."""
 
     def __init__(self, signal_name: str, checkpoint: Path, step: int):
         super().__init__(f"interrupted by {signal_name} after step {step:,}; saved {checkpoint}")
@@ -79,7 +99,14 @@ class TrainingInterrupted(Exception):
 
 
 class TrainObserver:
-    """Hooks the loop calls; the default does nothing. The CLI's draws a progress bar."""
+    """Hooks :func:`charrnn.api.train` and the loop call; the default does nothing. The CLI's draws a
+    progress bar."""
+
+    def on_message(self, text: str) -> None:
+        """A note before training starts: the checkpoint a directory stands for, a download, processes."""
+
+    def on_plan(self, plan: Any) -> None:
+        """The :class:`~charrnn.training.plan.TrainingPlan`, made and checked, before anything is written."""
 
     def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
                  corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None, first_step: int) -> None:
@@ -139,7 +166,7 @@ class TrainingLoop:
                 raise CharrnnError(
                     f"training stopped at step {run.step:,}: {run.bad_streak} consecutive steps had a "
                     f"non-finite loss or gradient; the checkpoints in {config.out_dir} keep the last good "
-                    f"state; try a lower --lr (now {config.learning_rate:g})"
+                    f"state; try a lower {{learning_rate}} (now {config.learning_rate:g})", names_options=True
                 )
             if math.isfinite(loss):
                 self.loss_sum += loss
@@ -261,7 +288,7 @@ def train(
     if len(split.val) < 2:
         raise CharrnnError(
             f"the validation split has {len(split.val)} character(s); it needs at least 2 "
-            f"(use a longer corpus or a larger --val-frac)"
+            f"(use a longer corpus or a larger {{val_frac}})", names_options=True
         )
     # The ids stay in host memory (memory-mapped from the corpus cache); each step moves one batch.
     batches = StreamBatches(split.train, config.batch_size, config.seq_len)

@@ -29,7 +29,7 @@ import torch
 from charrnn.config import REGULARISATION_FIELDS, ModelConfig, TrainConfig, shape_for_budget
 from charrnn.data.corpus import CorpusInfo, corpus_name, encode_corpus
 from charrnn.data.vocab import UnknownCharactersError, Vocab
-from charrnn.errors import CharrnnError, ConfigError
+from charrnn.errors import CharrnnError, ConfigError, OptionConflict
 from charrnn.models.devices import resolve_precision
 from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_model
 from charrnn.training.distributed import SingleProcess
@@ -49,10 +49,6 @@ NOT_OPTIONS = frozenset({"vocab_size", "out_dir", "device", "init_from"})  # set
 OPTION_FIELDS = (MODEL_FIELDS | TRAIN_FIELDS) - NOT_OPTIONS
 
 
-class OptionConflict(ConfigError):
-    """Two options that cannot be given together (a usage error on the command line)."""
-
-
 @dataclass
 class TrainingRequest:
     """What the user asked for. Only the options they gave: the plan fills in the rest."""
@@ -66,6 +62,7 @@ class TrainingRequest:
     extend_vocab: bool = False  # with init_from: add the corpus's new characters to the vocabulary
     device: str = "cpu"  # the resolved torch device
     corpus_name: str | None = None  # the run's corpus name; None: the corpus file's stem
+    data_dir: Path | None = None  # where the built-in corpus is kept, for a run given no corpus
 
 
 @dataclass(frozen=True)
@@ -77,6 +74,9 @@ class BudgetDecision:
     precision: str  # the precision training will use (fp32 or bf16), whose shapes apply
     measured: bool  # whether a shape was measured for this device (False: plain defaults kept)
     chosen: dict[str, Any]  # the fields set from the measured shape (those the user did not give)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -109,10 +109,12 @@ class TrainingPlan:
     def run(self, observer: TrainObserver | None = None, stop: GracefulStop | None = None,
             group: SingleProcess | None = None, **engine_options: Any) -> TrainResult:
         """Train it (see :func:`charrnn.training.loop.train`; ``engine_options``, such as ``clock``, too)."""
-        return train(self.model_config, self.config, self.vocab, self.ids, self.corpus, observer,
-                     overwrite=self.overwrite, resume_from=self.resume_from, stop=stop,
-                     initial_weights=self.initial_weights, group=group, branch_history=self.branch_history,
-                     **engine_options)
+        result = train(self.model_config, self.config, self.vocab, self.ids, self.corpus, observer,
+                       overwrite=self.overwrite, resume_from=self.resume_from, stop=stop,
+                       initial_weights=self.initial_weights, group=group, branch_history=self.branch_history,
+                       **engine_options)
+        return dataclasses.replace(result, model_config=self.model_config, config=self.config,
+                                   budget=self.budget, rank=group.rank if group is not None else 0)
 
 
 def check_request(request: TrainingRequest) -> None:
@@ -122,13 +124,33 @@ def check_request(request: TrainingRequest) -> None:
         raise ConfigError(f"unknown training option {unknown[0]!r}; the options are the fields of "
                           f"ModelConfig and TrainConfig except {', '.join(sorted(NOT_OPTIONS))}")
     if request.init_from is not None and request.resume is not None:
-        raise OptionConflict("--init-from starts a new run and --resume continues one: give one of them")
+        raise OptionConflict("{init_from} starts a new run and {resume} continues one: give one of them")
     if request.extend_vocab and request.init_from is None:
-        raise OptionConflict("--extend-vocab goes with --init-from")
+        raise OptionConflict("{extend_vocab} goes with {init_from}")
+    if request.data_dir is not None and (request.corpus is not None or request.resume is not None):
+        raise OptionConflict("{data_dir} keeps the built-in corpus, used only when no corpus is given")
     # Each value is checked by its dataclass now, before a download, a checkpoint or a corpus is read.
     model_options, train_options = _split_options(request.options)
-    ModelConfig(vocab_size=1, **model_options)
-    TrainConfig(out_dir=".", device=request.device, **train_options)
+    model = ModelConfig(vocab_size=1, **model_options)
+    config = TrainConfig(out_dir=".", device=request.device, **train_options)
+    _refuse_ignored(request.options, model, config)
+
+
+def _refuse_ignored(given: dict[str, Any], model: ModelConfig, config: TrainConfig) -> None:
+    """An option given where the rest of the request makes it do nothing is refused, not ignored.
+
+    Resuming and fine-tuning take the cell from the checkpoint; these checks then use the
+    default cell unless one is given, and the checkpoint's own checks follow in the plan.
+    """
+    if "forget_bias" in given and model.cell != "lstm":
+        raise OptionConflict("{forget_bias} sets the LSTM's forget gate; {cell} " + model.cell + " has none")
+    esn = model.cell == "esn" or model.init == "esn"
+    for name in ("spectral_radius", "recurrent_density"):
+        if name in given and not esn:
+            raise OptionConflict(f"{{{name}}} shapes an echo-state reservoir: it goes with {{cell}} esn or "
+                                 f"{{init}} esn")
+    if "clip_mode" in given and config.clip == 0:
+        raise OptionConflict("{clip_mode} does nothing with {clip} 0 (clipping off)")
 
 
 def _split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -166,7 +188,8 @@ def plan_training(request: TrainingRequest) -> TrainingPlan:
     try:
         encoded = encode_corpus(request.corpus, name, config.val_frac, source.vocab, request.extend_vocab)
     except UnknownCharactersError as exc:
-        raise CharrnnError(f"{request.corpus}: {exc}; pass --extend-vocab to add them") from None
+        raise CharrnnError(f"{request.corpus}: {exc}; pass {{extend_vocab}} to add them",
+                           names_options=True) from None
     model_config = fine_tune_config(source.model.config, model_options, len(encoded.vocab))
     return TrainingPlan(model_config, config, encoded.vocab, encoded.ids, encoded.info,
                         overwrite=request.overwrite, initial_weights=source.model.state_dict())
@@ -203,8 +226,9 @@ def fine_tune_config(source: ModelConfig, model_options: dict[str, Any], vocab_s
         if value == values[key]:
             continue
         if key not in REGULARISATION_FIELDS:
-            raise CharrnnError(f"{key} {value!r} contradicts the --init-from checkpoint "
-                               f"({key} {values[key]!r}); fine-tuning keeps the model's shape")
+            raise CharrnnError(f"{{{key}}} {value!r} contradicts the {{init_from}} checkpoint "
+                               f"({key} {values[key]!r}); fine-tuning keeps the model's shape",
+                               names_options=True)
         values[key] = value
     return ModelConfig(**values)
 
@@ -252,7 +276,8 @@ class RunAlreadyFinished(CharrnnError):
     """A resumed run has already reached the limit that would stop it at once."""
 
     def __init__(self, reason):
-        super().__init__(f"this run already {reason}; give a larger limit to continue it")
+        super().__init__(f"this run already {reason.describe(lambda name: '{' + name + '}')}; give a larger "
+                         f"limit to continue it", names_options=True)
         self.reason = reason  # the StopReason it reached
 
 

@@ -59,8 +59,8 @@ def check_free_space(out_dir: Path, needed: int) -> None:
     free = shutil.disk_usage(out_dir).free
     if free < needed:
         raise CharrnnError(
-            f"only {free / 2**20:,.1f} MiB free under --out {out_dir}; a run needs about "
-            f"{needed / 2**20:,.1f} MiB for its checkpoints"
+            f"only {free / 2**20:,.1f} MiB free under {{out_dir}} {out_dir}; a run needs about "
+            f"{needed / 2**20:,.1f} MiB for its checkpoints", names_options=True
         )
 
 
@@ -78,13 +78,14 @@ def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
     """
     info = stat_or_none(out_dir, f"cannot use --out {out_dir}")
     if info is not None and not stat.S_ISDIR(info.st_mode):
-        raise CharrnnError(f"--out {out_dir} is a file, not a directory; choose a directory for the run")
+        raise CharrnnError(f"{{out_dir}} {out_dir} is a file, not a directory; choose a directory for the "
+                           f"run", names_options=True)
     existing = existing_run_files(out_dir) if info is not None else []
     if existing and not overwrite:
         raise CharrnnError(
-            f"--out {out_dir} already holds a training run ({', '.join(existing)}); "
-            f"continue it with --resume {out_dir / 'last.pt'}, pass --overwrite to replace it, "
-            f"or choose another --out"
+            f"{{out_dir}} {out_dir} already holds a training run ({', '.join(existing)}); "
+            f"continue it with {{resume}} {out_dir / 'last.pt'}, pass {{overwrite}} to replace it, "
+            f"or choose another {{out_dir}}", names_options=True
         )
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -92,7 +93,8 @@ def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
-        raise CharrnnError(f"cannot write to --out {out_dir}: {reason(exc)}") from None
+        raise CharrnnError(f"cannot write to {{out_dir}} {out_dir}: {reason(exc)}",
+                           names_options=True) from None
 
 
 def read_run_config(out_dir: Path) -> dict[str, Any] | None:
@@ -152,20 +154,22 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
         prepare_out_dir(out_dir, overwrite)
         return ResumeTarget(out_dir, branch=True)
     if overwrite:
-        raise CharrnnError("--overwrite with --resume replaces nothing in the run's own directory; "
-                           "give it with --out NEW_DIR to replace a run there")
+        raise CharrnnError("{overwrite} with {resume} replaces nothing in the run's own directory; "
+                           "give it with {out_dir} NEW_DIR to replace a run there", names_options=True)
     if not belongs_to(own_dir, payload):
         raise CharrnnError(
             f"{own_dir} is not the run that wrote {checkpoint.name} (its config.json is missing or "
             f"belongs to another run), so resuming there could overwrite its files; continue it "
-            f"elsewhere with --out NEW_DIR"
+            f"elsewhere with {{out_dir}} NEW_DIR", names_options=True
         )
     last = own_dir / "last.pt"
     newest = checkpoint_step(last) if last.exists() and not _same_file(last, checkpoint) else None
     if newest is not None and newest > payload["step"]:
         raise CharrnnError(
             f"{own_dir} has newer results (last.pt is at step {newest:,}; {checkpoint.name} at step "
-            f"{payload['step']:,}), which resuming here would replace; branch from it with --out NEW_DIR"
+            f"{payload['step']:,}), which resuming here would replace; branch from it with "
+            f"{{out_dir}} NEW_DIR",
+            names_options=True
         )
     return ResumeTarget(own_dir, branch=False)
 

@@ -40,7 +40,7 @@ class RunLock:
                 who = f" (PID {holder})" if holder.isdigit() else ""
                 raise CharrnnError(
                     f"another training{who} is writing to {self.path.parent} and holds its lock "
-                    f"{self.path}; wait for it or choose another --out"
+                    f"{self.path}; wait for it or choose another {{out_dir}}", names_options=True
                 ) from None
             # The holder before us may have removed the file while we waited to lock it: a lock
             # on that removed file guards nothing, so start again on the file now at the path.

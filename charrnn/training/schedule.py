@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,10 +24,18 @@ class StopReason:
     def interrupted(self) -> bool:
         return self.criterion == "signal"
 
-    def __str__(self) -> str:
+    def describe(self, name: Callable[[str], str] = str) -> str:
+        """Why the run stopped, each option named by ``name(option)`` (the command line gives flags)."""
         if self.interrupted:
             return f"interrupted by {self.signal_name}"
-        return f"reached {self.criterion} = {self.limit}"
+        if self.criterion == "time_budget":
+            return f"used the {name('time_budget')} of {self.limit:g} s"
+        if self.criterion == "max_steps":
+            return f"reached {name('max_steps')} {self.limit}"
+        return f"reached {name('epochs')} {self.limit:g}"
+
+    def __str__(self) -> str:
+        return self.describe()
 
 
 def stop_reason(config: TrainConfig, step: int, epoch: float, elapsed: float) -> StopReason | None:

@@ -31,7 +31,10 @@ def other_run(tmp_path_factory) -> Path:
 
 
 def settings(**overrides) -> CompareSettings:
-    sample = SampleConfig(length=overrides.pop("length", 40), seed=3, temperature=0.9)
+    if "beam_width" in overrides:
+        sample = SampleConfig(length=overrides.pop("length", 40), beam_width=overrides.pop("beam_width"))
+    else:
+        sample = SampleConfig(length=overrides.pop("length", 40), seed=3, temperature=0.9)
     return CompareSettings(**{"prime": "ROMEO:", "sample": sample, **overrides})
 
 
@@ -154,7 +157,7 @@ def test_a_checkpoint_whose_corpus_is_gone_shows_its_stored_score(tiny_run, tmp_
     del payload["latest_eval"]
     save_checkpoint(moved, payload)
     reports, _ = compare_checkpoints([moved], settings(length=5))
-    assert reports[0].nats_per_char is None and "give --text FILE" in reports[0].error
+    assert reports[0].nats_per_char is None and "give text_file FILE" in reports[0].error
 
 
 def test_compare_takes_the_sampling_options_of_sample(tiny_run, tmp_path):

@@ -138,4 +138,4 @@ def test_against_a_vanished_training_corpus_is_reported_in_the_entry(tiny_run, t
                                       "--length", "5"])
     assert result.exit_code == 0, result.output
     entry = json.loads(result.stdout)[0]
-    assert entry["memorisation"] is None and "give --against FILE" in entry["error"]
+    assert entry["memorisation"] is None and "give against FILE" in entry["error"]

@@ -56,7 +56,8 @@ def test_train_sample_eval_round_trip(runner, small_corpus):
 
     scored = invoke(runner, "eval-perplexity", run / "best.pt", "--json")
     report = json.loads(scored.stdout)
-    assert set(report) == {"nats_per_char", "bits_per_char", "perplexity", "chars"}
+    assert set(report) == {"text", "nats_per_char", "bits_per_char", "perplexity", "chars", "seconds"}
+    assert report["text"].startswith("validation split of ")
     loaded = load_model(run / "best.pt")
     text = small_corpus.read_text(encoding="utf-8")
     cut = loaded.payload["corpus"]["split_point"]
@@ -181,7 +182,7 @@ def test_fine_tune_with_extended_vocabulary(runner, tiny_checkpoint):
     assert "--extend-vocab" in refused.stderr
     tuned = invoke(runner, "train", "new.txt", "--init-from", tiny_checkpoint, "--extend-vocab",
                    "--max-steps", "2", "--batch-size", "4", "--seq-len", "16", "--dropout", "0.1",
-                   "--weight-drop", "0.2", "--locked-dropout")
+                   "--weight-drop", "0.2", "-o", "locked_dropout", "true")
     assert tuned.exit_code == 0, tuned.output
     old = torch.load(tiny_checkpoint, weights_only=True)
     new = torch.load("checkpoints/new/last.pt", weights_only=True)
@@ -198,7 +199,7 @@ def test_fine_tune_with_extended_vocabulary(runner, tiny_checkpoint):
 
 def test_fine_tune_refuses_another_shape(runner, tiny_checkpoint, small_corpus):
     result = invoke(runner, "train", small_corpus, "--init-from", tiny_checkpoint, "--hidden", "64")
-    assert_one_line_error(result, "hidden_size 64 contradicts the --init-from checkpoint")
+    assert_one_line_error(result, "--hidden 64 contradicts the --init-from checkpoint (hidden_size 32)")
 
 
 def test_sample_to_file_and_several_samples(runner, tiny_checkpoint):
@@ -430,13 +431,15 @@ def test_the_command_line_starts_without_importing_torch():
     (["sample", "x.pt", "--temperature", "0"], "use --greedy"),
     # Checked before the default corpus would be fetched or the checkpoint read:
     (["train", "--lr", "-1"], "Invalid value for '--lr': must be positive and at most 1000 (see 'cli train"),
-    (["train", "--warmup-steps", "-1"], "Invalid value for '--warmup-steps': must be at least 0"),
-    (["train", "--resume", "gone/last.pt", "--min-lr-ratio", "1.5"], "'--min-lr-ratio': must be in [0, 1]"),
+    (["train", "-o", "warmup_steps", "-1"], "Invalid value for '-o warmup_steps': must be at least 0"),
+    (["train", "--resume", "gone/last.pt", "-o", "min_lr_ratio", "1.5"],
+     "'-o min_lr_ratio': must be in [0, 1]"),
     (["compare", "gone.pt", "--length", "-1"], "Invalid value for '--length': must be at least 0"),
     (["sample", "gone.pt", "--top-k", "0"], "Invalid value for '--top-k': must be at least 1"),
     (["train", "--ema", "1"], "Invalid value for '--ema': must be in [0, 1) (0 turns averaging off)"),
     (["train", "--weight-drop", "1"], "Invalid value for '--weight-drop': must be in [0, 1)"),
-    (["train", "--embed-dropout", "nan"], "Invalid value for '--embed-dropout': must be a finite number"),
+    (["train", "-o", "embed_dropout", "nan"],
+     "Invalid value for '-o embed_dropout': must be a finite number"),
     (["train", "--model", "esn", "--weight-drop", "0.2"], "--weight-drop does not apply to --model esn"),
 ])
 def test_an_option_value_out_of_range_is_a_usage_error(runner, small_corpus, args, fragment, monkeypatch):
@@ -484,7 +487,8 @@ def test_save_epochs_beyond_the_run_warn_and_the_summary_lists_those_written(run
 def test_help_examples_can_be_typed_as_shown(runner):
     shown = invoke(runner, "sample", "--help").stdout
     assert "--stop-at $'\\n\\n'" in shown  # bash passes a newline only with $'...'
-    assert all(line == "" or line.startswith((" ", "Usage:", "Options:")) for line in shown.splitlines())
+    assert all(line == "" or line.startswith((" ", "Usage:")) or line.endswith(":")  # a group of options
+               for line in shown.splitlines())
 
 
 def test_train_json_quiet_and_a_log_without_a_progress_bar(runner, small_corpus):
@@ -518,14 +522,18 @@ def test_the_run_table_says_which_precision_auto_chose(runner, small_corpus):
     assert "cpu, fp32 " in forced.stderr and "(auto)" not in forced.stderr
 
 
-def test_the_run_table_and_the_summary_name_the_regularisation_and_the_average(runner, small_corpus):
+def test_the_run_table_and_summary_name_the_regularisation_and_the_average(runner, small_corpus):
     result = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "2", "--out", "r",
-                    "--dropout", "0.1", "--locked-dropout", "--weight-drop", "0.2", "--ema", "0.9", "--json")
+                    "--dropout", "0.1", "-o", "locked_dropout", "true", "--weight-drop", "0.2",
+                    "--ema", "0.9", "--json")
     assert result.exit_code == 0, result.output
     table = " ".join(result.stderr.replace("│", " ").split())
     assert "dropout 0.1 (locked), weight drop 0.2" in table and "weight average (EMA 0.9)" in table
     summary = json.loads(result.stdout)
-    assert isinstance(summary["best_is_average"], bool)
+    (evaluation,) = [json.loads(line) for line in Path("r/metrics.jsonl").read_text().splitlines()]
+    assert summary["best_is_average"] is (evaluation["averaged_val_loss"] < evaluation["val_loss"])
+    assert summary["best"]["nats_per_char"] == pytest.approx(min(evaluation["averaged_val_loss"],
+                                                                 evaluation["val_loss"]))
     config = json.loads(Path("r/config.json").read_text())
     assert config["model"]["weight_drop"] == 0.2 and config["train"]["ema_decay"] == 0.9
 

@@ -72,7 +72,7 @@ def test_load_pretrained_refuses_another_shape():
 
 
 def test_relu_only_for_the_vanilla_rnn():
-    with pytest.raises(ConfigError, match="--model rnn only"):
+    with pytest.raises(ConfigError, match="rnn_activation applies to cell rnn only"):
         ModelConfig(vocab_size=5, cell="lstm", rnn_activation="relu")
 
 

@@ -226,5 +226,5 @@ def test_skip_connections_train_with_the_regularisation():
 
 @pytest.mark.parametrize("options", [{"cell": "esn"}, {"layer_norm": True}])
 def test_skip_connections_need_a_fused_cell(options):
-    with pytest.raises(ConfigError, match="--skip-connections"):
+    with pytest.raises(ConfigError, match="skip_connections applies"):
         ModelConfig(vocab_size=5, skip_connections=True, **options)

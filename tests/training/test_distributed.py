@@ -15,8 +15,8 @@ pytestmark = pytest.mark.slow  # real torchrun processes
 
 # Tiny model, a few steps; a constant learning rate so that a run may be resumed with a later step limit.
 TRAIN_ARGS = ["--hidden", "32", "--layers", "2", "--embed", "8", "--batch-size", "8", "--seq-len", "16",
-              "--lr", "1e-2", "--warmup-steps", "0", "--min-lr-ratio", "1", "--eval-every", "3",
-              "--save-every", "3", "--device", "cpu", "--precision", "fp32"]
+              "--lr", "1e-2", "-o", "warmup_steps", "0", "-o", "min_lr_ratio", "1", "--eval-every", "3",
+              "-o", "save_every", "3", "--device", "cpu", "--precision", "fp32"]
 # float32 on purpose: with bf16 autocast the two layouts round differently, and the test compares them.
 
 

@@ -102,7 +102,7 @@ def test_a_time_budget_on_a_gpu_keeps_the_plain_defaults(small_corpus):
 def test_options_that_cannot_go_together_are_refused_before_any_work(small_corpus, tmp_path):
     with pytest.raises(OptionConflict, match="give one of them"):
         plan_training(TrainingRequest(small_corpus, resume=tmp_path / "a.pt", init_from=tmp_path / "b.pt"))
-    with pytest.raises(OptionConflict, match="--extend-vocab goes with --init-from"):
+    with pytest.raises(OptionConflict, match="extend_vocab goes with init_from"):
         plan_training(TrainingRequest(small_corpus, extend_vocab=True))
     with pytest.raises(ConfigError, match="unknown training option 'hiden_size'"):
         plan_training(TrainingRequest(small_corpus, {"hiden_size": 3}))
@@ -116,14 +116,14 @@ def test_fine_tuning_keeps_the_shape_and_may_change_only_the_regularisation():
                       "embed_dropout": 0.05}
     assert fine_tune_config(source, {**regularisation, "hidden_size": 32}, 12) == ModelConfig(
         vocab_size=12, hidden_size=32, **regularisation)
-    with pytest.raises(CharrnnError, match="hidden_size 64 contradicts the --init-from checkpoint"):
+    with pytest.raises(CharrnnError, match="hidden_size 64 contradicts the init_from checkpoint"):
         fine_tune_config(source, {"hidden_size": 64}, 10)
 
 
 def test_a_fine_tuning_plan_reads_the_source_vocabulary(tiny_run, small_corpus, tmp_path):
     novel = tmp_path / "novel.txt"
     novel.write_text("ROMEO: Ωmega\n" * 100, encoding="utf-8")
-    with pytest.raises(CharrnnError, match="pass --extend-vocab to add them"):
+    with pytest.raises(CharrnnError, match="pass extend_vocab to add them"):
         plan_training(TrainingRequest(novel, init_from=tiny_run))
     plan = plan_training(TrainingRequest(novel, init_from=tiny_run, extend_vocab=True,
                                          out_dir=tmp_path / "ft"))

@@ -79,7 +79,7 @@ class PoisonWeights(TrainObserver):
 
 def test_non_finite_steps_are_skipped_then_training_stops(small_corpus, tmp_path):
     plan = tiny_plan(small_corpus, tmp_path / "run", max_steps=50, max_bad_steps=4)
-    with pytest.raises(CharrnnError, match="4 consecutive steps had a non-finite loss.*lower --lr"):
+    with pytest.raises(CharrnnError, match="4 consecutive steps had a non-finite loss.*lower learning_rate"):
         plan.run(PoisonWeights())
     assert not (tmp_path / "run" / "last.pt").exists()  # nothing poisoned was saved
     assert not (tmp_path / "run" / LOCK_NAME).exists()
@@ -127,7 +127,7 @@ def hold_lock(path: Path) -> subprocess.Popen:
 def start_training(cwd: Path, corpus: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [str(INSTALLED), "train", str(corpus), "--layers", "1", "--hidden", "64", "--embed", "8",
-         "--batch-size", "4", "--seq-len", "16", "--max-steps", "100000", "--save-every", "1",
+         "--batch-size", "4", "--seq-len", "16", "--max-steps", "100000", "-o", "save_every", "1",
          "--eval-every", "50", "--out", "run", *extra],
         cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
@@ -213,7 +213,7 @@ def test_a_full_disk_is_reported_before_training(small_corpus, tmp_path, monkeyp
     monkeypatch.setattr("charrnn.training.rundir.shutil.disk_usage",
                         lambda path: usage._replace(free=100_000))
     plan = tiny_plan(small_corpus, tmp_path / "run", max_steps=2)
-    with pytest.raises(CharrnnError, match="MiB free under --out"):
+    with pytest.raises(CharrnnError, match="MiB free under out_dir"):
         plan.run()
     assert not (tmp_path / "run" / "last.pt").exists()
 

@@ -38,7 +38,9 @@ def test_planned_steps_take_the_nearer_of_steps_and_epochs():
 
 
 def test_a_stop_reason_says_what_it_is_without_command_line_words():
-    assert str(StopReason("max_steps", 40)) == "reached max_steps = 40"
+    assert str(StopReason("max_steps", 40)) == "reached max_steps 40"
+    assert StopReason("time_budget", 60.0).describe(lambda name: "--" + name) == \
+        "used the --time_budget of 60 s"
     assert str(StopReason("signal", signal_name="SIGTERM")) == "interrupted by SIGTERM"
     assert StopReason("signal", signal_name="SIGINT").interrupted
     assert not StopReason("epochs", 2.0).interrupted

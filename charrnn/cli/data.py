@@ -1,0 +1,43 @@
+"""``charrnn data get``: :func:`charrnn.api.get_dataset`, and the path it verified."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from charrnn.cli.output import err, message
+from charrnn.data.datasets import DATASETS, DEFAULT_DATASET
+from charrnn.utils.terminal import write_stdout
+
+
+@click.group()
+def data() -> None:
+    """Download and verify built-in datasets."""
+
+
+@data.command("get")
+@click.argument("name", type=click.Choice(sorted(DATASETS)), default=DEFAULT_DATASET)
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+              help="Cache directory (default: $CHARRNN_DATA_DIR or ./data).")
+@click.option("--force", is_flag=True, help="Download again even if a verified copy exists.")
+def data_get(name: str, data_dir: Path | None, force: bool) -> None:
+    """Download dataset NAME into the data directory and verify its SHA-256.
+
+    \b
+    The origin is karpathy/char-rnn on GitHub; set CHARRNN_DATA_MIRROR to a base
+    URL (file:// works) holding NAME/input.txt to fetch from elsewhere.
+    \b
+    Example:
+      charrnn data get tinyshakespeare
+    """
+    from charrnn.api import get_dataset
+
+    with err.status(f"fetching {name}…"):
+        dataset = get_dataset(name, data_dir, force)
+    verb = "downloaded and verified" if dataset.downloaded else "verified cached copy of"
+    message(f"{verb} {name}: {dataset.path} ({dataset.chars:,} characters)")
+    write_stdout(f"{dataset.path}\n")
+
+
+COMMANDS = [data]

@@ -1,0 +1,115 @@
+"""``charrnn eval-perplexity`` and ``charrnn compare``: options in, :mod:`charrnn.api`, tables out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from charrnn.cli.options import (
+    GroupedCommand,
+    device_option,
+    dynamic_options,
+    json_option,
+    option,
+    option_namer,
+    sampling_options,
+)
+from charrnn.cli.output import message, out, print_json, say_checkpoint, show, write_file
+from charrnn.config import COMPARE_LENGTH, COMPARE_SEED
+
+
+@click.command("eval-perplexity", cls=GroupedCommand)
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.argument("text_file", required=False, type=click.Path(path_type=Path))
+@json_option()
+@option("--skip-unknown", is_flag=True, group="scoring",
+        help="Drop characters outside the vocabulary and score the rest.")
+@dynamic_options
+@device_option("auto")
+def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: bool, device: str,
+                            **scoring: Any) -> None:
+    """Score TEXT_FILE (default: the checkpoint's own validation split) under CHECKPOINT.
+
+    Reports nats/char, bits/char and perplexity over the whole text, read as one
+    stream with the state carried across chunks. With --dynamic, also the score
+    of dynamic evaluation, which adapts a copy of the model to the text as it
+    reads it (the checkpoint is never changed).
+
+    \b
+    Examples:
+      charrnn eval-perplexity checkpoints/tinyshakespeare/best.pt
+      charrnn eval-perplexity best.pt held_out.txt --json
+      charrnn eval-perplexity best.pt --dynamic
+    """
+    from charrnn.api import dynamic_settings, load
+
+    dynamic_settings(*(scoring[key] for key in ("dynamic", "dynamic_lr", "dynamic_decay", "segment_len")))
+    model = load(checkpoint, device)
+    say_checkpoint(checkpoint, model.checkpoint)
+    result = model.perplexity(file=text_file, **scoring)
+    if result.skipped:
+        from charrnn.data.vocab import describe_chars
+
+        message(f"skipped {sum(result.skipped.values()):,} character(s) outside the vocabulary: "
+                f"{describe_chars(result.skipped)}")
+    if as_json:
+        print_json(result.to_dict())
+        return
+    from charrnn.cli.display import perplexity_table
+
+    show(perplexity_table(result))
+
+
+@click.command("compare", cls=GroupedCommand)
+@click.argument("checkpoints", nargs=-1, required=True, type=click.Path(path_type=Path))
+@sampling_options(COMPARE_LENGTH, seed=str(COMPARE_SEED))
+@option("--text", "text_file", group="scoring", type=click.Path(path_type=Path), default=None,
+        help="Score this text for every checkpoint instead of each one's own validation split.")
+@option("--against", default=None, group="scoring", metavar="train|FILE",
+        help="Measure how much of each sample is copied and how much is spelled right, against each "
+             "checkpoint's own training split (train) or FILE.")
+@dynamic_options
+@json_option("Print a JSON list, one object per checkpoint.")
+@option("--markdown", "markdown_file", type=click.Path(path_type=Path), default=None, group="output",
+        help="Also write the comparison as Markdown to this file.")
+@device_option("cpu")
+def compare_command(checkpoints: tuple[Path, ...], as_json: bool, markdown_file: Path | None,
+                    **settings: Any) -> None:
+    """Score CHECKPOINTS and sample each with the same prime, seed and decoding settings.
+
+    For each: epoch, steps, validation nats/char, bits/char, perplexity and a
+    sample, side by side (stacked when the terminal is narrow). Checkpoints may
+    come from different runs, sizes and vocabularies. With --against, also the
+    share of the sample's words that are real words of the reference, the longest
+    passage copied from it verbatim, and the share of characters inside copies of
+    32 characters or more.
+
+    \b
+    Examples:
+      charrnn compare checkpoints/epochs/epoch0005-*.pt checkpoints/epochs/epoch0050-*.pt
+      charrnn compare checkpoints/epochs/epoch0*.pt --against train --prime "ROMEO:"
+      charrnn compare runs/*/best.pt --prime "ROMEO:" --temperature 0.8 --markdown report.md
+      charrnn compare a.pt b.pt --beam-width 4 --text held_out.txt --json
+      charrnn compare runs/*/best.pt --dynamic
+    """
+    from charrnn.api import compare
+
+    comparison = compare(list(checkpoints), **settings)
+    name = option_namer(click.get_current_context().command)
+    for given, used in zip(checkpoints, comparison.checkpoints, strict=True):
+        say_checkpoint(given, used)
+    if comparison.note:
+        message(f"note: {comparison.note}")
+    if markdown_file is not None:
+        write_file(markdown_file, comparison.to_markdown(name))
+    if as_json:
+        print_json(comparison.to_dict(), indent=2)
+        return
+    from charrnn.cli.display import comparison_renderable
+
+    show(comparison_renderable(comparison.reports, out.width, name))
+
+
+COMMANDS = [eval_perplexity_command, compare_command]

@@ -1,0 +1,109 @@
+"""``charrnn info``, ``charrnn inspect`` and ``charrnn plot``: looking at checkpoints and runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from charrnn.cli.options import GroupedCommand, device_option, json_option, option
+from charrnn.cli.output import print_json, say_checkpoint, show, write_file
+from charrnn.config import INSPECT_FEATURES
+
+
+@click.command("info", cls=GroupedCommand)
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@json_option()
+def info_command(checkpoint: Path, as_json: bool) -> None:
+    """Describe CHECKPOINT (a file, or a run directory's best.pt) without running the model.
+
+    Model shape and parameter count, vocabulary, step and epoch, the best
+    validation loss stored in it, its corpus (and whether it is still there,
+    unchanged), the training options and the format version.
+
+    \b
+    Examples:
+      charrnn info checkpoints/tinyshakespeare/best.pt
+      charrnn info checkpoints/tinyshakespeare --json
+    """
+    from charrnn.api import info
+
+    result = info(checkpoint)
+    say_checkpoint(checkpoint, result.checkpoint)
+    if as_json:
+        print_json(result.to_dict())
+        return
+    from charrnn.cli.display import info_table
+
+    show(info_table(str(result.checkpoint), result.facts))
+
+
+@click.command("inspect", cls=GroupedCommand)
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.argument("text_file", type=click.Path(path_type=Path))
+@option("--layer", type=int, default=0, show_default=True, help="Layer to look at, counting from 0.")
+@option("--unit", type=int, default=None, help="Unit of that layer, counting from 0.")
+@option("--state", type=click.Choice(["h", "c"]), default="h", show_default=True,
+        help="Hidden state, or (LSTM only) cell state.")
+@option("--rank", type=click.Choice(INSPECT_FEATURES), default=None,
+        help="List the units that best track this feature of the text.")
+@option("--top", type=int, default=10, show_default=True, help="How many units --rank lists.")
+@option("--max-chars", type=int, default=3000, show_default=True,
+        help="Read at most this many characters of TEXT_FILE.")
+@option("--html", "html_file", type=click.Path(path_type=Path), default=None, group="output",
+        help="Also write the coloured text as a standalone HTML page.")
+@device_option("cpu")
+def inspect_command(checkpoint: Path, text_file: Path, layer: int, unit: int | None, state: str,
+                    rank: str | None, top: int, max_chars: int, html_file: Path | None, device: str) -> None:
+    """Colour TEXT_FILE by one unit's activation, or rank units by a feature of the text.
+
+    Each character is shaded by the unit's value after reading it: red negative,
+    white zero, blue positive. --rank quotes finds "inside a quotation" cells.
+
+    \b
+    Examples:
+      charrnn inspect best.pt play.txt --layer 1 --unit 37 --state c
+      charrnn inspect best.pt play.txt --rank quotes --top 5
+      charrnn inspect best.pt play.txt --unit 37 --html unit37.html
+    """
+    from charrnn.api import load
+    from charrnn.cli.display import coloured_text, ranking_table
+
+    model = load(checkpoint, device)
+    say_checkpoint(checkpoint, model.checkpoint)
+    seen = model.inspect(file=text_file, layer=layer, unit=unit, state=state, rank=rank, top=top,
+                         max_chars=max_chars)
+    if seen.ranking is not None:
+        show(ranking_table(seen.ranking, f"units tracking {seen.feature} ({state} state)"))
+    if seen.values is None:
+        return
+    show(coloured_text(seen.text, seen.values, seen.scale), soft_wrap=True)
+    if html_file is not None:
+        from charrnn.analysis.neurons import html_page
+
+        where = f"{model.checkpoint.resolve().parent.name}/{model.checkpoint.name}"
+        title = f"{where}: layer {layer}, unit {unit}, {'cell state' if state == 'c' else 'hidden state'}"
+        write_file(html_file, html_page(seen.text, seen.values, seen.scale, title))
+
+
+@click.command("plot")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--output", type=click.Path(path_type=Path), default=Path("curves.png"), show_default=True,
+              help="Image to write; the suffix picks the format (png, svg, pdf).")
+def plot_command(run_dirs: tuple[Path, ...], output: Path) -> None:
+    """Plot training and validation loss of RUN_DIRS against epoch and wall time.
+
+    One colour per run; epoch checkpoints (train --save-epochs) are starred.
+    Needs the optional matplotlib: pip install 'charrnn-cli[plot]'.
+
+    \b
+    Example:
+      charrnn plot checkpoints/epochs runs/gru --output curves.png
+    """
+    from charrnn.api import plot
+    from charrnn.cli.output import message
+
+    message(f"wrote {plot(list(run_dirs), output)}")
+
+
+COMMANDS = [info_command, inspect_command, plot_command]

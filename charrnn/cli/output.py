@@ -1,0 +1,43 @@
+"""Where the commands write: results to stdout, notes to stderr, files atomically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from charrnn.utils.files import atomic_write_text, json_text
+from charrnn.utils.terminal import stdout_guard, write_stdout
+
+out = Console()
+err = Console(stderr=True)
+
+
+def message(text: str) -> None:
+    """A status line on stderr, never re-wrapped or read as markup."""
+    click.echo(text, err=True)
+
+
+def print_json(value: Any, **options: Any) -> None:
+    """``value`` (a result's ``to_dict()``) as one JSON document on stdout."""
+    write_stdout(json_text(value, ensure_ascii=False, **options) + "\n")
+
+
+def show(renderable: Any, **options: Any) -> None:
+    """A rich table or text on stdout."""
+    with stdout_guard():
+        out.print(renderable, **options)
+
+
+def write_file(path: Path, text: str, what: str = "") -> None:
+    """Write ``text`` to ``path`` atomically and say so."""
+    atomic_write_text(path, text)
+    message(f"wrote {what}{' to ' if what else ''}{path}")
+
+
+def say_checkpoint(given: Path, used: Path) -> None:
+    """Say which checkpoint a run directory stood for."""
+    if Path(given) != used:
+        message(f"using {used}")

@@ -1,0 +1,93 @@
+"""``charrnn sample``: options in, :meth:`charrnn.api.Model.sample` (or ``stream``), text out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from charrnn.cli.options import (
+    GroupedCommand,
+    config_option,
+    device_option,
+    json_option,
+    option,
+    sampling_options,
+)
+from charrnn.cli.output import message, say_checkpoint, write_file
+from charrnn.config import DEFAULT_LENGTH_PENALTY, SampleConfig
+from charrnn.utils.files import json_text
+from charrnn.utils.terminal import stream_stdout, write_stdout
+
+DEFAULTS = SampleConfig()
+
+
+def render_samples(texts: list[str], kind: str) -> str:
+    """One text as it is; several, each under a ``=== sample N ===`` (or beam) line of its own."""
+    if len(texts) == 1:
+        return texts[0] + "\n"
+    return "".join(f"=== {kind} {i} ===\n{text}\n" for i, text in enumerate(texts, start=1))
+
+
+@click.command("sample", cls=GroupedCommand)
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@sampling_options(DEFAULTS.length)
+@config_option("--min-length", SampleConfig, "min_length", "decoding", type=int)
+@config_option("--length-penalty", SampleConfig, "length_penalty", "decoding", type=float,
+               default_text=f"{DEFAULT_LENGTH_PENALTY:g}")
+@config_option("--num-samples", SampleConfig, "num_samples", "decoding", type=int)
+@option("--output", type=click.Path(path_type=Path), default=None,
+        help="Write the text to this file instead of stdout.", group="output")
+@json_option("One JSON object per line: text (prime included), and log_prob and stopped for beams.")
+@device_option("cpu")
+def sample_command(checkpoint: Path, output: Path | None, as_json: bool, device: str, prime: str | None,
+                   prime_file: str | None, **decoding: Any) -> None:
+    """Generate text from CHECKPOINT, streaming it to stdout as it is produced.
+
+    stdout (or --output) gets the text alone. Several samples (--num-samples)
+    are each preceded by a line "=== sample N ===" ("=== beam N ===" for beams);
+    --json gives one JSON object per line instead. With --beam-width the N best
+    beams are printed once the search ends, their total log-probabilities on
+    stderr.
+
+    \b
+    Examples:
+      charrnn sample checkpoints/tinyshakespeare/best.pt --prime "ROMEO:" --length 500
+      charrnn sample best.pt --temperature 0.7 --top-p 0.9 --seed 1
+      charrnn sample best.pt --greedy --length 200 --output greedy.txt
+      charrnn sample best.pt --beam-width 8 --num-samples 3 --stop-at $'\\n\\n'
+    """
+    from charrnn.api import load
+
+    SampleConfig(**decoding)  # every option is checked before the checkpoint is read
+    model = load(checkpoint, device)
+    say_checkpoint(checkpoint, model.checkpoint)
+    if output is None and not as_json and decoding["num_samples"] == 1 and decoding["beam_width"] is None:
+        stream = model.stream(prime, prime_file=prime_file, **decoding)
+        _say_seed(stream.seed, stream.seed_drawn)
+        stream_stdout(stream, prefix=stream.prime)
+        return
+    samples = model.sample(prime, prime_file=prime_file, **decoding)
+    _say_seed(samples.seed, samples.seed_drawn)
+    for note in samples.notes:
+        message(f"note: {note}")
+    for i, record in enumerate(samples.records(), start=1):
+        if "log_prob" in record:
+            message(f"beam {i}: log-prob {record['log_prob']:.4f}{' (stopped)' if record['stopped'] else ''}")
+    if as_json:
+        rendered = "".join(json_text(record, ensure_ascii=False) + "\n" for record in samples.records())
+    else:
+        rendered = render_samples(samples.texts, "sample" if samples.log_probs is None else "beam")
+    if output is None:
+        write_stdout(rendered)
+    else:
+        write_file(output, rendered, f"{len(samples.texts)} sample(s)")
+
+
+def _say_seed(seed: int | None, drawn: bool) -> None:
+    if drawn:
+        message(f"seed {seed} (give --seed {seed} to draw the same text again)")
+
+
+COMMANDS = [sample_command]
