@@ -214,3 +214,81 @@ def test_the_readme_example_runs(tmp_path, monkeypatch):
     assert text.startswith("ROMEO:") and len(text) == len("ROMEO:") + 200
     assert namespace["score"].text.startswith("validation split of ")
     assert charrnn.load("runs/mine/last.pt").payload["progress_epochs"] == pytest.approx(0.2, abs=0.03)
+
+
+# ------------------------------------------------------------------ one door: the same refusals
+
+def _prime_file(tmp_path: Path) -> Path:
+    (tmp_path / "prime.txt").write_text("ROMEO:", encoding="utf-8")
+    return tmp_path / "prime.txt"
+
+
+# (command-line arguments after the checkpoint or corpus, the same request through the API, its error)
+SAMPLE_REFUSALS = [
+    (["--greedy", "--temperature", "0.5"], lambda m, t: m.sample("", 100, 0.5, greedy=True), OptionConflict),
+    (["--greedy", "--seed", "3"], lambda m, t: m.sample("", 100, greedy=True, seed=3), OptionConflict),
+    (["--greedy", "--num-samples", "2"], lambda m, t: m.sample(greedy=True, num_samples=2), OptionConflict),
+    (["--beam-width", "2", "--num-samples", "3"], lambda m, t: m.sample(beam_width=2, num_samples=3),
+     OptionConflict),
+    (["--beam-width", "2", "--top-k", "3"], lambda m, t: m.sample(beam_width=2, top_k=3), OptionConflict),
+    (["--length-penalty", "1"], lambda m, t: m.sample(length_penalty=1.0), OptionConflict),
+    (["--prime", "x", "--prime-file", "prime.txt"], lambda m, t: m.sample("x", prime_file=_prime_file(t)),
+     OptionConflict),
+    (["--temperature", "nan"], lambda m, t: m.sample(temperature=math.nan), ConfigError),
+    (["--top-p", "1.5"], lambda m, t: m.sample(top_p=1.5), ConfigError),
+    (["--length", "-1"], lambda m, t: m.sample(length=-1), ConfigError),
+]
+TRAIN_REFUSALS = [
+    (["--max-steps", "0"], {"max_steps": 0}, ConfigError),
+    (["--lr", "inf"], {"learning_rate": math.inf}, ConfigError),
+    (["--extend-vocab"], {"extend_vocab": True}, OptionConflict),
+    (["--model", "gru", "-o", "forget_bias", "1"], {"cell": "gru", "forget_bias": 1.0}, OptionConflict),
+    (["-o", "spectral_radius", "2"], {"spectral_radius": 2.0}, OptionConflict),
+    (["--clip", "0", "-o", "clip_mode", "value"], {"clip": 0.0, "clip_mode": "value"}, OptionConflict),
+    (["--model", "lstm", "-o", "rnn_activation", "relu"], {"rnn_activation": "relu"}, OptionConflict),
+    (["--save-epochs", "0"], {"save_epochs": [0]}, ConfigError),
+]
+
+
+def _nothing_written(directory: Path, before: set[str]) -> None:
+    assert {path.name for path in directory.iterdir()} == before
+
+
+@pytest.mark.parametrize(("args", "call", "error"), SAMPLE_REFUSALS,
+                         ids=[" ".join(args) for args, _, _ in SAMPLE_REFUSALS])
+def test_sampling_refusals_are_the_same_through_both_doors(tiny_checkpoint, tmp_path, monkeypatch, args,
+                                                           call, error):
+    monkeypatch.chdir(tmp_path)
+    _prime_file(tmp_path)
+    before = {path.name for path in tmp_path.iterdir()}
+    printed = CliRunner().invoke(cli, ["sample", str(tiny_checkpoint), *args])
+    assert printed.exit_code == 2 and printed.stdout == "", printed.output
+    assert printed.stderr.startswith("Error: ") and len(printed.stderr.strip().splitlines()) == 1
+    with pytest.raises(error):
+        call(charrnn.load(tiny_checkpoint), tmp_path)
+    _nothing_written(tmp_path, before)
+
+
+@pytest.mark.parametrize(("args", "options", "error"), TRAIN_REFUSALS,
+                         ids=[" ".join(args) for args, _, _ in TRAIN_REFUSALS])
+def test_training_refusals_are_the_same_through_both_doors(small_corpus, tmp_path, monkeypatch, args,
+                                                           options, error):
+    monkeypatch.chdir(tmp_path)
+    before = {path.name for path in tmp_path.iterdir()}
+    printed = CliRunner().invoke(cli, ["train", str(small_corpus), *args])
+    assert printed.exit_code == 2, printed.output
+    assert printed.stderr.startswith("Error: ") and len(printed.stderr.strip().splitlines()) == 1
+    with pytest.raises(error):
+        charrnn.train(small_corpus, **options)
+    _nothing_written(tmp_path, before)
+
+
+def test_a_refusal_names_the_parameter_as_each_door_writes_it(small_corpus, tiny_checkpoint):
+    printed = CliRunner().invoke(cli, ["train", str(small_corpus), "--max-steps", "0"])
+    assert "'--max-steps': must be at least 1" in printed.stderr
+    with pytest.raises(ConfigError, match="^max_steps must be at least 1$"):
+        charrnn.train(small_corpus, max_steps=0)
+    printed = CliRunner().invoke(cli, ["sample", str(tiny_checkpoint), "--greedy", "--seed", "3"])
+    assert "Error: --greedy is deterministic; --seed does not apply" in printed.stderr
+    with pytest.raises(OptionConflict, match="^greedy is deterministic; seed does not apply$"):
+        charrnn.load(tiny_checkpoint).sample(greedy=True, seed=3)

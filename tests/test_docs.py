@@ -12,8 +12,12 @@ import click
 import pytest
 from click.testing import CliRunner
 
+import charrnn
+from charrnn.api import dynamic_settings
 from charrnn.cli.main import cli
+from charrnn.cli.options import parse_advanced
 from charrnn.config import COMPARE_SEED, DEFAULT_EVAL_EVERY, SampleConfig
+from charrnn.training.plan import TrainingRequest, check_request
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -49,7 +53,8 @@ def help_examples(command: click.Command, path: str) -> list[tuple[str, str]]:
 
 
 def parse(args: list[str]) -> None:
-    """Parse a command line down to its subcommand, as the real program would, without running it."""
+    """Parse a command line down to its subcommand, as the real program would, and check its values
+    with the library's own checks, without running it."""
     command: click.Command = cli
     context = command.make_context("charrnn", list(args))
     while isinstance(command, click.Group):
@@ -57,6 +62,26 @@ def parse(args: list[str]) -> None:
         command = command.get_command(context, name)
         assert command is not None, f"no command {name!r}"
         context = command.make_context(name, rest, parent=context)
+    check_values(command.name, context)
+
+
+def check_values(name: str, context: click.Context) -> None:
+    """The checks the library makes of these values before any work: ranges, types, conflicts."""
+    params = context.params
+    if name == "train":
+        given = {key: value for key, value in params.items()
+                 if context.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
+        given.update(parse_advanced(given.pop("advanced", ())))
+        request = {key: given.pop(key) for key in ("resume", "init_from", "extend_vocab", "out_dir",
+                                                   "overwrite") if key in given}
+        for key in ("device", "as_json", "quiet"):
+            given.pop(key, None)
+        check_request(TrainingRequest(given.pop("corpus", None), given, **request))
+    if name in ("sample", "compare"):
+        decoding = {key: params[key] for key in SampleConfig.__dataclass_fields__ if key in params}
+        SampleConfig(**decoding)
+    if name in ("eval-perplexity", "compare"):
+        dynamic_settings(*(params[key] for key in ("dynamic", "dynamic_lr", "dynamic_decay", "segment_len")))
 
 
 EXAMPLES = example_commands()
@@ -81,8 +106,13 @@ def test_each_example_command_parses(where, line):
 @pytest.mark.parametrize("args", [["--help"], ["--version"], ["train", "--help"], ["sample", "--help"],
                                   ["info", "--help"], ["data", "get", "--help"]])
 def test_help_and_version_answer(args):
-    result = CliRunner().invoke(cli, args)
-    assert result.exit_code == 0 and result.stdout.strip()
+    result = CliRunner().invoke(cli, args, prog_name="charrnn")
+    assert result.exit_code == 0, result.output
+    if args == ["--version"]:
+        assert result.stdout == f"charrnn, version {charrnn.__version__}\n"
+    else:
+        assert result.stdout.startswith(f"Usage: charrnn {' '.join(args[:-1])}".rstrip() + " [OPTIONS]")
+        assert "--help" in result.stdout and result.stderr == ""
 
 
 def console_examples() -> list[tuple[str, list[str]]]:

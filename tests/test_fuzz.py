@@ -6,6 +6,7 @@ together with an error message, never a partially written file.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -78,8 +79,8 @@ def test_train_never_crashes(corpus, batch_size, seq_len, val_frac, lr, save_epo
 @FUZZ
 @given(prime=st.text(max_size=40), temperature=numbers, top_k=numbers, top_p=numbers,
        length=st.integers(-3, 60).map(str), mode=st.sampled_from(["sample", "greedy", "beam"]),
-       stop_at=st.one_of(st.none(), st.text(max_size=3)))
-def test_sample_never_crashes(tiny_run, prime, temperature, top_k, top_p, length, mode, stop_at):
+       stop_at=st.one_of(st.none(), st.text(max_size=3)), to_file=st.booleans())
+def test_sample_never_crashes(tiny_run, prime, temperature, top_k, top_p, length, mode, stop_at, to_file):
     args = ["sample", str(tiny_run / "best.pt"), "--prime", prime, "--length", length]
     if mode == "sample":
         args += ["--temperature", temperature, "--top-k", top_k, "--top-p", top_p]
@@ -90,19 +91,28 @@ def test_sample_never_crashes(tiny_run, prime, temperature, top_k, top_p, length
     if stop_at:
         args += ["--stop-at", stop_at]
     with tempfile.TemporaryDirectory() as tmp:
-        check_outcome(CliRunner().invoke(cli, args), Path(tmp))
+        output = Path(tmp) / "out.txt"
+        result = CliRunner().invoke(cli, args + (["--output", str(output)] if to_file else []))
+        check_outcome(result, Path(tmp))
+        # The text goes whole to its one destination, or nowhere when the command fails.
+        assert output.exists() == (to_file and result.exit_code == 0)
+        if output.exists():
+            assert output.read_text(encoding="utf-8").startswith(prime) and result.stdout == ""
 
 
 @FUZZ
 @given(text=st.binary(max_size=500), skip=st.booleans())
-def test_eval_perplexity_never_crashes(tiny_run, text, skip):
+def test_eval_perplexity_never_crashes(tiny_run, corpus_cache_dir, text, skip):
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         (directory / "text.txt").write_bytes(text)
         args = ["eval-perplexity", str(tiny_run / "best.pt"), str(directory / "text.txt"), "--json"]
         if skip:
             args.append("--skip-unknown")
-        check_outcome(CliRunner().invoke(cli, args), directory)
+        result = CliRunner().invoke(cli, args)
+        check_outcome(result, corpus_cache_dir)  # the encoded text is the one file eval-perplexity writes
+        if result.exit_code == 0:
+            assert json.loads(result.stdout)["chars"] >= 0
 
 
 junk = st.one_of(st.none(), st.booleans(), st.integers(-(10**20), 10**20),
@@ -197,12 +207,15 @@ def test_a_hostile_destination_is_respected(tiny_run, kind, command):
             "compare": ["compare", checkpoint, "--length", "5", "--markdown", str(target)],
             "inspect": ["inspect", checkpoint, str(root / "text.txt"), "--unit", "0", "--html", str(target)],
         }[command]
-        check_outcome(CliRunner().invoke(cli, args), root)
+        before = sorted(path.name for path in root.iterdir())
+        result = CliRunner().invoke(cli, args)
+        check_outcome(result, root)
         if kind in ("null", "full"):
             assert target.is_char_device()
         if kind in ("symlink", "dangling_symlink"):
             assert target.is_symlink()
         if kind == "hard_link":
             assert (root / "twin.txt").read_text() == (root / "real.txt").read_text() != "old"
-        if kind == "directory":
-            assert root.is_dir()
+        if kind == "directory":  # refused, and nothing inside it replaced or added
+            assert result.exit_code != 0 and sorted(path.name for path in root.iterdir()) == before
+            assert (root / "real.txt").read_text() == "old"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+import charrnn
 from charrnn.cli.main import cli
 from charrnn.models.evaluate import evaluate
 from charrnn.training.checkpoint import load_model
@@ -207,7 +209,10 @@ def test_sample_to_file_and_several_samples(runner, tiny_checkpoint):
                     "--output", "out.txt")
     assert result.exit_code == 0 and result.stdout == ""
     text = Path("out.txt").read_text(encoding="utf-8")
-    assert text.count("=== sample ") == 3
+    parts = re.split(r"=== sample (\d) ===\n", text)
+    assert parts[0] == "" and parts[1::2] == ["1", "2", "3"]
+    samples = [part.removesuffix("\n") for part in parts[2::2]]  # each text, then a line break
+    assert [len(sample) for sample in samples] == [20, 20, 20] and len(set(samples)) == 3
 
 
 def test_beam_search_prints_the_best_beams_with_scores_on_stderr(runner, tiny_checkpoint):
@@ -222,7 +227,9 @@ def test_beam_search_prints_the_best_beams_with_scores_on_stderr(runner, tiny_ch
     width_one = invoke(runner, "sample", tiny_checkpoint, "--prime", "ROMEO:", "--beam-width", "1",
                        "--length", "30")
     greedy = invoke(runner, "sample", tiny_checkpoint, "--prime", "ROMEO:", "--greedy", "--length", "30")
+    assert width_one.exit_code == 0 and greedy.exit_code == 0, width_one.output + greedy.output
     assert width_one.stdout == greedy.stdout  # one beam: the text alone, no header
+    assert greedy.stdout.startswith("ROMEO:") and len(greedy.stdout) == len("ROMEO:") + 30 + 1
 
 
 def test_sample_json_gives_one_object_per_line(runner, tiny_checkpoint):
@@ -496,7 +503,8 @@ def test_train_json_quiet_and_a_log_without_a_progress_bar(runner, small_corpus)
                    "--json")
     assert quiet.exit_code == 0, quiet.output
     summary = json.loads(quiet.stdout)
-    assert summary["steps"] == 10 and summary["best"]["nats_per_char"] > 0 and summary["stopped"]
+    assert summary["steps"] == 10 and summary["best"]["nats_per_char"] > 0
+    assert summary["stopped"] == "reached max_steps 10"  # the API's result, as Python names it
     assert quiet.stderr == ""
     logged = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "10", "--out", "log")
     assert "step/s" not in logged.stderr  # stderr is no terminal here: no bar, only evaluation lines
@@ -546,6 +554,8 @@ def test_a_skip_connection_model_samples_scores_and_beam_searches(runner, small_
     assert sampled.exit_code == 0 and sampled.stdout.startswith("th") and len(sampled.stdout) >= 22
     beamed = invoke(runner, "sample", "skip/best.pt", "--length", "10", "--beam-width", "3", "--prime", "th")
     assert beamed.exit_code == 0, beamed.output
+    best = charrnn.load("skip").sample("th", 10, beam_width=3)
+    assert beamed.stdout == best.text + "\n" and len(best.text) == 12
     scored = invoke(runner, "eval-perplexity", "skip/best.pt", "--json")
     assert json.loads(scored.stdout)["nats_per_char"] == pytest.approx(
         torch.load("skip/best.pt", weights_only=True)["best_val_loss"], rel=1e-6)
@@ -560,4 +570,7 @@ def test_a_budgets_skip_connections_can_be_turned_off(runner, small_corpus, monk
                     "--seq-len", "16", "--no-skip-connections")
     assert result.exit_code == 0, result.stderr
     assert "--skip-connections" not in result.stderr
-    assert json.loads(Path("run/config.json").read_text())["model"]["skip_connections"] is False
+    config = json.loads(Path("run/config.json").read_text())
+    assert config["model"]["skip_connections"] is False
+    # The rest of the 100-second bf16 shape still applied.
+    assert config["model"]["hidden_size"] == 256 and config["train"]["ema_decay"] == 0.995

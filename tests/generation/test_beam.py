@@ -135,9 +135,16 @@ def test_length_penalty_zero_is_the_plain_total_and_ranks_are_normalised(tiny_ch
 
 def test_min_length_keeps_stop_strings_from_ending_short_texts(tiny_checkpoint):
     loaded = load_model(tiny_checkpoint)
+    # Without it, a line break ends beams and samples early: "ROMEO:" ends a line of the corpus.
+    short = beam_search(loaded.model, loaded.vocab, "ROMEO:", 4, 80, "\n")
+    assert any(beam.stopped and len(beam.text) < 25 for beam in short)
     beams = beam_search(loaded.model, loaded.vocab, "ROMEO:", 4, 80, "\n", min_length=25)
     assert all(len(beam.text) >= 25 or not beam.stopped for beam in beams)
-    config = SampleConfig(length=80, stop_at="\n", min_length=25, seed=1, num_samples=3)
-    texts = ["".join(chars) for chars in zip(*generate(loaded.model, loaded.vocab, config, "ROMEO:"),
-                                                      strict=True)]
-    assert all(len(text) >= 25 for text in texts)
+
+    def sampled(min_length: int) -> list[str]:
+        config = SampleConfig(length=80, stop_at="\n", min_length=min_length, seed=1, num_samples=3)
+        steps = generate(loaded.model, loaded.vocab, config, "ROMEO:")
+        return ["".join(chars) for chars in zip(*steps, strict=True)]
+
+    assert any(len(text) < 25 for text in sampled(0))
+    assert all(len(text) >= 25 for text in sampled(25))

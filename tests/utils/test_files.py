@@ -121,12 +121,14 @@ def test_new_files_follow_the_umask_and_replaced_files_keep_their_mode(tmp_path)
 def test_only_charrnn_temporaries_of_dead_processes_are_cleaned(tmp_path):
     users = tmp_path / ".thesis.tmp"
     users.write_text("mine")
-    finished = subprocess.run(["true"], check=True)
-    assert finished.returncode == 0
-    dead_pid = 2**22 + 12345  # above the usual pid_max, so no process has it
-    dead = tmp_path / f"{TEMPORARY_PREFIX}{dead_pid}-best.pt.abc.tmp"
-    dead.write_text("")
-    alive = tmp_path / f"{TEMPORARY_PREFIX}1-best.pt.abc.tmp"
-    alive.write_text("")
+    finished = subprocess.Popen(["true"])
+    finished.wait()  # a process that really ran and has ended, reaped
+    # Above the usual pid_max; and this process's own, which a run that is only starting never needs.
+    dead = [tmp_path / f"{TEMPORARY_PREFIX}{pid}-best.pt.abc.tmp"
+            for pid in (finished.pid, 2**22 + 12345, os.getpid())]
+    alive = [tmp_path / f"{TEMPORARY_PREFIX}1-best.pt.abc.tmp"]
+    for path in dead + alive:
+        path.write_text("")
     remove_stale_temporaries(tmp_path)
-    assert users.exists() and alive.exists() and not dead.exists()
+    assert users.exists() and all(path.exists() for path in alive)
+    assert not any(path.exists() for path in dead)
