@@ -429,7 +429,7 @@ finally:
 def train_args(corpus: Path, out: Path) -> list[str]:
     """A short CPU training run that touches the whole pipeline: encode, train, validate, save."""
     return ["train", str(corpus), "--out", str(out), "--overwrite", "--max-steps", "20", "--hidden", "64",
-            "--layers", "1", "--val-frac", "0.001", "--device", "cpu"]
+            "--layers", "1", "-o", "val_frac", "0.001", "--device", "cpu"]
 
 
 def peak_rss_of(args: list[str], workdir: Path, preexec: Callable[[], None] | None = None) -> tuple[int, int]:
@@ -511,7 +511,7 @@ def layer_norm_training_cost(quick: bool) -> list[Result]:
     """Training step time of the layer-normalised LSTM against the fused nn.LSTM, 2×256, 16×50.
 
     Reported, not judged: the layer-norm cells are Python loops over time, and the
-    figure tells users what --layer-norm costs.
+    figure tells users what -o layer_norm true costs.
     """
     ids = random_ids(200_000)
     steps = 3 if quick else 10

@@ -57,7 +57,7 @@ STAGES: dict[str, list[Point]] = {
         "gru": ("--model", "gru"),
         "t32": ("--seq-len", "32"),
         "b24-lr5e-3": ("--batch-size", "24", "--lr", "5e-3"),
-        "minlr0.01": ("--min-lr-ratio", "0.01"),
+        "minlr0.01": ("-o", "min_lr_ratio", "0.01"),
         "h192-lr8e-3": ("--hidden", "192", "--lr", "8e-3"),
         "h128-lr8e-3": ("--hidden", "128", "--lr", "8e-3"),
         "h192-b24-lr6e-3": ("--hidden", "192", "--batch-size", "24", "--lr", "6e-3"),
@@ -116,8 +116,8 @@ STAGES: dict[str, list[Point]] = {
     # An hour: the AWD-LSTM regularisation and weight averaging on a wider model, every option given.
     "s3600-bf16": points(3600, {
         "h768-b32-lr4e-3-dropout0.3-locked-wdrop0.3-ema0.999": (
-            "--hidden", "768", "--batch-size", "32", "--lr", "4e-3", "--dropout", "0.3", "--locked-dropout",
-            "--weight-drop", "0.3", "--ema", "0.999"),
+            "--hidden", "768", "--batch-size", "32", "--lr", "4e-3", "--dropout", "0.3",
+            "-o", "locked_dropout", "true", "--weight-drop", "0.3", "--ema", "0.999"),
     }),
 }
 

@@ -9,12 +9,14 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category
 
 __version__ = "0.1.0"
 
-__all__ = ["load", "train"]
+# The Python API (see charrnn.api): one function per command, and load() for a model kept in memory.
+__all__ = ["load", "train", "sample", "stream", "perplexity", "compare", "info", "inspect", "plot",
+           "get_dataset"]
 
 
 def __getattr__(name: str):
-    """``charrnn.load`` and ``charrnn.train`` (see :mod:`charrnn.api`), imported on first use so that
-    the command line starts without importing torch."""
+    """The API's functions (see :mod:`charrnn.api`), imported on first use so that the command line
+    starts without importing torch."""
     if name in __all__:
         from charrnn import api
 

@@ -24,16 +24,18 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from charrnn.config import COMPARE_LENGTH, COMPARE_SEED, DynamicConfig, SampleConfig
 from charrnn.data.datasets import DATASETS, DEFAULT_DATASET
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict
-from charrnn.models.evaluate import EvalResult, evaluate
-from charrnn.models.model import CharRNN
-from charrnn.training.checkpoint import LoadedModel, checkpoint_in, load_model
-from charrnn.training.loop import TrainObserver, TrainResult
 from charrnn.utils.text import require_valid_text
+
+if TYPE_CHECKING:  # torch is imported only once the options are checked and there is work to do
+    from charrnn.models.evaluate import EvalResult
+    from charrnn.models.model import CharRNN
+    from charrnn.training.checkpoint import LoadedModel
+    from charrnn.training.loop import TrainObserver, TrainResult
 
 PathArg = str | PathLike[str]
 
@@ -113,6 +115,7 @@ class Samples:
     log_probs: list[float] | None = None  # beam search: each beam's total log-probability
     stopped: list[bool] | None = None  # beam search: whether each beam ended at stop_at
     notes: list[str] = field(default_factory=list)  # what the caller should know (fewer beams than asked)
+    checkpoint: Path | None = None  # the checkpoint that wrote them
 
     @property
     def text(self) -> str:
@@ -141,6 +144,7 @@ class SampleStream:
     seed: int | None  # as in :class:`Samples`
     seed_drawn: bool
     chars: Iterator[str]  # the generated characters, one at a time
+    checkpoint: Path | None = None  # the checkpoint that writes them
 
     def __iter__(self) -> Iterator[str]:
         return self.chars
@@ -156,6 +160,7 @@ class Perplexity:
     dynamic: EvalResult | None  # the score under dynamic evaluation, when asked for
     dynamic_settings: DynamicConfig | None  # its settings
     seconds: float  # wall time of the scoring
+    checkpoint: Path | None = None  # the checkpoint scored
 
     @property
     def nats_per_char(self) -> float:
@@ -174,7 +179,8 @@ class Perplexity:
         return self.score.chars
 
     def to_dict(self) -> dict[str, Any]:
-        record: dict[str, Any] = {"text": self.text, **self.score.to_dict(), "seconds": self.seconds}
+        record: dict[str, Any] = {"text": self.text, **self.score.to_dict(), "seconds": self.seconds,
+                                  "checkpoint": None if self.checkpoint is None else str(self.checkpoint)}
         if self.skipped:
             record["skipped"] = self.skipped
         if self.dynamic is not None and self.dynamic_settings is not None:
@@ -194,9 +200,10 @@ class Inspection:
     scale: float  # the magnitude shown as full colour
     feature: str | None  # the feature units were ranked by (with rank)
     ranking: list[tuple[int, int, float]] | None  # (layer, unit, correlation), best first (with rank)
+    checkpoint: Path | None = None  # the checkpoint looked at
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "checkpoint": None if self.checkpoint is None else str(self.checkpoint)}
 
 
 @dataclass(frozen=True)
@@ -213,6 +220,87 @@ class Dataset:
 
 
 # ---------------------------------------------------------------------------- a model
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """A checked request for text: the decoding settings, the prime, and whether the seed was drawn."""
+
+    config: SampleConfig  # the settings, with a seed when sampling (drawn if none was given)
+    prime: str  # the text the model is warmed with
+    seed_drawn: bool  # True when no seed was given and one was drawn
+
+    @classmethod
+    def check(cls, prime: str | None, length: int | None, temperature: float | None,
+              prime_file: PathArg | None, options: dict[str, Any]) -> Decoding:
+        """Check every option and read the prime; draw a fresh seed (reported, so that any text worth
+        keeping can be drawn again) when sampling needs one and none was given."""
+        lengths = {} if length is None else {"length": length}
+        config = SampleConfig(temperature=temperature, **options, **lengths)
+        prime_text = read_prime(prime, prime_file)
+        if config.seed is not None or config.deterministic:
+            return cls(config, prime_text, False)
+        return cls(SampleConfig(**{**config.to_dict(), "seed": secrets.randbits(63)}), prime_text, True)
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """A checked request to score a text (:meth:`Model.perplexity`)."""
+
+    text: str | None  # the text itself, or
+    file: Path | None  # a file to read it from; neither: the checkpoint's validation split
+    skip_unknown: bool  # drop characters outside the vocabulary instead of refusing them
+    dynamic: DynamicConfig | None  # also score by dynamic evaluation, with these settings
+
+    @classmethod
+    def check(cls, text: str | None, file: PathArg | None, skip_unknown: bool, dynamic: bool | DynamicConfig,
+              dynamic_lr: float | None, dynamic_decay: float | None, segment_len: int | None) -> Scoring:
+        settings = dynamic_settings(dynamic, dynamic_lr, dynamic_decay, segment_len)
+        _require_bool(skip_unknown, "skip_unknown")
+        if text is not None:
+            require_valid_text(_require_str(text, "text"), "{text}")
+        path = _path(file, "file")
+        if text is not None and path is not None:
+            raise OptionConflict("give {text} or {file}, not both")
+        return cls(text, path, skip_unknown, settings)
+
+
+@dataclass(frozen=True)
+class Looking:
+    """A checked request to look inside a model (:meth:`Model.inspect`)."""
+
+    text: str  # at most max_chars of the text
+    layer: int
+    unit: int | None
+    state: str
+    rank: str | None
+    top: int
+
+    @classmethod
+    def check(cls, text: str | None, file: PathArg | None, layer: int, unit: int | None, state: str,
+              rank: str | None, top: int, max_chars: int) -> Looking:
+        from charrnn.config import INSPECT_FEATURES
+
+        for name, value, minimum in (("layer", layer, 0), ("unit", unit, 0), ("top", top, 1),
+                                     ("max_chars", max_chars, 1)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ConfigTypeError(f"must be a whole number, not {type(value).__name__}", name)
+            if value is not None and value < minimum:
+                raise ConfigError(f"must be at least {minimum}", name)
+        if unit is None and rank is None:
+            raise OptionConflict("give {unit} to colour the text, or {rank} to find units")
+        if state not in ("h", "c"):
+            raise ConfigError("must be h (hidden state) or c (LSTM cell state)", "state")
+        if rank is not None and rank not in INSPECT_FEATURES:
+            raise ConfigError(f"must be one of {', '.join(INSPECT_FEATURES)}", "rank")
+        path = _path(file, "file")
+        if (text is None) == (path is None):
+            raise OptionConflict("give one of {text} and {file}")
+        if path is not None:
+            whole = _read_text(path)
+        else:
+            whole = require_valid_text(_require_str(text, "text"), "{text}")
+        return cls(whole[:max_chars], layer, unit, state, rank, top)
 
 
 @dataclass
@@ -232,18 +320,6 @@ class Model:
         """The whole checkpoint: step, corpus, configurations, ..."""
         return self.loaded.payload
 
-    @staticmethod
-    def _decoding(length: int | None, temperature: float | None, options: dict[str, Any]
-                  ) -> tuple[SampleConfig, bool]:
-        """The decoding settings, and whether a seed was drawn because sampling needs one and none was
-        given (a fresh one each call, reported, so that any text worth keeping can be drawn again)."""
-        if length is not None:
-            options["length"] = length
-        config = SampleConfig(temperature=temperature, **options)
-        if config.seed is not None or config.deterministic:
-            return config, False
-        return SampleConfig(**{**config.to_dict(), "seed": secrets.randbits(63)}), True
-
     def sample(self, prime: str | None = None, length: int | None = None, temperature: float | None = None,
                *, prime_file: PathArg | None = None, **options: Any) -> Samples:
         """Generate ``length`` characters after ``prime`` (or the text of ``prime_file``).
@@ -253,14 +329,18 @@ class Model:
         ``min_length``, ``beam_width`` and ``length_penalty``. The same seed gives
         the same text; without one, a seed is drawn and reported in the result.
         """
-        config, drawn = self._decoding(length, temperature, options)
-        prime_text = read_prime(prime, prime_file)
+        return self.generate(Decoding.check(prime, length, temperature, prime_file, options))
+
+    def generate(self, request: Decoding) -> Samples:
+        """The texts of a checked request (see :meth:`sample`)."""
+        config = request.config
         if config.beam_width is not None:
-            return self._beams(prime_text, config)
+            return self._beams(request.prime, config)
         from charrnn.generation.sample import collect_samples, generate
 
-        steps = generate(self.network, self.vocab, config, prime_text)
-        return Samples(collect_samples(steps, prime_text, config.num_samples), config.seed, drawn)
+        steps = generate(self.network, self.vocab, config, request.prime)
+        texts = collect_samples(steps, request.prime, config.num_samples)
+        return Samples(texts, config.seed, request.seed_drawn, checkpoint=self.checkpoint)
 
     def stream(self, prime: str | None = None, length: int | None = None, temperature: float | None = None,
                *, prime_file: PathArg | None = None, **options: Any) -> SampleStream:
@@ -268,14 +348,17 @@ class Model:
 
         The prime is checked before this returns; beam search and several samples need :meth:`sample`.
         """
-        config, drawn = self._decoding(length, temperature, options)
-        if config.beam_width is not None or config.num_samples != 1:
+        return self.streamed(Decoding.check(prime, length, temperature, prime_file, options))
+
+    def streamed(self, request: Decoding) -> SampleStream:
+        """The stream of a checked request (see :meth:`stream`)."""
+        if request.config.beam_width is not None or request.config.num_samples != 1:
             raise OptionConflict("a stream is one sampled text: {beam_width} and {num_samples} need sample()")
-        prime_text = read_prime(prime, prime_file)
         from charrnn.generation.sample import generate
 
-        steps = generate(self.network, self.vocab, config, prime_text)  # checks the prime first
-        return SampleStream(prime_text, config.seed, drawn, (chars[0] for chars in steps))
+        steps = generate(self.network, self.vocab, request.config, request.prime)  # checks the prime first
+        chars = (step[0] for step in steps)
+        return SampleStream(request.prime, request.config.seed, request.seed_drawn, chars, self.checkpoint)
 
     def _beams(self, prime: str, config: SampleConfig) -> Samples:
         from charrnn.config import DEFAULT_LENGTH_PENALTY
@@ -290,8 +373,8 @@ class Model:
             notes.append(f"only {len(beams)} distinct continuation(s) of {config.length} characters exist "
                          f"over this model's {len(self.vocab)}-symbol vocabulary; returning {len(beams)}")
         beams = beams[: config.num_samples]
-        return Samples([prime + beam.text for beam in beams], None, False,
-                       [beam.log_prob for beam in beams], [beam.stopped for beam in beams], notes)
+        return Samples([prime + beam.text for beam in beams], None, False, [beam.log_prob for beam in beams],
+                       [beam.stopped for beam in beams], notes, self.checkpoint)
 
     def perplexity(self, text: str | None = None, *, file: PathArg | None = None, skip_unknown: bool = False,
                    dynamic: bool | DynamicConfig = False, dynamic_lr: float | None = None,
@@ -303,97 +386,84 @@ class Model:
         ``skip_unknown`` drops them. ``dynamic`` also scores by dynamic evaluation
         (a copy of the model adapts as it reads; the checkpoint never changes).
         """
+        return self.score(Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay,
+                                        segment_len))
+
+    def score(self, request: Scoring) -> Perplexity:
+        """The score of a checked request (see :meth:`perplexity`)."""
         from charrnn.data.cache import cached_ids, scan_corpus
         from charrnn.data.corpus import checkpoint_validation_ids
+        from charrnn.models.evaluate import evaluate
 
-        settings = dynamic_settings(dynamic, dynamic_lr, dynamic_decay, segment_len)
-        if not isinstance(skip_unknown, bool):
-            raise ConfigTypeError(f"must be True or False, not {type(skip_unknown).__name__}", "skip_unknown")
-        if text is not None and not isinstance(text, str):
-            raise ConfigTypeError(f"must be a string, not {type(text).__name__}", "text")
-        path = _path(file, "file")
-        if text is not None and path is not None:
-            raise OptionConflict("give {text} or {file}, not both")
         skipped: dict[str, int] = {}
-        if text is None and path is None:
+        if request.file is not None:
+            scan = scan_corpus(request.file)
+            skipped = _unknown(self.vocab.outside(scan.char_counts()), request.skip_unknown)
+            ids = cached_ids(scan, self.vocab, skip_unknown=True)
+            source = str(request.file)
+        elif request.text is not None:
+            skipped = _unknown(self.vocab.outside(Counter(request.text)), request.skip_unknown)
+            ids = self.vocab.encode("".join(char for char in request.text if char not in skipped)).long()
+            source = "text"
+        else:
             corpus = self.payload.get("corpus")
             try:
                 ids = checkpoint_validation_ids(corpus, self.vocab)
             except CharrnnError as exc:
                 raise CharrnnError(f"{exc}; give a text to score instead") from None
             source = f"validation split of {corpus['path']}"
-        elif path is not None:
-            scan = scan_corpus(path)
-            skipped = _unknown(self.vocab.outside(scan.char_counts()), skip_unknown)
-            ids = cached_ids(scan, self.vocab, skip_unknown=True)
-            source = str(path)
-        else:
-            assert text is not None
-            require_valid_text(text, "{text}")
-            skipped = _unknown(self.vocab.outside(Counter(text)), skip_unknown)
-            ids = self.vocab.encode("".join(char for char in text if char not in skipped)).long()
-            source = "text"
         started = time.perf_counter()
         score = evaluate(self.network, ids)
         adapted = None
-        if settings is not None:
+        if request.dynamic is not None:
             from charrnn.analysis.dynamic import checkpoint_dynamic_score
 
-            adapted = checkpoint_dynamic_score(self.loaded, ids, settings)
-        return Perplexity(source, score, skipped, adapted, settings, time.perf_counter() - started)
+            adapted = checkpoint_dynamic_score(self.loaded, ids, request.dynamic)
+        return Perplexity(source, score, skipped, adapted, request.dynamic, time.perf_counter() - started,
+                          self.checkpoint)
 
     def inspect(self, text: str | None = None, *, file: PathArg | None = None, layer: int = 0,
                 unit: int | None = None, state: str = "h", rank: str | None = None, top: int = 10,
                 max_chars: int = 3000) -> Inspection:
         """Read at most ``max_chars`` of ``text`` (or ``file``): colour by one ``unit`` of ``layer``, and/or
         rank the ``top`` units by how well they track the feature ``rank`` (see INSPECT_FEATURES)."""
+        return self.look(Looking.check(text, file, layer, unit, state, rank, top, max_chars))
+
+    def look(self, request: Looking) -> Inspection:
+        """The activations of a checked request (see :meth:`inspect`)."""
         from charrnn.analysis.neurons import activations, rank_units, text_feature
-        from charrnn.config import INSPECT_FEATURES, check_field_types
         from charrnn.data.vocab import UnknownCharactersError
 
-        check_field_types(_InspectOptions(layer, unit, state, rank, top, max_chars))
-        if unit is None and rank is None:
-            raise OptionConflict("give {unit} to colour the text, or {rank} to find units")
-        if state not in ("h", "c"):
-            raise ConfigError("must be h (hidden state) or c (LSTM cell state)", "state")
-        if rank is not None and rank not in INSPECT_FEATURES:
-            raise ConfigError(f"must be one of {', '.join(INSPECT_FEATURES)}", "rank")
-        for name, value, minimum in (("layer", layer, 0), ("unit", unit, 0), ("top", top, 1),
-                                     ("max_chars", max_chars, 1)):
-            if value is not None and value < minimum:
-                raise ConfigError(f"must be at least {minimum}", name)
         config = self.network.config
-        if layer >= config.num_layers:
+        if request.layer >= config.num_layers:
             raise ConfigError(f"must be below {config.num_layers}: the model has layers 0 to "
                               f"{config.num_layers - 1}", "layer")
-        if unit is not None and unit >= config.hidden_size:
+        if request.unit is not None and request.unit >= config.hidden_size:
             raise ConfigError(f"must be below {config.hidden_size}: layers have units 0 to "
                               f"{config.hidden_size - 1}", "unit")
-        path = _path(file, "file")
-        if (text is None) == (path is None):
-            raise OptionConflict("give one of {text} and {file}")
-        whole = _read_text(path) if path is not None else require_valid_text(text or "", "{text}")
-        read = whole[:max_chars]
         try:
-            acts = activations(self.network, self.vocab, read, state)
+            acts = activations(self.network, self.vocab, request.text, request.state)
         except UnknownCharactersError as exc:
-            raise CharrnnError(f"{path or 'text'}: {exc}") from None
-        ranking = rank_units(acts, text_feature(read, rank), top) if rank is not None else None
-        values = acts[:, layer, unit].tolist() if unit is not None else None
-        scale = 1.0 if state == "h" or not values else max(1e-6, max(abs(v) for v in values))
-        return Inspection(read, layer, unit, state, values, scale, rank, ranking)
+            raise CharrnnError(f"{exc} in the text to inspect") from None
+        ranking = None
+        if request.rank is not None:
+            ranking = rank_units(acts, text_feature(request.text, request.rank), request.top)
+        values = acts[:, request.layer, request.unit].tolist() if request.unit is not None else None
+        scale = 1.0 if request.state == "h" or not values else max(1e-6, max(abs(v) for v in values))
+        return Inspection(request.text, request.layer, request.unit, request.state, values, scale,
+                          request.rank, ranking, self.checkpoint)
 
 
-@dataclass(frozen=True)
-class _InspectOptions:
-    """The types :meth:`Model.inspect` takes, checked like every configuration's."""
+def _require_bool(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigTypeError(f"must be True or False, not {type(value).__name__}", name)
+    return value
 
-    layer: int
-    unit: int | None
-    state: str
-    rank: str | None
-    top: int
-    max_chars: int
+
+def _require_str(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigTypeError(f"must be a string, not {type(value).__name__}", name)
+    return value
 
 
 def _unknown(outside: dict[str, int], skip_unknown: bool) -> dict[str, int]:
@@ -409,6 +479,7 @@ def load(path: PathArg, device: str = "cpu") -> Model:
     """Load a checkpoint, or a run directory's best.pt, for sampling and scoring on ``device``
     (``auto``: a GPU when there is one)."""
     from charrnn.models.devices import resolve_device
+    from charrnn.training.checkpoint import checkpoint_in, load_model
 
     checkpoint = checkpoint_in(_require_path(path, "path"), "best.pt")
     loaded = load_model(checkpoint, resolve_device(_device(device)))
@@ -422,12 +493,48 @@ def _device(device: Any) -> str:
     return device
 
 
+# ------------------------------------------------------- one call per command, checked first
+
+
+def sample(checkpoint: PathArg, prime: str | None = None, length: int | None = None,
+           temperature: float | None = None, *, prime_file: PathArg | None = None, device: str = "cpu",
+           **options: Any) -> Samples:
+    """``load(checkpoint, device).sample(...)``, every option checked before the checkpoint is read."""
+    request = Decoding.check(prime, length, temperature, prime_file, options)
+    return load(checkpoint, device).generate(request)
+
+
+def stream(checkpoint: PathArg, prime: str | None = None, length: int | None = None,
+           temperature: float | None = None, *, prime_file: PathArg | None = None, device: str = "cpu",
+           **options: Any) -> SampleStream:
+    """``load(checkpoint, device).stream(...)``, every option checked before the checkpoint is read."""
+    request = Decoding.check(prime, length, temperature, prime_file, options)
+    return load(checkpoint, device).streamed(request)
+
+
+def perplexity(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None,
+               skip_unknown: bool = False, dynamic: bool | DynamicConfig = False,
+               dynamic_lr: float | None = None, dynamic_decay: float | None = None,
+               segment_len: int | None = None, device: str = "auto") -> Perplexity:
+    """``load(checkpoint, device).perplexity(...)``, every option checked before the checkpoint is read."""
+    request = Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay, segment_len)
+    return load(checkpoint, device).score(request)
+
+
+def inspect(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None, layer: int = 0,
+            unit: int | None = None, state: str = "h", rank: str | None = None, top: int = 10,
+            max_chars: int = 3000, device: str = "cpu") -> Inspection:
+    """``load(checkpoint, device).inspect(...)``, every option checked before the checkpoint is read."""
+    request = Looking.check(text, file, layer, unit, state, rank, top, max_chars)
+    return load(checkpoint, device).look(request)
+
+
 # ----------------------------------------------------------------- whole-checkpoint work
 
 
 def info(path: PathArg) -> CheckpointInfo:
     """What a checkpoint (or a run directory's best.pt) holds, without building the model."""
-    from charrnn.training.checkpoint import describe_checkpoint, load_checkpoint
+    from charrnn.training.checkpoint import checkpoint_in, describe_checkpoint, load_checkpoint
 
     checkpoint = checkpoint_in(_require_path(path, "path"), "best.pt")
     return CheckpointInfo(checkpoint, describe_checkpoint(load_checkpoint(checkpoint)))
@@ -479,6 +586,7 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
     """
     from charrnn.analysis.compare import TRAINING_SPLIT, CompareSettings, compare_checkpoints
     from charrnn.models.devices import resolve_device
+    from charrnn.training.checkpoint import checkpoint_in
 
     if isinstance(checkpoints, str | PathLike):
         raise ConfigTypeError("must be a list of paths, not one path", "checkpoints")
@@ -555,21 +663,25 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
     ``checkpoint`` resumes the run. ``observer`` receives the plan, notes and
     progress (see :class:`~charrnn.training.loop.TrainObserver`).
     """
+    from charrnn.training.request import TrainingRequest, check_request
+
+    request = TrainingRequest(
+        corpus=_path(corpus, "corpus"), options=options, out_dir=_path(out_dir, "out_dir"),
+        overwrite=_require_bool(overwrite, "overwrite"), resume=_path(resume, "resume"),
+        init_from=_path(init_from, "init_from"), extend_vocab=_require_bool(extend_vocab, "extend_vocab"),
+        device=_device(device), data_dir=_path(data_dir, "data_dir"),
+    )
+    check_request(request)  # every option, before torch, a download, a checkpoint or a corpus
+
+    from charrnn.models.devices import resolve_device
+    from charrnn.training.checkpoint import checkpoint_in
     from charrnn.training.distributed import join_from_environment, leave
-    from charrnn.training.plan import TrainingRequest, check_request, plan_training
+    from charrnn.training.loop import TrainObserver
+    from charrnn.training.plan import plan_training
     from charrnn.utils.interrupt import GracefulStop
 
     observer = observer if observer is not None else TrainObserver()
-    if not isinstance(overwrite, bool) or not isinstance(extend_vocab, bool):
-        name = "overwrite" if not isinstance(overwrite, bool) else "extend_vocab"
-        raise ConfigTypeError("must be True or False", name)
-    request = TrainingRequest(
-        corpus=_path(corpus, "corpus"), options=options, out_dir=_path(out_dir, "out_dir"),
-        overwrite=overwrite, resume=_path(resume, "resume"), init_from=_path(init_from, "init_from"),
-        extend_vocab=extend_vocab, device=_resolved_device(device), data_dir=_path(data_dir, "data_dir"),
-    )
-    check_request(request)  # every option, before a download, a checkpoint or a corpus is read
-    group, request.device = join_from_environment(request.device)
+    group, request.device = join_from_environment(resolve_device(request.device))
     say = group.only_main(observer.on_message)
     try:
         if group.world_size > 1:
@@ -593,9 +705,4 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
         leave(group)
     return result
 
-
-def _resolved_device(device: Any) -> str:
-    from charrnn.models.devices import resolve_device
-
-    return resolve_device(_device(device))
 

@@ -57,6 +57,7 @@ class ConfigError(CharrnnError, ValueError):
         names = [found for found in _NAME.findall(template) if found]
         self.field = field if field is not None else (names[0] if names else None)
         self.problem = problem
+        self.about_value = field is not None and template != problem  # "{field} " + what is wrong with it
         super().__init__(template, names_options=True)
 
 

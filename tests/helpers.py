@@ -11,7 +11,8 @@ import torch
 
 from charrnn.config import ModelConfig
 from charrnn.models.model import CharRNN
-from charrnn.training.plan import TrainingPlan, TrainingRequest, plan_training
+from charrnn.training.plan import TrainingPlan, plan_training
+from charrnn.training.request import TrainingRequest
 
 CELLS = ["lstm", "gru", "rnn"]
 

@@ -17,7 +17,7 @@ from charrnn.api import dynamic_settings
 from charrnn.cli.main import cli
 from charrnn.cli.options import parse_advanced
 from charrnn.config import COMPARE_SEED, DEFAULT_EVAL_EVERY, SampleConfig
-from charrnn.training.plan import TrainingRequest, check_request
+from charrnn.training.request import TrainingRequest, check_request
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

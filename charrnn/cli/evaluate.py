@@ -43,12 +43,10 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
       charrnn eval-perplexity best.pt held_out.txt --json
       charrnn eval-perplexity best.pt --dynamic
     """
-    from charrnn.api import dynamic_settings, load
+    from charrnn.api import perplexity
 
-    dynamic_settings(*(scoring[key] for key in ("dynamic", "dynamic_lr", "dynamic_decay", "segment_len")))
-    model = load(checkpoint, device)
-    say_checkpoint(checkpoint, model.checkpoint)
-    result = model.perplexity(file=text_file, **scoring)
+    result = perplexity(checkpoint, file=text_file, device=device, **scoring)
+    say_checkpoint(checkpoint, result.checkpoint)
     if result.skipped:
         from charrnn.data.vocab import describe_chars
 

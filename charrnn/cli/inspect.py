@@ -66,13 +66,12 @@ def inspect_command(checkpoint: Path, text_file: Path, layer: int, unit: int | N
       charrnn inspect best.pt play.txt --rank quotes --top 5
       charrnn inspect best.pt play.txt --unit 37 --html unit37.html
     """
-    from charrnn.api import load
+    from charrnn.api import inspect
     from charrnn.cli.display import coloured_text, ranking_table
 
-    model = load(checkpoint, device)
-    say_checkpoint(checkpoint, model.checkpoint)
-    seen = model.inspect(file=text_file, layer=layer, unit=unit, state=state, rank=rank, top=top,
-                         max_chars=max_chars)
+    seen = inspect(checkpoint, file=text_file, layer=layer, unit=unit, state=state, rank=rank, top=top,
+                   max_chars=max_chars, device=device)
+    say_checkpoint(checkpoint, seen.checkpoint)
     if seen.ranking is not None:
         show(ranking_table(seen.ranking, f"units tracking {seen.feature} ({state} state)"))
     if seen.values is None:
@@ -81,7 +80,7 @@ def inspect_command(checkpoint: Path, text_file: Path, layer: int, unit: int | N
     if html_file is not None:
         from charrnn.analysis.neurons import html_page
 
-        where = f"{model.checkpoint.resolve().parent.name}/{model.checkpoint.name}"
+        where = f"{seen.checkpoint.resolve().parent.name}/{seen.checkpoint.name}"
         title = f"{where}: layer {layer}, unit {unit}, {'cell state' if state == 'c' else 'hidden state'}"
         write_file(html_file, html_page(seen.text, seen.values, seen.scale, title))
 

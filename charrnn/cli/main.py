@@ -67,7 +67,7 @@ class CharrnnGroup(click.Group):
         command = self._command(ctx)
         name = option_namer(command)
         see = f" (see '{ctx.command_path} {command.name} --help')" if command is not None else ""
-        if isinstance(exc, OptionConflict) or exc.field is None:
+        if isinstance(exc, OptionConflict) or not exc.about_value:
             return exc.render(name) + see
         problem = ConfigError(exc.problem).render(name)
         return f"Invalid value for '{name(exc.field)}': {problem}{see}"

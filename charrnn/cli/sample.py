@@ -58,17 +58,16 @@ def sample_command(checkpoint: Path, output: Path | None, as_json: bool, device:
       charrnn sample best.pt --greedy --length 200 --output greedy.txt
       charrnn sample best.pt --beam-width 8 --num-samples 3 --stop-at $'\\n\\n'
     """
-    from charrnn.api import load
+    from charrnn import api
 
-    SampleConfig(**decoding)  # every option is checked before the checkpoint is read
-    model = load(checkpoint, device)
-    say_checkpoint(checkpoint, model.checkpoint)
     if output is None and not as_json and decoding["num_samples"] == 1 and decoding["beam_width"] is None:
-        stream = model.stream(prime, prime_file=prime_file, **decoding)
+        stream = api.stream(checkpoint, prime, prime_file=prime_file, device=device, **decoding)
+        say_checkpoint(checkpoint, stream.checkpoint)
         _say_seed(stream.seed, stream.seed_drawn)
         stream_stdout(stream, prefix=stream.prime)
         return
-    samples = model.sample(prime, prime_file=prime_file, **decoding)
+    samples = api.sample(checkpoint, prime, prime_file=prime_file, device=device, **decoding)
+    say_checkpoint(checkpoint, samples.checkpoint)
     _say_seed(samples.seed, samples.seed_drawn)
     for note in samples.notes:
         message(f"note: {note}")

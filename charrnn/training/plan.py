@@ -20,7 +20,7 @@ through it, so every caller gets the same checks:
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +29,12 @@ import torch
 from charrnn.config import REGULARISATION_FIELDS, ModelConfig, TrainConfig, shape_for_budget
 from charrnn.data.corpus import CorpusInfo, corpus_name, encode_corpus
 from charrnn.data.vocab import UnknownCharactersError, Vocab
-from charrnn.errors import CharrnnError, ConfigError, OptionConflict
+from charrnn.errors import CharrnnError, ConfigError
 from charrnn.models.devices import resolve_precision
 from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_model
 from charrnn.training.distributed import SingleProcess
 from charrnn.training.loop import TrainObserver, TrainResult, train
+from charrnn.training.request import MODEL_FIELDS, TrainingRequest, check_request, split_options
 from charrnn.training.rundir import metrics_history, resume_target
 from charrnn.training.schedule import stop_reason
 from charrnn.training.state import RESUME_FIELDS
@@ -43,28 +44,6 @@ from charrnn.utils.interrupt import GracefulStop
 RESUME_MAY_CHANGE = ("epochs", "max_steps", "time_budget", "learning_rate", "min_lr_ratio", "warmup_steps",
                      "clip", "clip_mode", "max_bad_steps", "save_epochs", "eval_every", "save_every",
                      "device", "precision")
-MODEL_FIELDS = frozenset(f.name for f in dataclasses.fields(ModelConfig))
-TRAIN_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainConfig))
-NOT_OPTIONS = frozenset({"vocab_size", "out_dir", "device", "init_from"})  # set by the request or the corpus
-OPTION_FIELDS = (MODEL_FIELDS | TRAIN_FIELDS) - NOT_OPTIONS
-
-
-@dataclass
-class TrainingRequest:
-    """What the user asked for. Only the options they gave: the plan fills in the rest."""
-
-    corpus: Path | None  # a UTF-8 file or a directory of *.txt; None when resuming from the saved path
-    options: dict[str, Any] = field(default_factory=dict)  # ModelConfig and TrainConfig fields given
-    out_dir: Path | None = None  # run directory; None: checkpoints/<corpus name>, or the resumed run's
-    overwrite: bool = False  # replace a run already in out_dir
-    resume: Path | None = None  # continue the run that wrote this checkpoint (or run directory's last.pt)
-    init_from: Path | None = None  # fine-tune from this checkpoint's weights (or run directory's best.pt)
-    extend_vocab: bool = False  # with init_from: add the corpus's new characters to the vocabulary
-    device: str = "cpu"  # the resolved torch device
-    corpus_name: str | None = None  # the run's corpus name; None: the corpus file's stem
-    data_dir: Path | None = None  # where the built-in corpus is kept, for a run given no corpus
-
-
 @dataclass(frozen=True)
 class BudgetDecision:
     """What a time budget did to a run's shape."""
@@ -117,52 +96,10 @@ class TrainingPlan:
                                    budget=self.budget, rank=group.rank if group is not None else 0)
 
 
-def check_request(request: TrainingRequest) -> None:
-    """The checks that need nothing but the request itself (cheap: run them before any download)."""
-    unknown = sorted(set(request.options) - OPTION_FIELDS)
-    if unknown:
-        raise ConfigError(f"unknown training option {unknown[0]!r}; the options are the fields of "
-                          f"ModelConfig and TrainConfig except {', '.join(sorted(NOT_OPTIONS))}")
-    if request.init_from is not None and request.resume is not None:
-        raise OptionConflict("{init_from} starts a new run and {resume} continues one: give one of them")
-    if request.extend_vocab and request.init_from is None:
-        raise OptionConflict("{extend_vocab} goes with {init_from}")
-    if request.data_dir is not None and (request.corpus is not None or request.resume is not None):
-        raise OptionConflict("{data_dir} keeps the built-in corpus, used only when no corpus is given")
-    # Each value is checked by its dataclass now, before a download, a checkpoint or a corpus is read.
-    model_options, train_options = _split_options(request.options)
-    model = ModelConfig(vocab_size=1, **model_options)
-    config = TrainConfig(out_dir=".", device=request.device, **train_options)
-    _refuse_ignored(request.options, model, config)
-
-
-def _refuse_ignored(given: dict[str, Any], model: ModelConfig, config: TrainConfig) -> None:
-    """An option given where the rest of the request makes it do nothing is refused, not ignored.
-
-    Resuming and fine-tuning take the cell from the checkpoint; these checks then use the
-    default cell unless one is given, and the checkpoint's own checks follow in the plan.
-    """
-    if "forget_bias" in given and model.cell != "lstm":
-        raise OptionConflict("{forget_bias} sets the LSTM's forget gate; {cell} " + model.cell + " has none")
-    esn = model.cell == "esn" or model.init == "esn"
-    for name in ("spectral_radius", "recurrent_density"):
-        if name in given and not esn:
-            raise OptionConflict(f"{{{name}}} shapes an echo-state reservoir: it goes with {{cell}} esn or "
-                                 f"{{init}} esn")
-    if "clip_mode" in given and config.clip == 0:
-        raise OptionConflict("{clip_mode} does nothing with {clip} 0 (clipping off)")
-
-
-def _split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The options that are ModelConfig fields, and those that are TrainConfig fields (new dicts)."""
-    return ({k: v for k, v in options.items() if k in MODEL_FIELDS},
-            {k: v for k, v in options.items() if k in TRAIN_FIELDS})
-
-
 def plan_training(request: TrainingRequest) -> TrainingPlan:
     """Check ``request`` and decide everything about the run; nothing is written yet."""
     check_request(request)
-    model_options, train_options = _split_options(request.options)
+    model_options, train_options = split_options(request.options)
     if request.resume is not None:
         return _plan_resume(request, model_options, train_options)
     if request.corpus is None:

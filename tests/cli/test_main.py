@@ -58,7 +58,8 @@ def test_train_sample_eval_round_trip(runner, small_corpus):
 
     scored = invoke(runner, "eval-perplexity", run / "best.pt", "--json")
     report = json.loads(scored.stdout)
-    assert set(report) == {"text", "nats_per_char", "bits_per_char", "perplexity", "chars", "seconds"}
+    assert set(report) == {"text", "nats_per_char", "bits_per_char", "perplexity", "chars", "seconds",
+                           "checkpoint"}
     assert report["text"].startswith("validation split of ")
     loaded = load_model(run / "best.pt")
     text = small_corpus.read_text(encoding="utf-8")
@@ -307,7 +308,9 @@ BAD_INPUTS = [
     (["train", "short.txt", "--lr", "nan"], "Invalid value for '--lr': must be a finite number"),
     (["train", "short.txt", "--save-epochs", "5,x"], "not a comma-separated list"),
     (["train", "short.txt", "--save-epochs", "0,5"], "'--save-epochs': must list whole epochs of 1 or more"),
-    (["train", "short.txt", "--device", "mps", "--precision", "bf16"], "MPS is not available"),
+    (["train", "short.txt", "--device", "mps"], "MPS is not available"),
+    (["train", "short.txt", "--device", "mps", "--precision", "bf16"],
+     "Error: --precision bf16 needs a CUDA device or a CPU with native bfloat16"),
     (["sample", "CKPT", "--temperature", "0"], "temperature"),
     (["sample", "CKPT", "--temperature", "-0.5"], "temperature"),
     (["sample", "CKPT", "--temperature", "inf"], "'--temperature': must be a finite number"),

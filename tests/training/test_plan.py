@@ -5,16 +5,10 @@ from pathlib import Path
 import pytest
 
 from charrnn.config import BUDGET_SHAPES, ModelConfig
-from charrnn.errors import CharrnnError, ConfigError
+from charrnn.errors import CharrnnError, ConfigError, OptionConflict
 from charrnn.training.checkpoint import load_checkpoint
-from charrnn.training.plan import (
-    OptionConflict,
-    RunAlreadyFinished,
-    TrainingRequest,
-    fine_tune_config,
-    plan_training,
-    resume_config,
-)
+from charrnn.training.plan import RunAlreadyFinished, fine_tune_config, plan_training, resume_config
+from charrnn.training.request import TrainingRequest
 from charrnn.training.schedule import StopReason
 
 from helpers import plan_run

@@ -1,0 +1,83 @@
+"""What a training request is, and the checks it needs nothing else for: run before any download,
+checkpoint or corpus is read, and before torch is imported.
+
+:func:`check_request` refuses unknown options, wrong types and values out of range
+(the configuration dataclasses' own checks), options that cannot go together, and
+options that the rest of the request would make do nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from charrnn.config import ModelConfig, TrainConfig
+from charrnn.errors import ConfigError, OptionConflict
+
+MODEL_FIELDS = frozenset(f.name for f in dataclasses.fields(ModelConfig))
+TRAIN_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainConfig))
+NOT_OPTIONS = frozenset({"vocab_size", "out_dir", "device", "init_from"})  # set by the request or the corpus
+OPTION_FIELDS = (MODEL_FIELDS | TRAIN_FIELDS) - NOT_OPTIONS
+
+
+
+@dataclass
+class TrainingRequest:
+    """What the user asked for. Only the options they gave: the plan fills in the rest."""
+
+    corpus: Path | None  # a UTF-8 file or a directory of *.txt; None when resuming from the saved path
+    options: dict[str, Any] = field(default_factory=dict)  # ModelConfig and TrainConfig fields given
+    out_dir: Path | None = None  # run directory; None: checkpoints/<corpus name>, or the resumed run's
+    overwrite: bool = False  # replace a run already in out_dir
+    resume: Path | None = None  # continue the run that wrote this checkpoint (or run directory's last.pt)
+    init_from: Path | None = None  # fine-tune from this checkpoint's weights (or run directory's best.pt)
+    extend_vocab: bool = False  # with init_from: add the corpus's new characters to the vocabulary
+    device: str = "cpu"  # the torch device; "auto" until the plan resolves it
+    corpus_name: str | None = None  # the run's corpus name; None: the corpus file's stem
+    data_dir: Path | None = None  # where the built-in corpus is kept, for a run given no corpus
+
+
+def check_request(request: TrainingRequest) -> None:
+    """The checks that need nothing but the request itself (cheap: run them before any download)."""
+    unknown = sorted(set(request.options) - OPTION_FIELDS)
+    if unknown:
+        raise ConfigError(f"unknown training option {unknown[0]!r}; the options are the fields of "
+                          f"ModelConfig and TrainConfig except {', '.join(sorted(NOT_OPTIONS))}")
+    if request.init_from is not None and request.resume is not None:
+        raise OptionConflict("{init_from} starts a new run and {resume} continues one: give one of them")
+    if request.extend_vocab and request.init_from is None:
+        raise OptionConflict("{extend_vocab} goes with {init_from}")
+    if request.data_dir is not None and (request.corpus is not None or request.resume is not None):
+        raise OptionConflict("{data_dir} keeps the built-in corpus, used only when no corpus is given")
+    # Each value is checked by its dataclass now, before a download, a checkpoint or a corpus is read.
+    model_options, train_options = split_options(request.options)
+    model = ModelConfig(vocab_size=1, **model_options)
+    # "auto" may yet mean a GPU: what needs the device itself is checked again once the plan resolves it.
+    device = "cuda" if request.device == "auto" else request.device
+    config = TrainConfig(out_dir=".", device=device, **train_options)
+    _refuse_ignored(request.options, model, config)
+
+
+def _refuse_ignored(given: dict[str, Any], model: ModelConfig, config: TrainConfig) -> None:
+    """An option given where the rest of the request makes it do nothing is refused, not ignored.
+
+    Resuming and fine-tuning take the cell from the checkpoint; these checks then use the
+    default cell unless one is given, and the checkpoint's own checks follow in the plan.
+    """
+    if "forget_bias" in given and model.cell != "lstm":
+        raise OptionConflict("{forget_bias} sets the LSTM's forget gate; {cell} " + model.cell + " has none")
+    esn = model.cell == "esn" or model.init == "esn"
+    for name in ("spectral_radius", "recurrent_density"):
+        if name in given and not esn:
+            raise OptionConflict(f"{{{name}}} shapes an echo-state reservoir: it goes with {{cell}} esn or "
+                                 f"{{init}} esn")
+    if "clip_mode" in given and config.clip == 0:
+        raise OptionConflict("{clip_mode} does nothing with {clip} 0 (clipping off)")
+
+
+def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The options that are ModelConfig fields, and those that are TrainConfig fields (new dicts)."""
+    return ({k: v for k, v in options.items() if k in MODEL_FIELDS},
+            {k: v for k, v in options.items() if k in TRAIN_FIELDS})
