@@ -163,6 +163,16 @@ class Perplexity:
     checkpoint: Path | None = None  # the checkpoint scored
 
     @property
+    def notes(self) -> list[str]:
+        """What the caller should know: the characters skipped."""
+        if not self.skipped:
+            return []
+        from charrnn.data.vocab import describe_chars
+
+        return [f"skipped {sum(self.skipped.values()):,} character(s) outside the vocabulary: "
+                f"{describe_chars(self.skipped)}"]
+
+    @property
     def nats_per_char(self) -> float:
         return self.score.nats_per_char
 
@@ -204,6 +214,18 @@ class Inspection:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "checkpoint": None if self.checkpoint is None else str(self.checkpoint)}
+
+    def to_html(self) -> str:
+        """The coloured text as one self-contained page (with ``unit``)."""
+        from charrnn.analysis.neurons import html_page
+
+        if self.values is None:
+            raise OptionConflict("a page shows one unit's values: give {unit}")
+        where = "" if self.checkpoint is None else \
+            f"{self.checkpoint.resolve().parent.name}/{self.checkpoint.name}: "
+        state = "cell state" if self.state == "c" else "hidden state"
+        title = f"{where}layer {self.layer}, unit {self.unit}, {state}"
+        return html_page(self.text, self.values, self.scale, title)
 
 
 @dataclass(frozen=True)

@@ -365,6 +365,12 @@ class SampleConfig(_DictMixin):
                                      f"{', '.join('{' + name + '}' for name in ignored)} does not apply")
         if self.length_penalty is not None and self.beam_width is None:
             raise OptionConflict("{length_penalty} ranks beams: it goes with {beam_width}")
+        # Without a stop string every text runs to its full length: these would change nothing.
+        stopping = {"min_length": self.min_length > 0, "length_penalty": self.length_penalty is not None}
+        for name, given in stopping.items():
+            if given and self.stop_at is None:
+                raise OptionConflict(f"{{{name}}} matters only for texts that a stop string ends: it goes "
+                                     f"with {{stop_at}}")
         if self.beam_width is not None and self.num_samples > self.beam_width:
             raise OptionConflict(f"{{num_samples}} {self.num_samples} exceeds "
                                  f"{{beam_width}} {self.beam_width}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 _NAME = re.compile(r"\{\{|\}\}|\{([a-z_]+)\}")  # {name} names an option; {{ and }} are literal braces
 
@@ -69,3 +70,14 @@ class ConfigTypeError(ConfigError, TypeError):
 class OptionConflict(ConfigError):
     """Options that cannot be given together, or one that does nothing beside another (a usage error on
     the command line)."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """A signal stopped the run after a step; ``checkpoint`` holds a resumable state (pass it as
+    ``resume``). A ``KeyboardInterrupt``, so that code which stops on Ctrl-C still does."""
+
+    def __init__(self, signal_name: str, checkpoint: Path, step: int):
+        super().__init__(f"interrupted by {signal_name} after step {step:,}; saved {checkpoint}")
+        self.signal_name = signal_name
+        self.checkpoint = checkpoint
+        self.step = step

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 import charrnn
 from charrnn.cli.main import cli
 from charrnn.data.vocab import UnknownCharactersError
-from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict
-from charrnn.training.loop import TrainingInterrupted, TrainObserver
+from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, TrainingInterrupted
+from charrnn.training.loop import TrainObserver
 
 from helpers import TINY_RUN
 
@@ -186,11 +186,25 @@ def test_wrong_types_and_non_finite_numbers_are_refused_before_anything_is_writt
 
 
 @pytest.mark.slow
-def test_importing_charrnn_imports_no_torch_until_the_api_is_used():
-    code = ("import sys, charrnn; before = 'torch' in sys.modules; charrnn.load; "
-            "print(before, 'torch' in sys.modules)")
+def test_torch_is_imported_only_once_the_options_are_checked_and_there_is_work():
+    code = ("import sys, charrnn\n"
+            "seen = ['torch' in sys.modules]\n"
+            "charrnn.load\n"
+            "seen.append('torch' in sys.modules)\n"
+            "refused = (lambda: charrnn.train('c.txt', max_steps=0),\n"
+            "           lambda: charrnn.sample('x.pt', top_p=2.0))\n"
+            "for call in refused:\n"
+            "    try:\n"
+            "        call()\n"
+            "    except charrnn.errors.ConfigError:\n"
+            "        seen.append('torch' in sys.modules)\n"
+            "try:\n"
+            "    charrnn.load('missing.pt')\n"
+            "except charrnn.errors.CharrnnError:\n"
+            "    seen.append('torch' in sys.modules)\n"
+            "print(*seen)")
     printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert printed.stdout.split() == ["False", "True"]
+    assert printed.stdout.split() == ["False", "False", "False", "False", "True"]
     with pytest.raises(AttributeError, match="no attribute 'lod'"):
         charrnn.lod  # noqa: B018
 
@@ -232,6 +246,9 @@ SAMPLE_REFUSALS = [
      OptionConflict),
     (["--beam-width", "2", "--top-k", "3"], lambda m, t: m.sample(beam_width=2, top_k=3), OptionConflict),
     (["--length-penalty", "1"], lambda m, t: m.sample(length_penalty=1.0), OptionConflict),
+    (["--beam-width", "2", "--length-penalty", "0"], lambda m, t: m.sample(beam_width=2, length_penalty=0.0),
+     OptionConflict),
+    (["--min-length", "5"], lambda m, t: m.sample(min_length=5), OptionConflict),
     (["--prime", "x", "--prime-file", "prime.txt"], lambda m, t: m.sample("x", prime_file=_prime_file(t)),
      OptionConflict),
     (["--temperature", "nan"], lambda m, t: m.sample(temperature=math.nan), ConfigError),

@@ -47,11 +47,8 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
 
     result = perplexity(checkpoint, file=text_file, device=device, **scoring)
     say_checkpoint(checkpoint, result.checkpoint)
-    if result.skipped:
-        from charrnn.data.vocab import describe_chars
-
-        message(f"skipped {sum(result.skipped.values()):,} character(s) outside the vocabulary: "
-                f"{describe_chars(result.skipped)}")
+    for note in result.notes:
+        message(note)
     if as_json:
         print_json(result.to_dict())
         return

@@ -72,17 +72,13 @@ def inspect_command(checkpoint: Path, text_file: Path, layer: int, unit: int | N
     seen = inspect(checkpoint, file=text_file, layer=layer, unit=unit, state=state, rank=rank, top=top,
                    max_chars=max_chars, device=device)
     say_checkpoint(checkpoint, seen.checkpoint)
+    page = seen.to_html() if html_file is not None else None  # refused without --unit, before any output
     if seen.ranking is not None:
         show(ranking_table(seen.ranking, f"units tracking {seen.feature} ({state} state)"))
-    if seen.values is None:
-        return
-    show(coloured_text(seen.text, seen.values, seen.scale), soft_wrap=True)
-    if html_file is not None:
-        from charrnn.analysis.neurons import html_page
-
-        where = f"{seen.checkpoint.resolve().parent.name}/{seen.checkpoint.name}"
-        title = f"{where}: layer {layer}, unit {unit}, {'cell state' if state == 'c' else 'hidden state'}"
-        write_file(html_file, html_page(seen.text, seen.values, seen.scale, title))
+    if seen.values is not None:
+        show(coloured_text(seen.text, seen.values, seen.scale), soft_wrap=True)
+    if html_file is not None and page is not None:
+        write_file(html_file, page)
 
 
 @click.command("plot")

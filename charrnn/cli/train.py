@@ -27,6 +27,7 @@ from charrnn.config import (
     ModelConfig,
     TrainConfig,
 )
+from charrnn.errors import TrainingInterrupted
 from charrnn.utils.interrupt import EXIT_CODES
 
 RUN = "run directory and checkpoints"  # a help group
@@ -109,7 +110,6 @@ def train_command(ctx: click.Context, corpus: Path | None, as_json: bool, quiet:
     """
     from charrnn import api
     from charrnn.cli.display import ProgressBar
-    from charrnn.training.loop import TrainingInterrupted
 
     given = {key: value for key, value in arguments.items()
              if ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}

@@ -23,7 +23,7 @@ import torch
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data.corpus import CorpusInfo, Split, StreamBatches, split_ids
 from charrnn.data.vocab import Vocab
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, TrainingInterrupted
 from charrnn.models.devices import check_model_fits
 from charrnn.models.evaluate import EvalResult, evaluate
 from charrnn.models.model import CharRNN
@@ -85,17 +85,6 @@ class TrainResult:
             "training": None if self.config is None else self.config.to_dict(),
             "budget": None if self.budget is None else self.budget.to_dict(),
         }
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """A signal stopped the run after a step; ``checkpoint`` holds a resumable state (pass it as
-    ``resume``). A ``KeyboardInterrupt``, so that code which stops on Ctrl-C still does."""
-
-    def __init__(self, signal_name: str, checkpoint: Path, step: int):
-        super().__init__(f"interrupted by {signal_name} after step {step:,}; saved {checkpoint}")
-        self.signal_name = signal_name
-        self.checkpoint = checkpoint
-        self.step = step
 
 
 class TrainObserver:

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, TrainingInterrupted
 from charrnn.training.checkpoint import load_checkpoint
-from charrnn.training.loop import TrainingInterrupted, TrainObserver
+from charrnn.training.loop import TrainObserver
 from charrnn.training.runlock import LOCK_NAME
 from charrnn.utils.files import TEMPORARY_PREFIX
 
