@@ -10,7 +10,6 @@ modules (torch above all) are imported inside the commands that need them, so
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 import click
@@ -21,7 +20,7 @@ from charrnn.cli.output import message
 from charrnn.errors import CharrnnError, ConfigError, OptionConflict
 from charrnn.utils.files import reason
 from charrnn.utils.interrupt import EXIT_CODES, Terminated, raise_on_termination
-from charrnn.utils.terminal import ReaderGone, silence_stdout
+from charrnn.utils.terminal import ReaderGone, fill_closed_descriptors, silence_stdout
 
 
 class OneLineUsageError(click.ClickException):
@@ -88,7 +87,7 @@ def cli() -> None:
 
 def main() -> None:
     """The ``charrnn`` command and ``python -m charrnn`` (which is what torchrun starts)."""
-    _fill_closed_descriptors()
+    fill_closed_descriptors()
     try:
         cli(prog_name="charrnn")
     except SystemExit as finished:
@@ -114,26 +113,6 @@ def main() -> None:
         message(f"Error: unexpected {type(exc).__name__}: {detail} (please report it; CHARRNN_DEBUG=1 "
                 f"shows where)")
         raise SystemExit(1) from None
-
-
-def _fill_closed_descriptors() -> None:
-    """Give a closed stdout or stderr descriptor (``>&-``) /dev/null.
-
-    Otherwise the next file opened (a checkpoint) would take descriptor 1 or 2 and
-    receive whatever is printed. ``sys.stdout`` stays None, so commands still report
-    that their output has nowhere to go; messages for a closed stderr are dropped,
-    never sent to stdout.
-    """
-    for fd in (1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            opened = os.open(os.devnull, os.O_WRONLY)
-            if opened != fd:
-                os.dup2(opened, fd)
-                os.close(opened)
-    if sys.stderr is None:
-        sys.stderr = open(2, "w", closefd=False)  # lives as long as the process
 
 
 def _register() -> None:

@@ -70,3 +70,23 @@ def stream_stdout(pieces: Iterable[str], prefix: str = "") -> None:
             last = piece or last
         if not last.endswith("\n"):
             sys.stdout.write("\n")
+
+
+def fill_closed_descriptors() -> None:
+    """Give a closed stdout or stderr descriptor (``>&-``) /dev/null.
+
+    Otherwise the next file opened (a checkpoint) would take descriptor 1 or 2 and
+    receive whatever is printed. ``sys.stdout`` stays None, so commands still report
+    that their output has nowhere to go; messages for a closed stderr are dropped,
+    never sent to stdout.
+    """
+    for fd in (1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_WRONLY)
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", closefd=False)  # lives as long as the process
