@@ -26,7 +26,7 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from charrnn.config import COMPARE_LENGTH, COMPARE_SEED, DynamicConfig, SampleConfig
+from charrnn.config import COMPARE_LENGTH, COMPARE_SEED, DynamicConfig, InspectConfig, SampleConfig
 from charrnn.data.datasets import DATASETS, DEFAULT_DATASET
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict
 from charrnn.utils.text import require_valid_text
@@ -291,30 +291,12 @@ class Scoring:
 class Looking:
     """A checked request to look inside a model (:meth:`Model.inspect`)."""
 
-    text: str  # at most max_chars of the text
-    layer: int
-    unit: int | None
-    state: str
-    rank: str | None
-    top: int
+    text: str  # at most config.max_chars of the text
+    config: InspectConfig  # the unit, layer, state and ranking asked for
 
     @classmethod
-    def check(cls, text: str | None, file: PathArg | None, layer: int, unit: int | None, state: str,
-              rank: str | None, top: int, max_chars: int) -> Looking:
-        from charrnn.config import INSPECT_FEATURES
-
-        for name, value, minimum in (("layer", layer, 0), ("unit", unit, 0), ("top", top, 1),
-                                     ("max_chars", max_chars, 1)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise ConfigTypeError(f"must be a whole number, not {type(value).__name__}", name)
-            if value is not None and value < minimum:
-                raise ConfigError(f"must be at least {minimum}", name)
-        if unit is None and rank is None:
-            raise OptionConflict("give {unit} to colour the text, or {rank} to find units")
-        if state not in ("h", "c"):
-            raise ConfigError("must be h (hidden state) or c (LSTM cell state)", "state")
-        if rank is not None and rank not in INSPECT_FEATURES:
-            raise ConfigError(f"must be one of {', '.join(INSPECT_FEATURES)}", "rank")
+    def check(cls, text: str | None, file: PathArg | None, options: dict[str, Any]) -> Looking:
+        config = InspectConfig(**options)
         path = _path(file, "file")
         if (text is None) == (path is None):
             raise OptionConflict("give one of {text} and {file}")
@@ -322,7 +304,7 @@ class Looking:
             whole = _read_text(path)
         else:
             whole = require_valid_text(_require_str(text, "text"), "{text}")
-        return cls(whole[:max_chars], layer, unit, state, rank, top)
+        return cls(whole[: config.max_chars], config)
 
 
 @dataclass
@@ -444,36 +426,35 @@ class Model:
         return Perplexity(source, score, skipped, adapted, request.dynamic, time.perf_counter() - started,
                           self.checkpoint)
 
-    def inspect(self, text: str | None = None, *, file: PathArg | None = None, layer: int = 0,
-                unit: int | None = None, state: str = "h", rank: str | None = None, top: int = 10,
-                max_chars: int = 3000) -> Inspection:
-        """Read at most ``max_chars`` of ``text`` (or ``file``): colour by one ``unit`` of ``layer``, and/or
-        rank the ``top`` units by how well they track the feature ``rank`` (see INSPECT_FEATURES)."""
-        return self.look(Looking.check(text, file, layer, unit, state, rank, top, max_chars))
+    def inspect(self, text: str | None = None, *, file: PathArg | None = None, **options: Any) -> Inspection:
+        """Read ``text`` (or ``file``) and colour it by one unit, and/or rank the units by how well they
+        track a feature of it: ``options`` are the fields of :class:`~charrnn.config.InspectConfig`
+        (``unit``, ``layer``, ``state``, ``rank``, ``top``, ``max_chars``)."""
+        return self.look(Looking.check(text, file, options))
 
     def look(self, request: Looking) -> Inspection:
         """The activations of a checked request (see :meth:`inspect`)."""
         from charrnn.analysis.neurons import activations, rank_units, text_feature
         from charrnn.data.vocab import UnknownCharactersError
 
-        config = self.network.config
-        if request.layer >= config.num_layers:
-            raise ConfigError(f"must be below {config.num_layers}: the model has layers 0 to "
-                              f"{config.num_layers - 1}", "layer")
-        if request.unit is not None and request.unit >= config.hidden_size:
-            raise ConfigError(f"must be below {config.hidden_size}: layers have units 0 to "
-                              f"{config.hidden_size - 1}", "unit")
+        model, asked = self.network.config, request.config
+        if asked.layer_index >= model.num_layers:
+            raise ConfigError(f"must be below {model.num_layers}: the model has layers 0 to "
+                              f"{model.num_layers - 1}", "layer")
+        if asked.unit is not None and asked.unit >= model.hidden_size:
+            raise ConfigError(f"must be below {model.hidden_size}: layers have units 0 to "
+                              f"{model.hidden_size - 1}", "unit")
         try:
-            acts = activations(self.network, self.vocab, request.text, request.state)
+            acts = activations(self.network, self.vocab, request.text, asked.state)
         except UnknownCharactersError as exc:
             raise CharrnnError(f"{exc} in the text to inspect") from None
         ranking = None
-        if request.rank is not None:
-            ranking = rank_units(acts, text_feature(request.text, request.rank), request.top)
-        values = acts[:, request.layer, request.unit].tolist() if request.unit is not None else None
-        scale = 1.0 if request.state == "h" or not values else max(1e-6, max(abs(v) for v in values))
-        return Inspection(request.text, request.layer, request.unit, request.state, values, scale,
-                          request.rank, ranking, self.checkpoint)
+        if asked.rank is not None:
+            ranking = rank_units(acts, text_feature(request.text, asked.rank), asked.units_listed)
+        values = acts[:, asked.layer_index, asked.unit].tolist() if asked.unit is not None else None
+        scale = 1.0 if asked.state == "h" or not values else max(1e-6, max(abs(v) for v in values))
+        return Inspection(request.text, asked.layer_index, asked.unit, asked.state, values, scale, asked.rank,
+                          ranking, self.checkpoint)
 
 
 def _require_bool(value: Any, name: str) -> bool:
@@ -543,11 +524,10 @@ def perplexity(checkpoint: PathArg, text: str | None = None, *, file: PathArg | 
     return load(checkpoint, device).score(request)
 
 
-def inspect(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None, layer: int = 0,
-            unit: int | None = None, state: str = "h", rank: str | None = None, top: int = 10,
-            max_chars: int = 3000, device: str = "cpu") -> Inspection:
+def inspect(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None, device: str = "cpu",
+            **options: Any) -> Inspection:
     """``load(checkpoint, device).inspect(...)``, every option checked before the checkpoint is read."""
-    request = Looking.check(text, file, layer, unit, state, rank, top, max_chars)
+    request = Looking.check(text, file, options)
     return load(checkpoint, device).look(request)
 
 

@@ -29,6 +29,7 @@ PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16")
 DEFAULT_EPOCHS = 10.0  # how long a run lasts when no stopping criterion is given
 DEFAULT_EVAL_EVERY = 1000  # steps between validation passes of a run without a time budget
 INSPECT_FEATURES: tuple[str, ...] = ("quotes", "line-position", "indent")  # what inspect --rank tracks
+INSPECT_TOP = 10  # how many units inspect --rank lists unless told
 MAX_FORGET_BIAS = 1e3  # the gate is saturated far below this; beyond float32 it would overflow
 MAX_SPECTRAL_RADIUS = 1e3  # far beyond any useful reservoir; 1e308 overflows the weights to infinity
 REGULARISATION_RATES = ("dropout", "weight_drop", "input_dropout", "embed_dropout")  # probabilities in [0, 1)
@@ -402,6 +403,40 @@ class DynamicConfig(_DictMixin):
         require(self.learning_rate >= 0, "learning_rate", "must be 0 (the static score) or positive")
         require(self.decay >= 0, "decay", "must be 0 or positive")
         require_at_least(self, 1, "segment_len")
+
+
+@dataclass(frozen=True)
+class InspectConfig(_DictMixin):
+    """What ``inspect`` looks at (see :mod:`charrnn.analysis.neurons`)."""
+
+    unit: int | None = None  # colour the text by this unit of the layer, counting from 0
+    layer: int | None = None  # the unit's layer, counting from 0
+    state: str = "h"  # the hidden state (h) or the LSTM's cell state (c)
+    rank: str | None = None  # list the units that best track this feature of the text
+    top: int | None = None  # how many units the ranking lists
+    max_chars: int = 3000  # read at most this many characters of the text
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        require_at_least(self, 0, "unit", "layer")
+        require_at_least(self, 1, "top", "max_chars")
+        require(self.state in ("h", "c"), "state", "must be h (hidden state) or c (LSTM cell state)")
+        require(self.rank is None or self.rank in INSPECT_FEATURES, "rank",
+                f"must be one of {', '.join(INSPECT_FEATURES)}")
+        if self.unit is None and self.rank is None:
+            raise OptionConflict("give {unit} to colour the text, or {rank} to find units")
+        if self.layer is not None and self.unit is None:
+            raise OptionConflict("{layer} picks the layer of {unit}: it goes with it")
+        if self.top is not None and self.rank is None:
+            raise OptionConflict("{top} says how many units {rank} lists: it goes with it")
+
+    @property
+    def layer_index(self) -> int:
+        return self.layer or 0
+
+    @property
+    def units_listed(self) -> int:
+        return INSPECT_TOP if self.top is None else self.top
 
 
 COMPARE_LENGTH = 300  # compare samples shorter texts than sample, one per checkpoint

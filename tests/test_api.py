@@ -309,3 +309,26 @@ def test_a_refusal_names_the_parameter_as_each_door_writes_it(small_corpus, tiny
     assert "Error: --greedy is deterministic; --seed does not apply" in printed.stderr
     with pytest.raises(OptionConflict, match="^greedy is deterministic; seed does not apply$"):
         charrnn.load(tiny_checkpoint).sample(greedy=True, seed=3)
+
+
+@pytest.mark.parametrize(("command", "args", "call", "error"), [
+    ("inspect", ["--unit", "0", "--top", "3"], lambda c, t: charrnn.inspect(c, file=t, unit=0, top=3),
+     OptionConflict),
+    ("inspect", ["--rank", "quotes", "--layer", "1"],
+     lambda c, t: charrnn.inspect(c, file=t, rank="quotes", layer=1), OptionConflict),
+    ("inspect", [], lambda c, t: charrnn.inspect(c, file=t), OptionConflict),
+    ("inspect", ["--unit", "-1"], lambda c, t: charrnn.inspect(c, file=t, unit=-1), ConfigError),
+    ("eval-perplexity", ["--dynamic-lr", "0.1"], lambda c, t: charrnn.perplexity(c, file=t, dynamic_lr=0.1),
+     OptionConflict),
+    ("eval-perplexity", ["--dynamic", "--segment-len", "0"],
+     lambda c, t: charrnn.perplexity(c, file=t, dynamic=True, segment_len=0), ConfigError),
+])
+def test_inspect_and_scoring_refusals_are_the_same_through_both_doors(tiny_checkpoint, tmp_path, command,
+                                                                      args, call, error):
+    text = tmp_path / "text.txt"
+    text.write_text("ROMEO:\n", encoding="utf-8")
+    printed = CliRunner().invoke(cli, [command, str(tiny_checkpoint), str(text), *args])
+    assert printed.exit_code == 2 and printed.stdout == "", printed.output
+    with pytest.raises(error):
+        call(tiny_checkpoint, text)
+    assert [path.name for path in tmp_path.iterdir()] == ["text.txt"]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from charrnn.cli.options import GroupedCommand, device_option, json_option, option
+from charrnn.cli.options import GroupedCommand, config_option, device_option, json_option, option
 from charrnn.cli.output import print_json, say_checkpoint, show, write_file
-from charrnn.config import INSPECT_FEATURES
+from charrnn.config import INSPECT_FEATURES, INSPECT_TOP, InspectConfig
 
 
 @click.command("info", cls=GroupedCommand)
@@ -41,20 +42,17 @@ def info_command(checkpoint: Path, as_json: bool) -> None:
 @click.command("inspect", cls=GroupedCommand)
 @click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.argument("text_file", type=click.Path(path_type=Path))
-@option("--layer", type=int, default=0, show_default=True, help="Layer to look at, counting from 0.")
-@option("--unit", type=int, default=None, help="Unit of that layer, counting from 0.")
-@option("--state", type=click.Choice(["h", "c"]), default="h", show_default=True,
-        help="Hidden state, or (LSTM only) cell state.")
-@option("--rank", type=click.Choice(INSPECT_FEATURES), default=None,
-        help="List the units that best track this feature of the text.")
-@option("--top", type=int, default=10, show_default=True, help="How many units --rank lists.")
-@option("--max-chars", type=int, default=3000, show_default=True,
-        help="Read at most this many characters of TEXT_FILE.")
+@config_option("--unit", InspectConfig, "unit", "what to look at", type=int)
+@config_option("--layer", InspectConfig, "layer", "what to look at", type=int, default_text="0")
+@config_option("--state", InspectConfig, "state", "what to look at", type=click.Choice(["h", "c"]))
+@config_option("--rank", InspectConfig, "rank", "what to look at", type=click.Choice(INSPECT_FEATURES))
+@config_option("--top", InspectConfig, "top", "what to look at", type=int, default_text=str(INSPECT_TOP))
+@config_option("--max-chars", InspectConfig, "max_chars", "what to look at", type=int)
 @option("--html", "html_file", type=click.Path(path_type=Path), default=None, group="output",
         help="Also write the coloured text as a standalone HTML page.")
 @device_option("cpu")
-def inspect_command(checkpoint: Path, text_file: Path, layer: int, unit: int | None, state: str,
-                    rank: str | None, top: int, max_chars: int, html_file: Path | None, device: str) -> None:
+def inspect_command(checkpoint: Path, text_file: Path, html_file: Path | None, device: str,
+                    **looking: Any) -> None:
     """Colour TEXT_FILE by one unit's activation, or rank units by a feature of the text.
 
     Each character is shaded by the unit's value after reading it: red negative,
@@ -69,12 +67,11 @@ def inspect_command(checkpoint: Path, text_file: Path, layer: int, unit: int | N
     from charrnn.api import inspect
     from charrnn.cli.display import coloured_text, ranking_table
 
-    seen = inspect(checkpoint, file=text_file, layer=layer, unit=unit, state=state, rank=rank, top=top,
-                   max_chars=max_chars, device=device)
+    seen = inspect(checkpoint, file=text_file, device=device, **looking)
     say_checkpoint(checkpoint, seen.checkpoint)
     page = seen.to_html() if html_file is not None else None  # refused without --unit, before any output
     if seen.ranking is not None:
-        show(ranking_table(seen.ranking, f"units tracking {seen.feature} ({state} state)"))
+        show(ranking_table(seen.ranking, f"units tracking {seen.feature} ({seen.state} state)"))
     if seen.values is not None:
         show(coloured_text(seen.text, seen.values, seen.scale), soft_wrap=True)
     if html_file is not None and page is not None:
