@@ -17,6 +17,7 @@ caller wrote it. Other failures raise :class:`~charrnn.errors.CharrnnError`.
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from collections import Counter
@@ -28,26 +29,40 @@ from typing import TYPE_CHECKING, Any
 
 from charrnn.config import COMPARE_LENGTH, COMPARE_SEED, DynamicConfig, InspectConfig, SampleConfig
 from charrnn.data.datasets import DATASETS, DEFAULT_DATASET
-from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict
+from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, escape
 from charrnn.utils.text import require_valid_text
 
 if TYPE_CHECKING:  # torch is imported only once the options are checked and there is work to do
     from charrnn.models.evaluate import EvalResult
     from charrnn.models.model import CharRNN
     from charrnn.training.checkpoint import LoadedModel
-    from charrnn.training.loop import TrainObserver, TrainResult
+    from charrnn.training.loop import TrainResult
+    from charrnn.training.observer import TrainObserver
 
 PathArg = str | PathLike[str]
 
 
 def _path(value: PathArg | None, name: str) -> Path | None:
-    """A path parameter: None, a string or a path-like; anything else is refused by name."""
+    """A path parameter: None, a string or a path-like; anything else, or an empty path (which would
+    quietly mean the current directory), is refused by name."""
     if value is None:
         return None
     if not isinstance(value, str | PathLike) or isinstance(value, bytes):
         raise ConfigTypeError(f"must be a path (a string or a pathlib.Path), not {type(value).__name__}",
                               name)
+    if not str(value):
+        raise ConfigError("must not be empty", name)
     return Path(value)
+
+
+def _text_file(value: PathArg | None, name: str) -> Path | None:
+    """A path parameter that names a text file to read: it must exist and not be a directory."""
+    path = _path(value, name)
+    if path is not None and path.is_dir():
+        raise ConfigError(f"must be a text file, not a directory ({escape(str(path))})", name)
+    if path is not None and not path.exists():
+        raise CharrnnError(f"{{{name}}} {escape(str(path))} does not exist", names_options=True)
+    return path
 
 
 def _require_path(value: PathArg, name: str) -> Path:
@@ -63,16 +78,44 @@ def _read_text(path: Path) -> str:
     return read_corpus(path)
 
 
+def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
+    """Refuse, before any work, an output file that cannot be written whole or that is one of the command's
+    ``inputs`` (name → a path, a list of paths, or None; a run directory stands for its files), whether
+    by the same path, a symbolic link or a hard link: writing it would destroy what is being read."""
+    from charrnn.utils.files import same_file
+
+    target = _require_path(output, name)
+    if target.is_dir():
+        raise ConfigError(f"must name a file, not a directory ({escape(str(target))})", name)
+    if not target.parent.is_dir():
+        raise CharrnnError(f"{{{name}}} {escape(str(target))}: there is no directory "
+                           f"{escape(str(target.parent))}", names_options=True)
+    for input_name, given in inputs.items():
+        for each in given if isinstance(given, list | tuple) else [given]:
+            if each is None or not str(each):
+                continue
+            path = Path(each)
+            candidates = [path, *sorted(path.iterdir())] if path.is_dir() else [path]
+            if any(same_file(target, candidate) for candidate in candidates):
+                raise OptionConflict(f"{{{name}}} {escape(str(target))} is {{{input_name}}} "
+                                     f"{escape(str(path))}{'' if path == target else ' (the same file)'}: "
+                                     f"writing it would destroy what is read; choose another file")
+    return target
+
+
 def read_prime(prime: str | None, prime_file: PathArg | None) -> str:
     """The prime: ``prime``, or the text of ``prime_file``, or nothing; giving both is a conflict."""
     if prime is not None and not isinstance(prime, str):
         raise ConfigTypeError(f"must be a string, not {type(prime).__name__}", "prime")
-    path = _path(prime_file, "prime_file")
+    path = _text_file(prime_file, "prime_file")
     if prime is not None and path is not None:
         raise OptionConflict("give {prime} or {prime_file}, not both")
     if path is not None:
         return _read_text(path)
-    return require_valid_text(prime or "", "{prime}")
+    try:
+        return require_valid_text(prime or "", "{prime}")
+    except CharrnnError as exc:
+        raise ConfigError(exc.render(lambda name: "{" + name + "}")) from None
 
 
 def dynamic_settings(dynamic: bool | DynamicConfig, learning_rate: float | None = None,
@@ -258,7 +301,7 @@ class Decoding:
         """Check every option and read the prime; draw a fresh seed (reported, so that any text worth
         keeping can be drawn again) when sampling needs one and none was given."""
         lengths = {} if length is None else {"length": length}
-        config = SampleConfig(temperature=temperature, **options, **lengths)
+        config = SampleConfig(temperature=temperature, **_known(options, SampleConfig), **lengths)
         prime_text = read_prime(prime, prime_file)
         if config.seed is not None or config.deterministic:
             return cls(config, prime_text, False)
@@ -281,9 +324,12 @@ class Scoring:
         _require_bool(skip_unknown, "skip_unknown")
         if text is not None:
             require_valid_text(_require_str(text, "text"), "{text}")
-        path = _path(file, "file")
+        path = _text_file(file, "file")
         if text is not None and path is not None:
             raise OptionConflict("give {text} or {file}, not both")
+        if skip_unknown and text is None and path is None:
+            raise OptionConflict("{skip_unknown} goes with a text to score: the validation split holds only "
+                                 "the model's own characters")
         return cls(text, path, skip_unknown, settings)
 
 
@@ -296,8 +342,8 @@ class Looking:
 
     @classmethod
     def check(cls, text: str | None, file: PathArg | None, options: dict[str, Any]) -> Looking:
-        config = InspectConfig(**options)
-        path = _path(file, "file")
+        config = InspectConfig(**_known(options, InspectConfig))
+        path = _text_file(file, "file")
         if (text is None) == (path is None):
             raise OptionConflict("give one of {text} and {file}")
         if path is not None:
@@ -457,6 +503,15 @@ class Model:
                           ranking, self.checkpoint)
 
 
+def _known(options: dict[str, Any], config: type) -> dict[str, Any]:
+    """``options``, when each is a field of ``config``; an unknown one is refused by name."""
+    unknown = sorted(set(options) - set(config.__dataclass_fields__))
+    if unknown:
+        raise ConfigTypeError(f"unknown option {unknown[0]!r}; the options are "
+                              f"{', '.join(config.__dataclass_fields__)}")
+    return options
+
+
 def _require_bool(value: Any, name: str) -> bool:
     if not isinstance(value, bool):
         raise ConfigTypeError(f"must be True or False, not {type(value).__name__}", name)
@@ -489,10 +544,14 @@ def load(path: PathArg, device: str = "cpu") -> Model:
     return Model(loaded.model, loaded, checkpoint)
 
 
+DEVICES = ("auto", "cpu", "cuda", "mps")  # auto: cuda when a GPU is present, else cpu
+
+
 def _device(device: Any) -> str:
     if not isinstance(device, str):
-        raise ConfigTypeError(f"must be a string such as 'cpu', 'cuda' or 'auto', not "
-                              f"{type(device).__name__}", "device")
+        raise ConfigTypeError(f"must be one of {', '.join(DEVICES)}, not {type(device).__name__}", "device")
+    if device not in DEVICES:
+        raise ConfigError(f"must be one of {', '.join(DEVICES)}, not {device!r}", "device")
     return device
 
 
@@ -595,17 +654,21 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
     paths = [_require_path(path, "checkpoints") for path in checkpoints]
     if not paths:
         raise ConfigError("must name at least one checkpoint", "checkpoints")
-    decoding = SampleConfig(length=length, **sampling)
+    for name in ("num_samples", "min_length", "length_penalty"):
+        if name in sampling:
+            raise OptionConflict(f"compare draws one text per checkpoint: {{{name}}} does not apply")
+    decoding = SampleConfig(length=length, **_known(sampling, SampleConfig))
     if decoding.seed is None and not decoding.deterministic:
         decoding = SampleConfig(**{**decoding.to_dict(), "seed": COMPARE_SEED})
     settings_dynamic = dynamic_settings(dynamic, dynamic_lr, dynamic_decay, segment_len)
     if against is not None and not isinstance(against, str | PathLike):
         raise ConfigTypeError(f"must be 'train' or a path, not {type(against).__name__}", "against")
-    text_path = _path(text_file, "text_file")
+    text_path = _text_file(text_file, "text_file")
     prime_text = read_prime(prime, prime_file)
     text = _read_text(text_path) if text_path is not None else None
     if against is not None and str(against) != TRAINING_SPLIT:
-        _read_text(Path(against))  # a missing or unreadable reference fails now, not per checkpoint
+        # A missing or unreadable reference fails now, not per checkpoint.
+        _read_text(_text_file(against, "against"))
     settings = CompareSettings(prime=prime_text, sample=decoding, text=text,
                                text_name=None if text_path is None else str(text_path),
                                against=None if against is None else str(against), dynamic=settings_dynamic)
@@ -624,7 +687,7 @@ def plot(run_dirs: Sequence[PathArg], output: PathArg = "curves.png") -> Path:
     directories = [_require_path(path, "run_dirs") for path in run_dirs]
     if not directories:
         raise ConfigError("must name at least one run directory", "run_dirs")
-    target = _require_path(output, "output")
+    target = check_output(output, "output", {"run_dirs": directories})
     plot_runs(directories, target)
     return target
 
@@ -634,8 +697,9 @@ def get_dataset(name: str = DEFAULT_DATASET, data_dir: PathArg | None = None, fo
     (default: ``$CHARRNN_DATA_DIR`` or ./data). ``$CHARRNN_DATA_MIRROR`` replaces the download's origin."""
     from charrnn.data.datasets import get_dataset as fetch
 
-    if not isinstance(name, str) or name not in DATASETS:
-        raise ConfigError(f"must be one of {', '.join(sorted(DATASETS))}, not {name!r}", "name")
+    if name not in DATASETS:
+        error = ConfigError if isinstance(name, str) else ConfigTypeError
+        raise error(f"must be one of {', '.join(sorted(DATASETS))}, not {name!r}", "name")
     if not isinstance(force, bool):
         raise ConfigTypeError(f"must be True or False, not {type(force).__name__}", "force")
     path, downloaded = fetch(name, _path(data_dir, "data_dir"), force)
@@ -674,11 +738,18 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
         device=_device(device), data_dir=_path(data_dir, "data_dir"),
     )
     check_request(request)  # every option, before torch, a download, a checkpoint or a corpus
+    from charrnn.training.observer import TrainObserver
+    for what in ("resume", "init_from", "corpus"):
+        given = getattr(request, what)
+        if given is not None and not os.path.lexists(given):  # a broken link is reported where it is read
+            raise CharrnnError(f"{{{what}}} {escape(str(given))} does not exist", names_options=True)
+    if observer is not None and not isinstance(observer, TrainObserver):
+        raise ConfigTypeError(f"must be a charrnn.training.loop.TrainObserver, not {type(observer).__name__}",
+                              "observer")
 
     from charrnn.models.devices import resolve_device
     from charrnn.training.checkpoint import checkpoint_in
     from charrnn.training.distributed import join_from_environment, leave
-    from charrnn.training.loop import TrainObserver
     from charrnn.training.plan import plan_training
     from charrnn.utils.interrupt import GracefulStop
 

@@ -351,6 +351,7 @@ class SampleConfig(_DictMixin):
         require(self.length_penalty is None or self.length_penalty >= 0, "length_penalty",
                 "must be 0 or more")
         check_seed(self.seed)
+        require(self.stop_at != "", "stop_at", "must not be empty (an empty string would end nothing)")
         if self.stop_at is not None:
             try:
                 require_valid_text(self.stop_at, "{stop_at}")
@@ -400,7 +401,8 @@ class DynamicConfig(_DictMixin):
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        require(self.learning_rate >= 0, "learning_rate", "must be 0 (the static score) or positive")
+        require(0 <= self.learning_rate <= MAX_LEARNING_RATE, "learning_rate",
+                f"must be 0 (the static score) or positive, and at most {MAX_LEARNING_RATE:g}")
         require(self.decay >= 0, "decay", "must be 0 or positive")
         require_at_least(self, 1, "segment_len")
 

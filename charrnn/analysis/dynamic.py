@@ -46,7 +46,8 @@ def gradient_rms(model: CharRNN, train_ids: torch.Tensor, segment_len: int,
     streams = max(1, min(STATISTICS_STREAMS, (min(len(train_ids), max_chars) - 1) // segment_len))
     if len(train_ids) < streams * segment_len + 1:
         raise CharrnnError(f"the training split has {len(train_ids)} characters; gradient statistics need "
-                           f"more than one segment of {segment_len}")
+                           f"more than one segment of {segment_len} (lower {{segment_len}})",
+                           names_options=True)
     work = copy.deepcopy(model).eval()
     params = [p for p in work.parameters() if p.requires_grad]
     squares = [torch.zeros_like(p) for p in params]

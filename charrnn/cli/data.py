@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from charrnn.cli.output import err, message
@@ -18,10 +16,10 @@ def data() -> None:
 
 @data.command("get")
 @click.argument("name", type=click.Choice(sorted(DATASETS)), default=DEFAULT_DATASET)
-@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+@click.option("--data-dir", type=click.Path(), default=None,
               help="Cache directory (default: $CHARRNN_DATA_DIR or ./data).")
 @click.option("--force", is_flag=True, help="Download again even if a verified copy exists.")
-def data_get(name: str, data_dir: Path | None, force: bool) -> None:
+def data_get(name: str, data_dir: str | None, force: bool) -> None:
     """Download dataset NAME into the data directory and verify its SHA-256.
 
     \b

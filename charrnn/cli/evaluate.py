@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -21,14 +20,14 @@ from charrnn.config import COMPARE_LENGTH, COMPARE_SEED
 
 
 @click.command("eval-perplexity", cls=GroupedCommand)
-@click.argument("checkpoint", type=click.Path(path_type=Path))
-@click.argument("text_file", required=False, type=click.Path(path_type=Path))
+@click.argument("checkpoint", type=click.Path())
+@click.argument("text_file", required=False, type=click.Path())
 @json_option()
 @option("--skip-unknown", is_flag=True, group="scoring",
         help="Drop characters outside the vocabulary and score the rest.")
 @dynamic_options
 @device_option("auto")
-def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: bool, device: str,
+def eval_perplexity_command(checkpoint: str, text_file: str | None, as_json: bool, device: str,
                             **scoring: Any) -> None:
     """Score TEXT_FILE (default: the checkpoint's own validation split) under CHECKPOINT.
 
@@ -58,19 +57,19 @@ def eval_perplexity_command(checkpoint: Path, text_file: Path | None, as_json: b
 
 
 @click.command("compare", cls=GroupedCommand)
-@click.argument("checkpoints", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("checkpoints", nargs=-1, required=True, type=click.Path())
 @sampling_options(COMPARE_LENGTH, seed=str(COMPARE_SEED))
-@option("--text", "text_file", group="scoring", type=click.Path(path_type=Path), default=None,
+@option("--text", "text_file", group="scoring", type=click.Path(), default=None,
         help="Score this text for every checkpoint instead of each one's own validation split.")
 @option("--against", default=None, group="scoring", metavar="train|FILE",
         help="Measure how much of each sample is copied and how much is spelled right, against each "
              "checkpoint's own training split (train) or FILE.")
 @dynamic_options
 @json_option("Print a JSON list, one object per checkpoint.")
-@option("--markdown", "markdown_file", type=click.Path(path_type=Path), default=None, group="output",
+@option("--markdown", "markdown_file", type=click.Path(), default=None, group="output",
         help="Also write the comparison as Markdown to this file.")
 @device_option("cpu")
-def compare_command(checkpoints: tuple[Path, ...], as_json: bool, markdown_file: Path | None,
+def compare_command(checkpoints: tuple[str, ...], as_json: bool, markdown_file: str | None,
                     **settings: Any) -> None:
     """Score CHECKPOINTS and sample each with the same prime, seed and decoding settings.
 
@@ -89,8 +88,11 @@ def compare_command(checkpoints: tuple[Path, ...], as_json: bool, markdown_file:
       charrnn compare a.pt b.pt --beam-width 4 --text held_out.txt --json
       charrnn compare runs/*/best.pt --dynamic
     """
-    from charrnn.api import compare
+    from charrnn.api import check_output, compare
 
+    if markdown_file is not None:
+        check_output(markdown_file, "markdown_file", {"checkpoints": checkpoints, **{
+            name: settings.get(name) for name in ("prime_file", "text_file", "against")}})
     comparison = compare(list(checkpoints), **settings)
     name = option_namer(click.get_current_context().command)
     for given, used in zip(checkpoints, comparison.checkpoints, strict=True):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -13,9 +12,9 @@ from charrnn.config import INSPECT_FEATURES, INSPECT_TOP, InspectConfig
 
 
 @click.command("info", cls=GroupedCommand)
-@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.argument("checkpoint", type=click.Path())
 @json_option()
-def info_command(checkpoint: Path, as_json: bool) -> None:
+def info_command(checkpoint: str, as_json: bool) -> None:
     """Describe CHECKPOINT (a file, or a run directory's best.pt) without running the model.
 
     Model shape and parameter count, vocabulary, step and epoch, the best
@@ -40,18 +39,18 @@ def info_command(checkpoint: Path, as_json: bool) -> None:
 
 
 @click.command("inspect", cls=GroupedCommand)
-@click.argument("checkpoint", type=click.Path(path_type=Path))
-@click.argument("text_file", type=click.Path(path_type=Path))
+@click.argument("checkpoint", type=click.Path())
+@click.argument("text_file", type=click.Path())
 @config_option("--unit", InspectConfig, "unit", "what to look at", type=int)
 @config_option("--layer", InspectConfig, "layer", "what to look at", type=int, default_text="0")
 @config_option("--state", InspectConfig, "state", "what to look at", type=click.Choice(["h", "c"]))
 @config_option("--rank", InspectConfig, "rank", "what to look at", type=click.Choice(INSPECT_FEATURES))
 @config_option("--top", InspectConfig, "top", "what to look at", type=int, default_text=str(INSPECT_TOP))
 @config_option("--max-chars", InspectConfig, "max_chars", "what to look at", type=int)
-@option("--html", "html_file", type=click.Path(path_type=Path), default=None, group="output",
+@option("--html", "html_file", type=click.Path(), default=None, group="output",
         help="Also write the coloured text as a standalone HTML page.")
 @device_option("cpu")
-def inspect_command(checkpoint: Path, text_file: Path, html_file: Path | None, device: str,
+def inspect_command(checkpoint: str, text_file: str, html_file: str | None, device: str,
                     **looking: Any) -> None:
     """Colour TEXT_FILE by one unit's activation, or rank units by a feature of the text.
 
@@ -64,9 +63,11 @@ def inspect_command(checkpoint: Path, text_file: Path, html_file: Path | None, d
       charrnn inspect best.pt play.txt --rank quotes --top 5
       charrnn inspect best.pt play.txt --unit 37 --html unit37.html
     """
-    from charrnn.api import inspect
+    from charrnn.api import check_output, inspect
     from charrnn.cli.display import coloured_text, ranking_table
 
+    if html_file is not None:
+        check_output(html_file, "html_file", {"checkpoint": checkpoint, "text_file": text_file})
     seen = inspect(checkpoint, file=text_file, device=device, **looking)
     say_checkpoint(checkpoint, seen.checkpoint)
     page = seen.to_html() if html_file is not None else None  # refused without --unit, before any output
@@ -79,10 +80,10 @@ def inspect_command(checkpoint: Path, text_file: Path, html_file: Path | None, d
 
 
 @click.command("plot")
-@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--output", type=click.Path(path_type=Path), default=Path("curves.png"), show_default=True,
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path())
+@click.option("--output", type=click.Path(), default="curves.png", show_default=True,
               help="Image to write; the suffix picks the format (png, svg, pdf).")
-def plot_command(run_dirs: tuple[Path, ...], output: Path) -> None:
+def plot_command(run_dirs: tuple[str, ...], output: str) -> None:
     """Plot training and validation loss of RUN_DIRS against epoch and wall time.
 
     One colour per run; epoch checkpoints (train --save-epochs) are starred.

@@ -40,16 +40,19 @@ def _typed(name: str, text: str) -> Any:
         if isinstance(default, int | float) or default is None:
             return type(default or 0.0)(text)
     except (KeyError, ValueError):
-        kind = "true or false" if isinstance(default, bool) else "a number"
+        kind = "true or false" if isinstance(default, bool) else \
+            "a whole number" if isinstance(default, int) else "a number"
         raise click.BadParameter(f"{text!r} is not {kind}", param_hint=f"'-o {name}'") from None
     return text
 
 
 def parse_advanced(pairs: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     """``-o`` pairs as typed values; the configuration dataclass then checks them."""
-    for name, _ in pairs:
+    for index, (name, _) in enumerate(pairs):
         if name not in ADVANCED:
             raise click.BadParameter(f"{name!r} is not one of {', '.join(ADVANCED)}", param_hint="'-o'")
+        if any(name == earlier for earlier, _ in pairs[:index]):
+            raise click.BadParameter(f"{name} is given twice", param_hint="'-o'")
     return {name: _typed(name, text) for name, text in pairs}
 
 

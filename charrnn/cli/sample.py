@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -31,17 +30,17 @@ def render_samples(texts: list[str], kind: str) -> str:
 
 
 @click.command("sample", cls=GroupedCommand)
-@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.argument("checkpoint", type=click.Path())
 @sampling_options(DEFAULTS.length)
 @config_option("--min-length", SampleConfig, "min_length", "decoding", type=int)
 @config_option("--length-penalty", SampleConfig, "length_penalty", "decoding", type=float,
                default_text=f"{DEFAULT_LENGTH_PENALTY:g}")
 @config_option("--num-samples", SampleConfig, "num_samples", "decoding", type=int)
-@option("--output", type=click.Path(path_type=Path), default=None,
+@option("--output", type=click.Path(), default=None,
         help="Write the text to this file instead of stdout.", group="output")
 @json_option("One JSON object per line: text (prime included), and log_prob and stopped for beams.")
 @device_option("cpu")
-def sample_command(checkpoint: Path, output: Path | None, as_json: bool, device: str, prime: str | None,
+def sample_command(checkpoint: str, output: str | None, as_json: bool, device: str, prime: str | None,
                    prime_file: str | None, **decoding: Any) -> None:
     """Generate text from CHECKPOINT, streaming it to stdout as it is produced.
 
@@ -60,6 +59,8 @@ def sample_command(checkpoint: Path, output: Path | None, as_json: bool, device:
     """
     from charrnn import api
 
+    if output is not None:
+        api.check_output(output, "output", {"checkpoint": checkpoint, "prime_file": prime_file})
     if output is None and not as_json and decoding["num_samples"] == 1 and decoding["beam_width"] is None:
         stream = api.stream(checkpoint, prime, prime_file=prime_file, device=device, **decoding)
         say_checkpoint(checkpoint, stream.checkpoint)

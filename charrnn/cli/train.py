@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shlex
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -44,7 +43,7 @@ def _parse_epochs(ctx: click.Context, param: click.Parameter, value: str | None)
 
 
 @click.command("train", cls=GroupedCommand)
-@click.argument("corpus", required=False, type=click.Path(path_type=Path))
+@click.argument("corpus", required=False, type=click.Path())
 @config_option("--time-budget", TrainConfig, "time_budget", "stopping", type=float,
                help="Stop after this many wall-clock seconds, then evaluate and save; picks the model's "
                     "size, batch, learning rate and regularisation for the budget unless given.")
@@ -67,12 +66,12 @@ def _parse_epochs(ctx: click.Context, param: click.Parameter, value: str | None)
 @config_option("--dropout", ModelConfig, "dropout", "regularisation", budget=True, type=float)
 @config_option("--weight-drop", ModelConfig, "weight_drop", "regularisation", type=float)
 @config_option("--ema", TrainConfig, "ema_decay", "regularisation", budget=True, type=float)
-@option("--out", "out_dir", type=click.Path(path_type=Path), group=RUN,
+@option("--out", "out_dir", type=click.Path(), group=RUN,
         help="Run directory (default: checkpoints/<corpus name>).")
 @option("--overwrite", is_flag=True, group=RUN, help="Replace a run already in --out.")
-@option("--resume", type=click.Path(path_type=Path), group=RUN,
+@option("--resume", type=click.Path(), group=RUN,
         help="Continue the run that wrote this checkpoint (or a run directory's last.pt), exactly.")
-@option("--init-from", type=click.Path(path_type=Path), group=RUN,
+@option("--init-from", type=click.Path(), group=RUN,
         help="Fine-tune: start from this checkpoint's weights (fresh optimiser) on CORPUS.")
 @option("--extend-vocab", is_flag=True, group=RUN,
         help="With --init-from: add the corpus's new characters to the vocabulary.")
@@ -93,7 +92,7 @@ def _parse_epochs(ctx: click.Context, param: click.Parameter, value: str | None)
 @option("-o", "--option", "advanced", type=(str, str), multiple=True, metavar="NAME VALUE", group="advanced",
         help="One of the settings below, e.g. -o warmup_steps 100.")
 @click.pass_context
-def train_command(ctx: click.Context, corpus: Path | None, as_json: bool, quiet: bool,
+def train_command(ctx: click.Context, corpus: str | None, as_json: bool, quiet: bool,
                   advanced: tuple[tuple[str, str], ...], **arguments: Any) -> None:
     """Train a character-level model on CORPUS (a UTF-8 file or a directory of *.txt).
 

@@ -26,8 +26,8 @@ from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError, TrainingInterrupted
 from charrnn.models.devices import check_model_fits
 from charrnn.models.evaluate import EvalResult, evaluate
-from charrnn.models.model import CharRNN
 from charrnn.training.distributed import SingleProcess
+from charrnn.training.observer import StepReport, TrainObserver
 from charrnn.training.rundir import (
     EvaluationRecord,
     RunDirectory,
@@ -42,17 +42,6 @@ from charrnn.training.schedule import StopReason, learning_rate_at, planned_step
 from charrnn.training.state import TrainingRun
 from charrnn.utils.files import remove_stale_temporaries
 from charrnn.utils.interrupt import GracefulStop
-
-
-@dataclass
-class StepReport:
-    step: int  # optimiser steps done
-    epoch: float  # passes over the training split done, fractional
-    loss: float  # training loss of this step (nats/char)
-    learning_rate: float  # learning rate applied at this step
-    chars_per_s: float  # training throughput since the last report
-    progress: float | None  # fraction of the run done, when a stopping criterion is set
-    skipped_steps: int  # steps skipped so far for a non-finite loss or gradient
 
 
 @dataclass
@@ -85,30 +74,6 @@ class TrainResult:
             "training": None if self.config is None else self.config.to_dict(),
             "budget": None if self.budget is None else self.budget.to_dict(),
         }
-
-
-class TrainObserver:
-    """Hooks :func:`charrnn.api.train` and the loop call; the default does nothing. The CLI's draws a
-    progress bar."""
-
-    def on_message(self, text: str) -> None:
-        """A note before training starts: the checkpoint a directory stands for, a download, processes."""
-
-    def on_plan(self, plan: Any) -> None:
-        """The :class:`~charrnn.training.plan.TrainingPlan`, made and checked, before anything is written."""
-
-    def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
-                 corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None, first_step: int) -> None:
-        pass
-
-    def on_step(self, report: StepReport) -> None:
-        pass
-
-    def on_eval(self, record: EvaluationRecord, improved: bool) -> None:
-        """``improved``: this evaluation is the run's best so far, and was saved as best.pt."""
-
-    def on_end(self, completed: bool) -> None:
-        """``completed`` is False when an error or a signal cut the run short."""
 
 
 class TrainingLoop:
@@ -281,9 +246,9 @@ def train(
         )
     # The ids stay in host memory (memory-mapped from the corpus cache); each step moves one batch.
     batches = StreamBatches(split.train, config.batch_size, config.seq_len)
+    check_model_fits(model_config, config.device)  # before the run directory is made
     if group.is_main:
         prepare_out_dir(out_dir, overwrite=overwrite or resume_from is not None)
-    check_model_fits(model_config, config.device)
     with RunLock(out_dir) if group.is_main else contextlib.nullcontext():
         run = TrainingRun(model_config, config, vocab, corpus, batches, initial_weights, group)
         if resume_from is not None:

@@ -29,7 +29,7 @@ import torch
 from charrnn.config import REGULARISATION_FIELDS, ModelConfig, TrainConfig, shape_for_budget
 from charrnn.data.corpus import CorpusInfo, corpus_name, encode_corpus
 from charrnn.data.vocab import UnknownCharactersError, Vocab
-from charrnn.errors import CharrnnError, ConfigError
+from charrnn.errors import CharrnnError, ConfigError, OptionConflict
 from charrnn.models.devices import resolve_precision
 from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_model
 from charrnn.training.distributed import SingleProcess
@@ -184,8 +184,8 @@ def resume_config(
     model_config = ModelConfig.from_dict(payload["model_config"])
     for key, value in model_options.items():
         if getattr(model_config, key) != value:
-            raise CharrnnError(
-                f"{key} {value!r} contradicts the checkpoint ({key} {getattr(model_config, key)!r}); "
+            raise OptionConflict(
+                f"{{{key}}} {value!r} contradicts the checkpoint ({key} {getattr(model_config, key)!r}); "
                 f"a resumed run keeps its model"
             )
     # Runs saved before the precision option trained in float32, whatever "auto" would choose now;
@@ -196,9 +196,10 @@ def resume_config(
         if saved.get(key) == value:
             continue
         if key not in RESUME_MAY_CHANGE:
-            raise CharrnnError(
-                f"{key} {value!r} contradicts the checkpoint ({key} {saved.get(key)!r}); resuming may change "
-                f"only {', '.join(RESUME_MAY_CHANGE)}"
+            raise OptionConflict(
+                f"{{{key}}} {value!r} contradicts the checkpoint ({key} {saved.get(key)!r}); resuming may "
+                f"change only {', '.join('{' + name + '}' for name in RESUME_MAY_CHANGE if name != 'device')}"
+                f" and the device"
             )
         changes.append((key, saved.get(key), value))
         saved[key] = value

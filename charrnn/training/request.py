@@ -66,6 +66,12 @@ def _refuse_ignored(given: dict[str, Any], model: ModelConfig, config: TrainConf
     Resuming and fine-tuning take the cell from the checkpoint; these checks then use the
     default cell unless one is given, and the checkpoint's own checks follow in the plan.
     """
+    if "rnn_activation" in given and model.cell != "rnn":
+        raise OptionConflict("{rnn_activation} is the nonlinearity of {cell} rnn; " + model.cell +
+                             " has its own")
+    if "init" in given and model.cell == "esn" and model.init != "esn":
+        raise OptionConflict("{cell} esn draws its reservoir with the esn scheme: {init} " + model.init +
+                             " does not apply")
     if "forget_bias" in given and model.cell != "lstm":
         raise OptionConflict("{forget_bias} sets the LSTM's forget gate; {cell} " + model.cell + " has none")
     esn = model.cell == "esn" or model.init == "esn"

@@ -229,3 +229,12 @@ def remove_stale_temporaries(directory: Path) -> None:
         if pid is not None and pid != os.getpid() and process_alive(pid):
             continue
         leftover.unlink(missing_ok=True)
+
+
+def same_file(first: Path, second: Path) -> bool:
+    """Whether writing ``first`` would replace ``second``: the same file through any link (same device
+    and inode), or, when one does not exist yet, the same resolved path."""
+    try:
+        return os.path.samefile(first, second)
+    except OSError:
+        return Path(first).resolve() == Path(second).resolve()

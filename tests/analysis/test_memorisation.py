@@ -126,7 +126,7 @@ def test_a_model_that_memorised_a_short_text_reports_copying_near_one(tmp_path, 
 
 def test_against_a_missing_file_is_one_error_line(tiny_checkpoint):
     result = CliRunner().invoke(cli, ["compare", str(tiny_checkpoint), "--against", "no_such.txt"])
-    assert result.exit_code == 1 and result.stderr.strip() == "Error: corpus no_such.txt does not exist"
+    assert result.exit_code == 1 and result.stderr.strip() == "Error: --against no_such.txt does not exist"
 
 
 def test_against_a_vanished_training_corpus_is_reported_in_the_entry(tiny_run, tmp_path):

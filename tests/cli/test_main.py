@@ -104,8 +104,9 @@ def test_resume_continues_the_run_with_epoch_checkpoints(runner, small_corpus):
 
 @pytest.mark.parametrize(
     ("extra", "fragment"),
-    [(["--max-steps", "6", "--hidden", "48"], "hidden_size 48 contradicts the checkpoint"),
-     (["--max-steps", "6", "--seq-len", "8"], "seq_len 8 contradicts the checkpoint"),
+    [(["--max-steps", "6", "--hidden", "48"], "--hidden 48 contradicts the checkpoint"),
+     (["--max-steps", "6", "--seq-len", "8"],
+      "--seq-len 8 contradicts the checkpoint (seq_len 16); resuming may change only --epochs"),
      (["--max-steps", "6", "--overwrite"], "--overwrite with --resume replaces nothing"),
      (["--max-steps", "3"], "this run already reached --max-steps 3")],
 )

@@ -1,0 +1,52 @@
+"""What a training run reports as it goes: the observer's hooks and the report of each step.
+
+Light on purpose (no torch): :func:`charrnn.api.train` checks an observer's type before any
+heavy import, and the command line's progress bar subclasses it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from charrnn.config import ModelConfig, TrainConfig
+    from charrnn.data.corpus import CorpusInfo
+    from charrnn.models.model import CharRNN
+    from charrnn.training.rundir import EvaluationRecord
+
+
+@dataclass
+class StepReport:
+    step: int  # optimiser steps done
+    epoch: float  # passes over the training split done, fractional
+    loss: float  # training loss of this step (nats/char)
+    learning_rate: float  # learning rate applied at this step
+    chars_per_s: float  # training throughput since the last report
+    progress: float | None  # fraction of the run done, when a stopping criterion is set
+    skipped_steps: int  # steps skipped so far for a non-finite loss or gradient
+
+
+
+class TrainObserver:
+    """Hooks :func:`charrnn.api.train` and the loop call; the default does nothing. The CLI's draws a
+    progress bar."""
+
+    def on_message(self, text: str) -> None:
+        """A note before training starts: the checkpoint a directory stands for, a download, processes."""
+
+    def on_plan(self, plan: Any) -> None:
+        """The :class:`~charrnn.training.plan.TrainingPlan`, made and checked, before anything is written."""
+
+    def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
+                 corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None, first_step: int) -> None:
+        pass
+
+    def on_step(self, report: StepReport) -> None:
+        pass
+
+    def on_eval(self, record: EvaluationRecord, improved: bool) -> None:
+        """``improved``: this evaluation is the run's best so far, and was saved as best.pt."""
+
+    def on_end(self, completed: bool) -> None:
+        """``completed`` is False when an error or a signal cut the run short."""
