@@ -176,7 +176,7 @@ class Samples:
                 for text, log_prob, stopped in zip(self.texts, self.log_probs, self.stopped, strict=True)]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "checkpoint": None if self.checkpoint is None else str(self.checkpoint)}
 
 
 @dataclass
@@ -384,6 +384,7 @@ class Model:
     def generate(self, request: Decoding) -> Samples:
         """The texts of a checked request (see :meth:`sample`)."""
         config = request.config
+        self._check_request_fits(config)
         if config.beam_width is not None:
             return self._beams(request.prime, config)
         from charrnn.generation.sample import collect_samples, generate
@@ -404,11 +405,27 @@ class Model:
         """The stream of a checked request (see :meth:`stream`)."""
         if request.config.beam_width is not None or request.config.num_samples != 1:
             raise OptionConflict("a stream is one sampled text: {beam_width} and {num_samples} need sample()")
+        self._check_request_fits(request.config)
         from charrnn.generation.sample import generate
 
         steps = generate(self.network, self.vocab, request.config, request.prime)  # checks the prime first
         chars = (step[0] for step in steps)
         return SampleStream(request.prime, request.config.seed, request.seed_drawn, chars, self.checkpoint)
+
+    def _check_request_fits(self, config: SampleConfig) -> None:
+        """Refuse what cannot work before any generation: a stop string the model can never write, or
+        more texts at once than memory holds."""
+        from charrnn.models.devices import check_generation_fits
+
+        if config.stop_at is not None:
+            never = self.vocab.outside(Counter(config.stop_at))
+            if never:
+                raise ConfigError(f"holds {', '.join(map(repr, never))}, which this model never writes: it "
+                                  f"would end nothing", "stop_at")
+        rows, option = (config.beam_width, "beam_width") if config.beam_width else (config.num_samples,
+                                                                                   "num_samples")
+        device = str(next(self.network.parameters()).device)
+        check_generation_fits(rows, config.length, self.network.config, device, option)
 
     def _beams(self, prime: str, config: SampleConfig) -> Samples:
         from charrnn.config import DEFAULT_LENGTH_PENALTY

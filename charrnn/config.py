@@ -35,6 +35,7 @@ MAX_SPECTRAL_RADIUS = 1e3  # far beyond any useful reservoir; 1e308 overflows th
 REGULARISATION_RATES = ("dropout", "weight_drop", "input_dropout", "embed_dropout")  # probabilities in [0, 1)
 # What a fine-tuning run may set afresh: the rest of the model is the checkpoint's.
 REGULARISATION_FIELDS = (*REGULARISATION_RATES, "locked_dropout")
+MAX_LAYERS = 128  # far deeper than any character model needs; nn.LSTM takes minutes to build 10,000
 MAX_LEARNING_RATE = 1e3  # far above any useful rate; larger ones overflow float32 updates
 
 
@@ -189,6 +190,8 @@ class ModelConfig(_DictMixin):
                 f"must be in (0, {MAX_SPECTRAL_RADIUS:g}]: larger radii overflow the recurrent weights")
         require(0.0 < self.recurrent_density <= 1.0, "recurrent_density", "must be in (0, 1]")
         require_at_least(self, 1, "vocab_size", "num_layers", "hidden_size", "embed_size")
+        require(self.num_layers <= MAX_LAYERS, "num_layers",
+                f"must be at most {MAX_LAYERS} (a deeper stack takes minutes just to build)")
         for name in REGULARISATION_RATES:
             require(0.0 <= getattr(self, name) < 1.0, name, "must be in [0, 1)")
         if self.skip_connections and (self.cell == "esn" or self.layer_norm):

@@ -49,8 +49,9 @@ def info_command(checkpoint: str, as_json: bool) -> None:
 @config_option("--max-chars", InspectConfig, "max_chars", "what to look at", type=int)
 @option("--html", "html_file", type=click.Path(), default=None, group="output",
         help="Also write the coloured text as a standalone HTML page.")
+@json_option("Print the activations and the ranking as one JSON object instead.")
 @device_option("cpu")
-def inspect_command(checkpoint: str, text_file: str, html_file: str | None, device: str,
+def inspect_command(checkpoint: str, text_file: str, html_file: str | None, device: str, as_json: bool,
                     **looking: Any) -> None:
     """Colour TEXT_FILE by one unit's activation, or rank units by a feature of the text.
 
@@ -71,9 +72,11 @@ def inspect_command(checkpoint: str, text_file: str, html_file: str | None, devi
     seen = inspect(checkpoint, file=text_file, device=device, **looking)
     say_checkpoint(checkpoint, seen.checkpoint)
     page = seen.to_html() if html_file is not None else None  # refused without --unit, before any output
-    if seen.ranking is not None:
+    if as_json:
+        print_json(seen.to_dict())
+    if seen.ranking is not None and not as_json:
         show(ranking_table(seen.ranking, f"units tracking {seen.feature} ({seen.state} state)"))
-    if seen.values is not None:
+    if seen.values is not None and not as_json:
         show(coloured_text(seen.text, seen.values, seen.scale), soft_wrap=True)
     if html_file is not None and page is not None:
         write_file(html_file, page)

@@ -24,8 +24,8 @@ DEFAULTS = SampleConfig()
 
 def render_samples(texts: list[str], kind: str) -> str:
     """One text as it is; several, each under a ``=== sample N ===`` (or beam) line of its own."""
-    if len(texts) == 1:
-        return texts[0] + "\n"
+    if len(texts) == 1:  # as streamed: the text, ending with a line break unless it ends with one
+        return texts[0] if texts[0].endswith("\n") else texts[0] + "\n"
     return "".join(f"=== {kind} {i} ===\n{text}\n" for i, text in enumerate(texts, start=1))
 
 

@@ -49,6 +49,26 @@ def autocast(device: torch.device, precision: str):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
+def _available(device_name: str) -> int | None:
+    device = torch.device(device_name)
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return available_host_memory() if device.type == "cpu" else None
+
+
+def check_generation_fits(rows: int, length: int, model_config: ModelConfig, device_name: str,
+                          option: str) -> None:
+    """Refuse, before allocating anything, a generation of ``rows`` texts at once (samples or beams) whose
+    logits, probabilities, states and history cannot fit; ``option`` names the count to lower."""
+    per_row = 4 * (4 * model_config.vocab_size + 8 * model_config.num_layers * model_config.hidden_size)
+    needed = rows * (per_row + 16 * length)
+    available = _available(device_name)
+    if available is not None and needed > available:
+        raise CharrnnError(f"generating {rows:,} texts at once needs about {needed / 2**30:,.1f} GiB; "
+                           f"{device_name} has {available / 2**30:,.1f} GiB available. Lower {{{option}}}",
+                           names_options=True)
+
+
 def check_model_fits(model_config: ModelConfig, device_name: str) -> None:
     """Refuse, before allocating anything, a model whose training state cannot fit on the device."""
     count = parameter_count(model_config)
