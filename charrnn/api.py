@@ -779,11 +779,11 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
                 f"{'nccl' if request.device.startswith('cuda') else 'gloo'})")
         for given, name in ((request.resume, "last.pt"), (request.init_from, "best.pt")):
             if given is not None and checkpoint_in(given, name) != given:
-                say(f"using {checkpoint_in(given, name)}")
+                say(f"using {escape(str(checkpoint_in(given, name)))}")
         if request.resume is None and request.corpus is None:
             dataset = get_dataset(DEFAULT_DATASET, request.data_dir)
             verb = "downloaded and verified" if dataset.downloaded else "verified cached copy of"
-            say(f"{verb} {dataset.name}: {dataset.path} ({dataset.chars:,} characters)")
+            say(f"{verb} {dataset.name}: {escape(str(dataset.path))} ({dataset.chars:,} characters)")
             # The built-in corpus, fetched: from here on the run is one on a corpus like any other.
             request.corpus, request.corpus_name, request.data_dir = dataset.path, dataset.name, None
         plan = plan_training(request)

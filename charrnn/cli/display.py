@@ -22,6 +22,7 @@ from charrnn.analysis.memorisation import COPY_MIN_CHARS
 from charrnn.analysis.neurons import colour
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data.corpus import CorpusInfo
+from charrnn.errors import CharrnnError
 from charrnn.models.devices import resolve_precision
 from charrnn.models.model import CharRNN
 from charrnn.training.loop import StepReport, TrainObserver, TrainResult
@@ -50,13 +51,6 @@ def key_value_table(title: str, rows: dict[str, str], fold: bool = False) -> Tab
     return table
 
 
-def unreachable_save_epochs(config: TrainConfig, steps_per_epoch: int, total_steps: int | None) -> list[int]:
-    """The ``--save-epochs`` that end after the run's last step, when that is known."""
-    if total_steps is None:
-        return []
-    return [epoch for epoch in config.save_epochs if epoch * steps_per_epoch > total_steps]
-
-
 class ProgressBar(TrainObserver):
     """Prints the run configuration, a tqdm bar with loss, chars/s and ETA, and eval lines.
 
@@ -73,26 +67,30 @@ class ProgressBar(TrainObserver):
         self.bar: tqdm | None = None
 
     def on_message(self, text: str) -> None:
+        """Notes and warnings, quiet or not, each option named as the command line writes it."""
+        self._say(CharrnnError(text, names_options=True).render(self.name))
+
+    def _say(self, text: str) -> None:
         self.console.print(Text(text), soft_wrap=True)
 
     def on_plan(self, plan: TrainingPlan) -> None:
         """Say what the plan decided that the user did not ask for in so many words."""
         name, budget = self.name, plan.budget
         if budget is not None and not budget.measured:
-            self.on_message(f"{name('time_budget')} {budget.seconds:g} s on {budget.device}: the budget "
+            self._say(f"{name('time_budget')} {budget.seconds:g} s on {budget.device}: the budget "
                             f"settings were measured on a CPU, so this run keeps the plain defaults")
         elif budget is not None and budget.chosen:
             chosen = " ".join(name(key) if value is True else f"{name(key)} {value:g}"
                               for key, value in budget.chosen.items())
-            self.on_message(f"{name('time_budget')} {budget.seconds:g} s: {chosen} (the fastest-learning "
+            self._say(f"{name('time_budget')} {budget.seconds:g} s: {chosen} (the fastest-learning "
                             f"settings measured for this budget in {budget.precision}; give any of them to "
                             f"override)")
         resume = plan.resume
         if resume is not None:
             for key, old, new in resume.changes:
-                self.on_message(f"resuming with {key}: {old!r} → {new!r}")
+                self._say(f"resuming with {key}: {old!r} → {new!r}")
             where = f" into a new branch {plan.config.out_dir}" if resume.branch else ""
-            self.on_message(f"resuming {resume.checkpoint} at step {resume.step:,} (epoch {resume.epoch:.2f})"
+            self._say(f"resuming {resume.checkpoint} at step {resume.step:,} (epoch {resume.epoch:.2f})"
                             f"{where}")
 
     def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
@@ -126,16 +124,6 @@ class ProgressBar(TrainObserver):
             "out": config.out_dir,
         }
         self.console.print(key_value_table("charrnn train", rows))
-        unreachable = unreachable_save_epochs(config, steps_per_epoch, total_steps)
-        if unreachable:
-            listed = ",".join(map(str, unreachable))
-            self.console.print(Text(f"warning: {self.name('save_epochs')} {listed} lies beyond this run's "
-                                    f"end "
-                                    f"({total_steps:,} steps, {total_steps / steps_per_epoch:.2f} epochs): "
-                                    f"no checkpoint will be kept for it"))
-        elif config.save_epochs and config.time_budget is not None:
-            self.console.print(Text(f"note: with {self.name('time_budget')}, epoch checkpoints are kept only "
-                                    f"for the epochs the budget reaches"))
         if self.draw_bar:
             self.bar = tqdm(total=total_steps, initial=first_step, unit="step", dynamic_ncols=True,
                             file=sys.stderr)

@@ -76,6 +76,21 @@ class TrainResult:
         }
 
 
+def epoch_checkpoint_warnings(config: TrainConfig, steps_per_epoch: int,
+                              total_steps: int | None) -> list[str]:
+    """What to say of the ``save_epochs`` this run will not reach, as :meth:`TrainObserver.on_message`
+    takes it."""
+    unreachable = [epoch for epoch in config.save_epochs
+                   if total_steps is not None and epoch * steps_per_epoch > total_steps]
+    if unreachable:
+        return [f"warning: {{save_epochs}} {','.join(map(str, unreachable))} lies beyond this run's end "
+                f"({total_steps:,} steps, {total_steps / steps_per_epoch:.2f} epochs): no checkpoint will be "
+                f"kept for it"]
+    if config.save_epochs and config.time_budget is not None:
+        return ["note: with {time_budget}, epoch checkpoints are kept only for the epochs the budget reaches"]
+    return []
+
+
 class TrainingLoop:
     """Step until a stopping criterion or a signal, evaluating and saving on schedule.
 
@@ -266,6 +281,8 @@ def train(
                 "run_id": run.run_id, "model": model_config.to_dict(), "train": config.to_dict(),
                 "corpus": corpus.to_dict(), "world_size": group.world_size,
             }, fresh=resume_from is None or branching, history=branch_history or [])
+        for warning in epoch_checkpoint_warnings(config, len(batches), planned_steps(config, len(batches))):
+            observer.on_message(warning)
         observer.on_start(run.model, model_config, config, corpus, len(batches),
                           planned_steps(config, len(batches)), run.step)
         loop = TrainingLoop(run, split.val, observer, stop, run_dir,

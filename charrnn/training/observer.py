@@ -33,7 +33,9 @@ class TrainObserver:
     progress bar."""
 
     def on_message(self, text: str) -> None:
-        """A note before training starts: the checkpoint a directory stands for, a download, processes."""
+        """A note or warning before training starts (the checkpoint a directory stands for, a download, the
+        processes, epoch checkpoints the run will not reach); ``{name}`` in it names an option (see
+        :meth:`charrnn.errors.CharrnnError.render`), ``{{`` and ``}}`` are braces."""
 
     def on_plan(self, plan: Any) -> None:
         """The :class:`~charrnn.training.plan.TrainingPlan`, made and checked, before anything is written."""
