@@ -332,3 +332,34 @@ def test_inspect_and_scoring_refusals_are_the_same_through_both_doors(tiny_check
     with pytest.raises(error):
         call(tiny_checkpoint, text)
     assert [path.name for path in tmp_path.iterdir()] == ["text.txt"]
+
+
+@pytest.mark.parametrize("link", ["same path", "symbolic link", "hard link", "run directory's file"])
+def test_an_output_that_is_an_input_is_refused_before_any_work(tiny_run, tmp_path, monkeypatch, link):
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("best.pt", "last.pt"):
+        (run / name).write_bytes((tiny_run / name).read_bytes())
+    checkpoint, before = run / "best.pt", (run / "best.pt").read_bytes()
+    output = {"same path": checkpoint, "symbolic link": tmp_path / "out.txt",
+              "hard link": tmp_path / "out.txt", "run directory's file": run / "last.pt"}[link]
+    if link == "symbolic link":
+        output.symlink_to(checkpoint)
+    if link == "hard link":
+        os.link(checkpoint, output)
+    given = run if link == "run directory's file" else checkpoint
+    for args in (["sample", str(given), "--output", str(output)],
+                 ["compare", str(given), "--markdown", str(output)]):
+        printed = CliRunner().invoke(cli, args)
+        assert printed.exit_code == 2, printed.output
+        assert "writing it would destroy what is read" in printed.stderr
+    text = tmp_path / "text.txt"
+    text.write_text("ROMEO:\n", encoding="utf-8")
+    printed = CliRunner().invoke(cli, ["inspect", str(given), str(text), "--unit", "0",
+                                       "--html", str(output)])
+    assert printed.exit_code == 2 and printed.stdout == "", printed.output
+    with pytest.raises(OptionConflict, match="output .* is checkpoint"):
+        charrnn.api.check_output(output, "output", {"checkpoint": given})
+    assert checkpoint.read_bytes() == before
+    assert (run / "last.pt").read_bytes() == (tiny_run / "last.pt").read_bytes()

@@ -237,4 +237,8 @@ def same_file(first: Path, second: Path) -> bool:
     try:
         return os.path.samefile(first, second)
     except OSError:
+        pass
+    try:
         return Path(first).resolve() == Path(second).resolve()
+    except (OSError, RuntimeError):  # a symbolic link loop: it leads to no file at all
+        return os.path.abspath(first) == os.path.abspath(second)
