@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # torch is imported only once the options are checked and the
     from charrnn.training.observer import TrainObserver
 
 PathArg = str | PathLike[str]
+RUN_RECORDS = ("metrics.jsonl", "config.json")  # a run directory's files beside its checkpoints
 
 
 def _path(value: PathArg | None, name: str) -> Path | None:
@@ -52,6 +53,8 @@ def _path(value: PathArg | None, name: str) -> Path | None:
                               name)
     if not str(value):
         raise ConfigError("must not be empty", name)
+    if "\0" in str(value):
+        raise ConfigError("must not hold a NUL character", name)
     return Path(value)
 
 
@@ -85,21 +88,26 @@ def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
     from charrnn.utils.files import same_file
 
     target = _require_path(output, name)
-    if target.is_dir():
+    if target.is_dir() or str(output).endswith(("/", os.sep)):
         raise ConfigError(f"must name a file, not a directory ({escape(str(target))})", name)
     if not target.parent.is_dir():
         raise CharrnnError(f"{{{name}}} {escape(str(target))}: there is no directory "
                            f"{escape(str(target.parent))}", names_options=True)
-    for input_name, given in inputs.items():
+    for input_name, given in (inputs or {}).items():
         for each in given if isinstance(given, list | tuple) else [given]:
-            if each is None or not str(each):
+            if each is None or (input_name == "against" and each == "train"):  # a keyword, not a file
                 continue
-            path = Path(each)
-            candidates = [path, *sorted(path.iterdir())] if path.is_dir() else [path]
-            if any(same_file(target, candidate) for candidate in candidates):
-                raise OptionConflict(f"{{{name}}} {escape(str(target))} is {{{input_name}}} "
-                                     f"{escape(str(path))}{'' if path == target else ' (the same file)'}: "
-                                     f"writing it would destroy what is read; choose another file")
+            path = _require_path(each, input_name)
+            # A run directory stands for its files; a checkpoint in one, for its neighbours too.
+            folder = path if path.is_dir() else path.parent if path.suffix == ".pt" else None
+            neighbours = sorted(folder.iterdir()) if folder is not None and folder.is_dir() else []
+            run_files = [file for file in neighbours if file.suffix == ".pt" or file.name in RUN_RECORDS]
+            for candidate in [path, *run_files]:
+                if same_file(target, candidate):
+                    what = "" if candidate == path else f" (through {escape(str(candidate))})"
+                    raise OptionConflict(f"{{{name}}} {escape(str(target))} is {{{input_name}}} "
+                                         f"{escape(str(path))}{what}: writing it would destroy what is read; "
+                                         f"choose another file")
     return target
 
 
@@ -714,7 +722,7 @@ def get_dataset(name: str = DEFAULT_DATASET, data_dir: PathArg | None = None, fo
     (default: ``$CHARRNN_DATA_DIR`` or ./data). ``$CHARRNN_DATA_MIRROR`` replaces the download's origin."""
     from charrnn.data.datasets import get_dataset as fetch
 
-    if name not in DATASETS:
+    if not isinstance(name, str) or name not in DATASETS:
         error = ConfigError if isinstance(name, str) else ConfigTypeError
         raise error(f"must be one of {', '.join(sorted(DATASETS))}, not {name!r}", "name")
     if not isinstance(force, bool):

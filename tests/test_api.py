@@ -363,3 +363,33 @@ def test_an_output_that_is_an_input_is_refused_before_any_work(tiny_run, tmp_pat
         charrnn.api.check_output(output, "output", {"checkpoint": given})
     assert checkpoint.read_bytes() == before
     assert (run / "last.pt").read_bytes() == (tiny_run / "last.pt").read_bytes()
+
+
+def test_a_run_directory_never_replaces_the_corpus_or_checkpoint_it_reads(small_corpus, tmp_path, tiny_run):
+    run = tmp_path / "run"
+    run.mkdir()
+    corpus = run / "metrics.jsonl"
+    corpus.write_bytes(small_corpus.read_bytes())
+    with pytest.raises(OptionConflict, match="would replace .*metrics.jsonl, which is corpus"):
+        charrnn.train(corpus, out_dir=run, overwrite=True, max_steps=2, **TINY_RUN)
+    os.link(small_corpus, run / "best.pt")  # a hard link: the same file under the run's name
+    with pytest.raises(OptionConflict, match="which is corpus"):
+        charrnn.train(small_corpus, out_dir=run, overwrite=True, max_steps=2, **TINY_RUN)
+    with pytest.raises(OptionConflict, match="which is init_from"):
+        charrnn.train(small_corpus, init_from=tiny_run, out_dir=tiny_run, overwrite=True, max_steps=2)
+    assert corpus.read_bytes() == small_corpus.read_bytes() == (run / "best.pt").read_bytes()
+
+
+def test_a_link_at_the_lock_is_refused_and_its_target_kept(small_corpus, tmp_path):
+    run, victim = tmp_path / "run", tmp_path / "victim.txt"
+    run.mkdir()
+    victim.write_text("mine", encoding="utf-8")
+    (run / ".charrnn.lock").symlink_to(victim)
+    with pytest.raises(CharrnnError, match="cannot create the run lock"):
+        charrnn.train(small_corpus, out_dir=run, max_steps=2, **TINY_RUN)
+    assert victim.read_text(encoding="utf-8") == "mine"
+
+
+def test_an_error_quoting_a_path_with_a_line_break_stays_on_one_line(tmp_path):
+    printed = CliRunner().invoke(cli, ["sample", str(tmp_path / "a\nb.pt")])
+    assert printed.exit_code == 1 and len(printed.stderr.splitlines()) == 1 and "a\\nb.pt" in printed.stderr

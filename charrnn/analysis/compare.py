@@ -23,7 +23,7 @@ from charrnn.analysis.dynamic import checkpoint_dynamic_score
 from charrnn.analysis.memorisation import COPY_MIN_CHARS, Reference, measure
 from charrnn.config import DEFAULT_LENGTH_PENALTY, DynamicConfig, SampleConfig
 from charrnn.data.corpus import checkpoint_validation_ids, read_corpus
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, escape
 from charrnn.generation.beam import beam_search
 from charrnn.generation.sample import collect_samples, generate
 from charrnn.models.evaluate import evaluate
@@ -88,7 +88,8 @@ def _score(loaded: LoadedModel, settings: CompareSettings
             raise
         stored = loaded.payload.get("latest_eval")
         if stored is None:
-            raise CharrnnError(f"{exc}; give {{text_file}} FILE to score every checkpoint on one text",
+            raise CharrnnError(f"{escape(str(exc))}; give {{text_file}} FILE to score every checkpoint on "
+                               f"one text",
                                names_options=True) from None
         when = "" if stored["step"] == loaded.payload.get("step") else f", from step {stored['step']:,}"
         scores = {key: stored[key] for key in ("nats_per_char", "bits_per_char", "perplexity", "chars")}
@@ -137,12 +138,12 @@ class References:
         if key not in self._cache:
             path = Path(corpus["path"])
             if not path.exists():
-                raise CharrnnError(f"the training corpus {path} is gone; give {{against}} FILE",
+                raise CharrnnError(f"the training corpus {escape(str(path))} is gone; give {{against}} FILE",
                                    names_options=True)
             text = read_corpus(path)
             # The recorded hash is of the corpus's UTF-8 bytes: the text just read, encoded again.
             if hashlib.sha256(text.encode("utf-8")).hexdigest() != corpus["sha256"]:
-                raise CharrnnError(f"the training corpus {path} has changed since training; "
+                raise CharrnnError(f"the training corpus {escape(str(path))} has changed since training; "
                                    f"give {{against}} FILE", names_options=True)
             self._cache[key] = (Reference(text[: corpus["split_point"]]), f"training split of {path}")
         return self._cache[key]

@@ -23,10 +23,18 @@ from charrnn.utils.interrupt import EXIT_CODES, Terminated, raise_on_termination
 from charrnn.utils.terminal import ReaderGone, fill_closed_descriptors, silence_stdout
 
 
+def one_line(text: str) -> str:
+    """A message that quotes a path holding a line break still takes one line."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 class OneLineUsageError(click.ClickException):
     """A usage error shown as one line (click's default adds the usage block above it)."""
 
     exit_code = 2
+
+    def __init__(self, message: str):
+        super().__init__(one_line(message))
 
 
 class Interrupted(click.ClickException):
@@ -47,7 +55,7 @@ class CharrnnGroup(click.Group):
         except ConfigError as exc:  # a refused option value: a usage error, exit 2
             raise OneLineUsageError(self._config_error_message(ctx, exc)) from None
         except CharrnnError as exc:
-            raise click.ClickException(exc.render(option_namer(self._command(ctx)))) from None
+            raise click.ClickException(one_line(exc.render(option_namer(self._command(ctx))))) from None
         except ReaderGone:
             raise SystemExit(1) from None
         except KeyboardInterrupt:

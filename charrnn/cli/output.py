@@ -17,7 +17,7 @@ err = Console(stderr=True)
 
 def message(text: str) -> None:
     """A status line on stderr, never re-wrapped or read as markup."""
-    click.echo(text, err=True)
+    click.echo(text.replace("\r", "\\r").replace("\n", "\\n"), err=True)
 
 
 def print_json(value: Any, **options: Any) -> None:

@@ -23,7 +23,7 @@ import torch
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data.corpus import CorpusInfo, Split, StreamBatches, split_ids
 from charrnn.data.vocab import Vocab
-from charrnn.errors import CharrnnError, TrainingInterrupted
+from charrnn.errors import CharrnnError, TrainingInterrupted, escape
 from charrnn.models.devices import check_model_fits
 from charrnn.models.evaluate import EvalResult, evaluate
 from charrnn.training.distributed import SingleProcess
@@ -134,7 +134,8 @@ class TrainingLoop:
             if run.bad_streak >= config.max_bad_steps:
                 raise CharrnnError(
                     f"training stopped at step {run.step:,}: {run.bad_streak} consecutive steps had a "
-                    f"non-finite loss or gradient; the checkpoints in {config.out_dir} keep the last good "
+                    f"non-finite loss or gradient; the checkpoints in {escape(config.out_dir)} keep the last "
+                    f"good "
                     f"state; try a lower {{learning_rate}} (now {config.learning_rate:g})", names_options=True
                 )
             if math.isfinite(loss):

@@ -29,13 +29,13 @@ import torch
 from charrnn.config import REGULARISATION_FIELDS, ModelConfig, TrainConfig, shape_for_budget
 from charrnn.data.corpus import CorpusInfo, corpus_name, encode_corpus
 from charrnn.data.vocab import UnknownCharactersError, Vocab
-from charrnn.errors import CharrnnError, ConfigError, OptionConflict
+from charrnn.errors import CharrnnError, ConfigError, OptionConflict, escape
 from charrnn.models.devices import resolve_precision
 from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_model
 from charrnn.training.distributed import SingleProcess
 from charrnn.training.loop import TrainObserver, TrainResult, train
 from charrnn.training.request import MODEL_FIELDS, TrainingRequest, check_request, split_options
-from charrnn.training.rundir import metrics_history, resume_target
+from charrnn.training.rundir import metrics_history, refuse_replacing_inputs, resume_target
 from charrnn.training.schedule import stop_reason
 from charrnn.training.state import RESUME_FIELDS
 from charrnn.utils.interrupt import GracefulStop
@@ -116,6 +116,8 @@ def plan_training(request: TrainingRequest) -> TrainingPlan:
         "device": request.device,
         "init_from": request.init_from and str(request.init_from),
     })
+    refuse_replacing_inputs(Path(config.out_dir), {"corpus": request.corpus, "init_from": request.init_from
+                                                   and checkpoint_in(request.init_from, "best.pt")})
     if request.init_from is None:
         encoded = encode_corpus(request.corpus, name, config.val_frac)
         model_config = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
@@ -125,7 +127,8 @@ def plan_training(request: TrainingRequest) -> TrainingPlan:
     try:
         encoded = encode_corpus(request.corpus, name, config.val_frac, source.vocab, request.extend_vocab)
     except UnknownCharactersError as exc:
-        raise CharrnnError(f"{request.corpus}: {exc}; pass {{extend_vocab}} to add them",
+        raise CharrnnError(f"{escape(str(request.corpus))}: {escape(str(exc))}; pass {{extend_vocab}} to add "
+                           f"them",
                            names_options=True) from None
     model_config = fine_tune_config(source.model.config, model_options, len(encoded.vocab))
     return TrainingPlan(model_config, config, encoded.vocab, encoded.ids, encoded.info,
@@ -163,9 +166,8 @@ def fine_tune_config(source: ModelConfig, model_options: dict[str, Any], vocab_s
         if value == values[key]:
             continue
         if key not in REGULARISATION_FIELDS:
-            raise CharrnnError(f"{{{key}}} {value!r} contradicts the {{init_from}} checkpoint "
-                               f"({key} {values[key]!r}); fine-tuning keeps the model's shape",
-                               names_options=True)
+            raise OptionConflict(f"{{{key}}} {value!r} contradicts the {{init_from}} checkpoint "
+                               f"({key} {values[key]!r}); fine-tuning keeps the model's shape")
         values[key] = value
     return ModelConfig(**values)
 
@@ -230,6 +232,7 @@ def _plan_resume(request: TrainingRequest, model_options: dict[str, Any],
     model_config, config, changes = resume_config(payload, model_options,
                                                   {**train_options, "device": request.device})
     target = resume_target(checkpoint, payload, request.out_dir, request.overwrite)
+    refuse_replacing_inputs(target.out_dir, {"corpus": request.corpus or Path(payload["corpus"]["path"])})
     config = dataclasses.replace(config, out_dir=str(target.out_dir))
     saved_corpus = payload["corpus"]
     # The ids always come from the checkpoint's own vocabulary (a fine-tuned run's may differ

@@ -29,9 +29,18 @@ from typing import Any
 
 import torch
 
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, OptionConflict, escape
 from charrnn.training.checkpoint import save_checkpoint
-from charrnn.utils.files import append_line, atomic_write_text, json_text, reason, stat_or_none, write_json
+from charrnn.training.runlock import LOCK_NAME
+from charrnn.utils.files import (
+    append_line,
+    atomic_write_text,
+    json_text,
+    reason,
+    same_file,
+    stat_or_none,
+    write_json,
+)
 
 RUN_FILES = ("last.pt", "best.pt", "metrics.jsonl", "config.json")
 EPOCH_CHECKPOINT_GLOB = "epoch*-val*.pt"
@@ -59,7 +68,7 @@ def check_free_space(out_dir: Path, needed: int) -> None:
     free = shutil.disk_usage(out_dir).free
     if free < needed:
         raise CharrnnError(
-            f"only {free / 2**20:,.1f} MiB free under {{out_dir}} {out_dir}; a run needs about "
+            f"only {free / 2**20:,.1f} MiB free under {{out_dir}} {escape(str(out_dir))}; a run needs about "
             f"{needed / 2**20:,.1f} MiB for its checkpoints", names_options=True
         )
 
@@ -76,15 +85,17 @@ def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
     A directory that already holds a run is refused unless ``overwrite``: an earlier
     run's checkpoints are never replaced by accident.
     """
-    info = stat_or_none(out_dir, f"cannot use --out {out_dir}")
+    info = stat_or_none(out_dir, f"cannot use the run directory {out_dir}")
     if info is not None and not stat.S_ISDIR(info.st_mode):
-        raise CharrnnError(f"{{out_dir}} {out_dir} is a file, not a directory; choose a directory for the "
+        raise CharrnnError(f"{{out_dir}} {escape(str(out_dir))} is a file, not a directory; choose a "
+                           f"directory for the "
                            f"run", names_options=True)
     existing = existing_run_files(out_dir) if info is not None else []
     if existing and not overwrite:
         raise CharrnnError(
-            f"{{out_dir}} {out_dir} already holds a training run ({', '.join(existing)}); "
-            f"continue it with {{resume}} {out_dir / 'last.pt'}, pass {{overwrite}} to replace it, "
+            f"{{out_dir}} {escape(str(out_dir))} already holds a training run ({', '.join(existing)}); "
+            f"continue it with {{resume}} {escape(str(out_dir / 'last.pt'))}, pass {{overwrite}} to replace "
+            f"it, "
             f"or choose another {{out_dir}}", names_options=True
         )
     try:
@@ -93,7 +104,7 @@ def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
-        raise CharrnnError(f"cannot write to {{out_dir}} {out_dir}: {reason(exc)}",
+        raise CharrnnError(f"cannot write to {{out_dir}} {escape(str(out_dir))}: {escape(reason(exc))}",
                            names_options=True) from None
 
 
@@ -154,11 +165,12 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
         prepare_out_dir(out_dir, overwrite)
         return ResumeTarget(out_dir, branch=True)
     if overwrite:
-        raise CharrnnError("{overwrite} with {resume} replaces nothing in the run's own directory; "
-                           "give it with {out_dir} NEW_DIR to replace a run there", names_options=True)
+        raise OptionConflict("{overwrite} with {resume} replaces nothing in the run's own directory; "
+                             "give it with {out_dir} NEW_DIR to replace a run there")
     if not belongs_to(own_dir, payload):
         raise CharrnnError(
-            f"{own_dir} is not the run that wrote {checkpoint.name} (its config.json is missing or "
+            f"{escape(str(own_dir))} is not the run that wrote {escape(checkpoint.name)} (its config.json is "
+            f"missing or "
             f"belongs to another run), so resuming there could overwrite its files; continue it "
             f"elsewhere with {{out_dir}} NEW_DIR", names_options=True
         )
@@ -166,7 +178,8 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
     newest = checkpoint_step(last) if last.exists() and not _same_file(last, checkpoint) else None
     if newest is not None and newest > payload["step"]:
         raise CharrnnError(
-            f"{own_dir} has newer results (last.pt is at step {newest:,}; {checkpoint.name} at step "
+            f"{escape(str(own_dir))} has newer results (last.pt is at step {newest:,}; "
+            f"{escape(checkpoint.name)} at step "
             f"{payload['step']:,}), which resuming here would replace; branch from it with "
             f"{{out_dir}} NEW_DIR",
             names_options=True
@@ -323,3 +336,21 @@ def metrics_history(run_dir: Path, up_to_step: int) -> list[str]:
         if record.step is not None and record.step <= up_to_step:
             kept.append(line)
     return kept
+
+
+def refuse_replacing_inputs(out_dir: Path, inputs: dict[str, Path | None]) -> None:
+    """Refuse a run directory whose files (checkpoints, records, lock) are one of the run's ``inputs``
+    (name → the corpus or a checkpoint read), by path or through a link: writing the run would destroy
+    what it reads. Checked when the plan is made, before anything is read or written."""
+    existing = [out_dir / name for name in (*RUN_FILES, LOCK_NAME)]
+    if out_dir.is_dir():
+        existing += sorted(out_dir.glob(EPOCH_CHECKPOINT_GLOB))
+    for name, given in inputs.items():
+        if given is None:
+            continue
+        inside = [given, *sorted(given.rglob("*.txt"))] if given.is_dir() else [given]
+        for run_file in existing:
+            if any(same_file(run_file, each) for each in inside):
+                raise OptionConflict(f"{{out_dir}} {escape(str(out_dir))} would replace "
+                                     f"{escape(str(run_file))}, which is {{{name}}} {escape(str(given))}: "
+                                     f"choose another run directory")

@@ -13,7 +13,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, escape
 from charrnn.utils.files import reason
 
 LOCK_NAME = ".charrnn.lock"
@@ -29,7 +29,8 @@ class RunLock:
     def __enter__(self) -> RunLock:
         while True:
             try:
-                fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o666)
+                # O_NOFOLLOW: a link planted at the lock's name is refused, never followed into a file
+                fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o666)
             except OSError as exc:
                 raise CharrnnError(f"cannot create the run lock {self.path}: {reason(exc)}") from None
             try:
@@ -39,8 +40,8 @@ class RunLock:
                 os.close(fd)
                 who = f" (PID {holder})" if holder.isdigit() else ""
                 raise CharrnnError(
-                    f"another training{who} is writing to {self.path.parent} and holds its lock "
-                    f"{self.path}; wait for it or choose another {{out_dir}}", names_options=True
+                    f"another training{who} is writing to {escape(str(self.path.parent))} and holds its lock "
+                    f"{escape(str(self.path))}; wait for it or choose another {{out_dir}}", names_options=True
                 ) from None
             # The holder before us may have removed the file while we waited to lock it: a lock
             # on that removed file guards nothing, so start again on the file now at the path.

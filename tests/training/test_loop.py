@@ -114,7 +114,7 @@ def test_validation_split_too_short(make_run, tmp_path):
 def test_unwritable_out_is_reported_before_training(make_run, repeated_corpus, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(CharrnnError, match="--out .*Not a directory"):
+    with pytest.raises(CharrnnError, match="cannot use the run directory .*Not a directory"):
         train_tiny(make_run, repeated_corpus, blocker / "run", max_steps=1)
 
 
