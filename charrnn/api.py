@@ -561,10 +561,15 @@ def _unknown(outside: dict[str, int], skip_unknown: bool) -> dict[str, int]:
 def load(path: PathArg, device: str = "cpu") -> Model:
     """Load a checkpoint, or a run directory's best.pt, for sampling and scoring on ``device``
     (``auto``: a GPU when there is one)."""
+    return _load(path, device, "path")
+
+
+def _load(path: PathArg, device: str, name: str) -> Model:
+    """:func:`load`, naming the path parameter as the caller's function does."""
     from charrnn.models.devices import resolve_device
     from charrnn.training.checkpoint import checkpoint_in, load_model
 
-    checkpoint = checkpoint_in(_require_path(path, "path"), "best.pt")
+    checkpoint = checkpoint_in(_require_path(path, name), "best.pt")
     loaded = load_model(checkpoint, resolve_device(_device(device)))
     return Model(loaded.model, loaded, checkpoint)
 
@@ -588,7 +593,7 @@ def sample(checkpoint: PathArg, prime: str | None = None, length: int | None = N
            **options: Any) -> Samples:
     """``load(checkpoint, device).sample(...)``, every option checked before the checkpoint is read."""
     request = Decoding.check(prime, length, temperature, prime_file, options)
-    return load(checkpoint, device).generate(request)
+    return _load(checkpoint, device, "checkpoint").generate(request)
 
 
 def stream(checkpoint: PathArg, prime: str | None = None, length: int | None = None,
@@ -596,7 +601,7 @@ def stream(checkpoint: PathArg, prime: str | None = None, length: int | None = N
            **options: Any) -> SampleStream:
     """``load(checkpoint, device).stream(...)``, every option checked before the checkpoint is read."""
     request = Decoding.check(prime, length, temperature, prime_file, options)
-    return load(checkpoint, device).streamed(request)
+    return _load(checkpoint, device, "checkpoint").streamed(request)
 
 
 def perplexity(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None,
@@ -605,25 +610,25 @@ def perplexity(checkpoint: PathArg, text: str | None = None, *, file: PathArg | 
                segment_len: int | None = None, device: str = "auto") -> Perplexity:
     """``load(checkpoint, device).perplexity(...)``, every option checked before the checkpoint is read."""
     request = Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay, segment_len)
-    return load(checkpoint, device).score(request)
+    return _load(checkpoint, device, "checkpoint").score(request)
 
 
 def inspect(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None, device: str = "cpu",
             **options: Any) -> Inspection:
     """``load(checkpoint, device).inspect(...)``, every option checked before the checkpoint is read."""
     request = Looking.check(text, file, options)
-    return load(checkpoint, device).look(request)
+    return _load(checkpoint, device, "checkpoint").look(request)
 
 
 # ----------------------------------------------------------------- whole-checkpoint work
 
 
-def info(path: PathArg) -> CheckpointInfo:
+def info(checkpoint: PathArg) -> CheckpointInfo:
     """What a checkpoint (or a run directory's best.pt) holds, without building the model."""
     from charrnn.training.checkpoint import checkpoint_in, describe_checkpoint, load_checkpoint
 
-    checkpoint = checkpoint_in(_require_path(path, "path"), "best.pt")
-    return CheckpointInfo(checkpoint, describe_checkpoint(load_checkpoint(checkpoint)))
+    path = checkpoint_in(_require_path(checkpoint, "checkpoint"), "best.pt")
+    return CheckpointInfo(path, describe_checkpoint(load_checkpoint(path)))
 
 
 @dataclass(frozen=True)

@@ -370,6 +370,9 @@ class SampleConfig(_DictMixin):
                                      f"{', '.join('{' + name + '}' for name in ignored)} does not apply")
         if self.length_penalty is not None and self.beam_width is None:
             raise OptionConflict("{length_penalty} ranks beams: it goes with {beam_width}")
+        if self.min_length > self.length:
+            raise OptionConflict(f"{{min_length}} {self.min_length} is longer than the whole text "
+                                 f"({{length}} {self.length}): the stop string could never act")
         # Without a stop string every text runs to its full length: these would change nothing.
         stopping = {"min_length": self.min_length > 0, "length_penalty": self.length_penalty is not None}
         for name, given in stopping.items():

@@ -249,6 +249,8 @@ SAMPLE_REFUSALS = [
     (["--beam-width", "2", "--length-penalty", "0"], lambda m, t: m.sample(beam_width=2, length_penalty=0.0),
      OptionConflict),
     (["--min-length", "5"], lambda m, t: m.sample(min_length=5), OptionConflict),
+    (["--stop-at", "e", "--min-length", "100", "--length", "10"],
+     lambda m, t: m.sample(length=10, stop_at="e", min_length=100), OptionConflict),
     (["--prime", "x", "--prime-file", "prime.txt"], lambda m, t: m.sample("x", prime_file=_prime_file(t)),
      OptionConflict),
     (["--temperature", "nan"], lambda m, t: m.sample(temperature=math.nan), ConfigError),
@@ -264,6 +266,7 @@ TRAIN_REFUSALS = [
     (["--clip", "0", "-o", "clip_mode", "value"], {"clip": 0.0, "clip_mode": "value"}, OptionConflict),
     (["--model", "lstm", "-o", "rnn_activation", "relu"], {"rnn_activation": "relu"}, OptionConflict),
     (["--save-epochs", "0"], {"save_epochs": [0]}, ConfigError),
+    (["--layers", "1", "--skip-connections"], {"num_layers": 1, "skip_connections": True}, OptionConflict),
 ]
 
 

@@ -15,7 +15,7 @@ import torch
 
 from charrnn.config import INSPECT_FEATURES
 from charrnn.data.vocab import Vocab
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, ConfigError
 from charrnn.models.model import CharRNN
 from charrnn.models.stepper import make_stepper
 
@@ -32,8 +32,7 @@ def activations(model: CharRNN, vocab: Vocab, text: str, state: str = "h") -> to
     if state not in ("h", "c"):
         raise CharrnnError("{state} must be h or c", names_options=True)
     if state == "c" and model.config.cell != "lstm":
-        raise CharrnnError(f"{{state}} c needs an LSTM; this model is a {model.config.cell.upper()}",
-                           names_options=True)
+        raise ConfigError(f"c needs an LSTM; this model is a {model.config.cell.upper()}", "state")
     device = next(model.parameters()).device
     ids = vocab.encode(text).long().to(device)
     stepper = make_stepper(model)

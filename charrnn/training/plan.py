@@ -155,6 +155,8 @@ def _budget_decision(seconds: float, device: str, model_options: dict[str, Any],
         return BudgetDecision(seconds, device_type, precision, measured=False, chosen={})
     given = model_options.keys() | train_options.keys()
     chosen = {key: value for key, value in shape.settings().items() if key not in given}
+    if model_options.get("num_layers", ModelConfig.__dataclass_fields__["num_layers"].default) == 1:
+        chosen.pop("skip_connections", None)  # one layer has none to link
     return BudgetDecision(seconds, device_type, precision, measured=True, chosen=chosen)
 
 

@@ -72,6 +72,9 @@ def _refuse_ignored(given: dict[str, Any], model: ModelConfig, config: TrainConf
     if "init" in given and model.cell == "esn" and model.init != "esn":
         raise OptionConflict("{cell} esn draws its reservoir with the esn scheme: {init} " + model.init +
                              " does not apply")
+    if given.get("skip_connections") and model.num_layers == 1:
+        raise OptionConflict("{skip_connections} links the layers of a stack: one layer ({num_layers} 1) has "
+                             "none to link")
     if "forget_bias" in given and model.cell != "lstm":
         raise OptionConflict("{forget_bias} sets the LSTM's forget gate; {cell} " + model.cell + " has none")
     esn = model.cell == "esn" or model.init == "esn"

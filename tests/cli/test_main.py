@@ -412,7 +412,7 @@ def test_a_budget_picks_the_shape_measured_for_its_precision(runner, small_corpu
     for module in ("config", "models.devices"):
         monkeypatch.setattr(f"charrnn.{module}.cpu_has_native_bf16", lambda: native)
     result = invoke(runner, "train", small_corpus, "--out", "run", "--time-budget", seconds,
-                    "--max-steps", "1", "--layers", "1", "--seq-len", "16")
+                    "--max-steps", "1", "--seq-len", "16")
     assert result.exit_code == 0, result.stderr
     assert note in result.stderr
     assert json.loads(Path("run/config.json").read_text())["model"]["hidden_size"] == hidden
