@@ -794,6 +794,13 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
             if given is not None and checkpoint_in(given, name) != given:
                 say(f"using {escape(str(checkpoint_in(given, name)))}")
         if request.resume is None and request.corpus is None:
+            # What can be refused without the built-in corpus is refused before it is downloaded.
+            from charrnn.training.checkpoint import load_checkpoint
+            from charrnn.training.rundir import check_out_dir
+
+            check_out_dir(request.out_dir or Path("checkpoints") / DEFAULT_DATASET, request.overwrite)
+            if request.init_from is not None:
+                load_checkpoint(checkpoint_in(request.init_from, "best.pt"))
             dataset = get_dataset(DEFAULT_DATASET, request.data_dir)
             verb = "downloaded and verified" if dataset.downloaded else "verified cached copy of"
             say(f"{verb} {dataset.name}: {escape(str(dataset.path))} ({dataset.chars:,} characters)")

@@ -79,25 +79,26 @@ def existing_run_files(out_dir: Path) -> list[str]:
     return existing + sorted(path.name for path in out_dir.glob(EPOCH_CHECKPOINT_GLOB))[:3]
 
 
-def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
-    """Create the run directory and prove it is writable before any training time is spent.
-
-    A directory that already holds a run is refused unless ``overwrite``: an earlier
-    run's checkpoints are never replaced by accident.
-    """
+def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
+    """Refuse, reading only, a run directory that is a file or holds a run that may not be replaced
+    (unless ``overwrite``): an earlier run's checkpoints are never replaced by accident."""
     info = stat_or_none(out_dir, f"cannot use the run directory {out_dir}")
     if info is not None and not stat.S_ISDIR(info.st_mode):
         raise CharrnnError(f"{{out_dir}} {escape(str(out_dir))} is a file, not a directory; choose a "
-                           f"directory for the "
-                           f"run", names_options=True)
+                           f"directory for the run", names_options=True)
     existing = existing_run_files(out_dir) if info is not None else []
     if existing and not overwrite:
         raise CharrnnError(
             f"{{out_dir}} {escape(str(out_dir))} already holds a training run ({', '.join(existing)}); "
             f"continue it with {{resume}} {escape(str(out_dir / 'last.pt'))}, pass {{overwrite}} to replace "
-            f"it, "
-            f"or choose another {{out_dir}}", names_options=True
+            f"it, or choose another {{out_dir}}", names_options=True
         )
+
+
+def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
+    """Check the run directory (:func:`check_out_dir`), create it and prove it is writable before any
+    training time is spent."""
+    check_out_dir(out_dir, overwrite)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         probe = out_dir / f".charrnn-{os.getpid()}-write-test.tmp"
