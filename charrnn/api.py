@@ -27,7 +27,7 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from charrnn.config import COMPARE_LENGTH, COMPARE_SEED, DynamicConfig, InspectConfig, SampleConfig
+from charrnn.config import COMPARE_LENGTH, COMPARE_SEED, DynamicConfig, InspectConfig, SampleConfig, checked
 from charrnn.data.datasets import DATASETS, DEFAULT_DATASET
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, escape
 from charrnn.utils.text import require_valid_text
@@ -85,7 +85,7 @@ def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
     """Refuse, before any work, an output file that cannot be written whole or that is one of the command's
     ``inputs`` (name → a path, a list of paths, or None; a run directory stands for its files), whether
     by the same path, a symbolic link or a hard link: writing it would destroy what is being read."""
-    from charrnn.utils.files import same_file
+    from charrnn.utils.files import same_as_any
 
     target = _require_path(output, name)
     if target.is_dir() or str(output).endswith(("/", os.sep)):
@@ -102,19 +102,19 @@ def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
             folder = path if path.is_dir() else path.parent if path.suffix == ".pt" else None
             neighbours = sorted(folder.iterdir()) if folder is not None and folder.is_dir() else []
             run_files = [file for file in neighbours if file.suffix == ".pt" or file.name in RUN_RECORDS]
-            for candidate in [path, *run_files]:
-                if same_file(target, candidate):
-                    what = "" if candidate == path else f" (through {escape(str(candidate))})"
-                    raise OptionConflict(f"{{{name}}} {escape(str(target))} is {{{input_name}}} "
-                                         f"{escape(str(path))}{what}: writing it would destroy what is read; "
-                                         f"choose another file")
+            replaced = same_as_any(target, [path, *run_files])
+            if replaced is not None:
+                what = "" if replaced == path else f" (through {escape(str(replaced))})"
+                raise OptionConflict(f"{{{name}}} {escape(str(target))} is {{{input_name}}} "
+                                     f"{escape(str(path))}{what}: writing it would destroy what is read; "
+                                     f"choose another file")
     return target
 
 
 def read_prime(prime: str | None, prime_file: PathArg | None) -> str:
     """The prime: ``prime``, or the text of ``prime_file``, or nothing; giving both is a conflict."""
-    if prime is not None and not isinstance(prime, str):
-        raise ConfigTypeError(f"must be a string, not {type(prime).__name__}", "prime")
+    if prime is not None:
+        checked(prime, str, "prime")
     path = _text_file(prime_file, "prime_file")
     if prime is not None and path is not None:
         raise OptionConflict("give {prime} or {prime_file}, not both")
@@ -123,7 +123,11 @@ def read_prime(prime: str | None, prime_file: PathArg | None) -> str:
     try:
         return require_valid_text(prime or "", "{prime}")
     except CharrnnError as exc:
-        raise ConfigError(exc.render(lambda name: "{" + name + "}")) from None
+        raise ConfigError(exc.as_template()) from None
+
+
+# DynamicConfig's fields as the functions that score take them (its learning rate is not training's)
+DYNAMIC_PARAMETERS = {"learning_rate": "dynamic_lr", "decay": "dynamic_decay", "segment_len": "segment_len"}
 
 
 def dynamic_settings(dynamic: bool | DynamicConfig, learning_rate: float | None = None,
@@ -141,19 +145,22 @@ def dynamic_settings(dynamic: bool | DynamicConfig, learning_rate: float | None 
         raise ConfigTypeError(f"must be True, False or a DynamicConfig, not {type(dynamic).__name__}",
                               "dynamic")
     if given and not dynamic:
-        names = {"learning_rate": "dynamic_lr", "decay": "dynamic_decay", "segment_len": "segment_len"}
-        raise OptionConflict(f"{{{names[next(iter(given))]}}} is a setting of dynamic evaluation: it goes "
-                             f"with {{dynamic}}")
+        first = DYNAMIC_PARAMETERS[next(iter(given))]
+        raise OptionConflict(f"{{{first}}} is a setting of dynamic evaluation: it goes with {{dynamic}}")
     if not dynamic:
         return None
     try:
         return DynamicConfig(**given)
     except ConfigError as exc:
-        names = {"learning_rate": "dynamic_lr", "decay": "dynamic_decay"}
-        raise ConfigError(exc.problem, names.get(exc.field, exc.field)) from None
+        raise ConfigError(exc.problem, DYNAMIC_PARAMETERS.get(exc.field, exc.field)) from None
 
 
 # --------------------------------------------------------------------------- results
+
+
+def _plain(path: Path | None) -> str | None:
+    """A path as JSON holds it."""
+    return None if path is None else str(path)
 
 
 @dataclass(frozen=True)
@@ -184,7 +191,7 @@ class Samples:
                 for text, log_prob, stopped in zip(self.texts, self.log_probs, self.stopped, strict=True)]
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "checkpoint": None if self.checkpoint is None else str(self.checkpoint)}
+        return {**asdict(self), "checkpoint": _plain(self.checkpoint)}
 
 
 @dataclass
@@ -241,7 +248,7 @@ class Perplexity:
 
     def to_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {"text": self.text, **self.score.to_dict(), "seconds": self.seconds,
-                                  "checkpoint": None if self.checkpoint is None else str(self.checkpoint)}
+                                  "checkpoint": _plain(self.checkpoint)}
         if self.skipped:
             record["skipped"] = self.skipped
         if self.dynamic is not None and self.dynamic_settings is not None:
@@ -264,7 +271,7 @@ class Inspection:
     checkpoint: Path | None = None  # the checkpoint looked at
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "checkpoint": None if self.checkpoint is None else str(self.checkpoint)}
+        return {**asdict(self), "checkpoint": _plain(self.checkpoint)}
 
     def to_html(self) -> str:
         """The coloured text as one self-contained page (with ``unit``)."""
@@ -329,9 +336,9 @@ class Scoring:
     def check(cls, text: str | None, file: PathArg | None, skip_unknown: bool, dynamic: bool | DynamicConfig,
               dynamic_lr: float | None, dynamic_decay: float | None, segment_len: int | None) -> Scoring:
         settings = dynamic_settings(dynamic, dynamic_lr, dynamic_decay, segment_len)
-        _require_bool(skip_unknown, "skip_unknown")
+        checked(skip_unknown, bool, "skip_unknown")
         if text is not None:
-            require_valid_text(_require_str(text, "text"), "{text}")
+            require_valid_text(checked(text, str, "text"), "{text}")
         path = _text_file(file, "file")
         if text is not None and path is not None:
             raise OptionConflict("give {text} or {file}, not both")
@@ -357,7 +364,7 @@ class Looking:
         if path is not None:
             whole = _read_text(path)
         else:
-            whole = require_valid_text(_require_str(text, "text"), "{text}")
+            whole = require_valid_text(checked(text, str, "text"), "{text}")
         return cls(whole[: config.max_chars], config)
 
 
@@ -478,7 +485,7 @@ class Model:
             source = str(request.file)
         elif request.text is not None:
             skipped = _unknown(self.vocab.outside(Counter(request.text)), request.skip_unknown)
-            ids = self.vocab.encode("".join(char for char in request.text if char not in skipped)).long()
+            ids = self.vocab.encode(request.text, skip_unknown=True).long()
             source = "text"
         else:
             corpus = self.payload.get("corpus")
@@ -537,18 +544,6 @@ def _known(options: dict[str, Any], config: type) -> dict[str, Any]:
     return options
 
 
-def _require_bool(value: Any, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigTypeError(f"must be True or False, not {type(value).__name__}", name)
-    return value
-
-
-def _require_str(value: Any, name: str) -> str:
-    if not isinstance(value, str):
-        raise ConfigTypeError(f"must be a string, not {type(value).__name__}", name)
-    return value
-
-
 def _unknown(outside: dict[str, int], skip_unknown: bool) -> dict[str, int]:
     """The characters outside the vocabulary, when they may be skipped; an error naming them otherwise."""
     from charrnn.data.vocab import UnknownCharactersError
@@ -578,9 +573,7 @@ DEVICES = ("auto", "cpu", "cuda", "mps")  # auto: cuda when a GPU is present, el
 
 
 def _device(device: Any) -> str:
-    if not isinstance(device, str):
-        raise ConfigTypeError(f"must be one of {', '.join(DEVICES)}, not {type(device).__name__}", "device")
-    if device not in DEVICES:
+    if checked(device, str, "device") not in DEVICES:
         raise ConfigError(f"must be one of {', '.join(DEVICES)}, not {device!r}", "device")
     return device
 
@@ -727,11 +720,9 @@ def get_dataset(name: str = DEFAULT_DATASET, data_dir: PathArg | None = None, fo
     (default: ``$CHARRNN_DATA_DIR`` or ./data). ``$CHARRNN_DATA_MIRROR`` replaces the download's origin."""
     from charrnn.data.datasets import get_dataset as fetch
 
-    if not isinstance(name, str) or name not in DATASETS:
-        error = ConfigError if isinstance(name, str) else ConfigTypeError
-        raise error(f"must be one of {', '.join(sorted(DATASETS))}, not {name!r}", "name")
-    if not isinstance(force, bool):
-        raise ConfigTypeError(f"must be True or False, not {type(force).__name__}", "force")
+    if checked(name, str, "name") not in DATASETS:
+        raise ConfigError(f"must be one of {', '.join(sorted(DATASETS))}, not {name!r}", "name")
+    checked(force, bool, "force")
     path, downloaded = fetch(name, _path(data_dir, "data_dir"), force)
     return Dataset(name, path, downloaded, DATASETS[name].chars)
 
@@ -763,8 +754,8 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
 
     request = TrainingRequest(
         corpus=_path(corpus, "corpus"), options=options, out_dir=_path(out_dir, "out_dir"),
-        overwrite=_require_bool(overwrite, "overwrite"), resume=_path(resume, "resume"),
-        init_from=_path(init_from, "init_from"), extend_vocab=_require_bool(extend_vocab, "extend_vocab"),
+        overwrite=checked(overwrite, bool, "overwrite"), resume=_path(resume, "resume"),
+        init_from=_path(init_from, "init_from"), extend_vocab=checked(extend_vocab, bool, "extend_vocab"),
         device=_device(device), data_dir=_path(data_dir, "data_dir"),
     )
     check_request(request)  # every option, before torch, a download, a checkpoint or a corpus

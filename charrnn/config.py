@@ -67,7 +67,7 @@ def _field_types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _checked(value: Any, hint: Any, name: str) -> Any:
+def checked(value: Any, hint: Any, name: str) -> Any:
     """``value`` as a field of type ``hint``: a number in the type that field holds (5 → 5.0 for a float);
     refused with a :class:`ConfigTypeError` when it is not of that type (a bool is not a number, 5.5 is
     not a whole number, "0.1" is not a number), with a :class:`ConfigError` when a float is NaN or
@@ -83,7 +83,7 @@ def _checked(value: Any, hint: Any, name: str) -> Any:
     if origin is list:
         if not isinstance(value, list | tuple):
             raise ConfigTypeError(f"must be a list of whole numbers, not {_kind(value)}", name)
-        return [_checked(item, args[0], name) for item in value]
+        return [checked(item, args[0], name) for item in value]
     if hint is bool:
         if not isinstance(value, bool):
             raise ConfigTypeError(f"must be True or False, not {_kind(value)}", name)
@@ -109,13 +109,13 @@ def _kind(value: Any) -> str:
 
 
 def check_field_types(config: Any) -> None:
-    """Check every field of dataclass ``config`` against its annotation (see :func:`_checked`), storing
+    """Check every field of dataclass ``config`` against its annotation (see :func:`checked`), storing
     numbers in the field's own type."""
     for name, hint in _field_types(type(config)).items():
         value = getattr(config, name)
-        checked = _checked(value, hint, name)
-        if checked is not value:
-            object.__setattr__(config, name, checked)
+        stored = checked(value, hint, name)
+        if stored is not value:
+            object.__setattr__(config, name, stored)
 
 
 @functools.cache
@@ -359,7 +359,7 @@ class SampleConfig(_DictMixin):
             try:
                 require_valid_text(self.stop_at, "{stop_at}")
             except CharrnnError as exc:
-                raise ConfigError(exc.render(lambda name: "{" + name + "}")) from None
+                raise ConfigError(exc.as_template()) from None
         deterministic = "beam_width" if self.beam_width is not None else "greedy" if self.greedy else None
         if deterministic is not None:
             ignored = [name for name in DECODING_CHOICES if getattr(self, name) is not None]

@@ -20,6 +20,11 @@ def _substitute(template: str, name: Callable[[str], str]) -> str:
     return _NAME.sub(lambda match: name(match.group(1)) if match.group(1) else match.group(0)[0], template)
 
 
+def option_placeholder(name: str) -> str:
+    """Names an option ``{name}``: a message built with it still names options for either door."""
+    return "{" + name + "}"
+
+
 def escape(text: str) -> str:
     """``text`` (a path, a character the user gave) as it must stand in a message that names options."""
     return text.replace("{", "{{").replace("}", "}}")
@@ -35,6 +40,11 @@ class CharrnnError(Exception):
     def __init__(self, message: str = "", *, names_options: bool = False):
         self.template = message if names_options else None
         super().__init__(_substitute(message, str) if names_options else message)
+
+    def as_template(self) -> str:
+        """The message with ``{option}`` still standing for each option, to pass on in another message."""
+        template = getattr(self, "template", None)
+        return template if template is not None else escape(str(self))
 
     def render(self, name: Callable[[str], str] = str) -> str:
         """The message, each option named by ``name(option)`` (by default the option itself)."""
@@ -60,6 +70,10 @@ class ConfigError(CharrnnError, ValueError):
         self.problem = problem
         self.about_value = field is not None and template != problem  # "{field} " + what is wrong with it
         super().__init__(template, names_options=True)
+
+    def render_problem(self, name: Callable[[str], str] = str) -> str:
+        """What is wrong, without the field in front (the command line puts the flag elsewhere)."""
+        return _substitute(self.problem, name)
 
 
 class ConfigTypeError(ConfigError, TypeError):

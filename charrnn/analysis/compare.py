@@ -161,25 +161,25 @@ def compare_checkpoint(loaded: LoadedModel, path: Path, settings: CompareSetting
         if stored_note:
             errors.append(stored_note)
     except CharrnnError as exc:
-        errors.append(f"not scored: {_template(exc)}")
+        errors.append(f"not scored: {exc.as_template()}")
     dynamic = None
     if settings.dynamic is not None and ids is not None:
         try:
             dynamic = checkpoint_dynamic_score(loaded, ids, settings.dynamic).to_dict()
         except CharrnnError as exc:
-            errors.append(f"no dynamic score: {_template(exc)}")
+            errors.append(f"no dynamic score: {exc.as_template()}")
     sample, log_prob = None, None
     try:
         sample, log_prob = _sample(loaded, settings)
     except CharrnnError as exc:
-        errors.append(f"no sample: {_template(exc)}")
+        errors.append(f"no sample: {exc.as_template()}")
     memorisation, against = None, None
     if settings.against is not None and sample is not None:
         try:
             reference, against = (references or References()).for_checkpoint(loaded, settings.against)
             memorisation = measure(sample[len(settings.prime):], reference).to_dict()
         except CharrnnError as exc:
-            errors.append(f"no memorisation figures: {_template(exc)}")
+            errors.append(f"no memorisation figures: {exc.as_template()}")
     return CheckpointReport(
         checkpoint=str(path),
         run=Path(path).resolve().parent.name,
@@ -196,11 +196,6 @@ def compare_checkpoint(loaded: LoadedModel, path: Path, settings: CompareSetting
         dynamic=dynamic,
         **score,
     )
-
-
-def _template(exc: CharrnnError) -> str:
-    """An error's message with ``{option}`` left for each option it names."""
-    return exc.render(lambda name: "{" + name + "}")
 
 
 def checkpoint_labels(reports: list[CheckpointReport]) -> list[str]:

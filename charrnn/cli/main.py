@@ -76,8 +76,7 @@ class CharrnnGroup(click.Group):
         see = f" (see '{ctx.command_path} {command.name} --help')" if command is not None else ""
         if isinstance(exc, OptionConflict) or not exc.about_value:
             return exc.render(name) + see
-        problem = ConfigError(exc.problem).render(name)
-        return f"Invalid value for '{name(exc.field)}': {problem}{see}"
+        return f"Invalid value for '{name(exc.field)}': {exc.render_problem(name)}{see}"
 
 
 @click.group(cls=CharrnnGroup)

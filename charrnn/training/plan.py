@@ -29,7 +29,7 @@ import torch
 from charrnn.config import REGULARISATION_FIELDS, ModelConfig, TrainConfig, shape_for_budget
 from charrnn.data.corpus import CorpusInfo, corpus_name, encode_corpus
 from charrnn.data.vocab import UnknownCharactersError, Vocab
-from charrnn.errors import CharrnnError, ConfigError, OptionConflict, escape
+from charrnn.errors import CharrnnError, ConfigError, OptionConflict, escape, option_placeholder
 from charrnn.models.devices import resolve_precision
 from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_model
 from charrnn.training.distributed import SingleProcess
@@ -218,7 +218,7 @@ class RunAlreadyFinished(CharrnnError):
     """A resumed run has already reached the limit that would stop it at once."""
 
     def __init__(self, reason):
-        super().__init__(f"this run already {reason.describe(lambda name: '{' + name + '}')}; give a larger "
+        super().__init__(f"this run already {reason.describe(option_placeholder)}; give a larger "
                          f"limit to continue it", names_options=True)
         self.reason = reason  # the StopReason it reached
 

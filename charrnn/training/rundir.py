@@ -37,6 +37,7 @@ from charrnn.utils.files import (
     atomic_write_text,
     json_text,
     reason,
+    same_as_any,
     same_file,
     stat_or_none,
     write_json,
@@ -176,7 +177,7 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
             f"elsewhere with {{out_dir}} NEW_DIR", names_options=True
         )
     last = own_dir / "last.pt"
-    newest = checkpoint_step(last) if last.exists() and not _same_file(last, checkpoint) else None
+    newest = checkpoint_step(last) if last.exists() and not same_file(last, checkpoint) else None
     if newest is not None and newest > payload["step"]:
         raise CharrnnError(
             f"{escape(str(own_dir))} has newer results (last.pt is at step {newest:,}; "
@@ -186,13 +187,6 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
             names_options=True
         )
     return ResumeTarget(own_dir, branch=False)
-
-
-def _same_file(first: Path, second: Path) -> bool:
-    try:
-        return first.samefile(second)
-    except OSError:
-        return False
 
 
 @dataclass
@@ -351,7 +345,7 @@ def refuse_replacing_inputs(out_dir: Path, inputs: dict[str, Path | None]) -> No
             continue
         inside = [given, *sorted(given.rglob("*.txt"))] if given.is_dir() else [given]
         for run_file in existing:
-            if any(same_file(run_file, each) for each in inside):
+            if same_as_any(run_file, inside) is not None:
                 raise OptionConflict(f"{{out_dir}} {escape(str(out_dir))} would replace "
                                      f"{escape(str(run_file))}, which is {{{name}}} {escape(str(given))}: "
                                      f"choose another run directory")
