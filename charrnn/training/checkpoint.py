@@ -38,7 +38,7 @@ from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
 from charrnn.models.evaluate import EvalResult
 from charrnn.models.model import CharRNN, state_shapes
-from charrnn.utils.files import atomic_write
+from charrnn.utils.files import replace_file
 
 FORMAT_VERSION = 1
 Number = int | float
@@ -85,7 +85,7 @@ def _to_cpu(value: Any) -> Any:
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     """Save ``payload`` (see module docstring) atomically, tensors moved to the CPU."""
     payload = {"format_version": FORMAT_VERSION, **_to_cpu(payload)}
-    atomic_write(path, lambda handle: torch.save(payload, handle))
+    replace_file(path, lambda handle: torch.save(payload, handle))
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

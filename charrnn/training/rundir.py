@@ -21,30 +21,33 @@ import os
 import shutil
 import stat
 import uuid
-import warnings
 from dataclasses import asdict, dataclass, field, fields
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from charrnn.errors import CharrnnError, OptionConflict, escape
 from charrnn.training.checkpoint import save_checkpoint
+from charrnn.training.manifest import (
+    EPOCH_CHECKPOINT_GLOB,
+    MANIFEST_NAME,
+    Manifest,
+    read_manifest,
+    record_saved,
+    saved_steps,
+)
 from charrnn.training.runlock import LOCK_NAME
 from charrnn.utils.files import (
     append_line,
-    atomic_write_text,
     json_text,
     reason,
+    replace_text,
     same_as_any,
-    same_file,
     stat_or_none,
     write_json,
 )
 
-RUN_FILES = ("last.pt", "best.pt", "metrics.jsonl", "config.json")
-EPOCH_CHECKPOINT_GLOB = "epoch*-val*.pt"
+RUN_FILES = ("last.pt", "best.pt", "metrics.jsonl", "config.json", MANIFEST_NAME)
 
 
 def new_run_id() -> str:
@@ -119,18 +122,6 @@ def read_run_config(out_dir: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def checkpoint_step(path: Path) -> int | None:
-    """The ``step`` of a checkpoint, read without loading its tensors; None if unreadable."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # any unreadable file simply has no step to compare
-        return None
-    step = payload.get("step") if isinstance(payload, dict) else None
-    return step if isinstance(step, int) and not isinstance(step, bool) else None
-
-
 def belongs_to(out_dir: Path, payload: dict[str, Any]) -> bool:
     """Whether ``out_dir`` is the run that wrote checkpoint ``payload``.
 
@@ -176,16 +167,22 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
             f"belongs to another run), so resuming there could overwrite its files; continue it "
             f"elsewhere with {{out_dir}} NEW_DIR", names_options=True
         )
-    last = own_dir / "last.pt"
-    newest = checkpoint_step(last) if last.exists() and not same_file(last, checkpoint) else None
-    if newest is not None and newest > payload["step"]:
+    branch = "branch from it with {out_dir} NEW_DIR"
+    try:
+        saved = saved_steps(own_dir, payload.get("run_id"), ignore=checkpoint)
+    except CharrnnError as exc:
+        raise CharrnnError(f"{exc.as_template()}, so resuming in {escape(str(own_dir))} could replace newer "
+                           f"results; {branch}", names_options=True) from None
+    if saved.newest is not None and saved.newest.step > payload["step"]:
         raise CharrnnError(
-            f"{escape(str(own_dir))} has newer results (last.pt is at step {newest:,}; "
-            f"{escape(checkpoint.name)} at step "
-            f"{payload['step']:,}), which resuming here would replace; branch from it with "
-            f"{{out_dir}} NEW_DIR",
-            names_options=True
-        )
+            f"{escape(str(own_dir))} has newer results ({escape(saved.newest.name)} was saved at step "
+            f"{saved.newest.step:,}; {escape(checkpoint.name)} is at step {payload['step']:,}), which "
+            f"resuming here would replace; {branch}", names_options=True)
+    if saved.unreadable:
+        raise CharrnnError(
+            f"cannot tell whether {escape(str(saved.unreadable[0]))} holds newer results than "
+            f"{escape(checkpoint.name)}: it cannot be read as a checkpoint, and resuming in "
+            f"{escape(str(own_dir))} would replace it; {branch}", names_options=True)
     return ResumeTarget(own_dir, branch=False)
 
 
@@ -204,20 +201,30 @@ class RunDirectory:
     fresh: bool  # a new run (or an overwrite, or a branch): an older run's files give way to it
     history: list[str] = field(default_factory=list)  # metrics lines a branch starts with
     written: set[str] = field(default_factory=set)  # the files this run has written so far
+    manifest: Manifest | None = None  # the saved states; read from the directory when resuming in place
+
+    def __post_init__(self) -> None:
+        if self.manifest is None:
+            run_id = self.config_record.get("run_id")
+            kept = None if self.fresh else read_manifest(self.path)
+            self.manifest = kept if kept is not None and kept.run_id == run_id else Manifest(run_id)
 
     @property
     def metrics_path(self) -> Path:
         return self.path / "metrics.jsonl"
 
     def save(self, name: str, payload: dict[str, Any]) -> None:
+        """Save checkpoint ``name``, then record it in the manifest (so the manifest never names a
+        state that is not on disk)."""
         save_checkpoint(self.path / name, payload)
         self._wrote(name)
+        record_saved(self.path, self.manifest, name, payload["step"])
 
     def append_metrics(self, record: EvaluationRecord) -> None:
         """Add one evaluation record; a fresh run's first replaces an older run's log."""
         line = record.to_json()
         if self.fresh and "metrics.jsonl" not in self.written:
-            atomic_write_text(self.metrics_path, "".join(f"{kept}\n" for kept in [*self.history, line]))
+            replace_text(self.metrics_path, "".join(f"{kept}\n" for kept in [*self.history, line]))
         else:
             append_line(self.metrics_path, line)
         self._wrote("metrics.jsonl")

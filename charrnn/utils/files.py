@@ -1,8 +1,13 @@
 """Writing files so that nothing the user had is lost or half-written.
 
 A regular file (or a path where nothing exists yet) is written to a temporary
-sibling, flushed to disk and renamed over the target, so a crash leaves either the
-old file or the new one. Everything else is respected as what it is:
+sibling, flushed to disk and renamed over the target, and the directory is flushed
+after the rename, so a crash leaves either the old file or the new one.
+
+Files charrnn owns (a run directory's checkpoints, logs and manifest, the corpus
+cache) are only ever replaced that way, by :func:`replace_file`: a link planted at
+such a name is itself replaced, never written through. A file the user names as an
+output (:func:`atomic_write`) is respected as what it is:
 
 - a symbolic link is followed, and the file it points to is written (the link stays);
 - a file with several hard links is rewritten in place, after the new content has
@@ -110,12 +115,42 @@ def replacing(path: Path, failure: Callable[[OSError], str],
         with open(tmp_name, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp_name, path)
+        tmp_name = None
+        fsync_directory(Path(path).parent)
     except BaseException as exc:
         if tmp_name is not None:
             Path(tmp_name).unlink(missing_ok=True)
         if isinstance(exc, OSError):
             raise error(failure(exc)) from None
         raise
+
+
+def fsync_directory(directory: Path) -> None:
+    """Flush ``directory``'s entries, so a rename in it survives a power cut."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _failure_message(given: Path) -> Callable[[OSError], str]:
+    return lambda exc: f"could not write {given}: {reason(exc)}; any previous {given.name} is intact"
+
+
+def replace_file(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Replace ``path`` whole (temporary file, fsync, rename, fsync of the directory), whatever is
+    at that name: a symbolic or hard link there is replaced, and what it led to is left untouched.
+
+    A directory at ``path`` is refused; any failure is a :class:`CharrnnError` that leaves the
+    previous file as it was and no temporary file behind.
+    """
+    given = Path(path)
+    if given.is_dir() and not given.is_symlink():
+        raise CharrnnError(f"could not write {given}: it is a directory")
+    with replacing(given, _failure_message(given)) as tmp_name:
+        with open(tmp_name, "wb") as handle:
+            write(handle)
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
@@ -126,10 +161,7 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
     """
     given = Path(path)
     target = resolve_destination(given)
-
-    def failure(exc: OSError) -> str:
-        return f"could not write {given}: {reason(exc)}; any previous {given.name} is intact"
-
+    failure = _failure_message(given)
     info = stat_or_none(target, f"could not write {given}")
     if info is not None and stat.S_ISDIR(info.st_mode):
         raise CharrnnError(f"could not write {given}: it is a directory")
@@ -190,17 +222,22 @@ def json_text(value: Any, **options: Any) -> str:
     return json.dumps(finite(value), allow_nan=False, **options)
 
 
+def replace_text(path: Path, text: str) -> None:
+    replace_file(path, lambda handle: handle.write(text.encode("utf-8")))
+
+
 def write_json(path: Path, value: Any) -> None:
-    atomic_write_text(path, json_text(value, indent=2, sort_keys=True) + "\n")
+    """A file charrnn owns, as indented JSON, replaced whole (:func:`replace_file`)."""
+    replace_text(path, json_text(value, indent=2, sort_keys=True) + "\n")
 
 
 def append_line(path: Path, line: str) -> None:
-    """Add one line to a text file atomically: the file is rewritten whole, never half-appended."""
+    """Add one line to a text file charrnn owns: the file is replaced whole, never half-appended."""
     try:
         existing = path.read_bytes() if path.exists() else b""
     except OSError as exc:
         raise CharrnnError(f"cannot read {path}: {reason(exc)}") from None
-    atomic_write(path, lambda handle: handle.write(existing + line.encode("utf-8") + b"\n"))
+    replace_file(path, lambda handle: handle.write(existing + line.encode("utf-8") + b"\n"))
 
 
 def _pid_of(temporary: Path) -> int | None:

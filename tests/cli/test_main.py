@@ -47,7 +47,8 @@ def test_train_sample_eval_round_trip(runner, small_corpus):
     result = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "25")
     assert result.exit_code == 0, result.output
     run = Path("checkpoints/small")
-    assert {p.name for p in run.iterdir()} == {"best.pt", "last.pt", "metrics.jsonl", "config.json"}
+    assert {p.name for p in run.iterdir()} == {"best.pt", "last.pt", "metrics.jsonl", "config.json",
+                                              "manifest.json"}
     assert "best validation" in result.stdout and "reached --max-steps 25" in result.stdout
     assert "parameters" in result.stderr  # configuration table
 

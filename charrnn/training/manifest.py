@@ -1,0 +1,192 @@
+"""A run directory's one source of truth: ``manifest.json``, the list of its saved states.
+
+Each checkpoint a run saves is recorded with its step, its role (``last``, ``best``
+or ``epoch``) and the SHA-256 of its bytes. The manifest is replaced whole after
+every save, once the checkpoint itself is on disk under its final name, so at any
+instant it describes states that exist (or, in the moment between a save and the
+manifest's update, one fewer).
+
+Guards that must know "is anything here newer than this checkpoint?" ask
+:func:`saved_steps`, which trusts neither the manifest alone nor the files
+alone: the manifest's steps count even when their files are gone or damaged, and a
+checkpoint file the manifest does not describe (saved just before a crash, or by a
+run older than manifests) counts by the step it holds. A file that might be newer
+but cannot be read is never taken to mean "nothing newer": the guard refuses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from dataclasses import asdict, dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from charrnn.errors import CharrnnError, escape
+from charrnn.utils.files import reason, write_json
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = 1
+CHECKPOINT_NAMES = ("last.pt", "best.pt")
+EPOCH_CHECKPOINT_GLOB = "epoch*-val*.pt"
+ROLES = {"last.pt": "last", "best.pt": "best"}
+
+
+@dataclass(frozen=True)
+class SavedState:
+    """One checkpoint of the run, as it was saved."""
+
+    step: int  # optimiser steps the checkpoint holds
+    role: str  # last, best or epoch
+    sha256: str  # hex digest of the file's bytes
+    bytes: int  # the file's size
+
+
+@dataclass
+class Manifest:
+    run_id: str | None  # the run that saved these states (config.json carries the same)
+    states: dict[str, SavedState] = field(default_factory=dict)  # file name in the directory -> state
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": MANIFEST_FORMAT, "run_id": self.run_id,
+                "states": {name: asdict(state) for name, state in sorted(self.states.items())}}
+
+
+def role_of(name: str) -> str:
+    return ROLES.get(name, "epoch")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def record_saved(out_dir: Path, manifest: Manifest, name: str, step: int) -> None:
+    """Add the checkpoint just saved as ``out_dir/name`` to ``manifest`` and replace the manifest file."""
+    path = out_dir / name
+    try:
+        state = SavedState(step, role_of(name), file_sha256(path), path.stat().st_size)
+    except OSError as exc:
+        raise CharrnnError(f"cannot read back {path} after saving it: {reason(exc)}") from None
+    manifest.states[name] = state
+    write_json(out_dir / MANIFEST_NAME, manifest.to_dict())
+
+
+def read_manifest(out_dir: Path) -> Manifest | None:
+    """The manifest of ``out_dir``; None for a directory without one (a run from before manifests).
+
+    A manifest that exists but cannot be read or parsed is a :class:`CharrnnError`: it is
+    never taken for an absent one.
+    """
+    path = Path(out_dir) / MANIFEST_NAME
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = reason(exc) if isinstance(exc, OSError) else "not UTF-8"
+        raise CharrnnError(f"cannot read the run's manifest {escape(str(path))}: {why}") from None
+    try:
+        value = json.loads(text)
+        states = {name: SavedState(**entry) for name, entry in value["states"].items()}
+        if value.get("format") != MANIFEST_FORMAT or any(
+                not isinstance(state.step, int) or isinstance(state.step, bool) for state in states.values()):
+            raise ValueError
+        return Manifest(value.get("run_id"), states)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise CharrnnError(f"the run's manifest {escape(str(path))} is damaged (not a charrnn manifest); "
+                           f"it is what tells which saved state is newest") from None
+
+
+def checkpoint_files(out_dir: Path) -> list[Path]:
+    """The checkpoints in ``out_dir`` under names a run saves: last.pt, best.pt and epoch checkpoints."""
+    out_dir = Path(out_dir)
+    return [*(out_dir / name for name in CHECKPOINT_NAMES if (out_dir / name).exists()
+              or (out_dir / name).is_symlink()), *sorted(out_dir.glob(EPOCH_CHECKPOINT_GLOB))]
+
+
+def _payload_header(path: Path) -> dict[str, Any] | None:
+    """A checkpoint's plain values, read without loading its tensors; None when it cannot be read."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # any unreadable file: the caller decides what "unreadable" means
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The ``step`` of a checkpoint, read without loading its tensors; None if unreadable."""
+    payload = _payload_header(path)
+    step = payload.get("step") if payload is not None else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+@dataclass(frozen=True)
+class Newest:
+    step: int  # the newest step saved in the directory
+    name: str  # the file that holds (or held) it
+
+
+@dataclass(frozen=True)
+class SavedSteps:
+    """What a run directory says about its saved states."""
+
+    newest: Newest | None  # the newest state known, from the manifest or a readable file
+    unreadable: tuple[Path, ...]  # checkpoint files the manifest does not vouch for and that cannot be read
+
+
+def saved_steps(out_dir: Path, run_id: str | None, ignore: Path | None = None) -> SavedSteps:
+    """The states saved in ``out_dir`` by run ``run_id``, cross-checking manifest and files.
+
+    ``ignore``: a file not to count (the checkpoint being resumed, which is the reference).
+    Another run's checkpoints (a different ``run_id``) do not count.
+    """
+    out_dir = Path(out_dir)
+    manifest = read_manifest(out_dir)
+    vouched = manifest.states if manifest is not None else {}
+    candidates: list[Newest] = []
+    inside = ignore is not None and ignore.parent.resolve() == out_dir.resolve()
+    ignored_name = ignore.name if inside else None
+    if manifest is not None and (run_id is None or manifest.run_id in (None, run_id)):
+        candidates += [Newest(state.step, name) for name, state in vouched.items() if name != ignored_name]
+    unreadable = []
+    for path in checkpoint_files(out_dir):
+        if ignore is not None and _same(path, ignore):
+            continue
+        known = vouched.get(path.name)
+        if known is not None and _matches(path, known):
+            continue
+        payload = _payload_header(path)
+        step = payload.get("step") if payload is not None else None
+        if not isinstance(step, int) or isinstance(step, bool):
+            unreadable.append(path)
+        elif run_id is None or payload.get("run_id") in (None, run_id):
+            candidates.append(Newest(step, path.name))
+    return SavedSteps(max(candidates, key=lambda newest: newest.step, default=None), tuple(unreadable))
+
+
+def _matches(path: Path, state: SavedState) -> bool:
+    try:
+        return path.stat().st_size == state.bytes and file_sha256(path) == state.sha256
+    except OSError:
+        return False
+
+
+def _same(first: Path, second: Path) -> bool:
+    try:
+        return first.samefile(second)
+    except OSError:
+        return first.resolve() == second.resolve()
+
+
+def is_run_file(name: str) -> bool:
+    return name in CHECKPOINT_NAMES or fnmatch(name, EPOCH_CHECKPOINT_GLOB)
