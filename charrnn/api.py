@@ -294,9 +294,10 @@ class Dataset:
     path: Path  # the verified file
     downloaded: bool  # False: a verified copy was already there
     chars: int  # its length in characters
+    kept: Path | None = None  # where a different file found at ``path`` was set aside (force only)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "path": str(self.path)}
+        return {**asdict(self), "path": str(self.path), "kept": self.kept and str(self.kept)}
 
 
 # ---------------------------------------------------------------------------- a model
@@ -717,14 +718,17 @@ def plot(run_dirs: Sequence[PathArg], output: PathArg = "curves.png") -> Path:
 
 def get_dataset(name: str = DEFAULT_DATASET, data_dir: PathArg | None = None, force: bool = False) -> Dataset:
     """Make sure the built-in dataset ``name`` is downloaded and verified (SHA-256) in ``data_dir``
-    (default: ``$CHARRNN_DATA_DIR`` or ./data). ``$CHARRNN_DATA_MIRROR`` replaces the download's origin."""
+    (default: ``$CHARRNN_DATA_DIR`` or ./data). ``$CHARRNN_DATA_MIRROR`` replaces the download's origin.
+
+    A different file already at the dataset's path is refused, never replaced; ``force`` keeps it
+    under a new name (``Dataset.kept``) and downloads."""
     from charrnn.data.datasets import get_dataset as fetch
 
     if checked(name, str, "name") not in DATASETS:
         raise ConfigError(f"must be one of {', '.join(sorted(DATASETS))}, not {name!r}", "name")
     checked(force, bool, "force")
-    path, downloaded = fetch(name, _path(data_dir, "data_dir"), force)
-    return Dataset(name, path, downloaded, DATASETS[name].chars)
+    path, downloaded, kept = fetch(name, _path(data_dir, "data_dir"), force)
+    return Dataset(name, path, downloaded, DATASETS[name].chars, kept)
 
 
 # ---------------------------------------------------------------------------- training

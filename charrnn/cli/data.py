@@ -18,7 +18,9 @@ def data() -> None:
 @click.argument("name", type=click.Choice(sorted(DATASETS)), default=DEFAULT_DATASET)
 @click.option("--data-dir", type=click.Path(), default=None,
               help="Cache directory (default: $CHARRNN_DATA_DIR or ./data).")
-@click.option("--force", is_flag=True, help="Download again even if a verified copy exists.")
+@click.option("--force", is_flag=True,
+              help="Download again even if a verified copy exists; a different file found there is kept "
+                   "under a new name (NAME.kept-1), never replaced.")
 def data_get(name: str, data_dir: str | None, force: bool) -> None:
     """Download dataset NAME into the data directory and verify its SHA-256.
 
@@ -33,6 +35,8 @@ def data_get(name: str, data_dir: str | None, force: bool) -> None:
 
     with err.status(f"fetching {name}…"):
         dataset = get_dataset(name, data_dir, force)
+    if dataset.kept is not None:
+        message(f"kept the different file that was there as {dataset.kept}")
     verb = "downloaded and verified" if dataset.downloaded else "verified cached copy of"
     message(f"{verb} {name}: {dataset.path} ({dataset.chars:,} characters)")
     write_stdout(f"{dataset.path}\n")

@@ -7,7 +7,9 @@ vocabulary lacks all follow from those counts. The second pass
 (:func:`cached_ids`) maps each chunk's code points to ids with one table lookup
 and writes them into a file under the cache directory, named by the content hash
 and the vocabulary, in the smallest integer type that holds the ids. Training
-memory-maps that file: the corpus then costs what the pages it touches cost, 1 to
+memory-maps that file once its SHA-256 matches the one recorded beside it
+(``<name>.sha256``): a cache file that is truncated, edited or replaced is rebuilt, never
+trusted by its name or size. The corpus then costs what the pages it touches cost, 1 to
 4 bytes per character, the operating system pages it in and out as needed, and a
 corpus larger than RAM still trains. A later run on the same text finds the file
 and skips the encoding pass.
@@ -29,7 +31,7 @@ import torch
 
 from charrnn.data.vocab import UnknownCharactersError, Vocab, code_points
 from charrnn.errors import CharrnnError
-from charrnn.utils.files import reason, remove_stale_temporaries, replacing
+from charrnn.utils.files import reason, remove_stale_temporaries, replace_text, replacing
 
 CACHE_DIR_ENV = "CHARRNN_CACHE_DIR"
 CHUNK_BYTES = 1 << 22  # 4 MiB of text per chunk: bounded memory, large enough to vectorise well
@@ -190,7 +192,7 @@ def cached_ids(scan: CorpusScan, vocab: Vocab, skip_unknown: bool = False, cache
     cache_dir = cache_dir or default_cache_dir()
     path = cache_dir / cache_name(scan, vocab, dropped_unknown=bool(unknown))
     itemsize = vocab.id_dtype.itemsize
-    if path.is_file() and path.stat().st_size == length * itemsize:
+    if _verified(path, length * itemsize):
         return torch.from_file(str(path), shared=False, size=length, dtype=vocab.id_dtype)
     try:
         _encode_to_file(scan, vocab, path, length, chunk_bytes)
@@ -201,6 +203,29 @@ def cached_ids(scan: CorpusScan, vocab: Vocab, skip_unknown: bool = False, cache
         _encode_into(scan, vocab, ids, chunk_bytes)
         return ids
     return torch.from_file(str(path), shared=False, size=length, dtype=vocab.id_dtype)
+
+
+def _digest_path(path: Path) -> Path:
+    return path.with_name(f"{path.name}.sha256")
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _verified(path: Path, size: int) -> bool:
+    """Whether the cached ids at ``path`` are whole and unchanged: a regular file of ``size`` bytes whose
+    SHA-256 is the one recorded beside it when it was written. Anything else is rebuilt."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode) or path.stat().st_size != size:
+            return False
+        return _digest_path(path).read_text(encoding="ascii").strip() == _file_digest(path)
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 class CacheUnwritable(CharrnnError):
@@ -254,3 +279,7 @@ def _encode_to_file(scan: CorpusScan, vocab: Vocab, path: Path, length: int, chu
             _encode_into(scan, vocab, out, chunk_bytes)
         finally:
             del out  # unmaps, so the fsync that follows covers every id
+    try:  # written after the ids are in place: ids without a matching digest are never trusted
+        replace_text(_digest_path(path), _file_digest(path) + "\n")
+    except (OSError, CharrnnError) as exc:
+        raise CacheUnwritable(failure(exc) if isinstance(exc, OSError) else str(exc)) from None

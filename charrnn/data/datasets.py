@@ -73,16 +73,32 @@ def _verify(path: Path, dataset: Dataset) -> str | None:
     return None
 
 
-def _cached_copy_is_valid(target: Path, dataset: Dataset) -> bool:
-    """Whether ``target`` (not a directory) already holds the verified dataset."""
-    if not target.exists():
-        return False
+def _cached_copy_problem(target: Path, dataset: Dataset) -> str | None:
+    """Why the file at ``target`` is not the verified dataset; None when it is, "absent" when nothing
+    is there."""
+    if not target.exists() and not target.is_symlink():
+        return "absent"
     try:
-        return _verify(target, dataset) is None
+        return _verify(target, dataset)
     except UnicodeDecodeError:
-        return False
+        return "not UTF-8"
     except OSError as exc:
         raise CharrnnError(f"cannot read the cached copy {target}: {reason(exc)}") from None
+
+
+def _set_aside(target: Path, problem: str) -> Path:
+    """Rename the differing file at ``target`` to a free name beside it and return that name."""
+    for number in range(1, 1000):
+        kept = target.with_name(f"{target.name}.kept-{number}")
+        if not kept.exists() and not kept.is_symlink():
+            try:
+                os.link(target, kept, follow_symlinks=False)
+                os.unlink(target)
+            except OSError as exc:
+                raise CharrnnError(f"cannot set aside {target} ({problem}): {reason(exc)}; nothing was "
+                                   f"changed") from None
+            return kept
+    raise CharrnnError(f"cannot set aside {target}: too many kept copies beside it")
 
 
 def _make_parents(directory: Path) -> list[Path]:
@@ -108,12 +124,16 @@ def _remove_empty(directories: list[Path]) -> None:
             return
 
 
-def get_dataset(name: str, data_dir: Path | None = None, force: bool = False) -> tuple[Path, bool]:
-    """Make sure dataset ``name`` is in the cache; return its path and whether it was downloaded.
+def get_dataset(name: str, data_dir: Path | None = None,
+                force: bool = False) -> tuple[Path, bool, Path | None]:
+    """Make sure dataset ``name`` is in the cache; return its path, whether it was downloaded, and
+    where a differing file that was at the path was set aside (None if none was).
 
-    A cached file that fails verification is downloaded again. A download that fails
-    verification is deleted and reported; a failed download leaves no file and no
-    directory it created behind.
+    A file at the dataset's path that is not the dataset (another text, an edited
+    copy) is never replaced: it is refused, or with ``force`` kept under a new name
+    (``input.txt.kept-1``) before the download. A download that fails verification
+    is deleted and reported; a failed download leaves no file and no directory it
+    created behind.
     """
     if name not in DATASETS:
         raise CharrnnError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
@@ -121,17 +141,24 @@ def get_dataset(name: str, data_dir: Path | None = None, force: bool = False) ->
     target = (data_dir or default_data_dir()) / dataset.relative_path
     if target.is_dir():
         raise CharrnnError(f"cannot store {dataset.name} at {target}: it is a directory")
-    if not force and _cached_copy_is_valid(target, dataset):
-        return target, False
-
+    problem = _cached_copy_problem(target, dataset)
+    if problem is None and not force:
+        return target, False, None
+    if problem not in (None, "absent") and not force:
+        raise CharrnnError(f"{target} is there but is not {dataset.name} ({problem}); it is never replaced: "
+                           f"move it away, or fetch with force (charrnn data get --force) to keep it under a "
+                           f"new name and download")
     url = dataset_url(dataset)
     created = _make_parents(target.parent)
+    kept = _set_aside(target, problem) if problem not in (None, "absent") else None
     try:
         _download(dataset, url, target)
     except BaseException:
+        if kept is not None:
+            os.replace(kept, target)
         _remove_empty(created)
         raise
-    return target, True
+    return target, True, kept
 
 
 def _download(dataset: Dataset, url: str, target: Path) -> None:

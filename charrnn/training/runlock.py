@@ -5,18 +5,26 @@ lock is ``flock`` on the lock file, held for the life of the run: the kernel
 grants it to one process at a time and releases it when that process ends, however
 it ends, so a crashed run never blocks the next one and a recycled PID means
 nothing. The file also holds the holder's PID, for the message a competitor sees.
+
+The lock never writes through a link: it is opened with ``O_NOFOLLOW`` (a symbolic
+link at its name is refused), and a file there that is not a small regular file of
+one link (a hard link to something of the user's, say) is refused before a byte is
+written. The PID is written over the file's first bytes; nothing is ever truncated.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import stat
 from pathlib import Path
 
 from charrnn.errors import CharrnnError, escape
 from charrnn.utils.files import reason
 
 LOCK_NAME = ".charrnn.lock"
+PID_RECORD_BYTES = 20  # the PID, space-padded, and a newline
+LARGEST_LOCK_BYTES = 64  # anything larger at the lock's name is not a charrnn lock
 
 
 class RunLock:
@@ -36,7 +44,7 @@ class RunLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+                holder = os.pread(fd, PID_RECORD_BYTES, 0).decode("ascii", "replace").strip()
                 os.close(fd)
                 who = f" (PID {holder})" if holder.isdigit() else ""
                 raise CharrnnError(
@@ -52,8 +60,13 @@ class RunLock:
             if same_file:
                 break
             os.close(fd)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_size > LARGEST_LOCK_BYTES:
+            os.close(fd)
+            raise CharrnnError(f"{escape(str(self.path))} is not a charrnn run lock (another file, or a link "
+                               f"to one, has its name); move it away or choose another {{out_dir}}",
+                               names_options=True)
+        os.pwrite(fd, f"{os.getpid():<{PID_RECORD_BYTES - 1}}\n".encode("ascii"), 0)
         self._fd = fd
         return self
 

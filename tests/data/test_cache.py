@@ -75,7 +75,7 @@ def test_cache_is_keyed_by_content_and_vocabulary(tmp_path: Path):
     cache = tmp_path / "cache"
     assert torch.equal(cached_ids(scan, wider, cache_dir=cache), wider.encode(MIXED))
     assert torch.equal(cached_ids(scan, own, cache_dir=cache), own.encode(MIXED))
-    assert len(list(cache.iterdir())) == 2
+    assert len(list(cache.glob("*.uint8"))) == 2  # beside each, its .sha256
     write(corpus, MIXED + "!")
     assert cache_name(scan_corpus(corpus), own, False) != cache_name(scan, own, False)
 
@@ -88,6 +88,27 @@ def test_a_cache_file_of_the_wrong_size_is_rebuilt(tmp_path: Path):
     cache.mkdir()
     (cache / cache_name(scan, vocab, False)).write_bytes(b"\x00" * 10)
     assert torch.equal(cached_ids(scan, vocab, cache_dir=cache), vocab.encode(MIXED))
+
+
+@pytest.mark.parametrize("damage", ["same-size edit", "no digest", "symlink"])
+def test_a_cache_file_is_trusted_only_by_its_content_hash(tmp_path: Path, damage: str):
+    corpus = write(tmp_path / "mixed.txt", MIXED)
+    scan = scan_corpus(corpus)
+    vocab = scan.vocab()
+    cache = tmp_path / "cache"
+    expected = vocab.encode(MIXED)
+    assert torch.equal(cached_ids(scan, vocab, cache_dir=cache), expected)
+    path = cache / cache_name(scan, vocab, False)
+    if damage == "same-size edit":
+        path.write_bytes(bytes(reversed(path.read_bytes())))
+    elif damage == "no digest":
+        path.with_name(path.name + ".sha256").unlink()
+    else:
+        elsewhere = tmp_path / "elsewhere"
+        path.rename(elsewhere)
+        path.symlink_to(elsewhere)
+    assert torch.equal(cached_ids(scan, vocab, cache_dir=cache), expected)
+    assert not path.is_symlink()
 
 
 def test_unknown_characters_are_an_error_or_skipped(tmp_path: Path):

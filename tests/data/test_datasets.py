@@ -10,16 +10,44 @@ EXPECTED = DATASETS["tinyshakespeare"]
 
 
 def test_download_from_mirror_and_verify(data_mirror, tmp_path: Path):
-    path, downloaded = get_dataset("tinyshakespeare", tmp_path)
-    assert downloaded
+    path, downloaded, kept = get_dataset("tinyshakespeare", tmp_path)
+    assert downloaded and kept is None
     assert path == tmp_path / "tinyshakespeare" / "input.txt"
     assert len(path.read_text(encoding="utf-8")) == EXPECTED.chars
     # A verified copy is reused.
-    assert get_dataset("tinyshakespeare", tmp_path) == (path, False)
-    # A damaged copy is replaced.
-    path.write_text("damaged", encoding="utf-8")
-    _, downloaded = get_dataset("tinyshakespeare", tmp_path)
-    assert downloaded and len(path.read_text(encoding="utf-8")) == EXPECTED.chars
+    assert get_dataset("tinyshakespeare", tmp_path) == (path, False, None)
+
+
+@pytest.mark.parametrize("kind", ["edited copy", "binary", "symlink to the user's file"])
+def test_a_different_file_at_the_datasets_path_is_never_replaced(data_mirror, tmp_path: Path, kind):
+    path = tmp_path / "tinyshakespeare" / "input.txt"
+    path.parent.mkdir()
+    mine = tmp_path / "mine.txt"
+    mine.write_bytes(b"\xff\xfe" if kind == "binary" else b"my own edit of the plays\n")
+    if kind.startswith("symlink"):
+        path.symlink_to(mine)
+    else:
+        mine.rename(path)
+        mine = path
+    before = mine.read_bytes()
+    with pytest.raises(CharrnnError, match="is there but is not tinyshakespeare .*never replaced.*--force"):
+        get_dataset("tinyshakespeare", tmp_path)
+    assert mine.read_bytes() == before
+    # force keeps it under a new name (a symbolic link stays a link to the same file) and downloads.
+    _, downloaded, kept = get_dataset("tinyshakespeare", tmp_path, force=True)
+    assert downloaded and kept == path.with_name("input.txt.kept-1")
+    assert kept.read_bytes() == before and kept.is_symlink() == kind.startswith("symlink")
+    assert len(path.read_text(encoding="utf-8")) == EXPECTED.chars and not path.is_symlink()
+
+
+def test_a_failed_forced_download_puts_the_users_file_back(tmp_path: Path, monkeypatch):
+    path = tmp_path / "tinyshakespeare" / "input.txt"
+    path.parent.mkdir()
+    path.write_text("mine")
+    monkeypatch.setenv(MIRROR_ENV, (tmp_path / "nowhere").as_uri())
+    with pytest.raises(CharrnnError, match="could not download"):
+        get_dataset("tinyshakespeare", tmp_path, force=True)
+    assert path.read_text() == "mine" and list(path.parent.iterdir()) == [path]
 
 
 def test_wrong_checksum_is_refused_and_deleted(tmp_path: Path, monkeypatch):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 from pathlib import Path
 
@@ -58,3 +59,24 @@ def test_the_lock_is_released_and_removed_on_exit(tmp_path):
     assert not (tmp_path / LOCK_NAME).exists()
     with RunLock(tmp_path):
         pass
+
+
+@pytest.mark.parametrize("planted", ["symlink", "hard link", "large file"])
+def test_a_file_of_the_users_at_the_locks_name_is_refused_and_left_untouched(tmp_path, planted):
+    mine = tmp_path / "mine.txt"
+    mine.write_text("the user's words\n" * (1 if planted != "large file" else 10))
+    before = mine.read_bytes()
+    run = tmp_path / "run"
+    run.mkdir()
+    lock = run / LOCK_NAME
+    if planted == "symlink":
+        lock.symlink_to(mine)
+    elif planted == "hard link":
+        os.link(mine, lock)
+    else:
+        mine.rename(lock)
+        mine = lock
+    with pytest.raises(CharrnnError, match="run lock"):
+        with RunLock(run):
+            pass
+    assert mine.read_bytes() == before
