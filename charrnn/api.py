@@ -785,9 +785,11 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
         if group.world_size > 1:
             say(f"training with {group.world_size} processes (DistributedDataParallel, "
                 f"{'nccl' if request.device.startswith('cuda') else 'gloo'})")
-        for given, name in ((request.resume, "last.pt"), (request.init_from, "best.pt")):
-            if given is not None and checkpoint_in(given, name) != given:
-                say(f"using {escape(str(checkpoint_in(given, name)))}")
+        from charrnn.training.rundir import resume_checkpoint
+
+        for given, find in ((request.resume, resume_checkpoint), (request.init_from, checkpoint_in)):
+            if given is not None and find(given) != given:
+                say(f"using {escape(str(find(given)))}")
         if request.resume is None and request.corpus is None:
             # What can be refused without the built-in corpus is refused before it is downloaded.
             from charrnn.training.checkpoint import load_checkpoint

@@ -174,6 +174,25 @@ def saved_steps(out_dir: Path, run_id: str | None, ignore: Path | None = None) -
     return SavedSteps(max(candidates, key=lambda newest: newest.step, default=None), tuple(unreadable))
 
 
+def newest_state_file(out_dir: Path, run_id: str | None) -> Path | None:
+    """The checkpoint file in ``out_dir`` that holds run ``run_id``'s newest state (last.pt on a tie),
+    read from the files themselves: the one a resume of the directory continues. None if none is
+    readable."""
+    best: tuple[int, bool] | None = None
+    chosen = None
+    for path in checkpoint_files(out_dir):
+        payload = _payload_header(path)
+        step = payload.get("step") if payload is not None else None
+        if not isinstance(step, int) or isinstance(step, bool):
+            continue
+        if run_id is not None and payload.get("run_id") not in (None, run_id):
+            continue
+        rank = (step, path.name == "last.pt")
+        if best is None or rank > best:
+            best, chosen = rank, path
+    return chosen
+
+
 def _matches(path: Path, state: SavedState) -> bool:
     try:
         return path.stat().st_size == state.bytes and file_sha256(path) == state.sha256

@@ -35,7 +35,7 @@ from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_mod
 from charrnn.training.distributed import SingleProcess
 from charrnn.training.loop import TrainObserver, TrainResult, train
 from charrnn.training.request import MODEL_FIELDS, TrainingRequest, check_request, split_options
-from charrnn.training.rundir import metrics_history, refuse_replacing_inputs, resume_target
+from charrnn.training.rundir import metrics_history, refuse_replacing_inputs, resume_checkpoint, resume_target
 from charrnn.training.schedule import stop_reason
 from charrnn.training.state import RESUME_FIELDS
 from charrnn.utils.interrupt import GracefulStop
@@ -225,7 +225,7 @@ class RunAlreadyFinished(CharrnnError):
 
 def _plan_resume(request: TrainingRequest, model_options: dict[str, Any],
                  train_options: dict[str, Any]) -> TrainingPlan:
-    checkpoint = checkpoint_in(request.resume, "last.pt")
+    checkpoint = resume_checkpoint(request.resume)
     payload = load_checkpoint(checkpoint)
     missing = [name for name in RESUME_FIELDS if name not in payload]
     if missing:

@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from charrnn.errors import CharrnnError, OptionConflict, escape
-from charrnn.training.checkpoint import save_checkpoint
+from charrnn.training.checkpoint import checkpoint_in, save_checkpoint
 from charrnn.training.manifest import (
     EPOCH_CHECKPOINT_GLOB,
     MANIFEST_NAME,
     Manifest,
+    newest_state_file,
     read_manifest,
     record_saved,
     saved_steps,
@@ -122,6 +123,18 @@ def read_run_config(out_dir: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def resume_checkpoint(path: Path) -> Path:
+    """What ``--resume PATH`` continues: a checkpoint file itself, or for a run directory the file
+    holding its newest saved state (usually last.pt; best.pt or an epoch checkpoint when the run
+    stopped between saving it and saving last.pt)."""
+    path = Path(path)
+    if not path.is_dir():
+        return path
+    config = read_run_config(path)
+    newest = newest_state_file(path, config.get("run_id") if config else None)
+    return newest if newest is not None else checkpoint_in(path, "last.pt")
+
+
 def belongs_to(out_dir: Path, payload: dict[str, Any]) -> bool:
     """Whether ``out_dir`` is the run that wrote checkpoint ``payload``.
 
@@ -177,7 +190,8 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
         raise CharrnnError(
             f"{escape(str(own_dir))} has newer results ({escape(saved.newest.name)} was saved at step "
             f"{saved.newest.step:,}; {escape(checkpoint.name)} is at step {payload['step']:,}), which "
-            f"resuming here would replace; {branch}", names_options=True)
+            f"resuming here would replace; resume the newest with {{resume}} {escape(str(own_dir))}, or "
+            f"{branch}", names_options=True)
     if saved.unreadable:
         raise CharrnnError(
             f"cannot tell whether {escape(str(saved.unreadable[0]))} holds newer results than "

@@ -66,14 +66,22 @@ class RunLock:
             raise CharrnnError(f"{escape(str(self.path))} is not a charrnn run lock (another file, or a link "
                                f"to one, has its name); move it away or choose another {{out_dir}}",
                                names_options=True)
-        os.pwrite(fd, f"{os.getpid():<{PID_RECORD_BYTES - 1}}\n".encode("ascii"), 0)
+        try:
+            os.pwrite(fd, f"{os.getpid():<{PID_RECORD_BYTES - 1}}\n".encode("ascii"), 0)
+        except OSError as exc:
+            os.close(fd)
+            raise CharrnnError(f"cannot write the run lock {escape(str(self.path))}: {reason(exc)}") from None
         self._fd = fd
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         if self._fd is None:
             return
-        # Removed while still locked, so no competitor can lock the file after it is gone.
-        self.path.unlink(missing_ok=True)
+        # Removed while still locked, so no competitor can lock the file after it is gone. A lock
+        # file that cannot be removed is harmless: the next run takes it over.
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError:
+            pass
         os.close(self._fd)
         self._fd = None

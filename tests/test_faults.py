@@ -1,0 +1,303 @@
+"""A failure injected at every file-system mutation of each command that writes (see faults.py).
+
+For every scenario the command first runs undisturbed, recording its mutations
+and its results; then, for each k, it runs again from the same starting files
+with the k-th mutation failing (ENOSPC, or EIO for every third point), and:
+
+1. every file that existed before is byte-identical, or is one the command was
+   asked to write and now holds the undisturbed run's result (or, for training
+   files whose bytes depend on timing, a valid newer version);
+2. no file under a final name is partial: checkpoints load, logs and manifests parse;
+3. a training run resumes from the newest state it saved and ends with exactly the
+   weights of the undisturbed run;
+4. the command failed with one line and no traceback (or, where the failure was
+   harmless, succeeded).
+
+A sample of points is also hit with SIGKILL in a real process. ``make test-fast``
+tries every ninth point; ``make test`` (the slow marker) tries them all.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from conftest import mirror_url
+from faults import Mutations, snapshot
+
+from charrnn.cli.main import cli
+from charrnn.data.datasets import MIRROR_ENV
+from charrnn.training.checkpoint import load_checkpoint
+from charrnn.training.manifest import read_manifest
+from charrnn.training.rundir import resume_checkpoint
+
+TINY = ["--hidden", "16", "--layers", "1", "--embed", "8", "--seq-len", "16", "--batch-size", "4", "--quiet"]
+TEXT = "ROMEO: Café naïve 語 🙂, a line of the tiny play.\nJULIET: and another one.\n" * 14
+FAST_STRIDE = 9  # make test-fast tries every FAST_STRIDE-th injection point
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    setup: Callable[[Path], None]  # makes the starting files under the root (not injected)
+    command: Callable[[Path], list[str]]  # the charrnn arguments, paths under the root
+    outputs: tuple[str, ...]  # files (relative to the root) the command is asked to write
+    run_dir: str | None = None  # a training run's directory, for the resume check
+    resume: Callable[[Path], list[str]] | None = None  # how to finish a training run after a failure
+    exact_bytes: bool = True  # the outputs' bytes are the same on every undisturbed run
+    keeps_replaced: bool = False  # a replaced input must survive under another name (data get --force)
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+def write_corpus(root: Path) -> None:
+    (root / "corpus.txt").write_text(TEXT, encoding="utf-8")
+
+
+def train_args(root: Path, out: str = "run", *extra: str) -> list[str]:
+    return ["train", str(root / "corpus.txt"), "--out", str(root / out), *TINY, *extra]
+
+
+TRAIN = ("--epochs", "2", "--save-epochs", "1", "--eval-every", "10")
+
+
+def with_base_run(root: Path) -> None:
+    """A corpus and a finished run (base/) that later commands read."""
+    write_corpus(root)
+    invoke(train_args(root, "base", "--max-steps", "10", "--eval-every", "5"))
+
+
+def with_a_run_at_step_10(root: Path) -> None:
+    write_corpus(root)
+    invoke(train_args(root, "run", "--max-steps", "10", "--eval-every", "5"))
+
+
+def resume_or_start(arguments: Callable[[Path], list[str]], run: str) -> Callable[[Path], list[str]]:
+    """After a failure: resume from the run's newest state, or start again if it saved none."""
+    def finish(root: Path) -> list[str]:
+        if not (root / run / "config.json").exists():
+            return [*arguments(root), "--overwrite"]
+        return ["train", "--resume", str(root / run), "--quiet"]
+
+    return finish
+
+
+def fine_tune(root: Path) -> list[str]:
+    return ["train", str(root / "corpus.txt"), "--init-from", str(root / "base" / "best.pt"), "--out",
+            str(root / "tuned"), "--max-steps", "12", "--eval-every", "4", "--quiet"]
+
+
+def resume_to_20(root: Path) -> list[str]:
+    return ["train", "--resume", str(root / "run"), "--max-steps", "20", "--eval-every", "5", "--quiet"]
+
+
+def with_old_file(name: str, setup: Callable[[Path], None] = with_base_run) -> Callable[[Path], None]:
+    def make(root: Path) -> None:
+        setup(root)
+        (root / name).write_text("the user's earlier file\n")
+
+    return make
+
+
+def with_an_edited_copy(root: Path) -> None:
+    (root / "data" / "tinyshakespeare").mkdir(parents=True)
+    (root / "data" / "tinyshakespeare" / "input.txt").write_text("my own edit of the plays\n")
+
+
+SCENARIOS = [
+    Scenario("train", write_corpus, lambda root: train_args(root, "run", *TRAIN), outputs=("run",),
+             run_dir="run", resume=resume_or_start(lambda root: train_args(root, "run", *TRAIN), "run")),
+    Scenario("resume", with_a_run_at_step_10, resume_to_20, outputs=("run",), run_dir="run",
+             resume=resume_to_20),
+    Scenario("fine-tune", with_base_run, fine_tune, outputs=("tuned",), run_dir="tuned",
+             resume=resume_or_start(fine_tune, "tuned")),
+    Scenario("time budget", write_corpus, lambda root: train_args(root, "run", "--time-budget", "1"),
+             outputs=("run",), exact_bytes=False),
+    Scenario("sample --output", with_old_file("out.txt"),
+             lambda root: ["sample", str(root / "base" / "best.pt"), "--length", "40", "--seed", "1",
+                           "--output", str(root / "out.txt")], outputs=("out.txt",)),
+    Scenario("compare --markdown", with_old_file("report.md"),
+             lambda root: ["compare", str(root / "base" / "best.pt"), str(root / "base" / "last.pt"),
+                           "--length", "30", "--markdown", str(root / "report.md")], outputs=("report.md",)),
+    Scenario("inspect --html", with_old_file("unit.html"),
+             lambda root: ["inspect", str(root / "base" / "best.pt"), str(root / "corpus.txt"), "--unit", "3",
+                           "--html", str(root / "unit.html")], outputs=("unit.html",)),
+    Scenario("plot", with_old_file("curves.svg"),
+             lambda root: ["plot", str(root / "base"), "--output", str(root / "curves.svg")],
+             outputs=("curves.svg",), exact_bytes=False),
+    Scenario("data get --force", with_an_edited_copy,
+             lambda root: ["data", "get", "--data-dir", str(root / "data"), "--force"],
+             outputs=("data/tinyshakespeare/input.txt",), keeps_replaced=True,
+             environment={MIRROR_ENV: "MIRROR"}),
+]
+
+
+def invoke(arguments: list[str], environment: dict[str, str] | None = None):
+    result = CliRunner().invoke(cli, arguments, env=environment)
+    return result
+
+
+def check_valid(path: Path) -> None:
+    """Invariant 2: a file under a final name is whole."""
+    if path.suffix == ".pt":
+        load_checkpoint(path)
+    elif path.suffix == ".jsonl":
+        for line in path.read_text(encoding="utf-8").splitlines():
+            json.loads(line)
+    elif path.suffix == ".json":
+        json.loads(path.read_text(encoding="utf-8"))
+    elif path.suffix == ".svg":
+        assert path.read_text(encoding="utf-8").rstrip().endswith("</svg>")
+
+
+def inside_outputs(relative: str, scenario: Scenario) -> bool:
+    return any(relative == output or relative.startswith(f"{output}/") for output in scenario.outputs)
+
+
+@dataclass
+class Reference:
+    mutations: list[str]
+    files: dict[str, bytes]
+    weights: dict[str, torch.Tensor] | None  # a training run's final weights
+    step: int | None  # and its final step
+
+
+def prepare(scenario: Scenario, root: Path) -> dict[str, str]:
+    root.mkdir(parents=True)
+    scenario.setup(root)
+    return {key: mirror_url() if value == "MIRROR" else value for key, value in scenario.environment.items()}
+
+
+def final_state(scenario: Scenario, root: Path) -> tuple[dict[str, torch.Tensor] | None, int | None]:
+    if scenario.resume is None:
+        return None, None
+    payload = load_checkpoint(root / scenario.run_dir / "last.pt")
+    return payload["model_state"], payload["step"]
+
+
+_references: dict[str, Reference] = {}
+
+
+def reference(scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    if scenario.name not in _references:
+        root = tmp_path_factory.mktemp("reference")
+        environment = prepare(scenario, root / "r")
+        with Mutations(root / "r") as recorded:
+            result = invoke(scenario.command(root / "r"), environment)
+        assert result.exit_code == 0, result.output
+        _references[scenario.name] = Reference(recorded.log, snapshot(root / "r"),
+                                               *final_state(scenario, root / "r"))
+    return _references[scenario.name]
+
+
+def check_after_failure(scenario: Scenario, root: Path, before: dict[str, bytes], result, ref: Reference,
+                        environment: dict[str, str]) -> None:
+    # 4. one line, no traceback (or a harmless failure and success)
+    assert "Traceback" not in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    if result.exit_code != 0:  # notes may come first; the failure is the last line, and the only error
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert lines[-1].startswith("Error: "), result.stderr
+        assert sum(line.startswith("Error") for line in lines) == 1, result.stderr
+    after = snapshot(root)
+    # 1. what existed is untouched, or replaced whole by what the command was asked to write
+    for relative, content in before.items():
+        if after.get(relative) == content:
+            continue
+        assert inside_outputs(relative, scenario), f"{relative} changed"
+        if scenario.keeps_replaced:
+            assert content in after.values(), f"the earlier {relative} is gone"
+    # 2. nothing under a final name is partial
+    for relative, content in after.items():
+        if (not inside_outputs(relative, scenario) or Path(relative).name.startswith(".charrnn-")
+                or content == before.get(relative)):
+            continue
+        if scenario.exact_bytes and relative in ref.files and scenario.resume is None:
+            assert content in (ref.files[relative], before.get(relative)), f"{relative} is partial"
+        check_valid(root / relative)
+    if scenario.run_dir is not None and (root / scenario.run_dir / "manifest.json").exists():
+        read_manifest(root / scenario.run_dir)
+    # 3. the run resumes and ends where the undisturbed run ended
+    if scenario.resume is not None:
+        run_dir = root / scenario.run_dir
+        newest = resume_checkpoint(run_dir) if (run_dir / "config.json").exists() else None
+        if newest is None or load_checkpoint(newest)["step"] != ref.step:  # else the training was done
+            finished = invoke(scenario.resume(root), environment)
+            assert finished.exit_code == 0, finished.output
+            newest = resume_checkpoint(run_dir)
+        weights = load_checkpoint(newest)["model_state"]
+        assert weights.keys() == ref.weights.keys()
+        for key in weights:
+            assert torch.equal(weights[key], ref.weights[key]), f"{key} differs after resuming"
+
+
+def injection_points(count: int, every: int) -> list[int]:
+    return list(range(1, count + 1, every))
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[scenario.name for scenario in SCENARIOS])
+@pytest.mark.parametrize("every", [pytest.param(FAST_STRIDE, id="sampled"),
+                                   pytest.param(1, id="every-point", marks=pytest.mark.slow)])
+def test_a_failure_at_any_write_loses_nothing(scenario: Scenario, every: int, tmp_path_factory, monkeypatch):
+    if scenario.environment and mirror_url() is None:
+        pytest.skip("no tiny Shakespeare mirror (set CHARRNN_DATA_MIRROR)")
+    ref = reference(scenario, tmp_path_factory)
+    assert ref.mutations, "the scenario wrote nothing"
+    for k in injection_points(len(ref.mutations), every):
+        root = tmp_path_factory.mktemp("fault") / "r"
+        environment = prepare(scenario, root)
+        before = snapshot(root)
+        error = errno.EIO if k % 3 == 0 else errno.ENOSPC
+        with Mutations(root, fail_at=k, error=error):
+            result = invoke(scenario.command(root), environment)
+        try:
+            check_after_failure(scenario, root, before, result, ref, environment)
+        except AssertionError as exc:
+            raise AssertionError(f"failing mutation {k} of {len(ref.mutations)} ({ref.mutations[k - 1]}): "
+                                 f"{exc}") from None
+        shutil.rmtree(root.parent)
+
+
+KILL_PROGRAM = """
+import sys
+sys.path.insert(0, {tests!r})
+from faults import Mutations
+from charrnn.cli.main import main
+Mutations.__enter__(Mutations({root!r}, fail_at={k}, kill=True))
+sys.argv = ["charrnn", *{arguments!r}]
+main()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s.resume is not None], ids=lambda s: s.name)
+def test_sigkill_at_sampled_writes_loses_nothing(scenario: Scenario, tmp_path_factory):
+    ref = reference(scenario, tmp_path_factory)
+    count = len(ref.mutations)
+    for k in sorted({1, count // 4, count // 2, 3 * count // 4, count}):
+        root = tmp_path_factory.mktemp("kill") / "r"
+        environment = prepare(scenario, root)
+        before = snapshot(root)
+        program = KILL_PROGRAM.format(tests=str(Path(__file__).parent), root=str(root), k=k,
+                                      arguments=scenario.command(root))
+        killed = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                                env={**os.environ, **environment})
+        assert killed.returncode == -9, (k, killed.stderr[-2000:])
+
+        class Killed:  # what check_after_failure reads of a result
+            output, stderr, exception, exit_code = "", "Error: killed", None, 1
+
+        try:
+            check_after_failure(scenario, root, before, Killed, ref, environment)
+        except AssertionError as exc:
+            raise AssertionError(f"SIGKILL at mutation {k} of {count} ({ref.mutations[k - 1]}): "
+                                 f"{exc}") from None
