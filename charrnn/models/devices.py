@@ -10,6 +10,7 @@ from charrnn.models.model import parameter_count
 from charrnn.utils.hardware import available_host_memory, cpu_has_native_bf16
 
 TRAINING_BYTES_PER_PARAMETER = 16  # float32 weights, gradients and Adam's two moments
+EVAL_CHUNK = 4096  # characters per chunk of an evaluation pass (charrnn.models.evaluate)
 
 
 def resolve_device(name: str) -> str:
@@ -69,21 +70,41 @@ def check_generation_fits(rows: int, length: int, model_config: ModelConfig, dev
                            names_options=True)
 
 
-def check_model_fits(model_config: ModelConfig, device_name: str) -> None:
-    """Refuse, before allocating anything, a model whose training state cannot fit on the device."""
+def training_bytes(model_config: ModelConfig, batch_size: int, seq_len: int,
+                   eval_chunk: int = EVAL_CHUNK) -> tuple[int, int]:
+    """Roughly the memory a training run needs at its peak: (weights, gradients and Adam's moments;
+    one step's activations, or an evaluation chunk's logits if larger).
+
+    A step keeps, for the backward pass, the logits with their softmax and gradient (3 floats
+    per character and vocabulary entry) and, per layer, the gates, states and masks (about
+    ten floats per unit and character) and the embedded inputs.
+    """
+    characters = batch_size * seq_len
+    step = 4 * characters * (3 * model_config.vocab_size
+                             + 10 * model_config.num_layers * model_config.hidden_size
+                             + 2 * model_config.embed_size)
+    evaluation = 4 * eval_chunk * (2 * model_config.vocab_size + 4 * model_config.hidden_size)
+    return parameter_count(model_config) * TRAINING_BYTES_PER_PARAMETER, max(step, evaluation)
+
+
+def check_model_fits(model_config: ModelConfig, device_name: str, batch_size: int = 1,
+                     seq_len: int = 1) -> None:
+    """Refuse, before allocating anything, a run whose model state and activations cannot fit on the
+    device; the message names the options to lower."""
+    state, activations = training_bytes(model_config, batch_size, seq_len)
+    available = _available(device_name)
+    if available is None or state + activations <= available:
+        return
     count = parameter_count(model_config)
-    needed = count * TRAINING_BYTES_PER_PARAMETER
-    device = torch.device(device_name)
-    if device.type == "cuda":
-        available = torch.cuda.mem_get_info(device)[0]
-    elif device.type == "cpu":
-        available = available_host_memory()
-    else:
-        available = None
-    if available is not None and needed > available:
+    if activations > state:
         raise CharrnnError(
-            f"the model has {count:,} parameters, and training it needs about {needed / 2**30:,.1f} GiB "
-            f"(weights, gradients and Adam's moments) before any activations; {device_name} has "
-            f"{available / 2**30:,.1f} GiB available. Choose a smaller {{hidden_size}}, {{embed_size}} or "
-            f"{{num_layers}}", names_options=True
-        )
+            f"a training step needs about {activations / 2**30:,.1f} GiB of activations ({batch_size:,} × "
+            f"{seq_len:,} characters, each with {model_config.vocab_size:,} vocabulary scores) on top of "
+            f"{state / 2**30:,.1f} GiB for the model; {device_name} has {available / 2**30:,.1f} GiB "
+            f"available. Lower {{batch_size}} or {{seq_len}}", names_options=True)
+    raise CharrnnError(
+        f"the model has {count:,} parameters, and training it needs about {state / 2**30:,.1f} GiB "
+        f"(weights, gradients and Adam's moments) and {activations / 2**30:,.1f} GiB of activations; "
+        f"{device_name} has {available / 2**30:,.1f} GiB available. Choose a smaller {{hidden_size}}, "
+        f"{{embed_size}} or {{num_layers}}", names_options=True
+    )

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from charrnn.errors import CharrnnError
+from charrnn.models.devices import EVAL_CHUNK
 from charrnn.models.model import CharRNN
 
 
@@ -44,7 +45,7 @@ class EvalResult:
 
 
 @torch.no_grad()
-def total_nll(model: CharRNN, ids: torch.Tensor, chunk_len: int = 4096) -> tuple[float, int]:
+def total_nll(model: CharRNN, ids: torch.Tensor, chunk_len: int = EVAL_CHUNK) -> tuple[float, int]:
     """Summed NLL (nats) of ``ids[1:]`` given everything before, and how many were scored.
 
     ids: (N,) integer ids, N >= 2. Runs in eval mode and restores the model's mode.
@@ -68,7 +69,7 @@ def total_nll(model: CharRNN, ids: torch.Tensor, chunk_len: int = 4096) -> tuple
     return float(total), len(ids) - 1
 
 
-def evaluate(model: CharRNN, ids: torch.Tensor, chunk_len: int = 4096) -> EvalResult:
+def evaluate(model: CharRNN, ids: torch.Tensor, chunk_len: int = EVAL_CHUNK) -> EvalResult:
     """NLL per character, bits per character and perplexity of ``ids`` under ``model``."""
     total, chars = total_nll(model, ids, chunk_len)
     return EvalResult.from_total(total, chars)

@@ -262,7 +262,7 @@ def train(
         )
     # The ids stay in host memory (memory-mapped from the corpus cache); each step moves one batch.
     batches = StreamBatches(split.train, config.batch_size, config.seq_len)
-    check_model_fits(model_config, config.device)  # before the run directory is made
+    check_model_fits(model_config, config.device, config.batch_size, config.seq_len)  # before any write
     if group.is_main:
         prepare_out_dir(out_dir, overwrite=overwrite or resume_from is not None)
     with RunLock(out_dir) if group.is_main else contextlib.nullcontext():

@@ -46,3 +46,22 @@ def test_auto_precision_picks_bf16_only_where_it_was_measured_faster(monkeypatch
     assert resolve_precision("auto", device, model_config) == expected
     assert resolve_precision("fp32", device, model_config) == "fp32"  # a given precision is kept
     assert resolve_precision("bf16", device, model_config) == "bf16"
+
+
+def test_a_step_whose_activations_cannot_fit_names_batch_and_sequence(monkeypatch):
+    monkeypatch.setattr("charrnn.models.devices.available_host_memory", lambda: 4 << 30)
+    wide = ModelConfig(vocab_size=20_000, hidden_size=64)  # a CJK-sized vocabulary
+    with pytest.raises(CharrnnError, match=r"activations \(4,096 × 1,000 characters.*Lower batch_size or "
+                                           r"seq_len"):
+        check_model_fits(wide, "cpu", batch_size=4096, seq_len=1000)
+    check_model_fits(wide, "cpu", batch_size=16, seq_len=50)
+
+
+def test_the_api_names_the_options_to_lower_before_writing(tmp_path, monkeypatch, small_corpus):
+    import charrnn
+
+    monkeypatch.setattr("charrnn.models.devices.available_host_memory", lambda: 2 << 20)
+    with pytest.raises(CharrnnError, match="Lower batch_size or seq_len"):
+        charrnn.train(small_corpus, out_dir=tmp_path / "run", batch_size=64, seq_len=128, max_steps=1,
+                      hidden_size=8, embed_size=8, num_layers=1)
+    assert not (tmp_path / "run").exists()
