@@ -20,12 +20,7 @@ from charrnn.cli.output import message
 from charrnn.errors import CharrnnError, ConfigError, OptionConflict
 from charrnn.utils.files import reason
 from charrnn.utils.interrupt import EXIT_CODES, Terminated, raise_on_termination
-from charrnn.utils.terminal import ReaderGone, fill_closed_descriptors, silence_stdout
-
-
-def one_line(text: str) -> str:
-    """A message that quotes a path holding a line break still takes one line."""
-    return text.replace("\r", "\\r").replace("\n", "\\n")
+from charrnn.utils.terminal import ReaderGone, fill_closed_descriptors, one_line, silence_stdout
 
 
 class OneLineUsageError(click.ClickException):

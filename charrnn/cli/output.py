@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 
 from charrnn.utils.files import atomic_write_text, json_text
-from charrnn.utils.terminal import stdout_guard, write_stdout
+from charrnn.utils.terminal import one_line, stdout_guard, write_stdout
 
 out = Console()
 err = Console(stderr=True)
@@ -17,7 +17,7 @@ err = Console(stderr=True)
 
 def message(text: str) -> None:
     """A status line on stderr, never re-wrapped or read as markup."""
-    click.echo(text.replace("\r", "\\r").replace("\n", "\\n"), err=True)
+    click.echo(one_line(text), err=True)
 
 
 def print_json(value: Any, **options: Any) -> None:

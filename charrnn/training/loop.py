@@ -10,10 +10,11 @@ processes (torchrun) through :mod:`charrnn.training.distributed`. The loop repor
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,7 +131,8 @@ class TrainingLoop:
         reason: StopReason | None = None
         while reason is None:
             learning_rate = learning_rate_at(config, run.step, self.progress())
-            loss, chars = run.train_step(learning_rate)
+            with self._saving_if_memory_runs_out():
+                loss, chars = run.train_step(learning_rate)
             if run.bad_streak >= config.max_bad_steps:
                 raise CharrnnError(
                     f"training stopped at step {run.step:,}: {run.bad_streak} consecutive steps had a "
@@ -148,8 +150,34 @@ class TrainingLoop:
                 step=run.step, epoch=run.epoch, loss=loss, learning_rate=learning_rate,
                 chars_per_s=self.chars_per_s(now), progress=self.progress(), skipped_steps=run.skipped,
             ))
-            self.evaluate_and_save(reason, learning_rate, self.chars_per_s(now))
+            with self._saving_if_memory_runs_out():
+                self.evaluate_and_save(reason, learning_rate, self.chars_per_s(now))
         return reason, self.clock() - self.start
+
+    @contextlib.contextmanager
+    def _saving_if_memory_runs_out(self) -> Iterator[None]:
+        """An allocation failure in the block (a step, or an evaluation) saves the run's state as of
+        its last completed step (a failed step changes nothing) and becomes a one-line error."""
+        try:
+            yield
+        except (MemoryError, RuntimeError) as exc:
+            if not out_of_memory(exc):
+                raise
+            raise self._saved_after_running_out() from None
+
+    def _saved_after_running_out(self) -> CharrnnError:
+        run = self.run
+        gc.collect()
+        kept = "nothing newer than the run's last checkpoint was saved"
+        if self.run_dir is not None:
+            try:
+                self.run_dir.save("last.pt", run.payload(self.elapsed, run.carried_state()))
+                kept = (f"saved last.pt at step {run.step:,}; resume with {{resume}} "
+                        f"{escape(str(self.run_dir.path))} once memory is free")
+            except (MemoryError, RuntimeError, CharrnnError):
+                pass
+        return CharrnnError(f"out of memory after step {run.step:,}; {kept}, or start again with a smaller "
+                            f"{{batch_size}}, {{seq_len}} or {{hidden_size}}", names_options=True)
 
     def _agreed_stop(self, now: float) -> StopReason | None:
         """A signal any rank received, else the criterion reached on rank 0's clock: the same on
@@ -211,6 +239,14 @@ class TrainingLoop:
             self._start_window()
         if saving and self.run_dir is not None:
             self.run_dir.save("last.pt", run.payload(self.elapsed, carried))
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is an allocation failure: Python's, or the CPU or CUDA allocator's."""
+    if isinstance(exc, MemoryError | torch.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return "can't allocate memory" in text or "out of memory" in text.lower()
 
 
 def train(

@@ -133,8 +133,9 @@ class TrainingRun:
         with autocast(self.device, self.precision):
             logits, state = self.step_module(inputs, self.state)  # (B, T, V)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
-        # Without the detach, the next segment's backward pass would run on into this one.
-        self.state = detach_state(tuple(s.float() for s in state))
+        # Without the detach, the next segment's backward pass would run on into this one. Kept
+        # aside until the step is done, so a step that fails (out of memory) leaves the run as it was.
+        next_state = detach_state(tuple(s.float() for s in state))
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         # Textbook notes §3: by norm, g ← g·v/‖g‖ when ‖g‖ > v (all parameters jointly);
@@ -156,6 +157,7 @@ class TrainingRun:
             # Never apply a NaN or infinite update (textbook notes §3): skip it and count it.
             self.skipped += 1
             self.bad_streak += 1
+        self.state = next_state
         self.step += 1
         self.position += 1
         if self.position == len(self.batches):

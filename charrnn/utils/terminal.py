@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from charrnn.errors import CharrnnError
 from charrnn.utils.files import reason
@@ -72,6 +73,53 @@ def stream_stdout(pieces: Iterable[str], prefix: str = "") -> None:
             sys.stdout.write("\n")
 
 
+CONTROL_CHARACTERS = {code: f"\\x{code:02x}" for code in (*range(32), 127)} | {
+    ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+
+
+def one_line(text: str) -> str:
+    """``text`` with every control character escaped (``\\n``, ``\\x1b``): a message that quotes a
+    path holding a line break or a terminal escape stays one plain line."""
+    return text.translate(CONTROL_CHARACTERS)
+
+
+class StderrWhileReaderLives:
+    """``sys.stderr`` that outlives its reader: once a write meets a closed pipe (``2>&1 | head``),
+    the descriptor is pointed at /dev/null and later notes are dropped, so a training run goes on
+    quietly instead of dying on a progress line."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def _gone(self) -> None:
+        try:
+            opened = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(opened, self._stream.fileno())
+            os.close(opened)
+        except (OSError, ValueError, io.UnsupportedOperation):
+            pass
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+            try:  # what could not be flushed is dropped with the reader
+                self._stream.flush()
+            except OSError:
+                pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def fill_closed_descriptors() -> None:
     """Give a closed stdout or stderr descriptor (``>&-``) /dev/null.
 
@@ -90,3 +138,4 @@ def fill_closed_descriptors() -> None:
                 os.close(opened)
     if sys.stderr is None:
         sys.stderr = open(2, "w", closefd=False)  # lives as long as the process
+    sys.stderr = StderrWhileReaderLives(sys.stderr)

@@ -579,3 +579,26 @@ def test_a_budgets_skip_connections_can_be_turned_off(runner, small_corpus, monk
     assert config["model"]["skip_connections"] is False
     # The rest of the 100-second bf16 shape still applied.
     assert config["model"]["hidden_size"] == 256 and config["train"]["ema_decay"] == 0.995
+
+
+@pytest.mark.slow
+@needs_installed
+def test_training_goes_on_quietly_when_the_reader_of_stderr_goes_away(small_corpus, tmp_path):
+    """``charrnn train ... 2>&1 | head -1``: the run finishes and saves; nothing is lost."""
+    arguments = ["train", str(small_corpus), "--out", str(tmp_path / "run"), "--hidden", "16",
+                 "--layers", "1", "--max-steps", "200", "--eval-every", "10"]
+    process = subprocess.Popen([str(INSTALLED), *arguments], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    process.stderr.readline()
+    process.stderr.close()  # the reader is gone: every later note meets a closed pipe
+    assert process.wait(timeout=120) == 0
+    assert torch.load(tmp_path / "run" / "last.pt", weights_only=True)["step"] == 200
+
+
+@pytest.mark.parametrize("name", ["two\nlines.txt", "escape\x1b[2Jcodes.txt", "tab\tand\rreturn.txt"])
+def test_a_path_with_control_characters_stays_on_one_quoted_line(tmp_path, name):
+    result = CliRunner().invoke(cli, ["train", str(tmp_path / name), "--max-steps", "1"])
+    assert result.exit_code != 0
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert "\x1b" not in result.stderr and "\t" not in result.stderr

@@ -206,3 +206,31 @@ def test_cuda_training_with_pinned_batches(make_run, repeated_corpus, tmp_path, 
     # Checkpoints written on the GPU load on the CPU, in float32.
     loaded = load_model(tmp_path / "run" / "best.pt")
     assert all(p.device.type == "cpu" and p.dtype == torch.float32 for p in loaded.model.parameters())
+
+
+@pytest.mark.parametrize("failure", [MemoryError(),
+                                     RuntimeError("DefaultCPUAllocator: can't allocate memory")])
+def test_running_out_of_memory_saves_the_last_whole_step_and_resumes_exactly(
+        make_run, repeated_corpus, tmp_path, monkeypatch, failure):
+    reference = tmp_path / "reference"
+    train_tiny(make_run, repeated_corpus, reference, max_steps=12, eval_every=5)
+    backward = torch.Tensor.backward
+    calls = []
+
+    def failing_at_the_eighth(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 8:  # after the forward pass, with the next segment's state already computed
+            raise failure
+        return backward(self, *args, **kwargs)
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(torch.Tensor, "backward", failing_at_the_eighth)
+    with pytest.raises(CharrnnError) as refused:
+        train_tiny(make_run, repeated_corpus, out, max_steps=12, eval_every=5)
+    monkeypatch.setattr(torch.Tensor, "backward", backward)
+    assert str(refused.value).startswith("out of memory after step 7; saved last.pt at step 7")
+    assert torch.load(out / "last.pt", weights_only=True)["step"] == 7
+    make_run(None, None, resume=out, max_steps=12)
+    resumed = torch.load(out / "last.pt", weights_only=True)["model_state"]
+    expected = torch.load(reference / "last.pt", weights_only=True)["model_state"]
+    assert all(torch.equal(resumed[key], expected[key]) for key in expected)
