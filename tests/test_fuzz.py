@@ -219,3 +219,46 @@ def test_a_hostile_destination_is_respected(tiny_run, kind, command):
         if kind == "directory":  # refused, and nothing inside it replaced or added
             assert result.exit_code != 0 and sorted(path.name for path in root.iterdir()) == before
             assert (root / "real.txt").read_text() == "old"
+
+
+# ---------------------------------------------------------------------------- the Python API
+
+anything = st.one_of(st.none(), st.booleans(), st.integers(-3, 300),
+                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8), st.lists(st.integers(0, 3), max_size=3),
+                     st.sampled_from(["5", "0.1", "lstm"]))
+TRAIN_PARAMETERS = ["max_steps", "epochs", "batch_size", "seq_len", "learning_rate", "hidden_size",
+                    "num_layers", "embed_size", "cell", "dropout", "clip", "clip_mode", "seed", "eval_every",
+                    "save_epochs", "weight_decay", "ema_decay", "val_frac", "warmup_steps", "overwrite",
+                    "device", "precision"]
+SAMPLE_PARAMETERS = ["prime", "length", "temperature", "top_k", "top_p", "greedy", "seed", "beam_width",
+                     "stop_at", "num_samples", "device"]
+
+
+def refused_before_any_write(call, directory: Path) -> None:
+    """``call()`` works, or raises a CharrnnError; a refused option leaves ``directory`` as it was."""
+    from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError
+
+    before = sorted(directory.rglob("*"))
+    try:
+        call()
+    except (ConfigError, ConfigTypeError) as exc:
+        assert sorted(directory.rglob("*")) == before, f"{exc} came after a write"
+    except CharrnnError:
+        pass
+
+
+@FUZZ
+@given(data=st.data())
+def test_the_api_works_or_raises_a_charrnn_error_before_writing(tiny_run, data):
+    import charrnn
+
+    chosen = data.draw(st.dictionaries(st.sampled_from(TRAIN_PARAMETERS), anything, max_size=4))
+    chosen.setdefault("max_steps", 3)
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        corpus = root / "corpus.txt"
+        corpus.write_text("a small corpus for the fuzzing of the API.\n" * 40)
+        options = {"hidden_size": 16, "num_layers": 1, **chosen}
+        refused_before_any_write(lambda: charrnn.train(corpus, out_dir=root / "run", **options), root)
+    decoding = data.draw(st.dictionaries(st.sampled_from(SAMPLE_PARAMETERS), anything, max_size=4))
+    refused_before_any_write(lambda: charrnn.sample(tiny_run / "best.pt", **decoding), tiny_run)
