@@ -224,7 +224,8 @@ def test_a_hostile_destination_is_respected(tiny_run, kind, command):
 # ---------------------------------------------------------------------------- the Python API
 
 anything = st.one_of(st.none(), st.booleans(), st.integers(-3, 300),
-                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8), st.lists(st.integers(0, 3), max_size=3),
+                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8),
+                     st.lists(st.integers(0, 3), max_size=3),
                      st.sampled_from(["5", "0.1", "lstm"]))
 TRAIN_PARAMETERS = ["max_steps", "epochs", "batch_size", "seq_len", "learning_rate", "hidden_size",
                     "num_layers", "embed_size", "cell", "dropout", "clip", "clip_mode", "seed", "eval_every",
