@@ -81,6 +81,18 @@ def _read_text(path: Path) -> str:
     return read_corpus(path)
 
 
+def _trained_on(checkpoint: Path) -> Path | None:
+    """The corpus a checkpoint names, read without loading its tensors; None if it names none."""
+    if checkpoint.suffix != ".pt":
+        return None
+    from charrnn.training.manifest import read_header
+
+    header = read_header(checkpoint) or {}
+    corpus = header.get("corpus")
+    path = corpus.get("path") if isinstance(corpus, dict) else None
+    return Path(path) if isinstance(path, str) and path else None
+
+
 def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
     """Refuse, before any work, an output file that cannot be written whole or that is one of the command's
     ``inputs`` (name → a path, a list of paths, or None; a run directory stands for its files), whether
@@ -98,11 +110,13 @@ def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
             if each is None or (input_name == "against" and each == "train"):  # a keyword, not a file
                 continue
             path = _require_path(each, input_name)
-            # A run directory stands for its files; a checkpoint in one, for its neighbours too.
+            # A run directory stands for its files; a checkpoint in one, for its neighbours too, and
+            # every checkpoint for the corpus it was trained on (its validation split is read).
             folder = path if path.is_dir() else path.parent if path.suffix == ".pt" else None
             neighbours = sorted(folder.iterdir()) if folder is not None and folder.is_dir() else []
             run_files = [file for file in neighbours if file.suffix == ".pt" or file.name in RUN_RECORDS]
-            replaced = same_as_any(target, [path, *run_files])
+            corpora = [corpus for file in run_files if (corpus := _trained_on(file)) is not None]
+            replaced = same_as_any(target, [path, *run_files, *corpora])
             if replaced is not None:
                 what = "" if replaced == path else f" (through {escape(str(replaced))})"
                 raise OptionConflict(f"{{{name}}} {escape(str(target))} is {{{input_name}}} "

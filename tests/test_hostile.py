@@ -496,3 +496,22 @@ def test_plot_writes_through_a_symlink_and_reports_a_full_device(tiny_run, tmp_p
     assert link.is_symlink() and real.read_bytes().startswith(b"\x89PNG")
     assert_one_line_error(run_cli("plot", tiny_run, "--output", "/dev/full"), "No space left on device")
     assert Path("/dev/full").is_char_device()
+
+
+@pytest.mark.parametrize("arguments", [
+    ["compare", "{run}/best.pt", "--markdown", "{corpus}"],
+    ["compare", "{run}/best.pt", "--against", "train", "--markdown", "{link}"],
+    ["sample", "{run}", "--output", "{corpus}"],
+    ["inspect", "{run}/best.pt", "{other}", "--unit", "0", "--html", "{link}"],
+])
+def test_an_output_onto_the_corpus_a_checkpoint_was_trained_on_is_refused(small_corpus, tmp_path, arguments):
+    run = tmp_path / "run"
+    run_cli("train", small_corpus, "--out", run, "--max-steps", "2", "--hidden", "8", "--layers", "1")
+    (tmp_path / "link.txt").symlink_to(small_corpus)
+    other = tmp_path / "other.txt"
+    other.write_text("some other text to read\n")
+    before = small_corpus.read_bytes()
+    names = {"run": run, "corpus": small_corpus, "link": tmp_path / "link.txt", "other": other}
+    result = run_cli(*[argument.format(**names) for argument in arguments])
+    assert_one_line_error(result, "writing it would destroy what is read", code=2)
+    assert small_corpus.read_bytes() == before

@@ -112,7 +112,7 @@ def checkpoint_files(out_dir: Path) -> list[Path]:
               or (out_dir / name).is_symlink()), *sorted(out_dir.glob(EPOCH_CHECKPOINT_GLOB))]
 
 
-def _payload_header(path: Path) -> dict[str, Any] | None:
+def read_header(path: Path) -> dict[str, Any] | None:
     """A checkpoint's plain values, read without loading its tensors; None when it cannot be read."""
     try:
         with warnings.catch_warnings():
@@ -125,7 +125,7 @@ def _payload_header(path: Path) -> dict[str, Any] | None:
 
 def checkpoint_step(path: Path) -> int | None:
     """The ``step`` of a checkpoint, read without loading its tensors; None if unreadable."""
-    payload = _payload_header(path)
+    payload = read_header(path)
     step = payload.get("step") if payload is not None else None
     return step if isinstance(step, int) and not isinstance(step, bool) else None
 
@@ -165,7 +165,7 @@ def saved_steps(out_dir: Path, run_id: str | None, ignore: Path | None = None) -
         known = vouched.get(path.name)
         if known is not None and _matches(path, known):
             continue
-        payload = _payload_header(path)
+        payload = read_header(path)
         step = payload.get("step") if payload is not None else None
         if not isinstance(step, int) or isinstance(step, bool):
             unreadable.append(path)
@@ -181,7 +181,7 @@ def newest_state_file(out_dir: Path, run_id: str | None) -> Path | None:
     best: tuple[int, bool] | None = None
     chosen = None
     for path in checkpoint_files(out_dir):
-        payload = _payload_header(path)
+        payload = read_header(path)
         step = payload.get("step") if payload is not None else None
         if not isinstance(step, int) or isinstance(step, bool):
             continue
