@@ -10,8 +10,8 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category
 __version__ = "0.1.0"
 
 # The Python API (see charrnn.api): one function per command, and load() for a model kept in memory.
-__all__ = ["load", "train", "sample", "stream", "perplexity", "compare", "info", "inspect", "plot",
-           "get_dataset"]
+__all__ = ["load", "train", "sample", "stream", "perplexity", "compare", "evolution", "info", "inspect",
+           "surprisal", "plot", "get_dataset"]
 
 
 def __getattr__(name: str):

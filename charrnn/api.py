@@ -27,7 +27,15 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from charrnn.config import COMPARE_LENGTH, COMPARE_SEED, DynamicConfig, InspectConfig, SampleConfig, checked
+from charrnn.config import (
+    COMPARE_LENGTH,
+    COMPARE_SEED,
+    SURPRISAL_TOP,
+    DynamicConfig,
+    InspectConfig,
+    SampleConfig,
+    checked,
+)
 from charrnn.data.datasets import DATASETS, DEFAULT_DATASET
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, escape
 from charrnn.utils.text import require_valid_text
@@ -40,7 +48,6 @@ if TYPE_CHECKING:  # torch is imported only once the options are checked and the
     from charrnn.training.observer import TrainObserver
 
 PathArg = str | PathLike[str]
-RUN_RECORDS = ("metrics.jsonl", "config.json")  # a run directory's files beside its checkpoints
 
 
 def _path(value: PathArg | None, name: str) -> Path | None:
@@ -97,6 +104,7 @@ def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
     """Refuse, before any work, an output file that cannot be written whole or that is one of the command's
     ``inputs`` (name → a path, a list of paths, or None; a run directory stands for its files), whether
     by the same path, a symbolic link or a hard link: writing it would destroy what is being read."""
+    from charrnn.training.rundir import RUN_FILES
     from charrnn.utils.files import same_as_any
 
     target = _require_path(output, name)
@@ -114,7 +122,7 @@ def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
             # every checkpoint for the corpus it was trained on (its validation split is read).
             folder = path if path.is_dir() else path.parent if path.suffix == ".pt" else None
             neighbours = sorted(folder.iterdir()) if folder is not None and folder.is_dir() else []
-            run_files = [file for file in neighbours if file.suffix == ".pt" or file.name in RUN_RECORDS]
+            run_files = [file for file in neighbours if file.suffix == ".pt" or file.name in RUN_FILES]
             corpora = [corpus for file in run_files if (corpus := _trained_on(file)) is not None]
             replaced = same_as_any(target, [path, *run_files, *corpora])
             if replaced is not None:
@@ -525,6 +533,39 @@ class Model:
         (``unit``, ``layer``, ``state``, ``rank``, ``top``, ``max_chars``)."""
         return self.look(Looking.check(text, file, options))
 
+    def surprisal(self, text: str | None = None, *, file: PathArg | None = None, top: int = SURPRISAL_TOP,
+                  skip_unknown: bool = False, max_chars: int | None = None) -> Surprisal:
+        """The surprisal of each character of ``text`` (or ``file``) and the model's ``top`` guesses there;
+        the mean over the scored characters is :meth:`perplexity`'s nats/char on the same text.
+
+        ``max_chars`` reads only the start of the text; ``skip_unknown`` drops characters outside the
+        vocabulary (as :meth:`perplexity` does), which are otherwise refused here.
+        """
+        from charrnn.data.vocab import describe_chars
+
+        if checked(top, int, "top") < 1:
+            raise ConfigError("must be at least 1", "top")
+        if max_chars is not None and checked(max_chars, int, "max_chars") < 2:
+            raise ConfigError("must be at least 2 (the first character is never scored)", "max_chars")
+        checked(skip_unknown, bool, "skip_unknown")
+        path = _text_file(file, "file")
+        if (text is None) == (path is None):
+            raise OptionConflict("give one of {text} and {file}")
+        if path is not None:
+            whole = _read_text(path)
+        else:
+            whole = require_valid_text(checked(text, str, "text"), "{text}")
+        whole = whole[:max_chars] if max_chars is not None else whole
+        outside = self.vocab.outside(Counter(whole))
+        if outside and not skip_unknown:
+            unknown = describe_chars(outside)
+            raise CharrnnError(f"the text has characters the model never saw: {unknown}; pass "
+                               f"{{skip_unknown}} to drop them", names_options=True)
+        kept = len(whole) - sum(outside.values()) if skip_unknown else len(whole)
+        if kept < 2:
+            raise CharrnnError("need at least 2 characters to score (the first has no context)")
+        return Surprisal(self, whole, top, skip_unknown)
+
     def look(self, request: Looking) -> Inspection:
         """The activations of a checked request (see :meth:`inspect`)."""
         from charrnn.analysis.neurons import activations, rank_units, text_feature
@@ -548,6 +589,43 @@ class Model:
         scale = 1.0 if asked.state == "h" or not values else max(1e-6, max(abs(v) for v in values))
         return Inspection(request.text, asked.layer_index, asked.unit, asked.state, values, scale, asked.rank,
                           ranking, self.checkpoint)
+
+
+@dataclass(frozen=True)
+class Surprisal:
+    """Per-character surprisal of a text under a model (:meth:`Model.surprisal`).
+
+    Iterating yields one :class:`~charrnn.analysis.surprisal.CharSurprisal` per scored
+    character (every character after the first), computed chunk by chunk as it is
+    read: a long text streams in bounded memory. Each pass recomputes.
+    """
+
+    model: Model  # the model that reads the text
+    text: str  # the text (at most max_chars of it)
+    top: int  # how many guesses each row lists
+    skip_unknown: bool  # characters outside the vocabulary are dropped instead of refused
+
+    def __iter__(self) -> Iterator[Any]:
+        from charrnn.analysis.surprisal import surprisals
+
+        return surprisals(self.model.network, self.model.vocab, self.text, self.top, self.skip_unknown)
+
+    def most_surprising(self, count: int) -> list[Any]:
+        """The ``count`` most surprising characters, highest first, each with its context
+        (:class:`~charrnn.analysis.surprisal.SurprisingPosition`)."""
+        from charrnn.analysis.surprisal import most_surprising
+
+        if checked(count, int, "most_surprising") < 1:
+            raise ConfigError("must be at least 1", "most_surprising")
+        return most_surprising(self, count, self.text)
+
+    def to_html(self, title: str | None = None, rows: list[Any] | None = None) -> str:
+        """A standalone page of the text shaded by surprisal, each character's scores on hover (``rows``:
+        this text's rows, already computed)."""
+        from charrnn.analysis.surprisal import surprisal_page
+
+        return surprisal_page(self.text, self if rows is None else rows,
+                              title or f"Surprisal under {self.model.checkpoint.name}")
 
 
 def _known(options: dict[str, Any], config: type) -> dict[str, Any]:
@@ -713,6 +791,57 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
     resolved = [checkpoint_in(path, "best.pt") for path in paths]
     reports, note = compare_checkpoints(resolved, settings, resolve_device(_device(device)))
     return Comparison(reports, settings, note, resolved)
+
+
+@dataclass(frozen=True)
+class Evolution:
+    """The samples a run recorded while training (:func:`evolution`), oldest first."""
+
+    run_dir: Path  # the run directory read
+    rows: list[Any]  # charrnn.training.samples.SampleRecord: step, epoch, seconds, val_loss, prime, text...
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_dir": str(self.run_dir), "samples": [asdict(row) for row in self.rows]}
+
+    def to_markdown(self) -> str:
+        """A table of step, epoch, validation loss and text (line breaks as ``<br>``, markup escaped)."""
+        import html
+
+        lines = [f"# Samples while training: {self.run_dir.name or self.run_dir}", "",
+                 "| step | epoch | val nats/char | sample |", "|---:|---:|---:|---|"]
+        for row in self.rows:
+            loss = "" if row.val_loss is None else f"{row.val_loss:.4f}"
+            text = html.escape(row.prime + row.text).replace("|", "&#124;").replace("\n", "<br>")
+            lines.append(f"| {row.step:,} | {row.epoch:g} | {loss} | {text} |")
+        return "\n".join(lines) + "\n"
+
+
+def evolution(run_dir: PathArg, **unused: Any) -> Evolution:
+    """The samples ``run_dir`` recorded while training (``sample_every``, epoch checkpoints): the text
+    improving step by step, with the validation loss where it was measured.
+
+    Settings of :func:`compare` (a prime, a temperature, a text) do not apply here and are refused.
+    """
+    from charrnn.training.samples import read_samples
+
+    if unused:
+        raise OptionConflict(f"the evolution shows the samples recorded while training: "
+                             f"{{{sorted(unused)[0]}}} does not apply")
+    directory = _require_path(run_dir, "run_dir")
+    if not directory.is_dir():
+        raise CharrnnError(f"{escape(str(directory))} is not a run directory")
+    return Evolution(directory, read_samples(directory))
+
+
+def surprisal(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None,
+              top: int = SURPRISAL_TOP, skip_unknown: bool = False, max_chars: int | None = None,
+              device: str = "cpu", **unused: Any) -> Surprisal:
+    """``load(checkpoint, device).surprisal(...)``. Settings of :func:`inspect` that look at one unit or
+    rank units (``unit``, ``layer``, ``state``, ``rank``) do not apply and are refused."""
+    if unused:
+        raise OptionConflict(f"surprisal scores every character: {{{sorted(unused)[0]}}} does not apply")
+    model = _load(checkpoint, device, "checkpoint")
+    return model.surprisal(text, file=file, top=top, skip_unknown=skip_unknown, max_chars=max_chars)
 
 
 def plot(run_dirs: Sequence[PathArg], output: PathArg = "curves.png") -> Path:

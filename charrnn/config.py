@@ -57,8 +57,8 @@ def require_at_least(config: object, minimum: int, *fields: str) -> None:
 
 
 
-def check_seed(seed: int | None) -> None:
-    require(seed is None or SEED_RANGE[0] <= seed <= SEED_RANGE[1], "seed",
+def check_seed(seed: int | None, name: str = "seed") -> None:
+    require(seed is None or SEED_RANGE[0] <= seed <= SEED_RANGE[1], name,
             f"must be between {SEED_RANGE[0]} and {SEED_RANGE[1]} (64 bits)")
 
 
@@ -222,6 +222,12 @@ class TrainConfig(_DictMixin):
     save_epochs: list[int] = field(default_factory=list)  # keep a checkpoint at the end of these epochs
     eval_every: int | None = None  # steps between validation passes; None: see evaluation_interval
     save_every: int = 1000  # steps between writes of last.pt
+    sample_every: int | None = None  # steps between samples recorded in samples.jsonl (and at every epoch
+    # checkpoint); None: at epoch checkpoints only
+    sample_length: int = 200  # characters in each recorded sample
+    sample_prime: str = ""  # the text every recorded sample starts from ("": a newline, as at a text's start)
+    sample_temperature: float = 0.8  # the temperature of every recorded sample
+    sample_seed: int = 0  # the seed of every recorded sample: the same each time, so the rows compare
     seed: int = 1337  # seeds torch and Python's RNG for initialisation and dropout
     device: str = "cpu"  # torch device the run uses (resolved, never "auto")
     precision: str = "auto"  # fp32; bf16: bfloat16 autocast of the training forward pass; auto: bf16
@@ -232,7 +238,9 @@ class TrainConfig(_DictMixin):
         check_field_types(self)
         require(0.0 < self.val_frac < 1.0, "val_frac", "must be strictly between 0 and 1")
         require_at_least(self, 1, "batch_size", "seq_len", "eval_every", "save_every", "max_bad_steps",
-                         "max_steps")
+                         "max_steps", "sample_every", "sample_length")
+        require(self.sample_temperature > 0, "sample_temperature", "must be positive")
+        check_seed(self.sample_seed, "sample_seed")
         require_at_least(self, 0, "warmup_steps")
         require(0 < self.learning_rate <= MAX_LEARNING_RATE, "learning_rate",
                 f"must be positive and at most {MAX_LEARNING_RATE:g}")
@@ -322,6 +330,7 @@ def shape_for_budget(seconds: float, device: str = "cpu", precision: str = "fp32
     return next(shape for shape in BUDGET_SHAPES[precision] if seconds <= shape.up_to_seconds)
 
 
+SURPRISAL_TOP = 5  # guesses listed for each character by inspect --surprisal
 DEFAULT_LENGTH_PENALTY = 1.0  # measured: lower lets the shortest stop win, 1.2 and up let endless loops win
 DECODING_CHOICES = ("temperature", "top_k", "top_p", "seed")  # what beam search and greedy decoding never use
 

@@ -7,6 +7,8 @@ and samples containing ``[brackets]`` are shown as they are.
 
 from __future__ import annotations
 
+import math
+import shutil
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +30,8 @@ from charrnn.models.model import CharRNN
 from charrnn.training.loop import StepReport, TrainObserver, TrainResult
 from charrnn.training.plan import TrainingPlan
 from charrnn.training.rundir import EvaluationRecord
+from charrnn.training.samples import SampleRecord
+from charrnn.utils.terminal import one_line
 
 Namer = Callable[[str], str]  # how the command line names a library parameter (max_steps → --max-steps)
 
@@ -155,12 +159,34 @@ class ProgressBar(TrainObserver):
             file=sys.stderr,
         )
 
+    def on_sample(self, record: SampleRecord) -> None:
+        """One line: the step and the start of the sample, its line breaks shown as ⏎, cut to the width."""
+        if self.quiet:
+            return
+        head = f"sample @ step {record.step}: "
+        width = max(20, shutil.get_terminal_size().columns - len(head) - 1)
+        text = one_line((record.prime + record.text).replace("\n", "⏎"))
+        tqdm.write(head + (text if len(text) <= width else text[: width - 1] + "…"), file=sys.stderr)
+
     def on_end(self, completed: bool) -> None:
         if self.bar is not None:
             if completed:  # a time budget's estimated end was approximate: show where it really ended
                 self.bar.total = self.bar.n
                 self.bar.refresh()
             self.bar.close()
+
+
+def evolution_table(evolution: Any) -> Table:
+    """``compare --evolution``: one row per recorded sample (an :class:`charrnn.api.Evolution`)."""
+    table = Table(title=f"samples while training: {evolution.run_dir}", show_lines=True)
+    table.add_column("step", justify="right")
+    table.add_column("epoch", justify="right")
+    table.add_column("val nats/char", justify="right")
+    table.add_column("sample")
+    for row in evolution.rows:
+        loss = "" if row.val_loss is None else f"{row.val_loss:.4f}"
+        table.add_row(f"{row.step:,}", f"{row.epoch:g}", loss, Text(row.prime + row.text))
+    return table
 
 
 def training_summary(result: TrainResult, name: Namer) -> Table:
@@ -275,6 +301,46 @@ def coloured_text(text: str, values: list[float], scale: float) -> Text:
         red, green, blue = colour(value, scale)
         rendered.append(char, style=f"black on rgb({red},{green},{blue})" if char != "\n" else "")
     return rendered
+
+
+def surprisal_text(text: str, rows: list[Any]) -> Group:
+    """The text shaded by surprisal (white to red), a legend, and the mean over the scored characters."""
+    from charrnn.analysis.surprisal import SATURATION_NATS, heat
+
+    scored = {row.index: row.nats for row in rows}
+    rendered = Text()
+    for index, char in enumerate(text):
+        nats = scored.get(index)
+        if nats is None or char == "\n":
+            rendered.append(char, style="dim" if nats is None else "")
+            continue
+        red, green, blue = heat(nats)
+        rendered.append(char, style=f"black on rgb({red},{green},{blue})")
+    legend = Text("surprisal: ")
+    for level in range(int(SATURATION_NATS) + 1):
+        red, green, blue = heat(level)
+        legend.append(f" {level} ", style=f"black on rgb({red},{green},{blue})")
+    mean = sum(scored.values()) / len(scored)
+    legend.append(f" nats and beyond; {len(scored):,} characters scored, {mean:.4f} nats/char on average "
+                  f"(the first character has no context and is not scored)")
+    return Group(rendered, Text(), legend)
+
+
+def surprising_table(positions: list[Any]) -> Table:
+    """``inspect --most-surprising``: each position, its surprisal, its context and the model's guesses."""
+    table = Table(title="the most surprising characters")
+    for column, justify in (("#", "right"), ("index", "right"), ("nats", "right"), ("p", "right"),
+                            ("in context", "left"), ("the model expected", "left")):
+        table.add_column(column, justify=justify)
+    for rank, position in enumerate(positions, start=1):
+        row = position.row
+        context = Text(escaped(position.before), style="dim")
+        context.append(escaped(row.char), style="bold black on rgb(255,115,0)")
+        context.append(escaped(position.after), style="dim")
+        guesses = "  ".join(f"{escaped(char)} {probability:.0%}" for char, probability in row.top)
+        table.add_row(str(rank), f"{row.index:,}", f"{row.nats:.2f}", f"{math.exp(-row.nats):.2%}", context,
+                      guesses)
+    return table
 
 
 def escaped(chars: str) -> str:

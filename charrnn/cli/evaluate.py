@@ -68,9 +68,13 @@ def eval_perplexity_command(checkpoint: str, text_file: str | None, as_json: boo
 @json_option("Print a JSON list, one object per checkpoint.")
 @option("--markdown", "markdown_file", type=click.Path(), default=None, group="output",
         help="Also write the comparison as Markdown to this file.")
+@option("--evolution", is_flag=True, group="output",
+        help="Instead: show the samples each RUN_DIR recorded while training (train --sample-every), "
+             "step by step, with the validation loss.")
 @device_option("cpu")
-def compare_command(checkpoints: tuple[str, ...], as_json: bool, markdown_file: str | None,
-                    **settings: Any) -> None:
+@click.pass_context
+def compare_command(ctx: click.Context, checkpoints: tuple[str, ...], as_json: bool,
+                    markdown_file: str | None, evolution: bool, **settings: Any) -> None:
     """Score CHECKPOINTS and sample each with the same prime, seed and decoding settings.
 
     For each: epoch, steps, validation nats/char, bits/char, perplexity and a
@@ -87,8 +91,15 @@ def compare_command(checkpoints: tuple[str, ...], as_json: bool, markdown_file: 
       charrnn compare runs/*/best.pt --prime "ROMEO:" --temperature 0.8 --markdown report.md
       charrnn compare a.pt b.pt --beam-width 4 --text held_out.txt --json
       charrnn compare runs/*/best.pt --dynamic
+      charrnn compare checkpoints/epochs --evolution --markdown evolution.md
     """
     from charrnn.api import check_output, compare
+
+    if evolution:
+        given = {key: value for key, value in settings.items()
+                 if ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
+        show_evolution(checkpoints, as_json, markdown_file, given)
+        return
 
     if markdown_file is not None:
         check_output(markdown_file, "markdown_file", {"checkpoints": checkpoints, **{
@@ -107,6 +118,25 @@ def compare_command(checkpoints: tuple[str, ...], as_json: bool, markdown_file: 
     from charrnn.cli.display import comparison_renderable
 
     show(comparison_renderable(comparison.reports, out.width, name))
+
+
+def show_evolution(run_dirs: tuple[str, ...], as_json: bool, markdown_file: str | None,
+                   given: dict[str, Any]) -> None:
+    """``compare --evolution``: each run directory's recorded samples, as a table, JSON or Markdown."""
+    from charrnn.api import check_output, evolution
+
+    if markdown_file is not None:
+        check_output(markdown_file, "markdown_file", {"checkpoints": run_dirs})
+    evolutions = [evolution(run_dir, **given) for run_dir in run_dirs]
+    if markdown_file is not None:
+        write_file(markdown_file, "\n".join(each.to_markdown() for each in evolutions))
+    if as_json:
+        print_json([each.to_dict() for each in evolutions], indent=2)
+        return
+    from charrnn.cli.display import evolution_table
+
+    for each in evolutions:
+        show(evolution_table(each))
 
 
 COMMANDS = [eval_perplexity_command, compare_command]

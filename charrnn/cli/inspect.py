@@ -9,6 +9,8 @@ import click
 from charrnn.cli.options import GroupedCommand, config_option, device_option, json_option, option
 from charrnn.cli.output import print_json, say_checkpoint, show, write_file
 from charrnn.config import INSPECT_FEATURES, INSPECT_TOP, InspectConfig
+from charrnn.utils.files import json_text
+from charrnn.utils.terminal import stream_stdout
 
 
 @click.command("info", cls=GroupedCommand)
@@ -46,29 +48,51 @@ def info_command(checkpoint: str, as_json: bool) -> None:
 @config_option("--state", InspectConfig, "state", "what to look at", type=click.Choice(["h", "c"]))
 @config_option("--rank", InspectConfig, "rank", "what to look at", type=click.Choice(INSPECT_FEATURES))
 @config_option("--top", InspectConfig, "top", "what to look at", type=int, default_text=str(INSPECT_TOP))
-@config_option("--max-chars", InspectConfig, "max_chars", "what to look at", type=int)
+@config_option("--max-chars", InspectConfig, "max_chars", "what to look at", type=int,
+               default_text="3000; with --surprisal, the whole text")
+@option("--surprisal", is_flag=True, group="surprisal",
+        help="Colour each character by its surprisal (-ln p given the text before it) and list the model's "
+             "guesses there (--top of them, default 5); the mean is eval-perplexity's nats/char.")
+@option("--most-surprising", type=int, metavar="K", group="surprisal",
+        help="List the K most surprising characters in their context (implies --surprisal).")
+@option("--skip-unknown", is_flag=True, group="surprisal",
+        help="Drop characters outside the vocabulary, as eval-perplexity --skip-unknown does.")
 @option("--html", "html_file", type=click.Path(), default=None, group="output",
-        help="Also write the coloured text as a standalone HTML page.")
-@json_option("Print the activations and the ranking as one JSON object instead.")
+        help="Also write the coloured text as a standalone HTML page (with --surprisal, each character's "
+             "scores on hover).")
+@json_option("Print the activations and the ranking as one JSON object instead (with --surprisal, one "
+             "object per character, streamed).")
 @device_option("cpu")
-def inspect_command(checkpoint: str, text_file: str, html_file: str | None, device: str, as_json: bool,
+@click.pass_context
+def inspect_command(ctx: click.Context, checkpoint: str, text_file: str, html_file: str | None, device: str,
+                    as_json: bool, surprisal: bool, most_surprising: int | None, skip_unknown: bool,
                     **looking: Any) -> None:
-    """Colour TEXT_FILE by one unit's activation, or rank units by a feature of the text.
+    """Colour TEXT_FILE by one unit's activation, rank units by a feature of the text, or show where
+    the model is surprised.
 
     Each character is shaded by the unit's value after reading it: red negative,
     white zero, blue positive. --rank quotes finds "inside a quotation" cells.
+    --surprisal shades each character by how unexpected it was, white to red.
 
     \b
     Examples:
       charrnn inspect best.pt play.txt --layer 1 --unit 37 --state c
       charrnn inspect best.pt play.txt --rank quotes --top 5
       charrnn inspect best.pt play.txt --unit 37 --html unit37.html
+      charrnn inspect best.pt held_out.txt --most-surprising 10
+      charrnn inspect best.pt held_out.txt --surprisal --html surprisal.html
     """
     from charrnn.api import check_output, inspect
     from charrnn.cli.display import coloured_text, ranking_table
 
     if html_file is not None:
         check_output(html_file, "html_file", {"checkpoint": checkpoint, "text_file": text_file})
+    if surprisal or most_surprising is not None or skip_unknown:
+        given = {key: value for key, value in looking.items()
+                 if ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
+        show_surprisal(checkpoint, text_file, html_file, device, as_json, most_surprising,
+                       {**given, "skip_unknown": skip_unknown})
+        return
     seen = inspect(checkpoint, file=text_file, device=device, **looking)
     say_checkpoint(checkpoint, seen.checkpoint)
     page = seen.to_html() if html_file is not None else None  # refused without --unit, before any output
@@ -80,6 +104,43 @@ def inspect_command(checkpoint: str, text_file: str, html_file: str | None, devi
         show(coloured_text(seen.text, seen.values, seen.scale), soft_wrap=True)
     if html_file is not None and page is not None:
         write_file(html_file, page)
+
+
+def show_surprisal(checkpoint: str, text_file: str, html_file: str | None, device: str, as_json: bool,
+                   most_surprising: int | None, options: dict[str, Any]) -> None:
+    """``inspect --surprisal``: the rows streamed as JSON, the K most surprising, or the coloured text."""
+    from charrnn.api import surprisal
+    from charrnn.cli.display import surprisal_text, surprising_table
+
+    scores = surprisal(checkpoint, file=text_file, device=device, **options)
+    say_checkpoint(checkpoint, scores.model.checkpoint)
+    if most_surprising is not None:
+        positions = scores.most_surprising(most_surprising)
+        if as_json:
+            print_json([position.to_dict() for position in positions])
+        else:
+            show(surprising_table(positions))
+    elif as_json:
+        stream_stdout(json_lines(scores))
+    else:
+        rows = list(scores)
+        show(surprisal_text(scores.text, rows), soft_wrap=True)
+        if html_file is not None:
+            write_file(html_file, scores.to_html(rows=rows))
+        return
+    if html_file is not None:
+        write_file(html_file, scores.to_html())
+
+
+def json_lines(rows: Any, batch: int = 512) -> Any:
+    """One JSON object per row and line, handed on ``batch`` rows at a time (one flush each)."""
+    lines = []
+    for row in rows:
+        lines.append(json_text(row.to_dict(), ensure_ascii=False) + "\n")
+        if len(lines) == batch:
+            yield "".join(lines)
+            lines = []
+    yield "".join(lines)
 
 
 @click.command("plot")

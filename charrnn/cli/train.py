@@ -30,6 +30,7 @@ from charrnn.errors import TrainingInterrupted
 from charrnn.utils.interrupt import EXIT_CODES
 
 RUN = "run directory and checkpoints"  # a help group
+SAMPLES = "samples while training"  # a help group
 
 
 def _parse_epochs(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
@@ -80,6 +81,14 @@ def _parse_epochs(ctx: click.Context, param: click.Parameter, value: str | None)
 @config_option("--eval-every", TrainConfig, "eval_every", "evaluation", type=int,
                help="Steps between validation passes.",
                default_text=f"{DEFAULT_EVAL_EVERY:,}; with --time-budget, only at the end")
+@config_option("--sample-every", TrainConfig, "sample_every", SAMPLES, type=int,
+               help="Every N steps (and at the end, and at every epoch checkpoint) append a sample to "
+                    "samples.jsonl and show its start; see it with compare RUN_DIR --evolution.",
+               default_text="at epoch checkpoints only")
+@config_option("--sample-length", TrainConfig, "sample_length", SAMPLES, type=int)
+@config_option("--sample-prime", TrainConfig, "sample_prime", SAMPLES, default_text="a newline")
+@config_option("--sample-temperature", TrainConfig, "sample_temperature", SAMPLES, type=float)
+@config_option("--sample-seed", TrainConfig, "sample_seed", SAMPLES, type=int)
 @device_option("auto", "hardware and precision")
 @config_option("--precision", TrainConfig, "precision", "hardware and precision",
                type=click.Choice(PRECISIONS),

@@ -39,6 +39,7 @@ from charrnn.training.rundir import (
     prepare_out_dir,
 )
 from charrnn.training.runlock import RunLock
+from charrnn.training.samples import check_sample_prime, draw_sample
 from charrnn.training.schedule import StopReason, learning_rate_at, planned_steps, run_progress, stop_reason
 from charrnn.training.state import TrainingRun
 from charrnn.utils.files import remove_stale_temporaries
@@ -205,12 +206,17 @@ class TrainingLoop:
         scheduled = (interval is not None and run.step % interval == 0) or reason is not None or epoch_end
         evaluating = scheduled and not (reason is not None and reason.interrupted)
         saving = run.step % config.save_every == 0 or reason is not None
-        if not (evaluating or saving):
+        sampling = self.run_dir is not None and not (reason is not None and reason.interrupted) and (
+            epoch_end or (config.sample_every is not None
+                          and (run.step % config.sample_every == 0 or reason is not None)))
+        if not (evaluating or saving or sampling):
             return
+        val_loss = None
         carried = run.carried_state()  # a collective: every rank gathers
         if evaluating and self.run_dir is not None:
             result = evaluate(run.model, self.val_ids)  # in float32 whatever the precision: exact scores
             run.latest_eval = {"step": run.step, **result.to_dict()}
+            val_loss = result.nats_per_char
             averaged = None
             if run.average is not None:
                 with run.average.swapped_in(run.model):
@@ -235,6 +241,13 @@ class TrainingLoop:
                 self.run_dir.save(record.epoch_checkpoint, run.payload(self.elapsed, carried))
             self.run_dir.append_metrics(record)
             self.observer.on_eval(record, improved)
+        if sampling:
+            started = self.clock()
+            record = draw_sample(run.model, run.vocab, config, run.step, run.epoch, started - self.start,
+                                 val_loss)
+            self.run_dir.append_sample(record)
+            self.observer.on_sample(record)
+            self.window_start += self.clock() - started  # the throughput reported is training's alone
         if evaluating:
             self._start_window()
         if saving and self.run_dir is not None:
@@ -261,7 +274,7 @@ def train(
     stop: GracefulStop | None = None,
     initial_weights: dict[str, torch.Tensor] | None = None,
     group: SingleProcess | None = None,
-    branch_history: list[str] | None = None,
+    branch_from: Path | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> TrainResult:
     """Train a new model on ``ids`` (the encoded corpus) and write the run to ``config.out_dir``.
@@ -271,11 +284,12 @@ def train(
     An existing run in ``config.out_dir`` is replaced only when ``overwrite`` is set,
     and only once the new run writes its first file (see :mod:`charrnn.training.rundir`).
     With ``resume_from`` (a checkpoint of the run in ``config.out_dir``) training
-    continues from it exactly, appending to ``metrics.jsonl``. With
-    ``branch_history`` as well, ``config.out_dir`` is a new directory (a branch):
-    the run continues there from the checkpoint under a new run id, its
-    ``metrics.jsonl`` starting with those lines, and its ``best.pt`` the best of
-    the branch. When ``stop`` reports a signal, the current step finishes,
+    continues from it exactly, continuing ``metrics.jsonl`` and ``samples.jsonl`` from
+    its step. With ``branch_from`` (the checkpoint's run directory) as well,
+    ``config.out_dir`` is a new directory (a branch): the run continues there from
+    the checkpoint under a new run id, its logs starting with that run's rows up to
+    the checkpoint, and its ``best.pt`` the best of the branch. When ``stop`` reports
+    a signal, the current step finishes,
     ``last.pt`` is written and :class:`TrainingInterrupted` is raised. After
     ``config.max_bad_steps`` consecutive non-finite steps, training stops with an
     error and the checkpoints written so far are left as they were.
@@ -299,13 +313,14 @@ def train(
     # The ids stay in host memory (memory-mapped from the corpus cache); each step moves one batch.
     batches = StreamBatches(split.train, config.batch_size, config.seq_len)
     check_model_fits(model_config, config.device, config.batch_size, config.seq_len)  # before any write
+    check_sample_prime(config, vocab)
     if group.is_main:
         prepare_out_dir(out_dir, overwrite=overwrite or resume_from is not None)
     with RunLock(out_dir) if group.is_main else contextlib.nullcontext():
         run = TrainingRun(model_config, config, vocab, corpus, batches, initial_weights, group)
         if resume_from is not None:
             run.restore(resume_from)
-        branching = branch_history is not None
+        branching = branch_from is not None
         if branching:
             run.run_id = new_run_id()
             run.best = None
@@ -317,7 +332,8 @@ def train(
             run_dir = RunDirectory(out_dir, {
                 "run_id": run.run_id, "model": model_config.to_dict(), "train": config.to_dict(),
                 "corpus": corpus.to_dict(), "world_size": group.world_size,
-            }, fresh=resume_from is None or branching, history=branch_history or [])
+            }, fresh=resume_from is None or branching,
+                resumed_at=resume_from["step"] if resume_from is not None else None, branch_from=branch_from)
         for warning in epoch_checkpoint_warnings(config, len(batches), planned_steps(config, len(batches))):
             observer.on_message(warning)
         observer.on_start(run.model, model_config, config, corpus, len(batches),

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from charrnn.data.corpus import CorpusInfo
     from charrnn.models.model import CharRNN
     from charrnn.training.rundir import EvaluationRecord
+    from charrnn.training.samples import SampleRecord
 
 
 @dataclass
@@ -49,6 +50,9 @@ class TrainObserver:
 
     def on_eval(self, record: EvaluationRecord, improved: bool) -> None:
         """``improved``: this evaluation is the run's best so far, and was saved as best.pt."""
+
+    def on_sample(self, record: SampleRecord) -> None:
+        """A sample recorded in samples.jsonl (``TrainConfig.sample_every``, epoch checkpoints)."""
 
     def on_end(self, completed: bool) -> None:
         """``completed`` is False when an error or a signal cut the run short."""

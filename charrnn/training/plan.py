@@ -35,7 +35,7 @@ from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_mod
 from charrnn.training.distributed import SingleProcess
 from charrnn.training.loop import TrainObserver, TrainResult, train
 from charrnn.training.request import MODEL_FIELDS, TrainingRequest, check_request, split_options
-from charrnn.training.rundir import metrics_history, refuse_replacing_inputs, resume_checkpoint, resume_target
+from charrnn.training.rundir import refuse_replacing_inputs, resume_checkpoint, resume_target
 from charrnn.training.schedule import stop_reason
 from charrnn.training.state import RESUME_FIELDS
 from charrnn.utils.interrupt import GracefulStop
@@ -43,7 +43,8 @@ from charrnn.utils.interrupt import GracefulStop
 # What a resumed run may change; anything else would not fit the checkpoint's weights or place in the data.
 RESUME_MAY_CHANGE = ("epochs", "max_steps", "time_budget", "learning_rate", "min_lr_ratio", "warmup_steps",
                      "clip", "clip_mode", "max_bad_steps", "save_epochs", "eval_every", "save_every",
-                     "device", "precision")
+                     "device", "precision", "sample_every", "sample_length", "sample_prime",
+                     "sample_temperature", "sample_seed")
 @dataclass(frozen=True)
 class BudgetDecision:
     """What a time budget did to a run's shape."""
@@ -81,7 +82,7 @@ class TrainingPlan:
     overwrite: bool = False  # an existing run in config.out_dir may be replaced
     resume_from: dict[str, Any] | None = None  # the checkpoint payload a resumed run continues
     resume: ResumeFacts | None = None  # what resuming means, for the user
-    branch_history: list[str] | None = None  # metrics lines a branch starts with
+    branch_from: Path | None = None  # a branch: the run directory whose logs it starts with, up to its step
     initial_weights: dict[str, torch.Tensor] | None = None  # a fine-tuned run's starting weights
     budget: BudgetDecision | None = None  # what the time budget chose, when one was given
 
@@ -90,7 +91,7 @@ class TrainingPlan:
         """Train it (see :func:`charrnn.training.loop.train`; ``engine_options``, such as ``clock``, too)."""
         result = train(self.model_config, self.config, self.vocab, self.ids, self.corpus, observer,
                        overwrite=self.overwrite, resume_from=self.resume_from, stop=stop,
-                       initial_weights=self.initial_weights, group=group, branch_history=self.branch_history,
+                       initial_weights=self.initial_weights, group=group, branch_from=self.branch_from,
                        **engine_options)
         return dataclasses.replace(result, model_config=self.model_config, config=self.config,
                                    budget=self.budget, rank=group.rank if group is not None else 0)
@@ -245,5 +246,5 @@ def _plan_resume(request: TrainingRequest, model_options: dict[str, Any],
     return TrainingPlan(
         model_config, config, vocab, encoded.ids, encoded.info, resume_from=payload,
         resume=ResumeFacts(checkpoint, payload["step"], payload["progress_epochs"], changes, target.branch),
-        branch_history=metrics_history(checkpoint.parent, payload["step"]) if target.branch else None,
+        branch_from=checkpoint.parent if target.branch else None,
     )

@@ -16,6 +16,7 @@ from typing import Any
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.errors import ConfigError, OptionConflict
 
+SAMPLE_SETTINGS = ("sample_length", "sample_prime", "sample_temperature", "sample_seed")
 MODEL_FIELDS = frozenset(f.name for f in dataclasses.fields(ModelConfig))
 TRAIN_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainConfig))
 NOT_OPTIONS = frozenset({"vocab_size", "out_dir", "device", "init_from"})  # set by the request or the corpus
@@ -58,6 +59,11 @@ def check_request(request: TrainingRequest) -> None:
     device = "cuda" if request.device == "auto" else request.device
     config = TrainConfig(out_dir=".", device=device, **train_options)
     _refuse_ignored(request.options, model, config)
+    if request.resume is None and config.sample_every is None and not config.save_epochs:
+        for name in SAMPLE_SETTINGS:
+            if name in request.options:
+                raise OptionConflict(f"{{{name}}} shapes the samples recorded while training: it goes with "
+                                     f"{{sample_every}} (or {{save_epochs}})")
 
 
 def _refuse_ignored(given: dict[str, Any], model: ModelConfig, config: TrainConfig) -> None:

@@ -38,6 +38,7 @@ from charrnn.training.manifest import (
     saved_steps,
 )
 from charrnn.training.runlock import LOCK_NAME
+from charrnn.training.samples import SAMPLES_NAME, SampleRecord
 from charrnn.utils.files import (
     append_line,
     json_text,
@@ -48,7 +49,7 @@ from charrnn.utils.files import (
     write_json,
 )
 
-RUN_FILES = ("last.pt", "best.pt", "metrics.jsonl", "config.json", MANIFEST_NAME)
+RUN_FILES = ("last.pt", "best.pt", "metrics.jsonl", "config.json", MANIFEST_NAME, SAMPLES_NAME)
 
 
 def new_run_id() -> str:
@@ -204,16 +205,21 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
 class RunDirectory:
     """One run's directory, written by the process that holds its lock.
 
-    Every write goes through :meth:`save` or :meth:`append_metrics`. Until the first
-    of them succeeds, nothing in the directory is removed or replaced; right after it,
-    an older run's epoch checkpoints go (fresh runs) and ``config.json`` is written.
-    An older run's ``last.pt``, ``best.pt`` and log stay until this run replaces each.
+    Every write goes through :meth:`save`, :meth:`append_metrics` or :meth:`append_sample`.
+    Until the first of them succeeds, nothing in the directory is removed or replaced;
+    right after it, an older run's epoch checkpoints go (fresh runs) and ``config.json``
+    is written. An older run's ``last.pt``, ``best.pt`` and logs stay until this run
+    replaces each. The logs (``metrics.jsonl``, ``samples.jsonl``) hold one row per step
+    at most: a resumed run drops, at its first write to each, the rows after the step it
+    resumed from (it is about to write them again), and a branch starts each with the rows
+    of the run it branched from, up to that step.
     """
 
     path: Path  # the directory
     config_record: dict[str, Any]  # what config.json holds: model, train, corpus, run_id, world_size
     fresh: bool  # a new run (or an overwrite, or a branch): an older run's files give way to it
-    history: list[str] = field(default_factory=list)  # metrics lines a branch starts with
+    resumed_at: int | None = None  # the step a resumed run (in place or a branch) continues from
+    branch_from: Path | None = None  # a branch: the run directory whose log rows it starts with
     written: set[str] = field(default_factory=set)  # the files this run has written so far
     manifest: Manifest | None = None  # the saved states; read from the directory when resuming in place
 
@@ -235,13 +241,22 @@ class RunDirectory:
         record_saved(self.path, self.manifest, name, payload["step"])
 
     def append_metrics(self, record: EvaluationRecord) -> None:
-        """Add one evaluation record; a fresh run's first replaces an older run's log."""
-        line = record.to_json()
-        if self.fresh and "metrics.jsonl" not in self.written:
-            replace_text(self.metrics_path, "".join(f"{kept}\n" for kept in [*self.history, line]))
+        self._append_row("metrics.jsonl", record.to_json())
+
+    def append_sample(self, record: SampleRecord) -> None:
+        self._append_row(SAMPLES_NAME, record.to_json())
+
+    def _append_row(self, name: str, line: str) -> None:
+        """Add one row to log ``name``; its first row of this run settles what the log starts with."""
+        path = self.path / name
+        if name in self.written or not (self.fresh or self.resumed_at is not None):
+            append_line(path, line)
         else:
-            append_line(self.metrics_path, line)
-        self._wrote("metrics.jsonl")
+            source = self.branch_from if self.fresh else self.path
+            kept = rows_up_to(source / name, self.resumed_at) if source is not None and \
+                self.resumed_at is not None else []
+            replace_text(path, "".join(f"{row}\n" for row in [*kept, line]))
+        self._wrote(name)
 
     def epoch_checkpoints(self) -> list[Path]:
         """The epoch checkpoints this run has written, in epoch order."""
@@ -253,7 +268,7 @@ class RunDirectory:
         if not first:
             return
         if self.fresh:
-            # last.pt, best.pt and metrics.jsonl are each replaced, atomically, when this run first
+            # last.pt, best.pt and the logs are each replaced, atomically, when this run first
             # writes them; epoch checkpoints it may never write, so an older run's go now.
             for path in self.path.glob(EPOCH_CHECKPOINT_GLOB):
                 if path.name not in self.written:
@@ -334,22 +349,24 @@ def read_metrics(run_dir: Path) -> list[EvaluationRecord]:
     return records
 
 
-def metrics_history(run_dir: Path, up_to_step: int) -> list[str]:
-    """The lines of ``run_dir``'s metrics.jsonl up to and including ``up_to_step``, for a branch.
+def rows_up_to(path: Path, step: int) -> list[str]:
+    """The rows of log ``path`` (metrics.jsonl, samples.jsonl) at or before ``step``, as they are.
 
-    Lines that are not evaluation records are left out; the kept ones are copied as they are.
+    Lines that are not JSON objects with a whole ``step`` are left out; a missing or
+    unreadable log has no rows.
     """
     try:
-        lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         return []
     kept = []
     for line in lines:
         try:
-            record = EvaluationRecord.from_json(line)
+            row = json.loads(line)
         except ValueError:
             continue
-        if record.step is not None and record.step <= up_to_step:
+        row_step = row.get("step") if isinstance(row, dict) else None
+        if isinstance(row_step, int) and not isinstance(row_step, bool) and row_step <= step:
             kept.append(line)
     return kept
 

@@ -1,0 +1,148 @@
+"""Per-character surprisal: where, and how much, the model is surprised (textbook notes §7, exercise 7.5).
+
+The surprisal of character *i* is −ln p(xᵢ | x₀ … xᵢ₋₁) in nats. It is computed the
+way :func:`charrnn.models.evaluate.total_nll` scores a text: one stream, chunks of
+``EVAL_CHUNK`` characters, the recurrent state carried from chunk to chunk. So the
+first character, which has no context, is not scored, and the mean surprisal of
+the scored characters is ``eval-perplexity``'s nats/char on the same text. Rows
+are produced chunk by chunk, so a long text streams in bounded memory.
+"""
+
+from __future__ import annotations
+
+import heapq
+import html
+import json
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from charrnn.data.vocab import Vocab
+from charrnn.models.devices import EVAL_CHUNK
+from charrnn.models.model import CharRNN
+
+SATURATION_NATS = 6.0  # surprisal at which the colour is fully red (p ≈ 0.25%)
+CONTEXT_BEFORE = 40  # characters of context shown before a surprising position
+CONTEXT_AFTER = 12  # and after it
+
+
+@dataclass(frozen=True)
+class CharSurprisal:
+    """One scored character."""
+
+    index: int  # its position in the text (characters, counting from 0)
+    char: str  # the character
+    nats: float  # −ln p(char | the text before it)
+    top: tuple[tuple[str, float], ...]  # the model's most likely characters at this point, with probabilities
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "char": self.char, "nats": self.nats,
+                "top": [[char, probability] for char, probability in self.top]}
+
+
+@dataclass(frozen=True)
+class SurprisingPosition:
+    """A character among the most surprising, in its context."""
+
+    row: CharSurprisal  # the character and its scores
+    before: str  # up to CONTEXT_BEFORE characters before it
+    after: str  # up to CONTEXT_AFTER characters after it
+
+    def to_dict(self) -> dict:
+        return {**self.row.to_dict(), "before": self.before, "after": self.after}
+
+
+def scored_positions(text: str, vocab: Vocab, skip_unknown: bool) -> list[int]:
+    """The positions in ``text`` that the model reads: all, or with ``skip_unknown`` those it knows."""
+    if not skip_unknown:
+        return list(range(len(text)))
+    return [index for index, char in enumerate(text) if char in vocab]
+
+
+@torch.no_grad()
+def surprisals(model: CharRNN, vocab: Vocab, text: str, top_k: int, skip_unknown: bool = False,
+               chunk_len: int = EVAL_CHUNK) -> Iterator[CharSurprisal]:
+    """Every character of ``text`` after the first read (see the module docstring), in order.
+
+    With ``skip_unknown``, characters outside the vocabulary are dropped first, as
+    ``eval-perplexity --skip-unknown`` drops them; otherwise they are an error
+    (:class:`~charrnn.data.vocab.UnknownCharactersError`) before any row.
+    """
+    ids = vocab.encode(text, skip_unknown=skip_unknown).long()
+    positions = scored_positions(text, vocab, skip_unknown)
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    chars = vocab.chars
+    top_k = min(top_k, len(vocab))
+    state = None
+    try:
+        for start in range(0, len(ids) - 1, chunk_len):
+            end = min(start + chunk_len, len(ids) - 1)
+            inputs = ids[start:end].to(device).unsqueeze(0)  # (1, T)
+            targets = ids[start + 1 : end + 1].to(device)  # (T,)
+            logits, state = model(inputs, state)  # (1, T, V)
+            log_probs = F.log_softmax(logits[0].float(), dim=-1)  # (T, V)
+            nats = (-log_probs.gather(1, targets.unsqueeze(1))).squeeze(1).tolist()
+            best_log_probs, best_ids = torch.topk(log_probs, top_k, dim=-1)  # (T, K)
+            best = zip(best_ids.tolist(), best_log_probs.exp().tolist(), strict=True)
+            for offset, (surprise, (guess_ids, guess_probs)) in enumerate(zip(nats, best, strict=True)):
+                index = positions[start + offset + 1]
+                yield CharSurprisal(index, text[index], surprise,
+                                    tuple((chars[guess], probability)
+                                          for guess, probability in zip(guess_ids, guess_probs, strict=True)))
+    finally:
+        model.train(was_training)
+
+
+def most_surprising(rows: Iterable[CharSurprisal], count: int, text: str) -> list[SurprisingPosition]:
+    """The ``count`` rows of highest surprisal, highest first, each with its context (one pass, bounded
+    memory)."""
+    kept = heapq.nlargest(count, rows, key=lambda row: (row.nats, -row.index))
+    return [SurprisingPosition(row, text[max(0, row.index - CONTEXT_BEFORE) : row.index],
+                               text[row.index + 1 : row.index + 1 + CONTEXT_AFTER]) for row in kept]
+
+
+def heat(nats: float) -> tuple[int, int, int]:
+    """White for no surprise, through yellow, to red at :data:`SATURATION_NATS` and beyond."""
+    level = max(0.0, min(1.0, nats / SATURATION_NATS))
+    return 255, round(255 * (1 - 0.45 * level)), round(255 * (1 - level))
+
+
+def surprisal_page(text: str, rows: Iterable[CharSurprisal], title: str) -> str:
+    """A standalone HTML page of ``text`` shaded by surprisal; hovering a character shows its surprisal
+    and the model's top guesses there. No script, no external resource."""
+    scored = {row.index: row for row in rows}
+    spans = []
+    for index, char in enumerate(text):
+        row = scored.get(index)
+        shown = html.escape(char) if char != "\n" else "⏎\n"
+        if row is None:
+            spans.append(f'<span class="unscored" title="not scored">{shown}</span>')
+            continue
+        red, green, blue = heat(row.nats)
+        guesses = "  ".join(f"{json.dumps(guess, ensure_ascii=False)[1:-1]} {probability:.1%}"
+                            for guess, probability in row.top)
+        tip = html.escape(f"{row.nats:.2f} nats (p = {math.exp(-row.nats):.2%})\n"
+                          f"guesses: {guesses}", quote=True)
+        spans.append(f'<span style="background:rgb({red},{green},{blue})" title="{tip}">{shown}</span>')
+    scores = list(scored.values())
+    mean = sum(row.nats for row in scores) / len(scores) if scores else float("nan")
+    legend = "".join(f'<span style="background:rgb{heat(level)}">&nbsp;{level:g}&nbsp;</span>'
+                     for level in (0, 1, 2, 3, 4, 5, 6))
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        f"<title>{html.escape(title)}</title>\n"
+        "<style>body{font-family:sans-serif;margin:2em;max-width:60em}"
+        "pre{font-size:15px;line-height:1.5;white-space:pre-wrap}pre span:hover{outline:1px solid #333}"
+        ".unscored{color:#888}.legend span{font-family:monospace;font-size:12px}</style>\n</head>\n<body>\n"
+        f"<h1>{html.escape(title)}</h1>\n"
+        f"<p>{len(scores):,} characters scored, {mean:.4f} nats/char on average. Each character is shaded "
+        f"by its surprisal, −ln p, given the text before it; hover one for its value and the model's "
+        f"guesses there.</p>\n"
+        f'<p class="legend">nats: {legend} and beyond</p>\n'
+        f"<pre>{''.join(spans)}</pre>\n</body>\n</html>\n"
+    )

@@ -1,0 +1,93 @@
+"""Samples recorded while training: ``samples.jsonl``, the text improving step by step.
+
+Every row is generated from the same prime, with the same temperature and seed,
+so the rows differ only by what the model has learnt (Karpathy's 2015 table of
+samples by iteration). Generation uses its own random generator and puts the
+model back in training mode, so recording samples never changes the training
+run: a run with samples ends with the same weights as one without.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from charrnn.config import SampleConfig, TrainConfig
+from charrnn.data.vocab import UnknownCharactersError, Vocab, describe_chars
+from charrnn.errors import CharrnnError, escape
+from charrnn.generation.sample import generate
+from charrnn.models.model import CharRNN
+from charrnn.utils.files import json_text, reason
+
+SAMPLES_NAME = "samples.jsonl"
+
+
+@dataclass(frozen=True)
+class SampleRecord:
+    """One row of ``samples.jsonl``."""
+
+    step: int  # optimiser steps done when the sample was drawn
+    epoch: float  # passes over the training split done, fractional
+    seconds: float  # wall time of the run so far
+    val_loss: float | None  # validation nats/char at this step, when it was evaluated then
+    prime: str  # the text the sample starts from (not repeated in ``text``)
+    temperature: float  # the sampling temperature
+    seed: int  # the sampling seed
+    text: str  # the generated characters
+
+    def to_json(self) -> str:
+        return json_text(asdict(self), ensure_ascii=False)
+
+
+def check_sample_prime(config: TrainConfig, vocab: Vocab) -> None:
+    """Refuse, before training, a sample prime with characters the model cannot read."""
+    try:
+        vocab.encode(config.sample_prime)
+    except UnknownCharactersError as exc:
+        unknown = describe_chars(exc.unknown)
+        raise CharrnnError(f"{{sample_prime}} has characters the corpus does not: {unknown}",
+                           names_options=True) from None
+
+
+def draw_sample(model: CharRNN, vocab: Vocab, config: TrainConfig, step: int, epoch: float, seconds: float,
+                val_loss: float | None) -> SampleRecord:
+    """Generate the run's recorded sample from ``model`` as it is now, and restore its mode."""
+    decoding = SampleConfig(length=config.sample_length, temperature=config.sample_temperature,
+                            seed=config.sample_seed)
+    was_training = model.training
+    try:
+        text = "".join(chars[0] for chars in generate(model, vocab, decoding, config.sample_prime))
+    finally:
+        model.train(was_training)
+    return SampleRecord(step, round(epoch, 4), round(seconds, 3), val_loss, config.sample_prime,
+                        config.sample_temperature, config.sample_seed, text)
+
+
+def read_samples(run_dir: Path) -> list[SampleRecord]:
+    """The samples a run recorded, oldest first; a malformed row is an error naming its line."""
+    path = Path(run_dir) / SAMPLES_NAME
+    if not path.is_file():
+        raise CharrnnError(f"{escape(str(run_dir))} has no {SAMPLES_NAME}: record samples as a run goes with "
+                           f"charrnn train --sample-every N (sample_every in Python) or --save-epochs")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = reason(exc) if isinstance(exc, OSError) else "not UTF-8"
+        raise CharrnnError(f"cannot read {path}: {why}") from None
+    names = {f.name for f in fields(SampleRecord)}
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict) or set(row) != names:
+                raise ValueError
+            record = SampleRecord(**row)
+            if not isinstance(record.step, int) or not isinstance(record.text, str):
+                raise ValueError
+        except (ValueError, TypeError):
+            raise CharrnnError(f"{path} line {number} is not a recorded sample") from None
+        records.append(record)
+    return records

@@ -1,0 +1,133 @@
+"""Per-character surprisal: the same numbers as eval-perplexity, streamed, ranked, rendered."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import SMALL_TEXT
+
+import charrnn
+from charrnn.analysis.surprisal import surprisals
+from charrnn.cli.main import cli
+from charrnn.errors import CharrnnError, OptionConflict
+
+TEXT = SMALL_TEXT[:6000]  # longer than one evaluation chunk (4,096 characters)
+
+
+def test_the_mean_surprisal_is_eval_perplexitys_nats_per_char(tiny_checkpoint):
+    rows = list(charrnn.surprisal(tiny_checkpoint, TEXT))
+    assert [row.index for row in rows] == list(range(1, len(TEXT)))  # the first character has no context
+    mean = math.fsum(row.nats for row in rows) / len(rows)
+    assert mean == pytest.approx(charrnn.perplexity(tiny_checkpoint, TEXT).nats_per_char, abs=1e-4)
+
+
+def test_chunks_carry_the_state_so_their_size_changes_nothing(tiny_checkpoint):
+    model = charrnn.load(tiny_checkpoint)
+    whole = list(surprisals(model.network, model.vocab, TEXT[:500], 3, chunk_len=4096))
+    chunked = list(surprisals(model.network, model.vocab, TEXT[:500], 3, chunk_len=7))
+    assert [row.index for row in whole] == [row.index for row in chunked]
+    assert all(a.nats == pytest.approx(b.nats, abs=1e-5) for a, b in zip(whole, chunked, strict=True))
+
+
+def test_each_row_lists_the_models_guesses_most_likely_first(tiny_checkpoint):
+    for row in list(charrnn.surprisal(tiny_checkpoint, TEXT[:200], top=3)):
+        probabilities = [probability for _, probability in row.top]
+        assert len(row.top) == 3 and probabilities == sorted(probabilities, reverse=True)
+        assert sum(probabilities) <= 1 + 1e-6
+        assert row.nats >= -math.log(probabilities[0]) - 1e-5  # nothing is likelier than the top guess
+        if row.char == row.top[0][0]:
+            assert row.nats == pytest.approx(-math.log(probabilities[0]), abs=1e-5)
+
+
+def test_unknown_characters_are_refused_or_skipped_as_eval_perplexity_does(tiny_checkpoint):
+    text = "ROMEO: Zebra café\nJULIET: Xylophone"
+    with pytest.raises(CharrnnError, match="never saw: 'X'.*skip_unknown"):
+        charrnn.surprisal(tiny_checkpoint, text)
+    rows = list(charrnn.surprisal(tiny_checkpoint, text, skip_unknown=True))
+    assert all(text[row.index] == row.char and row.char not in "XZ" for row in rows)
+    mean = math.fsum(row.nats for row in rows) / len(rows)
+    expected = charrnn.perplexity(tiny_checkpoint, text, skip_unknown=True).nats_per_char
+    assert mean == pytest.approx(expected, abs=1e-4)
+
+
+def test_the_most_surprising_come_with_their_context(tiny_checkpoint):
+    scores = charrnn.surprisal(tiny_checkpoint, TEXT[:800])
+    positions = scores.most_surprising(4)
+    all_nats = sorted((row.nats for row in scores), reverse=True)
+    assert [position.row.nats for position in positions] == all_nats[:4]
+    for position in positions:
+        index = position.row.index
+        assert TEXT[:800][: index].endswith(position.before) and TEXT[index + 1 :].startswith(position.after)
+
+
+def test_options_for_units_do_not_apply(tiny_checkpoint):
+    with pytest.raises(OptionConflict, match="unit does not apply"):
+        charrnn.surprisal(tiny_checkpoint, TEXT, unit=3)
+
+
+@pytest.fixture
+def text_file(tmp_path: Path) -> Path:
+    path = tmp_path / "held_out.txt"
+    path.write_text(TEXT[:600], encoding="utf-8")
+    return path
+
+
+def test_inspect_surprisal_json_streams_one_object_per_character(tiny_checkpoint, text_file):
+    result = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), "--surprisal",
+                                      "--json", "--top", "2"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(rows) == 599 and set(rows[0]) == {"index", "char", "nats", "top"}
+    assert rows[0]["index"] == 1 and len(rows[0]["top"]) == 2
+
+
+def test_inspect_most_surprising_table_and_json(tiny_checkpoint, text_file):
+    table = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), "--most-surprising",
+                                     "3"])
+    assert table.exit_code == 0, table.output
+    assert "the most surprising characters" in table.stdout and "the model expected" in table.stdout
+    listed = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), "--most-surprising",
+                                      "3", "--json"])
+    positions = json.loads(listed.stdout)
+    assert len(positions) == 3 and {"before", "after", "nats", "top"} <= set(positions[0])
+
+
+def test_inspect_surprisal_colours_the_text_and_writes_a_page(tiny_checkpoint, text_file, tmp_path):
+    page = tmp_path / "surprisal.html"
+    result = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), "--surprisal",
+                                      "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    assert "nats/char on average" in result.stdout and "599 characters scored" in result.stdout
+    html = page.read_text(encoding="utf-8")
+    assert html.count('title="') >= 599 and "guesses:" in html and "<script" not in html
+
+
+@pytest.mark.parametrize(("arguments", "fragment"), [
+    (["--surprisal", "--unit", "3"], "--unit does not apply"),
+    (["--most-surprising", "0"], "--most-surprising"),
+    (["--surprisal", "--top", "0"], "--top"),
+])
+def test_inspect_surprisal_refusals_are_one_line(tiny_checkpoint, text_file, arguments, fragment):
+    result = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), *arguments])
+    assert result.exit_code == 2, result.output
+    assert len(result.stderr.splitlines()) == 1 and fragment in result.stderr
+
+
+@pytest.mark.slow
+def test_a_planted_misspelling_is_among_the_most_surprising(data_mirror, tmp_path):
+    """Exercise 7.5 in small: "the" → "tqe" in held-out Shakespeare, after a few hundred steps."""
+    shakespeare = charrnn.get_dataset(data_dir=tmp_path / "data").path
+    run = tmp_path / "run"
+    charrnn.train(shakespeare, out_dir=run, max_steps=400, hidden_size=128, num_layers=1, batch_size=32,
+                  seq_len=64, learning_rate=5e-3)
+    text = shakespeare.read_text(encoding="utf-8")
+    start = text.index(" the ", len(text) - 20_000) - 200  # inside the validation split (its last 10%)
+    held_out = text[start : start + 400]
+    planted = 202  # the "h" of that " the "
+    misspelt = held_out[:planted] + "q" + held_out[planted + 1 :]
+    positions = charrnn.surprisal(run / "best.pt", misspelt).most_surprising(5)
+    assert planted in [position.row.index for position in positions]
