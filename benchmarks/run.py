@@ -167,6 +167,35 @@ def training_throughput(quick: bool) -> list[Result]:
     ]
 
 
+SAMPLE_EVERY = 500  # the cadence of the sampling-cost row: about one sample every 15 s of a 100-s run
+
+
+def sampling_while_training(quick: bool) -> list[Result]:
+    """The 100-s budget's model (2×256 LSTM, batch 16, seq-len 50, bf16 where native) training SAMPLE_EVERY
+    steps and recording one sample (train --sample-every, 200 characters), against the steps alone
+    (≤ 1.02×)."""
+    from charrnn.training.samples import draw_sample
+
+    precision = "bf16" if cpu_has_native_bf16() else "fp32"
+    batch, seq_len = 16, 50
+    steps = 50 if quick else SAMPLE_EVERY
+    ids = random_ids(batch * seq_len * (steps + 2) + 1)
+    run = training_run(ModelConfig(vocab_size=len(VOCAB), hidden_size=256, skip_connections=True), ids, batch,
+                       seq_len, steps, precision=precision, sample_every=SAMPLE_EVERY)
+
+    def train_steps() -> None:
+        run.position = 0
+        for _ in range(steps):
+            run.train_step(1e-3)
+
+    repeats = 1 if quick else 3
+    training = best_time(train_steps, repeats) * SAMPLE_EVERY / steps
+    sampling = best_time(lambda: draw_sample(run.model, VOCAB, run.config, 0, 0.0, 0.0, None), repeats)
+    return [Result(f"training {SAMPLE_EVERY} steps + one recorded sample, vs the steps alone (100-s shape, "
+                   f"{precision})", "s", training + sampling, training, (training + sampling) / training,
+                   "≤ 1.02", (training + sampling) / training <= 1.02)]
+
+
 # Shapes of the bf16 table: the budget shapes and char-rnn's, a small and a large model.
 PRECISION_SHAPES = [(128, 50, 50), (192, 16, 50), (256, 16, 50), (512, 32, 50), (1024, 64, 100)]
 
@@ -614,7 +643,8 @@ def render(results: list[Result], title: str) -> Table:
 def main(quick: bool, only: tuple[str, ...]) -> None:
     """Run every benchmark, print the table and write benchmarks/results.json."""
     console = Console(width=max(Console().width, 150))
-    in_process = [command_start_up, training_throughput, precision_throughput, sampling_speed, beam_cost,
+    in_process = [command_start_up, training_throughput, precision_throughput, sampling_while_training,
+                  sampling_speed, beam_cost,
                   evaluation_cost, layer_norm_training_cost, regularisation_training_cost]
     on_disk = [preprocessing_speed, corpus_memory, larger_than_memory, quality_per_minute]
     results: list[Result] = []
