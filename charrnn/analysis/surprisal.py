@@ -55,10 +55,11 @@ class SurprisingPosition:
         return {**self.row.to_dict(), "before": self.before, "after": self.after}
 
 
-def scored_positions(text: str, vocab: Vocab, skip_unknown: bool) -> list[int]:
-    """The positions in ``text`` that the model reads: all, or with ``skip_unknown`` those it knows."""
+def scored_positions(text: str, vocab: Vocab, skip_unknown: bool) -> range | list[int]:
+    """The positions in ``text`` that the model reads: all (a range, no memory), or with
+    ``skip_unknown`` those it knows."""
     if not skip_unknown:
-        return list(range(len(text)))
+        return range(len(text))
     return [index for index, char in enumerate(text) if char in vocab]
 
 
