@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 
 # The Python API (see charrnn.api): one function per command, and load() for a model kept in memory.
 __all__ = ["load", "train", "sample", "stream", "perplexity", "compare", "evolution", "info", "inspect",
-           "surprisal", "plot", "get_dataset"]
+           "surprisal", "export", "plot", "get_dataset"]
 
 
 def __getattr__(name: str):

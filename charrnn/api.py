@@ -844,6 +844,45 @@ def surprisal(checkpoint: PathArg, text: str | None = None, *, file: PathArg | N
     return model.surprisal(text, file=file, top=top, skip_unknown=skip_unknown, max_chars=max_chars)
 
 
+@dataclass(frozen=True)
+class WebPage:
+    """A model exported as a web page (:func:`export`)."""
+
+    path: Path  # the page written
+    size: int  # its size in bytes
+    parameters: int  # the model's parameters, each stored as 4 bytes of float32
+    encoding: str  # how the weights are stored
+    checkpoint: Path  # the checkpoint exported
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "path": str(self.path), "checkpoint": str(self.checkpoint)}
+
+
+def export(checkpoint: PathArg, output: PathArg, *, title: str | None = None, prime: str = "") -> WebPage:
+    """Write ``checkpoint``'s model as one self-contained HTML page that generates text in a browser
+    with no Python, server or network (see :mod:`charrnn.generation.webpage`); ``prime`` fills the
+    page's prime box."""
+    from charrnn.generation.webpage import ENCODING, export_page
+    from charrnn.utils.files import atomic_write_text
+
+    if title is not None:
+        require_valid_text(checked(title, str, "title"), "{title}")
+    require_valid_text(checked(prime, str, "prime"), "{prime}")
+    target = check_output(output, "output", {"checkpoint": checkpoint})
+    model = _load(checkpoint, "cpu", "checkpoint")
+    unknown = model.vocab.outside(Counter(prime))
+    if unknown:
+        raise CharrnnError(f"the prime has characters the model never saw: {', '.join(map(repr, unknown))}")
+    name = title or f"charrnn: {model.checkpoint.parent.name or model.checkpoint.stem}"
+    shape = model.network.config
+    about = (f"A character-level {shape.num_layers}×{shape.hidden_size} {shape.cell.upper()} trained for "
+             f"{model.payload.get('step', 0):,} steps, generating text in this page.")
+    page = export_page(model.network, model.vocab, name, about, prime)
+    atomic_write_text(target, page)
+    parameters = sum(p.numel() for p in model.network.parameters())
+    return WebPage(target, len(page.encode("utf-8")), parameters, ENCODING, model.checkpoint)
+
+
 def plot(run_dirs: Sequence[PathArg], output: PathArg = "curves.png") -> Path:
     """Draw the training and validation loss of ``run_dirs`` against epoch and wall time into ``output``
     (its suffix picks the format); needs the optional matplotlib."""

@@ -118,9 +118,9 @@ def main() -> None:
 
 
 def _register() -> None:
-    from charrnn.cli import data, evaluate, inspect, sample, train
+    from charrnn.cli import data, evaluate, export, inspect, sample, train
 
-    for module in (train, sample, evaluate, inspect, data):
+    for module in (train, sample, evaluate, inspect, export, data):
         for command in module.COMMANDS:
             cli.add_command(command)
 

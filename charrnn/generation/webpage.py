@@ -1,0 +1,91 @@
+"""A trained model as one self-contained web page that generates text with no Python, server or network.
+
+The page holds three things, all inline:
+
+- the model: its configuration, its vocabulary as an explicit list (id → character,
+  one code point each, so JavaScript's UTF-16 strings cannot shift it), and every
+  tensor the forward step reads, as little-endian float32 in base64 (4 bytes per
+  parameter, 4/3 more in base64). Float16 would halve the page but change every
+  weight by up to 1 part in 2,000, and greedy text would then part from the
+  command line's after some characters; float32 keeps it identical;
+- ``web/model.js``: charrnn's forward step and decoding in JavaScript, equation for
+  equation the one-character path of :mod:`charrnn.models.stepper`;
+- ``web/page.js``: the controls (prime, length, temperature, top-k, top-p, greedy,
+  seed), which stream the characters into ``<pre id="output">`` as they come, and
+  read the same settings from the URL (``?prime=...&length=...&greedy=1&autorun=1``)
+  for automation, setting ``data-state="done"`` on the output when finished.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import sys
+from array import array
+from importlib import resources
+from string import Template
+from typing import Any
+
+import torch
+
+from charrnn.data.vocab import Vocab
+from charrnn.errors import CharrnnError
+from charrnn.models.model import CharRNN
+
+WEB = resources.files("charrnn.generation") / "web"
+ENCODING = "float32, little-endian, base64"
+CELLS = ("lstm", "gru", "rnn", "esn")  # what the JavaScript step runs (esn: a tanh or relu Elman RNN)
+
+
+def _tensor(value: torch.Tensor) -> dict[str, Any]:
+    """A tensor as the page stores it: its shape and its values as little-endian float32 in base64."""
+    values = array("f", value.detach().to("cpu", torch.float32).reshape(-1).tolist())
+    if sys.byteorder == "big":
+        values.byteswap()
+    return {"shape": list(value.shape), "data": base64.b64encode(values.tobytes()).decode("ascii")}
+
+
+def _layer_tensors(model: CharRNN) -> dict[str, torch.Tensor]:
+    """What the JavaScript step reads of the recurrent layers, by the PyTorch module's names."""
+    config, rnn = model.config, model.rnn
+    names = ["weight_ih", "weight_hh"]
+    names += ["ln_gain", "ln_bias"] + (["ln_cell_gain", "ln_cell_bias"] if config.cell == "lstm" else []) \
+        if config.layer_norm else ["bias_ih", "bias_hh"]
+    return {f"{name}_l{k}": getattr(rnn, f"{name}_l{k}") for k in range(config.num_layers) for name in names}
+
+
+def model_spec(model: CharRNN, vocab: Vocab) -> dict[str, Any]:
+    """Everything the page's JavaScript needs: configuration, vocabulary and tensors."""
+    config = model.config
+    if config.cell not in CELLS:
+        raise CharrnnError(f"the page cannot run a {config.cell} cell (it runs {', '.join(CELLS)})")
+    if len(vocab) != config.vocab_size or any(len(char) != 1 for char in vocab.chars):
+        raise CharrnnError("the checkpoint's vocabulary does not match its model")
+    tensors = {"embedding": model.embedding.weight, "head_weight": model.head.weight,
+               "head_bias": model.head.bias, **_layer_tensors(model)}
+    return {
+        "format": 1,
+        "encoding": ENCODING,
+        "config": {"cell": "rnn" if config.cell == "esn" else config.cell, "num_layers": config.num_layers,
+                   "hidden_size": config.hidden_size, "embed_size": config.embed_size,
+                   "skip_connections": config.skip_connections, "layer_norm": config.layer_norm,
+                   "rnn_activation": config.rnn_activation},
+        "vocab": list(vocab.chars),
+        "tensors": {name: _tensor(value) for name, value in tensors.items()},
+    }
+
+
+def _script_safe(text: str) -> str:
+    """Text that cannot end the ``<script>`` element it sits in."""
+    return text.replace("</", "<\\/")
+
+
+def export_page(model: CharRNN, vocab: Vocab, title: str, about: str, prime: str = "") -> str:
+    """The whole page, as text (see the module docstring)."""
+    spec = json.dumps(model_spec(model, vocab), ensure_ascii=True, separators=(",", ":"))
+    return Template((WEB / "page.html").read_text(encoding="utf-8")).substitute(
+        title=html.escape(title), about=html.escape(about), prime=html.escape(prime),
+        spec=_script_safe(spec), model_js=_script_safe((WEB / "model.js").read_text(encoding="utf-8")),
+        page_js=_script_safe((WEB / "page.js").read_text(encoding="utf-8")),
+    )

@@ -1,0 +1,160 @@
+"""The exported web page: the JavaScript step against the Python stepper (node), and greedy text in a
+real browser (headless Chromium) against charrnn sample --greedy."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import charrnn
+from charrnn.cli.main import cli
+from charrnn.config import ModelConfig
+from charrnn.data.vocab import Vocab
+from charrnn.errors import CharrnnError
+from charrnn.generation.webpage import WEB, model_spec
+from charrnn.models.model import CharRNN
+from charrnn.models.stepper import make_stepper
+
+from helpers import plan_run
+
+NODE = shutil.which("node")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="headless Chromium is not installed (apt-get install chromium; .ci/run does)")
+
+# Every kind of model charrnn train can make.
+KINDS = {
+    "lstm": {"cell": "lstm"},
+    "gru": {"cell": "gru"},
+    "rnn tanh": {"cell": "rnn"},
+    "rnn relu": {"cell": "rnn", "rnn_activation": "relu"},
+    "esn": {"cell": "esn"},
+    "layer-normalised lstm": {"cell": "lstm", "layer_norm": True},
+    "layer-normalised gru": {"cell": "gru", "layer_norm": True},
+    "layer-normalised rnn": {"cell": "rnn", "layer_norm": True},
+    "lstm with skip connections": {"cell": "lstm", "skip_connections": True},
+    "gru with skip connections": {"cell": "gru", "skip_connections": True},
+    "rnn with skip connections": {"cell": "rnn", "skip_connections": True},
+    "3-layer lstm": {"cell": "lstm", "num_layers": 3},
+    "1-layer gru": {"cell": "gru", "num_layers": 1},
+}
+VOCAB = Vocab(tuple("ab\ncé🙂e\u0301 .,!"))  # a non-BMP character and a combining mark
+NODE_PROGRAM = """
+const { CharModel } = require(process.argv[1]);
+const spec = JSON.parse(require("fs").readFileSync(process.argv[2], "utf8"));
+const ids = JSON.parse(process.argv[3]);
+const model = new CharModel(spec);
+let state = model.initialState();
+const out = [];
+for (const id of ids) { let logits; [logits, state] = model.step(id, state); out.push(Array.from(logits)); }
+console.log(JSON.stringify(out));
+"""
+
+
+def random_model(options: dict) -> CharRNN:
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=len(VOCAB), hidden_size=12, embed_size=5,
+                         **{"num_layers": 2, **options})
+    model = CharRNN(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "ln_" in name:  # layer norm's gains and shifts start at 1 and 0: make them matter
+                parameter.add_(torch.randn_like(parameter) * 0.3)
+    return model
+
+
+@needs_node
+@pytest.mark.parametrize("kind", KINDS, ids=list(KINDS))
+def test_the_javascript_step_is_the_python_step(kind, tmp_path):
+    model = random_model(KINDS[kind])
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(model_spec(model, VOCAB)))
+    ids = [0, 3, 5, 6, 7, 2, 9, 1, 1, 4]
+    arguments = [str(WEB / "model.js"), str(spec), json.dumps(ids)]
+    printed = subprocess.run([NODE, "-e", NODE_PROGRAM, "--", *arguments], capture_output=True, text=True,
+                             check=True).stdout
+    javascript = torch.tensor(json.loads(printed), dtype=torch.float64)
+    stepper = make_stepper(model)
+    layers = stepper.unstack(model.initial_state(1, "cpu"))
+    for position, char_id in enumerate(ids):
+        logits, layers = stepper.step_layers(torch.tensor([char_id]), layers)
+        assert torch.allclose(logits[0].double(), javascript[position], atol=1e-5), (kind, position)
+
+
+def test_the_page_is_self_contained_and_its_vocabulary_explicit(tiny_checkpoint, tmp_path):
+    page = charrnn.export(tiny_checkpoint, tmp_path / "page.html")
+    text = page.path.read_text(encoding="utf-8")
+    assert page.size == len(text.encode("utf-8")) and page.encoding.startswith("float32")
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", text) and "fetch(" not in text
+    assert "<script src" not in text and "@import" not in text
+    spec = json.loads(re.search(r'<script type="application/json" id="model">(.*?)</script>', text, re.S)
+                      .group(1).replace("<\\/", "</"))
+    assert spec["vocab"] == list(charrnn.load(tiny_checkpoint).vocab.chars)
+    assert page.parameters == sum(p.numel() for p in charrnn.load(tiny_checkpoint).network.parameters())
+
+
+@pytest.mark.parametrize(("arguments", "fragment"), [
+    (["--output", "{checkpoint}"], "writing it would destroy what is read"),
+    (["--output", "{dir}/page.html", "--prime", "Zzz\u2603"], "never saw"),
+    (["--output", "{dir}/missing/page.html"], "there is no directory"),
+])
+def test_export_refusals_are_one_line_and_write_nothing(tiny_checkpoint, tmp_path, arguments, fragment):
+    before = tiny_checkpoint.read_bytes()
+    given = [argument.format(checkpoint=tiny_checkpoint, dir=tmp_path) for argument in arguments]
+    result = CliRunner().invoke(cli, ["export", str(tiny_checkpoint), *given])
+    assert result.exit_code != 0 and len(result.stderr.splitlines()) == 1 and fragment in result.stderr
+    assert tiny_checkpoint.read_bytes() == before and not (tmp_path / "page.html").exists()
+
+
+def browser_text(page: Path, query: str, tmp_path: Path) -> tuple[str, str]:
+    """What headless Chromium shows in the page's output after running it with ``query``: (state, text)."""
+    dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                          f"--user-data-dir={tmp_path}", "--virtual-time-budget=120000", "--dump-dom",
+                          f"{page.as_uri()}?{query}"], capture_output=True, text=True, timeout=300).stdout
+    found = re.search(r'<pre id="output" data-state="([a-z]+)">(.*?)</pre>', dom, re.S)
+    assert found is not None, dom[-2000:]
+    return found.group(1), html.unescape(found.group(2))
+
+
+@pytest.mark.slow
+@needs_chromium
+@pytest.mark.parametrize("kind", ["lstm with skip connections", "layer-normalised gru", "rnn relu"])
+def test_greedy_text_in_the_browser_is_charrnn_samples(kind, tmp_path):
+    """Trained on text with emoji, CJK and combining marks: 400 characters, the same in both."""
+    corpus = tmp_path / "corpus.txt"
+    lines = (f"ROMEO 🙂 {n}: café, cafe\u0301 語 — “quoted” line {n % 9}.\n" for n in range(300))
+    corpus.write_text("".join(lines), encoding="utf-8")
+    plan_run(corpus, tmp_path / "run", max_steps=60, hidden_size=24, **{"num_layers": 2, **KINDS[kind]}).run()
+    page = tmp_path / "page.html"
+    charrnn.export(tmp_path / "run" / "best.pt", page)
+    prime = "ROMEO 🙂"
+    expected = charrnn.sample(tmp_path / "run" / "best.pt", prime, 400, greedy=True).text
+    state, shown = browser_text(page, f"prime={prime}&length=400&greedy=1&autorun=1", tmp_path / "profile")
+    assert state == "done" and shown == expected
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_the_page_samples_with_its_controls_and_reports_bad_settings(tiny_checkpoint, tmp_path):
+    page = tmp_path / "page.html"
+    charrnn.export(tiny_checkpoint, page)
+    query = "prime=ROMEO:&length=50&temperature=0.9&top_k=5&seed=4&autorun=1"
+    state, shown = browser_text(page, query, tmp_path / "one")
+    again = browser_text(page, query, tmp_path / "two")
+    assert state == "done" and shown.startswith("ROMEO:") and len(shown) == 56 and again == (state, shown)
+    assert browser_text(page, "prime=\u2603&length=5&autorun=1", tmp_path / "three")[0] == "error"
+
+
+def test_a_vocabulary_that_does_not_match_the_model_is_refused(tiny_checkpoint):
+    model = charrnn.load(tiny_checkpoint)
+    with pytest.raises(CharrnnError, match="does not match its model"):
+        model_spec(model.network, Vocab(("a", "b")))
