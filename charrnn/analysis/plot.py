@@ -7,8 +7,10 @@ only when a plot is drawn, so the rest of charrnn never needs it.
 from __future__ import annotations
 
 import io
+import json
 import math
 from pathlib import Path
+from typing import Any
 
 from charrnn.errors import CharrnnError
 from charrnn.training.rundir import read_metrics
@@ -38,39 +40,46 @@ def _pyplot():
     return plt
 
 
-def plot_runs(run_dirs: list[Path], output: Path) -> None:
-    """Draw training and validation loss against epoch and against wall time, one colour per run.
+LOG_AXIS_SPAN = 100  # a run whose evaluations span more than two decades of epochs gets a log epoch axis
+# Where an epoch label may sit, in points from its star, tried in this order: right of it, stepping up
+# and down, then left of it.
+LABEL_OFFSETS = [(dx, dy) for dx in (5, -52) for dy in (7, 19, -15, 31, -27, 43, -39, 55, 67, 79)]
 
-    Epoch checkpoints (``--save-epochs``) are marked with a star and their epoch.
-    The image format follows ``output``'s suffix (png, svg, pdf, ...).
-    """
-    runs = [(Path(run_dir), read_metrics(run_dir)) for run_dir in run_dirs]
-    names = run_labels([run_dir for run_dir, _ in runs])
+
+def run_title(run_dir: Path, name: str) -> str:
+    """The run's name and model shape (from its config.json, when readable): ``epochs: 2×128 LSTM``."""
+    try:
+        model = json.loads((Path(run_dir) / "config.json").read_text(encoding="utf-8"))["model"]
+        shape = f"{model['num_layers']}×{model['hidden_size']} {str(model['cell']).upper()}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return name
+    return f"{name}: {shape}"
+
+
+def text_box(label: Any, renderer: Any) -> Any:
+    """Where a label's text is drawn (an annotation's own extent also spans its connecting line)."""
+    from matplotlib.text import Text
+
+    return Text.get_window_extent(label, renderer)
+
+
+def _place_labels(figure: Any, labels: list[Any]) -> None:
+    """Move each annotation to the first offset where its text overlaps no label placed before it."""
+    renderer = figure.canvas.get_renderer()
+    placed: list[Any] = []
+    for label in labels:
+        for offset in LABEL_OFFSETS:
+            label.set_position(offset)
+            box = text_box(label, renderer).expanded(1.05, 1.15)
+            if not any(box.overlaps(other) for other in placed):
+                break
+        placed.append(text_box(label, renderer))
+
+
+def plot_runs(run_dirs: list[Path], output: Path) -> None:
+    """Draw :func:`learning_curves` into ``output``; its suffix picks the format (png, svg, pdf, ...)."""
     plt = _pyplot()
-    figure, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    for axis, x_key, x_label in ((axes[0], "epoch", "epoch"), (axes[1], "elapsed_s", "wall time (s)")):
-        for index, ((_, records), name) in enumerate(zip(runs, names, strict=True)):
-            colour = f"C{index % 10}"
-            x = [getattr(r, x_key) for r in records]
-            val = [math.nan if r.val_loss is None else r.val_loss for r in records]
-            axis.plot(x, val, "-o", color=colour, markersize=3,
-                      label=f"{name} validation")
-            train_points = [(xi, r.train_loss) for xi, r in zip(x, records, strict=True)
-                            if r.train_loss is not None]
-            if train_points:
-                axis.plot(*zip(*train_points, strict=True), "--", color=colour, alpha=0.6,
-                          label=f"{name} training")
-            for xi, record in zip(x, records, strict=True):
-                if record.epoch_checkpoint and record.val_loss is not None:
-                    axis.plot(xi, record.val_loss, "*", color=colour, markersize=12)
-                    axis.annotate(f"epoch {round(record.epoch)}", (xi, record.val_loss),
-                                  textcoords="offset points", xytext=(4, 6), fontsize=8)
-        axis.set_xlabel(x_label)
-        axis.grid(alpha=0.3)
-    axes[0].set_ylabel("loss (nats/char)")
-    figure.suptitle(f"Learning curves: {', '.join(names)}")
-    axes[0].legend(fontsize=8)
-    figure.tight_layout()
+    figure = learning_curves(run_dirs)
     buffer = io.BytesIO()
     suffix = Path(output).suffix.lstrip(".").lower() or "png"
     try:
@@ -80,3 +89,71 @@ def plot_runs(run_dirs: list[Path], output: Path) -> None:
     finally:
         plt.close(figure)
     atomic_write(Path(output), lambda handle: handle.write(buffer.getvalue()))
+
+
+def learning_curves(run_dirs: list[Path]) -> Any:
+    """A matplotlib figure of training and validation loss against epoch and against wall time, one
+    colour per run.
+
+    Each run's best evaluation (what ``best.pt`` holds) is ringed; epoch checkpoints
+    (``--save-epochs``) are starred and labelled with their epoch, the labels placed so
+    that none overlap. The epoch axis is logarithmic when the evaluations span more
+    than two decades of epochs. The title names the runs and their models' shapes.
+    """
+    runs = [(Path(run_dir), read_metrics(run_dir)) for run_dir in run_dirs]
+    names = run_labels([run_dir for run_dir, _ in runs])
+    plt = _pyplot()
+    figure, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
+    epochs = [r.epoch for _, records in runs for r in records if r.epoch > 0]
+    log_epochs = bool(epochs) and max(epochs) / min(epochs) > LOG_AXIS_SPAN
+    labels_by_axis = []
+    for axis, x_key, x_label in ((axes[0], "epoch", "epoch"), (axes[1], "elapsed_s", "wall time (s)")):
+        labels = []
+        labels_by_axis.append(labels)
+        for index, ((_, records), name) in enumerate(zip(runs, names, strict=True)):
+            colour = f"C{index % 10}"
+            x = [getattr(r, x_key) for r in records]
+            val = [math.nan if r.val_loss is None else r.val_loss for r in records]
+            axis.plot(x, val, "-o", color=colour, markersize=3, label=f"{name} validation")
+            train_points = [(xi, r.train_loss) for xi, r in zip(x, records, strict=True)
+                            if r.train_loss is not None]
+            if train_points:
+                axis.plot(*zip(*train_points, strict=True), "--", color=colour, alpha=0.6,
+                          label=f"{name} training")
+            for xi, record in zip(x, records, strict=True):
+                if record.epoch_checkpoint and record.val_loss is not None:
+                    axis.plot(xi, record.val_loss, "*", color=colour, markersize=12)
+                    labels.append(axis.annotate(
+                        f"epoch {round(record.epoch)}", (xi, record.val_loss), textcoords="offset points",
+                        xytext=LABEL_OFFSETS[0], fontsize=8,
+                        arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.6}))
+            scored = [(score, xi) for xi, r in zip(x, records, strict=True)
+                      if (score := _best_score(r)) is not None]
+            if scored:
+                best_score, best_x = min(scored)
+                axis.plot(best_x, best_score, "o", markersize=11, markerfacecolor="none",
+                          markeredgecolor=colour, markeredgewidth=1.6)
+        if x_key == "epoch" and log_epochs:
+            axis.set_xscale("log")
+        axis.set_xlabel(x_label + (" (log scale)" if x_key == "epoch" and log_epochs else ""))
+        axis.grid(alpha=0.3, which="both" if x_key == "epoch" and log_epochs else "major")
+    axes[0].set_ylabel("loss (nats/char)")
+    titles = [run_title(run_dir, name) for (run_dir, _), name in zip(runs, names, strict=True)]
+    figure.suptitle(", ".join(titles))
+    handles, texts = axes[0].get_legend_handles_labels()
+    handles += [plt.Line2D([], [], linestyle="none", marker="*", markersize=10, color="0.3"),
+                plt.Line2D([], [], linestyle="none", marker="o", markersize=9, markerfacecolor="none",
+                           markeredgecolor="0.3")]
+    texts += ["epoch checkpoint (--save-epochs)", "best.pt (lowest validation loss)"]
+    axes[0].legend(handles, texts, fontsize=8)
+    figure.tight_layout()
+    figure.canvas.draw()  # the layout settles where each label would land
+    for labels in labels_by_axis:
+        _place_labels(figure, labels)
+    return figure
+
+
+def _best_score(record: Any) -> float | None:
+    """What best.pt would hold of an evaluation: the better of its trained and averaged scores."""
+    scores = [score for score in (record.val_loss, record.averaged_val_loss) if score is not None]
+    return min(scores) if scores else None

@@ -150,7 +150,9 @@ def json_lines(rows: Any, batch: int = 512) -> Any:
 def plot_command(run_dirs: tuple[str, ...], output: str) -> None:
     """Plot training and validation loss of RUN_DIRS against epoch and wall time.
 
-    One colour per run; epoch checkpoints (train --save-epochs) are starred.
+    One colour per run; epoch checkpoints (train --save-epochs) are starred, each
+    run's best evaluation (its best.pt) ringed; a log epoch axis when the run spans
+    more than two decades of epochs.
     Needs the optional matplotlib: pip install 'charrnn-cli[plot]'.
 
     \b

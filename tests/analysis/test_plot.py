@@ -65,3 +65,46 @@ def test_not_a_run_directory(tmp_path):
 def test_runs_sharing_a_directory_name_get_distinct_labels(tmp_path):
     assert run_labels([tmp_path / "a" / "run", tmp_path / "b" / "run"]) == ["a/run", "b/run"]
     assert run_labels([tmp_path / "x", tmp_path / "y"]) == ["x", "y"]
+
+
+def exercise_like_run(root: Path) -> Path:
+    """Evaluations at every epoch to 20, then every 10 to 500; epoch checkpoints at 5, 10, 20, 50 and 500."""
+    run = root / "epochs"
+    run.mkdir()
+    epochs = [*range(1, 21), *range(30, 501, 10)]
+    records = []
+    for epoch in epochs:
+        val = 1.6 + 0.3 / epoch + 0.0003 * epoch
+        record = {"step": epoch * 100, "epoch": float(epoch), "train_loss": 1.5 / epoch ** 0.1, "val_loss": val,
+                  "elapsed_s": 14.0 * epoch}
+        if epoch in (5, 10, 20, 50, 500):
+            record["epoch_checkpoint"] = f"epoch{epoch:04d}-val{val:.4f}.pt"
+        records.append(record)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (run / "config.json").write_text(json.dumps({"model": {"num_layers": 2, "hidden_size": 128, "cell": "lstm"}}))
+    return run
+
+
+def test_an_exercise_run_reads_at_a_glance(tmp_path):
+    pytest.importorskip("matplotlib")
+    from charrnn.analysis.plot import learning_curves, text_box
+
+    figure = learning_curves([exercise_like_run(tmp_path)])
+    epoch_axis = figure.axes[0]
+    assert epoch_axis.get_xscale() == "log"  # 1 to 500 epochs: more than two decades
+    assert figure._suptitle.get_text() == "epochs: 2×128 LSTM"
+    renderer = figure.canvas.get_renderer()
+    for axis in figure.axes:
+        boxes = [text_box(text, renderer) for text in axis.texts]
+        assert len(boxes) == 5
+        assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    legend = [text.get_text() for text in epoch_axis.get_legend().get_texts()]
+    assert "epoch checkpoint (--save-epochs)" in legend and "best.pt (lowest validation loss)" in legend
+
+
+def test_a_short_run_keeps_a_linear_epoch_axis(tmp_path):
+    pytest.importorskip("matplotlib")
+    from charrnn.analysis.plot import learning_curves
+
+    figure = learning_curves([fake_run(tmp_path, "lstm", 5)])
+    assert figure.axes[0].get_xscale() == "linear" and figure._suptitle.get_text() == "lstm"
