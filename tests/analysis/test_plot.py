@@ -75,13 +75,14 @@ def exercise_like_run(root: Path) -> Path:
     records = []
     for epoch in epochs:
         val = 1.6 + 0.3 / epoch + 0.0003 * epoch
-        record = {"step": epoch * 100, "epoch": float(epoch), "train_loss": 1.5 / epoch ** 0.1, "val_loss": val,
-                  "elapsed_s": 14.0 * epoch}
+        record = {"step": epoch * 100, "epoch": float(epoch), "train_loss": 1.5 / epoch ** 0.1,
+                  "val_loss": val, "elapsed_s": 14.0 * epoch}
         if epoch in (5, 10, 20, 50, 500):
             record["epoch_checkpoint"] = f"epoch{epoch:04d}-val{val:.4f}.pt"
         records.append(record)
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (run / "config.json").write_text(json.dumps({"model": {"num_layers": 2, "hidden_size": 128, "cell": "lstm"}}))
+    model = {"num_layers": 2, "hidden_size": 128, "cell": "lstm"}
+    (run / "config.json").write_text(json.dumps({"model": model}))
     return run
 
 
