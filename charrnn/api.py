@@ -533,6 +533,22 @@ class Model:
         (``unit``, ``layer``, ``state``, ``rank``, ``top``, ``max_chars``)."""
         return self.look(Looking.check(text, file, options))
 
+    def writing(self, prime: str | None = None, *, temperature: float | None = None, seed: int | None = None,
+                prime_file: PathArg | None = None, **unused: Any) -> Any:
+        """A :class:`~charrnn.generation.writing.WritingSession`: a text after ``prime`` written
+        character by character by a person or the model (``sample --interactive``), undoable exactly.
+        The model continues at ``temperature``; ``seed`` (drawn when not given) makes its choices
+        repeatable. Other decoding settings do not apply and are refused."""
+        from charrnn.generation.writing import WritingSession
+
+        if unused:
+            raise OptionConflict(f"writing interactively takes a prime, a temperature and a seed: "
+                                 f"{{{sorted(unused)[0]}}} does not apply")
+        request = Decoding.check(prime, None, temperature, prime_file, {"seed": seed})
+        decoding = request.config
+        return WritingSession(self.network, self.vocab, request.prime, decoding.softmax_temperature,
+                              decoding.seed)
+
     def surprisal(self, text: str | None = None, *, file: PathArg | None = None, top: int = SURPRISAL_TOP,
                   skip_unknown: bool = False, max_chars: int | None = None) -> Surprisal:
         """The surprisal of each character of ``text`` (or ``file``) and the model's ``top`` guesses there;

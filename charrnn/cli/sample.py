@@ -15,7 +15,7 @@ from charrnn.cli.options import (
     sampling_options,
 )
 from charrnn.cli.output import message, say_checkpoint, write_file
-from charrnn.config import DEFAULT_LENGTH_PENALTY, SampleConfig
+from charrnn.config import DEFAULT_LENGTH_PENALTY, SURPRISAL_TOP, SampleConfig
 from charrnn.utils.files import json_text
 from charrnn.utils.terminal import stream_stdout, write_stdout
 
@@ -39,9 +39,17 @@ def render_samples(texts: list[str], kind: str) -> str:
 @option("--output", type=click.Path(), default=None,
         help="Write the text to this file instead of stdout.", group="output")
 @json_option("One JSON object per line: text (prime included), and log_prob and stopped for beams.")
+@option("--interactive", is_flag=True, group="writing with the model",
+        help="Write with the model in the terminal: see its likeliest next characters, pick one (a digit), "
+             "type your own, let it finish the word (Tab) or line (Enter), undo (Backspace); Ctrl-D prints "
+             "the text.")
+@option("--top", type=int, default=SURPRISAL_TOP, show_default=True, group="writing with the model",
+        help="How many guesses --interactive shows.")
 @device_option("cpu")
-def sample_command(checkpoint: str, output: str | None, as_json: bool, device: str, prime: str | None,
-                   prime_file: str | None, **decoding: Any) -> None:
+@click.pass_context
+def sample_command(ctx: click.Context, checkpoint: str, output: str | None, as_json: bool, device: str,
+                   prime: str | None, prime_file: str | None, interactive: bool, top: int,
+                   **decoding: Any) -> None:
     """Generate text from CHECKPOINT, streaming it to stdout as it is produced.
 
     stdout (or --output) gets the text alone. Several samples (--num-samples)
@@ -56,8 +64,15 @@ def sample_command(checkpoint: str, output: str | None, as_json: bool, device: s
       charrnn sample best.pt --temperature 0.7 --top-p 0.9 --seed 1
       charrnn sample best.pt --greedy --length 200 --output greedy.txt
       charrnn sample best.pt --beam-width 8 --num-samples 3 --stop-at $'\\n\\n'
+      charrnn sample best.pt --interactive --prime "ROMEO:" --temperature 0.7
     """
     from charrnn import api
+
+    if interactive or ctx.get_parameter_source("top") is not click.core.ParameterSource.DEFAULT:
+        given = {key: value for key, value in {"output": output, "as_json": as_json, **decoding}.items()
+                 if ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
+        write_with_the_model(checkpoint, prime, prime_file, device, top, interactive, given)
+        return
 
     if output is not None:
         api.check_output(output, "output", {"checkpoint": checkpoint, "prime_file": prime_file})
@@ -83,6 +98,25 @@ def sample_command(checkpoint: str, output: str | None, as_json: bool, device: s
         write_stdout(rendered)
     else:
         write_file(output, rendered, f"{len(samples.texts)} sample(s)")
+
+
+def write_with_the_model(checkpoint: str, prime: str | None, prime_file: str | None, device: str, top: int,
+                         interactive: bool, given: dict[str, Any]) -> None:
+    """``sample --interactive``: the session in the terminal, then the whole text on stdout."""
+    from charrnn import api
+    from charrnn.cli.interactive import require_terminal, write_interactively
+    from charrnn.errors import ConfigError, OptionConflict
+
+    if not interactive:
+        raise OptionConflict("{top} says how many guesses {interactive} shows: it goes with it")
+    if top < 1:
+        raise ConfigError("must be at least 1", "top")
+    model = api.load(checkpoint, device)
+    session = model.writing(prime, prime_file=prime_file, **given)
+    require_terminal()
+    text = write_interactively(session, top)
+    if text is not None:
+        write_stdout(text if text.endswith("\n") else text + "\n")
 
 
 def _say_seed(seed: int | None, drawn: bool) -> None:

@@ -1,0 +1,104 @@
+"""``charrnn sample --interactive``: writing with the model in the terminal.
+
+The screen (on stderr, redrawn after every key) shows the text so far and the
+model's likeliest next characters with their probabilities. Keys: a digit picks
+that guess; any other character the model knows is written as typed; Tab lets the
+model finish the word, Enter the line; Backspace takes back the last character
+(its recurrent state restored exactly); Ctrl-D ends and prints the whole text to
+stdout. Ctrl-C leaves without printing.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import shutil
+import sys
+import termios
+import tty
+from typing import Any
+
+from charrnn.errors import CharrnnError
+from charrnn.generation.writing import WORD_ENDS, WritingSession
+
+CLEAR = "\x1b[H\x1b[2J"
+BACKSPACE = ("\x7f", "\x08")
+END = "\x04"  # Ctrl-D
+HELP = "digit: take that guess · type: write it · Tab: finish the word · Enter: finish the line · " \
+       "Backspace: undo · Ctrl-D: done"
+
+
+def require_terminal() -> None:
+    """Refuse, in one line, a session whose keys or screen are not a terminal."""
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise CharrnnError("--interactive needs a terminal: standard input and standard error must both be "
+                           "one (not a pipe or a file)")
+
+
+def visible(char: str) -> str:
+    return {" ": "␣", "\n": "⏎", "\t": "⇥"}.get(char, char)
+
+
+def screen(session: WritingSession, top: int, note: str) -> str:
+    """The whole screen: the end of the text that fits, a cursor, the guesses, a note and the keys."""
+    columns, rows = shutil.get_terminal_size()
+    lines = (session.text + "▌").split("\n")
+    body = lines[-max(1, rows - 6):]
+    guesses = "   ".join(f"\x1b[1m{number}\x1b[0m {visible(guess.char)} {guess.probability:.1%}"
+                         for number, guess in enumerate(session.guesses(top), start=1))
+    rule = "─" * min(columns, 80)
+    return f"{CLEAR}{chr(10).join(body)}\n{rule}\nnext: {guesses}\n{note}\n\x1b[2m{HELP}\x1b[0m"
+
+
+def keys(fd: int) -> Any:
+    """Characters typed on ``fd`` (UTF-8), an escape sequence (arrow keys) skipped as one."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while True:
+        data = os.read(fd, 64)
+        if not data:
+            yield END
+            return
+        text = decoder.decode(data)
+        if text.startswith("\x1b"):
+            continue
+        yield from text
+
+
+def write_interactively(session: WritingSession, top: int) -> str | None:
+    """Run the session on the terminal; the text when Ctrl-D ends it, None when the keys run out."""
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    note = f"writing after {len(session.prime)} character(s) of prime"
+    try:
+        tty.setcbreak(fd)  # keys one by one, unechoed; Ctrl-C still interrupts
+        sys.stderr.write(screen(session, top, note))
+        sys.stderr.flush()
+        for key in keys(fd):
+            if key == END:
+                return session.text
+            note = _act(session, top, key)
+            sys.stderr.write(screen(session, top, note))
+            sys.stderr.flush()
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        sys.stderr.write(CLEAR)
+        sys.stderr.flush()
+    return None
+
+
+def _act(session: WritingSession, top: int, key: str) -> str:
+    """Do what ``key`` asks; return the note to show."""
+    guesses = session.guesses(top)
+    if key.isdigit() and 1 <= int(key) <= len(guesses):
+        session.write(guesses[int(key) - 1].char)
+        return f"took guess {key}"
+    if key in BACKSPACE:
+        return "undone" if session.undo() else "nothing to undo (the prime stays)"
+    if key == "\t":
+        return f"the model wrote {session.continue_to(WORD_ENDS)!r}"
+    if key in ("\n", "\r"):
+        return f"the model wrote {session.continue_to(chr(10))!r}"
+    if key in session.vocab:
+        session.write(key)
+        return f"wrote {key!r}"
+    return f"the model never saw {key!r}: type another character"

@@ -1,0 +1,97 @@
+"""Writing with the model: a text built character by character, by a person or the model, undoable exactly.
+
+A :class:`WritingSession` keeps, for every character written, the recurrent state
+and the scores after it, so undoing a character restores the state exactly (no
+re-reading). At each point it offers the model's likeliest next characters with
+their probabilities: the same numbers ``inspect --surprisal`` shows (the softmax
+of the scores, at temperature 1). The person picks one, types any character the
+model knows, or lets the model continue to the end of the word or line at the
+session's temperature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from charrnn.config import SampleConfig
+from charrnn.data.vocab import Vocab
+from charrnn.errors import CharrnnError
+from charrnn.generation.sample import choose_next, make_generator, warm_state
+from charrnn.models.model import CharRNN
+from charrnn.models.stepper import Layers, make_stepper
+
+WORD_ENDS = " \n\t.,;:!?"  # where "the rest of the word" ends
+MAX_CONTINUATION = 500  # characters the model writes at most for one "rest of the word or line"
+
+
+@dataclass(frozen=True)
+class Guess:
+    char: str  # a character the model might write next
+    probability: float  # its probability at this point (temperature 1)
+
+
+@dataclass(frozen=True)
+class _Point:
+    char: str  # the character written to reach this point ("" for the start)
+    logits: torch.Tensor  # (1, V) scores of the next character
+    layers: Layers  # the recurrent state after it
+
+
+class WritingSession:
+    """A text being written after ``prime``; see the module docstring."""
+
+    def __init__(self, model: CharRNN, vocab: Vocab, prime: str, temperature: float, seed: int):
+        self.vocab, self.prime = vocab, prime
+        self.stepper = make_stepper(model)
+        self.decoding = SampleConfig(temperature=temperature, seed=seed)
+        self.generator = make_generator(seed)
+        current, state = warm_state(model, vocab, prime, 1)
+        logits, layers = self.stepper.step_layers(current, self.stepper.unstack(state))
+        self.points = [_Point("", logits, layers)]
+
+    @property
+    def written(self) -> str:
+        """What was written after the prime."""
+        return "".join(point.char for point in self.points)
+
+    @property
+    def text(self) -> str:
+        return self.prime + self.written
+
+    def guesses(self, count: int) -> list[Guess]:
+        """The ``count`` likeliest next characters, likeliest first."""
+        probabilities = torch.softmax(self.points[-1].logits[0].float(), dim=-1)
+        best = torch.topk(probabilities, min(count, len(self.vocab)))
+        return [Guess(self.vocab.chars[index], probability)
+                for index, probability in zip(best.indices.tolist(), best.values.tolist(), strict=True)]
+
+    def write(self, char: str) -> None:
+        """Add ``char`` (one character the model knows) to the text."""
+        if len(char) != 1 or char not in self.vocab:
+            raise CharrnnError(f"the model never saw {char!r}")
+        self._advance(self.vocab.encode(char).long())
+
+    def _advance(self, ids: torch.Tensor) -> None:
+        logits, layers = self.stepper.step_layers(ids, self.points[-1].layers)
+        self.points.append(_Point(self.vocab.chars[int(ids[0])], logits, layers))
+
+    def undo(self) -> bool:
+        """Take back the last character written (never the prime); False when there is none."""
+        if len(self.points) == 1:
+            return False
+        self.points.pop()
+        return True
+
+    def continue_to(self, ends: str) -> str:
+        """Let the model write, sampling at the session's temperature, until it writes one of ``ends``
+        (included) or :data:`MAX_CONTINUATION` characters; return what it wrote."""
+        wrote = []
+        for _ in range(MAX_CONTINUATION):
+            next_id = choose_next(self.points[-1].logits, self.decoding, self.generator)  # (1,)
+            self._advance(next_id)
+            wrote.append(self.points[-1].char)
+            if wrote[-1] in ends:
+                break
+        return "".join(wrote)

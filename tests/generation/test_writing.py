@@ -1,0 +1,118 @@
+"""Writing with the model: the session (exact undo, the guesses' numbers) and sample --interactive in a real
+terminal (tmux)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import charrnn
+from charrnn.cli.main import cli
+from charrnn.errors import CharrnnError
+
+from helpers import INSTALLED, needs_installed
+
+TMUX = shutil.which("tmux")
+
+
+@pytest.fixture
+def session(tiny_checkpoint):
+    return charrnn.load(tiny_checkpoint).writing("ROMEO:", temperature=0.8, seed=1)
+
+
+def test_undo_restores_the_state_exactly(session):
+    before = [(guess.char, guess.probability) for guess in session.guesses(5)]
+    layers = [tuple(part.clone() for part in layer) for layer in session.points[-1].layers]
+    session.write("\n")
+    session.continue_to("\n")
+    while session.undo():
+        pass
+    assert session.text == "ROMEO:" and [(g.char, g.probability) for g in session.guesses(5)] == before
+    assert all(torch.equal(a, b) for old, new in zip(layers, session.points[-1].layers, strict=True)
+               for a, b in zip(old, new, strict=True))
+
+
+def test_the_guesses_are_the_numbers_surprisal_shows(session, tiny_checkpoint):
+    session.write("\n")
+    session.write("J")
+    rows = list(charrnn.surprisal(tiny_checkpoint, "ROMEO:\nJU", top=3))
+    after_j = rows[-1]  # the scores for the character after "ROMEO:\nJ"
+    assert [(g.char, round(g.probability, 5)) for g in session.guesses(3)] == \
+        [(char, round(probability, 5)) for char, probability in after_j.top]
+
+
+def test_the_model_finishes_the_word_or_the_line(session):
+    wrote = session.continue_to(" \n")
+    assert wrote and wrote[-1] in " \n" and session.written == wrote
+    line = session.continue_to("\n")
+    assert line.endswith("\n") and "\n" not in line[:-1]
+
+
+def test_a_character_the_model_never_saw_is_refused(session):
+    with pytest.raises(CharrnnError, match="never saw"):
+        session.write("\u2603")
+    assert session.written == ""
+
+
+@pytest.mark.parametrize(("arguments", "code", "fragment"), [
+    (["--interactive"], 1, "--interactive needs a terminal"),
+    (["--top", "3"], 2, "--top says how many guesses --interactive shows"),
+    (["--interactive", "--num-samples", "2"], 2, "--num-samples does not apply"),
+    (["--interactive", "--top", "0"], 2, "--top"),
+])
+def test_interactive_refusals_are_one_line(tiny_checkpoint, arguments, code, fragment):
+    result = CliRunner().invoke(cli, ["sample", str(tiny_checkpoint), *arguments])
+    assert result.exit_code == code, result.output
+    assert len(result.stderr.splitlines()) == 1 and fragment in result.stderr
+
+
+def screen(name: str) -> str:
+    return subprocess.run([TMUX, "capture-pane", "-p", "-t", name], capture_output=True, text=True).stdout
+
+
+def wait_for(name: str, text: str, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        shown = screen(name)
+        if text in shown:
+            return shown
+        time.sleep(0.1)
+    raise AssertionError(f"{text!r} never appeared:\n{screen(name)}")
+
+
+@pytest.mark.slow
+@needs_installed
+@pytest.mark.skipif(TMUX is None, reason="tmux is not installed (apt-get install tmux)")
+def test_writing_in_a_real_terminal(tiny_checkpoint, tmp_path):
+    name = f"charrnn-{tmp_path.name}"
+    out = tmp_path / "out.txt"
+    command = f"'{INSTALLED}' sample '{tiny_checkpoint}' --interactive --prime ROMEO: --seed 2 > '{out}'; " \
+              f"echo \"exit $?\" >> '{out}'; sleep 60"
+    subprocess.run([TMUX, "new-session", "-d", "-s", name, "-x", "100", "-y", "25", command], check=True)
+    try:
+        shown = wait_for(name, "next: 1 ")
+        assert "ROMEO:▌" in shown and "Ctrl-D" in shown
+        subprocess.run([TMUX, "send-keys", "-t", name, "1"], check=True)  # the likeliest guess
+        wait_for(name, "took guess 1")
+        subprocess.run([TMUX, "send-keys", "-t", name, "J"], check=True)  # forced
+        wait_for(name, "wrote 'J'")
+        subprocess.run([TMUX, "send-keys", "-t", name, "Enter"], check=True)  # the model ends the line
+        wait_for(name, "the model wrote")
+        subprocess.run([TMUX, "send-keys", "-t", name, "BSpace"], check=True)  # undo its newline
+        wait_for(name, "undone")
+        subprocess.run([TMUX, "send-keys", "-t", name, "C-d"], check=True)
+        deadline = time.monotonic() + 30
+        while "exit" not in (out.read_text() if out.exists() else "") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        text = out.read_text()
+        assert text.endswith("exit 0\n") and text.startswith("ROMEO:")
+        first_guess = charrnn.load(tiny_checkpoint).writing("ROMEO:", seed=2).guesses(1)[0].char
+        written = text.removesuffix("exit 0\n").removesuffix("\n")  # printed with a final line break
+        assert written.startswith(f"ROMEO:{first_guess}J") and not written.endswith("\n")
+    finally:
+        subprocess.run([TMUX, "kill-session", "-t", name], capture_output=True)
