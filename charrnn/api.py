@@ -55,14 +55,20 @@ def _path(value: PathArg | None, name: str) -> Path | None:
     quietly mean the current directory), is refused by name."""
     if value is None:
         return None
+    wrong = ConfigTypeError(f"must be a path (a string or a pathlib.Path), not {type(value).__name__}", name)
     if not isinstance(value, str | PathLike) or isinstance(value, bytes):
-        raise ConfigTypeError(f"must be a path (a string or a pathlib.Path), not {type(value).__name__}",
-                              name)
-    if not str(value):
+        raise wrong
+    try:
+        text = os.fspath(value)
+    except TypeError:  # a path-like whose __fspath__ returns something else
+        raise wrong from None
+    if not isinstance(text, str):
+        raise wrong
+    if not text:
         raise ConfigError("must not be empty", name)
-    if "\0" in str(value):
+    if "\0" in text:
         raise ConfigError("must not hold a NUL character", name)
-    return Path(value)
+    return Path(text)
 
 
 def _text_file(value: PathArg | None, name: str) -> Path | None:
@@ -100,6 +106,33 @@ def _trained_on(checkpoint: Path) -> Path | None:
     return Path(path) if isinstance(path, str) and path else None
 
 
+def _within(path: Path, directory: Path) -> bool:
+    """Whether ``path`` (its links followed) lies inside ``directory``."""
+    try:
+        return Path(os.path.realpath(path)).is_relative_to(Path(os.path.realpath(directory)))
+    except (OSError, ValueError):
+        return False
+
+
+def _refuse_a_run_directorys_name(target: Path, name: str) -> None:
+    """Refuse an output that would land, through any link, on a name a run directory keeps for itself
+    (its checkpoints, records, lock and temporaries): it would block or corrupt the run."""
+    from charrnn.training.manifest import is_run_file
+    from charrnn.training.rundir import RUN_FILES
+    from charrnn.training.runlock import LOCK_NAME
+    from charrnn.utils.files import TEMPORARY_PREFIX
+
+    for landing in dict.fromkeys([target, Path(os.path.realpath(target))]):
+        folder = landing.parent
+        if not any((folder / record).exists() for record in (*RUN_FILES, LOCK_NAME)):
+            continue
+        if (landing.suffix == ".pt" or is_run_file(landing.name) or landing.name in (*RUN_FILES, LOCK_NAME)
+                or landing.name.startswith(TEMPORARY_PREFIX)):
+            raise OptionConflict(f"{{{name}}} {escape(str(target))} would be {escape(str(landing))}, a name "
+                                 f"the run directory {escape(str(folder))} keeps for its own files; choose "
+                                 f"another file")
+
+
 def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
     """Refuse, before any work, an output file that cannot be written whole or that is one of the command's
     ``inputs`` (name → a path, a list of paths, or None; a run directory stands for its files), whether
@@ -125,11 +158,17 @@ def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
             run_files = [file for file in neighbours if file.suffix == ".pt" or file.name in RUN_FILES]
             corpora = [corpus for file in run_files if (corpus := _trained_on(file)) is not None]
             replaced = same_as_any(target, [path, *run_files, *corpora])
+            inside = next((corpus for corpus in corpora if corpus.is_dir() and _within(target, corpus)), None)
+            if inside is not None:  # a file added to a directory corpus would change the corpus
+                raise OptionConflict(f"{{{name}}} {escape(str(target))} is inside the corpus directory "
+                                     f"{escape(str(inside))} that {escape(str(path))} was trained on: "
+                                     f"writing it would change what is read; choose another file")
             if replaced is not None:
                 what = "" if replaced == path else f" (through {escape(str(replaced))})"
                 raise OptionConflict(f"{{{name}}} {escape(str(target))} is {{{input_name}}} "
                                      f"{escape(str(path))}{what}: writing it would destroy what is read; "
                                      f"choose another file")
+    _refuse_a_run_directorys_name(target, name)
     return target
 
 

@@ -7,10 +7,12 @@ standard streams are broken for real, in a subprocess of the installed program.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -21,9 +23,10 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+import charrnn
 from charrnn.cli.main import cli
 from charrnn.data import cache as corpus_cache
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, ConfigTypeError
 from charrnn.models.evaluate import EvalResult
 from charrnn.training.checkpoint import load_checkpoint
 from charrnn.utils.files import TEMPORARY_GLOB
@@ -383,7 +386,9 @@ def _hard_link(root: Path) -> Path:
 DESTINATIONS = {
     "symlink": (_symlink,
                 lambda root: (root / "link.txt").is_symlink() and (root / "real.txt").read_text() != "old"),
-    "hard_link": (_hard_link, lambda root: (root / "second.txt").read_text() != "old"),
+    # replaced whole under the name given; the other name keeps the old text (never a torn file)
+    "hard_link": (_hard_link, lambda root: (root / "first.txt").read_text() != "old"
+                  and (root / "second.txt").read_text() == "old"),
     "dev_null": (lambda root: Path("/dev/null"), lambda root: Path("/dev/null").is_char_device()),
 }
 OUTPUT_OPTIONS = {
@@ -515,3 +520,148 @@ def test_an_output_onto_the_corpus_a_checkpoint_was_trained_on_is_refused(small_
     result = run_cli(*[argument.format(**names) for argument in arguments])
     assert_one_line_error(result, "writing it would destroy what is read", code=2)
     assert small_corpus.read_bytes() == before
+
+
+# ----------------------------------------------------------------- a run's own names, FIFOs, stale states
+
+
+@pytest.fixture
+def small_run(small_corpus, tmp_path) -> Path:
+    run = tmp_path / "run"
+    result = run_cli("train", small_corpus, "--out", run, "--max-steps", "6", "--eval-every", "3", "--hidden",
+                     "8", "--layers", "1")
+    assert result.exit_code == 0, result.output
+    return run
+
+
+@pytest.mark.parametrize("name", [".charrnn.lock", "epoch0002-val1.0000.pt", "other.pt",
+                                  ".charrnn-123-last.pt.tmp", "through a link"])
+def test_an_output_never_takes_a_name_the_run_directory_keeps(small_run, tmp_path, name):
+    destination = small_run / name
+    if name == "through a link":
+        destination = tmp_path / "link.txt"
+        destination.symlink_to(small_run / "epoch0001-val9.9999.pt")
+    result = run_cli("sample", small_run, "--length", "5", "--output", destination)
+    assert_one_line_error(result, "keeps for its own files", code=2)
+    assert not (small_run / name).exists() and not (small_run / "epoch0001-val9.9999.pt").exists()
+
+
+def test_an_output_inside_a_directory_corpus_is_refused(tmp_path):
+    corpus = tmp_path / "texts"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("a small corpus of text, repeated to train on.\n" * 60)
+    run_cli("train", corpus, "--out", tmp_path / "run", "--max-steps", "2", "--hidden", "8", "--layers", "1")
+    result = run_cli("sample", tmp_path / "run", "--length", "5", "--output", corpus / "sample.txt")
+    assert_one_line_error(result, "inside the corpus directory", code=2)
+    assert not (corpus / "sample.txt").exists()
+
+
+@pytest.mark.parametrize("name", ["config.json", "manifest.json", "metrics.jsonl", "last.pt"])
+def test_a_fifo_at_a_name_the_run_keeps_never_blocks(small_run, name):
+    """Refused in one line, or (a log the run rewrites anyway) replaced: never waited on."""
+    (small_run / name).unlink()
+    os.mkfifo(small_run / name)
+    arguments = ["train", "--resume", str(small_run / "best.pt"), "--max-steps", "9"]
+    process = subprocess.run([sys.executable, "-m", "charrnn", *arguments], capture_output=True, text=True,
+                             timeout=120)
+    lines = process.stderr.strip().splitlines()
+    assert "Traceback" not in process.stderr
+    assert process.returncode == 0 if name == "metrics.jsonl" else lines[-1].startswith("Error: ")
+
+
+def test_a_fifo_where_the_dataset_goes_is_refused_or_set_aside(tmp_path, data_mirror):
+    target = tmp_path / "tinyshakespeare" / "input.txt"
+    target.parent.mkdir()
+    os.mkfifo(target)
+    refused = subprocess.run([sys.executable, "-m", "charrnn", "data", "get", "--data-dir", str(tmp_path)],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1 and "not a regular file" in refused.stderr
+    forced = subprocess.run([sys.executable, "-m", "charrnn", "data", "get", "--data-dir", str(tmp_path),
+                             "--force"], capture_output=True, text=True, timeout=120)
+    assert forced.returncode == 0, forced.stderr
+    assert stat.S_ISFIFO(os.lstat(target.with_name("input.txt.kept-1")).st_mode)
+
+
+def test_a_dangling_link_where_the_dataset_goes_is_set_aside_with_force(tmp_path, data_mirror):
+    target = tmp_path / "tinyshakespeare" / "input.txt"
+    target.parent.mkdir()
+    target.symlink_to(tmp_path / "nowhere")
+    assert_one_line_error(run_cli("data", "get", "--data-dir", tmp_path), "a symbolic link to nothing")
+    assert run_cli("data", "get", "--data-dir", tmp_path, "--force").exit_code == 0
+    assert target.with_name("input.txt.kept-1").is_symlink() and not target.is_symlink()
+
+
+def test_a_run_stopped_before_its_config_was_written_resumes(small_corpus, tmp_path):
+    """kill -9 between a new run's first checkpoint and its config.json: the run still resumes in place."""
+    run = tmp_path / "run"
+    run_cli("train", small_corpus, "--out", run, "--max-steps", "3", "--eval-every", "3", "--hidden", "8",
+            "--layers", "1")
+    for name in ("config.json", "manifest.json", "metrics.jsonl", "last.pt"):
+        (run / name).unlink()  # as the directory stood after best.pt alone was saved
+    result = run_cli("train", "--resume", run, "--max-steps", "6")
+    assert result.exit_code == 0, result.output
+    assert torch.load(run / "last.pt", weights_only=True)["step"] == 6
+
+
+def test_an_older_last_pt_copied_over_a_newer_one_is_refused(small_corpus, tmp_path):
+    run = tmp_path / "run"
+    run_cli("train", small_corpus, "--out", run, "--max-steps", "3", "--hidden", "8", "--layers", "1")
+    shutil.copy(run / "last.pt", tmp_path / "step3.pt")
+    run_cli("train", "--resume", run, "--max-steps", "6")
+    shutil.copy(tmp_path / "step3.pt", run / "last.pt")
+    shutil.copy(tmp_path / "step3.pt", run / "best.pt")
+    result = run_cli("train", "--resume", run, "--max-steps", "9")
+    assert_one_line_error(result, "was saved at step 6; last.pt is at step 3")
+
+
+def test_a_users_file_named_like_a_temporary_is_kept(small_run):
+    note = small_run / ".charrnn-notes.tmp"
+    note.write_text("mine")
+    assert run_cli("train", "--resume", small_run, "--max-steps", "8").exit_code == 0
+    assert note.read_text() == "mine"
+
+
+def test_notes_quoting_a_path_stay_on_one_line(small_corpus, tmp_path):
+    run = tmp_path / "a\nrun\x1b[2J"
+    result = run_cli("train", small_corpus, "--out", run, "--max-steps", "2", "--hidden", "8", "--layers",
+                     "1")
+    assert result.exit_code == 0, result.output
+    resumed = run_cli("train", "--resume", run, "--max-steps", "3")
+    assert resumed.exit_code == 0 and "\x1b" not in resumed.stderr
+    assert any(line.startswith("resuming ") and "a\\nrun" in line for line in resumed.stderr.splitlines())
+
+
+def test_a_tiny_top_p_keeps_the_likeliest_character(tiny_checkpoint):
+    result = run_cli("sample", tiny_checkpoint, "--length", "5", "--top-p", "1e-300", "--seed", "1")
+    assert result.exit_code == 0, result.output
+
+
+def test_a_path_like_that_is_no_path_is_a_type_error(small_corpus):
+    class NotAPath:
+        def __fspath__(self):
+            return 3
+
+    with pytest.raises(ConfigTypeError):
+        charrnn.train(NotAPath(), max_steps=1)
+
+
+def test_a_cache_and_digest_edited_together_are_rebuilt(tmp_path):
+    from charrnn.data.cache import cache_name, cached_ids, scan_corpus
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("abcabc abc\n" * 20)
+    scan = scan_corpus(corpus)
+    vocab = scan.vocab()
+    cache = tmp_path / "cache"
+    expected = cached_ids(scan, vocab, cache_dir=cache).clone()
+    path = cache / cache_name(scan, vocab, False)
+    path.write_bytes(b"\xff" * path.stat().st_size)  # ids far outside the vocabulary
+    path.with_name(path.name + ".sha256").write_text(hashlib.sha256(path.read_bytes()).hexdigest())
+    assert torch.equal(cached_ids(scan, vocab, cache_dir=cache), expected)
+
+
+def test_a_directory_at_a_run_files_name_is_refused_before_training(small_run):
+    (small_run / "metrics.jsonl").unlink()
+    (small_run / "metrics.jsonl").mkdir()
+    result = run_cli("train", "--resume", small_run, "--max-steps", "9")
+    assert_one_line_error(result, "is a directory where the run keeps its metrics.jsonl")

@@ -43,7 +43,8 @@ def describe_precision(config: TrainConfig, model_config: ModelConfig) -> str:
 
 
 def key_value_table(title: str, rows: dict[str, str], fold: bool = False) -> Table:
-    """A two-column table; values are plain text, so paths with [brackets] are shown as they are.
+    """A two-column table; values are plain text, so paths with [brackets] are shown as they are, and
+    control characters escaped (a path holding a line break or a terminal escape stays one line).
 
     ``fold``: long values wrap onto further lines instead of ending in an ellipsis.
     """
@@ -51,7 +52,7 @@ def key_value_table(title: str, rows: dict[str, str], fold: bool = False) -> Tab
     table.add_column(style="bold")
     table.add_column(overflow="fold" if fold else "ellipsis")
     for key, value in rows.items():
-        table.add_row(key, Text(value))
+        table.add_row(key, Text(one_line(value)))
     return table
 
 
@@ -75,7 +76,7 @@ class ProgressBar(TrainObserver):
         self._say(CharrnnError(text, names_options=True).render(self.name))
 
     def _say(self, text: str) -> None:
-        self.console.print(Text(text), soft_wrap=True)
+        self.console.print(Text(one_line(text)), soft_wrap=True)
 
     def on_plan(self, plan: TrainingPlan) -> None:
         """Say what the plan decided that the user did not ask for in so many words."""

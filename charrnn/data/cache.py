@@ -31,7 +31,7 @@ import torch
 
 from charrnn.data.vocab import UnknownCharactersError, Vocab, code_points
 from charrnn.errors import CharrnnError
-from charrnn.utils.files import reason, remove_stale_temporaries, replace_text, replacing
+from charrnn.utils.files import read_regular, reason, remove_stale_temporaries, replace_text, replacing
 
 CACHE_DIR_ENV = "CHARRNN_CACHE_DIR"
 CHUNK_BYTES = 1 << 22  # 4 MiB of text per chunk: bounded memory, large enough to vectorise well
@@ -193,7 +193,9 @@ def cached_ids(scan: CorpusScan, vocab: Vocab, skip_unknown: bool = False, cache
     path = cache_dir / cache_name(scan, vocab, dropped_unknown=bool(unknown))
     itemsize = vocab.id_dtype.itemsize
     if _verified(path, length * itemsize):
-        return torch.from_file(str(path), shared=False, size=length, dtype=vocab.id_dtype)
+        ids = torch.from_file(str(path), shared=False, size=length, dtype=vocab.id_dtype)
+        if int(ids.max()) < len(vocab):  # a file and digest edited together are still never trusted
+            return ids
     try:
         _encode_to_file(scan, vocab, path, length, chunk_bytes)
     except CacheUnwritable:
@@ -223,7 +225,7 @@ def _verified(path: Path, size: int) -> bool:
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode) or path.stat().st_size != size:
             return False
-        return _digest_path(path).read_text(encoding="ascii").strip() == _file_digest(path)
+        return read_regular(_digest_path(path)).decode("ascii").strip() == _file_digest(path)
     except (OSError, UnicodeDecodeError):
         return False
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from charrnn.errors import CharrnnError
-from charrnn.utils.files import reason, replacing
+from charrnn.utils.files import NotRegularFile, open_regular, read_regular, reason, replacing
 
 MIRROR_ENV = "CHARRNN_DATA_MIRROR"
 DATA_DIR_ENV = "CHARRNN_DATA_DIR"
@@ -56,7 +56,7 @@ def dataset_url(dataset: Dataset) -> str:
 
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -67,7 +67,7 @@ def _verify(path: Path, dataset: Dataset) -> str | None:
     actual = _sha256(path)
     if actual != dataset.sha256:
         return f"SHA-256 {actual[:12]}… does not match the expected {dataset.sha256[:12]}…"
-    chars = len(path.read_text(encoding="utf-8"))
+    chars = len(read_regular(path).decode("utf-8"))
     if chars != dataset.chars:
         return f"{chars:,} characters instead of {dataset.chars:,}"
     return None
@@ -78,10 +78,14 @@ def _cached_copy_problem(target: Path, dataset: Dataset) -> str | None:
     is there."""
     if not target.exists() and not target.is_symlink():
         return "absent"
+    if not target.exists():
+        return "a symbolic link to nothing"
     try:
         return _verify(target, dataset)
     except UnicodeDecodeError:
         return "not UTF-8"
+    except NotRegularFile:
+        return "not a regular file"
     except OSError as exc:
         raise CharrnnError(f"cannot read the cached copy {target}: {reason(exc)}") from None
 

@@ -59,6 +59,7 @@ def filter_logits(
         sorted_probs = torch.softmax(sorted_logits, dim=-1)
         mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
         drop_sorted = mass_before >= top_p
+        drop_sorted[:, 0] = False  # even when p rounds to 0 in the logits' precision
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits

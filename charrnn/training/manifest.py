@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 import warnings
 from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatch
@@ -27,7 +29,7 @@ from typing import Any
 import torch
 
 from charrnn.errors import CharrnnError, escape
-from charrnn.utils.files import reason, write_json
+from charrnn.utils.files import open_regular, read_regular, reason, write_json
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
@@ -62,7 +64,7 @@ def role_of(name: str) -> str:
 
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -87,7 +89,7 @@ def read_manifest(out_dir: Path) -> Manifest | None:
     """
     path = Path(out_dir) / MANIFEST_NAME
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path).decode("utf-8")
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
@@ -115,6 +117,8 @@ def checkpoint_files(out_dir: Path) -> list[Path]:
 def read_header(path: Path) -> dict[str, Any] | None:
     """A checkpoint's plain values, read without loading its tensors; None when it cannot be read."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block torch.load
+            return None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -154,10 +158,13 @@ def saved_steps(out_dir: Path, run_id: str | None, ignore: Path | None = None) -
     manifest = read_manifest(out_dir)
     vouched = manifest.states if manifest is not None else {}
     candidates: list[Newest] = []
+    # The manifest's record of the file being resumed counts too, unless the file is still that state:
+    # a newer last.pt replaced by an older copy is newer work lost, not nothing newer.
     inside = ignore is not None and ignore.parent.resolve() == out_dir.resolve()
-    ignored_name = ignore.name if inside else None
+    still_recorded = inside and ignore.name in vouched and _matches(ignore, vouched[ignore.name])
     if manifest is not None and (run_id is None or manifest.run_id in (None, run_id)):
-        candidates += [Newest(state.step, name) for name, state in vouched.items() if name != ignored_name]
+        candidates += [Newest(state.step, name) for name, state in vouched.items()
+                       if not (still_recorded and name == ignore.name)]
     unreadable = []
     for path in checkpoint_files(out_dir):
         if ignore is not None and _same(path, ignore):
@@ -171,7 +178,10 @@ def saved_steps(out_dir: Path, run_id: str | None, ignore: Path | None = None) -
             unreadable.append(path)
         elif run_id is None or payload.get("run_id") in (None, run_id):
             candidates.append(Newest(step, path.name))
-    return SavedSteps(max(candidates, key=lambda newest: newest.step, default=None), tuple(unreadable))
+    # On a tie, name another file than the one resumed: "last.pt was saved at step 24", not "best.pt".
+    resumed = ignore.name if inside else None
+    newest = max(candidates, key=lambda each: (each.step, each.name != resumed), default=None)
+    return SavedSteps(newest, tuple(unreadable))
 
 
 def newest_state_file(out_dir: Path, run_id: str | None) -> Path | None:

@@ -32,7 +32,9 @@ from charrnn.training.manifest import (
     EPOCH_CHECKPOINT_GLOB,
     MANIFEST_NAME,
     Manifest,
+    checkpoint_files,
     newest_state_file,
+    read_header,
     read_manifest,
     record_saved,
     saved_steps,
@@ -42,6 +44,7 @@ from charrnn.training.samples import SAMPLES_NAME, SampleRecord
 from charrnn.utils.files import (
     append_line,
     json_text,
+    read_regular,
     reason,
     replace_text,
     same_as_any,
@@ -105,6 +108,10 @@ def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
     """Check the run directory (:func:`check_out_dir`), create it and prove it is writable before any
     training time is spent."""
     check_out_dir(out_dir, overwrite)
+    for name in (*RUN_FILES, LOCK_NAME):
+        if (out_dir / name).is_dir() and not (out_dir / name).is_symlink():
+            raise CharrnnError(f"{escape(str(out_dir / name))} is a directory where the run keeps its "
+                               f"{name}; move it away or choose another {{out_dir}}", names_options=True)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         probe = out_dir / f".charrnn-{os.getpid()}-write-test.tmp"
@@ -118,7 +125,7 @@ def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
 def read_run_config(out_dir: Path) -> dict[str, Any] | None:
     """``config.json`` of a run directory, or None when it is missing or unreadable."""
     try:
-        value = json.loads((out_dir / "config.json").read_text(encoding="utf-8"))
+        value = json.loads(read_regular(out_dir / "config.json").decode("utf-8"))
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
@@ -140,8 +147,17 @@ def belongs_to(out_dir: Path, payload: dict[str, Any]) -> bool:
     """Whether ``out_dir`` is the run that wrote checkpoint ``payload``.
 
     Its ``config.json`` must carry the checkpoint's ``run_id``; for checkpoints older
-    than run ids, the same model and corpus.
+    than run ids, the same model and corpus. A directory whose ``config.json`` does not
+    exist (a new run stopped between saving its first checkpoint and writing it) is the
+    run when every checkpoint there is readable and carries the checkpoint's ``run_id``
+    and nothing else of another run's (a log) is there.
     """
+    if not (out_dir / "config.json").exists() and not (out_dir / "config.json").is_symlink():
+        run_id = payload.get("run_id")
+        headers = [read_header(path) for path in checkpoint_files(out_dir)]
+        return run_id is not None and bool(headers) and all(
+            header is not None and header.get("run_id") == run_id for header in headers
+        ) and not (out_dir / "metrics.jsonl").exists() and not (out_dir / MANIFEST_NAME).exists()
     config = read_run_config(out_dir)
     if config is None:
         return False
@@ -330,7 +346,7 @@ def read_metrics(run_dir: Path) -> list[EvaluationRecord]:
     if not path.is_file():
         raise CharrnnError(f"{run_dir} is not a run directory (no metrics.jsonl)")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise CharrnnError(f"{path} is not UTF-8 text (invalid byte at offset {exc.start})") from None
     except OSError as exc:
@@ -356,7 +372,7 @@ def rows_up_to(path: Path, step: int) -> list[str]:
     unreadable log has no rows.
     """
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_regular(path).decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         return []
     kept = []

@@ -7,9 +7,10 @@ it ends, so a crashed run never blocks the next one and a recycled PID means
 nothing. The file also holds the holder's PID, for the message a competitor sees.
 
 The lock never writes through a link: it is opened with ``O_NOFOLLOW`` (a symbolic
-link at its name is refused), and a file there that is not a small regular file of
-one link (a hard link to something of the user's, say) is refused before a byte is
-written. The PID is written over the file's first bytes; nothing is ever truncated.
+link at its name is refused), and a file there that is not a lock file (empty, or a
+process id and a newline, of one link) is refused before a byte is written: a
+user's note or a hard link to something of the user's is never overwritten or
+removed. The PID is written over the file's first bytes; nothing is ever truncated.
 """
 
 from __future__ import annotations
@@ -25,6 +26,17 @@ from charrnn.utils.files import reason
 LOCK_NAME = ".charrnn.lock"
 PID_RECORD_BYTES = 20  # the PID, space-padded, and a newline
 LARGEST_LOCK_BYTES = 64  # anything larger at the lock's name is not a charrnn lock
+
+
+def _holds_a_lock_record(fd: int, size: int) -> bool:
+    """Whether the open file is empty or holds what a run lock writes: a process id and a newline."""
+    if size == 0:
+        return True
+    if size > LARGEST_LOCK_BYTES:
+        return False
+    record = os.pread(fd, size, 0)
+    fields = record.split()
+    return record.endswith(b"\n") and len(fields) == 1 and fields[0].isdigit()
 
 
 class RunLock:
@@ -61,7 +73,7 @@ class RunLock:
                 break
             os.close(fd)
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_size > LARGEST_LOCK_BYTES:
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or not _holds_a_lock_record(fd, info.st_size):
             os.close(fd)
             raise CharrnnError(f"{escape(str(self.path))} is not a charrnn run lock (another file, or a link "
                                f"to one, has its name); move it away or choose another {{out_dir}}",

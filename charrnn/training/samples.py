@@ -18,7 +18,7 @@ from charrnn.data.vocab import UnknownCharactersError, Vocab, describe_chars
 from charrnn.errors import CharrnnError, escape
 from charrnn.generation.sample import generate
 from charrnn.models.model import CharRNN
-from charrnn.utils.files import json_text, reason
+from charrnn.utils.files import json_text, read_regular, reason
 
 SAMPLES_NAME = "samples.jsonl"
 
@@ -71,7 +71,7 @@ def read_samples(run_dir: Path) -> list[SampleRecord]:
         raise CharrnnError(f"{escape(str(run_dir))} has no {SAMPLES_NAME}: record samples as a run goes with "
                            f"charrnn train --sample-every N (sample_every in Python) or --save-epochs")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_regular(path).decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         why = reason(exc) if isinstance(exc, OSError) else "not UTF-8"
         raise CharrnnError(f"cannot read {path}: {why}") from None

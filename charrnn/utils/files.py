@@ -10,8 +10,9 @@ such a name is itself replaced, never written through. A file the user names as 
 output (:func:`atomic_write`) is respected as what it is:
 
 - a symbolic link is followed, and the file it points to is written (the link stays);
-- a file with several hard links is rewritten in place, after the new content has
-  been completed in a temporary file, so every link sees the new content;
+- a file with several hard links is replaced under the name given, like any other:
+  rewriting it in place would leave it partial if the disk filled up or the process
+  died halfway, so the other names keep the previous content;
 - a device node, FIFO or socket (``/dev/null``, ``/dev/stdout``, a named pipe) is
   written through, as a plain ``open()`` would;
 - a directory is refused.
@@ -28,7 +29,6 @@ import errno
 import json
 import math
 import os
-import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
@@ -59,6 +59,37 @@ def current_umask() -> int:
 def reason(exc: OSError) -> str:
     """An OSError as the few words a user needs (``No space left on device``)."""
     return exc.strerror or str(exc)
+
+
+class NotRegularFile(OSError):
+    """A FIFO, device, socket or directory where charrnn reads a file it keeps."""
+
+
+@contextmanager
+def open_regular(path: Path) -> Iterator[BinaryIO]:
+    """Open ``path`` for reading only if it is a regular file (links followed).
+
+    A FIFO at a name charrnn reads would block the command forever: it is opened
+    without waiting and refused with :class:`NotRegularFile` (an ``OSError``), as are
+    devices, sockets and directories.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(fd, True)
+        handle = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with handle:
+        yield handle
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of regular file ``path`` (see :func:`open_regular`)."""
+    with open_regular(path) as handle:
+        return handle.read()
 
 
 def stat_or_none(path: Path, failing: str) -> os.stat_result | None:
@@ -168,30 +199,9 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
     if info is not None and not stat.S_ISREG(info.st_mode):
         _write_through(given, target, write)
         return
-    if info is not None and info.st_nlink > 1:
-        _rewrite_in_place(target, write, failure)
-        return
     with replacing(target, failure) as tmp_name:
         with open(tmp_name, "wb") as handle:
             write(handle)
-
-
-def _rewrite_in_place(target: Path, write: Callable[[BinaryIO], None],
-                      failure: Callable[[OSError], str]) -> None:
-    """Renaming would split a hard link: finish the content in a temporary file, then copy it in."""
-    tmp_name = None
-    try:
-        tmp_name = temporary_sibling(target)
-        with open(tmp_name, "wb") as handle:
-            write(handle)
-        shutil.copyfile(tmp_name, target)
-        with open(target, "rb") as handle:
-            os.fsync(handle.fileno())
-    except OSError as exc:
-        raise CharrnnError(failure(exc)) from None
-    finally:
-        if tmp_name is not None:
-            Path(tmp_name).unlink(missing_ok=True)
 
 
 def _write_through(given: Path, target: Path, write: Callable[[BinaryIO], None]) -> None:
@@ -234,7 +244,7 @@ def write_json(path: Path, value: Any) -> None:
 def append_line(path: Path, line: str) -> None:
     """Add one line to a text file charrnn owns: the file is replaced whole, never half-appended."""
     try:
-        existing = path.read_bytes() if path.exists() else b""
+        existing = read_regular(path) if path.exists() else b""
     except OSError as exc:
         raise CharrnnError(f"cannot read {path}: {reason(exc)}") from None
     replace_file(path, lambda handle: handle.write(existing + line.encode("utf-8") + b"\n"))
@@ -263,8 +273,8 @@ def remove_stale_temporaries(directory: Path) -> None:
     """
     for leftover in Path(directory).glob(TEMPORARY_GLOB):
         pid = _pid_of(leftover)
-        if pid is not None and pid != os.getpid() and process_alive(pid):
-            continue
+        if pid is None or (pid != os.getpid() and process_alive(pid)):
+            continue  # not a name charrnn gives its temporaries (a user's file), or a live process's
         leftover.unlink(missing_ok=True)
 
 

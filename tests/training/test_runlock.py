@@ -61,10 +61,10 @@ def test_the_lock_is_released_and_removed_on_exit(tmp_path):
         pass
 
 
-@pytest.mark.parametrize("planted", ["symlink", "hard link", "large file"])
+@pytest.mark.parametrize("planted", ["symlink", "hard link", "large file", "small note"])
 def test_a_file_of_the_users_at_the_locks_name_is_refused_and_left_untouched(tmp_path, planted):
     mine = tmp_path / "mine.txt"
-    mine.write_text("the user's words\n" * (1 if planted != "large file" else 10))
+    mine.write_text("the user's words\n" * (10 if planted == "large file" else 1))
     before = mine.read_bytes()
     run = tmp_path / "run"
     run.mkdir()
@@ -73,7 +73,7 @@ def test_a_file_of_the_users_at_the_locks_name_is_refused_and_left_untouched(tmp
         lock.symlink_to(mine)
     elif planted == "hard link":
         os.link(mine, lock)
-    else:
+    else:  # a file of the user's under the lock's name, large or small
         mine.rename(lock)
         mine = lock
     with pytest.raises(CharrnnError, match="run lock"):

@@ -64,13 +64,21 @@ def test_a_symlink_loop_is_a_clear_error(tmp_path):
         atomic_write_text(tmp_path / "a", "x")
 
 
-def test_a_hard_link_is_not_split(tmp_path):
+def test_a_hard_link_is_replaced_whole_and_the_other_names_keep_the_old_text(tmp_path, monkeypatch):
     first = tmp_path / "first.txt"
     first.write_text("old")
     second = tmp_path / "second.txt"
     os.link(first, second)
     atomic_write_text(first, "new")
-    assert second.read_text() == "new" and os.stat(first).st_ino == os.stat(second).st_ino
+    assert first.read_text() == "new" and second.read_text() == "old"
+    # A disk that fills up halfway leaves both names as they were, never a partial file.
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(CharrnnError, match="No space left on device; any previous first.txt is intact"):
+        atomic_write_text(first, "newer")
+    assert first.read_text() == "new" and second.read_text() == "old"
 
 
 def test_a_fifo_is_written_through_not_replaced(tmp_path):
