@@ -993,6 +993,7 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
     """
     from charrnn.training.request import TrainingRequest, check_request
 
+    called = time.perf_counter()  # a time budget counts from here: loading and planning are inside it
     request = TrainingRequest(
         corpus=_path(corpus, "corpus"), options=options, out_dir=_path(out_dir, "out_dir"),
         overwrite=checked(overwrite, bool, "overwrite"), resume=_path(resume, "resume"),
@@ -1044,7 +1045,7 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
         if group.is_main:
             observer.on_plan(plan)
         with GracefulStop() as stop:
-            result = plan.run(observer, stop, group)
+            result = plan.run(observer, stop, group, started=called)
     finally:
         leave(group)
     return result

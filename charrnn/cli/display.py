@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -56,20 +57,38 @@ def key_value_table(title: str, rows: dict[str, str], fold: bool = False) -> Tab
     return table
 
 
+LOG_EVERY_S = 30.0  # without a terminal, a progress line at least this often
+
+
+def clock_time(seconds: float) -> str:
+    """``83`` → ``1:23``, ``3723`` → ``1:02:03``."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
 class ProgressBar(TrainObserver):
     """Prints the run configuration, a tqdm bar with loss, chars/s and ETA, and eval lines.
 
-    Without a terminal on stderr (a log file, a pipe) there is no bar: one line per
-    evaluation says all a log needs.
+    Without a terminal on stderr (a log file, a pipe) there is no bar: a plain line at
+    every evaluation and at least every :data:`LOG_EVERY_S` seconds, each with the step,
+    epoch, training loss, chars/s, elapsed and remaining time and the last validation
+    loss, so a long job's log never looks hung.
     """
 
     def __init__(self, console: Console, name: Namer = str, draw_bar: bool = True,
-                 quiet: bool = False) -> None:
+                 quiet: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
         self.console = console  # where the configuration table goes (stderr)
         self.name = name  # how to name an option in a note
-        self.draw_bar = draw_bar and not quiet  # False: evaluation lines only
-        self.quiet = quiet  # notes only: no table, bar or evaluation lines
+        self.draw_bar = draw_bar and not quiet  # False: plain progress lines instead
+        self.quiet = quiet  # notes only: no table, bar or progress lines
         self.bar: tqdm | None = None
+        self.clock = clock  # the wall clock of the log lines (a test's fake)
+        self.started = self.last_line = 0.0  # when training started and the last line was written
+        self.first_step = 0  # the step this process started from (a resumed run's is not 0)
+        self.losses: list[float] = []  # training losses since the last line
+        self.last_step: StepReport | None = None  # the latest step's report
+        self.last_val: float | None = None  # the latest validation loss
 
     def on_message(self, text: str) -> None:
         """Notes and warnings, quiet or not, each option named as the command line writes it."""
@@ -105,6 +124,8 @@ class ProgressBar(TrainObserver):
         parameters = sum(p.numel() for p in model.parameters())
         trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
         frozen_note = f" ({trained:,} trained, the rest frozen)" if trained != parameters else ""
+        self.started = self.last_line = self.clock()
+        self.first_step = first_step
         rows = {
             "corpus": f"{corpus.path} ({corpus.chars:,} chars, vocabulary {model_config.vocab_size})",
             "split": f"{corpus.split_point:,} train / {corpus.chars - corpus.split_point:,} validation",
@@ -134,7 +155,12 @@ class ProgressBar(TrainObserver):
                             file=sys.stderr)
 
     def on_step(self, report: StepReport) -> None:
+        self.last_step = report
         if self.bar is None:
+            if not self.quiet:
+                self.losses.append(report.loss)
+                if self.clock() - self.last_line >= LOG_EVERY_S:
+                    self._log_line()
             return
         if report.progress:
             # Whichever limit is nearest (a time budget included) sets the bar's end and so its ETA.
@@ -146,8 +172,33 @@ class ProgressBar(TrainObserver):
         self.bar.set_postfix(postfix, refresh=False)
         self.bar.update(1)
 
+    def _log_line(self, evaluation: str = "") -> None:
+        """One plain line for a log: where the run is, how fast, how long to go."""
+        report, now = self.last_step, self.clock()
+        if report is None:
+            return
+        elapsed = now - self.started
+        done = report.step - self.first_step
+        remaining = "?"
+        if report.progress and done > 0:
+            steps_left = report.step / report.progress - report.step
+            remaining = clock_time(max(0.0, steps_left * elapsed / done))
+        finite = [loss for loss in self.losses if math.isfinite(loss)]
+        train = f"{sum(finite) / len(finite):.4f}" if finite else "n/a"
+        val = f"{self.last_val:.4f}" if self.last_val is not None else "n/a"
+        tqdm.write(f"step {report.step:,}  epoch {report.epoch:.3f}  train {train}  "
+                   f"{report.chars_per_s:,.0f} chars/s  elapsed {clock_time(elapsed)}  "
+                   f"remaining {remaining}  val {val}{evaluation}", file=sys.stderr)
+        self.losses, self.last_line = [], now
+
     def on_eval(self, record: EvaluationRecord, improved: bool) -> None:
+        self.last_val = record.val_loss if record.val_loss is not None else self.last_val
         if self.quiet:
+            return
+        if self.bar is None and self.last_step is not None:
+            marker = "  (best)" if improved else ""
+            saved = f"  saved {record.epoch_checkpoint}" if record.epoch_checkpoint else ""
+            self._log_line(f" (evaluated){marker}{saved}")
             return
         train_part = f"train {record.train_loss:.4f}" if record.train_loss is not None else "train n/a"
         marker = "  (best)" if improved else ""

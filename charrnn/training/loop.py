@@ -102,7 +102,8 @@ class TrainingLoop:
 
     def __init__(self, run: TrainingRun, val_ids: torch.Tensor, observer: TrainObserver,
                  stop: GracefulStop | None, run_dir: RunDirectory | None, elapsed_before: float,
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = time.perf_counter, started: float | None = None,
+                 reserve: float = 0.0):
         self.clock = clock  # seconds, for the time budget and the throughput figures
         self.run = run
         self.config = run.config
@@ -110,8 +111,10 @@ class TrainingLoop:
         self.observer = observer
         self.stop = stop
         self.run_dir = run_dir
-        self.start = clock() - elapsed_before  # a resumed run continues its clock
+        # A resumed run continues its clock; a budget counts from when training was asked for.
+        self.start = (clock() if started is None else started) - elapsed_before
         self.elapsed = elapsed_before  # rank 0's clock, agreed by every rank
+        self.reserve = reserve  # seconds of a time budget kept for the final evaluation and saves
         self._start_window()
 
     def _start_window(self) -> None:
@@ -124,7 +127,7 @@ class TrainingLoop:
         return self.window_chars / max(now - self.window_start, 1e-9)
 
     def progress(self) -> float | None:
-        return run_progress(self.config, self.run.step, self.run.epoch, self.elapsed)
+        return run_progress(self.config, self.run.step, self.run.epoch, self.elapsed + self.reserve)
 
     def run_until_stopped(self) -> tuple[StopReason, float]:
         """Train until a stopping criterion or a signal; return why, and the run's wall time."""
@@ -195,7 +198,7 @@ class TrainingLoop:
         number, self.elapsed = group.reduce([number, own_clock], self.run.device, op="max")
         if number:
             return StopReason("signal", signal_name=signal.Signals(int(number)).name)
-        return stop_reason(self.config, self.run.step, self.run.epoch, self.elapsed)
+        return stop_reason(self.config, self.run.step, self.run.epoch, self.elapsed + self.reserve)
 
     def evaluate_and_save(self, reason: StopReason | None, learning_rate: float, chars_per_s: float) -> None:
         """Evaluate on schedule, at the end and at a listed epoch's end; save last.pt on schedule and
@@ -254,6 +257,27 @@ class TrainingLoop:
             self.run_dir.save("last.pt", run.payload(self.elapsed, carried))
 
 
+CALIBRATION_CHARS = 2048  # validation characters timed to predict the final evaluation's cost
+SAVE_BYTES_PER_S = 100e6  # a conservative disk: what writing (and fsyncing) a checkpoint costs
+FINAL_WORK_MARGIN = 1.25  # the estimate's safety factor
+
+
+def final_work_seconds(run: TrainingRun, val_ids: torch.Tensor, clock: Callable[[], float]) -> float:
+    """What a time-budgeted run must keep for its end: the exact evaluation of the whole validation
+    split (twice with weight averaging), timed on its first characters and scaled up, and the
+    saves of best.pt and last.pt."""
+    sample = val_ids[: CALIBRATION_CHARS + 1]
+    if len(sample) < 2:
+        return 0.0
+    started = clock()
+    evaluate(run.model, sample)
+    per_char = (clock() - started) / (len(sample) - 1)
+    evaluations = 2 if run.average is not None else 1
+    parameters = sum(p.numel() for p in run.model.parameters())
+    saving = 2 * checkpoint_bytes(parameters, averaging=run.average is not None) / SAVE_BYTES_PER_S
+    return FINAL_WORK_MARGIN * (evaluations * per_char * len(val_ids) + saving)
+
+
 def out_of_memory(exc: BaseException) -> bool:
     """Whether ``exc`` is an allocation failure: Python's, or the CPU or CUDA allocator's."""
     if isinstance(exc, MemoryError | torch.OutOfMemoryError):
@@ -276,6 +300,7 @@ def train(
     group: SingleProcess | None = None,
     branch_from: Path | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    started: float | None = None,
 ) -> TrainResult:
     """Train a new model on ``ids`` (the encoded corpus) and write the run to ``config.out_dir``.
 
@@ -297,7 +322,10 @@ def train(
     from a trained model with a fresh optimiser; see :meth:`CharRNN.load_pretrained`.
     In a process ``group`` (torchrun), every rank calls this with the same
     arguments; rank 0 alone touches ``config.out_dir`` and reports to ``observer``.
-    ``clock`` measures the run's wall time (tests give a fake one).
+    ``clock`` measures the run's wall time (tests give a fake one); ``started`` (a ``clock``
+    reading) is when training was asked for, from which a time budget counts (default: now).
+    A time-budgeted run stops training early enough to evaluate, average and save inside the
+    budget: :func:`final_work_seconds` measures what that will take.
 
     ids: (N,) integer ids of the whole corpus; from ``corpus.split_point`` on, it is validation.
     """
@@ -338,8 +366,14 @@ def train(
             observer.on_message(warning)
         observer.on_start(run.model, model_config, config, corpus, len(batches),
                           planned_steps(config, len(batches)), run.step)
+        reserve = 0.0
+        if config.time_budget is not None:
+            reserve = group.reduce([final_work_seconds(run, split.val, clock) if group.is_main else 0.0],
+                                   run.device, op="max")[0]
+            observer.on_message(f"{{time_budget}} {config.time_budget:g} s: training stops about "
+                                f"{reserve:.1f} s before the end, to evaluate and save inside it")
         loop = TrainingLoop(run, split.val, observer, stop, run_dir,
-                            resume_from["elapsed_s"] if resume_from else 0.0, clock)
+                            resume_from["elapsed_s"] if resume_from else 0.0, clock, started, reserve)
         try:
             reason, elapsed_s = loop.run_until_stopped()
         except BaseException:

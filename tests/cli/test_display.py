@@ -19,3 +19,30 @@ def test_the_shape_says_what_kind_of_stack_it_is():
         "2×256 GRU (layer-normalised), embedding 64")
     skipping = ModelConfig(vocab_size=5, num_layers=3, skip_connections=True)
     assert describe_model(skipping.to_dict()).startswith("3×256 LSTM with skip connections, embedding 64")
+
+
+def test_without_a_terminal_a_log_gets_a_line_every_30_seconds_and_at_each_evaluation(capsys):
+    """A time-budgeted run logging to a file: never silent for long, every line self-contained."""
+    from rich.console import Console
+
+    from charrnn.cli.display import ProgressBar
+    from charrnn.training.observer import StepReport
+    from charrnn.training.rundir import EvaluationRecord
+
+    now = [100.0]
+    bar = ProgressBar(Console(stderr=True), draw_bar=False, clock=lambda: now[0])
+    bar.started = bar.last_line = now[0]
+    for step in range(1, 101):  # a step every second: 100 s of training, 0% to 50% of the run
+        now[0] += 1.0
+        bar.on_step(StepReport(step=step, epoch=step / 40, loss=2.0, learning_rate=1e-3,
+                               chars_per_s=800.0, progress=step / 200, skipped_steps=0))
+        if step == 45:
+            bar.on_eval(EvaluationRecord(step=45, epoch=1.125, train_loss=2.0, val_loss=1.9,
+                                         val_bits_per_char=2.7, learning_rate=1e-3, chars_per_s=800.0,
+                                         elapsed_s=45.0), improved=True)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split()[1] for line in lines] == ["30", "45", "75"]
+    assert lines[0] == ("step 30  epoch 0.750  train 2.0000  800 chars/s  elapsed 0:30  remaining 2:50  "
+                        "val n/a")
+    assert lines[1].endswith("val 1.9000 (evaluated)  (best)") and "remaining 2:35" in lines[1]
+    assert lines[2].endswith("val 1.9000") and "elapsed 1:15" in lines[2]

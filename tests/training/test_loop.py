@@ -234,3 +234,31 @@ def test_running_out_of_memory_saves_the_last_whole_step_and_resumes_exactly(
     resumed = torch.load(out / "last.pt", weights_only=True)["model_state"]
     expected = torch.load(reference / "last.pt", weights_only=True)["model_state"]
     assert all(torch.equal(resumed[key], expected[key]) for key in expected)
+
+
+def test_a_time_budget_keeps_time_for_the_final_evaluation_and_saves(repeated_corpus, tmp_path, monkeypatch):
+    import charrnn.training.loop as loop_module
+
+    monkeypatch.setattr(loop_module, "final_work_seconds", lambda run, val, clock: 0.5)
+    clock = FakeClock(step_seconds=0.125)
+    messages = []
+    clock.on_message = messages.append
+    result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=1.5).run(clock, clock=clock)
+    assert result.stop_reason == StopReason("time_budget", 1.5)
+    assert result.steps == 9  # step 9 sees 8 × 0.125 = 1.0 s, and 1.0 + 0.5 reaches the budget
+    assert any("stops about 0.5 s before the end" in message for message in messages)
+
+
+def test_the_final_work_is_timed_on_the_validation_splits_start_and_scaled(small_corpus, tmp_path):
+    from charrnn.data.corpus import StreamBatches
+    from charrnn.training.loop import CALIBRATION_CHARS, FINAL_WORK_MARGIN, final_work_seconds
+    from charrnn.training.state import TrainingRun
+
+    plan = plan_run(small_corpus, tmp_path / "run", max_steps=1)
+    run = TrainingRun(plan.model_config, plan.config, plan.vocab, plan.corpus,
+                      StreamBatches(plan.ids[:5000], 4, 16))
+    readings = iter([10.0, 12.0])  # the evaluation of CALIBRATION_CHARS characters takes 2 s
+    val = plan.ids[:10 * CALIBRATION_CHARS + 1]
+    seconds = final_work_seconds(run, val, lambda: next(readings))
+    evaluation = 2.0 / CALIBRATION_CHARS * (len(val) - 1)
+    assert evaluation * FINAL_WORK_MARGIN < seconds < (evaluation + 1.0) * FINAL_WORK_MARGIN
