@@ -372,6 +372,10 @@ def train(
                                    run.device, op="max")[0]
             observer.on_message(f"{{time_budget}} {config.time_budget:g} s: training stops about "
                                 f"{reserve:.1f} s before the end, to evaluate and save inside it")
+            for other in ("max_steps", "epochs"):
+                if getattr(config, other) is not None:
+                    observer.on_message(f"{{time_budget}} {config.time_budget:g} s and {{{other}}} "
+                                        f"{getattr(config, other):g}: the run stops at whichever comes first")
         loop = TrainingLoop(run, split.val, observer, stop, run_dir,
                             resume_from["elapsed_s"] if resume_from else 0.0, clock, started, reserve)
         try:

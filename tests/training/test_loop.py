@@ -262,3 +262,13 @@ def test_the_final_work_is_timed_on_the_validation_splits_start_and_scaled(small
     seconds = final_work_seconds(run, val, lambda: next(readings))
     evaluation = 2.0 / CALIBRATION_CHARS * (len(val) - 1)
     assert evaluation * FINAL_WORK_MARGIN < seconds < (evaluation + 1.0) * FINAL_WORK_MARGIN
+
+
+def test_a_budget_and_a_step_limit_stop_at_whichever_comes_first_and_say_so(repeated_corpus, tmp_path):
+    clock = FakeClock(step_seconds=0.125)
+    messages = []
+    clock.on_message = messages.append
+    result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, max_steps=5).run(
+        clock, clock=clock)
+    assert result.stop_reason == StopReason("max_steps", 5)
+    assert "{time_budget} 100 s and {max_steps} 5: the run stops at whichever comes first" in messages
