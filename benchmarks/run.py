@@ -247,7 +247,7 @@ def quality_per_minute(quick: bool, workdir: Path) -> list[Result]:
         return [Result(f"quality per minute, bf16 vs fp32: skipped ({reason})", "-", 0.0, 0.0, 0.0,
                        "reported", None)]
     try:
-        corpus, _ = get_dataset(DEFAULT_DATASET, workdir / "data")
+        corpus, _, _ = get_dataset(DEFAULT_DATASET, workdir / "data")
     except CharrnnError as exc:
         return [Result(f"quality per minute: skipped ({exc})", "-", 0.0, 0.0, 0.0, "reported", None)]
     scores = {}
@@ -272,7 +272,7 @@ def budget_promise(quick: bool, workdir: Path) -> list[Result]:
     if quick:
         return [Result("time budget kept: skipped (--quick)", "-", 0.0, 0.0, 0.0, "reported", None)]
     try:
-        corpus, _ = get_dataset(DEFAULT_DATASET, workdir / "data")
+        corpus, _, _ = get_dataset(DEFAULT_DATASET, workdir / "data")
     except CharrnnError as exc:
         return [Result(f"time budget kept: skipped ({exc})", "-", 0.0, 0.0, 0.0, "reported", None)]
     started = time.perf_counter()
