@@ -269,9 +269,9 @@ class TrainConfig(_DictMixin):
         """Steps between validation passes, or None for none before the end of the run.
 
         Unless ``eval_every`` is given: every DEFAULT_EVAL_EVERY steps, except in a
-        time-budgeted run, which evaluates only when it ends (and at ``save_epochs``).
-        Its learning rate decays to the end of the budget, so the last model is the
-        one to keep, and each exact validation pass would spend seconds of the budget.
+        time-budgeted run, which plans its evaluations by time instead (at its end, at
+        ``save_epochs``, and, when the budget is long enough to pay for them, a few
+        times during training: :class:`charrnn.training.loop.BudgetEnd`).
         """
         if self.eval_every is not None:
             return self.eval_every

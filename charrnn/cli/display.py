@@ -143,7 +143,8 @@ class ProgressBar(TrainObserver):
                 config.time_budget and f"{config.time_budget:g} s",
             ])),
             "validation": f"every {config.evaluation_interval:,} steps and at the end"
-                          if config.evaluation_interval else "at the end (a time-budgeted run)",
+                          if config.evaluation_interval
+                          else "at the end, and during a budget long enough to pay for it",
             "epoch checkpoints": ", ".join(map(str, config.save_epochs)) or "none",
             "device": f"{config.device}, {describe_precision(config, model_config)}",
             "seed": str(config.seed),

@@ -103,7 +103,7 @@ class TrainingLoop:
     def __init__(self, run: TrainingRun, val_ids: torch.Tensor, observer: TrainObserver,
                  stop: GracefulStop | None, run_dir: RunDirectory | None, elapsed_before: float,
                  clock: Callable[[], float] = time.perf_counter, started: float | None = None,
-                 reserve: float = 0.0):
+                 reserve: float = 0.0, evaluation_times: tuple[float, ...] = ()):
         self.clock = clock  # seconds, for the time budget and the throughput figures
         self.run = run
         self.config = run.config
@@ -115,6 +115,8 @@ class TrainingLoop:
         self.start = (clock() if started is None else started) - elapsed_before
         self.elapsed = elapsed_before  # rank 0's clock, agreed by every rank
         self.reserve = reserve  # seconds of a time budget kept for the final evaluation and saves
+        # A long budget's evaluations during training (run seconds, ascending): its best weights are kept.
+        self.evaluation_times = [moment for moment in evaluation_times if moment > elapsed_before]
         self._start_window()
 
     def _start_window(self) -> None:
@@ -206,7 +208,11 @@ class TrainingLoop:
         run, config = self.run, self.config
         epoch_end = run.position == 0 and run.epochs_done in config.save_epochs
         interval = config.evaluation_interval
-        scheduled = (interval is not None and run.step % interval == 0) or reason is not None or epoch_end
+        timed = bool(self.evaluation_times) and self.elapsed >= self.evaluation_times[0]
+        if timed:  # the agreed clock: every rank takes the same decision
+            self.evaluation_times = [moment for moment in self.evaluation_times if moment > self.elapsed]
+        on_interval = interval is not None and run.step % interval == 0
+        scheduled = on_interval or timed or reason is not None or epoch_end
         evaluating = scheduled and not (reason is not None and reason.interrupted)
         saving = run.step % config.save_every == 0 or reason is not None
         sampling = self.run_dir is not None and not (reason is not None and reason.interrupted) and (
@@ -260,22 +266,45 @@ class TrainingLoop:
 CALIBRATION_CHARS = 2048  # validation characters timed to predict the final evaluation's cost
 SAVE_BYTES_PER_S = 100e6  # a conservative disk: what writing (and fsyncing) a checkpoint costs
 FINAL_WORK_MARGIN = 1.25  # the estimate's safety factor
+BUDGET_EVALUATION_SHARE = 0.05  # of a time budget, at most this much goes to evaluations during training
+BUDGET_EVALUATIONS = (3, 10)  # evaluations during a budgeted run: at least this many (else none), at most
 
 
-def final_work_seconds(run: TrainingRun, val_ids: torch.Tensor, clock: Callable[[], float]) -> float:
+@dataclass(frozen=True)
+class BudgetEnd:
+    """What a time-budgeted run must plan for: the cost of an exact evaluation and of its final work."""
+
+    evaluation_s: float  # one evaluation of the whole validation split (both weights with averaging)
+    reserve_s: float  # the final evaluation and the saves of best.pt and last.pt, with a margin
+
+    def evaluation_times(self, budget: float) -> tuple[float, ...]:
+        """When to evaluate during training: evenly through the budget, as many times as
+        :data:`BUDGET_EVALUATION_SHARE` of it pays for, or never when that is under the minimum (a short
+        budget ends at its best: its schedule decays to the end and it has no time to overfit)."""
+        if self.evaluation_s <= 0:  # not measured (a clock that stood still): nothing to plan with
+            return ()
+        affordable = int(BUDGET_EVALUATION_SHARE * budget / self.evaluation_s)
+        count = min(affordable, BUDGET_EVALUATIONS[1])
+        if count < BUDGET_EVALUATIONS[0]:
+            return ()
+        usable = budget - self.reserve_s
+        return tuple(usable * k / (count + 1) for k in range(1, count + 1))
+
+
+def final_work_seconds(run: TrainingRun, val_ids: torch.Tensor, clock: Callable[[], float]) -> BudgetEnd:
     """What a time-budgeted run must keep for its end: the exact evaluation of the whole validation
     split (twice with weight averaging), timed on its first characters and scaled up, and the
     saves of best.pt and last.pt."""
     sample = val_ids[: CALIBRATION_CHARS + 1]
     if len(sample) < 2:
-        return 0.0
+        return BudgetEnd(0.0, 0.0)
     started = clock()
     evaluate(run.model, sample)
     per_char = (clock() - started) / (len(sample) - 1)
-    evaluations = 2 if run.average is not None else 1
+    evaluation = (2 if run.average is not None else 1) * per_char * len(val_ids)
     parameters = sum(p.numel() for p in run.model.parameters())
     saving = 2 * checkpoint_bytes(parameters, averaging=run.average is not None) / SAVE_BYTES_PER_S
-    return FINAL_WORK_MARGIN * (evaluations * per_char * len(val_ids) + saving)
+    return BudgetEnd(evaluation, FINAL_WORK_MARGIN * (evaluation + saving))
 
 
 def out_of_memory(exc: BaseException) -> bool:
@@ -366,18 +395,26 @@ def train(
             observer.on_message(warning)
         observer.on_start(run.model, model_config, config, corpus, len(batches),
                           planned_steps(config, len(batches)), run.step)
-        reserve = 0.0
+        reserve, evaluation_times = 0.0, ()
         if config.time_budget is not None:
-            reserve = group.reduce([final_work_seconds(run, split.val, clock) if group.is_main else 0.0],
-                                   run.device, op="max")[0]
+            end = final_work_seconds(run, split.val, clock) if group.is_main else BudgetEnd(0.0, 0.0)
+            evaluation_s, reserve = group.reduce([end.evaluation_s, end.reserve_s], run.device, op="max")
+            end = BudgetEnd(evaluation_s, reserve)
+            if config.eval_every is None:
+                evaluation_times = end.evaluation_times(config.time_budget)
             observer.on_message(f"{{time_budget}} {config.time_budget:g} s: training stops about "
                                 f"{reserve:.1f} s before the end, to evaluate and save inside it")
+            if evaluation_times:
+                observer.on_message(f"{{time_budget}} {config.time_budget:g} s: {len(evaluation_times)} "
+                                    f"evaluations during training (one every {evaluation_times[0]:.0f} s, "
+                                    f"{evaluation_s:.1f} s each); best.pt keeps the best weights seen")
             for other in ("max_steps", "epochs"):
                 if getattr(config, other) is not None:
                     observer.on_message(f"{{time_budget}} {config.time_budget:g} s and {{{other}}} "
                                         f"{getattr(config, other):g}: the run stops at whichever comes first")
         loop = TrainingLoop(run, split.val, observer, stop, run_dir,
-                            resume_from["elapsed_s"] if resume_from else 0.0, clock, started, reserve)
+                            resume_from["elapsed_s"] if resume_from else 0.0, clock, started, reserve,
+                            evaluation_times)
         try:
             reason, elapsed_s = loop.run_until_stopped()
         except BaseException:

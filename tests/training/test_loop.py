@@ -239,7 +239,8 @@ def test_running_out_of_memory_saves_the_last_whole_step_and_resumes_exactly(
 def test_a_time_budget_keeps_time_for_the_final_evaluation_and_saves(repeated_corpus, tmp_path, monkeypatch):
     import charrnn.training.loop as loop_module
 
-    monkeypatch.setattr(loop_module, "final_work_seconds", lambda run, val, clock: 0.5)
+    monkeypatch.setattr(loop_module, "final_work_seconds",
+                        lambda run, val, clock: loop_module.BudgetEnd(0.1, 0.5))
     clock = FakeClock(step_seconds=0.125)
     messages = []
     clock.on_message = messages.append
@@ -259,9 +260,39 @@ def test_the_final_work_is_timed_on_the_validation_splits_start_and_scaled(small
                       StreamBatches(plan.ids[:5000], 4, 16))
     readings = iter([10.0, 12.0])  # the evaluation of CALIBRATION_CHARS characters takes 2 s
     val = plan.ids[:10 * CALIBRATION_CHARS + 1]
-    seconds = final_work_seconds(run, val, lambda: next(readings))
-    evaluation = 2.0 / CALIBRATION_CHARS * (len(val) - 1)
-    assert evaluation * FINAL_WORK_MARGIN < seconds < (evaluation + 1.0) * FINAL_WORK_MARGIN
+    end = final_work_seconds(run, val, lambda: next(readings))
+    assert end.evaluation_s == pytest.approx(2.0 / CALIBRATION_CHARS * len(val))
+    assert end.evaluation_s * FINAL_WORK_MARGIN < end.reserve_s < (end.evaluation_s + 1.0) * FINAL_WORK_MARGIN
+
+
+def test_a_long_budget_evaluates_during_training_and_keeps_the_best_weights(repeated_corpus, tmp_path,
+                                                                           monkeypatch):
+    import charrnn.training.loop as loop_module
+
+    # An evaluation costs 1 s: 5% of a 100-s budget pays for 5, evenly through the 99 s of training.
+    monkeypatch.setattr(loop_module, "final_work_seconds",
+                        lambda run, val, clock: loop_module.BudgetEnd(1.0, 1.0))
+    clock = FakeClock(step_seconds=0.5)
+    messages = []
+    clock.on_message = messages.append
+    result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100).run(clock, clock=clock)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 6  # five during training, one at the end
+    planned = [99 * k / 6 for k in range(1, 6)]  # (100 - 1 s kept for the end) × k / (5 + 1)
+    assert all(0 <= record["elapsed_s"] - moment <= 1
+               for record, moment in zip(records, planned, strict=False))
+    assert any("5 evaluations during training" in message for message in messages)
+    assert result.best.nats_per_char == min(record["val_loss"] for record in records)
+
+
+def test_a_short_budget_only_evaluates_at_the_end(repeated_corpus, tmp_path, monkeypatch):
+    import charrnn.training.loop as loop_module
+
+    monkeypatch.setattr(loop_module, "final_work_seconds",
+                        lambda run, val, clock: loop_module.BudgetEnd(1.0, 1.0))
+    clock = FakeClock(step_seconds=0.5)
+    plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=40).run(clock, clock=clock)
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1  # 2 s would buy 2: too few
 
 
 def test_a_budget_and_a_step_limit_stop_at_whichever_comes_first_and_say_so(repeated_corpus, tmp_path):
