@@ -78,19 +78,31 @@ class TrainResult:
         }
 
 
-def epoch_checkpoint_warnings(config: TrainConfig, steps_per_epoch: int,
-                              total_steps: int | None) -> list[str]:
-    """What to say of the ``save_epochs`` this run will not reach, as :meth:`TrainObserver.on_message`
-    takes it."""
+# Every-N-steps schedules, and what an N beyond the run's end means (None when left at its default:
+# a default interval longer than a short run is no surprise).
+SCHEDULES = {"eval_every": "it evaluates only at the end", "save_every": "last.pt is written only at the end",
+             "sample_every": "it records a sample only at the end"}
+
+
+def schedule_warnings(config: TrainConfig, steps_per_epoch: int, total_steps: int | None) -> list[str]:
+    """What to say of the ``save_epochs`` this run will not reach, and of an every-N-steps schedule given
+    with an N beyond its end, as :meth:`TrainObserver.on_message` takes it."""
+    warnings = []
     unreachable = [epoch for epoch in config.save_epochs
                    if total_steps is not None and epoch * steps_per_epoch > total_steps]
+    end = "" if total_steps is None else \
+        f"({total_steps:,} steps, {total_steps / steps_per_epoch:.2f} epochs)"
     if unreachable:
-        return [f"warning: {{save_epochs}} {','.join(map(str, unreachable))} lies beyond this run's end "
-                f"({total_steps:,} steps, {total_steps / steps_per_epoch:.2f} epochs): no checkpoint will be "
-                f"kept for it"]
-    if config.save_epochs and config.time_budget is not None:
-        return ["note: with {time_budget}, epoch checkpoints are kept only for the epochs the budget reaches"]
-    return []
+        warnings.append(f"warning: {{save_epochs}} {','.join(map(str, unreachable))} lies beyond this run's "
+                        f"end {end}: no checkpoint will be kept for it")
+    elif config.save_epochs and config.time_budget is not None:
+        warnings.append("note: with {time_budget}, epoch checkpoints are kept only for the epochs the budget "
+                        "reaches")
+    for name, meaning in SCHEDULES.items():
+        every, default = getattr(config, name), TrainConfig.__dataclass_fields__[name].default
+        if total_steps is not None and every is not None and every != default and every > total_steps:
+            warnings.append(f"warning: {{{name}}} {every:,} lies beyond this run's end {end}: {meaning}")
+    return warnings
 
 
 class TrainingLoop:
@@ -391,7 +403,7 @@ def train(
                 "corpus": corpus.to_dict(), "world_size": group.world_size,
             }, fresh=resume_from is None or branching,
                 resumed_at=resume_from["step"] if resume_from is not None else None, branch_from=branch_from)
-        for warning in epoch_checkpoint_warnings(config, len(batches), planned_steps(config, len(batches))):
+        for warning in schedule_warnings(config, len(batches), planned_steps(config, len(batches))):
             observer.on_message(warning)
         observer.on_start(run.model, model_config, config, corpus, len(batches),
                           planned_steps(config, len(batches)), run.step)

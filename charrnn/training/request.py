@@ -88,6 +88,10 @@ def _refuse_ignored(given: dict[str, Any], model: ModelConfig, config: TrainConf
         if name in given and not esn:
             raise OptionConflict(f"{{{name}}} shapes an echo-state reservoir: it goes with {{cell}} esn or "
                                  f"{{init}} esn")
+    if given.get("locked_dropout") and model.dropout == 0 and model.input_dropout == 0 and \
+            config.time_budget is None:  # (a budget may choose a dropout)
+        raise OptionConflict("{locked_dropout} locks the dropout masks across time: with {dropout} 0 and "
+                             "{input_dropout} 0 there is no dropout to lock")
     if "clip_mode" in given and config.clip == 0:
         raise OptionConflict("{clip_mode} does nothing with {clip} 0 (clipping off)")
 

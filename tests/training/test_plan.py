@@ -125,3 +125,12 @@ def test_a_fine_tuning_plan_reads_the_source_vocabulary(tiny_run, small_corpus, 
     assert list(plan.vocab.chars[: len(source["vocab"])]) == source["vocab"] and "Ω" in plan.vocab.chars
     assert plan.initial_weights is not None and plan.config.init_from == str(tiny_run)
     assert Path(plan.config.out_dir) == tmp_path / "ft"
+
+
+def test_locked_dropout_without_any_dropout_is_refused(small_corpus, tmp_path):
+    import charrnn
+    from charrnn.errors import OptionConflict
+
+    with pytest.raises(OptionConflict, match="locked_dropout locks the dropout masks across time"):
+        charrnn.train(small_corpus, out_dir=tmp_path / "run", max_steps=1, locked_dropout=True)
+    assert not (tmp_path / "run").exists()
