@@ -88,6 +88,16 @@ def _require_path(value: PathArg, name: str) -> Path:
     return path
 
 
+def _one_text(text: str | None, file: PathArg | None) -> str:
+    """The text to look at: ``text`` itself or the contents of ``file``, exactly one of them."""
+    path = _text_file(file, "file")
+    if (text is None) == (path is None):
+        raise OptionConflict("give one of {text} and {file}")
+    if path is not None:
+        return _read_text(path)
+    return require_valid_text(checked(text, str, "text"), "{text}")
+
+
 def _read_text(path: Path) -> str:
     from charrnn.data.corpus import read_corpus
 
@@ -420,14 +430,7 @@ class Looking:
     @classmethod
     def check(cls, text: str | None, file: PathArg | None, options: dict[str, Any]) -> Looking:
         config = InspectConfig(**_known(options, InspectConfig))
-        path = _text_file(file, "file")
-        if (text is None) == (path is None):
-            raise OptionConflict("give one of {text} and {file}")
-        if path is not None:
-            whole = _read_text(path)
-        else:
-            whole = require_valid_text(checked(text, str, "text"), "{text}")
-        return cls(whole[: config.max_chars], config)
+        return cls(_one_text(text, file)[: config.max_chars], config)
 
 
 @dataclass
@@ -603,13 +606,7 @@ class Model:
         if max_chars is not None and checked(max_chars, int, "max_chars") < 2:
             raise ConfigError("must be at least 2 (the first character is never scored)", "max_chars")
         checked(skip_unknown, bool, "skip_unknown")
-        path = _text_file(file, "file")
-        if (text is None) == (path is None):
-            raise OptionConflict("give one of {text} and {file}")
-        if path is not None:
-            whole = _read_text(path)
-        else:
-            whole = require_valid_text(checked(text, str, "text"), "{text}")
+        whole = _one_text(text, file)
         whole = whole[:max_chars] if max_chars is not None else whole
         outside = self.vocab.outside(Counter(whole))
         if outside and not skip_unknown:
@@ -866,7 +863,9 @@ class Evolution:
                  "| step | epoch | val nats/char | sample |", "|---:|---:|---:|---|"]
         for row in self.rows:
             loss = "" if row.val_loss is None else f"{row.val_loss:.4f}"
-            text = html.escape(row.prime + row.text).replace("|", "&#124;").replace("\n", "<br>")
+            # Markdown would read these marks as formatting: each becomes its character reference.
+            marks = {ord(mark): f"&#{ord(mark)};" for mark in "\\`*_[]#|~"} | {ord("\n"): "<br>"}
+            text = html.escape(row.prime + row.text, quote=False).translate(marks)
             lines.append(f"| {row.step:,} | {row.epoch:g} | {loss} | {text} |")
         return "\n".join(lines) + "\n"
 

@@ -382,18 +382,23 @@ def surprisal_text(text: str, rows: list[Any]) -> Group:
 def surprising_table(positions: list[Any]) -> Table:
     """``inspect --most-surprising``: each position, its surprisal, its context and the model's guesses."""
     table = Table(title="the most surprising characters")
-    for column, justify in (("#", "right"), ("index", "right"), ("nats", "right"), ("p", "right"),
-                            ("in context", "left"), ("the model expected", "left")):
+    for column, justify in (("#", "right"), ("index", "right"), ("char", "center"), ("nats", "right"),
+                            ("p", "right"), ("in context", "left"), ("the model expected", "left")):
         table.add_column(column, justify=justify)
     for rank, position in enumerate(positions, start=1):
         row = position.row
         context = Text(escaped(position.before), style="dim")
         context.append(escaped(row.char), style="bold black on rgb(255,115,0)")
         context.append(escaped(position.after), style="dim")
-        guesses = "  ".join(f"{escaped(char)} {probability:.0%}" for char, probability in row.top)
-        table.add_row(str(rank), f"{row.index:,}", f"{row.nats:.2f}", f"{math.exp(-row.nats):.2%}", context,
-                      guesses)
+        guesses = "  ".join(f"{shown(char)} {probability:.0%}" for char, probability in row.top)
+        table.add_row(str(rank), f"{row.index:,}", shown(row.char), f"{row.nats:.2f}",
+                      f"{math.exp(-row.nats):.2%}", context, guesses)
     return table
+
+
+def shown(char: str) -> str:
+    """A character as a table shows it: a space as ␣, a line break as ⏎, control characters escaped."""
+    return {" ": "␣", "\n": "⏎", "\t": "⇥"}.get(char) or escaped(char)
 
 
 def escaped(chars: str) -> str:

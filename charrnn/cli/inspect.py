@@ -87,7 +87,12 @@ def inspect_command(ctx: click.Context, checkpoint: str, text_file: str, html_fi
 
     if html_file is not None:
         check_output(html_file, "html_file", {"checkpoint": checkpoint, "text_file": text_file})
-    if surprisal or most_surprising is not None or skip_unknown:
+    if skip_unknown and not (surprisal or most_surprising is not None):
+        from charrnn.errors import OptionConflict
+
+        raise OptionConflict("{skip_unknown} drops characters from the text --surprisal scores: it goes with "
+                             "--surprisal or --most-surprising")
+    if surprisal or most_surprising is not None:
         given = {key: value for key, value in looking.items()
                  if ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
         show_surprisal(checkpoint, text_file, html_file, device, as_json, most_surprising,

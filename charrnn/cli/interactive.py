@@ -26,6 +26,7 @@ BACKSPACE = ("\x7f", "\x08")
 END = "\x04"  # Ctrl-D
 HELP = "digit: take that guess · type: write it · Tab: finish the word · Enter: finish the line · " \
        "Backspace: undo · Ctrl-D: done"
+MOST_GUESSES = 9  # one digit picks each
 
 
 def require_terminal() -> None:
@@ -40,14 +41,20 @@ def visible(char: str) -> str:
 
 
 def screen(session: WritingSession, top: int, note: str) -> str:
-    """The whole screen: the end of the text that fits, a cursor, the guesses, a note and the keys."""
+    """The whole screen: the end of the text that fits (wrapped lines counted), a cursor, the guesses, a
+    note and the keys, each of those one line cut to the terminal's width."""
     columns, rows = shutil.get_terminal_size()
-    lines = (session.text + "▌").split("\n")
-    body = lines[-max(1, rows - 6):]
-    guesses = "   ".join(f"\x1b[1m{number}\x1b[0m {visible(guess.char)} {guess.probability:.1%}"
-                         for number, guess in enumerate(session.guesses(top), start=1))
-    rule = "─" * min(columns, 80)
-    return f"{CLEAR}{chr(10).join(body)}\n{rule}\nnext: {guesses}\n{note}\n\x1b[2m{HELP}\x1b[0m"
+    width = max(10, columns)
+    wrapped = [piece[start:start + width] or "" for piece in (session.text + "▌").split("\n")
+               for start in range(0, max(1, len(piece)), width)]
+    body = wrapped[-max(1, rows - 5):]
+    guesses = "  ".join(f"{number} {visible(guess.char)} {guess.probability:.0%}"
+                        for number, guess in enumerate(session.guesses(top), start=1))
+    def cut(line: str) -> str:
+        return line if len(line) <= width - 1 else line[: width - 2] + "…"
+
+    return (f"{CLEAR}{chr(10).join(body)}\n{'─' * (width - 1)}\n{cut('next: ' + guesses)}\n{cut(note)}\n"
+            f"\x1b[2m{cut(HELP)}\x1b[0m")
 
 
 def keys(fd: int) -> Any:

@@ -104,13 +104,13 @@ def write_with_the_model(checkpoint: str, prime: str | None, prime_file: str | N
                          interactive: bool, given: dict[str, Any]) -> None:
     """``sample --interactive``: the session in the terminal, then the whole text on stdout."""
     from charrnn import api
-    from charrnn.cli.interactive import require_terminal, write_interactively
+    from charrnn.cli.interactive import MOST_GUESSES, require_terminal, write_interactively
     from charrnn.errors import ConfigError, OptionConflict
 
     if not interactive:
         raise OptionConflict("{top} says how many guesses {interactive} shows: it goes with it")
-    if top < 1:
-        raise ConfigError("must be at least 1", "top")
+    if not 1 <= top <= MOST_GUESSES:
+        raise ConfigError(f"must be from 1 to {MOST_GUESSES} (one digit picks each guess)", "top")
     model = api.load(checkpoint, device)
     session = model.writing(prime, prime_file=prime_file, **given)
     require_terminal()

@@ -31,7 +31,14 @@ import torch
 
 from charrnn.data.vocab import UnknownCharactersError, Vocab, code_points
 from charrnn.errors import CharrnnError
-from charrnn.utils.files import read_regular, reason, remove_stale_temporaries, replace_text, replacing
+from charrnn.utils.files import (
+    file_sha256,
+    read_regular,
+    reason,
+    remove_stale_temporaries,
+    replace_text,
+    replacing,
+)
 
 CACHE_DIR_ENV = "CHARRNN_CACHE_DIR"
 CHUNK_BYTES = 1 << 22  # 4 MiB of text per chunk: bounded memory, large enough to vectorise well
@@ -211,21 +218,13 @@ def _digest_path(path: Path) -> Path:
     return path.with_name(f"{path.name}.sha256")
 
 
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _verified(path: Path, size: int) -> bool:
     """Whether the cached ids at ``path`` are whole and unchanged: a regular file of ``size`` bytes whose
     SHA-256 is the one recorded beside it when it was written. Anything else is rebuilt."""
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode) or path.stat().st_size != size:
             return False
-        return read_regular(_digest_path(path)).decode("ascii").strip() == _file_digest(path)
+        return read_regular(_digest_path(path)).decode("ascii").strip() == file_sha256(path)
     except (OSError, UnicodeDecodeError):
         return False
 
@@ -282,6 +281,6 @@ def _encode_to_file(scan: CorpusScan, vocab: Vocab, path: Path, length: int, chu
         finally:
             del out  # unmaps, so the fsync that follows covers every id
     try:  # written after the ids are in place: ids without a matching digest are never trusted
-        replace_text(_digest_path(path), _file_digest(path) + "\n")
+        replace_text(_digest_path(path), file_sha256(path) + "\n")
     except (OSError, CharrnnError) as exc:
         raise CacheUnwritable(failure(exc) if isinstance(exc, OSError) else str(exc)) from None

@@ -9,7 +9,6 @@ file that looks valid, nor an empty directory.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import urllib.error
 import urllib.request
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from charrnn.errors import CharrnnError
-from charrnn.utils.files import NotRegularFile, open_regular, read_regular, reason, replacing
+from charrnn.utils.files import NotRegularFile, file_sha256, read_regular, reason, replacing
 
 MIRROR_ENV = "CHARRNN_DATA_MIRROR"
 DATA_DIR_ENV = "CHARRNN_DATA_DIR"
@@ -54,17 +53,9 @@ def dataset_url(dataset: Dataset) -> str:
     return f"{base.rstrip('/')}/{dataset.relative_path}"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open_regular(path) as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _verify(path: Path, dataset: Dataset) -> str | None:
     """Return why ``path`` is not the expected file, or ``None`` when it is."""
-    actual = _sha256(path)
+    actual = file_sha256(path)
     if actual != dataset.sha256:
         return f"SHA-256 {actual[:12]}… does not match the expected {dataset.sha256[:12]}…"
     chars = len(read_regular(path).decode("utf-8"))

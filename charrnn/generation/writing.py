@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from charrnn.config import SampleConfig
+from charrnn.config import SampleConfig, checked
 from charrnn.data.vocab import Vocab
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, ConfigError
 from charrnn.generation.sample import choose_next, make_generator, warm_state
 from charrnn.models.model import CharRNN
 from charrnn.models.stepper import Layers, make_stepper
@@ -62,6 +62,8 @@ class WritingSession:
 
     def guesses(self, count: int) -> list[Guess]:
         """The ``count`` likeliest next characters, likeliest first."""
+        if checked(count, int, "count") < 1:
+            raise ConfigError("must be at least 1", "count")
         probabilities = torch.softmax(self.points[-1].logits[0].float(), dim=-1)
         best = torch.topk(probabilities, min(count, len(self.vocab)))
         return [Guess(self.vocab.chars[index], probability)
@@ -69,7 +71,9 @@ class WritingSession:
 
     def write(self, char: str) -> None:
         """Add ``char`` (one character the model knows) to the text."""
-        if len(char) != 1 or char not in self.vocab:
+        if len(checked(char, str, "char")) != 1:
+            raise ConfigError(f"must be one character, not {len(char)}", "char")
+        if char not in self.vocab:
             raise CharrnnError(f"the model never saw {char!r}")
         self._advance(self.vocab.encode(char).long())
 
@@ -87,6 +91,8 @@ class WritingSession:
     def continue_to(self, ends: str) -> str:
         """Let the model write, sampling at the session's temperature, until it writes one of ``ends``
         (included) or :data:`MAX_CONTINUATION` characters; return what it wrote."""
+        if not checked(ends, str, "ends"):
+            raise ConfigError("must name at least one character to stop at", "ends")
         wrote = []
         for _ in range(MAX_CONTINUATION):
             next_id = choose_next(self.points[-1].logits, self.decoding, self.generator)  # (1,)

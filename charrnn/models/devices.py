@@ -66,7 +66,8 @@ def check_generation_fits(rows: int, length: int, model_config: ModelConfig, dev
     available = _available(device_name)
     if available is not None and needed > available:
         raise CharrnnError(f"generating {rows:,} texts at once needs about {needed / 2**30:,.1f} GiB; "
-                           f"{device_name} has {available / 2**30:,.1f} GiB available. Lower {{{option}}}",
+                           f"{device_name} has {available / 2**30:,.1f} GiB available. Lower {{{option}}} or "
+                           f"{{length}}",
                            names_options=True)
 
 

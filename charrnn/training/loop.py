@@ -10,6 +10,7 @@ processes (torchrun) through :mod:`charrnn.training.distributed`. The loop repor
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import math
 import signal
@@ -276,6 +277,7 @@ class TrainingLoop:
 
 
 CALIBRATION_CHARS = 2048  # validation characters timed to predict the final evaluation's cost
+CALIBRATION_SAMPLE = 32  # characters of a recorded sample timed to predict a whole sample's cost
 SAVE_BYTES_PER_S = 100e6  # a conservative disk: what writing (and fsyncing) a checkpoint costs
 FINAL_WORK_MARGIN = 1.25  # the estimate's safety factor
 BUDGET_EVALUATION_SHARE = 0.05  # of a time budget, at most this much goes to evaluations during training
@@ -305,8 +307,8 @@ class BudgetEnd:
 
 def final_work_seconds(run: TrainingRun, val_ids: torch.Tensor, clock: Callable[[], float]) -> BudgetEnd:
     """What a time-budgeted run must keep for its end: the exact evaluation of the whole validation
-    split (twice with weight averaging), timed on its first characters and scaled up, and the
-    saves of best.pt and last.pt."""
+    split (twice with weight averaging), timed on its first characters and scaled up, the saves of
+    best.pt and last.pt, and a recorded sample when the run records them (timed on a few characters)."""
     sample = val_ids[: CALIBRATION_CHARS + 1]
     if len(sample) < 2:
         return BudgetEnd(0.0, 0.0)
@@ -316,7 +318,13 @@ def final_work_seconds(run: TrainingRun, val_ids: torch.Tensor, clock: Callable[
     evaluation = (2 if run.average is not None else 1) * per_char * len(val_ids)
     parameters = sum(p.numel() for p in run.model.parameters())
     saving = 2 * checkpoint_bytes(parameters, averaging=run.average is not None) / SAVE_BYTES_PER_S
-    return BudgetEnd(evaluation, FINAL_WORK_MARGIN * (evaluation + saving))
+    sampling = 0.0
+    if run.config.sample_every is not None or run.config.save_epochs:  # a recorded sample ends the run too
+        started = clock()
+        draw_sample(run.model, run.vocab, dataclasses.replace(run.config, sample_length=CALIBRATION_SAMPLE),
+                    0, 0.0, 0.0, None)
+        sampling = (clock() - started) * run.config.sample_length / CALIBRATION_SAMPLE
+    return BudgetEnd(evaluation, FINAL_WORK_MARGIN * (evaluation + saving + sampling))
 
 
 def out_of_memory(exc: BaseException) -> bool:

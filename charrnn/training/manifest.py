@@ -16,7 +16,6 @@ but cannot be read is never taken to mean "nothing newer": the guard refuses.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
@@ -29,7 +28,7 @@ from typing import Any
 import torch
 
 from charrnn.errors import CharrnnError, escape
-from charrnn.utils.files import open_regular, read_regular, reason, write_json
+from charrnn.utils.files import file_sha256, read_regular, reason, write_json
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
@@ -60,14 +59,6 @@ class Manifest:
 
 def role_of(name: str) -> str:
     return ROLES.get(name, "epoch")
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open_regular(path) as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def record_saved(out_dir: Path, manifest: Manifest, name: str, step: int) -> None:

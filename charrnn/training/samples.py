@@ -16,7 +16,7 @@ from pathlib import Path
 from charrnn.config import SampleConfig, TrainConfig
 from charrnn.data.vocab import UnknownCharactersError, Vocab, describe_chars
 from charrnn.errors import CharrnnError, escape
-from charrnn.generation.sample import generate
+from charrnn.generation.sample import default_warmup, generate
 from charrnn.models.model import CharRNN
 from charrnn.utils.files import json_text, read_regular, reason
 
@@ -60,7 +60,8 @@ def draw_sample(model: CharRNN, vocab: Vocab, config: TrainConfig, step: int, ep
         text = "".join(chars[0] for chars in generate(model, vocab, decoding, config.sample_prime))
     finally:
         model.train(was_training)
-    return SampleRecord(step, round(epoch, 4), round(seconds, 3), val_loss, config.sample_prime,
+    prime = config.sample_prime or default_warmup(vocab)  # what an empty prime reads: a newline
+    return SampleRecord(step, round(epoch, 4), round(seconds, 3), val_loss, prime,
                         config.sample_temperature, config.sample_seed, text)
 
 

@@ -26,6 +26,7 @@ own leftovers, and only those of processes that are gone.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import math
 import os
@@ -84,6 +85,15 @@ def open_regular(path: Path) -> Iterator[BinaryIO]:
         raise
     with handle:
         yield handle
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of regular file ``path``, read in blocks."""
+    digest = hashlib.sha256()
+    with open_regular(path) as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_regular(path: Path) -> bytes:

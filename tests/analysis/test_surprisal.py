@@ -131,3 +131,11 @@ def test_a_planted_misspelling_is_among_the_most_surprising(data_mirror, tmp_pat
     misspelt = held_out[:planted] + "q" + held_out[planted + 1 :]
     positions = charrnn.surprisal(run / "best.pt", misspelt).most_surprising(5)
     assert planted in [position.row.index for position in positions]
+
+
+def test_skip_unknown_alone_is_refused_and_the_table_names_each_character(tiny_checkpoint, text_file):
+    refused = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), "--skip-unknown"])
+    assert refused.exit_code == 2 and "--skip-unknown drops characters" in refused.stderr
+    table = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), "--most-surprising",
+                                     "2"])
+    assert " char " in table.stdout

@@ -87,7 +87,7 @@ def test_an_unreadable_cached_copy_is_a_clear_error(tmp_path: Path, monkeypatch)
     def denied(path):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(datasets, "_sha256", denied)
+    monkeypatch.setattr(datasets, "file_sha256", denied)
     with pytest.raises(CharrnnError, match="cannot read the cached copy .*Permission denied"):
         get_dataset("tinyshakespeare", tmp_path)
 

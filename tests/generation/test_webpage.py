@@ -158,3 +158,12 @@ def test_a_vocabulary_that_does_not_match_the_model_is_refused(tiny_checkpoint):
     model = charrnn.load(tiny_checkpoint)
     with pytest.raises(CharrnnError, match="does not match its model"):
         model_spec(model.network, Vocab(("a", "b")))
+
+
+@pytest.mark.slow
+@needs_chromium
+@pytest.mark.parametrize("query", ["length=1e3", "length=10.5", "greedy=yes", "topk=5", "length=2000000"])
+def test_a_malformed_setting_in_the_address_is_an_error_never_a_guess(tiny_checkpoint, tmp_path, query):
+    page = tmp_path / "page.html"
+    charrnn.export(tiny_checkpoint, page)
+    assert browser_text(page, f"prime=ROMEO:&{query}&autorun=1", tmp_path / "profile")[0] == "error"

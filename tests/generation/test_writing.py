@@ -116,3 +116,22 @@ def test_writing_in_a_real_terminal(tiny_checkpoint, tmp_path):
         assert written.startswith(f"ROMEO:{first_guess}J") and not written.endswith("\n")
     finally:
         subprocess.run([TMUX, "kill-session", "-t", name], capture_output=True)
+
+
+@pytest.mark.parametrize(("call", "error"), [
+    (lambda s: s.guesses(0), "count must be at least 1"),
+    (lambda s: s.guesses(True), "count"),
+    (lambda s: s.write("ab"), "char must be one character, not 2"),
+    (lambda s: s.write(5), "char"),
+    (lambda s: s.continue_to(""), "ends must name at least one character"),
+    (lambda s: s.continue_to(None), "ends"),
+])
+def test_the_sessions_arguments_are_checked_like_every_option(session, call, error):
+    with pytest.raises(CharrnnError, match=error):
+        call(session)
+    assert session.written == ""
+
+
+def test_more_guesses_than_digits_is_refused(tiny_checkpoint):
+    result = CliRunner().invoke(cli, ["sample", str(tiny_checkpoint), "--interactive", "--top", "12"])
+    assert result.exit_code == 2 and "from 1 to 9 (one digit picks each guess)" in result.stderr

@@ -236,11 +236,17 @@ def test_running_out_of_memory_saves_the_last_whole_step_and_resumes_exactly(
     assert all(torch.equal(resumed[key], expected[key]) for key in expected)
 
 
-def test_a_time_budget_keeps_time_for_the_final_evaluation_and_saves(repeated_corpus, tmp_path, monkeypatch):
+def measured_end(monkeypatch, evaluation_s: float, reserve_s: float) -> None:
+    """Make a time budget's measurement of its end say an evaluation takes ``evaluation_s`` and the final
+    work ``reserve_s``."""
     import charrnn.training.loop as loop_module
 
     monkeypatch.setattr(loop_module, "final_work_seconds",
-                        lambda run, val, clock: loop_module.BudgetEnd(0.1, 0.5))
+                        lambda run, val, clock: loop_module.BudgetEnd(evaluation_s, reserve_s))
+
+
+def test_a_time_budget_keeps_time_for_the_final_evaluation_and_saves(repeated_corpus, tmp_path, monkeypatch):
+    measured_end(monkeypatch, evaluation_s=0.1, reserve_s=0.5)
     clock = FakeClock(step_seconds=0.125)
     messages = []
     clock.on_message = messages.append
@@ -267,11 +273,8 @@ def test_the_final_work_is_timed_on_the_validation_splits_start_and_scaled(small
 
 def test_a_long_budget_evaluates_during_training_and_keeps_the_best_weights(repeated_corpus, tmp_path,
                                                                            monkeypatch):
-    import charrnn.training.loop as loop_module
-
     # An evaluation costs 1 s: 5% of a 100-s budget pays for 5, evenly through the 99 s of training.
-    monkeypatch.setattr(loop_module, "final_work_seconds",
-                        lambda run, val, clock: loop_module.BudgetEnd(1.0, 1.0))
+    measured_end(monkeypatch, evaluation_s=1.0, reserve_s=1.0)
     clock = FakeClock(step_seconds=0.5)
     messages = []
     clock.on_message = messages.append
@@ -286,10 +289,7 @@ def test_a_long_budget_evaluates_during_training_and_keeps_the_best_weights(repe
 
 
 def test_a_short_budget_only_evaluates_at_the_end(repeated_corpus, tmp_path, monkeypatch):
-    import charrnn.training.loop as loop_module
-
-    monkeypatch.setattr(loop_module, "final_work_seconds",
-                        lambda run, val, clock: loop_module.BudgetEnd(1.0, 1.0))
+    measured_end(monkeypatch, evaluation_s=1.0, reserve_s=1.0)
     clock = FakeClock(step_seconds=0.5)
     plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=40).run(clock, clock=clock)
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1  # 2 s would buy 2: too few
@@ -315,3 +315,16 @@ def test_an_every_n_steps_schedule_beyond_the_runs_end_is_named():
                         f"warning: {{save_every}} 400 {end}: last.pt is written only at the end",
                         f"warning: {{sample_every}} 1,000 {end}: it records a sample only at the end"]
     assert schedule_warnings(TrainConfig(out_dir=".", max_steps=300), 100, 300) == []  # defaults say nothing
+
+
+def test_a_budget_that_records_samples_keeps_time_for_one(small_corpus, tmp_path):
+    from charrnn.data.corpus import StreamBatches
+    from charrnn.training.loop import CALIBRATION_SAMPLE, FINAL_WORK_MARGIN, final_work_seconds
+    from charrnn.training.state import TrainingRun
+
+    plan = plan_run(small_corpus, tmp_path / "run", max_steps=1, sample_every=10, sample_length=320)
+    run = TrainingRun(plan.model_config, plan.config, plan.vocab, plan.corpus,
+                      StreamBatches(plan.ids[:5000], 4, 16))
+    readings = iter([0.0, 0.0, 5.0, 6.0])  # evaluation free; CALIBRATION_SAMPLE characters take 1 s
+    end = final_work_seconds(run, plan.ids[:100], lambda: next(readings))
+    assert end.reserve_s >= FINAL_WORK_MARGIN * 320 / CALIBRATION_SAMPLE

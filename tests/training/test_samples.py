@@ -145,3 +145,17 @@ def test_train_shows_each_sample_on_one_line(small_corpus, tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.startswith("sample @ step")]
     assert [line.split(":")[0] for line in lines] == ["sample @ step 2", "sample @ step 4"]
     assert "⏎" in lines[0]  # the default prime, a newline, shown on the line
+
+
+def test_the_default_prime_is_recorded_as_the_newline_it_reads(small_corpus, tmp_path):
+    plan_run(small_corpus, tmp_path / "run", max_steps=4, sample_every=4, sample_length=10).run()
+    assert rows(tmp_path / "run")[0]["prime"] == "\n"
+
+
+def test_the_evolutions_markdown_shows_markup_as_text(tmp_path):
+    from charrnn.api import Evolution
+    from charrnn.training.samples import SampleRecord
+
+    row = SampleRecord(5, 0.1, 1.0, None, "\n", 0.8, 0, "*bold* _it_ `code` a|b <b>")
+    markdown = Evolution(tmp_path, [row]).to_markdown()
+    assert "&#42;bold&#42; &#95;it&#95; &#96;code&#96; a&#124;b &lt;b&gt;" in markdown
