@@ -24,8 +24,7 @@ from charrnn.generation.writing import WORD_ENDS, WritingSession
 CLEAR = "\x1b[H\x1b[2J"
 BACKSPACE = ("\x7f", "\x08")
 END = "\x04"  # Ctrl-D
-HELP = "digit: take that guess · type: write it · Tab: finish the word · Enter: finish the line · " \
-       "Backspace: undo · Ctrl-D: done"
+HELP = "digit: pick · type: write · Tab: end word · Enter: end line · Backspace: undo · Ctrl-D: done"
 MOST_GUESSES = 9  # one digit picks each
 
 
@@ -40,10 +39,20 @@ def visible(char: str) -> str:
     return {" ": "␣", "\n": "⏎", "\t": "⇥"}.get(char, char)
 
 
+def screen_size() -> tuple[int, int]:
+    """The terminal's columns and rows, read from stderr (where the screen is drawn): stdout is often
+    redirected, to keep the text the session prints at its end."""
+    try:
+        size = os.get_terminal_size(sys.stderr.fileno())
+    except (OSError, ValueError):
+        return shutil.get_terminal_size()
+    return size.columns, size.lines
+
+
 def screen(session: WritingSession, top: int, note: str) -> str:
     """The whole screen: the end of the text that fits (wrapped lines counted), a cursor, the guesses, a
     note and the keys, each of those one line cut to the terminal's width."""
-    columns, rows = shutil.get_terminal_size()
+    columns, rows = screen_size()
     width = max(10, columns)
     wrapped = [piece[start:start + width] or "" for piece in (session.text + "▌").split("\n")
                for start in range(0, max(1, len(piece)), width)]
