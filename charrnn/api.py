@@ -127,7 +127,6 @@ def _within(path: Path, directory: Path) -> bool:
 def _refuse_a_run_directorys_name(target: Path, name: str) -> None:
     """Refuse an output that would land, through any link, on a name a run directory keeps for itself
     (its checkpoints, records, lock and temporaries): it would block or corrupt the run."""
-    from charrnn.training.manifest import is_run_file
     from charrnn.training.rundir import RUN_FILES
     from charrnn.training.runlock import LOCK_NAME
     from charrnn.utils.files import TEMPORARY_PREFIX
@@ -136,8 +135,8 @@ def _refuse_a_run_directorys_name(target: Path, name: str) -> None:
         folder = landing.parent
         if not any((folder / record).exists() for record in (*RUN_FILES, LOCK_NAME)):
             continue
-        if (landing.suffix == ".pt" or is_run_file(landing.name) or landing.name in (*RUN_FILES, LOCK_NAME)
-                or landing.name.startswith(TEMPORARY_PREFIX)):
+        if landing.suffix == ".pt" or landing.name in (*RUN_FILES, LOCK_NAME) or \
+                landing.name.startswith(TEMPORARY_PREFIX):
             raise OptionConflict(f"{{{name}}} {escape(str(target))} would be {escape(str(landing))}, a name "
                                  f"the run directory {escape(str(folder))} keeps for its own files; choose "
                                  f"another file")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import heapq
 import html
-import json
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -23,11 +22,11 @@ import torch.nn.functional as F
 from charrnn.data.vocab import Vocab
 from charrnn.models.devices import EVAL_CHUNK
 from charrnn.models.model import CharRNN
+from charrnn.utils.terminal import visible_char
 
 SATURATION_NATS = 6.0  # surprisal at which the colour is fully red (p ≈ 0.25%)
 CONTEXT_BEFORE = 40  # characters of context shown before a surprising position
 CONTEXT_AFTER = 12  # and after it
-VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥"}  # how a page's guesses show characters that are hard to see
 
 
 @dataclass(frozen=True)
@@ -126,8 +125,7 @@ def surprisal_page(text: str, rows: Iterable[CharSurprisal], title: str) -> str:
             spans.append(f'<span class="unscored" title="not scored">{shown}</span>')
             continue
         red, green, blue = heat(row.nats)
-        guesses = "  ".join(f"{VISIBLE.get(guess) or json.dumps(guess, ensure_ascii=False)[1:-1]} "
-                            f"{probability:.1%}" for guess, probability in row.top)
+        guesses = "  ".join(f"{visible_char(guess)} {probability:.1%}" for guess, probability in row.top)
         tip = html.escape(f"{row.nats:.2f} nats (p = {math.exp(-row.nats):.2%})\n"
                           f"guesses: {guesses}", quote=True)
         spans.append(f'<span style="background:rgb({red},{green},{blue})" title="{tip}">{shown}</span>')

@@ -32,7 +32,7 @@ from charrnn.training.loop import StepReport, TrainObserver, TrainResult
 from charrnn.training.plan import TrainingPlan
 from charrnn.training.rundir import EvaluationRecord
 from charrnn.training.samples import SampleRecord
-from charrnn.utils.terminal import one_line
+from charrnn.utils.terminal import one_line, visible_char
 
 Namer = Callable[[str], str]  # how the command line names a library parameter (max_steps → --max-steps)
 
@@ -390,15 +390,10 @@ def surprising_table(positions: list[Any]) -> Table:
         context = Text(escaped(position.before), style="dim")
         context.append(escaped(row.char), style="bold black on rgb(255,115,0)")
         context.append(escaped(position.after), style="dim")
-        guesses = "  ".join(f"{shown(char)} {probability:.0%}" for char, probability in row.top)
-        table.add_row(str(rank), f"{row.index:,}", shown(row.char), f"{row.nats:.2f}",
+        guesses = "  ".join(f"{visible_char(char)} {probability:.0%}" for char, probability in row.top)
+        table.add_row(str(rank), f"{row.index:,}", visible_char(row.char), f"{row.nats:.2f}",
                       f"{math.exp(-row.nats):.2%}", context, guesses)
     return table
-
-
-def shown(char: str) -> str:
-    """A character as a table shows it: a space as ␣, a line break as ⏎, control characters escaped."""
-    return {" ": "␣", "\n": "⏎", "\t": "⇥"}.get(char) or escaped(char)
 
 
 def escaped(chars: str) -> str:

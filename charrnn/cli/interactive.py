@@ -20,6 +20,7 @@ from typing import Any
 
 from charrnn.errors import CharrnnError
 from charrnn.generation.writing import WORD_ENDS, WritingSession
+from charrnn.utils.terminal import visible_char
 
 CLEAR = "\x1b[H\x1b[2J"
 BACKSPACE = ("\x7f", "\x08")
@@ -33,10 +34,6 @@ def require_terminal() -> None:
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         raise CharrnnError("--interactive needs a terminal: standard input and standard error must both be "
                            "one (not a pipe or a file)")
-
-
-def visible(char: str) -> str:
-    return {" ": "␣", "\n": "⏎", "\t": "⇥"}.get(char, char)
 
 
 def screen_size() -> tuple[int, int]:
@@ -57,7 +54,7 @@ def screen(session: WritingSession, top: int, note: str) -> str:
     wrapped = [piece[start:start + width] or "" for piece in (session.text + "▌").split("\n")
                for start in range(0, max(1, len(piece)), width)]
     body = wrapped[-max(1, rows - 5):]
-    guesses = "  ".join(f"{number} {visible(guess.char)} {guess.probability:.0%}"
+    guesses = "  ".join(f"{number} {visible_char(guess.char)} {guess.probability:.0%}"
                         for number, guess in enumerate(session.guesses(top), start=1))
     def cut(line: str) -> str:
         return line if len(line) <= width - 1 else line[: width - 2] + "…"

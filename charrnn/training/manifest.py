@@ -21,14 +21,13 @@ import os
 import stat
 import warnings
 from dataclasses import asdict, dataclass, field
-from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from charrnn.errors import CharrnnError, escape
-from charrnn.utils.files import file_sha256, read_regular, reason, write_json
+from charrnn.utils.files import file_sha256, read_regular, reason, same_file, write_json
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
@@ -118,11 +117,13 @@ def read_header(path: Path) -> dict[str, Any] | None:
     return payload if isinstance(payload, dict) else None
 
 
-def checkpoint_step(path: Path) -> int | None:
-    """The ``step`` of a checkpoint, read without loading its tensors; None if unreadable."""
+def _step_and_run(path: Path) -> tuple[int, str | None] | None:
+    """A checkpoint's step and run id, read without loading its tensors; None if it cannot be read."""
     payload = read_header(path)
     step = payload.get("step") if payload is not None else None
-    return step if isinstance(step, int) and not isinstance(step, bool) else None
+    if not isinstance(step, int) or isinstance(step, bool):
+        return None
+    return step, payload.get("run_id")
 
 
 @dataclass(frozen=True)
@@ -158,17 +159,16 @@ def saved_steps(out_dir: Path, run_id: str | None, ignore: Path | None = None) -
                        if not (still_recorded and name == ignore.name)]
     unreadable = []
     for path in checkpoint_files(out_dir):
-        if ignore is not None and _same(path, ignore):
+        if ignore is not None and same_file(path, ignore):
             continue
         known = vouched.get(path.name)
         if known is not None and _matches(path, known):
             continue
-        payload = read_header(path)
-        step = payload.get("step") if payload is not None else None
-        if not isinstance(step, int) or isinstance(step, bool):
+        header = _step_and_run(path)
+        if header is None:
             unreadable.append(path)
-        elif run_id is None or payload.get("run_id") in (None, run_id):
-            candidates.append(Newest(step, path.name))
+        elif run_id is None or header[1] in (None, run_id):
+            candidates.append(Newest(header[0], path.name))
     # On a tie, name another file than the one resumed: "last.pt was saved at step 24", not "best.pt".
     resumed = ignore.name if inside else None
     newest = max(candidates, key=lambda each: (each.step, each.name != resumed), default=None)
@@ -179,19 +179,12 @@ def newest_state_file(out_dir: Path, run_id: str | None) -> Path | None:
     """The checkpoint file in ``out_dir`` that holds run ``run_id``'s newest state (last.pt on a tie),
     read from the files themselves: the one a resume of the directory continues. None if none is
     readable."""
-    best: tuple[int, bool] | None = None
-    chosen = None
+    ranked = []
     for path in checkpoint_files(out_dir):
-        payload = read_header(path)
-        step = payload.get("step") if payload is not None else None
-        if not isinstance(step, int) or isinstance(step, bool):
-            continue
-        if run_id is not None and payload.get("run_id") not in (None, run_id):
-            continue
-        rank = (step, path.name == "last.pt")
-        if best is None or rank > best:
-            best, chosen = rank, path
-    return chosen
+        header = _step_and_run(path)
+        if header is not None and (run_id is None or header[1] in (None, run_id)):
+            ranked.append(((header[0], path.name == "last.pt"), path))
+    return max(ranked, key=lambda each: each[0], default=(None, None))[1]
 
 
 def _matches(path: Path, state: SavedState) -> bool:
@@ -201,12 +194,3 @@ def _matches(path: Path, state: SavedState) -> bool:
         return False
 
 
-def _same(first: Path, second: Path) -> bool:
-    try:
-        return first.samefile(second)
-    except OSError:
-        return first.resolve() == second.resolve()
-
-
-def is_run_file(name: str) -> bool:
-    return name in CHECKPOINT_NAMES or fnmatch(name, EPOCH_CHECKPOINT_GLOB)

@@ -34,7 +34,13 @@ from charrnn.models.devices import resolve_precision
 from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_model
 from charrnn.training.distributed import SingleProcess
 from charrnn.training.loop import TrainObserver, TrainResult, train
-from charrnn.training.request import MODEL_FIELDS, TrainingRequest, check_request, split_options
+from charrnn.training.request import (
+    MODEL_FIELDS,
+    SAMPLE_SETTINGS,
+    TrainingRequest,
+    check_request,
+    split_options,
+)
 from charrnn.training.rundir import refuse_replacing_inputs, resume_checkpoint, resume_target
 from charrnn.training.schedule import stop_reason
 from charrnn.training.state import RESUME_FIELDS
@@ -43,8 +49,7 @@ from charrnn.utils.interrupt import GracefulStop
 # What a resumed run may change; anything else would not fit the checkpoint's weights or place in the data.
 RESUME_MAY_CHANGE = ("epochs", "max_steps", "time_budget", "learning_rate", "min_lr_ratio", "warmup_steps",
                      "clip", "clip_mode", "max_bad_steps", "save_epochs", "eval_every", "save_every",
-                     "device", "precision", "sample_every", "sample_length", "sample_prime",
-                     "sample_temperature", "sample_seed")
+                     "device", "precision", "sample_every", *SAMPLE_SETTINGS)
 @dataclass(frozen=True)
 class BudgetDecision:
     """What a time budget did to a run's shape."""

@@ -83,6 +83,15 @@ def one_line(text: str) -> str:
     return text.translate(CONTROL_CHARACTERS)
 
 
+VISIBLE_CHARACTERS = {" ": "␣", "\n": "⏎", "\t": "⇥"}  # characters a list of guesses would hide
+
+
+def visible_char(char: str) -> str:
+    """One character as a list of guesses shows it: a space as ␣, a line break as ⏎, a tab as ⇥, any
+    other control character escaped."""
+    return VISIBLE_CHARACTERS.get(char) or one_line(char)
+
+
 class StderrWhileReaderLives:
     """``sys.stderr`` that outlives its reader: once a write meets a closed pipe (``2>&1 | head``),
     the descriptor is pointed at /dev/null and later notes are dropped, so a training run goes on
