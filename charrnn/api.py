@@ -1039,7 +1039,7 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
             say(f"{verb} {dataset.name}: {escape(str(dataset.path))} ({dataset.chars:,} characters)")
             # The built-in corpus, fetched: from here on the run is one on a corpus like any other.
             request.corpus, request.corpus_name, request.data_dir = dataset.path, dataset.name, None
-        plan = plan_training(request)
+        plan = plan_training(request, group)
         if group.is_main:
             observer.on_plan(plan)
         with GracefulStop() as stop:

@@ -280,54 +280,75 @@ class TrainConfig(_DictMixin):
 
 @dataclass(frozen=True)
 class BudgetShape:
-    """The model size, batch, learning rate, dropout, weight average and skip connections that learned
-    fastest under a time budget."""
+    """One rung of the ladder a time budget chooses from: an LSTM's size, with the batch, learning rate
+    and skip connections that trained it fastest in the budget sweeps (docs/defaults.md)."""
 
-    up_to_seconds: float  # budgets up to this many seconds use this shape
     hidden_size: int  # units per LSTM layer
     batch_size: int  # parallel BPTT streams
     learning_rate: float  # peak Adam learning rate
-    dropout: float  # dropout between layers and before the output layer
-    ema_decay: float = 0.0  # moving average of the weights (0: none)
     skip_connections: bool = False  # the input to every layer, every layer to the output
 
     def settings(self) -> dict[str, Any]:
-        """What the shape sets: size, batch, learning rate and dropout always; the rest when used."""
-        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "up_to_seconds"}
-        return {key: value for key, value in values.items()
-                if key in ("hidden_size", "batch_size", "learning_rate", "dropout") or value}
+        """What the rung sets: size, batch and learning rate always; skip connections when used."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {key: value for key, value in values.items() if key != "skip_connections" or value}
 
 
-# Measured by benchmarks/sweep.py on tiny Shakespeare on 2-core CPUs, so they apply to CPU runs
-# only: other devices keep the plain defaults until shapes are measured there (docs/defaults.md).
-# A budget takes the shape measured nearer to it on a log scale (the midpoint of 100 and 600 s is
-# 245 s: under 4 minutes); no longer run did better than the 600-second shape, so longer budgets
-# keep it. One table per training precision: bf16's throughput buys a larger model.
-BUDGET_SHAPES: dict[str, tuple[BudgetShape, ...]] = {
-    # Measured on an AMD EPYC without native bf16.
-    "fp32": (
-        BudgetShape(up_to_seconds=240, hidden_size=192, batch_size=16, learning_rate=5e-3, dropout=0.0),
-        BudgetShape(up_to_seconds=math.inf, hidden_size=512, batch_size=32, learning_rate=5e-3, dropout=0.2),
-    ),
-    # Measured on an Intel Xeon with AMX-BF16.
-    "bf16": (
-        BudgetShape(up_to_seconds=240, hidden_size=256, batch_size=16, learning_rate=5e-3, dropout=0.0,
-                    ema_decay=0.995, skip_connections=True),
-        BudgetShape(up_to_seconds=math.inf, hidden_size=512, batch_size=32, learning_rate=5e-3, dropout=0.2,
-                    ema_decay=0.998),
-    ),
-}
+# The shapes a time budget measures and predicts, smallest first. Batch and learning rate per size come
+# from the sweeps (benchmarks/sweep, benchmarks/scaling); which size wins is decided per run, from this
+# machine's measured throughput and SCALING_LAW.
+BUDGET_LADDER: tuple[BudgetShape, ...] = (
+    BudgetShape(hidden_size=128, batch_size=16, learning_rate=5e-3, skip_connections=True),
+    BudgetShape(hidden_size=192, batch_size=16, learning_rate=5e-3, skip_connections=True),
+    BudgetShape(hidden_size=256, batch_size=16, learning_rate=5e-3, skip_connections=True),
+    BudgetShape(hidden_size=384, batch_size=32, learning_rate=5e-3),
+    BudgetShape(hidden_size=512, batch_size=32, learning_rate=5e-3),
+    BudgetShape(hidden_size=768, batch_size=32, learning_rate=4e-3),
+    BudgetShape(hidden_size=1024, batch_size=32, learning_rate=3e-3),
+)
 
 
-def shape_for_budget(seconds: float, device: str = "cpu", precision: str = "fp32") -> BudgetShape | None:
-    """The :data:`BUDGET_SHAPES` entry for a ``--time-budget`` of ``seconds`` on ``device``, training in
-    ``precision`` (resolved: fp32 or bf16).
+@dataclass(frozen=True)
+class ScalingLaw:
+    """Predicted validation nats/char of an LSTM of ``parameters`` trained on ``chars`` characters of a
+    training split of ``corpus_chars``: E + A·(n/1e6)^-α + B·(d_eff/1e6)^-β, where repeated passes over
+    the split count for less and less (d_eff). Fitted by benchmarks/scaling_fit.py; docs/defaults.md."""
 
-    None on a device other than the CPU, where no shape has been measured.
-    """
-    if device != "cpu":
-        return None
-    return next(shape for shape in BUDGET_SHAPES[precision] if seconds <= shape.up_to_seconds)
+    irreducible: float  # E: what no size or data removes
+    size_coefficient: float  # A
+    size_exponent: float  # α: how fast more parameters help
+    data_coefficient: float  # B
+    data_exponent: float  # β: how fast more (effective) characters help
+    repeat_scale: float  # R: passes beyond the first are worth u·R·(1 - exp(-repeats/R)) characters in all
+
+    def effective_chars(self, chars: float, corpus_chars: float) -> float:
+        """Characters seen, counting repeated passes over the split at their diminishing worth."""
+        if chars <= corpus_chars:
+            return chars
+        repeats = chars / corpus_chars - 1
+        return corpus_chars * (1 + self.repeat_scale * (1 - math.exp(-repeats / self.repeat_scale)))
+
+    def predict(self, parameters: float, chars: float, corpus_chars: float) -> float:
+        effective = self.effective_chars(max(chars, 1.0), corpus_chars)
+        return (self.irreducible + self.size_coefficient * (parameters / 1e6) ** -self.size_exponent
+                + self.data_coefficient * (effective / 1e6) ** -self.data_exponent)
+
+
+# benchmarks/scaling/fit.json, rounded to four figures (benchmarks/scaling_fit.py --check compares them).
+SCALING_LAW = ScalingLaw(irreducible=0.6364, size_coefficient=0.05817, size_exponent=0.6069,
+                         data_coefficient=0.8973, data_exponent=0.2102, repeat_scale=0.906)
+
+BUDGET_PROBE_SHARE = 0.03  # of a time budget, at most this much measures the ladder's throughput
+BUDGET_PROBE_STEPS = (2, 20)  # timed steps per measured shape: at least, at most (after one untimed)
+BUDGET_PROBE_SECONDS = 1.0  # a shape is timed for at most this long once it has its fewest steps
+# Dropout grows with the passes a budget allows: none up to BUDGET_DROPOUT_FREE_EPOCHS, then this much
+# more per doubling of the epochs, up to the maximum (the sweeps' best: 0 at 2 epochs, 0.1 at 4, 0.3 at 10).
+BUDGET_DROPOUT_FREE_EPOCHS = 2.0
+BUDGET_DROPOUT_PER_DOUBLING = 0.1
+BUDGET_DROPOUT_MAX = 0.4
+# The weight average spans about this share of the run's steps, within these bounds (in steps).
+BUDGET_AVERAGE_SHARE = 0.1
+BUDGET_AVERAGE_STEPS = (200, 1000)
 
 
 SURPRISAL_TOP = 5  # guesses listed for each character by inspect --surprisal

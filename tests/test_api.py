@@ -110,10 +110,12 @@ def test_train_from_python_then_resume(small_corpus, tmp_path):
 def test_the_plan_a_time_budget_chose_is_in_the_result(small_corpus, tmp_path):
     result = charrnn.train(small_corpus, out_dir=tmp_path / "run", device="cpu", precision="fp32",
                            time_budget=1, num_layers=1, embed_size=8, seq_len=16)
-    assert result.budget.chosen == {"hidden_size": 192, "batch_size": 16, "learning_rate": 5e-3,
-                                    "dropout": 0.0}
-    assert result.model_config.hidden_size == 192 and result.config.learning_rate == 5e-3
-    assert result.to_dict()["budget"]["chosen"]["hidden_size"] == 192
+    choice = result.budget.choice
+    assert result.budget.planned and result.budget.probe_s < result.elapsed_s
+    hidden = choice.settings["hidden_size"]
+    assert result.model_config.hidden_size == hidden == result.budget.chosen["hidden_size"]
+    assert result.config.learning_rate == choice.settings["learning_rate"]
+    assert result.to_dict()["budget"]["chosen"]["hidden_size"] == choice.settings["hidden_size"]
 
 
 def test_ctrl_c_saves_a_resumable_checkpoint_and_says_where(small_corpus, tmp_path):

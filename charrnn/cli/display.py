@@ -100,15 +100,14 @@ class ProgressBar(TrainObserver):
     def on_plan(self, plan: TrainingPlan) -> None:
         """Say what the plan decided that the user did not ask for in so many words."""
         name, budget = self.name, plan.budget
-        if budget is not None and not budget.measured:
-            self._say(f"{name('time_budget')} {budget.seconds:g} s on {budget.device}: the budget "
-                            f"settings were measured on a CPU, so this run keeps the plain defaults")
-        elif budget is not None and budget.chosen:
-            chosen = " ".join(name(key) if value is True else f"{name(key)} {value:g}"
-                              for key, value in budget.chosen.items())
-            self._say(f"{name('time_budget')} {budget.seconds:g} s: {chosen} (the fastest-learning "
-                            f"settings measured for this budget in {budget.precision}; give any of them to "
-                            f"override)")
+        if budget is not None and not budget.planned:
+            model = plan.model_config
+            self._say(f"{name('time_budget')} {budget.seconds:g} s: the scaling rule covers plain LSTMs, so "
+                      f"this {model.cell}{' with layer norm' if model.layer_norm else ''} keeps the plain "
+                      f"defaults")
+        elif budget is not None:
+            for line in budget_lines(budget, name):
+                self._say(line)
         resume = plan.resume
         if resume is not None:
             for key, old, new in resume.changes:
@@ -227,6 +226,26 @@ class ProgressBar(TrainObserver):
                 self.bar.total = self.bar.n
                 self.bar.refresh()
             self.bar.close()
+
+
+def budget_lines(budget: Any, name: Namer) -> list[str]:
+    """What a time budget chose and why (a :class:`~charrnn.training.budget.BudgetDecision`): the shape
+    with its measured throughput and predicted score, every shape considered, and the settings made."""
+    choice = budget.choice
+    how = "trains it at" if choice.measured else "would train it at about"
+    lines = [f"{name('time_budget')} {budget.seconds:g} s: {choice.describe()}: this machine {how} "
+             f"{choice.chars_per_s:,.0f} chars/s in {budget.precision} → {choice.epochs:.1f} epochs in the "
+             f"budget, predicted validation {choice.predicted_loss:.3f} nats/char"]
+    considered = ", ".join(
+        f"{c.describe()} {'' if c.measured else '~'}{c.chars_per_s:,.0f} chars/s → "
+        f"{f'{c.predicted_loss:.3f}' if c.chars else 'no time left to train'}" for c in budget.candidates)
+    lines.append(f"{name('time_budget')}: shapes timed in {budget.probe_s:.1f} s of the budget (~: estimated "
+                 f"from those timed): {considered}")
+    if budget.chosen:
+        chosen = " ".join(name(key) if value is True else f"{name(key)} {value:g}"
+                          for key, value in budget.chosen.items())
+        lines.append(f"{name('time_budget')}: {chosen} (give any of them to override)")
+    return lines
 
 
 def evolution_table(evolution: Any) -> Table:

@@ -46,8 +46,9 @@ def _parse_epochs(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.command("train", cls=GroupedCommand)
 @click.argument("corpus", required=False, type=click.Path())
 @config_option("--time-budget", TrainConfig, "time_budget", "stopping", type=float,
-               help="Stop after this many wall-clock seconds, then evaluate and save; picks the model's "
-                    "size, batch, learning rate and regularisation for the budget unless given.")
+               help="Stop after this many wall-clock seconds, then evaluate and save. An LSTM's size, batch, "
+                    "learning rate and regularisation, unless given, are chosen from this machine's "
+                    "measured speed (timed inside the budget).")
 @config_option("--epochs", TrainConfig, "epochs", "stopping", type=float,
                help=f"Stop after this many passes over the training split ({DEFAULT_EPOCHS:g} if no limit is "
                     f"given).")
@@ -80,7 +81,8 @@ def _parse_epochs(ctx: click.Context, param: click.Parameter, value: str | None)
         help="Keep a checkpoint at the end of each listed epoch, e.g. 5,50,500.")
 @config_option("--eval-every", TrainConfig, "eval_every", "evaluation", type=int,
                help="Steps between validation passes.",
-               default_text=f"{DEFAULT_EVAL_EVERY:,}; with --time-budget, only at the end")
+               default_text=f"{DEFAULT_EVAL_EVERY:,}; with --time-budget, at the end and a few times before "
+                            f"when the budget pays for them")
 @config_option("--sample-every", TrainConfig, "sample_every", SAMPLES, type=int,
                help="Every N steps (and at the end, and at every epoch checkpoint) append a sample to "
                     "samples.jsonl and show its start; see it with compare RUN_DIR --evolution.",

@@ -7,9 +7,8 @@ corpus and starting state. The command line and :func:`charrnn.api.train` both g
 through it, so every caller gets the same checks:
 
 - an option the user did not give takes its dataclass default, or, for a
-  time-budgeted LSTM on the CPU, the shape measured best for that budget
-  (:data:`charrnn.config.BUDGET_SHAPES`; other devices keep the plain defaults
-  until someone measures shapes there);
+  time-budgeted LSTM, what :mod:`charrnn.training.budget` chooses from this
+  machine's measured throughput and the fitted scaling rule;
 - resuming keeps the model, the data layout and the seed, may change only
   :data:`RESUME_MAY_CHANGE`, needs the very corpus the run was trained on, and
   writes where :func:`charrnn.training.rundir.resume_target` allows;
@@ -26,11 +25,12 @@ from typing import Any
 
 import torch
 
-from charrnn.config import REGULARISATION_FIELDS, ModelConfig, TrainConfig, shape_for_budget
-from charrnn.data.corpus import CorpusInfo, corpus_name, encode_corpus
+from charrnn.config import REGULARISATION_FIELDS, ModelConfig, TrainConfig
+from charrnn.data.corpus import CorpusInfo, EncodedCorpus, corpus_name, encode_corpus, split_ids
 from charrnn.data.vocab import UnknownCharactersError, Vocab
 from charrnn.errors import CharrnnError, ConfigError, OptionConflict, escape, option_placeholder
 from charrnn.models.devices import resolve_precision
+from charrnn.training.budget import BudgetDecision, plan_budget
 from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_model
 from charrnn.training.distributed import SingleProcess
 from charrnn.training.loop import TrainObserver, TrainResult, train
@@ -50,20 +50,6 @@ from charrnn.utils.interrupt import GracefulStop
 RESUME_MAY_CHANGE = ("epochs", "max_steps", "time_budget", "learning_rate", "min_lr_ratio", "warmup_steps",
                      "clip", "clip_mode", "max_bad_steps", "save_epochs", "eval_every", "save_every",
                      "device", "precision", "sample_every", *SAMPLE_SETTINGS)
-@dataclass(frozen=True)
-class BudgetDecision:
-    """What a time budget did to a run's shape."""
-
-    seconds: float  # the budget
-    device: str  # the device type it applies to
-    precision: str  # the precision training will use (fp32 or bf16), whose shapes apply
-    measured: bool  # whether a shape was measured for this device (False: plain defaults kept)
-    chosen: dict[str, Any]  # the fields set from the measured shape (those the user did not give)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
 @dataclass(frozen=True)
 class ResumeFacts:
     """What continuing a checkpoint means for this run."""
@@ -102,8 +88,12 @@ class TrainingPlan:
                                    budget=self.budget, rank=group.rank if group is not None else 0)
 
 
-def plan_training(request: TrainingRequest) -> TrainingPlan:
-    """Check ``request`` and decide everything about the run; nothing is written yet."""
+def plan_training(request: TrainingRequest, group: SingleProcess | None = None) -> TrainingPlan:
+    """Check ``request`` and decide everything about the run; nothing is written yet.
+
+    A time budget measures this machine's throughput here (:func:`charrnn.training.budget.plan_budget`);
+    under torchrun, ``group`` lets every rank take rank 0's measurements.
+    """
     check_request(request)
     model_options, train_options = split_options(request.options)
     if request.resume is not None:
@@ -111,11 +101,6 @@ def plan_training(request: TrainingRequest) -> TrainingPlan:
     if request.corpus is None:
         raise ConfigError("a new run needs a corpus")
     name = request.corpus_name or corpus_name(request.corpus)
-    budget = None
-    if request.init_from is None and train_options.get("time_budget") is not None:
-        budget = _budget_decision(train_options["time_budget"], request.device, model_options, train_options)
-        for key, value in budget.chosen.items():
-            (model_options if key in MODEL_FIELDS else train_options)[key] = value
     config = TrainConfig(**{
         **train_options,
         "out_dir": str(request.out_dir or Path("checkpoints") / name),
@@ -126,6 +111,12 @@ def plan_training(request: TrainingRequest) -> TrainingPlan:
                                                    and checkpoint_in(request.init_from, "best.pt")})
     if request.init_from is None:
         encoded = encode_corpus(request.corpus, name, config.val_frac)
+        budget = None
+        if config.time_budget is not None:
+            budget = _budget_decision(config, encoded, model_options, train_options, group)
+            model_options |= {key: value for key, value in budget.chosen.items() if key in MODEL_FIELDS}
+            config = dataclasses.replace(config, **{key: value for key, value in budget.chosen.items()
+                                                    if key not in MODEL_FIELDS})
         model_config = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
         return TrainingPlan(model_config, config, encoded.vocab, encoded.ids, encoded.info,
                             overwrite=request.overwrite, budget=budget)
@@ -141,29 +132,21 @@ def plan_training(request: TrainingRequest) -> TrainingPlan:
                         overwrite=request.overwrite, initial_weights=source.model.state_dict())
 
 
-def _budget_decision(seconds: float, device: str, model_options: dict[str, Any],
-                     train_options: dict[str, Any]) -> BudgetDecision:
-    """The shape measured best for a ``seconds`` budget, for the fields the user left unset.
+def _budget_decision(config: TrainConfig, encoded: EncodedCorpus, model_options: dict[str, Any],
+                     train_options: dict[str, Any], group: SingleProcess | None) -> BudgetDecision:
+    """What the time budget chooses for the fields the user left unset.
 
-    Other cells and layer-normalised LSTMs keep the plain defaults: the sweep did not measure them.
-    The shapes depend on the precision training will use (bf16's throughput affords larger ones).
+    Other cells and layer-normalised LSTMs keep the plain defaults: the scaling rule was fitted on
+    plain LSTMs. The ladder is timed in the precision training will use.
     """
-    device_type = device.split(":")[0]
-    # Only the cell decides what "auto" precision means here.
-    model = ModelConfig(vocab_size=1, **{key: model_options[key] for key in ("cell", "layer_norm")
-                                         if key in model_options})
-    precision = resolve_precision(train_options.get("precision", TrainConfig.__dataclass_fields__["precision"]
-                                                    .default), device_type, model)
+    model = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
+    precision = resolve_precision(config.precision, config.device.split(":")[0], model)
     if model.cell != "lstm" or model.layer_norm:
-        return BudgetDecision(seconds, device_type, precision, measured=True, chosen={})
-    shape = shape_for_budget(seconds, device_type, precision)
-    if shape is None:
-        return BudgetDecision(seconds, device_type, precision, measured=False, chosen={})
-    given = model_options.keys() | train_options.keys()
-    chosen = {key: value for key, value in shape.settings().items() if key not in given}
-    if model_options.get("num_layers", ModelConfig.__dataclass_fields__["num_layers"].default) == 1:
-        chosen.pop("skip_connections", None)  # one layer has none to link
-    return BudgetDecision(seconds, device_type, precision, measured=True, chosen=chosen)
+        return BudgetDecision(config.time_budget, config.device.split(":")[0], precision, planned=False,
+                              chosen={})
+    split = split_ids(encoded.ids, encoded.info.split_point)
+    return plan_budget(config.time_budget, precision, {**model_options, **train_options}, config,
+                       encoded.vocab, encoded.info, split.train, split.val, group)
 
 
 def fine_tune_config(source: ModelConfig, model_options: dict[str, Any], vocab_size: int) -> ModelConfig:

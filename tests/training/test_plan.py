@@ -4,8 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from charrnn.config import BUDGET_SHAPES, ModelConfig
+from charrnn.config import ModelConfig
 from charrnn.errors import CharrnnError, ConfigError, OptionConflict
+from charrnn.models.model import parameter_count
+from charrnn.training.budget import Speed
 from charrnn.training.checkpoint import load_checkpoint
 from charrnn.training.plan import RunAlreadyFinished, fine_tune_config, plan_training, resume_config
 from charrnn.training.request import TrainingRequest
@@ -47,50 +49,49 @@ def test_a_resume_plan_checks_the_corpus_before_anything_runs(tiny_run, tmp_path
     assert plan.config.out_dir == str(tiny_run) and plan.resume_from["step"] == 40
 
 
-@pytest.mark.parametrize(("native", "precision", "seconds", "shape"), [
-    (False, "auto", 100, BUDGET_SHAPES["fp32"][0]), (False, "auto", 3600, BUDGET_SHAPES["fp32"][1]),
-    (True, "fp32", 100, BUDGET_SHAPES["fp32"][0]), (True, "fp32", 3600, BUDGET_SHAPES["fp32"][1]),
-    (True, "auto", 100, BUDGET_SHAPES["bf16"][0]), (True, "auto", 600, BUDGET_SHAPES["bf16"][1]),
-    (True, "bf16", 1200, BUDGET_SHAPES["bf16"][1]), (True, "auto", 3600, BUDGET_SHAPES["bf16"][1]),
-])
-def test_a_time_budget_on_the_cpu_takes_the_measured_shape_for_what_was_not_given(
-        monkeypatch, small_corpus, native, precision, seconds, shape):
-    """The shape of the precision training will use: bf16 where ``auto`` picks it or it is asked for."""
+@pytest.mark.parametrize(("native", "precision", "expected"), [
+    (False, "auto", "fp32"), (True, "fp32", "fp32"), (True, "auto", "bf16"), (True, "bf16", "bf16")])
+def test_a_time_budget_times_the_ladder_in_the_precision_training_will_use_and_fills_what_was_not_given(
+        monkeypatch, small_corpus, native, precision, expected):
     for module in ("config", "models.devices"):
         monkeypatch.setattr(f"charrnn.{module}.cpu_has_native_bf16", lambda: native)
-    options = {"time_budget": seconds, "batch_size": 4, "precision": precision}
+    seen = set()
+
+    def measure(model_config, config, *args):
+        seen.add(config.precision)
+        return Speed(1e10 / parameter_count(model_config), 1e11 / parameter_count(model_config))
+
+    monkeypatch.setattr("charrnn.training.budget.measure_speed", measure)
+    options = {"time_budget": 600, "batch_size": 4, "precision": precision}
     plan = plan_training(TrainingRequest(small_corpus, options, device="cpu"))
-    expected = {key: value for key, value in shape.settings().items() if key != "batch_size"}
-    assert plan.budget.measured and plan.budget.chosen == expected
-    assert plan.budget.precision == ("bf16" if shape in BUDGET_SHAPES["bf16"] else "fp32")
-    assert plan.model_config.hidden_size == shape.hidden_size and plan.config.batch_size == 4
-    assert plan.config.learning_rate == shape.learning_rate
-    assert plan.config.ema_decay == shape.ema_decay
-    assert plan.model_config.skip_connections == shape.skip_connections
-
-
-def test_a_shape_names_the_average_and_skip_connections_only_when_it_uses_them():
-    assert BUDGET_SHAPES["fp32"][0].settings() == {
-        "hidden_size": 192, "batch_size": 16, "learning_rate": 5e-3, "dropout": 0.0}
-    assert BUDGET_SHAPES["bf16"][1].settings() == {
-        "hidden_size": 512, "batch_size": 32, "learning_rate": 5e-3, "dropout": 0.2, "ema_decay": 0.998}
-    assert BUDGET_SHAPES["bf16"][0].settings() == {
-        "hidden_size": 256, "batch_size": 16, "learning_rate": 5e-3, "dropout": 0.0, "ema_decay": 0.995,
-        "skip_connections": True}
-
+    assert plan.budget.planned and plan.budget.precision == expected and seen == {precision}
+    choice = plan.budget.choice
+    assert plan.config.batch_size == 4 and "batch_size" not in plan.budget.chosen
+    assert plan.model_config.hidden_size == choice.settings["hidden_size"]
+    assert plan.config.learning_rate == choice.settings["learning_rate"]
+    assert plan.model_config.dropout == plan.budget.chosen["dropout"]
+    assert plan.config.ema_decay == plan.budget.chosen["ema_decay"] > 0
 
 
 @pytest.mark.parametrize("options", [{"cell": "gru"}, {"layer_norm": True}])
-def test_a_time_budget_leaves_cells_it_was_not_measured_on_alone(small_corpus, options):
+def test_a_time_budget_leaves_cells_the_rule_was_not_fitted_on_alone(small_corpus, options):
     plan = plan_training(TrainingRequest(small_corpus, {"time_budget": 100, **options}, device="cpu"))
-    assert plan.budget.chosen == {} and plan.model_config.hidden_size == ModelConfig(vocab_size=1).hidden_size
-
-
-def test_a_time_budget_on_a_gpu_keeps_the_plain_defaults(small_corpus):
-    # Only the decision is looked at: a plan never touches the device.
-    plan = plan_training(TrainingRequest(small_corpus, {"time_budget": 100}, device="cuda:1"))
-    assert plan.budget.device == "cuda" and not plan.budget.measured and plan.budget.chosen == {}
+    assert not plan.budget.planned and plan.budget.chosen == {}
     assert plan.model_config.hidden_size == ModelConfig(vocab_size=1).hidden_size
+
+
+def test_a_time_budget_on_a_gpu_plans_from_that_device_s_own_measurements(monkeypatch, small_corpus):
+    devices = set()
+
+    def measure(model_config, config, *args):
+        devices.add(config.device)
+        return Speed(1e11 / parameter_count(model_config), 1e12 / parameter_count(model_config))
+
+    monkeypatch.setattr("charrnn.training.budget.measure_speed", measure)
+    monkeypatch.setattr("charrnn.training.budget.check_model_fits", lambda *args: None)
+    plan = plan_training(TrainingRequest(small_corpus, {"time_budget": 100, "precision": "fp32"},
+                                         device="cuda:1"))
+    assert devices == {"cuda:1"} and plan.budget.device == "cuda" and plan.budget.planned
 
 
 def test_options_that_cannot_go_together_are_refused_before_any_work(small_corpus, tmp_path):

@@ -1,0 +1,142 @@
+"""Fit the scaling rule that time budgets plan with, and check it against the constants charrnn ships.
+
+The rule (:class:`charrnn.config.ScalingLaw`, method in ``docs/defaults.md``) predicts the validation
+nats/char of an LSTM of ``n`` parameters trained on ``d`` characters of a corpus whose training split
+holds ``u`` characters::
+
+    loss = E + A · (n / 1e6) ** -alpha + B · (d_eff / 1e6) ** -beta
+    d_eff = d                                              while d ≤ u (one pass)
+    d_eff = u · (1 + R · (1 - exp(-(d / u - 1) / R)))      beyond: each repeated pass is worth less
+
+Its data are every finished tiny-Shakespeare run recorded under ``benchmarks/``: the time-budget sweep
+(``sweep/results.jsonl``: one score per run) and the learning curves (``scaling/curves.jsonl``: each
+curve's last point and its best one, which is what ``best.pt`` keeps). Throughput never enters: a run's
+characters are its steps × batch × sequence length, whatever machine ran it.
+
+    python benchmarks/scaling_fit.py            # fit, print, write benchmarks/scaling/fit.json
+    python benchmarks/scaling_fit.py --check    # exit 1 unless charrnn.config.SCALING_LAW matches the file
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+
+import click
+import torch
+
+from charrnn.config import SCALING_LAW, ModelConfig, ScalingLaw
+from charrnn.models.model import parameter_count
+
+HERE = Path(__file__).resolve().parent
+SWEEP = HERE / "sweep" / "results.jsonl"
+CURVES = HERE / "scaling" / "curves.jsonl"
+FIT = HERE / "scaling" / "fit.json"
+TRAIN_CHARS = 1_003_854  # tiny Shakespeare's training split (the first 90%)
+VOCAB = 65  # tiny Shakespeare's characters
+# Starting points for the fit (E, ln A, alpha, ln B, beta, ln R): its valleys are shallow, so the best
+# of a few is kept.
+STARTS = ((1.2, -2.0, 0.5, -1.0, 0.5, 0.0), (1.3, -3.0, 0.3, -1.5, 0.7, -0.7),
+          (1.0, -1.0, 0.2, -0.5, 0.3, 0.7))
+
+
+def option(options: list[str], name: str, default: float) -> float:
+    return float(options[options.index(name) + 1]) if name in options else default
+
+
+def points() -> list[dict]:
+    """Every recorded LSTM run on tiny Shakespeare: name, parameters, characters trained, validation loss."""
+    rows = []
+    for line in SWEEP.read_text().splitlines():
+        run = json.loads(line)
+        options = run["options"]
+        if "--model" in options:  # the rule is for LSTMs
+            continue
+        chars = run["steps"] * option(options, "--batch-size", 16) * option(options, "--seq-len", 50)
+        rows.append({"name": run["name"], "hidden": run["hidden"], "layers": run["layers"], "chars": chars,
+                     "loss": run["val_nats_per_char"]})
+    for line in CURVES.read_text().splitlines():
+        run = json.loads(line)
+        curve = run["curve"]
+        best = min(curve, key=lambda point: point[1])
+        for label, (chars, loss) in (("end", curve[-1]), ("best", best)):
+            if label == "best" and best == curve[-1]:
+                continue
+            rows.append({"name": f"{run['name']}@{label}", "hidden": run["hidden"], "layers": run["layers"],
+                         "chars": chars, "loss": loss})
+    for row in rows:
+        row["parameters"] = parameter_count(ModelConfig(vocab_size=VOCAB, hidden_size=row["hidden"],
+                                                        num_layers=row["layers"]))
+    return rows
+
+
+def law_from(theta: list[float]) -> ScalingLaw:
+    irreducible, log_a, alpha, log_b, beta, log_r = theta
+    return ScalingLaw(irreducible=irreducible, size_coefficient=math.exp(log_a), size_exponent=alpha,
+                      data_coefficient=math.exp(log_b), data_exponent=beta, repeat_scale=math.exp(log_r))
+
+
+def fit(rows: list[dict]) -> tuple[ScalingLaw, float]:
+    """Least squares over the rows; returns the law (rounded as shipped) and its RMS error."""
+    parameters = torch.tensor([row["parameters"] for row in rows], dtype=torch.float64) / 1e6
+    chars = torch.tensor([row["chars"] for row in rows], dtype=torch.float64)
+    loss = torch.tensor([row["loss"] for row in rows], dtype=torch.float64)
+
+    def predict(theta: torch.Tensor) -> torch.Tensor:
+        irreducible, log_a, alpha, log_b, beta, log_r = theta
+        repeats = torch.clamp(chars / TRAIN_CHARS - 1, min=0)
+        scale = torch.exp(log_r)
+        effective = torch.minimum(chars, TRAIN_CHARS * (1 + scale * (1 - torch.exp(-repeats / scale))))
+        return irreducible + torch.exp(log_a - alpha * torch.log(parameters)) + \
+            torch.exp(log_b - beta * torch.log(effective / 1e6))
+
+    def least_squares(start: tuple[float, ...]) -> tuple[float, list[float]]:
+        theta = torch.tensor(start, dtype=torch.float64, requires_grad=True)
+        optimiser = torch.optim.LBFGS([theta], max_iter=2000, line_search_fn="strong_wolfe")
+
+        def closure() -> torch.Tensor:
+            optimiser.zero_grad()
+            error = ((predict(theta) - loss) ** 2).mean()
+            error.backward()
+            return error
+
+        optimiser.step(closure)
+        return closure().item(), theta.detach().tolist()
+
+    best = min((least_squares(start) for start in STARTS), key=lambda result: result[0])
+    law = rounded(law_from(best[1]))
+    residuals = [law.predict(row["parameters"], row["chars"], TRAIN_CHARS) - row["loss"] for row in rows]
+    return law, math.sqrt(sum(r * r for r in residuals) / len(residuals))
+
+
+def rounded(law: ScalingLaw) -> ScalingLaw:
+    """Four significant figures: what charrnn ships."""
+    return ScalingLaw(**{key: float(f"{value:.4g}") for key, value in dataclasses.asdict(law).items()})
+
+
+@click.command()
+@click.option("--check", is_flag=True, help="Compare charrnn.config.SCALING_LAW with fit.json; fit nothing.")
+def main(check: bool) -> None:
+    if check:
+        shipped = json.loads(FIT.read_text())["law"]
+        if shipped != dataclasses.asdict(SCALING_LAW):
+            sys.exit(f"charrnn.config.SCALING_LAW {dataclasses.asdict(SCALING_LAW)} differs from {FIT}: "
+                     f"{shipped}")
+        print("charrnn.config.SCALING_LAW matches fit.json")
+        return
+    rows = points()
+    law, rms = fit(rows)
+    for row in rows:
+        row["predicted"] = round(law.predict(row["parameters"], row["chars"], TRAIN_CHARS), 4)
+        print(f"{row['name']:60} {row['parameters'] / 1e6:6.2f} M params {row['chars'] / 1e6:6.2f} M chars "
+              f"{row['loss']:.4f} predicted {row['predicted']:.4f}")
+    print(f"{len(rows)} runs, RMS error {rms:.4f}: {law}")
+    FIT.write_text(json.dumps({"law": dataclasses.asdict(law), "rms_error": round(rms, 4),
+                               "train_chars": TRAIN_CHARS, "points": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,303 @@
+"""What a time budget trains: the ladder's shapes timed on this machine, their scores predicted, the best
+one chosen, and its regularisation sized to the passes it will make (docs/defaults.md, "Time budgets").
+
+The throughput is measured, never looked up: a few real training steps of each shape, smallest first,
+inside a small share of the budget (:data:`~charrnn.config.BUDGET_PROBE_SHARE`). From chars/s and the
+budget follow the characters each shape would see, and from those :data:`~charrnn.config.SCALING_LAW`
+predicts its validation loss. A faster machine, a GPU, a larger corpus or a longer budget each move the
+choice, with no table to update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from charrnn.config import (
+    BUDGET_AVERAGE_SHARE,
+    BUDGET_AVERAGE_STEPS,
+    BUDGET_DROPOUT_FREE_EPOCHS,
+    BUDGET_DROPOUT_MAX,
+    BUDGET_DROPOUT_PER_DOUBLING,
+    BUDGET_LADDER,
+    BUDGET_PROBE_SECONDS,
+    BUDGET_PROBE_SHARE,
+    BUDGET_PROBE_STEPS,
+    SCALING_LAW,
+    ModelConfig,
+    ScalingLaw,
+    TrainConfig,
+)
+from charrnn.data.corpus import CorpusInfo, StreamBatches
+from charrnn.data.vocab import Vocab
+from charrnn.errors import CharrnnError
+from charrnn.models.devices import check_model_fits
+from charrnn.models.evaluate import evaluate
+from charrnn.models.model import parameter_count
+from charrnn.training.distributed import SingleProcess
+from charrnn.training.loop import BUDGET_EVALUATION_SHARE, CALIBRATION_CHARS, FINAL_WORK_MARGIN
+
+# A shape is timed with the costs the run may add to it: a weight average and dropout (whatever their
+# strength, the same work), unless the user set their own.
+PROBE_AVERAGE_DECAY = 0.99
+PROBE_DROPOUT = 0.1
+
+
+@dataclass(frozen=True)
+class Speed:
+    """How fast this machine runs one shape."""
+
+    train_chars_per_s: float  # training characters per second, optimiser and average included
+    eval_chars_per_s: float  # validation characters scored per second (one stream, as every evaluation)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a budget pays for besides training, and the corpus it trains on."""
+
+    seconds: float  # the budget
+    probe_s: float  # spent measuring shapes
+    train_chars: int  # characters in the training split
+    val_chars: int  # characters in the validation split, scored at the end (twice with averaging)
+    seq_len: int  # characters per segment: training comes in whole steps
+    averaging: bool  # whether the run keeps a weight average, which the final evaluation scores too
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One shape a time budget considered, and what it would make of the budget."""
+
+    settings: dict[str, Any]  # hidden_size, batch_size, learning_rate (and skip_connections) it trains with
+    num_layers: int  # stacked LSTM layers
+    parameters: int  # its parameter count
+    chars_per_s: float  # training throughput on this machine
+    eval_chars_per_s: float  # evaluation throughput on this machine
+    measured: bool  # False: estimated from the shapes measured before it (the probe's time ran out)
+    training_s: float  # seconds left to train once the probe and the final evaluation are paid for
+    chars: float  # training characters the budget affords it
+    epochs: float  # passes over the training split that makes
+    predicted_loss: float  # validation nats/char the scaling law expects
+
+    def describe(self) -> str:
+        return f"{self.num_layers}×{self.settings['hidden_size']} LSTM"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class BudgetDecision:
+    """What a time budget did to a run's shape, and why."""
+
+    seconds: float  # the budget
+    device: str  # the device type it was measured on
+    precision: str  # the precision training uses (fp32 or bf16), in which it was measured
+    planned: bool  # False: the rule does not cover this model (another cell, layer norm); plain defaults
+    chosen: dict[str, Any]  # the fields set for the user (those they did not give)
+    candidates: tuple[Candidate, ...] = ()  # every shape considered, smallest first
+    probe_s: float = 0.0  # seconds spent measuring them, inside the budget
+
+    @property
+    def choice(self) -> Candidate | None:
+        return min(self.candidates, key=lambda c: c.predicted_loss) if self.candidates else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def dropout_for_epochs(epochs: float) -> float:
+    """Dropout for a run of ``epochs`` passes: none for a short run, more with every doubling."""
+    if epochs <= BUDGET_DROPOUT_FREE_EPOCHS:
+        return 0.0
+    grown = BUDGET_DROPOUT_PER_DOUBLING * math.log2(epochs / BUDGET_DROPOUT_FREE_EPOCHS)
+    return round(min(grown, BUDGET_DROPOUT_MAX) * 20) / 20  # in steps of 0.05
+
+
+def average_decay_for_steps(steps: float) -> float:
+    """The weight average's decay for a run of ``steps``: a span of about a tenth of the run."""
+    low, high = BUDGET_AVERAGE_STEPS
+    span = min(max(BUDGET_AVERAGE_SHARE * steps, low), high)
+    return round(1 - 1 / span, 4)
+
+
+def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: list[Speed | None],
+                       workload: Workload, law: ScalingLaw = SCALING_LAW) -> tuple[Candidate, ...]:
+    """Each shape's candidate: measured speeds where given, else estimated from the measured ones.
+
+    ``shapes`` are (settings, layers, parameters), smallest first. A shape not measured costs
+    a + b·parameters seconds per character, in training and in evaluation, on a line through the last
+    two measured shapes (through the origin from just one): per-step overheads stay, the arithmetic
+    grows with the weights. Each shape trains for what is left of the budget after the probe, its own
+    final evaluation (with :data:`~charrnn.training.loop.FINAL_WORK_MARGIN`) and the evaluations during
+    training (:data:`~charrnn.training.loop.BUDGET_EVALUATION_SHARE`).
+    """
+    measured = [(params, speed) for (_, _, params), speed in zip(shapes, speeds, strict=True) if speed]
+    if not measured:
+        raise CharrnnError("no shape of the time budget's ladder could be measured")
+    train_line = _cost_line([(params, 1 / speed.train_chars_per_s) for params, speed in measured])
+    eval_line = _cost_line([(params, 1 / speed.eval_chars_per_s) for params, speed in measured])
+    candidates = []
+    for (settings, layers, params), measured_speed in zip(shapes, speeds, strict=True):
+        speed = measured_speed or Speed(1 / train_line(params), 1 / eval_line(params))
+        scored = 2 if workload.averaging else 1
+        final_s = FINAL_WORK_MARGIN * scored * workload.val_chars / speed.eval_chars_per_s
+        training_s = max(workload.seconds - workload.probe_s - final_s, 0.0) * (1 - BUDGET_EVALUATION_SHARE)
+        chars = speed.train_chars_per_s * training_s
+        chars -= chars % (settings["batch_size"] * workload.seq_len)  # whole steps
+        candidates.append(Candidate(
+            settings=settings, num_layers=layers, parameters=params, chars_per_s=speed.train_chars_per_s,
+            eval_chars_per_s=speed.eval_chars_per_s, measured=measured_speed is not None,
+            training_s=training_s,
+            chars=chars, epochs=chars / workload.train_chars,
+            predicted_loss=law.predict(params, chars, workload.train_chars),
+        ))
+    return tuple(candidates)
+
+
+def _cost_line(points: list[tuple[int, float]]) -> Callable[[float], float]:
+    """Seconds per character against parameters: the line through the last two points, or through the
+    origin and the only one; never falling with size, never below a picosecond."""
+    if len(points) == 1:
+        (params, cost), = points
+        slope, intercept = cost / params, 0.0
+    else:
+        (params_a, cost_a), (params_b, cost_b) = points[-2:]
+        slope = max((cost_b - cost_a) / (params_b - params_a), 0.0) if params_b != params_a else 0.0
+        intercept = cost_b - slope * params_b
+    return lambda params: max(intercept + slope * params, 1e-12)
+
+
+def measure_speed(model_config: ModelConfig, config: TrainConfig, vocab: Vocab, corpus: CorpusInfo,
+                  train_ids: torch.Tensor, val_ids: torch.Tensor, limit_s: float,
+                  clock: Callable[[], float] = time.perf_counter) -> Speed:
+    """How fast this machine trains and evaluates this shape: real steps of a throwaway run (the first
+    untimed, since it pays for allocation and kernel selection), as many as ``limit_s`` allows within
+    :data:`BUDGET_PROBE_STEPS`, then the scoring of the first validation characters."""
+    from charrnn.training.state import TrainingRun
+
+    run = TrainingRun(model_config, config, vocab, corpus,
+                      StreamBatches(train_ids, config.batch_size, config.seq_len), group=SingleProcess())
+    run.train_step(config.learning_rate)
+    fewest, most = BUDGET_PROBE_STEPS
+    started, steps, chars = clock(), 0, 0
+    while steps < most and (steps < fewest or clock() - started < limit_s):
+        chars += run.train_step(config.learning_rate)[1]
+        steps += 1
+    trained = clock()
+    sample = val_ids[: CALIBRATION_CHARS + 1]
+    evaluate(run.model, sample)
+    return Speed(chars / max(trained - started, 1e-9), (len(sample) - 1) / max(clock() - trained, 1e-9))
+
+
+def plan_budget(seconds: float, precision: str, given: dict[str, Any], config: TrainConfig, vocab: Vocab,
+                corpus: CorpusInfo, train_ids: torch.Tensor, val_ids: torch.Tensor,
+                group: SingleProcess | None = None, clock: Callable[[], float] = time.perf_counter,
+                measure: Callable[..., Speed] | None = None) -> BudgetDecision:
+    """Measure the ladder (smallest first, within :data:`BUDGET_PROBE_SHARE` of ``seconds``), predict each
+    shape's loss, and choose the best. ``given`` holds the model and training options the user gave: they
+    stay as given, in every shape measured.
+
+    A shape is measured only if its measurement, predicted from the previous one's by size, still fits
+    the probe's share. Measuring stops early once a measured shape predicts worse than the one before it
+    and the next one trains with the same batch (larger ones, slower still, would predict worse too; a
+    larger batch may be faster per character, so it is measured), and at the first shape that does not
+    fit the device's memory or the corpus (larger ones would not either). Under torchrun, rank 0
+    measures and every rank takes its figures, so all choose alike. ``measure`` times one shape
+    (default :func:`measure_speed`).
+    """
+    group = group if group is not None else SingleProcess()
+    measure = measure if measure is not None else measure_speed
+    model_options = _model_options(given)
+    shapes = _shapes(given, len(vocab))
+    started = clock()
+    allowance = BUDGET_PROBE_SHARE * seconds
+    workload = Workload(seconds, 0.0, len(train_ids), len(val_ids), config.seq_len,
+                        averaging=given.get("ema_decay", 1.0) > 0)
+    speeds: list[Speed | None] = [None] * len(shapes)
+    usable = len(shapes)  # shapes before the first that does not fit
+    if group.is_main:
+        previous_loss, previous_cost = math.inf, 0.0
+        for index, (settings, _, params) in enumerate(shapes):
+            spent = clock() - started
+            predicted_cost = previous_cost * params / shapes[index - 1][2] if index else 0.0
+            if spent + predicted_cost > allowance and any(speeds):
+                break
+            trial_model = ModelConfig(vocab_size=len(vocab), **{"dropout": PROBE_DROPOUT, **model_options,
+                                                                **_model_part(settings)})
+            trial = dataclasses.replace(config, **_train_part(settings), time_budget=None,
+                                        ema_decay=given.get("ema_decay", PROBE_AVERAGE_DECAY))
+            try:
+                check_model_fits(trial_model, config.device, trial.batch_size, trial.seq_len)
+                StreamBatches(train_ids, trial.batch_size, trial.seq_len)  # the corpus holds a batch
+                speeds[index] = measure(trial_model, trial, vocab, corpus, train_ids, val_ids,
+                                        min(BUDGET_PROBE_SECONDS, max(allowance - spent, 0.0)), clock)
+            except CharrnnError:
+                usable = index
+                break
+            previous_cost = clock() - started - spent
+            estimate = predict_candidates(shapes[: index + 1], speeds[: index + 1],
+                                          dataclasses.replace(workload, probe_s=clock() - started))[-1]
+            following = shapes[index + 1][0] if index + 1 < len(shapes) else settings
+            if estimate.predicted_loss > previous_loss and following["batch_size"] == settings["batch_size"]:
+                break
+            previous_loss = estimate.predicted_loss
+    figures = [value for speed in speeds for value in (
+        (speed.train_chars_per_s, speed.eval_chars_per_s) if speed else (0.0, 0.0))]
+    *figures, usable, probe_s = group.reduce([*figures, usable if group.is_main else 0, clock() - started],
+                                             torch.device(config.device), op="max")
+    speeds = [Speed(train, evaluation) if train else None for train, evaluation in zip(
+        figures[::2], figures[1::2], strict=True)]
+    usable = int(usable)
+    if not any(speeds[:usable]):
+        raise CharrnnError("no shape a time budget chooses from fits this device and corpus; give "
+                           "{hidden_size} and {batch_size} yourself, or train without {time_budget}",
+                           names_options=True)
+    candidates = predict_candidates(shapes[:usable], speeds[:usable],
+                                    dataclasses.replace(workload, probe_s=probe_s))
+    choice = min(candidates, key=lambda c: c.predicted_loss)
+    steps = choice.chars / (choice.settings["batch_size"] * config.seq_len)
+    chosen = {**choice.settings, "dropout": dropout_for_epochs(choice.epochs),
+              "ema_decay": average_decay_for_steps(steps)}
+    chosen = {key: value for key, value in chosen.items() if key not in given}
+    return BudgetDecision(seconds, config.device.split(":")[0], precision, planned=True, chosen=chosen,
+                          candidates=candidates, probe_s=probe_s)
+
+
+def _shapes(given: dict[str, Any], vocab_size: int) -> list[tuple[dict[str, Any], int, int]]:
+    """The ladder's rungs, with the user's own settings in place of the rung's: (settings, layers,
+    parameters), smallest first, each distinct once. A size the user gave takes the batch, learning rate
+    and skip connections of the rung nearest to it."""
+    rungs = BUDGET_LADDER
+    if "hidden_size" in given:
+        rungs = (min(rungs, key=lambda rung: abs(math.log(rung.hidden_size / given["hidden_size"]))),)
+    shapes, seen = [], set()
+    for rung in rungs:
+        settings = {key: given.get(key, value) for key, value in rung.settings().items()}
+        layers = given.get("num_layers", ModelConfig.__dataclass_fields__["num_layers"].default)
+        if layers == 1:
+            settings.pop("skip_connections", None)  # one layer has none to link
+        key = tuple(sorted(settings.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        model = ModelConfig(vocab_size=vocab_size, **{**_model_options(given), **_model_part(settings)})
+        shapes.append((settings, layers, parameter_count(model)))
+    return sorted(shapes, key=lambda shape: shape[2])
+
+
+def _model_options(given: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in given.items() if key in ModelConfig.__dataclass_fields__}
+
+
+def _model_part(settings: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in settings.items() if key in ("hidden_size", "skip_connections")}
+
+
+def _train_part(settings: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in settings.items() if key in ("batch_size", "learning_rate")}

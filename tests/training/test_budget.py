@@ -1,0 +1,238 @@
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from charrnn.config import BUDGET_LADDER, SCALING_LAW, ModelConfig, TrainConfig
+from charrnn.data.corpus import encode_corpus, split_ids
+from charrnn.errors import CharrnnError
+from charrnn.models.model import parameter_count
+from charrnn.training import budget
+from charrnn.training.budget import (
+    Speed,
+    Workload,
+    average_decay_for_steps,
+    dropout_for_epochs,
+    measure_speed,
+    plan_budget,
+    predict_candidates,
+)
+
+FIT = Path(__file__).resolve().parents[2] / "benchmarks" / "scaling" / "fit.json"
+SHAKESPEARE_TRAIN = 1_003_854
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def machine(work_per_s: float, clock: FakeClock | None = None, seconds_per_million: float = 0.0,
+            timed: list | None = None):
+    """A fake machine that trains a shape at work_per_s / parameters chars/s and evaluates ten times as
+    fast, spending seconds_per_million of the fake clock per million parameters on each measurement."""
+    def measure(model_config, config, vocab, corpus, train_ids, val_ids, limit_s, clock_=None):
+        if timed is not None:
+            timed.append(model_config.hidden_size)
+        if clock is not None:
+            clock.now += seconds_per_million * parameter_count(model_config) / 1e6
+        rate = work_per_s / parameter_count(model_config)
+        return Speed(rate, 10 * rate)
+    return measure
+
+
+@pytest.fixture(scope="module")
+def shakespeare_like(tmp_path_factory):
+    """A corpus the size of tiny Shakespeare (the text hardly matters: the fake machines never train)."""
+    path = tmp_path_factory.mktemp("corpus") / "million.txt"
+    line = "First Citizen: Before we proceed any further, hear me speak.\n"
+    path.write_text(line * (1_115_394 // len(line)), encoding="utf-8")
+    return encode_corpus(path, "million", 0.1)
+
+
+def plan(encoded, seconds, work_per_s=3e10, given=None, clock=None, **kwargs):
+    given = given or {}
+    config = TrainConfig(out_dir="unused", time_budget=seconds,
+                         **{k: v for k, v in given.items() if k in TrainConfig.__dataclass_fields__})
+    split = split_ids(encoded.ids, encoded.info.split_point)
+    return plan_budget(seconds, "fp32", given, config, encoded.vocab, encoded.info, split.train, split.val,
+                       clock=clock or FakeClock(), measure=kwargs.pop("measure", machine(work_per_s)),
+                       **kwargs)
+
+
+def test_the_shipped_scaling_law_is_the_committed_fit():
+    assert json.loads(FIT.read_text())["law"] == dataclasses.asdict(SCALING_LAW)
+
+
+def test_the_law_improves_with_size_and_characters_and_repeats_count_for_less():
+    law = SCALING_LAW
+    assert law.effective_chars(5e5, 1e6) == 5e5 and law.effective_chars(1e6, 1e6) == 1e6
+    assert law.effective_chars(1e6 + 1, 1e6) == pytest.approx(1e6 + 1, rel=1e-6)  # continuous at one pass
+    assert law.effective_chars(1e9, 1e6) == pytest.approx(1e6 * (1 + law.repeat_scale))  # saturates
+    sizes = [law.predict(n, 5e6, 1e6) for n in (1e5, 1e6, 1e7)]
+    passes = [law.predict(1e6, d, 1e6) for d in (1e5, 1e6, 1e7, 1e8)]
+    assert sizes == sorted(sizes, reverse=True) and passes == sorted(passes, reverse=True)
+    # A tenfold larger corpus makes the same characters worth more once they would repeat.
+    assert law.predict(1e6, 1e7, 1e7) < law.predict(1e6, 1e7, 1e6)
+
+
+def test_the_law_fits_the_recorded_runs_within_a_few_hundredths():
+    points = json.loads(FIT.read_text())["points"]
+    errors = [abs(SCALING_LAW.predict(p["parameters"], p["chars"], SHAKESPEARE_TRAIN) - p["loss"])
+              for p in points]
+    assert len(points) >= 30 and max(errors) < 0.05
+
+
+@pytest.mark.parametrize(("epochs", "dropout"), [
+    (0.5, 0.0), (2, 0.0), (4, 0.1), (8, 0.2), (16, 0.3), (32, 0.4), (1000, 0.4)])
+def test_dropout_grows_with_the_passes_a_budget_allows(epochs, dropout):
+    assert dropout_for_epochs(epochs) == dropout
+
+
+@pytest.mark.parametrize(("steps", "decay"), [(100, 0.995), (2000, 0.995), (5000, 0.998), (10**6, 0.999)])
+def test_the_weight_average_spans_a_tenth_of_the_run(steps, decay):
+    assert average_decay_for_steps(steps) == decay
+
+
+def test_a_shape_not_measured_is_estimated_on_the_line_through_the_last_two_measured():
+    shapes = [({"hidden_size": h, "batch_size": 16, "learning_rate": 5e-3}, 2, n)
+              for h, n in ((1, 1_000_000), (2, 2_000_000), (3, 4_000_000))]
+    # Training: 1 µs + 1 µs per million parameters, per character; evaluation ten times as fast.
+    speeds = [Speed(1 / 2e-6, 1 / 2e-7), Speed(1 / 3e-6, 1 / 3e-7), None]
+    workload = Workload(seconds=110, probe_s=4, train_chars=10**6, val_chars=10**5, seq_len=50,
+                        averaging=True)
+    candidates = predict_candidates(shapes, speeds, workload)
+    assert [c.measured for c in candidates] == [True, True, False]
+    assert candidates[2].chars_per_s == pytest.approx(1 / 5e-6)
+    assert candidates[2].eval_chars_per_s == pytest.approx(1 / 5e-7)
+    # 110 s less the probe's 4 and a final evaluation of both weights (2 × 0.02 s × 1.25), 95 % of it.
+    assert candidates[0].training_s == pytest.approx((110 - 4 - 2 * 0.02 * 1.25) * 0.95)
+    chars = candidates[0].training_s / 2e-6
+    assert candidates[0].chars == pytest.approx(chars - chars % 800)  # whole steps of 16 × 50
+    assert candidates[1].epochs == pytest.approx(candidates[1].chars / 10**6)
+    assert candidates[1].predicted_loss == SCALING_LAW.predict(2_000_000, candidates[1].chars, 10**6)
+    alone = predict_candidates(shapes, [Speed(1 / 2e-6, 1 / 2e-7), None, None], workload)
+    assert alone[2].chars_per_s == pytest.approx(1 / 8e-6)  # through the origin from one measurement
+    plain = predict_candidates(shapes, speeds, dataclasses.replace(workload, averaging=False))
+    assert plain[0].training_s == pytest.approx((110 - 4 - 0.02 * 1.25) * 0.95)
+
+
+def test_a_slow_evaluation_leaves_less_time_to_train():
+    shapes = [({"hidden_size": 1, "batch_size": 16, "learning_rate": 5e-3}, 2, 10**6)]
+    workload = Workload(seconds=100, probe_s=0, train_chars=10**6, val_chars=10**5, seq_len=50,
+                        averaging=True)
+    fast, slow = (predict_candidates(shapes, [Speed(1e5, rate)], workload)[0] for rate in (1e7, 1e4))
+    assert slow.training_s == pytest.approx((100 - 25) * 0.95) and slow.chars < fast.chars
+    starved = predict_candidates(shapes, [Speed(1e5, 1e3)], workload)[0]
+    assert starved.training_s == 0 and starved.chars == 0 and math.isfinite(starved.predicted_loss)
+
+
+def test_a_longer_budget_or_a_faster_machine_never_chooses_a_smaller_model_or_a_worse_prediction(
+        shakespeare_like):
+    def chosen(seconds, work):
+        decision = plan(shakespeare_like, seconds, work)
+        return decision.choice.parameters, decision.choice.predicted_loss
+    for work in (1e10, 3e10, 1e11):
+        results = [chosen(seconds, work) for seconds in (30, 100, 600, 3600, 36_000)]
+        sizes, losses = zip(*results, strict=True)
+        assert list(sizes) == sorted(sizes) and list(losses) == sorted(losses, reverse=True)
+    slow, fast = chosen(600, 1e10), chosen(600, 1e11)
+    assert fast[0] >= slow[0] and fast[1] < slow[1]
+
+
+def test_the_choice_is_the_lowest_prediction_and_sets_regularisation_for_its_passes(shakespeare_like):
+    decision = plan(shakespeare_like, 600)
+    choice = decision.choice
+    assert choice.predicted_loss == min(c.predicted_loss for c in decision.candidates)
+    steps = choice.chars / (choice.settings["batch_size"] * 50)
+    assert decision.chosen == {**choice.settings, "dropout": dropout_for_epochs(choice.epochs),
+                               "ema_decay": average_decay_for_steps(steps)}
+    assert decision.planned and 0.9 * 600 < choice.training_s < 0.95 * 600
+    assert decision.to_dict()["candidates"][0]["settings"] == decision.candidates[0].settings
+
+
+def test_what_the_user_gave_stays_and_is_timed(shakespeare_like):
+    timed = []
+    decision = plan(shakespeare_like, 600, given={"hidden_size": 64, "batch_size": 4, "dropout": 0.5},
+                    measure=machine(3e10, timed=timed))
+    assert timed == [64] and len(decision.candidates) == 1  # with the nearest rung's learning rate
+    assert decision.candidates[0].settings["learning_rate"] == BUDGET_LADDER[0].learning_rate
+    assert not {"hidden_size", "batch_size", "dropout"} & decision.chosen.keys()
+    assert all(c.settings["hidden_size"] == 64 and c.settings["batch_size"] == 4 for c in decision.candidates)
+
+
+def test_one_layer_has_no_skip_connections_to_choose(shakespeare_like):
+    decision = plan(shakespeare_like, 100, given={"num_layers": 1})
+    assert all("skip_connections" not in c.settings and c.num_layers == 1 for c in decision.candidates)
+
+
+def test_measuring_stays_inside_its_share_of_the_budget_and_estimates_the_rest(shakespeare_like):
+    clock, timed = FakeClock(), []
+    decision = plan(shakespeare_like, 100, clock=clock, measure=machine(1e12, clock, 1.0, timed))
+    # One second per million parameters: 2×128, 2×192 and 2×256 take 1.6 s; 2×384 would take 1.9 s
+    # more, beyond 3 % of 100 s.
+    params = [c.parameters for c in decision.candidates]
+    assert timed == [128, 192, 256] and decision.probe_s == pytest.approx(sum(params[:3]) / 1e6)
+    assert sum(params[:4]) / 1e6 > 3 and [c.measured for c in decision.candidates].count(False) == 4
+
+
+def test_measuring_stops_once_a_larger_shape_predicts_worse(shakespeare_like):
+    timed = []
+    decision = plan(shakespeare_like, 100, work_per_s=3e9, measure=machine(3e9, timed=timed))
+    assert len(timed) < len(BUDGET_LADDER)
+    predictions = [c.predicted_loss for c in decision.candidates[: len(timed)]]
+    assert predictions[-1] > predictions[-2] and decision.choice.measured
+
+
+def test_shapes_that_do_not_fit_the_corpus_are_left_out(tmp_path):
+    corpus = tmp_path / "short.txt"
+    # 1,512 training characters: 16 × 50 fit, 32 × 50 do not.
+    corpus.write_text("to be or not to be, that is the question\n" * 40, encoding="utf-8")
+    encoded = encode_corpus(corpus, "short", 0.1)
+    decision = plan(encoded, 100)
+    assert [c.settings["batch_size"] for c in decision.candidates] == [16, 16, 16]  # 32 × 50 does not fit
+    with pytest.raises(CharrnnError, match="no shape a time budget chooses from fits"):
+        plan(encoded, 100, given={"batch_size": 64})
+
+
+def test_a_real_measurement_counts_training_and_evaluation_characters_per_second(shakespeare_like):
+    model = ModelConfig(vocab_size=len(shakespeare_like.vocab), hidden_size=16, num_layers=1, embed_size=8)
+    config = TrainConfig(out_dir="unused", batch_size=4, seq_len=16, precision="fp32")
+    split = split_ids(shakespeare_like.ids, shakespeare_like.info.split_point)
+    ticks = iter(range(100))
+    speed = measure_speed(model, config, shakespeare_like.vocab, shakespeare_like.info, split.train,
+                          split.val, limit_s=0.0, clock=lambda: float(next(ticks)))
+    # The fake clock ticks once per reading. Training: the start (0), the check that ends the timing (1)
+    # and the end (2), two timed steps of 4 × 16 characters. Evaluation: 2,048 characters, 2 to 3.
+    assert speed.train_chars_per_s == pytest.approx(2 * 64 / 2)
+    assert speed.eval_chars_per_s == pytest.approx(2048)
+
+
+def test_the_probe_never_changes_the_run_that_follows(small_corpus, tmp_path):
+    """Timing shapes draws random numbers; the run re-seeds, so its weights match an unplanned run's."""
+    import charrnn
+
+    options = {"max_steps": 3, "precision": "fp32", "hidden_size": 16, "num_layers": 1, "embed_size": 8,
+               "batch_size": 4, "seq_len": 16, "dropout": 0.0, "learning_rate": 5e-3}
+    budgeted = charrnn.train(small_corpus, out_dir=tmp_path / "b", time_budget=30, ema_decay=0.0,
+                             skip_connections=False, **options)
+    charrnn.train(small_corpus, out_dir=tmp_path / "p", **options)
+    weights = [torch.load(run / "last.pt", weights_only=False)["model_state"] for run in (tmp_path / "b",
+                                                                                          tmp_path / "p")]
+    assert budgeted.budget.planned and all(torch.equal(weights[0][k], weights[1][k]) for k in weights[1])
+    assert math.isfinite(budgeted.best.nats_per_char)
+
+
+def test_the_module_reads_its_measurement_at_call_time(monkeypatch, shakespeare_like):
+    monkeypatch.setattr(budget, "measure_speed", machine(5e10))
+    config = TrainConfig(out_dir="unused", time_budget=100)
+    split = split_ids(shakespeare_like.ids, shakespeare_like.info.split_point)
+    decision = plan_budget(100, "fp32", {}, config, shakespeare_like.vocab, shakespeare_like.info,
+                           split.train, split.val)
+    assert all(c.chars_per_s == pytest.approx(5e10 / c.parameters) for c in decision.candidates if c.measured)
