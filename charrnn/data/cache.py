@@ -84,6 +84,13 @@ def not_utf8_error(file: Path, byte: int, offset: int) -> CharrnnError:
     return CharrnnError(f"corpus {file} is not UTF-8 text (invalid byte 0x{byte:02x} at offset {offset})")
 
 
+def _largest_id(ids: torch.Tensor) -> int:
+    """The largest id, a chunk at a time: torch has no max for uint16 (vocabularies over 256), and
+    converting a whole memory-mapped corpus at once would hold it all in memory."""
+    step = CHUNK_BYTES
+    return max(int(ids[start:start + step].to(torch.int32).max()) for start in range(0, len(ids), step))
+
+
 def _file_chunks(file: Path, chunk_bytes: int) -> Iterator[tuple[bytes, torch.Tensor]]:
     """Each chunk of ``file`` as its raw bytes and the code points it completes.
 
@@ -201,7 +208,7 @@ def cached_ids(scan: CorpusScan, vocab: Vocab, skip_unknown: bool = False, cache
     itemsize = vocab.id_dtype.itemsize
     if _verified(path, length * itemsize):
         ids = torch.from_file(str(path), shared=False, size=length, dtype=vocab.id_dtype)
-        if int(ids.max()) < len(vocab):  # a file and digest edited together are still never trusted
+        if _largest_id(ids) < len(vocab):  # a file and digest edited together are still never trusted
             return ids
     try:
         _encode_to_file(scan, vocab, path, length, chunk_bytes)

@@ -128,6 +128,17 @@ def test_wide_vocabulary_is_stored_as_uint16(tmp_path: Path):
     assert encoded.vocab.decode(encoded.ids) == text
 
 
+def test_a_wide_vocabulary_s_cache_is_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The second use checks the cached uint16 ids (torch has no max for uint16), chunk by chunk."""
+    text = "".join(chr(0x4E00 + i) for i in range(400)) * 30
+    corpus = write(tmp_path / "cjk.txt", text)
+    first = encode_corpus(corpus, "cjk", 0.1)
+    monkeypatch.setattr(corpus_cache, "CHUNK_BYTES", 1000)
+    monkeypatch.setattr(corpus_cache, "_encode_to_file", lambda *args, **kwargs: pytest.fail("encoded again"))
+    second = encode_corpus(corpus, "cjk", 0.1)
+    assert second.ids.dtype == torch.uint16 and torch.equal(first.ids.int(), second.ids.int())
+
+
 def test_ids_are_a_memory_map_of_the_cache_file(tmp_path: Path, corpus_cache_dir: Path):
     encoded = encode_corpus(write(tmp_path / "mixed.txt", MIXED), "mixed", 0.1)
     name = cache_name(scan_corpus(tmp_path / "mixed.txt"), encoded.vocab, False)
