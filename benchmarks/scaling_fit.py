@@ -76,11 +76,13 @@ def points() -> list[dict]:
 def law_from(theta: list[float]) -> ScalingLaw:
     irreducible, log_a, alpha, log_b, beta, log_r = theta
     return ScalingLaw(irreducible=irreducible, size_coefficient=math.exp(log_a), size_exponent=alpha,
-                      data_coefficient=math.exp(log_b), data_exponent=beta, repeat_scale=math.exp(log_r))
+                      data_coefficient=math.exp(log_b), data_exponent=beta, repeat_scale=math.exp(log_r),
+                      rms_error=0.0)
 
 
 def fit(rows: list[dict]) -> tuple[ScalingLaw, float]:
-    """Least squares over the rows; returns the law (rounded as shipped) and its RMS error."""
+    """Least squares over the rows; returns the law (rounded as shipped, with its RMS error) and the
+    unrounded RMS error."""
     parameters = torch.tensor([row["parameters"] for row in rows], dtype=torch.float64) / 1e6
     chars = torch.tensor([row["chars"] for row in rows], dtype=torch.float64)
     loss = torch.tensor([row["loss"] for row in rows], dtype=torch.float64)
@@ -109,7 +111,8 @@ def fit(rows: list[dict]) -> tuple[ScalingLaw, float]:
     best = min((least_squares(start) for start in STARTS), key=lambda result: result[0])
     law = rounded(law_from(best[1]))
     residuals = [law.predict(row["parameters"], row["chars"], TRAIN_CHARS) - row["loss"] for row in rows]
-    return law, math.sqrt(sum(r * r for r in residuals) / len(residuals))
+    rms = math.sqrt(sum(r * r for r in residuals) / len(residuals))
+    return dataclasses.replace(law, rms_error=round(rms, 4)), rms
 
 
 def rounded(law: ScalingLaw) -> ScalingLaw:

@@ -17,6 +17,7 @@ caller wrote it. Other failures raise :class:`~charrnn.errors.CharrnnError`.
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import time
@@ -972,17 +973,20 @@ def get_dataset(name: str = DEFAULT_DATASET, data_dir: PathArg | None = None, fo
 def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, overwrite: bool = False,
           resume: PathArg | None = None, init_from: PathArg | None = None, extend_vocab: bool = False,
           device: str = "auto", data_dir: PathArg | None = None, observer: TrainObserver | None = None,
-          **options: Any) -> TrainResult:
+          started: float | None = None, **options: Any) -> TrainResult:
     """Train on ``corpus`` (a UTF-8 file or a directory of *.txt); without one, on tiny Shakespeare,
     downloaded (once) into ``data_dir``.
 
     ``options`` are fields of :class:`~charrnn.config.ModelConfig` and
     :class:`~charrnn.config.TrainConfig` (``hidden_size=128``, ``epochs=5``,
     ``time_budget=120``, ...); those not given take their defaults, or for a
-    time-budgeted run the shape measured best for the budget (``result.plan``
-    says which). ``resume`` continues the run that wrote a checkpoint (or a run
-    directory's last.pt) exactly; ``init_from`` fine-tunes from one. Under
-    torchrun, every process calls this and they train together.
+    time-budgeted run what this machine's measured speed and the scaling rule
+    choose (``result.budget`` says what and why). A time budget counts from
+    ``started`` (a ``time.perf_counter()`` reading; default: this call), so a
+    caller that did work of its own first can count it in. ``resume``
+    continues the run that wrote a checkpoint (or a run directory's last.pt)
+    exactly; ``init_from`` fine-tunes from one. Under torchrun, every process
+    calls this and they train together.
 
     Ctrl-C (or SIGTERM, SIGHUP) finishes the current step, saves last.pt and
     raises :class:`~charrnn.training.loop.TrainingInterrupted`, whose
@@ -991,7 +995,12 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
     """
     from charrnn.training.request import TrainingRequest, check_request
 
-    called = time.perf_counter()  # a time budget counts from here: loading and planning are inside it
+    # A time budget counts from here: loading and planning are inside it.
+    called = time.perf_counter()
+    if started is not None:
+        if not math.isfinite(checked(started, float, "started")) or started > called:
+            raise ConfigError("must be an earlier time.perf_counter() reading", "started")
+        called = started
     request = TrainingRequest(
         corpus=_path(corpus, "corpus"), options=options, out_dir=_path(out_dir, "out_dir"),
         overwrite=checked(overwrite, bool, "overwrite"), resume=_path(resume, "resume"),
@@ -1039,7 +1048,7 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
             say(f"{verb} {dataset.name}: {escape(str(dataset.path))} ({dataset.chars:,} characters)")
             # The built-in corpus, fetched: from here on the run is one on a corpus like any other.
             request.corpus, request.corpus_name, request.data_dir = dataset.path, dataset.name, None
-        plan = plan_training(request, group)
+        plan = plan_training(request, group, started=called)
         if group.is_main:
             observer.on_plan(plan)
         with GracefulStop() as stop:

@@ -304,7 +304,6 @@ BUDGET_LADDER: tuple[BudgetShape, ...] = (
     BudgetShape(hidden_size=384, batch_size=32, learning_rate=5e-3),
     BudgetShape(hidden_size=512, batch_size=32, learning_rate=5e-3),
     BudgetShape(hidden_size=768, batch_size=32, learning_rate=4e-3),
-    BudgetShape(hidden_size=1024, batch_size=32, learning_rate=3e-3),
 )
 
 
@@ -320,6 +319,7 @@ class ScalingLaw:
     data_coefficient: float  # B
     data_exponent: float  # β: how fast more (effective) characters help
     repeat_scale: float  # R: passes beyond the first are worth u·R·(1 - exp(-repeats/R)) characters in all
+    rms_error: float  # nats/char: how far the fit's data lie from it; predictions closer than this tie
 
     def effective_chars(self, chars: float, corpus_chars: float) -> float:
         """Characters seen, counting repeated passes over the split at their diminishing worth."""
@@ -336,7 +336,7 @@ class ScalingLaw:
 
 # benchmarks/scaling/fit.json, rounded to four figures (benchmarks/scaling_fit.py --check compares them).
 SCALING_LAW = ScalingLaw(irreducible=0.6364, size_coefficient=0.05817, size_exponent=0.6069,
-                         data_coefficient=0.8973, data_exponent=0.2102, repeat_scale=0.906)
+                         data_coefficient=0.8973, data_exponent=0.2102, repeat_scale=0.906, rms_error=0.0179)
 
 BUDGET_PROBE_SHARE = 0.03  # of a time budget, at most this much measures the ladder's throughput
 BUDGET_PROBE_STEPS = (2, 20)  # timed steps per measured shape: at least, at most (after one untimed)

@@ -398,3 +398,10 @@ def test_a_link_at_the_lock_is_refused_and_its_target_kept(small_corpus, tmp_pat
 def test_an_error_quoting_a_path_with_a_line_break_stays_on_one_line(tmp_path):
     printed = CliRunner().invoke(cli, ["sample", str(tmp_path / "a\nb.pt")])
     assert printed.exit_code == 1 and len(printed.stderr.splitlines()) == 1 and "a\\nb.pt" in printed.stderr
+
+
+@pytest.mark.parametrize("started", [float("nan"), 1e18, "soon"])
+def test_a_budget_start_must_be_an_earlier_clock_reading(small_corpus, tmp_path, started):
+    with pytest.raises((ConfigError, ConfigTypeError), match="started"):
+        charrnn.train(small_corpus, out_dir=tmp_path / "run", time_budget=5, started=started)
+    assert not (tmp_path / "run").exists()

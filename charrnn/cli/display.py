@@ -233,12 +233,24 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
     with its measured throughput and predicted score, every shape considered, and the settings made."""
     choice = budget.choice
     how = "trains it at" if choice.measured else "would train it at about"
-    lines = [f"{name('time_budget')} {budget.seconds:g} s: {choice.describe()}: this machine {how} "
-             f"{choice.chars_per_s:,.0f} chars/s in {budget.precision} → {choice.epochs:.1f} epochs in the "
-             f"budget, predicted validation {choice.predicted_loss:.3f} nats/char"]
+    speed = f"{choice.chars_per_s:,.0f} chars/s in {budget.precision}"
+    if choice.predicted_loss is None:
+        lines = [f"{name('time_budget')} {budget.seconds:g} s leaves no shape time to train once it is "
+                 f"measured, evaluated and saved: the fastest, {choice.describe()} ({speed}), trains what "
+                 f"it can"]
+    else:
+        lines = [f"{name('time_budget')} {budget.seconds:g} s: {choice.describe()}: this machine {how} "
+                 f"{speed} → {choice.epochs:.1f} epochs in the budget, predicted validation "
+                 f"{choice.predicted_loss:.3f} nats/char"]
+    close = budget.close_call()
+    if close is not None:
+        lines.append(f"{name('time_budget')}: a close call: {close.describe()} predicts "
+                     f"{close.predicted_loss:.3f}, within the rule's error, so another run's speeds may "
+                     f"choose it instead")
     considered = ", ".join(
         f"{c.describe()} {'' if c.measured else '~'}{c.chars_per_s:,.0f} chars/s → "
-        f"{f'{c.predicted_loss:.3f}' if c.chars else 'no time left to train'}" for c in budget.candidates)
+        f"{'no time left to train' if c.predicted_loss is None else f'{c.predicted_loss:.3f}'}"
+        for c in budget.candidates)
     lines.append(f"{name('time_budget')}: shapes timed in {budget.probe_s:.1f} s of the budget (~: estimated "
                  f"from those timed): {considered}")
     if budget.chosen:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+import time
 from typing import Any
 
 import click
@@ -118,6 +119,7 @@ def train_command(ctx: click.Context, corpus: str | None, as_json: bool, quiet: 
       charrnn train poems/ --model gru --out runs/poems
       charrnn train --resume checkpoints/tinyshakespeare --epochs 20
     """
+    started = time.perf_counter()  # a time budget counts from here, before torch is imported
     from charrnn import api
     from charrnn.cli.display import ProgressBar
 
@@ -126,7 +128,7 @@ def train_command(ctx: click.Context, corpus: str | None, as_json: bool, quiet: 
     given.update(parse_advanced(advanced))
     observer = ProgressBar(err, option_namer(ctx.command), draw_bar=sys.stderr.isatty(), quiet=quiet)
     try:
-        result = api.train(corpus, observer=observer, **given)
+        result = api.train(corpus, observer=observer, started=started, **given)
     except TrainingInterrupted as interrupted:
         message(str(interrupted))
         message(f"resume with: charrnn train --resume {shlex.quote(str(interrupted.checkpoint))}")

@@ -41,7 +41,13 @@ from charrnn.models.devices import check_model_fits
 from charrnn.models.evaluate import evaluate
 from charrnn.models.model import parameter_count
 from charrnn.training.distributed import SingleProcess
-from charrnn.training.loop import BUDGET_EVALUATION_SHARE, CALIBRATION_CHARS, FINAL_WORK_MARGIN
+from charrnn.training.loop import (
+    BUDGET_EVALUATION_SHARE,
+    CALIBRATION_CHARS,
+    FINAL_WORK_MARGIN,
+    SAVE_BYTES_PER_S,
+)
+from charrnn.training.rundir import checkpoint_bytes
 
 # A shape is timed with the costs the run may add to it: a weight average and dropout (whatever their
 # strength, the same work), unless the user set their own.
@@ -59,14 +65,18 @@ class Speed:
 
 @dataclass(frozen=True)
 class Workload:
-    """What a budget pays for besides training, and the corpus it trains on."""
+    """What a budget pays for besides training, the corpus it trains on, and the limits that may end
+    the run sooner."""
 
     seconds: float  # the budget
+    spent_s: float  # already gone when planning began (loading the corpus, and the command's start)
     probe_s: float  # spent measuring shapes
     train_chars: int  # characters in the training split
     val_chars: int  # characters in the validation split, scored at the end (twice with averaging)
     seq_len: int  # characters per segment: training comes in whole steps
     averaging: bool  # whether the run keeps a weight average, which the final evaluation scores too
+    max_steps: int | None = None  # a step limit given beside the budget
+    max_epochs: float | None = None  # an epoch limit given beside the budget
 
 
 @dataclass(frozen=True)
@@ -79,10 +89,10 @@ class Candidate:
     chars_per_s: float  # training throughput on this machine
     eval_chars_per_s: float  # evaluation throughput on this machine
     measured: bool  # False: estimated from the shapes measured before it (the probe's time ran out)
-    training_s: float  # seconds left to train once the probe and the final evaluation are paid for
-    chars: float  # training characters the budget affords it
+    training_s: float  # seconds left to train once the probe, the final evaluation and saves are paid for
+    chars: float  # training characters the budget (or a step or epoch limit) affords it
     epochs: float  # passes over the training split that makes
-    predicted_loss: float  # validation nats/char the scaling law expects
+    predicted_loss: float | None  # validation nats/char the scaling law expects; None: no time to train
 
     def describe(self) -> str:
         return f"{self.num_layers}×{self.settings['hidden_size']} LSTM"
@@ -105,10 +115,27 @@ class BudgetDecision:
 
     @property
     def choice(self) -> Candidate | None:
-        return min(self.candidates, key=lambda c: c.predicted_loss) if self.candidates else None
+        """The lowest prediction; when no shape has time to train, the fastest (it trains what it can)."""
+        return choose(self.candidates) if self.candidates else None
+
+    def close_call(self) -> Candidate | None:
+        """The runner-up, when its prediction is within the rule's error of the choice's: measured
+        speeds, which vary from run to run, may tip such a choice either way."""
+        choice = self.choice
+        others = [c for c in self.candidates if c is not choice and c.predicted_loss is not None]
+        if choice is None or choice.predicted_loss is None or not others:
+            return None
+        runner_up = min(others, key=lambda c: c.predicted_loss)
+        return runner_up if runner_up.predicted_loss - choice.predicted_loss < SCALING_LAW.rms_error else None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def choose(candidates: tuple[Candidate, ...]) -> Candidate:
+    """The candidate with the lowest prediction; the fastest when none has time to train."""
+    trained = [c for c in candidates if c.predicted_loss is not None]
+    return min(trained, key=lambda c: c.predicted_loss) if trained else candidates[0]
 
 
 def dropout_for_epochs(epochs: float) -> float:
@@ -133,9 +160,11 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
     ``shapes`` are (settings, layers, parameters), smallest first. A shape not measured costs
     a + b·parameters seconds per character, in training and in evaluation, on a line through the last
     two measured shapes (through the origin from just one): per-step overheads stay, the arithmetic
-    grows with the weights. Each shape trains for what is left of the budget after the probe, its own
-    final evaluation (with :data:`~charrnn.training.loop.FINAL_WORK_MARGIN`) and the evaluations during
-    training (:data:`~charrnn.training.loop.BUDGET_EVALUATION_SHARE`).
+    grows with the weights. Each shape trains for what is left of the budget after what was spent before
+    planning, the probe, its own final evaluation and saves (with
+    :data:`~charrnn.training.loop.FINAL_WORK_MARGIN`) and the evaluations during training
+    (:data:`~charrnn.training.loop.BUDGET_EVALUATION_SHARE`), and no further than a step or epoch limit
+    allows. A shape left no time to train has no prediction.
     """
     measured = [(params, speed) for (_, _, params), speed in zip(shapes, speeds, strict=True) if speed]
     if not measured:
@@ -146,16 +175,22 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
     for (settings, layers, params), measured_speed in zip(shapes, speeds, strict=True):
         speed = measured_speed or Speed(1 / train_line(params), 1 / eval_line(params))
         scored = 2 if workload.averaging else 1
-        final_s = FINAL_WORK_MARGIN * scored * workload.val_chars / speed.eval_chars_per_s
-        training_s = max(workload.seconds - workload.probe_s - final_s, 0.0) * (1 - BUDGET_EVALUATION_SHARE)
+        saves = 2 * checkpoint_bytes(params, workload.averaging) / SAVE_BYTES_PER_S  # best.pt and last.pt
+        final_s = FINAL_WORK_MARGIN * (scored * workload.val_chars / speed.eval_chars_per_s + saves)
+        left = workload.seconds - workload.spent_s - workload.probe_s - final_s
+        training_s = max(left, 0.0) * (1 - BUDGET_EVALUATION_SHARE)
+        step_chars = settings["batch_size"] * workload.seq_len
         chars = speed.train_chars_per_s * training_s
-        chars -= chars % (settings["batch_size"] * workload.seq_len)  # whole steps
+        if workload.max_steps is not None:
+            chars = min(chars, workload.max_steps * step_chars)
+        if workload.max_epochs is not None:
+            chars = min(chars, workload.max_epochs * workload.train_chars)
+        chars -= chars % step_chars  # whole steps
         candidates.append(Candidate(
             settings=settings, num_layers=layers, parameters=params, chars_per_s=speed.train_chars_per_s,
             eval_chars_per_s=speed.eval_chars_per_s, measured=measured_speed is not None,
-            training_s=training_s,
-            chars=chars, epochs=chars / workload.train_chars,
-            predicted_loss=law.predict(params, chars, workload.train_chars),
+            training_s=training_s, chars=chars, epochs=chars / workload.train_chars,
+            predicted_loss=law.predict(params, chars, workload.train_chars) if chars else None,
         ))
     return tuple(candidates)
 
@@ -198,75 +233,88 @@ def measure_speed(model_config: ModelConfig, config: TrainConfig, vocab: Vocab, 
 def plan_budget(seconds: float, precision: str, given: dict[str, Any], config: TrainConfig, vocab: Vocab,
                 corpus: CorpusInfo, train_ids: torch.Tensor, val_ids: torch.Tensor,
                 group: SingleProcess | None = None, clock: Callable[[], float] = time.perf_counter,
-                measure: Callable[..., Speed] | None = None) -> BudgetDecision:
+                started: float | None = None, measure: Callable[..., Speed] | None = None) -> BudgetDecision:
     """Measure the ladder (smallest first, within :data:`BUDGET_PROBE_SHARE` of ``seconds``), predict each
     shape's loss, and choose the best. ``given`` holds the model and training options the user gave: they
-    stay as given, in every shape measured.
+    stay as given, in every shape measured. ``started`` (a ``clock`` reading, default now) is when the
+    budget began: what went before planning is not there to train.
 
-    A shape is measured only if its measurement, predicted from the previous one's by size, still fits
-    the probe's share. Measuring stops early once a measured shape predicts worse than the one before it
+    Shapes that do not fit the device's memory or the corpus are left out before anything is measured
+    (when none fits, the smallest one's reason is the error). The smallest is always measured; each
+    next one only if its measurement, predicted from the previous one's by size, still fits the
+    probe's share. Measuring stops early once a measured shape predicts worse than the one before it
     and the next one trains with the same batch (larger ones, slower still, would predict worse too; a
-    larger batch may be faster per character, so it is measured), and at the first shape that does not
-    fit the device's memory or the corpus (larger ones would not either). Under torchrun, rank 0
-    measures and every rank takes its figures, so all choose alike. ``measure`` times one shape
-    (default :func:`measure_speed`).
+    larger batch may be faster per character, so it is measured). Under torchrun, rank 0 measures and
+    every rank takes its figures, so all choose alike. ``measure`` times one shape (default
+    :func:`measure_speed`).
     """
     group = group if group is not None else SingleProcess()
     measure = measure if measure is not None else measure_speed
+    now = clock()
+    spent_s = now - started if started is not None else 0.0
     model_options = _model_options(given)
-    shapes = _shapes(given, len(vocab))
-    started = clock()
+    trials = _fitting_trials(_shapes(given, len(vocab)), model_options, given, config, vocab, train_ids)
+    shapes = [shape for shape, _, _ in trials]
+    workload = Workload(seconds, spent_s, 0.0, len(train_ids), len(val_ids), config.seq_len,
+                        averaging=given.get("ema_decay", 1.0) > 0, max_steps=config.max_steps,
+                        max_epochs=config.epochs)
     allowance = BUDGET_PROBE_SHARE * seconds
-    workload = Workload(seconds, 0.0, len(train_ids), len(val_ids), config.seq_len,
-                        averaging=given.get("ema_decay", 1.0) > 0)
     speeds: list[Speed | None] = [None] * len(shapes)
-    usable = len(shapes)  # shapes before the first that does not fit
     if group.is_main:
         previous_loss, previous_cost = math.inf, 0.0
-        for index, (settings, _, params) in enumerate(shapes):
-            spent = clock() - started
+        for index, ((settings, _, params), trial_model, trial) in enumerate(trials):
+            spent = clock() - now
             predicted_cost = previous_cost * params / shapes[index - 1][2] if index else 0.0
-            if spent + predicted_cost > allowance and any(speeds):
+            if index and spent + predicted_cost > allowance:
                 break
-            trial_model = ModelConfig(vocab_size=len(vocab), **{"dropout": PROBE_DROPOUT, **model_options,
-                                                                **_model_part(settings)})
-            trial = dataclasses.replace(config, **_train_part(settings), time_budget=None,
-                                        ema_decay=given.get("ema_decay", PROBE_AVERAGE_DECAY))
-            try:
-                check_model_fits(trial_model, config.device, trial.batch_size, trial.seq_len)
-                StreamBatches(train_ids, trial.batch_size, trial.seq_len)  # the corpus holds a batch
-                speeds[index] = measure(trial_model, trial, vocab, corpus, train_ids, val_ids,
-                                        min(BUDGET_PROBE_SECONDS, max(allowance - spent, 0.0)), clock)
-            except CharrnnError:
-                usable = index
-                break
-            previous_cost = clock() - started - spent
+            speeds[index] = measure(trial_model, trial, vocab, corpus, train_ids, val_ids,
+                                    min(BUDGET_PROBE_SECONDS, max(allowance - spent, 0.0)), clock)
+            previous_cost = clock() - now - spent
             estimate = predict_candidates(shapes[: index + 1], speeds[: index + 1],
-                                          dataclasses.replace(workload, probe_s=clock() - started))[-1]
+                                          dataclasses.replace(workload, probe_s=clock() - now))[-1]
             following = shapes[index + 1][0] if index + 1 < len(shapes) else settings
-            if estimate.predicted_loss > previous_loss and following["batch_size"] == settings["batch_size"]:
+            loss = estimate.predicted_loss if estimate.predicted_loss is not None else math.inf
+            if loss > previous_loss and following["batch_size"] == settings["batch_size"]:
                 break
-            previous_loss = estimate.predicted_loss
+            previous_loss = loss
     figures = [value for speed in speeds for value in (
         (speed.train_chars_per_s, speed.eval_chars_per_s) if speed else (0.0, 0.0))]
-    *figures, usable, probe_s = group.reduce([*figures, usable if group.is_main else 0, clock() - started],
-                                             torch.device(config.device), op="max")
+    *figures, probe_s = group.reduce([*figures, clock() - now], torch.device(config.device), op="max")
     speeds = [Speed(train, evaluation) if train else None for train, evaluation in zip(
         figures[::2], figures[1::2], strict=True)]
-    usable = int(usable)
-    if not any(speeds[:usable]):
-        raise CharrnnError("no shape a time budget chooses from fits this device and corpus; give "
-                           "{hidden_size} and {batch_size} yourself, or train without {time_budget}",
-                           names_options=True)
-    candidates = predict_candidates(shapes[:usable], speeds[:usable],
-                                    dataclasses.replace(workload, probe_s=probe_s))
-    choice = min(candidates, key=lambda c: c.predicted_loss)
+    candidates = predict_candidates(shapes, speeds, dataclasses.replace(workload, probe_s=probe_s))
+    choice = choose(candidates)
     steps = choice.chars / (choice.settings["batch_size"] * config.seq_len)
     chosen = {**choice.settings, "dropout": dropout_for_epochs(choice.epochs),
               "ema_decay": average_decay_for_steps(steps)}
     chosen = {key: value for key, value in chosen.items() if key not in given}
     return BudgetDecision(seconds, config.device.split(":")[0], precision, planned=True, chosen=chosen,
                           candidates=candidates, probe_s=probe_s)
+
+
+def _fitting_trials(shapes: list[tuple[dict[str, Any], int, int]], model_options: dict[str, Any],
+                    given: dict[str, Any], config: TrainConfig, vocab: Vocab,
+                    train_ids: torch.Tensor) -> list[tuple[tuple[dict[str, Any], int, int], ModelConfig,
+                                                           TrainConfig]]:
+    """Each shape that fits the device's memory and holds a batch of the corpus, with the model and
+    training configuration it is timed with; when none does, the smallest one's reason."""
+    trials, first_error = [], None
+    for shape in shapes:
+        settings = shape[0]
+        trial_model = ModelConfig(vocab_size=len(vocab), **{"dropout": PROBE_DROPOUT, **model_options,
+                                                            **_model_part(settings)})
+        trial = dataclasses.replace(config, **_train_part(settings), time_budget=None, max_steps=None,
+                                    epochs=None, ema_decay=given.get("ema_decay", PROBE_AVERAGE_DECAY))
+        try:
+            check_model_fits(trial_model, config.device, trial.batch_size, trial.seq_len)
+            StreamBatches(train_ids, trial.batch_size, trial.seq_len)
+        except CharrnnError as exc:
+            first_error = first_error or exc
+            continue
+        trials.append((shape, trial_model, trial))
+    if not trials:
+        raise first_error
+    return trials
 
 
 def _shapes(given: dict[str, Any], vocab_size: int) -> list[tuple[dict[str, Any], int, int]]:

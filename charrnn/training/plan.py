@@ -88,11 +88,13 @@ class TrainingPlan:
                                    budget=self.budget, rank=group.rank if group is not None else 0)
 
 
-def plan_training(request: TrainingRequest, group: SingleProcess | None = None) -> TrainingPlan:
+def plan_training(request: TrainingRequest, group: SingleProcess | None = None,
+                  started: float | None = None) -> TrainingPlan:
     """Check ``request`` and decide everything about the run; nothing is written yet.
 
-    A time budget measures this machine's throughput here (:func:`charrnn.training.budget.plan_budget`);
-    under torchrun, ``group`` lets every rank take rank 0's measurements.
+    A time budget measures this machine's throughput here (:func:`charrnn.training.budget.plan_budget`),
+    counting from ``started`` (a ``time.perf_counter()`` reading; default: now); under torchrun,
+    ``group`` lets every rank take rank 0's measurements.
     """
     check_request(request)
     model_options, train_options = split_options(request.options)
@@ -113,7 +115,7 @@ def plan_training(request: TrainingRequest, group: SingleProcess | None = None) 
         encoded = encode_corpus(request.corpus, name, config.val_frac)
         budget = None
         if config.time_budget is not None:
-            budget = _budget_decision(config, encoded, model_options, train_options, group)
+            budget = _budget_decision(config, encoded, model_options, train_options, group, started)
             model_options |= {key: value for key, value in budget.chosen.items() if key in MODEL_FIELDS}
             config = dataclasses.replace(config, **{key: value for key, value in budget.chosen.items()
                                                     if key not in MODEL_FIELDS})
@@ -133,7 +135,8 @@ def plan_training(request: TrainingRequest, group: SingleProcess | None = None) 
 
 
 def _budget_decision(config: TrainConfig, encoded: EncodedCorpus, model_options: dict[str, Any],
-                     train_options: dict[str, Any], group: SingleProcess | None) -> BudgetDecision:
+                     train_options: dict[str, Any], group: SingleProcess | None,
+                     started: float | None) -> BudgetDecision:
     """What the time budget chooses for the fields the user left unset.
 
     Other cells and layer-normalised LSTMs keep the plain defaults: the scaling rule was fitted on
@@ -146,7 +149,7 @@ def _budget_decision(config: TrainConfig, encoded: EncodedCorpus, model_options:
                               chosen={})
     split = split_ids(encoded.ids, encoded.info.split_point)
     return plan_budget(config.time_budget, precision, {**model_options, **train_options}, config,
-                       encoded.vocab, encoded.info, split.train, split.val, group)
+                       encoded.vocab, encoded.info, split.train, split.val, group, started=started)
 
 
 def fine_tune_config(source: ModelConfig, model_options: dict[str, Any], vocab_size: int) -> ModelConfig:

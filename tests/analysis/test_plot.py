@@ -118,8 +118,9 @@ def test_the_exercise_figure_redraws_from_the_kept_records(tmp_path):
     metrics = read_metrics(records)
     assert len(metrics) == 174 and metrics[-1].epoch == 500
     assert {r.epoch_checkpoint for r in metrics if r.epoch_checkpoint} == {
-        "epoch0001-val1.9507.pt", "epoch0005-val1.6181.pt", "epoch0010-val1.5633.pt", "epoch0020-val1.5612.pt",
-        "epoch0050-val1.6203.pt", "epoch0100-val1.6761.pt", "epoch0200-val1.7270.pt", "epoch0500-val1.7500.pt"}
+        "epoch0001-val1.9507.pt", "epoch0005-val1.6181.pt", "epoch0010-val1.5633.pt",
+        "epoch0020-val1.5612.pt", "epoch0050-val1.6203.pt", "epoch0100-val1.6761.pt",
+        "epoch0200-val1.7270.pt", "epoch0500-val1.7500.pt"}
     output = tmp_path / "exercise-curves.png"
     plot_runs([records], output)
     assert png_size(output) == png_size(records.parents[1] / "docs" / "exercise-curves.png")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -96,8 +97,9 @@ def test_train_passes_only_what_was_given_and_prints_the_results_dict(fake, tmp_
     assert json.loads(result.stdout) == json.loads(json.dumps(done.to_dict()))
     (_, args, kwargs), = fake.calls
     assert args == ("c.txt",)
-    assert {key: value for key, value in kwargs.items() if key != "observer"} == {
+    assert {key: value for key, value in kwargs.items() if key not in ("observer", "started")} == {
         "max_steps": 12, "hidden_size": 64, "warmup_steps": 0, "layer_norm": True}
+    assert 0 < time.perf_counter() - kwargs["started"] < 60  # when the command began: a budget counts from it
     summary = invoke("train", "c.txt", "--max-steps", "12")
     assert "reached --max-steps 12" in " ".join(summary.stdout.replace("│", " ").split())
 

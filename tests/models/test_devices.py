@@ -36,6 +36,8 @@ def test_a_model_too_large_for_the_gpu_is_refused_before_allocating(monkeypatch)
     (True, "cpu", {"layer_norm": True}, "fp32"),  # a Python loop of small products: slower in bf16
     (True, "cpu", {"cell": "gru"}, "fp32"),
     (True, "cpu", {"cell": "rnn"}, "fp32"),
+    (True, "cpu", {"hidden_size": 768}, "bf16"),
+    (True, "cpu", {"hidden_size": 1024}, "fp32"),  # stalled on the unigram plateau in bf16
     (True, "cuda", {}, "fp32"),  # not measured on a GPU yet
     (False, "cpu", {}, "fp32"),
 ])
