@@ -86,6 +86,7 @@ class ProgressBar(TrainObserver):
         self.clock = clock  # the wall clock of the log lines (a test's fake)
         self.started = self.last_line = 0.0  # when training started and the last line was written
         self.first_step = 0  # the step this process started from (a resumed run's is not 0)
+        self.first_report: StepReport | None = None  # this process's first step, where its pace starts
         self.losses: list[float] = []  # training losses since the last line
         self.last_step: StepReport | None = None  # the latest step's report
         self.last_val: float | None = None  # the latest validation loss
@@ -155,6 +156,8 @@ class ProgressBar(TrainObserver):
                             file=sys.stderr)
 
     def on_step(self, report: StepReport) -> None:
+        if self.first_report is None:
+            self.first_report = report
         self.last_step = report
         if self.bar is None:
             if not self.quiet:
@@ -162,15 +165,27 @@ class ProgressBar(TrainObserver):
                 if self.clock() - self.last_line >= LOG_EVERY_S:
                     self._log_line()
             return
-        if report.progress:
+        to_go = self._steps_to_go(report)
+        if to_go is not None:
             # Whichever limit is nearest (a time budget included) sets the bar's end and so its ETA.
-            self.bar.total = max(report.step, round(report.step / report.progress))
+            self.bar.total = report.step + round(to_go)
         postfix = {"loss": f"{report.loss:.3f}", "chars/s": f"{report.chars_per_s:,.0f}",
                    "lr": f"{report.learning_rate:.2e}"}
         if report.skipped_steps:
             postfix["skipped"] = report.skipped_steps
         self.bar.set_postfix(postfix, refresh=False)
         self.bar.update(1)
+
+    def _steps_to_go(self, report: StepReport) -> float | None:
+        """Steps left at the pace progress has made since this process's first step: a time budget's
+        progress starts above 0 (what planning took, and the reserve for its end, count in it)."""
+        first = self.first_report
+        if not report.progress or first is None or first.progress is None:
+            return None
+        gained = report.progress - first.progress
+        if gained <= 0:
+            return None
+        return max(0.0, (1 - report.progress) * (report.step - first.step) / gained)
 
     def _log_line(self, evaluation: str = "") -> None:
         """One plain line for a log: where the run is, how fast, how long to go."""
@@ -179,10 +194,8 @@ class ProgressBar(TrainObserver):
             return
         elapsed = now - self.started
         done = report.step - self.first_step
-        remaining = "?"
-        if report.progress and done > 0:
-            steps_left = report.step / report.progress - report.step
-            remaining = clock_time(max(0.0, steps_left * elapsed / done))
+        to_go = self._steps_to_go(report)
+        remaining = clock_time(to_go * elapsed / done) if to_go is not None and done > 0 else "?"
         finite = [loss for loss in self.losses if math.isfinite(loss)]
         train = f"{sum(finite) / len(finite):.4f}" if finite else "n/a"
         val = f"{self.last_val:.4f}" if self.last_val is not None else "n/a"

@@ -46,3 +46,22 @@ def test_without_a_terminal_a_log_gets_a_line_every_30_seconds_and_at_each_evalu
                         "val n/a")
     assert lines[1].endswith("val 1.9000 (evaluated)  (best)") and "remaining 2:35" in lines[1]
     assert lines[2].endswith("val 1.9000") and "elapsed 1:15" in lines[2]
+
+
+def test_a_budgets_remaining_time_counts_from_where_its_progress_started(capsys):
+    """A 100-s budget that keeps 20 s for its end starts at 20% progress: after 30 one-second steps,
+    50 remain, not the 30 that progress/step alone would suggest."""
+    from rich.console import Console
+
+    from charrnn.cli.display import ProgressBar
+    from charrnn.training.observer import StepReport
+
+    now = [0.0]
+    bar = ProgressBar(Console(stderr=True), draw_bar=False, clock=lambda: now[0])
+    bar.started = bar.last_line = now[0]
+    for step in range(1, 31):
+        now[0] += 1.0
+        bar.on_step(StepReport(step=step, epoch=step / 40, loss=2.0, learning_rate=1e-3,
+                               chars_per_s=800.0, progress=(step + 20) / 100, skipped_steps=0))
+    line, = capsys.readouterr().err.splitlines()
+    assert "elapsed 0:30  remaining 0:50" in line
