@@ -47,6 +47,7 @@ from charrnn.training.loop import (
     FINAL_WORK_MARGIN,
     SAVE_BYTES_PER_S,
 )
+from charrnn.training.request import split_options
 from charrnn.training.rundir import checkpoint_bytes
 
 # A shape is timed with the costs the run may add to it: a weight average and dropout (whatever their
@@ -252,7 +253,7 @@ def plan_budget(seconds: float, precision: str, given: dict[str, Any], config: T
     measure = measure if measure is not None else measure_speed
     now = clock()
     spent_s = now - started if started is not None else 0.0
-    model_options = _model_options(given)
+    model_options = split_options(given)[0]
     trials = _fitting_trials(_shapes(given, len(vocab)), model_options, given, config, vocab, train_ids)
     shapes = [shape for shape, _, _ in trials]
     workload = Workload(seconds, spent_s, 0.0, len(train_ids), len(val_ids), config.seq_len,
@@ -302,8 +303,8 @@ def _fitting_trials(shapes: list[tuple[dict[str, Any], int, int]], model_options
     for shape in shapes:
         settings = shape[0]
         trial_model = ModelConfig(vocab_size=len(vocab), **{"dropout": PROBE_DROPOUT, **model_options,
-                                                            **_model_part(settings)})
-        trial = dataclasses.replace(config, **_train_part(settings), time_budget=None, max_steps=None,
+                                                            **split_options(settings)[0]})
+        trial = dataclasses.replace(config, **split_options(settings)[1], time_budget=None, max_steps=None,
                                     epochs=None, ema_decay=given.get("ema_decay", PROBE_AVERAGE_DECAY))
         try:
             check_model_fits(trial_model, config.device, trial.batch_size, trial.seq_len)
@@ -334,18 +335,7 @@ def _shapes(given: dict[str, Any], vocab_size: int) -> list[tuple[dict[str, Any]
         if key in seen:
             continue
         seen.add(key)
-        model = ModelConfig(vocab_size=vocab_size, **{**_model_options(given), **_model_part(settings)})
+        model_options = {**split_options(given)[0], **split_options(settings)[0]}
+        model = ModelConfig(vocab_size=vocab_size, **model_options)
         shapes.append((settings, layers, parameter_count(model)))
     return sorted(shapes, key=lambda shape: shape[2])
-
-
-def _model_options(given: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in given.items() if key in ModelConfig.__dataclass_fields__}
-
-
-def _model_part(settings: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in settings.items() if key in ("hidden_size", "skip_connections")}
-
-
-def _train_part(settings: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in settings.items() if key in ("batch_size", "learning_rate")}
