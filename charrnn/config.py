@@ -221,6 +221,8 @@ class TrainConfig(_DictMixin):
     time_budget: float | None = None  # stop after this many wall-clock seconds
     save_epochs: list[int] = field(default_factory=list)  # keep a checkpoint at the end of these epochs
     eval_every: int | None = None  # steps between validation passes; None: see evaluation_interval
+    eval_chars: int | None = None  # validation characters (from the split's start) that each evaluation
+    # during training scores (default: all); a run's end and its epoch checkpoints score the whole split
     save_every: int = 1000  # steps between writes of last.pt
     sample_every: int | None = None  # steps between samples recorded in samples.jsonl (and at every epoch
     # checkpoint); None: at epoch checkpoints only
@@ -238,7 +240,7 @@ class TrainConfig(_DictMixin):
         check_field_types(self)
         require(0.0 < self.val_frac < 1.0, "val_frac", "must be strictly between 0 and 1")
         require_at_least(self, 1, "batch_size", "seq_len", "eval_every", "save_every", "max_bad_steps",
-                         "max_steps", "sample_every", "sample_length")
+                         "max_steps", "sample_every", "sample_length", "eval_chars")
         require(self.sample_temperature > 0, "sample_temperature", "must be positive")
         check_seed(self.sample_seed, "sample_seed")
         require_at_least(self, 0, "warmup_steps")
@@ -338,6 +340,11 @@ class ScalingLaw:
 SCALING_LAW = ScalingLaw(irreducible=0.6364, size_coefficient=0.05817, size_exponent=0.6069,
                          data_coefficient=0.8973, data_exponent=0.2102, repeat_scale=0.906, rms_error=0.0179)
 
+# A time budget trains no shape for more passes than this (unless given --epochs): in the sweeps every
+# shape scored its best within 2 to 5 passes over tiny Shakespeare, and runs of 9 to 20 passes scored
+# worse than shorter ones of the same shape (docs/defaults.md). A budget that affords more trains the
+# largest shape this many passes and ends early.
+BUDGET_MOST_EPOCHS = 5.0
 BUDGET_PROBE_SHARE = 0.03  # of a time budget, at most this much measures the ladder's throughput
 BUDGET_PROBE_STEPS = (2, 20)  # timed steps per measured shape: at least, at most (after one untimed)
 BUDGET_PROBE_SECONDS = 1.0  # a shape is timed for at most this long once it has its fewest steps

@@ -187,8 +187,9 @@ class ProgressBar(TrainObserver):
             return None
         return max(0.0, (1 - report.progress) * (report.step - first.step) / gained)
 
-    def _log_line(self, evaluation: str = "") -> None:
-        """One plain line for a log: where the run is, how fast, how long to go."""
+    def _log_line(self, evaluation: str = "", train_loss: float | None = None) -> None:
+        """One plain line for a log: where the run is, how fast, how long to go. The training loss is
+        the mean since the last line, else ``train_loss``."""
         report, now = self.last_step, self.clock()
         if report is None:
             return
@@ -197,7 +198,8 @@ class ProgressBar(TrainObserver):
         to_go = self._steps_to_go(report)
         remaining = clock_time(to_go * elapsed / done) if to_go is not None and done > 0 else "?"
         finite = [loss for loss in self.losses if math.isfinite(loss)]
-        train = f"{sum(finite) / len(finite):.4f}" if finite else "n/a"
+        mean = sum(finite) / len(finite) if finite else train_loss
+        train = "n/a" if mean is None else f"{mean:.4f}"
         val = f"{self.last_val:.4f}" if self.last_val is not None else "n/a"
         tqdm.write(f"step {report.step:,}  epoch {report.epoch:.3f}  train {train}  "
                    f"{report.chars_per_s:,.0f} chars/s  elapsed {clock_time(elapsed)}  "
@@ -211,13 +213,18 @@ class ProgressBar(TrainObserver):
         if self.bar is None and self.last_step is not None:
             marker = "  (best)" if improved else ""
             saved = f"  saved {record.epoch_checkpoint}" if record.epoch_checkpoint else ""
-            self._log_line(f" (evaluated){marker}{saved}")
+            details = "".join([
+                "" if record.val_chars is None else f" on the first {record.val_chars:,} chars",
+                "" if record.averaged_val_loss is None else f", averaged {record.averaged_val_loss:.4f}"])
+            self._log_line(f" (evaluated{details}){marker}{saved}", record.train_loss)
             return
         train_part = f"train {record.train_loss:.4f}" if record.train_loss is not None else "train n/a"
         marker = "  (best)" if improved else ""
         if record.epoch_checkpoint:
             marker += f"  saved {record.epoch_checkpoint}"
         averaged = "" if record.averaged_val_loss is None else f"  averaged {record.averaged_val_loss:.4f}"
+        if record.val_chars is not None:
+            averaged += f"  (first {record.val_chars:,} validation chars)"
         tqdm.write(
             f"step {record.step:>6}  epoch {record.epoch:>7.3f}  {train_part}  "
             f"val {record.val_loss:.4f} nats/char ({record.val_bits_per_char:.3f} bits){averaged}{marker}",
@@ -252,9 +259,12 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
                  f"measured, evaluated and saved: the fastest, {choice.describe()} ({speed}), trains what "
                  f"it can"]
     else:
+        passes = f"{choice.epochs:.1f} epochs in the budget"
+        if "epochs" in budget.chosen:
+            passes = (f"time for {choice.budget_epochs:.1f} epochs, of which it trains {choice.epochs:g} "
+                      f"(more passes overfit a corpus) and ends early")
         lines = [f"{name('time_budget')} {budget.seconds:g} s: {choice.describe()}: this machine {how} "
-                 f"{speed} → {choice.epochs:.1f} epochs in the budget, predicted validation "
-                 f"{choice.predicted_loss:.3f} nats/char"]
+                 f"{speed} → {passes}, predicted validation {choice.predicted_loss:.3f} nats/char"]
     close = budget.close_call()
     if close is not None:
         lines.append(f"{name('time_budget')}: a close call: {close.describe()} predicts "

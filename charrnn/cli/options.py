@@ -20,7 +20,7 @@ BUDGET_NOTE = "a --time-budget run picks its own"
 # Settings most runs never touch: -o NAME VALUE, listed at the end of train --help.
 ADVANCED = ("init", "forget_bias", "rnn_activation", "layer_norm", "spectral_radius", "recurrent_density",
             "locked_dropout", "input_dropout", "embed_dropout", "min_lr_ratio", "warmup_steps", "clip_mode",
-            "max_bad_steps", "save_every", "val_frac")
+            "max_bad_steps", "save_every", "val_frac", "eval_chars")
 
 
 def _owner(name: str) -> type:

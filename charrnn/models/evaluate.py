@@ -50,26 +50,53 @@ def total_nll(model: CharRNN, ids: torch.Tensor, chunk_len: int = EVAL_CHUNK) ->
 
     ids: (N,) integer ids, N >= 2. Runs in eval mode and restores the model's mode.
     """
+    return prefix_and_total_nll(model, ids, chunk_len)[1]
+
+
+@torch.no_grad()
+def prefix_and_total_nll(model: CharRNN, ids: torch.Tensor, chunk_len: int = EVAL_CHUNK,
+                         prefix: int | None = None) -> tuple[tuple[float, int], tuple[float, int]]:
+    """(summed NLL, characters scored) of the first ``prefix`` predicted characters, and of all of
+    ``ids[1:]``, in one pass: the prefix's figures are exactly what scoring ``ids[:prefix + 1]`` alone
+    gives, since a stream's early predictions never see its later text.
+
+    ids: (N,) integer ids, N >= 2; ``prefix`` (default: all) is clipped to [1, N - 1].
+    """
     if len(ids) < 2:
         raise CharrnnError("need at least 2 characters to score (the first has no context)")
+    scored = len(ids) - 1
+    prefix = scored if prefix is None else max(1, min(prefix, scored))
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     state = None
     total = torch.zeros((), dtype=torch.float64, device=device)
+    prefix_total = total
     try:
-        for start in range(0, len(ids) - 1, chunk_len):
-            end = min(start + chunk_len, len(ids) - 1)
+        start = 0
+        while start < scored:
+            # A chunk never straddles the prefix's end, so its sum is read between two chunks.
+            end = min(start + chunk_len, scored if start >= prefix else prefix)
             inputs = ids[start:end].long().to(device).unsqueeze(0)  # (1, T)
             targets = ids[start + 1 : end + 1].long().to(device)  # (T,)
             logits, state = model(inputs, state)  # (1, T, V)
-            total += F.cross_entropy(logits[0], targets, reduction="sum").double()
+            total = total + F.cross_entropy(logits[0], targets, reduction="sum").double()
+            if end == prefix:
+                prefix_total = total
+            start = end
     finally:
         model.train(was_training)
-    return float(total), len(ids) - 1
+    return (float(prefix_total), prefix), (float(total), scored)
 
 
 def evaluate(model: CharRNN, ids: torch.Tensor, chunk_len: int = EVAL_CHUNK) -> EvalResult:
     """NLL per character, bits per character and perplexity of ``ids`` under ``model``."""
     total, chars = total_nll(model, ids, chunk_len)
     return EvalResult.from_total(total, chars)
+
+
+def evaluate_with_prefix(model: CharRNN, ids: torch.Tensor, prefix: int,
+                         chunk_len: int = EVAL_CHUNK) -> tuple[EvalResult, EvalResult]:
+    """The scores of the first ``prefix`` predicted characters and of all of ``ids``, in one pass."""
+    (prefix_total, prefix_chars), (total, chars) = prefix_and_total_nll(model, ids, chunk_len, prefix)
+    return EvalResult.from_total(prefix_total, prefix_chars), EvalResult.from_total(total, chars)

@@ -26,6 +26,7 @@ from charrnn.config import (
     BUDGET_DROPOUT_MAX,
     BUDGET_DROPOUT_PER_DOUBLING,
     BUDGET_LADDER,
+    BUDGET_MOST_EPOCHS,
     BUDGET_PROBE_SECONDS,
     BUDGET_PROBE_SHARE,
     BUDGET_PROBE_STEPS,
@@ -41,12 +42,7 @@ from charrnn.models.devices import check_model_fits
 from charrnn.models.evaluate import evaluate
 from charrnn.models.model import parameter_count
 from charrnn.training.distributed import SingleProcess
-from charrnn.training.loop import (
-    BUDGET_EVALUATION_SHARE,
-    CALIBRATION_CHARS,
-    FINAL_WORK_MARGIN,
-    SAVE_BYTES_PER_S,
-)
+from charrnn.training.loop import BUDGET_EVALUATION_SHARE, CALIBRATION_CHARS, SAVE_BYTES_PER_S, BudgetEnd
 from charrnn.training.request import split_options
 from charrnn.training.rundir import checkpoint_bytes
 
@@ -91,8 +87,10 @@ class Candidate:
     eval_chars_per_s: float  # evaluation throughput on this machine
     measured: bool  # False: estimated from the shapes measured before it (the probe's time ran out)
     training_s: float  # seconds left to train once the probe, the final evaluation and saves are paid for
-    chars: float  # training characters the budget (or a step or epoch limit) affords it
+    chars: float  # training characters it would train on: what the budget affords, within the step and
+    # epoch limits (the user's, else BUDGET_MOST_EPOCHS)
     epochs: float  # passes over the training split that makes
+    budget_epochs: float  # passes the budget's time alone would afford
     predicted_loss: float | None  # validation nats/char the scaling law expects; None: no time to train
 
     def describe(self) -> str:
@@ -162,10 +160,10 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
     a + b·parameters seconds per character, in training and in evaluation, on a line through the last
     two measured shapes (through the origin from just one): per-step overheads stay, the arithmetic
     grows with the weights. Each shape trains for what is left of the budget after what was spent before
-    planning, the probe, its own final evaluation and saves (with
-    :data:`~charrnn.training.loop.FINAL_WORK_MARGIN`) and the evaluations during training
-    (:data:`~charrnn.training.loop.BUDGET_EVALUATION_SHARE`), and no further than a step or epoch limit
-    allows. A shape left no time to train has no prediction.
+    planning, the probe, its own final work (:meth:`~charrnn.training.loop.BudgetEnd.reserve_s`) and the
+    evaluations during training (:data:`~charrnn.training.loop.BUDGET_EVALUATION_SHARE`), and no further
+    than a step or epoch limit allows: the user's, else :data:`~charrnn.config.BUDGET_MOST_EPOCHS`. A
+    shape left no time to train has no prediction.
     """
     measured = [(params, speed) for (_, _, params), speed in zip(shapes, speeds, strict=True) if speed]
     if not measured:
@@ -175,22 +173,27 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
     candidates = []
     for (settings, layers, params), measured_speed in zip(shapes, speeds, strict=True):
         speed = measured_speed or Speed(1 / train_line(params), 1 / eval_line(params))
-        scored = 2 if workload.averaging else 1
         saves = 2 * checkpoint_bytes(params, workload.averaging) / SAVE_BYTES_PER_S  # best.pt and last.pt
-        final_s = FINAL_WORK_MARGIN * (scored * workload.val_chars / speed.eval_chars_per_s + saves)
+        end = BudgetEnd(workload.val_chars / speed.eval_chars_per_s, 2 if workload.averaging else 1,
+                        workload.val_chars, saves)
+        final_s = end.reserve_s(rescoring=end.evaluations(workload.seconds)[1] is not None)
         left = workload.seconds - workload.spent_s - workload.probe_s - final_s
         training_s = max(left, 0.0) * (1 - BUDGET_EVALUATION_SHARE)
         step_chars = settings["batch_size"] * workload.seq_len
-        chars = speed.train_chars_per_s * training_s
+        affordable = speed.train_chars_per_s * training_s
+        chars = affordable
+        epoch_limit = workload.max_epochs if workload.max_epochs is not None else \
+            BUDGET_MOST_EPOCHS if workload.max_steps is None else None
+        if epoch_limit is not None:
+            chars = min(chars, epoch_limit * workload.train_chars)
         if workload.max_steps is not None:
             chars = min(chars, workload.max_steps * step_chars)
-        if workload.max_epochs is not None:
-            chars = min(chars, workload.max_epochs * workload.train_chars)
         chars -= chars % step_chars  # whole steps
         candidates.append(Candidate(
             settings=settings, num_layers=layers, parameters=params, chars_per_s=speed.train_chars_per_s,
             eval_chars_per_s=speed.eval_chars_per_s, measured=measured_speed is not None,
             training_s=training_s, chars=chars, epochs=chars / workload.train_chars,
+            budget_epochs=affordable / workload.train_chars,
             predicted_loss=law.predict(params, chars, workload.train_chars) if chars else None,
         ))
     return tuple(candidates)
@@ -288,6 +291,8 @@ def plan_budget(seconds: float, precision: str, given: dict[str, Any], config: T
     steps = choice.chars / (choice.settings["batch_size"] * config.seq_len)
     chosen = {**choice.settings, "dropout": dropout_for_epochs(choice.epochs),
               "ema_decay": average_decay_for_steps(steps)}
+    if config.epochs is None and config.max_steps is None and choice.budget_epochs > BUDGET_MOST_EPOCHS:
+        chosen["epochs"] = BUDGET_MOST_EPOCHS  # the run ends early rather than overfit
     chosen = {key: value for key, value in chosen.items() if key not in given}
     return BudgetDecision(seconds, config.device.split(":")[0], precision, planned=True, chosen=chosen,
                           candidates=candidates, probe_s=probe_s)

@@ -12,7 +12,8 @@ characters) and ``model_state``. One written by training also holds ``vocab_dige
 state that resuming needs: ``run_id`` (the run directory it belongs to),
 ``train_config``, ``optimizer_state``, ``step``, ``epoch``, ``epoch_step``,
 ``progress_epochs`` (fractional), ``best_val_loss``, ``best``, ``best_is_average``
-(whether ``model_state`` holds the averaged weights), ``latest_eval`` (the last
+(whether ``model_state`` holds the averaged weights), ``best_subset`` (its score on the
+validation subset that evaluations during training compare), ``latest_eval`` (the last
 validation result and its step), ``skipped_steps``, ``elapsed_s``, ``carried_state``,
 ``rng``, ``weight_average`` (the moving average of the weights, or None) and, in a
 ``best.pt`` of averaged weights, ``training_weights`` (the trained ones, to resume from).
@@ -66,6 +67,7 @@ PAYLOAD_FIELDS: dict[str, tuple[Any, bool]] = {
     "carried_state": (list[torch.Tensor], False),
     "rng": (dict, False),
     "best_is_average": (bool, False),
+    "best_subset": (EvalResult | None, False),
     "weight_average": (dict | None, False),
     "training_weights": (dict, False),
 }
@@ -220,7 +222,7 @@ def validate_payload(payload: dict[str, Any]) -> ModelConfig:
     config = check_record(ModelConfig, payload["model_config"], "model_config")
     if "corpus" in payload:
         check_record(CorpusInfo, payload["corpus"], "corpus")
-    for name in ("best", "latest_eval"):
+    for name in ("best", "latest_eval", "best_subset"):
         if payload.get(name) is not None:
             check_record(EvalResult, payload[name], name)
     if "train_config" in payload:

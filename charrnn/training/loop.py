@@ -10,6 +10,7 @@ processes (torchrun) through :mod:`charrnn.training.distributed`. The loop repor
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import gc
 import math
@@ -27,7 +28,8 @@ from charrnn.data.corpus import CorpusInfo, Split, StreamBatches, split_ids
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError, TrainingInterrupted, escape
 from charrnn.models.devices import check_model_fits
-from charrnn.models.evaluate import EvalResult, evaluate
+from charrnn.models.evaluate import EvalResult, evaluate, evaluate_with_prefix
+from charrnn.training.checkpoint import load_checkpoint
 from charrnn.training.distributed import SingleProcess
 from charrnn.training.observer import StepReport, TrainObserver
 from charrnn.training.rundir import (
@@ -116,7 +118,7 @@ class TrainingLoop:
     def __init__(self, run: TrainingRun, val_ids: torch.Tensor, observer: TrainObserver,
                  stop: GracefulStop | None, run_dir: RunDirectory | None, elapsed_before: float,
                  clock: Callable[[], float] = time.perf_counter, started: float | None = None,
-                 reserve: float = 0.0, evaluation_times: tuple[float, ...] = ()):
+                 reserve: float = 0.0, evaluation_points: tuple[float, ...] = ()):
         self.clock = clock  # seconds, for the time budget and the throughput figures
         self.run = run
         self.config = run.config
@@ -128,8 +130,15 @@ class TrainingLoop:
         self.start = (clock() if started is None else started) - elapsed_before
         self.elapsed = elapsed_before  # rank 0's clock, agreed by every rank
         self.reserve = reserve  # seconds of a time budget kept for the final evaluation and saves
-        # A long budget's evaluations during training (run seconds, ascending): its best weights are kept.
-        self.evaluation_times = [moment for moment in evaluation_times if moment > elapsed_before]
+        # A long budget's evaluations during training, spread evenly over what is left of it (as fractions
+        # of the run, ascending; a budget's run starts part-done: the time spent before training and kept
+        # for the end count in it): its best weights are kept.
+        done = self.progress() or 0.0
+        self.evaluation_points = [done + (1.0 - done) * point for point in evaluation_points]
+        # The evaluations during training score the validation split's start (all of it by default).
+        partial = self.config.eval_chars is not None and self.config.eval_chars < len(val_ids) - 1
+        self.eval_chars = self.config.eval_chars if partial else None
+        self.subset_chars = self.eval_chars or len(val_ids) - 1  # what comparisons during training score
         self._start_window()
 
     def _start_window(self) -> None:
@@ -221,9 +230,10 @@ class TrainingLoop:
         run, config = self.run, self.config
         epoch_end = run.position == 0 and run.epochs_done in config.save_epochs
         interval = config.evaluation_interval
-        timed = bool(self.evaluation_times) and self.elapsed >= self.evaluation_times[0]
+        progress = self.progress()
+        timed = bool(self.evaluation_points) and (progress or 0.0) >= self.evaluation_points[0]
         if timed:  # the agreed clock: every rank takes the same decision
-            self.evaluation_times = [moment for moment in self.evaluation_times if moment > self.elapsed]
+            self.evaluation_points = [point for point in self.evaluation_points if point > progress]
         on_interval = interval is not None and run.step % interval == 0
         scheduled = on_interval or timed or reason is not None or epoch_end
         evaluating = scheduled and not (reason is not None and reason.interrupted)
@@ -236,28 +246,26 @@ class TrainingLoop:
         val_loss = None
         carried = run.carried_state()  # a collective: every rank gathers
         if evaluating and self.run_dir is not None:
-            result = evaluate(run.model, self.val_ids)  # in float32 whatever the precision: exact scores
-            run.latest_eval = {"step": run.step, **result.to_dict()}
-            val_loss = result.nats_per_char
-            averaged = None
-            if run.average is not None:
-                with run.average.swapped_in(run.model):
-                    averaged = evaluate(run.model, self.val_ids)
-            use_average = averaged is not None and averaged.nats_per_char < result.nats_per_char
-            candidate = averaged if use_average else result
-            improved = run.best is None or candidate.nats_per_char < run.best.nats_per_char
+            whole = reason is not None or epoch_end or self.eval_chars is None
+            trained, averaged = self._scores(run.model, whole)
+            run.latest_eval = {"step": run.step, **trained.reported.to_dict()}
+            val_loss = trained.reported.nats_per_char
+            use_average = averaged is not None and averaged.reported.nats_per_char < val_loss
+            candidate = averaged if use_average else trained
+            improved = self._improves(candidate, whole)
             if improved:
-                run.best, run.best_is_average = candidate, use_average
+                run.best, run.best_subset = candidate.reported, candidate.subset
+                run.best_is_average = use_average
                 self.run_dir.save("best.pt", run.payload(self.elapsed, carried, averaged=use_average))
             record = EvaluationRecord(
                 step=run.step, epoch=round(run.epoch, 4),
                 train_loss=self.loss_sum / self.loss_count if self.loss_count else None,
-                val_loss=result.nats_per_char, val_bits_per_char=result.bits_per_char,
+                val_loss=val_loss, val_bits_per_char=trained.reported.bits_per_char,
                 learning_rate=learning_rate, chars_per_s=chars_per_s,
                 elapsed_s=round(self.clock() - self.start, 3),
-                epoch_checkpoint=epoch_checkpoint_name(run.epochs_done, result.nats_per_char) if epoch_end
-                else None,
-                averaged_val_loss=averaged.nats_per_char if averaged is not None else None,
+                epoch_checkpoint=epoch_checkpoint_name(run.epochs_done, val_loss) if epoch_end else None,
+                averaged_val_loss=averaged.reported.nats_per_char if averaged is not None else None,
+                val_chars=None if whole else trained.reported.chars,
             )
             if record.epoch_checkpoint is not None:
                 self.run_dir.save(record.epoch_checkpoint, run.payload(self.elapsed, carried))
@@ -275,6 +283,60 @@ class TrainingLoop:
         if saving and self.run_dir is not None:
             self.run_dir.save("last.pt", run.payload(self.elapsed, carried))
 
+    def _scores(self, model: torch.nn.Module, whole: bool) -> tuple[Scores, Scores | None]:
+        """The scores of the trained weights and of the averaged ones (None without an average): on the
+        whole validation split (with the evaluation subset's from the same pass), or on the subset alone.
+        In float32 whatever the precision: exact scores."""
+        def score() -> Scores:
+            if self.eval_chars is None or not whole:
+                scored = evaluate(model, self.val_ids[: self.subset_chars + 1])
+                return Scores(scored, scored)
+            subset, everything = evaluate_with_prefix(model, self.val_ids, self.subset_chars)
+            return Scores(everything, subset)
+
+        trained = score()
+        if self.run.average is None:
+            return trained, None
+        with self.run.average.swapped_in(model):
+            return trained, score()
+
+    def _improves(self, candidate: Scores, whole: bool) -> bool:
+        """Whether ``candidate`` beats best.pt: on the evaluation subset during training, on the whole split
+        at the end. A best.pt scored on the subset alone is first scored on the whole split (its record
+        updated), so the comparison at the end is exact and best.pt never loses to an earlier evaluation."""
+        run = self.run
+        best, best_subset = run.best, run.best_subset
+        if best is None:
+            return True
+        if not whole:  # a best.pt with no score on a subset of this size stays until the end
+            return best_subset is not None and best_subset.chars == candidate.subset.chars and \
+                candidate.subset.nats_per_char < best_subset.nats_per_char
+        if best.chars != candidate.reported.chars:
+            best = self._rescore_best()
+        return candidate.reported.nats_per_char < best.nats_per_char
+
+    def _rescore_best(self) -> EvalResult:
+        """Score best.pt's weights on the whole validation split, and record that score in it."""
+        assert self.run_dir is not None
+        path = self.run_dir.path / "best.pt"
+        payload = load_checkpoint(path)
+        scratch = copy.deepcopy(self.run.model)
+        scratch.load_state_dict(payload["model_state"])
+        subset, whole = evaluate_with_prefix(scratch, self.val_ids, self.subset_chars)
+        del scratch
+        self.run.best, self.run.best_subset = whole, subset
+        self.run_dir.save("best.pt", {**payload, "best": whole.to_dict(),
+                                      "best_val_loss": whole.nats_per_char, "best_subset": subset.to_dict()})
+        return whole
+
+
+@dataclass(frozen=True)
+class Scores:
+    """One set of weights' scores at an evaluation."""
+
+    reported: EvalResult  # on the whole validation split, or on the evaluation subset during training
+    subset: EvalResult  # on the evaluation subset (the same as reported when that is all that was scored)
+
 
 CALIBRATION_CHARS = 2048  # validation characters timed to predict the final evaluation's cost
 CALIBRATION_SAMPLE = 32  # characters of a recorded sample timed to predict a whole sample's cost
@@ -282,40 +344,62 @@ SAVE_BYTES_PER_S = 100e6  # a conservative disk: what writing (and fsyncing) a c
 FINAL_WORK_MARGIN = 1.25  # the estimate's safety factor
 BUDGET_EVALUATION_SHARE = 0.05  # of a time budget, at most this much goes to evaluations during training
 BUDGET_EVALUATIONS = (3, 10)  # evaluations during a budgeted run: at least this many (else none), at most
+# An evaluation during a budgeted run scores at least this many validation characters (the whole split
+# when it is shorter): fewer would rank nearby weights by noise.
+BUDGET_EVAL_CHARS_MIN = 10_000
 
 
 @dataclass(frozen=True)
 class BudgetEnd:
-    """What a time-budgeted run must plan for: the cost of an exact evaluation and of its final work."""
+    """What a time-budgeted run must plan for: what an evaluation costs, and the work at its end."""
 
-    evaluation_s: float  # one evaluation of the whole validation split (both weights with averaging)
-    reserve_s: float  # the final evaluation and the saves of best.pt and last.pt, with a margin
+    pass_s: float  # one pass of one set of weights over the whole validation split
+    passes: int  # sets of weights each evaluation scores: 2 with a weight average, else 1
+    val_chars: int  # characters a pass over the whole validation split scores
+    other_s: float = 0.0  # the saves of best.pt and last.pt, and a recorded sample when the run records them
 
-    def evaluation_times(self, budget: float) -> tuple[float, ...]:
-        """When to evaluate during training: evenly through the budget, as many times as
-        :data:`BUDGET_EVALUATION_SHARE` of it pays for, or never when that is under the minimum (a short
-        budget ends at its best: its schedule decays to the end and it has no time to overfit)."""
-        if self.evaluation_s <= 0:  # not measured (a clock that stood still): nothing to plan with
-            return ()
-        affordable = int(BUDGET_EVALUATION_SHARE * budget / self.evaluation_s)
-        count = min(affordable, BUDGET_EVALUATIONS[1])
-        if count < BUDGET_EVALUATIONS[0]:
-            return ()
-        usable = budget - self.reserve_s
-        return tuple(usable * k / (count + 1) for k in range(1, count + 1))
+    def evaluations(self, budget: float) -> tuple[int, int | None]:
+        """How many evaluations during training :data:`BUDGET_EVALUATION_SHARE` of ``budget`` pays for,
+        and how many validation characters each scores (None: all of them).
+
+        As many as :data:`BUDGET_EVALUATIONS` allows, each of the whole split when the share pays for
+        that, else of its first characters, never fewer than :data:`BUDGET_EVAL_CHARS_MIN`; none when
+        even the fewest evaluations of that size do not fit (a short budget ends at its best: its
+        schedule decays to the end and it has no time to overfit).
+        """
+        if self.pass_s <= 0 or self.val_chars <= 0:  # not measured (a clock that stood still)
+            return 0, None
+        per_char = self.passes * self.pass_s / self.val_chars
+        fewest, most = BUDGET_EVALUATIONS
+        for count in range(most, fewest - 1, -1):
+            chars = int(BUDGET_EVALUATION_SHARE * budget / (count * per_char))
+            if chars >= min(self.val_chars, BUDGET_EVAL_CHARS_MIN):
+                return count, None if chars >= self.val_chars else chars
+        return 0, None
+
+    def evaluation_points(self, budget: float) -> tuple[float, ...]:
+        """When to evaluate during training, as fractions of the training: evenly through it."""
+        count = self.evaluations(budget)[0]
+        return tuple(k / (count + 1) for k in range(1, count + 1))
+
+    def reserve_s(self, rescoring: bool) -> float:
+        """The time kept for the end, with :data:`FINAL_WORK_MARGIN`: the final evaluation of the whole
+        split, the saves, a recorded sample, and with ``rescoring`` (evaluations during training that
+        score a part of the split) one more pass, to score the best weights they kept on all of it."""
+        passes = self.passes + (1 if rescoring else 0)
+        return FINAL_WORK_MARGIN * (passes * self.pass_s + self.other_s)
 
 
 def final_work_seconds(run: TrainingRun, val_ids: torch.Tensor, clock: Callable[[], float]) -> BudgetEnd:
-    """What a time-budgeted run must keep for its end: the exact evaluation of the whole validation
-    split (twice with weight averaging), timed on its first characters and scaled up, the saves of
-    best.pt and last.pt, and a recorded sample when the run records them (timed on a few characters)."""
+    """What a time-budgeted run's evaluations cost, timed on the validation split's first characters
+    and scaled up, with the saves of best.pt and last.pt and a recorded sample when the run records
+    them (timed on a few characters)."""
     sample = val_ids[: CALIBRATION_CHARS + 1]
     if len(sample) < 2:
-        return BudgetEnd(0.0, 0.0)
+        return BudgetEnd(0.0, 1, 0)
     started = clock()
     evaluate(run.model, sample)
     per_char = (clock() - started) / (len(sample) - 1)
-    evaluation = (2 if run.average is not None else 1) * per_char * len(val_ids)
     parameters = sum(p.numel() for p in run.model.parameters())
     saving = 2 * checkpoint_bytes(parameters, averaging=run.average is not None) / SAVE_BYTES_PER_S
     sampling = 0.0
@@ -324,7 +408,44 @@ def final_work_seconds(run: TrainingRun, val_ids: torch.Tensor, clock: Callable[
         draw_sample(run.model, run.vocab, dataclasses.replace(run.config, sample_length=CALIBRATION_SAMPLE),
                     0, 0.0, 0.0, None)
         sampling = (clock() - started) * run.config.sample_length / CALIBRATION_SAMPLE
-    return BudgetEnd(evaluation, FINAL_WORK_MARGIN * (evaluation + saving + sampling))
+    return BudgetEnd(per_char * (len(val_ids) - 1), 2 if run.average is not None else 1, len(val_ids) - 1,
+                     saving + sampling)
+
+
+def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: SingleProcess, clock: Callable[[], float]
+                     ) -> tuple[TrainConfig, float, tuple[float, ...], list[str]]:
+    """A time-budgeted run's end and evaluations: its configuration (with the validation characters its
+    evaluations during training score, unless given), the seconds kept for the end, when to evaluate
+    (fractions of the run) and what to tell the user. Sets the run's configuration."""
+    config = run.config
+    budget = config.time_budget
+    assert budget is not None
+    measured = final_work_seconds(run, val_ids, clock) if group.is_main else BudgetEnd(0.0, 1, 0)
+    pass_s, other_s = group.reduce([measured.pass_s, measured.other_s], run.device, op="max")
+    end = BudgetEnd(pass_s, 2 if run.average is not None else 1, len(val_ids) - 1, other_s)
+    points: tuple[float, ...] = ()
+    if config.eval_every is None:
+        points = end.evaluation_points(budget)
+        chars = end.evaluations(budget)[1]
+        if points and config.eval_chars is None and chars is not None:
+            config = dataclasses.replace(config, eval_chars=chars)
+            run.config = config
+    partial = config.eval_chars is not None and config.eval_chars < end.val_chars
+    reserve = end.reserve_s(rescoring=partial and (bool(points) or config.eval_every is not None))
+    messages = [f"{{time_budget}} {budget:g} s: training stops about {reserve:.1f} s before the end, to "
+                f"evaluate and save inside it"]
+    if points:
+        scored = f"the first {config.eval_chars:,} validation characters" if partial else \
+            "the whole validation split"
+        cost = end.passes * pass_s * (config.eval_chars / end.val_chars if partial else 1.0)
+        messages.append(f"{{time_budget}} {budget:g} s: {len(points)} evaluations during training, evenly "
+                        f"through it ({scored}, about {cost:.1f} s each); best.pt keeps the best weights seen"
+                        + (", scored on the whole split at the end" if partial else ""))
+    for other in ("max_steps", "epochs"):
+        if getattr(config, other) is not None:
+            messages.append(f"{{time_budget}} {budget:g} s and {{{other}}} {getattr(config, other):g}: the "
+                            f"run stops at whichever comes first")
+    return config, reserve, points, messages
 
 
 def out_of_memory(exc: BaseException) -> bool:
@@ -401,6 +522,10 @@ def train(
         if branching:
             run.run_id = new_run_id()
             run.best = None
+        reserve, evaluation_points, budget_messages = 0.0, (), []
+        if config.time_budget is not None:
+            config, reserve, evaluation_points, budget_messages = _plan_budget_end(run, split.val, group,
+                                                                                   clock)
         run_dir = None
         if group.is_main:
             remove_stale_temporaries(out_dir)
@@ -415,26 +540,11 @@ def train(
             observer.on_message(warning)
         observer.on_start(run.model, model_config, config, corpus, len(batches),
                           planned_steps(config, len(batches)), run.step)
-        reserve, evaluation_times = 0.0, ()
-        if config.time_budget is not None:
-            end = final_work_seconds(run, split.val, clock) if group.is_main else BudgetEnd(0.0, 0.0)
-            evaluation_s, reserve = group.reduce([end.evaluation_s, end.reserve_s], run.device, op="max")
-            end = BudgetEnd(evaluation_s, reserve)
-            if config.eval_every is None:
-                evaluation_times = end.evaluation_times(config.time_budget)
-            observer.on_message(f"{{time_budget}} {config.time_budget:g} s: training stops about "
-                                f"{reserve:.1f} s before the end, to evaluate and save inside it")
-            if evaluation_times:
-                observer.on_message(f"{{time_budget}} {config.time_budget:g} s: {len(evaluation_times)} "
-                                    f"evaluations during training (one every {evaluation_times[0]:.0f} s, "
-                                    f"{evaluation_s:.1f} s each); best.pt keeps the best weights seen")
-            for other in ("max_steps", "epochs"):
-                if getattr(config, other) is not None:
-                    observer.on_message(f"{{time_budget}} {config.time_budget:g} s and {{{other}}} "
-                                        f"{getattr(config, other):g}: the run stops at whichever comes first")
+        for message in budget_messages:
+            observer.on_message(message)
         loop = TrainingLoop(run, split.val, observer, stop, run_dir,
                             resume_from["elapsed_s"] if resume_from else 0.0, clock, started, reserve,
-                            evaluation_times)
+                            evaluation_points)
         try:
             reason, elapsed_s = loop.run_until_stopped()
         except BaseException:

@@ -310,10 +310,11 @@ class EvaluationRecord:
     elapsed_s: float  # wall time of the run so far
     epoch_checkpoint: str | None = None  # the epoch checkpoint written with this evaluation, if any
     averaged_val_loss: float | None = None  # validation nats/char of the averaged weights, when kept
+    val_chars: int | None = None  # validation characters scored, when only the split's start was
 
     def to_json(self) -> str:
         record = asdict(self)
-        for optional in ("epoch_checkpoint", "averaged_val_loss"):
+        for optional in ("epoch_checkpoint", "averaged_val_loss", "val_chars"):
             if record[optional] is None:
                 del record[optional]
         return json_text(record)
@@ -327,7 +328,7 @@ class EvaluationRecord:
             raise ValueError("is not JSON") from None
         if not isinstance(record, dict):
             raise ValueError("is not an evaluation record (a JSON object)")
-        for key in ("epoch", "elapsed_s", "val_loss", "train_loss", "averaged_val_loss"):
+        for key in ("epoch", "elapsed_s", "val_loss", "train_loss", "averaged_val_loss", "val_chars"):
             value = record.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
                 raise ValueError(f": {key} is {value!r}, not a number")

@@ -17,6 +17,7 @@ import charrnn
 from charrnn.cli.main import cli
 from charrnn.models.evaluate import evaluate
 from charrnn.training.checkpoint import load_model
+from charrnn.utils.hardware import cpu_has_native_bf16
 
 from helpers import INSTALLED, needs_installed
 
@@ -412,7 +413,8 @@ def test_a_time_budget_picks_the_settings_not_given(runner, small_corpus, monkey
     assert config["train"]["learning_rate"] == 5e-3
 
 
-@pytest.mark.parametrize("native", [False, True])
+@pytest.mark.parametrize("native", [False, pytest.param(True, marks=pytest.mark.skipif(
+    not cpu_has_native_bf16(), reason="trains in bfloat16, which this CPU cannot"))])
 def test_a_budget_says_which_shape_this_machine_affords_and_why(runner, small_corpus, monkeypatch, native):
     for module in ("config", "models.devices"):
         monkeypatch.setattr(f"charrnn.{module}.cpu_has_native_bf16", lambda: native)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from charrnn.config import BUDGET_LADDER, SCALING_LAW, ModelConfig, TrainConfig
+from charrnn.config import BUDGET_LADDER, BUDGET_MOST_EPOCHS, SCALING_LAW, ModelConfig, TrainConfig
 from charrnn.data.corpus import encode_corpus, split_ids
 from charrnn.errors import CharrnnError
 from charrnn.models.model import parameter_count
@@ -106,7 +106,8 @@ def test_a_shape_not_measured_is_estimated_on_the_line_through_the_last_two_meas
               for h, n in ((1, 1_000_000), (2, 2_000_000), (3, 4_000_000))]
     # Training: 1 µs + 1 µs per million parameters, per character; evaluation ten times as fast.
     speeds = [Speed(1 / 2e-6, 1 / 2e-7), Speed(1 / 3e-6, 1 / 3e-7), None]
-    workload = Workload(seconds=111, spent_s=1, probe_s=4, train_chars=10**6, val_chars=10**5, seq_len=50,
+    # A corpus of 100 M characters: the budget, not BUDGET_MOST_EPOCHS, limits every shape.
+    workload = Workload(seconds=111, spent_s=1, probe_s=4, train_chars=10**8, val_chars=10**5, seq_len=50,
                         averaging=True)
     candidates = predict_candidates(shapes, speeds, workload)
     assert [c.measured for c in candidates] == [True, True, False]
@@ -119,8 +120,8 @@ def test_a_shape_not_measured_is_estimated_on_the_line_through_the_last_two_meas
     assert candidates[0].training_s == pytest.approx((111 - 1 - 4 - 1.25 * (2 * 0.02 + saves)) * 0.95)
     chars = candidates[0].training_s / 2e-6
     assert candidates[0].chars == pytest.approx(chars - chars % 800)  # whole steps of 16 × 50
-    assert candidates[1].epochs == pytest.approx(candidates[1].chars / 10**6)
-    assert candidates[1].predicted_loss == SCALING_LAW.predict(2_000_000, candidates[1].chars, 10**6)
+    assert candidates[1].epochs == pytest.approx(candidates[1].chars / 10**8)
+    assert candidates[1].predicted_loss == SCALING_LAW.predict(2_000_000, candidates[1].chars, 10**8)
     alone = predict_candidates(shapes, [Speed(1 / 2e-6, 1 / 2e-7), None, None], workload)
     assert alone[2].chars_per_s == pytest.approx(1 / 8e-6)  # through the origin from one measurement
     plain = predict_candidates(shapes, speeds, dataclasses.replace(workload, averaging=False))
@@ -130,7 +131,7 @@ def test_a_shape_not_measured_is_estimated_on_the_line_through_the_last_two_meas
 
 def test_a_slow_evaluation_leaves_less_time_to_train():
     shapes = [({"hidden_size": 1, "batch_size": 16, "learning_rate": 5e-3}, 2, 10**6)]
-    workload = Workload(seconds=100, spent_s=0, probe_s=0, train_chars=10**6, val_chars=10**5, seq_len=50,
+    workload = Workload(seconds=100, spent_s=0, probe_s=0, train_chars=10**8, val_chars=10**5, seq_len=50,
                         averaging=True)
     fast, slow = (predict_candidates(shapes, [Speed(1e5, rate)], workload)[0] for rate in (1e7, 1e4))
     saves = 2 * checkpoint_bytes(1_000_000, averaging=True) / 100e6
@@ -157,8 +158,9 @@ def test_the_choice_is_the_lowest_prediction_and_sets_regularisation_for_its_pas
     choice = decision.choice
     assert choice.predicted_loss == min(c.predicted_loss for c in decision.candidates)
     steps = choice.chars / (choice.settings["batch_size"] * 50)
+    capped = {"epochs": BUDGET_MOST_EPOCHS} if choice.budget_epochs > BUDGET_MOST_EPOCHS else {}
     assert decision.chosen == {**choice.settings, "dropout": dropout_for_epochs(choice.epochs),
-                               "ema_decay": average_decay_for_steps(steps)}
+                               "ema_decay": average_decay_for_steps(steps), **capped}
     assert decision.planned and 0.9 * 600 < choice.training_s < 0.95 * 600
     assert decision.to_dict()["candidates"][0]["settings"] == decision.candidates[0].settings
 
@@ -269,6 +271,20 @@ def test_a_step_or_epoch_limit_caps_the_characters_and_so_the_regularisation(sha
         assert c.chars <= limit.get("max_steps", math.inf) * step
         assert c.epochs <= limit.get("epochs", math.inf)
     assert decision.chosen["dropout"] == 0.0  # under 2 epochs
+
+
+def test_a_budget_that_affords_more_passes_than_the_rule_trusts_trains_the_largest_shape_that_many(
+        shakespeare_like):
+    decision = plan(shakespeare_like, 36_000, work_per_s=1e11)
+    choice = decision.choice
+    assert choice.parameters == max(c.parameters for c in decision.candidates)
+    assert choice.budget_epochs > BUDGET_MOST_EPOCHS and decision.chosen["epochs"] == BUDGET_MOST_EPOCHS
+    assert all(c.epochs <= BUDGET_MOST_EPOCHS for c in decision.candidates)
+    assert choice.epochs == pytest.approx(BUDGET_MOST_EPOCHS, abs=0.01)  # in whole steps
+    assert decision.chosen["dropout"] == dropout_for_epochs(choice.epochs)
+    given = plan(shakespeare_like, 36_000, work_per_s=1e11, given={"epochs": 20})
+    assert "epochs" not in given.chosen and given.choice.epochs == pytest.approx(20, abs=0.01)
+    assert "epochs" not in plan(shakespeare_like, 100, work_per_s=1e11).chosen
 
 
 def test_a_close_call_is_named(shakespeare_like):

@@ -236,17 +236,18 @@ def test_running_out_of_memory_saves_the_last_whole_step_and_resumes_exactly(
     assert all(torch.equal(resumed[key], expected[key]) for key in expected)
 
 
-def measured_end(monkeypatch, evaluation_s: float, reserve_s: float) -> None:
-    """Make a time budget's measurement of its end say an evaluation takes ``evaluation_s`` and the final
-    work ``reserve_s``."""
+def measured_end(monkeypatch, pass_s: float, other_s: float = 0.0) -> None:
+    """Make a time budget's measurement of its end say a pass over the validation split takes ``pass_s``
+    and the saves ``other_s``."""
     import charrnn.training.loop as loop_module
 
-    monkeypatch.setattr(loop_module, "final_work_seconds",
-                        lambda run, val, clock: loop_module.BudgetEnd(evaluation_s, reserve_s))
+    monkeypatch.setattr(loop_module, "final_work_seconds", lambda run, val, clock: loop_module.BudgetEnd(
+        pass_s, 2 if run.average is not None else 1, len(val) - 1, other_s))
 
 
 def test_a_time_budget_keeps_time_for_the_final_evaluation_and_saves(repeated_corpus, tmp_path, monkeypatch):
-    measured_end(monkeypatch, evaluation_s=0.1, reserve_s=0.5)
+    # Kept for the end: two passes (the trained and the averaged weights) of 0.2 s, × FINAL_WORK_MARGIN 1.25.
+    measured_end(monkeypatch, pass_s=0.2)
     clock = FakeClock(step_seconds=0.125)
     messages = []
     clock.on_message = messages.append
@@ -267,29 +268,123 @@ def test_the_final_work_is_timed_on_the_validation_splits_start_and_scaled(small
     readings = iter([10.0, 12.0])  # the evaluation of CALIBRATION_CHARS characters takes 2 s
     val = plan.ids[:10 * CALIBRATION_CHARS + 1]
     end = final_work_seconds(run, val, lambda: next(readings))
-    assert end.evaluation_s == pytest.approx(2.0 / CALIBRATION_CHARS * len(val))
-    assert end.evaluation_s * FINAL_WORK_MARGIN < end.reserve_s < (end.evaluation_s + 1.0) * FINAL_WORK_MARGIN
+    assert end.pass_s == pytest.approx(2.0 / CALIBRATION_CHARS * (len(val) - 1))
+    reserve = end.reserve_s(rescoring=False)
+    assert end.pass_s * FINAL_WORK_MARGIN < reserve < (end.pass_s + 1.0) * FINAL_WORK_MARGIN
+    assert end.reserve_s(rescoring=True) == pytest.approx(reserve + end.pass_s * FINAL_WORK_MARGIN)
 
 
 def test_a_long_budget_evaluates_during_training_and_keeps_the_best_weights(repeated_corpus, tmp_path,
                                                                            monkeypatch):
-    # An evaluation costs 1 s: 5% of a 100-s budget pays for 5, evenly through the 99 s of training.
-    measured_end(monkeypatch, evaluation_s=1.0, reserve_s=1.0)
+    # An evaluation (of the trained and the averaged weights) costs 1 s: 5% of a 100-s budget pays for 5,
+    # evenly through the run, which trains until 1.25 s (the final evaluation's, with its margin) before
+    # the budget's end (the epoch limit, given, is out of reach).
+    measured_end(monkeypatch, pass_s=0.5)
     clock = FakeClock(step_seconds=0.5)
     messages = []
     clock.on_message = messages.append
-    result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100).run(clock, clock=clock)
+    result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000).run(
+        clock, clock=clock)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(records) == 6  # five during training, one at the end
-    planned = [99 * k / 6 for k in range(1, 6)]  # (100 - 1 s kept for the end) × k / (5 + 1)
+    planned = [98.75 * k / 6 for k in range(1, 6)]  # k / (5 + 1) of the 100 - 1.25 s of training
     assert all(0 <= record["elapsed_s"] - moment <= 1
                for record, moment in zip(records, planned, strict=False))
-    assert any("5 evaluations during training" in message for message in messages)
+    assert any("5 evaluations during training, evenly through it (the whole validation split, about 1.0 s "
+               "each)" in message for message in messages)
+    assert not any("val_chars" in record for record in records)
     assert result.best.nats_per_char == min(record["val_loss"] for record in records)
 
 
+def test_a_budget_that_affords_more_passes_than_the_rule_trusts_ends_early(repeated_corpus, tmp_path,
+                                                                           monkeypatch):
+    from charrnn.config import BUDGET_MOST_EPOCHS
+
+    measured_end(monkeypatch, pass_s=0.5)
+    clock = FakeClock(step_seconds=0.5)
+    result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100).run(clock, clock=clock)
+    assert result.stop_reason == StopReason("epochs", BUDGET_MOST_EPOCHS)
+    assert result.epoch == BUDGET_MOST_EPOCHS
+    assert result.config.epochs == BUDGET_MOST_EPOCHS and result.elapsed_s < 30
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    # Its evaluations are spread over the passes it makes (ten steps each): near 5 × k / 6, never before.
+    assert len(records) == 6 and records[-1]["epoch"] == BUDGET_MOST_EPOCHS
+    assert all(0 <= record["epoch"] - 5 * k / 6 <= 0.2 for k, record in enumerate(records[:-1], start=1))
+
+
+def subset_budget(monkeypatch, repeated_corpus, tmp_path, wreck_after: int | None = None):
+    """A 40-s budget whose whole evaluations cost 1 s: 5 % of it pays for ten of a fifth of the split.
+    With ``wreck_after``, every step from that one on adds noise to the weights, so the run ends worse
+    than it was."""
+    import charrnn.training.loop as loop_module
+    from charrnn.training.state import TrainingRun
+
+    monkeypatch.setattr(loop_module, "BUDGET_EVAL_CHARS_MIN", 40)
+    measured_end(monkeypatch, pass_s=0.5)
+    if wreck_after is not None:
+        train_step = TrainingRun.train_step
+
+        def wrecking(run, learning_rate):
+            result = train_step(run, learning_rate)
+            if run.step >= wreck_after:
+                with torch.no_grad():
+                    for parameter in run.model.parameters():
+                        parameter.add_(torch.randn_like(parameter))
+            return result
+
+        monkeypatch.setattr(TrainingRun, "train_step", wrecking)
+    clock = FakeClock(step_seconds=0.5)
+    messages = []
+    clock.on_message = messages.append
+    result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=40).run(clock, clock=clock)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    return result, records, messages
+
+
+def whole_score(checkpoint: Path, corpus: Path) -> tuple[dict, float]:
+    """A checkpoint's recorded best, and its weights' score on the whole validation split, recomputed."""
+    from charrnn.data.corpus import encode_corpus, split_ids
+    from charrnn.models.evaluate import evaluate
+
+    payload = torch.load(checkpoint, weights_only=True)
+    encoded = encode_corpus(corpus, "repeat", 0.1)
+    model = load_model(checkpoint).model
+    val = split_ids(encoded.ids, encoded.info.split_point).val
+    return payload["best"], evaluate(model, val).nats_per_char
+
+
+def test_a_budget_that_cannot_afford_whole_evaluations_scores_the_splits_start_during_training(
+        repeated_corpus, tmp_path, monkeypatch):
+    result, records, messages = subset_budget(monkeypatch, repeated_corpus, tmp_path)
+    val_chars = result.best.chars
+    subset = int(0.05 * 40 / (10 * 1.0 / val_chars))
+    assert len(records) == 11 and all(record["val_chars"] == subset for record in records[:-1])
+    assert "val_chars" not in records[-1]  # the end scores the whole split
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["train"]["eval_chars"] == subset  # a resumed run compares on the same characters
+    assert any(f"10 evaluations during training, evenly through it (the first {subset:,} validation "
+               f"characters" in message for message in messages)
+    recorded, recomputed = whole_score(tmp_path / "run" / "best.pt", repeated_corpus)
+    assert recorded["chars"] == val_chars and recorded["nats_per_char"] == pytest.approx(recomputed, abs=1e-6)
+
+
+def test_best_pt_never_loses_to_an_earlier_evaluation_scored_on_a_subset(repeated_corpus, tmp_path,
+                                                                         monkeypatch):
+    result, records, _ = subset_budget(monkeypatch, repeated_corpus, tmp_path, wreck_after=35)
+    scores = [min(record["val_loss"], record["averaged_val_loss"]) for record in records]
+    best_during = min(range(len(records) - 1), key=scores.__getitem__)
+    assert scores[-1] > scores[best_during]  # the run ends worse than it was
+    recorded, recomputed = whole_score(tmp_path / "run" / "best.pt", repeated_corpus)
+    # best.pt kept the earlier weights, scored on the whole split at the end: an exact record.
+    assert torch.load(tmp_path / "run" / "best.pt", weights_only=True)["step"] == records[best_during]["step"]
+    assert recorded["chars"] == result.best.chars and recorded["nats_per_char"] == pytest.approx(recomputed,
+                                                                                               abs=1e-6)
+    assert result.best.nats_per_char == pytest.approx(recomputed, abs=1e-6)
+    assert recomputed < scores[-1]
+
+
 def test_a_short_budget_only_evaluates_at_the_end(repeated_corpus, tmp_path, monkeypatch):
-    measured_end(monkeypatch, evaluation_s=1.0, reserve_s=1.0)
+    measured_end(monkeypatch, pass_s=0.5)
     clock = FakeClock(step_seconds=0.5)
     plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=40).run(clock, clock=clock)
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1  # 2 s would buy 2: too few
@@ -327,4 +422,4 @@ def test_a_budget_that_records_samples_keeps_time_for_one(small_corpus, tmp_path
                       StreamBatches(plan.ids[:5000], 4, 16))
     readings = iter([0.0, 0.0, 5.0, 6.0])  # evaluation free; CALIBRATION_SAMPLE characters take 1 s
     end = final_work_seconds(run, plan.ids[:100], lambda: next(readings))
-    assert end.reserve_s >= FINAL_WORK_MARGIN * 320 / CALIBRATION_SAMPLE
+    assert end.reserve_s(rescoring=False) >= FINAL_WORK_MARGIN * 320 / CALIBRATION_SAMPLE
