@@ -474,11 +474,20 @@ def regularisation(model: dict[str, Any]) -> str:
     return ", ".join(words)
 
 
+def _part_scored(result: dict[str, Any] | None, corpus: dict[str, Any] | None) -> str:
+    """", on the first N validation chars" for a score of only the validation split's start (an evaluation
+    during a long budget's training), else nothing."""
+    if not result or not corpus or "chars" not in result:
+        return ""
+    whole = corpus["chars"] - corpus["split_point"] - 1
+    return f", on the first {result['chars']:,} validation chars" if result["chars"] < whole else ""
+
+
 def info_table(name: str, facts: dict[str, Any]) -> Table:
     """``charrnn info``'s table of what a checkpoint holds."""
     model = facts["model"]
     shape = describe_model(model)
-    corpus = facts["corpus"]
+    corpus, latest = facts["corpus"], facts["latest_eval"]
     rows = {
         "model": shape,
         "parameters": f"{facts['parameters']:,}",
@@ -487,12 +496,13 @@ def info_table(name: str, facts: dict[str, Any]) -> Table:
         "epoch": "n/a" if facts["epoch"] is None else f"{facts['epoch']:.2f}",
         "best validation": "n/a" if facts["best_val_loss"] is None
                            else f"{facts['best_val_loss']:.4f} nats/char (the run's best when saved"
-                                f"{', by the averaged weights' if facts.get('best_is_average') else ''})",
+                                f"{', by the averaged weights' if facts.get('best_is_average') else ''}"
+                                f"{_part_scored(facts.get('best'), corpus)})",
         "corpus": "not recorded" if corpus is None else
                   f"{corpus['path']} ({corpus['chars']:,} chars, {corpus['status']})",
         "corpus sha256": "n/a" if corpus is None else corpus["sha256"],
-        **({"latest validation": f"{facts['latest_eval']['nats_per_char']:.4f} nats/char at step "
-                                 f"{facts['latest_eval']['step']:,}"} if facts["latest_eval"] else {}),
+        **({"latest validation": f"{latest['nats_per_char']:.4f} nats/char at step {latest['step']:,}"
+                                 f"{_part_scored(latest, corpus)}"} if latest else {}),
         "resumable": "yes" if facts["resumable"] else "no (weights only)",
         "format version": str(facts["format_version"]),
     }

@@ -317,6 +317,7 @@ def describe_checkpoint(payload: dict[str, Any]) -> dict[str, Any]:
         "step": payload.get("step"),
         "epoch": payload.get("progress_epochs"),
         "best_val_loss": payload.get("best_val_loss"),
+        "best": payload.get("best"),
         "best_is_average": bool(payload.get("best_is_average")),
         "latest_eval": payload.get("latest_eval"),
         "corpus": None if corpus is None else {**corpus, "status": corpus_status(corpus)},

@@ -35,3 +35,22 @@ def test_info_says_when_the_corpus_is_gone(tiny_run, tmp_path):
     corpus.unlink()
     facts = json.loads(CliRunner().invoke(cli, ["info", str(run), "--json"]).stdout)
     assert facts["corpus"]["status"] == "missing"
+
+
+def test_info_says_when_a_score_covers_only_the_validation_splits_start(tiny_run):
+    """A checkpoint saved during a long budget's training holds scores of the split's first characters."""
+    from rich.console import Console
+
+    from charrnn.cli.display import info_table
+    from charrnn.training.checkpoint import describe_checkpoint, load_checkpoint
+
+    facts = describe_checkpoint(load_checkpoint(tiny_run / "best.pt"))
+    whole = facts["corpus"]["chars"] - facts["corpus"]["split_point"] - 1
+    assert facts["best"]["chars"] == whole
+    console = Console(record=True, width=300)
+    console.print(info_table("best.pt", facts))
+    assert "validation chars" not in console.export_text()
+    facts["best"] = {**facts["best"], "chars": 40}
+    facts["latest_eval"] = {**facts["latest_eval"], "chars": 40}
+    console.print(info_table("best.pt", facts))
+    assert console.export_text().count("on the first 40 validation chars") == 2
