@@ -55,7 +55,8 @@ def points() -> list[dict]:
         options = run["options"]
         if "--model" in options:  # the rule is for LSTMs
             continue
-        chars = run["steps"] * option(options, "--batch-size", 16) * option(options, "--seq-len", 50)
+        batch = run.get("batch_size") or option(options, "--batch-size", 16)  # the run's own, where recorded
+        chars = run["steps"] * batch * (run.get("seq_len") or option(options, "--seq-len", 50))
         rows.append({"name": run["name"], "hidden": run["hidden"], "layers": run["layers"], "chars": chars,
                      "loss": run["val_nats_per_char"]})
     for line in CURVES.read_text().splitlines():

@@ -113,6 +113,9 @@ STAGES: dict[str, list[Point]] = {
                                                      "--batch-size", "32", "--lr", "5e-3", "--dropout", "0.1",
                                                      "--ema", "0.998"),
     }),
+    # What a time budget plans by itself, every option at its default: the budgets the targets name.
+    "planned": [*points(100, {"planned": (), "planned-seed2": ("--seed", "2")}),
+                *points(600, {"planned": ()}), *points(3600, {"planned": ()})],
     # An hour: the AWD-LSTM regularisation and weight averaging on a wider model, every option given.
     "s3600-bf16": points(3600, {
         "h768-b32-lr4e-3-dropout0.3-locked-wdrop0.3-ema0.999": (
@@ -138,7 +141,12 @@ def run_point(point: Point, extra: tuple[str, ...]) -> dict:
     started = time.perf_counter()
     charrnn("train", "--time-budget", str(point.budget), "--out", str(out), "--overwrite", *point.options,
             *extra)
-    wall = time.perf_counter() - started
+    return result_row(point, out, time.perf_counter() - started, extra)
+
+
+def result_row(point: Point, out: Path, wall: float, extra: tuple[str, ...]) -> dict:
+    """A finished point's record: ``out`` is its run directory, ``wall`` its seconds from start to exit.
+    The shape, batch and sequence length are the run's own (a budget may have chosen them)."""
     score = json.loads(charrnn("eval-perplexity", str(out / "best.pt"), "--json", capture=True).stdout)
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     config = json.loads((out / "config.json").read_text())
@@ -147,6 +155,7 @@ def run_point(point: Point, extra: tuple[str, ...]) -> dict:
             "averaged_nats_per_char": metrics[-1].get("averaged_val_loss"),
             "steps": metrics[-1]["step"], "epochs": metrics[-1]["epoch"], "train_wall_s": round(wall, 1),
             "hidden": config["model"]["hidden_size"], "layers": config["model"]["num_layers"],
+            "batch_size": config["train"]["batch_size"], "seq_len": config["train"]["seq_len"],
             "curve": [(m["elapsed_s"], m["val_loss"]) for m in metrics],
             "cpu": os.cpu_count(), "processor": processor_name(), "when": time.strftime("%Y-%m-%d %H:%M")}
 

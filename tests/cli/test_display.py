@@ -48,25 +48,33 @@ def test_without_a_terminal_a_log_gets_a_line_every_30_seconds_and_at_each_evalu
     assert lines[2].endswith("val 1.9000") and "elapsed 1:15" in lines[2]
 
 
-def test_a_log_line_at_an_evaluation_says_what_it_scored(capsys):
-    """An evaluation of the validation split's start, of both weights, right after a timed line: the
-    line says so, with the training loss the record averaged (none came since the timed line)."""
+def logged_steps(steps: int, progress_before: float):
+    """A progress display without a terminal, after ``steps`` one-second steps, each 1% of the run, the
+    run already ``progress_before`` done when they began."""
     from rich.console import Console
 
     from charrnn.cli.display import ProgressBar
     from charrnn.training.observer import StepReport
-    from charrnn.training.rundir import EvaluationRecord
 
     now = [0.0]
     bar = ProgressBar(Console(stderr=True), draw_bar=False, clock=lambda: now[0])
     bar.started = bar.last_line = now[0]
-    for step in range(1, 31):
+    for step in range(1, steps + 1):
         now[0] += 1.0
         bar.on_step(StepReport(step=step, epoch=step / 40, loss=2.0, learning_rate=1e-3,
-                               chars_per_s=800.0, progress=step / 100, skipped_steps=0))
-    bar.on_eval(EvaluationRecord(step=30, epoch=0.75, train_loss=2.25, val_loss=1.9, val_bits_per_char=2.7,
-                                 learning_rate=1e-3, chars_per_s=800.0, elapsed_s=30.0,
-                                 averaged_val_loss=1.8, val_chars=12_000), improved=True)
+                               chars_per_s=800.0, progress=progress_before + step / 100, skipped_steps=0))
+    return bar
+
+
+def test_a_log_line_at_an_evaluation_says_what_it_scored(capsys):
+    """An evaluation of the validation split's start, of both weights, right after a timed line: the
+    line says so, with the training loss the record averaged (none came since the timed line)."""
+    from charrnn.training.rundir import EvaluationRecord
+
+    record = EvaluationRecord(step=30, epoch=0.75, train_loss=2.25, val_loss=1.9, val_bits_per_char=2.7,
+                              learning_rate=1e-3, chars_per_s=800.0, elapsed_s=30.0, averaged_val_loss=1.8,
+                              val_chars=12_000)
+    logged_steps(30, 0.0).on_eval(record, improved=True)
     timed, evaluated = capsys.readouterr().err.splitlines()
     assert "train 2.0000" in timed and "train 2.2500" in evaluated
     assert evaluated.endswith("val 1.9000 (evaluated on the first 12,000 chars, averaged 1.8000)  (best)")
@@ -75,17 +83,6 @@ def test_a_log_line_at_an_evaluation_says_what_it_scored(capsys):
 def test_a_budgets_remaining_time_counts_from_where_its_progress_started(capsys):
     """A 100-s budget that keeps 20 s for its end starts at 20% progress: after 30 one-second steps,
     50 remain, not the 30 that progress/step alone would suggest."""
-    from rich.console import Console
-
-    from charrnn.cli.display import ProgressBar
-    from charrnn.training.observer import StepReport
-
-    now = [0.0]
-    bar = ProgressBar(Console(stderr=True), draw_bar=False, clock=lambda: now[0])
-    bar.started = bar.last_line = now[0]
-    for step in range(1, 31):
-        now[0] += 1.0
-        bar.on_step(StepReport(step=step, epoch=step / 40, loss=2.0, learning_rate=1e-3,
-                               chars_per_s=800.0, progress=(step + 20) / 100, skipped_steps=0))
+    logged_steps(30, 0.2)
     line, = capsys.readouterr().err.splitlines()
     assert "elapsed 0:30  remaining 0:50" in line
