@@ -260,9 +260,10 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
                  f"it can"]
     else:
         passes = f"{choice.epochs:.1f} epochs in the budget"
-        if "epochs" in budget.chosen:
-            passes = (f"time for {choice.budget_epochs:.1f} epochs, of which it trains {choice.epochs:g} "
-                      f"(more passes overfit a corpus) and ends early")
+        if choice.epochs < 0.99 * choice.budget_epochs:  # a limit ends the run before the budget does
+            limit = "more passes overfit a corpus" if "epochs" in budget.chosen else "the limit given"
+            passes = (f"time for {choice.budget_epochs:.1f} epochs, of which it trains {choice.epochs:.1f} "
+                      f"({limit}) and ends early")
         lines = [f"{name('time_budget')} {budget.seconds:g} s: {choice.describe()}: this machine {how} "
                  f"{speed} → {passes}, predicted validation {choice.predicted_loss:.3f} nats/char"]
     close = budget.close_call()

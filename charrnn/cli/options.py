@@ -27,6 +27,14 @@ def _owner(name: str) -> type:
     return ModelConfig if name in ModelConfig.__dataclass_fields__ else TrainConfig
 
 
+def _number_type(name: str, default: Any) -> type:
+    """int or float: the default's type, or for a field that defaults to None, its declared one."""
+    if default is not None:
+        return type(default)
+    declared = str(_owner(name).__dataclass_fields__[name].type)
+    return int if declared.startswith("int") else float
+
+
 def _typed(name: str, text: str) -> Any:
     """``text`` as the type of field ``name``: a number, true/false, none (where allowed), or a word."""
     default = _owner(name).__dataclass_fields__[name].default
@@ -38,10 +46,10 @@ def _typed(name: str, text: str) -> Any:
             return {"true": True, "yes": True, "on": True, "1": True,
                     "false": False, "no": False, "off": False, "0": False}[lowered]
         if isinstance(default, int | float) or default is None:
-            return type(default or 0.0)(text)
+            return _number_type(name, default)(text)
     except (KeyError, ValueError):
         kind = "true or false" if isinstance(default, bool) else \
-            "a whole number" if isinstance(default, int) else "a number"
+            "a whole number" if _number_type(name, default) is int else "a number"
         raise click.BadParameter(f"{text!r} is not {kind}", param_hint=f"'-o {name}'") from None
     return text
 

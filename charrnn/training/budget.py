@@ -87,8 +87,8 @@ class Candidate:
     eval_chars_per_s: float  # evaluation throughput on this machine
     measured: bool  # False: estimated from the shapes measured before it (the probe's time ran out)
     training_s: float  # seconds left to train once the probe, the final evaluation and saves are paid for
-    chars: float  # training characters it would train on: what the budget affords, within the step and
-    # epoch limits (the user's, else BUDGET_MOST_EPOCHS)
+    chars: float  # training characters it would train on: what the budget affords, within the step limit
+    # given and the epoch limit (the one given, else BUDGET_MOST_EPOCHS)
     epochs: float  # passes over the training split that makes
     budget_epochs: float  # passes the budget's time alone would afford
     predicted_loss: float | None  # validation nats/char the scaling law expects; None: no time to train
@@ -162,8 +162,8 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
     grows with the weights. Each shape trains for what is left of the budget after what was spent before
     planning, the probe, its own final work (:meth:`~charrnn.training.loop.BudgetEnd.reserve_s`) and the
     evaluations during training (:data:`~charrnn.training.loop.BUDGET_EVALUATION_SHARE`), and no further
-    than a step or epoch limit allows: the user's, else :data:`~charrnn.config.BUDGET_MOST_EPOCHS`. A
-    shape left no time to train has no prediction.
+    than the step limit given and the epoch limit (the one given, else
+    :data:`~charrnn.config.BUDGET_MOST_EPOCHS`) allow. A shape left no time to train has no prediction.
     """
     measured = [(params, speed) for (_, _, params), speed in zip(shapes, speeds, strict=True) if speed]
     if not measured:
@@ -182,10 +182,8 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
         step_chars = settings["batch_size"] * workload.seq_len
         affordable = speed.train_chars_per_s * training_s
         chars = affordable
-        epoch_limit = workload.max_epochs if workload.max_epochs is not None else \
-            BUDGET_MOST_EPOCHS if workload.max_steps is None else None
-        if epoch_limit is not None:
-            chars = min(chars, epoch_limit * workload.train_chars)
+        epoch_limit = workload.max_epochs if workload.max_epochs is not None else BUDGET_MOST_EPOCHS
+        chars = min(chars, epoch_limit * workload.train_chars)
         if workload.max_steps is not None:
             chars = min(chars, workload.max_steps * step_chars)
         chars -= chars % step_chars  # whole steps
@@ -291,8 +289,8 @@ def plan_budget(seconds: float, precision: str, given: dict[str, Any], config: T
     steps = choice.chars / (choice.settings["batch_size"] * config.seq_len)
     chosen = {**choice.settings, "dropout": dropout_for_epochs(choice.epochs),
               "ema_decay": average_decay_for_steps(steps)}
-    if config.epochs is None and config.max_steps is None and choice.budget_epochs > BUDGET_MOST_EPOCHS:
-        chosen["epochs"] = BUDGET_MOST_EPOCHS  # the run ends early rather than overfit
+    if config.epochs is None:  # even where the budget ends it sooner: a shape may train faster than timed
+        chosen["epochs"] = BUDGET_MOST_EPOCHS
     chosen = {key: value for key, value in chosen.items() if key not in given}
     return BudgetDecision(seconds, config.device.split(":")[0], precision, planned=True, chosen=chosen,
                           candidates=candidates, probe_s=probe_s)

@@ -43,7 +43,14 @@ from charrnn.training.rundir import (
 )
 from charrnn.training.runlock import RunLock
 from charrnn.training.samples import check_sample_prime, draw_sample
-from charrnn.training.schedule import StopReason, learning_rate_at, planned_steps, run_progress, stop_reason
+from charrnn.training.schedule import (
+    RunAlreadyFinished,
+    StopReason,
+    learning_rate_at,
+    planned_steps,
+    run_progress,
+    stop_reason,
+)
 from charrnn.training.state import TrainingRun
 from charrnn.utils.files import remove_stale_temporaries
 from charrnn.utils.interrupt import GracefulStop
@@ -133,7 +140,11 @@ class TrainingLoop:
         # A long budget's evaluations during training, spread evenly over what is left of it (as fractions
         # of the run, ascending; a budget's run starts part-done: the time spent before training and kept
         # for the end count in it): its best weights are kept.
-        done = self.progress() or 0.0
+        done = 0.0
+        if evaluation_points:  # how far the run is, on the clock every rank agrees on
+            self.elapsed = run.group.reduce([clock() - self.start if run.group.is_main else 0.0], run.device,
+                                            op="max")[0]
+            done = self.progress() or 0.0
         self.evaluation_points = [done + (1.0 - done) * point for point in evaluation_points]
         # The evaluations during training score the validation split's start (all of it by default).
         partial = self.config.eval_chars is not None and self.config.eval_chars < len(val_ids) - 1
@@ -312,11 +323,16 @@ class TrainingLoop:
             return best_subset is not None and best_subset.chars == candidate.subset.chars and \
                 candidate.subset.nats_per_char < best_subset.nats_per_char
         if best.chars != candidate.reported.chars:
-            best = self._rescore_best()
+            best, step = self._rescore_best()
+            if best.nats_per_char <= candidate.reported.nats_per_char:
+                self.observer.on_message(
+                    f"best.pt keeps the weights of step {step:,}: {best.nats_per_char:.4f} nats/char on the "
+                    f"whole validation split, against {candidate.reported.nats_per_char:.4f} now")
         return candidate.reported.nats_per_char < best.nats_per_char
 
-    def _rescore_best(self) -> EvalResult:
-        """Score best.pt's weights on the whole validation split, and record that score in it."""
+    def _rescore_best(self) -> tuple[EvalResult, int]:
+        """Score best.pt's weights on the whole validation split and record that score in it; return
+        the score and the step of those weights."""
         assert self.run_dir is not None
         path = self.run_dir.path / "best.pt"
         payload = load_checkpoint(path)
@@ -327,7 +343,7 @@ class TrainingLoop:
         self.run.best, self.run.best_subset = whole, subset
         self.run_dir.save("best.pt", {**payload, "best": whole.to_dict(),
                                       "best_val_loss": whole.nats_per_char, "best_subset": subset.to_dict()})
-        return whole
+        return whole, payload["step"]
 
 
 @dataclass(frozen=True)
@@ -438,8 +454,9 @@ def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: SingleProce
         scored = f"the first {config.eval_chars:,} validation characters" if partial else \
             "the whole validation split"
         cost = end.passes * pass_s * (config.eval_chars / end.val_chars if partial else 1.0)
+        each = f"about {cost:.1f} s" if cost >= 0.05 else "under 0.1 s"
         messages.append(f"{{time_budget}} {budget:g} s: {len(points)} evaluations during training, evenly "
-                        f"through it ({scored}, about {cost:.1f} s each); best.pt keeps the best weights seen"
+                        f"through it ({scored}, {each} each); best.pt keeps the best weights seen"
                         + (", scored on the whole split at the end" if partial else ""))
     for other in ("max_steps", "epochs"):
         if getattr(config, other) is not None:
@@ -526,6 +543,10 @@ def train(
         if config.time_budget is not None:
             config, reserve, evaluation_points, budget_messages = _plan_budget_end(run, split.val, group,
                                                                                    clock)
+            if resume_from is not None:  # a run that stopped to keep this reserve has no time to go on
+                finished = stop_reason(config, run.step, run.epoch, resume_from["elapsed_s"] + reserve)
+                if finished is not None:
+                    raise RunAlreadyFinished(finished)
         run_dir = None
         if group.is_main:
             remove_stale_temporaries(out_dir)

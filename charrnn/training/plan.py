@@ -28,7 +28,7 @@ import torch
 from charrnn.config import REGULARISATION_FIELDS, ModelConfig, TrainConfig
 from charrnn.data.corpus import CorpusInfo, EncodedCorpus, corpus_name, encode_corpus, split_ids
 from charrnn.data.vocab import UnknownCharactersError, Vocab
-from charrnn.errors import CharrnnError, ConfigError, OptionConflict, escape, option_placeholder
+from charrnn.errors import CharrnnError, ConfigError, OptionConflict, escape
 from charrnn.models.devices import resolve_precision
 from charrnn.training.budget import BudgetDecision, plan_budget
 from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_model
@@ -42,7 +42,7 @@ from charrnn.training.request import (
     split_options,
 )
 from charrnn.training.rundir import refuse_replacing_inputs, resume_checkpoint, resume_target
-from charrnn.training.schedule import stop_reason
+from charrnn.training.schedule import RunAlreadyFinished, stop_reason
 from charrnn.training.state import RESUME_FIELDS
 from charrnn.utils.interrupt import GracefulStop
 
@@ -204,15 +204,6 @@ def resume_config(
     if finished:
         raise RunAlreadyFinished(finished)
     return model_config, config, changes
-
-
-class RunAlreadyFinished(CharrnnError):
-    """A resumed run has already reached the limit that would stop it at once."""
-
-    def __init__(self, reason):
-        super().__init__(f"this run already {reason.describe(option_placeholder)}; give a larger "
-                         f"limit to continue it", names_options=True)
-        self.reason = reason  # the StopReason it reached
 
 
 def _plan_resume(request: TrainingRequest, model_options: dict[str, Any],

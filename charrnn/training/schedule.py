@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from charrnn.config import TrainConfig
+from charrnn.errors import CharrnnError, option_placeholder
 
 StopCriterion = Literal["max_steps", "epochs", "time_budget", "signal"]
 
@@ -36,6 +37,15 @@ class StopReason:
 
     def __str__(self) -> str:
         return self.describe()
+
+
+class RunAlreadyFinished(CharrnnError):
+    """A resumed run has already reached the limit that would stop it at once."""
+
+    def __init__(self, reason: StopReason):
+        super().__init__(f"this run already {reason.describe(option_placeholder)}; give a larger "
+                         f"limit to continue it", names_options=True)
+        self.reason = reason  # the StopReason it reached
 
 
 def stop_reason(config: TrainConfig, step: int, epoch: float, elapsed: float) -> StopReason | None:

@@ -29,6 +29,17 @@ def model_name(cpuinfo: str) -> str:
     return "unknown"
 
 
+def process_age_s() -> float:
+    """Seconds since this process started (Linux: from ``/proc``; 0.0 where that cannot be read), so a
+    time budget can count the interpreter's start-up too."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def processor_name() -> str:
     """This machine's CPU model: figures differ by 2× between machines, so measurements name it."""
     try:

@@ -464,6 +464,8 @@ def test_the_command_line_starts_without_importing_torch():
     (["train", "--weight-drop", "1"], "Invalid value for '--weight-drop': must be in [0, 1)"),
     (["train", "-o", "embed_dropout", "nan"],
      "Invalid value for '-o embed_dropout': must be a finite number"),
+    (["train", "-o", "eval_chars", "0"], "Invalid value for '-o eval_chars': must be at least 1"),
+    (["train", "-o", "eval_chars", "1.5"], "Invalid value for '-o eval_chars': '1.5' is not a whole number"),
     (["train", "--model", "esn", "--weight-drop", "0.2"], "--weight-drop does not apply to --model esn"),
 ])
 def test_an_option_value_out_of_range_is_a_usage_error(runner, small_corpus, args, fragment, monkeypatch):
@@ -474,6 +476,15 @@ def test_an_option_value_out_of_range_is_a_usage_error(runner, small_corpus, arg
     assert result.exit_code == 2
     assert_one_line_error(result, fragment)
     assert not Path("data").exists()
+
+
+def test_evaluations_during_training_may_score_the_validation_splits_start(runner, small_corpus):
+    result = train_tiny_run(runner, small_corpus, "run", "--max-steps", "4", "--eval-every", "2",
+                            "-o", "eval_chars", "50")
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in Path("run/metrics.jsonl").read_text().splitlines()]
+    assert [record.get("val_chars") for record in records] == [50, None]  # the end scores all of it
+    assert json.loads(Path("run/config.json").read_text())["train"]["eval_chars"] == 50
 
 
 def test_a_run_directory_stands_for_its_checkpoint(runner, small_corpus):

@@ -158,9 +158,8 @@ def test_the_choice_is_the_lowest_prediction_and_sets_regularisation_for_its_pas
     choice = decision.choice
     assert choice.predicted_loss == min(c.predicted_loss for c in decision.candidates)
     steps = choice.chars / (choice.settings["batch_size"] * 50)
-    capped = {"epochs": BUDGET_MOST_EPOCHS} if choice.budget_epochs > BUDGET_MOST_EPOCHS else {}
     assert decision.chosen == {**choice.settings, "dropout": dropout_for_epochs(choice.epochs),
-                               "ema_decay": average_decay_for_steps(steps), **capped}
+                               "ema_decay": average_decay_for_steps(steps), "epochs": BUDGET_MOST_EPOCHS}
     assert decision.planned and 0.9 * 600 < choice.training_s < 0.95 * 600
     assert decision.to_dict()["candidates"][0]["settings"] == decision.candidates[0].settings
 
@@ -284,7 +283,10 @@ def test_a_budget_that_affords_more_passes_than_the_rule_trusts_trains_the_large
     assert decision.chosen["dropout"] == dropout_for_epochs(choice.epochs)
     given = plan(shakespeare_like, 36_000, work_per_s=1e11, given={"epochs": 20})
     assert "epochs" not in given.chosen and given.choice.epochs == pytest.approx(20, abs=0.01)
-    assert "epochs" not in plan(shakespeare_like, 100, work_per_s=1e11).chosen
+    # A short budget sets the limit too: a shape that trains faster than it was timed stops there.
+    assert plan(shakespeare_like, 100, work_per_s=1e11).chosen["epochs"] == BUDGET_MOST_EPOCHS
+    steps = plan(shakespeare_like, 36_000, work_per_s=1e11, given={"max_steps": 10**6})
+    assert steps.chosen["epochs"] == BUDGET_MOST_EPOCHS and steps.choice.epochs <= BUDGET_MOST_EPOCHS
 
 
 def test_a_close_call_is_named(shakespeare_like):

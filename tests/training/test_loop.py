@@ -296,6 +296,20 @@ def test_a_long_budget_evaluates_during_training_and_keeps_the_best_weights(repe
     assert result.best.nats_per_char == min(record["val_loss"] for record in records)
 
 
+def test_a_budgets_evaluations_are_spread_over_what_is_left_once_training_starts(repeated_corpus, tmp_path,
+                                                                                 monkeypatch):
+    # 20 s of the 100 went before training (loading, measuring): five evaluations share the 78.75 s left.
+    measured_end(monkeypatch, pass_s=0.5)
+    clock = FakeClock(step_seconds=0.5)
+    plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000).run(
+        clock, clock=clock, started=clock.now - 20)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    planned = [20 + 78.75 * k / 6 for k in range(1, 6)]
+    assert len(records) == 6 and records[0]["step"] > 1
+    assert all(0 <= record["elapsed_s"] - moment <= 1
+               for record, moment in zip(records, planned, strict=False))
+
+
 def test_a_budget_that_affords_more_passes_than_the_rule_trusts_ends_early(repeated_corpus, tmp_path,
                                                                            monkeypatch):
     from charrnn.config import BUDGET_MOST_EPOCHS
@@ -381,6 +395,20 @@ def test_best_pt_never_loses_to_an_earlier_evaluation_scored_on_a_subset(repeate
                                                                                                abs=1e-6)
     assert result.best.nats_per_char == pytest.approx(recomputed, abs=1e-6)
     assert recomputed < scores[-1]
+
+
+def test_a_budget_whose_end_needs_the_time_left_cannot_be_resumed(repeated_corpus, tmp_path, monkeypatch):
+    """A run stops when what is left of its budget is what its end needs: resumed with the same budget,
+    it has no time to train and says so, before it writes anything."""
+    from charrnn.training.schedule import RunAlreadyFinished
+
+    measured_end(monkeypatch, pass_s=0.2)  # 0.5 s kept for the end
+    clock = FakeClock(step_seconds=0.125)
+    plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=1.5).run(clock, clock=clock)
+    before = {path.name: path.read_bytes() for path in (tmp_path / "run").iterdir()}
+    with pytest.raises(RunAlreadyFinished, match="this run already used the time_budget of 1.5 s"):
+        plan_run(None, None, resume=tmp_path / "run").run(clock, clock=clock)
+    assert {path.name: path.read_bytes() for path in (tmp_path / "run").iterdir()} == before
 
 
 def test_a_short_budget_only_evaluates_at_the_end(repeated_corpus, tmp_path, monkeypatch):
