@@ -973,7 +973,7 @@ def get_dataset(name: str = DEFAULT_DATASET, data_dir: PathArg | None = None, fo
 def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, overwrite: bool = False,
           resume: PathArg | None = None, init_from: PathArg | None = None, extend_vocab: bool = False,
           device: str = "auto", data_dir: PathArg | None = None, observer: TrainObserver | None = None,
-          started: float | None = None, **options: Any) -> TrainResult:
+          started: float | None = None, finish_s: float = 0.0, **options: Any) -> TrainResult:
     """Train on ``corpus`` (a UTF-8 file or a directory of *.txt); without one, on tiny Shakespeare,
     downloaded (once) into ``data_dir``.
 
@@ -983,7 +983,9 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
     time-budgeted run what this machine's measured speed and the scaling rule
     choose (``result.budget`` says what and why). A time budget counts from
     ``started`` (a ``time.perf_counter()`` reading; default: this call), so a
-    caller that did work of its own first can count it in. ``resume``
+    caller that did work of its own first can count it in, and keeps ``finish_s``
+    seconds at its end for what the caller does once this returns (the command
+    line: its interpreter's exit). ``resume``
     continues the run that wrote a checkpoint (or a run directory's last.pt)
     exactly; ``init_from`` fine-tunes from one. Under torchrun, every process
     calls this and they train together.
@@ -1001,6 +1003,8 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
         if not math.isfinite(checked(started, float, "started")) or started > called:
             raise ConfigError("must be an earlier time.perf_counter() reading", "started")
         called = started
+    if not math.isfinite(checked(finish_s, float, "finish_s")) or finish_s < 0:
+        raise ConfigError("must be 0 or more seconds", "finish_s")
     request = TrainingRequest(
         corpus=_path(corpus, "corpus"), options=options, out_dir=_path(out_dir, "out_dir"),
         overwrite=checked(overwrite, bool, "overwrite"), resume=_path(resume, "resume"),
@@ -1048,11 +1052,11 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
             say(f"{verb} {dataset.name}: {escape(str(dataset.path))} ({dataset.chars:,} characters)")
             # The built-in corpus, fetched: from here on the run is one on a corpus like any other.
             request.corpus, request.corpus_name, request.data_dir = dataset.path, dataset.name, None
-        plan = plan_training(request, group, started=called)
+        plan = plan_training(request, group, started=called, finish_s=finish_s)
         if group.is_main:
             observer.on_plan(plan)
         with GracefulStop() as stop:
-            result = plan.run(observer, stop, group, started=called)
+            result = plan.run(observer, stop, group, started=called, finish_s=finish_s)
     finally:
         leave(group)
     return result

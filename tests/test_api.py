@@ -405,3 +405,10 @@ def test_a_budget_start_must_be_an_earlier_clock_reading(small_corpus, tmp_path,
     with pytest.raises((ConfigError, ConfigTypeError), match="started"):
         charrnn.train(small_corpus, out_dir=tmp_path / "run", time_budget=5, started=started)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("finish_s", [-1.0, float("inf"), "later"])
+def test_the_time_kept_for_the_caller_must_be_a_finite_number_of_seconds(small_corpus, tmp_path, finish_s):
+    with pytest.raises((ConfigError, ConfigTypeError), match="finish_s"):
+        charrnn.train(small_corpus, out_dir=tmp_path / "run", time_budget=5, finish_s=finish_s)
+    assert not (tmp_path / "run").exists()

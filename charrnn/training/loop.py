@@ -428,11 +428,13 @@ def final_work_seconds(run: TrainingRun, val_ids: torch.Tensor, clock: Callable[
                      saving + sampling)
 
 
-def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: SingleProcess, clock: Callable[[], float]
+def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: SingleProcess,
+                     clock: Callable[[], float], finish_s: float
                      ) -> tuple[TrainConfig, float, tuple[float, ...], list[str]]:
     """A time-budgeted run's end and evaluations: its configuration (with the validation characters its
-    evaluations during training score, unless given), the seconds kept for the end, when to evaluate
-    (fractions of the run) and what to tell the user. Sets the run's configuration."""
+    evaluations during training score, unless given), the seconds kept for the end (``finish_s`` for the
+    caller included), when to evaluate (fractions of the run) and what to tell the user. Sets the run's
+    configuration."""
     config = run.config
     budget = config.time_budget
     assert budget is not None
@@ -447,7 +449,7 @@ def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: SingleProce
             config = dataclasses.replace(config, eval_chars=chars)
             run.config = config
     partial = config.eval_chars is not None and config.eval_chars < end.val_chars
-    reserve = end.reserve_s(rescoring=partial and (bool(points) or config.eval_every is not None))
+    reserve = end.reserve_s(rescoring=partial and (bool(points) or config.eval_every is not None)) + finish_s
     messages = [f"{{time_budget}} {budget:g} s: training stops about {reserve:.1f} s before the end, to "
                 f"evaluate and save inside it"]
     if points:
@@ -488,6 +490,7 @@ def train(
     branch_from: Path | None = None,
     clock: Callable[[], float] = time.perf_counter,
     started: float | None = None,
+    finish_s: float = 0.0,
 ) -> TrainResult:
     """Train a new model on ``ids`` (the encoded corpus) and write the run to ``config.out_dir``.
 
@@ -512,7 +515,8 @@ def train(
     ``clock`` measures the run's wall time (tests give a fake one); ``started`` (a ``clock``
     reading) is when training was asked for, from which a time budget counts (default: now).
     A time-budgeted run stops training early enough to evaluate, average and save inside the
-    budget: :func:`final_work_seconds` measures what that will take.
+    budget, and to leave ``finish_s`` seconds for the caller: :func:`final_work_seconds` measures
+    what the end will take.
 
     ids: (N,) integer ids of the whole corpus; from ``corpus.split_point`` on, it is validation.
     """
@@ -542,7 +546,7 @@ def train(
         reserve, evaluation_points, budget_messages = 0.0, (), []
         if config.time_budget is not None:
             config, reserve, evaluation_points, budget_messages = _plan_budget_end(run, split.val, group,
-                                                                                   clock)
+                                                                                   clock, finish_s)
             if resume_from is not None:  # a run that stopped to keep this reserve has no time to go on
                 finished = stop_reason(config, run.step, run.epoch, resume_from["elapsed_s"] + reserve)
                 if finished is not None:

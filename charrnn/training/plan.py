@@ -19,6 +19,7 @@ through it, so every caller gets the same checks:
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,11 +90,12 @@ class TrainingPlan:
 
 
 def plan_training(request: TrainingRequest, group: SingleProcess | None = None,
-                  started: float | None = None) -> TrainingPlan:
+                  started: float | None = None, finish_s: float = 0.0) -> TrainingPlan:
     """Check ``request`` and decide everything about the run; nothing is written yet.
 
     A time budget measures this machine's throughput here (:func:`charrnn.training.budget.plan_budget`),
-    counting from ``started`` (a ``time.perf_counter()`` reading; default: now); under torchrun,
+    counting from ``started`` (a ``time.perf_counter()`` reading; default: now) and keeping ``finish_s``
+    seconds at its end for the caller (:func:`charrnn.api.train`); under torchrun,
     ``group`` lets every rank take rank 0's measurements.
     """
     check_request(request)
@@ -115,7 +117,9 @@ def plan_training(request: TrainingRequest, group: SingleProcess | None = None,
         encoded = encode_corpus(request.corpus, name, config.val_frac)
         budget = None
         if config.time_budget is not None:
-            budget = _budget_decision(config, encoded, model_options, train_options, group, started)
+            # What the caller needs after training is, like what went before it, not there to train.
+            budget = _budget_decision(config, encoded, model_options, train_options, group,
+                                      (time.perf_counter() if started is None else started) - finish_s)
             model_options |= {key: value for key, value in budget.chosen.items() if key in MODEL_FIELDS}
             config = dataclasses.replace(config, **{key: value for key, value in budget.chosen.items()
                                                     if key not in MODEL_FIELDS})

@@ -255,6 +255,10 @@ def test_a_time_budget_keeps_time_for_the_final_evaluation_and_saves(repeated_co
     assert result.stop_reason == StopReason("time_budget", 1.5)
     assert result.steps == 9  # step 9 sees 8 × 0.125 = 1.0 s, and 1.0 + 0.5 reaches the budget
     assert any("stops about 0.5 s before the end" in message for message in messages)
+    # A caller that needs a quarter second once training returns (the command line: its exit) gets it.
+    finishing = plan_run(repeated_corpus, tmp_path / "finishing", **OPTIONS, time_budget=1.5).run(
+        clock, clock=clock, finish_s=0.25)
+    assert finishing.steps == 7 and any("stops about 0.8 s before the end" in message for message in messages)
 
 
 def test_the_final_work_is_timed_on_the_validation_splits_start_and_scaled(small_corpus, tmp_path):
