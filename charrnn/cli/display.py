@@ -261,7 +261,9 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
     else:
         passes = f"{choice.epochs:.1f} epochs in the budget"
         if choice.epochs < 0.99 * choice.budget_epochs:  # a limit ends the run before the budget does
-            limit = "more passes overfit a corpus" if "epochs" in budget.chosen else "the limit given"
+            planned_limit = budget.chosen.get("epochs")
+            limit = "more passes overfit a corpus" if planned_limit and choice.epochs > 0.99 * planned_limit \
+                else "the limit given"
             passes = (f"time for {choice.budget_epochs:.1f} epochs, of which it trains {choice.epochs:.1f} "
                       f"({limit}) and ends early")
         lines = [f"{name('time_budget')} {budget.seconds:g} s: {choice.describe()}: this machine {how} "

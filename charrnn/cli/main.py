@@ -10,6 +10,7 @@ modules (torch above all) are imported inside the commands that need them, so
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import click
@@ -19,6 +20,7 @@ from charrnn.cli.options import option_namer
 from charrnn.cli.output import message
 from charrnn.errors import CharrnnError, ConfigError, OptionConflict
 from charrnn.utils.files import reason
+from charrnn.utils.hardware import process_age_s
 from charrnn.utils.interrupt import EXIT_CODES, Terminated, raise_on_termination
 from charrnn.utils.terminal import ReaderGone, fill_closed_descriptors, one_line, silence_stdout
 
@@ -91,7 +93,8 @@ def main() -> None:
     """The ``charrnn`` command and ``python -m charrnn`` (which is what torchrun starts)."""
     fill_closed_descriptors()
     try:
-        cli(prog_name="charrnn")
+        # This process was started for the command: a time budget counts from its start.
+        cli(prog_name="charrnn", obj={"started": time.perf_counter() - process_age_s()})
     except SystemExit as finished:
         # Checked before importing charrnn.training.distributed (and so torch): plain commands never need it.
         if os.environ.get("WORLD_SIZE", "1") != "1":

@@ -38,7 +38,12 @@ class CharRNN(nn.Module):
     def __init__(self, config: ModelConfig, initialise_weights: bool = True):
         super().__init__()
         self.config = config
-        self.embedding = nn.Embedding(config.vocab_size, config.embed_size)
+        # Drawn here, where nn.Embedding would draw it, unless the weights are about to be replaced: on the
+        # meta device (state_shapes) the draw alone costs a second and a half of torch imports.
+        self.embedding = nn.Embedding(config.vocab_size, config.embed_size,
+                                      _weight=torch.empty(config.vocab_size, config.embed_size))
+        if initialise_weights:
+            nn.init.normal_(self.embedding.weight)
         between_layers = config.dropout if config.num_layers > 1 else 0.0
         if config.layer_norm:
             self.rnn = LayerNormRNN(config.cell, config.embed_size, config.hidden_size, config.num_layers,

@@ -405,7 +405,8 @@ def test_a_time_budget_picks_the_settings_not_given(runner, small_corpus, monkey
     assert result.exit_code == 0, result.stderr
     assert "--time-budget 100 s: 1×24 LSTM: this machine trains it at " in result.stderr
     assert "chars/s in fp32 → " in result.stderr
-    assert "epochs in the budget, predicted validation" in result.stderr
+    assert "epochs, of which it trains 0.0 (the limit given) and ends early, predicted validation" in \
+        result.stderr  # --max-steps 3 ends it
     assert "--time-budget: --lr 0.005 --dropout " in result.stderr and "(give any of them to override)" in \
         result.stderr
     config = json.loads(Path("run/config.json").read_text())
@@ -419,13 +420,13 @@ def test_a_budget_says_which_shape_this_machine_affords_and_why(runner, small_co
     for module in ("config", "models.devices"):
         monkeypatch.setattr(f"charrnn.{module}.cpu_has_native_bf16", lambda: native)
     slow_machine(monkeypatch, work_per_s=1e9)
-    result = invoke(runner, "train", small_corpus, "--out", "run", "--time-budget", "3", "--json")
+    result = invoke(runner, "train", small_corpus, "--out", "run", "--time-budget", "5", "--json")
     assert result.exit_code == 0, result.stderr
     budget = json.loads(result.stdout)["budget"]
     choice = min((c for c in budget["candidates"] if c["predicted_loss"] is not None),
                  key=lambda c: c["predicted_loss"])
     hidden = choice["settings"]["hidden_size"]
-    assert f"--time-budget 3 s: 2×{hidden} LSTM: this machine trains it at " \
+    assert f"--time-budget 5 s: 2×{hidden} LSTM: this machine trains it at " \
            f"{choice['chars_per_s']:,.0f} chars/s in {'bf16' if native else 'fp32'}" in result.stderr
     assert "--time-budget: shapes timed in " in result.stderr and "2×128 LSTM " in result.stderr
     assert "no time left to train" in result.stderr  # the slowest shapes, on this slow machine

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from charrnn import api
 from charrnn.cli.main import cli
+from charrnn.cli.train import PROCESS_EXIT_S
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.errors import ConfigError, OptionConflict
 from charrnn.models.evaluate import EvalResult
@@ -97,8 +98,10 @@ def test_train_passes_only_what_was_given_and_prints_the_results_dict(fake, tmp_
     assert json.loads(result.stdout) == json.loads(json.dumps(done.to_dict()))
     (_, args, kwargs), = fake.calls
     assert args == ("c.txt",)
-    assert {key: value for key, value in kwargs.items() if key not in ("observer", "started")} == {
+    engine = ("observer", "started", "finish_s")
+    assert {key: value for key, value in kwargs.items() if key not in engine} == {
         "max_steps": 12, "hidden_size": 64, "warmup_steps": 0, "layer_norm": True}
+    assert kwargs["finish_s"] == PROCESS_EXIT_S  # a budget keeps time for the interpreter's exit
     assert 0 < time.perf_counter() - kwargs["started"] < 60  # when the command began: a budget counts from it
     summary = invoke("train", "c.txt", "--max-steps", "12")
     assert "reached --max-steps 12" in " ".join(summary.stdout.replace("│", " ").split())
