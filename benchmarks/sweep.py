@@ -156,7 +156,8 @@ def result_row(point: Point, out: Path, wall: float, extra: tuple[str, ...]) -> 
             "steps": metrics[-1]["step"], "epochs": metrics[-1]["epoch"], "train_wall_s": round(wall, 1),
             "hidden": config["model"]["hidden_size"], "layers": config["model"]["num_layers"],
             "batch_size": config["train"]["batch_size"], "seq_len": config["train"]["seq_len"],
-            "curve": [(m["elapsed_s"], m["val_loss"]) for m in metrics],
+            # Whole-split scores only: a long budget's evaluations of the split's start are not comparable.
+            "curve": [(m["elapsed_s"], m["val_loss"]) for m in metrics if m.get("val_chars") is None],
             "cpu": os.cpu_count(), "processor": processor_name(), "when": time.strftime("%Y-%m-%d %H:%M")}
 
 
@@ -184,11 +185,12 @@ def report() -> None:
     except ImportError:
         click.echo("matplotlib is not installed (pip install 'charrnn-cli[plot]'): no curves.png", err=True)
         return
-    # A time-budgeted run evaluates only at its end, so most runs are one point: where
-    # they finished, in wall seconds, and the validation loss they reached.
+    # A time-budgeted run scores the whole validation split only at its end, so most runs are one
+    # point: where they finished, in wall seconds, and the validation loss they reached.
     figure, axes = plt.subplots(figsize=(9, 6))
     for row in rows:
         seconds, losses = zip(*row["curve"], strict=True)
+        losses = (*losses[:-1], row["val_nats_per_char"])  # the run ends at best.pt's score
         axes.plot(seconds, losses, marker="o", markersize=4, linewidth=1)
         axes.annotate(row["name"].split("-", 1)[1], (seconds[-1], losses[-1]), fontsize=6,
                       xytext=(4, 0), textcoords="offset points", va="center")
