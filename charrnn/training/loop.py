@@ -467,6 +467,24 @@ def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: SingleProce
     return config, reserve, points, messages
 
 
+def refuse_an_end_past_the_budget(config: TrainConfig, val_chars: int, averaging: bool, spent_s: float,
+                                  reserve_s: float) -> None:
+    """A budget that cannot pay for its run's end (the exact score of the whole validation split, which
+    a large corpus or vocabulary makes slow on a CPU) is refused before anything is written: training
+    one step and then overrunning the budget would break its promise."""
+    budget = config.time_budget
+    assert budget is not None
+    if spent_s + reserve_s < budget:
+        return
+    weights = " of the trained and the averaged weights" if averaging else ""
+    raise CharrnnError(
+        f"{{time_budget}} {budget:g} s cannot pay for this run's end: scoring the {val_chars:,} validation "
+        f"characters{weights} and saving take about {reserve_s:.0f} s on this machine, and "
+        f"{spent_s:.0f} s have gone on loading and measuring; give a budget well above "
+        f"{spent_s + reserve_s:.0f} s, or hold out less text with {{val_frac}} (now {config.val_frac:g})",
+        names_options=True)
+
+
 def out_of_memory(exc: BaseException) -> bool:
     """Whether ``exc`` is an allocation failure: Python's, or the CPU or CUDA allocator's."""
     if isinstance(exc, MemoryError | torch.OutOfMemoryError):
@@ -551,6 +569,9 @@ def train(
                 finished = stop_reason(config, run.step, run.epoch, resume_from["elapsed_s"] + reserve)
                 if finished is not None:
                     raise RunAlreadyFinished(finished)
+            else:
+                refuse_an_end_past_the_budget(config, len(split.val) - 1, run.average is not None,
+                                              clock() - (clock() if started is None else started), reserve)
         run_dir = None
         if group.is_main:
             remove_stale_temporaries(out_dir)

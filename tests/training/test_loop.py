@@ -415,6 +415,19 @@ def test_a_budget_whose_end_needs_the_time_left_cannot_be_resumed(repeated_corpu
     assert {path.name: path.read_bytes() for path in (tmp_path / "run").iterdir()} == before
 
 
+def test_a_budget_that_cannot_pay_for_its_end_is_refused_before_anything_is_written(repeated_corpus,
+                                                                                    tmp_path, monkeypatch):
+    """Scoring a large validation split can take longer than the whole budget: the run says so at once
+    rather than train a step and overrun."""
+    measured_end(monkeypatch, pass_s=30.0)  # two passes, with the margin: 75 s for the end of a 60-s budget
+    clock = FakeClock(step_seconds=0.5)
+    expected = (r"time_budget 60 s cannot pay for this run's end: scoring the \d+ validation characters "
+                r"of the trained and the averaged weights and saving take about 75 s")
+    with pytest.raises(CharrnnError, match=expected):
+        plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=60).run(clock, clock=clock)
+    assert not any((tmp_path / "run").iterdir())  # the directory proved writable, and holds nothing
+
+
 def test_a_short_budget_only_evaluates_at_the_end(repeated_corpus, tmp_path, monkeypatch):
     measured_end(monkeypatch, pass_s=0.5)
     clock = FakeClock(step_seconds=0.5)
