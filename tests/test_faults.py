@@ -120,7 +120,7 @@ SCENARIOS = [
              resume=resume_to_20),
     Scenario("fine-tune", with_base_run, fine_tune, outputs=("tuned",), run_dir="tuned",
              resume=resume_or_start(fine_tune, "tuned")),
-    Scenario("time budget", write_corpus, lambda root: train_args(root, "run", "--time-budget", "1"),
+    Scenario("time budget", write_corpus, lambda root: train_args(root, "run", "--time-budget", "5"),
              outputs=("run",), exact_bytes=False),
     Scenario("sample --output", with_old_file("out.txt"),
              lambda root: ["sample", str(root / "base" / "best.pt"), "--length", "40", "--seed", "1",
