@@ -181,9 +181,8 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
         training_s = max(left, 0.0) * (1 - BUDGET_EVALUATION_SHARE)
         step_chars = settings["batch_size"] * workload.seq_len
         affordable = speed.train_chars_per_s * training_s
-        chars = affordable
         epoch_limit = workload.max_epochs if workload.max_epochs is not None else BUDGET_MOST_EPOCHS
-        chars = min(chars, epoch_limit * workload.train_chars)
+        chars = min(affordable, epoch_limit * workload.train_chars)
         if workload.max_steps is not None:
             chars = min(chars, workload.max_steps * step_chars)
         chars -= chars % step_chars  # whole steps
