@@ -147,8 +147,7 @@ class TrainingLoop:
             done = self.progress() or 0.0
         self.evaluation_points = [done + (1.0 - done) * point for point in evaluation_points]
         # The evaluations during training score the validation split's start (all of it by default).
-        partial = self.config.eval_chars is not None and self.config.eval_chars < len(val_ids) - 1
-        self.eval_chars = self.config.eval_chars if partial else None
+        self.eval_chars = partial_eval_chars(self.config, len(val_ids) - 1)
         self.subset_chars = self.eval_chars or len(val_ids) - 1  # what comparisons during training score
         self._start_window()
 
@@ -428,6 +427,14 @@ def final_work_seconds(run: TrainingRun, val_ids: torch.Tensor, clock: Callable[
                      saving + sampling)
 
 
+def partial_eval_chars(config: TrainConfig, val_chars: int) -> int | None:
+    """The validation characters an evaluation during training scores when that is only the split's
+    start (TrainConfig.eval_chars below its ``val_chars``); None when it is all of it."""
+    if config.eval_chars is not None and config.eval_chars < val_chars:
+        return config.eval_chars
+    return None
+
+
 def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: SingleProcess,
                      clock: Callable[[], float], finish_s: float
                      ) -> tuple[TrainConfig, float, tuple[float, ...], list[str]]:
@@ -448,7 +455,7 @@ def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: SingleProce
         if points and config.eval_chars is None and chars is not None:
             config = dataclasses.replace(config, eval_chars=chars)
             run.config = config
-    partial = config.eval_chars is not None and config.eval_chars < end.val_chars
+    partial = partial_eval_chars(config, end.val_chars) is not None
     reserve = end.reserve_s(rescoring=partial and (bool(points) or config.eval_every is not None)) + finish_s
     messages = [f"{{time_budget}} {budget:g} s: training stops about {reserve:.1f} s before the end, to "
                 f"evaluate and save inside it"]
