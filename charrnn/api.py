@@ -403,12 +403,15 @@ class Scoring:
     file: Path | None  # a file to read it from; neither: the checkpoint's validation split
     skip_unknown: bool  # drop characters outside the vocabulary instead of refusing them
     dynamic: DynamicConfig | None  # also score by dynamic evaluation, with these settings
+    single_stream: bool = False  # read the text as one stream (the exact definition) instead of many
 
     @classmethod
     def check(cls, text: str | None, file: PathArg | None, skip_unknown: bool, dynamic: bool | DynamicConfig,
-              dynamic_lr: float | None, dynamic_decay: float | None, segment_len: int | None) -> Scoring:
+              dynamic_lr: float | None, dynamic_decay: float | None, segment_len: int | None,
+              single_stream: bool = False) -> Scoring:
         settings = dynamic_settings(dynamic, dynamic_lr, dynamic_decay, segment_len)
         checked(skip_unknown, bool, "skip_unknown")
+        checked(single_stream, bool, "single_stream")
         if text is not None:
             require_valid_text(checked(text, str, "text"), "{text}")
         path = _text_file(file, "file")
@@ -417,7 +420,7 @@ class Scoring:
         if skip_unknown and text is None and path is None:
             raise OptionConflict("{skip_unknown} goes with a text to score: the validation split holds only "
                                  "the model's own characters")
-        return cls(text, path, skip_unknown, settings)
+        return cls(text, path, skip_unknown, settings, single_stream)
 
 
 @dataclass(frozen=True)
@@ -525,16 +528,19 @@ class Model:
 
     def perplexity(self, text: str | None = None, *, file: PathArg | None = None, skip_unknown: bool = False,
                    dynamic: bool | DynamicConfig = False, dynamic_lr: float | None = None,
-                   dynamic_decay: float | None = None, segment_len: int | None = None) -> Perplexity:
+                   dynamic_decay: float | None = None, segment_len: int | None = None,
+                   single_stream: bool = False) -> Perplexity:
         """Score ``text``, the text of ``file``, or (with neither) the checkpoint's validation split.
 
-        The text is read as one stream with the state carried across chunks.
+        The text is read as many streams side by side, each after a warm-up of the text before it
+        (within 1e-4 nats/char of the exact score, :mod:`charrnn.models.evaluate`); ``single_stream``
+        reads it as one stream with the state carried across chunks, the exact definition.
         Characters outside the vocabulary are an error naming them, unless
         ``skip_unknown`` drops them. ``dynamic`` also scores by dynamic evaluation
         (a copy of the model adapts as it reads; the checkpoint never changes).
         """
         return self.score(Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay,
-                                        segment_len))
+                                        segment_len, single_stream))
 
     def score(self, request: Scoring) -> Perplexity:
         """The score of a checked request (see :meth:`perplexity`)."""
@@ -560,7 +566,7 @@ class Model:
                 raise CharrnnError(f"{exc}; give a text to score instead") from None
             source = f"validation split of {corpus['path']}"
         started = time.perf_counter()
-        score = evaluate(self.network, ids)
+        score = evaluate(self.network, ids, request.single_stream)
         adapted = None
         if request.dynamic is not None:
             from charrnn.analysis.dynamic import checkpoint_dynamic_score
@@ -592,9 +598,11 @@ class Model:
                               decoding.seed)
 
     def surprisal(self, text: str | None = None, *, file: PathArg | None = None, top: int = SURPRISAL_TOP,
-                  skip_unknown: bool = False, max_chars: int | None = None) -> Surprisal:
+                  skip_unknown: bool = False, max_chars: int | None = None,
+                  single_stream: bool = False) -> Surprisal:
         """The surprisal of each character of ``text`` (or ``file``) and the model's ``top`` guesses there;
-        the mean over the scored characters is :meth:`perplexity`'s nats/char on the same text.
+        the mean over the scored characters is :meth:`perplexity`'s nats/char on the same text, read the
+        same way (as many streams, or with ``single_stream`` as one).
 
         ``max_chars`` reads only the start of the text; ``skip_unknown`` drops characters outside the
         vocabulary (as :meth:`perplexity` does), which are otherwise refused here.
@@ -606,6 +614,7 @@ class Model:
         if max_chars is not None and checked(max_chars, int, "max_chars") < 2:
             raise ConfigError("must be at least 2 (the first character is never scored)", "max_chars")
         checked(skip_unknown, bool, "skip_unknown")
+        checked(single_stream, bool, "single_stream")
         whole = _one_text(text, file)
         whole = whole[:max_chars] if max_chars is not None else whole
         outside = self.vocab.outside(Counter(whole))
@@ -616,7 +625,7 @@ class Model:
         kept = len(whole) - sum(outside.values()) if skip_unknown else len(whole)
         if kept < 2:
             raise CharrnnError("need at least 2 characters to score (the first has no context)")
-        return Surprisal(self, whole, top, skip_unknown)
+        return Surprisal(self, whole, top, skip_unknown, single_stream)
 
     def look(self, request: Looking) -> Inspection:
         """The activations of a checked request (see :meth:`inspect`)."""
@@ -656,11 +665,13 @@ class Surprisal:
     text: str  # the text (at most max_chars of it)
     top: int  # how many guesses each row lists
     skip_unknown: bool  # characters outside the vocabulary are dropped instead of refused
+    single_stream: bool = False  # read as one stream (the exact definition) instead of many
 
     def __iter__(self) -> Iterator[Any]:
         from charrnn.analysis.surprisal import surprisals
 
-        return surprisals(self.model.network, self.model.vocab, self.text, self.top, self.skip_unknown)
+        return surprisals(self.model.network, self.model.vocab, self.text, self.top, self.skip_unknown,
+                          self.single_stream)
 
     def most_surprising(self, count: int) -> list[Any]:
         """The ``count`` most surprising characters, highest first, each with its context
@@ -745,9 +756,11 @@ def stream(checkpoint: PathArg, prime: str | None = None, length: int | None = N
 def perplexity(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None,
                skip_unknown: bool = False, dynamic: bool | DynamicConfig = False,
                dynamic_lr: float | None = None, dynamic_decay: float | None = None,
-               segment_len: int | None = None, device: str = "auto") -> Perplexity:
+               segment_len: int | None = None, single_stream: bool = False,
+               device: str = "auto") -> Perplexity:
     """``load(checkpoint, device).perplexity(...)``, every option checked before the checkpoint is read."""
-    request = Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay, segment_len)
+    request = Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay, segment_len,
+                            single_stream)
     return _load(checkpoint, device, "checkpoint").score(request)
 
 
@@ -802,8 +815,8 @@ class Comparison:
 def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_file: PathArg | None = None,
             length: int = COMPARE_LENGTH, text_file: PathArg | None = None, against: str | None = None,
             dynamic: bool | DynamicConfig = False, dynamic_lr: float | None = None,
-            dynamic_decay: float | None = None, segment_len: int | None = None, device: str = "cpu",
-            **sampling: Any) -> Comparison:
+            dynamic_decay: float | None = None, segment_len: int | None = None, single_stream: bool = False,
+            device: str = "cpu", **sampling: Any) -> Comparison:
     """Score every checkpoint and sample each with the same prime, seed and decoding settings.
 
     Scores are on each checkpoint's own validation split, or on ``text_file`` for
@@ -829,6 +842,7 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
     if decoding.seed is None and not decoding.deterministic:
         decoding = SampleConfig(**{**decoding.to_dict(), "seed": COMPARE_SEED})
     settings_dynamic = dynamic_settings(dynamic, dynamic_lr, dynamic_decay, segment_len)
+    checked(single_stream, bool, "single_stream")
     if against is not None and not isinstance(against, str | PathLike):
         raise ConfigTypeError(f"must be 'train' or a path, not {type(against).__name__}", "against")
     text_path = _text_file(text_file, "text_file")
@@ -839,7 +853,8 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
         _read_text(_text_file(against, "against"))
     settings = CompareSettings(prime=prime_text, sample=decoding, text=text,
                                text_name=None if text_path is None else str(text_path),
-                               against=None if against is None else str(against), dynamic=settings_dynamic)
+                               against=None if against is None else str(against), dynamic=settings_dynamic,
+                               single_stream=single_stream)
     resolved = [checkpoint_in(path, "best.pt") for path in paths]
     reports, note = compare_checkpoints(resolved, settings, resolve_device(_device(device)))
     return Comparison(reports, settings, note, resolved)
@@ -889,13 +904,14 @@ def evolution(run_dir: PathArg, **unused: Any) -> Evolution:
 
 def surprisal(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None,
               top: int = SURPRISAL_TOP, skip_unknown: bool = False, max_chars: int | None = None,
-              device: str = "cpu", **unused: Any) -> Surprisal:
+              single_stream: bool = False, device: str = "cpu", **unused: Any) -> Surprisal:
     """``load(checkpoint, device).surprisal(...)``. Settings of :func:`inspect` that look at one unit or
     rank units (``unit``, ``layer``, ``state``, ``rank``) do not apply and are refused."""
     if unused:
         raise OptionConflict(f"surprisal scores every character: {{{sorted(unused)[0]}}} does not apply")
     model = _load(checkpoint, device, "checkpoint")
-    return model.surprisal(text, file=file, top=top, skip_unknown=skip_unknown, max_chars=max_chars)
+    return model.surprisal(text, file=file, top=top, skip_unknown=skip_unknown, max_chars=max_chars,
+                           single_stream=single_stream)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,16 @@ CLIP_MODES: tuple[str, ...] = ("norm", "value")
 PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16")
 DEFAULT_EPOCHS = 10.0  # how long a run lasts when no stopping criterion is given
 DEFAULT_EVAL_EVERY = 1000  # steps between validation passes of a run without a time budget
+# How a text is scored (charrnn.models.evaluate; the measurements behind them: docs/performance.md,
+# "Scoring a text"): slices of EVAL_SLICE predicted characters, each read as its own stream after a
+# warm-up of the EVAL_WARMUP characters before it, EVAL_STREAMS of them at once.
+EVAL_SLICE = 2048
+EVAL_WARMUP = 256
+EVAL_STREAMS = 128
+# The validation split (docs/performance.md, "How much text is held out"): the tail val_frac of the corpus,
+# at most VAL_MAX_CHARS characters; evaluations during training score its first EVAL_SUBSET_CHARS.
+VAL_MAX_CHARS = 500_000
+EVAL_SUBSET_CHARS = 200_000
 INSPECT_FEATURES: tuple[str, ...] = ("quotes", "line-position", "indent")  # what inspect --rank tracks
 INSPECT_TOP = 10  # how many units inspect --rank lists unless told
 MAX_FORGET_BIAS = 1e3  # the gate is saturated far below this; beyond float32 it would overflow
@@ -205,6 +215,7 @@ class ModelConfig(_DictMixin):
 class TrainConfig(_DictMixin):
     out_dir: str  # run directory: last.pt, best.pt, metrics.jsonl, config.json
     val_frac: float = 0.1  # contiguous tail of the corpus held out for validation
+    val_max_chars: int | None = VAL_MAX_CHARS  # the most characters held out (None: the whole val_frac)
     batch_size: int = 16  # parallel BPTT streams (B)
     seq_len: int = 50  # characters per truncated-BPTT segment (T)
     learning_rate: float = 3e-3  # peak Adam learning rate
@@ -222,7 +233,8 @@ class TrainConfig(_DictMixin):
     save_epochs: list[int] = field(default_factory=list)  # keep a checkpoint at the end of these epochs
     eval_every: int | None = None  # steps between validation passes; None: see evaluation_interval
     eval_chars: int | None = None  # validation characters (from the split's start) that each evaluation
-    # during training scores (default: all); a run's end and its epoch checkpoints score the whole split
+    # during training scores (default: EVAL_SUBSET_CHARS); a run's end and its epoch checkpoints score the
+    # whole split
     save_every: int = 1000  # steps between writes of last.pt
     sample_every: int | None = None  # steps between samples recorded in samples.jsonl (and at every epoch
     # checkpoint); None: at epoch checkpoints only
@@ -240,7 +252,7 @@ class TrainConfig(_DictMixin):
         check_field_types(self)
         require(0.0 < self.val_frac < 1.0, "val_frac", "must be strictly between 0 and 1")
         require_at_least(self, 1, "batch_size", "seq_len", "eval_every", "save_every", "max_bad_steps",
-                         "max_steps", "sample_every", "sample_length", "eval_chars")
+                         "max_steps", "sample_every", "sample_length", "eval_chars", "val_max_chars")
         require(self.sample_temperature > 0, "sample_temperature", "must be positive")
         check_seed(self.sample_seed, "sample_seed")
         require_at_least(self, 0, "warmup_steps")

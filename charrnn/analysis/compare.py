@@ -38,6 +38,7 @@ class CompareSettings:
     text_name: str | None = None  # where ``text`` came from, for the report
     against: str | None = None  # memorisation reference: TRAINING_SPLIT, a file's path, or None for none
     dynamic: DynamicConfig | None = None  # also score by dynamic evaluation, with these settings
+    single_stream: bool = False  # score as one stream (the exact definition) instead of many
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def _score(loaded: LoadedModel, settings: CompareSettings
     """
     try:
         ids = _scored_ids(loaded, settings)
-        return evaluate(loaded.model, ids).to_dict(), None, ids
+        return evaluate(loaded.model, ids, settings.single_stream).to_dict(), None, ids
     except CharrnnError as exc:
         if settings.text is not None:
             raise

@@ -1,11 +1,11 @@
 """Per-character surprisal: where, and how much, the model is surprised (textbook notes §7, exercise 7.5).
 
 The surprisal of character *i* is −ln p(xᵢ | x₀ … xᵢ₋₁) in nats. It is computed the
-way :func:`charrnn.models.evaluate.total_nll` scores a text: one stream, chunks of
-``EVAL_CHUNK`` characters, the recurrent state carried from chunk to chunk. So the
-first character, which has no context, is not scored, and the mean surprisal of
-the scored characters is ``eval-perplexity``'s nats/char on the same text. Rows
-are produced chunk by chunk, so a long text streams in bounded memory.
+way :mod:`charrnn.models.evaluate` scores a text: as many streams, each read after a
+warm-up (or, with ``single_stream``, as one stream). So the first character, which
+has no context, is not scored, and the mean surprisal of the scored characters is
+``eval-perplexity``'s nats/char on the same text, read the same way. Rows are
+produced one batch of streams at a time, so a long text streams in bounded memory.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from charrnn.data.vocab import Vocab
-from charrnn.models.devices import EVAL_CHUNK
+from charrnn.models.evaluate import scored_chunks, stream_layout
 from charrnn.models.model import CharRNN
 from charrnn.utils.terminal import visible_char
 
@@ -65,7 +65,7 @@ def scored_positions(text: str, vocab: Vocab, skip_unknown: bool) -> range | lis
 
 @torch.no_grad()
 def surprisals(model: CharRNN, vocab: Vocab, text: str, top_k: int, skip_unknown: bool = False,
-               chunk_len: int = EVAL_CHUNK) -> Iterator[CharSurprisal]:
+               single_stream: bool = False) -> Iterator[CharSurprisal]:
     """Every character of ``text`` after the first read (see the module docstring), in order.
 
     With ``skip_unknown``, characters outside the vocabulary are dropped first, as
@@ -74,27 +74,34 @@ def surprisals(model: CharRNN, vocab: Vocab, text: str, top_k: int, skip_unknown
     """
     ids = vocab.encode(text, skip_unknown=skip_unknown).long()
     positions = scored_positions(text, vocab, skip_unknown)
+    if len(ids) < 2:
+        return
+    layout = stream_layout(model, len(ids), single_stream)
     was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
     chars = vocab.chars
     top_k = min(top_k, len(vocab))
-    state = None
     try:
-        for start in range(0, len(ids) - 1, chunk_len):
-            end = min(start + chunk_len, len(ids) - 1)
-            inputs = ids[start:end].to(device).unsqueeze(0)  # (1, T)
-            targets = ids[start + 1 : end + 1].to(device)  # (T,)
-            logits, state = model(inputs, state)  # (1, T, V)
-            log_probs = F.log_softmax(logits[0].float(), dim=-1)  # (T, V)
-            nats = (-log_probs.gather(1, targets.unsqueeze(1))).squeeze(1).tolist()
-            best_log_probs, best_ids = torch.topk(log_probs, top_k, dim=-1)  # (T, K)
-            best = zip(best_ids.tolist(), best_log_probs.exp().tolist(), strict=True)
-            for offset, (surprise, (guess_ids, guess_probs)) in enumerate(zip(nats, best, strict=True)):
-                index = positions[start + offset + 1]
+        for batch in layout.batches():
+            # A batch's streams cover a stretch of the text side by side: its rows are gathered, then
+            # told in the text's order.
+            scored: list[tuple[torch.Tensor, ...]] = []
+            for chunk in scored_chunks(model, ids, layout, batch):
+                log_probs = F.log_softmax(chunk.logits.float(), dim=-1)  # (b, T, V)
+                nats = -log_probs.gather(2, chunk.targets.unsqueeze(2)).squeeze(2)  # (b, T)
+                best_log_probs, best_ids = torch.topk(log_probs, top_k, dim=-1)  # (b, T, K)
+                kept = chunk.positions >= 0
+                scored.append((chunk.positions[kept], nats[kept], best_ids[kept], best_log_probs[kept].exp()))
+            where, nats, guess_ids, guess_probs = (torch.cat(parts).cpu()
+                                                   for parts in zip(*scored, strict=True))
+            order = torch.argsort(where)
+            for target, surprise, guesses, probabilities in zip(
+                    where[order].tolist(), nats[order].tolist(), guess_ids[order].tolist(),
+                    guess_probs[order].tolist(), strict=True):
+                index = positions[target]
                 yield CharSurprisal(index, text[index], surprise,
                                     tuple((chars[guess], probability)
-                                          for guess, probability in zip(guess_ids, guess_probs, strict=True)))
+                                          for guess, probability in zip(guesses, probabilities, strict=True)))
     finally:
         model.train(was_training)
 

@@ -28,7 +28,7 @@ from charrnn.data.corpus import CorpusInfo
 from charrnn.errors import CharrnnError
 from charrnn.models.devices import resolve_precision
 from charrnn.models.model import CharRNN
-from charrnn.training.loop import StepReport, TrainObserver, TrainResult
+from charrnn.training.loop import StepReport, TrainObserver, TrainResult, partial_eval_chars
 from charrnn.training.plan import TrainingPlan
 from charrnn.training.rundir import EvaluationRecord
 from charrnn.training.samples import SampleRecord
@@ -128,7 +128,7 @@ class ProgressBar(TrainObserver):
         self.first_step = first_step
         rows = {
             "corpus": f"{corpus.path} ({corpus.chars:,} chars, vocabulary {model_config.vocab_size})",
-            "split": f"{corpus.split_point:,} train / {corpus.chars - corpus.split_point:,} validation",
+            "split": describe_split(corpus.chars, corpus.split_point, corpus.val_frac),
             "model": describe_model(model_config.to_dict()),
             "parameters": f"{parameters:,}{frozen_note}",
             "batches": f"{config.batch_size} streams × {config.seq_len} chars, "
@@ -142,9 +142,7 @@ class ProgressBar(TrainObserver):
                 config.max_steps and f"{config.max_steps:,} steps",
                 config.time_budget and f"{config.time_budget:g} s",
             ])),
-            "validation": f"every {config.evaluation_interval:,} steps and at the end"
-                          if config.evaluation_interval
-                          else "at the end, and during a budget long enough to pay for it",
+            "validation": describe_evaluations(config, corpus.chars - corpus.split_point - 1),
             "epoch checkpoints": ", ".join(map(str, config.save_epochs)) or "none",
             "device": f"{config.device}, {describe_precision(config, model_config)}",
             "seed": str(config.seed),
@@ -477,6 +475,24 @@ def regularisation(model: dict[str, Any]) -> str:
     return ", ".join(words)
 
 
+def describe_split(chars: int, split_point: int, val_frac: float) -> str:
+    """"1,003,854 train / 111,540 validation (the last 10%)", or what the cap held out."""
+    held_out = chars - split_point
+    share = f"the last {val_frac:.0%}" if held_out >= int(chars * val_frac) else \
+        f"the last {held_out:,} characters: {val_frac:.0%}, capped"
+    return f"{split_point:,} train / {held_out:,} validation ({share})"
+
+
+def describe_evaluations(config: TrainConfig, val_chars: int) -> str:
+    """When the run evaluates, and what each evaluation scores."""
+    subset = partial_eval_chars(config, val_chars)
+    scored = f" on the first {subset:,} validation chars" if subset else ""
+    end = ", on the whole split at the end" if subset else " and at the end"
+    if config.evaluation_interval:
+        return f"every {config.evaluation_interval:,} steps{scored}{end}"
+    return f"at the end, and during a budget long enough to pay for it{scored}"
+
+
 def _part_scored(result: dict[str, Any] | None, corpus: dict[str, Any] | None) -> str:
     """", on the first N validation chars" for a score of only the validation split's start (an evaluation
     during a long budget's training), else nothing."""
@@ -504,6 +520,8 @@ def info_table(name: str, facts: dict[str, Any]) -> Table:
         "corpus": "not recorded" if corpus is None else
                   f"{corpus['path']} ({corpus['chars']:,} chars, {corpus['status']})",
         "corpus sha256": "n/a" if corpus is None else corpus["sha256"],
+        **({"split": describe_split(corpus["chars"], corpus["split_point"], corpus["val_frac"])}
+           if corpus else {}),
         **({"latest validation": f"{latest['nats_per_char']:.4f} nats/char at step {latest['step']:,}"
                                  f"{_part_scored(latest, corpus)}"} if latest else {}),
         "resumable": "yes" if facts["resumable"] else "no (weights only)",

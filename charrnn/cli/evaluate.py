@@ -14,6 +14,7 @@ from charrnn.cli.options import (
     option,
     option_namer,
     sampling_options,
+    single_stream_option,
 )
 from charrnn.cli.output import message, out, print_json, say_checkpoint, show, write_file
 from charrnn.config import COMPARE_LENGTH, COMPARE_SEED
@@ -25,14 +26,16 @@ from charrnn.config import COMPARE_LENGTH, COMPARE_SEED
 @json_option()
 @option("--skip-unknown", is_flag=True, group="scoring",
         help="Drop characters outside the vocabulary and score the rest.")
+@single_stream_option()
 @dynamic_options
 @device_option("auto")
 def eval_perplexity_command(checkpoint: str, text_file: str | None, as_json: bool, device: str,
                             **scoring: Any) -> None:
     """Score TEXT_FILE (default: the checkpoint's own validation split) under CHECKPOINT.
 
-    Reports nats/char, bits/char and perplexity over the whole text, read as one
-    stream with the state carried across chunks. With --dynamic, also the score
+    Reports nats/char, bits/char and perplexity over the whole text, read as many
+    streams side by side, each after a warm-up of the text before it (--single-stream:
+    as one stream, the state carried throughout). With --dynamic, also the score
     of dynamic evaluation, which adapts a copy of the model to the text as it
     reads it (the checkpoint is never changed).
 
@@ -64,6 +67,7 @@ def eval_perplexity_command(checkpoint: str, text_file: str | None, as_json: boo
 @option("--against", default=None, group="scoring", metavar="train|FILE",
         help="Measure how much of each sample is copied and how much is spelled right, against each "
              "checkpoint's own training split (train) or FILE.")
+@single_stream_option()
 @dynamic_options
 @json_option("Print a JSON list, one object per checkpoint.")
 @option("--markdown", "markdown_file", type=click.Path(), default=None, group="output",

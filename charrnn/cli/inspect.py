@@ -6,7 +6,14 @@ from typing import Any
 
 import click
 
-from charrnn.cli.options import GroupedCommand, config_option, device_option, json_option, option
+from charrnn.cli.options import (
+    GroupedCommand,
+    config_option,
+    device_option,
+    json_option,
+    option,
+    single_stream_option,
+)
 from charrnn.cli.output import print_json, say_checkpoint, show, write_file
 from charrnn.config import INSPECT_FEATURES, INSPECT_TOP, InspectConfig
 from charrnn.utils.files import json_text
@@ -57,6 +64,7 @@ def info_command(checkpoint: str, as_json: bool) -> None:
         help="List the K most surprising characters in their context (implies --surprisal).")
 @option("--skip-unknown", is_flag=True, group="surprisal",
         help="Drop characters outside the vocabulary, as eval-perplexity --skip-unknown does.")
+@single_stream_option("surprisal")
 @option("--html", "html_file", type=click.Path(), default=None, group="output",
         help="Also write the coloured text as a standalone HTML page (with --surprisal, each character's "
              "scores on hover).")
@@ -66,7 +74,7 @@ def info_command(checkpoint: str, as_json: bool) -> None:
 @click.pass_context
 def inspect_command(ctx: click.Context, checkpoint: str, text_file: str, html_file: str | None, device: str,
                     as_json: bool, surprisal: bool, most_surprising: int | None, skip_unknown: bool,
-                    **looking: Any) -> None:
+                    single_stream: bool, **looking: Any) -> None:
     """Colour TEXT_FILE by one unit's activation, rank units by a feature of the text, or show where
     the model is surprised.
 
@@ -87,16 +95,17 @@ def inspect_command(ctx: click.Context, checkpoint: str, text_file: str, html_fi
 
     if html_file is not None:
         check_output(html_file, "html_file", {"checkpoint": checkpoint, "text_file": text_file})
-    if skip_unknown and not (surprisal or most_surprising is not None):
+    if (skip_unknown or single_stream) and not (surprisal or most_surprising is not None):
         from charrnn.errors import OptionConflict
 
-        raise OptionConflict("{skip_unknown} drops characters from the text --surprisal scores: it goes with "
-                             "--surprisal or --most-surprising")
+        flag = "{skip_unknown} drops characters from" if skip_unknown else "{single_stream} sets how it reads"
+        raise OptionConflict(f"{flag} the text --surprisal scores: it goes with --surprisal or "
+                             f"--most-surprising")
     if surprisal or most_surprising is not None:
         given = {key: value for key, value in looking.items()
                  if ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
         show_surprisal(checkpoint, text_file, html_file, device, as_json, most_surprising,
-                       {**given, "skip_unknown": skip_unknown})
+                       {**given, "skip_unknown": skip_unknown, "single_stream": single_stream})
         return
     seen = inspect(checkpoint, file=text_file, device=device, **looking)
     say_checkpoint(checkpoint, seen.checkpoint)

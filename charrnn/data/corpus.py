@@ -52,13 +52,15 @@ def read_corpus(path: Path) -> str:
     return text
 
 
-def split_point(num_chars: int, val_frac: float) -> int:
-    """Index of the first validation character: the tail ``val_frac`` is held out.
+def split_point(num_chars: int, val_frac: float, val_max_chars: int | None = None) -> int:
+    """Index of the first validation character: the tail ``val_frac`` is held out, at most
+    ``val_max_chars`` characters of it.
 
     ``int(n * (1 - val_frac))`` reproduces nanoGPT's split exactly: for tiny
     Shakespeare and 0.1, 1,003,854 training and 111,540 validation characters.
     """
-    return int(num_chars * (1.0 - val_frac))
+    point = int(num_chars * (1.0 - val_frac))
+    return point if val_max_chars is None else max(point, num_chars - val_max_chars)
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ class CorpusInfo:
     chars: int  # total characters
     sha256: str  # hash of the UTF-8 text, to recognise the same corpus later
     val_frac: float  # validation fraction used for the split
-    split_point: int  # index of the first validation character
+    split_point: int  # index of the first validation character (val_frac, up to TrainConfig.val_max_chars)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -93,14 +95,16 @@ class EncodedCorpus:
 
 def encode_corpus(
     path: Path, name: str, val_frac: float, vocab: Vocab | None = None, extend_vocab: bool = False,
-    expected_sha256: str | None = None,
+    expected_sha256: str | None = None, val_max_chars: int | None = None, split_at: int | None = None,
 ) -> EncodedCorpus:
     """Encode a corpus (through the id cache, see :mod:`charrnn.data.cache`), recording the split.
 
     The vocabulary is the corpus's own unless one is given (fine-tuning, resuming).
     With a given vocabulary, a character outside it is an error that names it, unless
     ``extend_vocab``, which appends such characters (existing ids never move). With
-    ``expected_sha256`` (resuming), any other text is refused before it is encoded.
+    ``expected_sha256`` (resuming), any other text is refused before it is encoded. The split is
+    the tail ``val_frac``, at most ``val_max_chars`` characters, unless ``split_at`` (resuming: the
+    run's own split point) gives it.
     """
     scan = scan_corpus(path)
     if expected_sha256 is not None and scan.sha256 != expected_sha256:
@@ -111,7 +115,7 @@ def encode_corpus(
         vocab = vocab.extended(scan.vocab().chars)
     ids = cached_ids(scan, vocab)
     info = CorpusInfo(str(path.resolve()), name, scan.chars, scan.sha256, val_frac,
-                      split_point(scan.chars, val_frac))
+                      split_point(scan.chars, val_frac, val_max_chars) if split_at is None else split_at)
     return EncodedCorpus(vocab, ids, info)
 
 

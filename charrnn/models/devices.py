@@ -10,7 +10,9 @@ from charrnn.models.model import parameter_count
 from charrnn.utils.hardware import available_host_memory, cpu_has_native_bf16
 
 TRAINING_BYTES_PER_PARAMETER = 16  # float32 weights, gradients and Adam's two moments
-EVAL_CHUNK = 4096  # characters per chunk of an evaluation pass (charrnn.models.evaluate)
+EVAL_CHUNK = 4096  # most time steps in one forward call of an evaluation pass (charrnn.models.evaluate)
+EVAL_CALL_CHARS = 2**14  # most characters (batch × steps) in one forward call of an evaluation
+EVAL_LOGITS = 2**22  # most logits (characters × vocabulary) one forward call of an evaluation produces
 
 
 def resolve_device(name: str) -> str:
@@ -78,8 +80,7 @@ def check_generation_fits(rows: int, length: int, model_config: ModelConfig, dev
                            names_options=True)
 
 
-def training_bytes(model_config: ModelConfig, batch_size: int, seq_len: int,
-                   eval_chunk: int = EVAL_CHUNK) -> tuple[int, int]:
+def training_bytes(model_config: ModelConfig, batch_size: int, seq_len: int) -> tuple[int, int]:
     """Roughly the memory a training run needs at its peak: (weights, gradients and Adam's moments;
     one step's activations, or an evaluation chunk's logits if larger).
 
@@ -91,7 +92,9 @@ def training_bytes(model_config: ModelConfig, batch_size: int, seq_len: int,
     step = 4 * characters * (3 * model_config.vocab_size
                              + 10 * model_config.num_layers * model_config.hidden_size
                              + 2 * model_config.embed_size)
-    evaluation = 4 * eval_chunk * (2 * model_config.vocab_size + 4 * model_config.hidden_size)
+    # An evaluation's forward call: its logits with their log-softmax, and per character the states.
+    chars = max(1, min(EVAL_CALL_CHARS, EVAL_LOGITS // model_config.vocab_size))
+    evaluation = 4 * chars * (2 * model_config.vocab_size + 4 * model_config.hidden_size)
     return parameter_count(model_config) * TRAINING_BYTES_PER_PARAMETER, max(step, evaluation)
 
 

@@ -39,10 +39,10 @@ from charrnn.data.corpus import CorpusInfo, StreamBatches
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
 from charrnn.models.devices import check_model_fits
-from charrnn.models.evaluate import evaluate
+from charrnn.models.evaluate import scoring_seconds
 from charrnn.models.model import parameter_count
 from charrnn.training.distributed import SingleProcess
-from charrnn.training.loop import BUDGET_EVALUATION_SHARE, CALIBRATION_CHARS, SAVE_BYTES_PER_S, BudgetEnd
+from charrnn.training.loop import BUDGET_EVALUATION_SHARE, SAVE_BYTES_PER_S, BudgetEnd
 from charrnn.training.request import split_options
 from charrnn.training.rundir import checkpoint_bytes
 
@@ -57,7 +57,7 @@ class Speed:
     """How fast this machine runs one shape."""
 
     train_chars_per_s: float  # training characters per second, optimiser and average included
-    eval_chars_per_s: float  # validation characters scored per second (one stream, as every evaluation)
+    eval_chars_per_s: float  # validation characters scored per second (as every evaluation scores them)
 
 
 @dataclass(frozen=True)
@@ -226,9 +226,8 @@ def measure_speed(model_config: ModelConfig, config: TrainConfig, vocab: Vocab, 
         chars += run.train_step(config.learning_rate)[1]
         steps += 1
     trained = clock()
-    sample = val_ids[: CALIBRATION_CHARS + 1]
-    evaluate(run.model, sample)
-    return Speed(chars / max(trained - started, 1e-9), (len(sample) - 1) / max(clock() - trained, 1e-9))
+    scoring_s = scoring_seconds(run.model, val_ids, clock)
+    return Speed(chars / max(trained - started, 1e-9), (len(val_ids) - 1) / max(scoring_s, 1e-9))
 
 
 def plan_budget(seconds: float, precision: str, given: dict[str, Any], config: TrainConfig, vocab: Vocab,

@@ -23,12 +23,12 @@ from typing import Any
 
 import torch
 
-from charrnn.config import ModelConfig, TrainConfig
+from charrnn.config import EVAL_SUBSET_CHARS, ModelConfig, TrainConfig
 from charrnn.data.corpus import CorpusInfo, Split, StreamBatches, split_ids
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError, TrainingInterrupted, escape
 from charrnn.models.devices import check_model_fits
-from charrnn.models.evaluate import EvalResult, evaluate, evaluate_with_prefix
+from charrnn.models.evaluate import EvalResult, evaluate, evaluate_with_prefix, scoring_seconds
 from charrnn.training.checkpoint import load_checkpoint
 from charrnn.training.distributed import SingleProcess
 from charrnn.training.observer import StepReport, TrainObserver
@@ -353,7 +353,6 @@ class Scores:
     subset: EvalResult  # on the evaluation subset (the same as reported when that is all that was scored)
 
 
-CALIBRATION_CHARS = 2048  # validation characters timed to predict the final evaluation's cost
 CALIBRATION_SAMPLE = 32  # characters of a recorded sample timed to predict a whole sample's cost
 SAVE_BYTES_PER_S = 100e6  # a conservative disk: what writing (and fsyncing) a checkpoint costs
 FINAL_WORK_MARGIN = 1.25  # the estimate's safety factor
@@ -406,15 +405,12 @@ class BudgetEnd:
 
 
 def final_work_seconds(run: TrainingRun, val_ids: torch.Tensor, clock: Callable[[], float]) -> BudgetEnd:
-    """What a time-budgeted run's evaluations cost, timed on the validation split's first characters
-    and scaled up, with the saves of best.pt and last.pt and a recorded sample when the run records
-    them (timed on a few characters)."""
-    sample = val_ids[: CALIBRATION_CHARS + 1]
-    if len(sample) < 2:
+    """What a time-budgeted run's evaluations cost (:func:`~charrnn.models.evaluate.scoring_seconds`),
+    with the saves of best.pt and last.pt and a recorded sample when the run records them (timed on a
+    few characters)."""
+    if len(val_ids) < 2:
         return BudgetEnd(0.0, 1, 0)
-    started = clock()
-    evaluate(run.model, sample)
-    per_char = (clock() - started) / (len(sample) - 1)
+    pass_s = scoring_seconds(run.model, val_ids, clock)
     parameters = sum(p.numel() for p in run.model.parameters())
     saving = 2 * checkpoint_bytes(parameters, averaging=run.average is not None) / SAVE_BYTES_PER_S
     sampling = 0.0
@@ -423,16 +419,16 @@ def final_work_seconds(run: TrainingRun, val_ids: torch.Tensor, clock: Callable[
         draw_sample(run.model, run.vocab, dataclasses.replace(run.config, sample_length=CALIBRATION_SAMPLE),
                     0, 0.0, 0.0, None)
         sampling = (clock() - started) * run.config.sample_length / CALIBRATION_SAMPLE
-    return BudgetEnd(per_char * (len(val_ids) - 1), 2 if run.average is not None else 1, len(val_ids) - 1,
+    return BudgetEnd(pass_s, 2 if run.average is not None else 1, len(val_ids) - 1,
                      saving + sampling)
 
 
 def partial_eval_chars(config: TrainConfig, val_chars: int) -> int | None:
     """The validation characters an evaluation during training scores when that is only the split's
-    start (TrainConfig.eval_chars below its ``val_chars``); None when it is all of it."""
-    if config.eval_chars is not None and config.eval_chars < val_chars:
-        return config.eval_chars
-    return None
+    start (TrainConfig.eval_chars, by default EVAL_SUBSET_CHARS, below its ``val_chars``); None when it
+    is all of it."""
+    subset = EVAL_SUBSET_CHARS if config.eval_chars is None else config.eval_chars
+    return subset if subset < val_chars else None
 
 
 def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: SingleProcess,
@@ -452,17 +448,18 @@ def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: SingleProce
     if config.eval_every is None:
         points = end.evaluation_points(budget)
         chars = end.evaluations(budget)[1]
-        if points and config.eval_chars is None and chars is not None:
+        if points and config.eval_chars is None and chars is not None and chars < EVAL_SUBSET_CHARS:
             config = dataclasses.replace(config, eval_chars=chars)
             run.config = config
-    partial = partial_eval_chars(config, end.val_chars) is not None
+    subset = partial_eval_chars(config, end.val_chars)
+    partial = subset is not None
     reserve = end.reserve_s(rescoring=partial and (bool(points) or config.eval_every is not None)) + finish_s
     messages = [f"{{time_budget}} {budget:g} s: training stops about {reserve:.1f} s before the end, to "
                 f"evaluate and save inside it"]
     if points:
-        scored = f"the first {config.eval_chars:,} validation characters" if partial else \
+        scored = f"the first {subset:,} validation characters" if subset else \
             "the whole validation split"
-        cost = end.passes * pass_s * (config.eval_chars / end.val_chars if partial else 1.0)
+        cost = end.passes * pass_s * (subset / end.val_chars if subset else 1.0)
         each = f"about {cost:.1f} s" if cost >= 0.05 else "under 0.1 s"
         messages.append(f"{{time_budget}} {budget:g} s: {len(points)} evaluations during training, evenly "
                         f"through it ({scored}, {each} each); best.pt keeps the best weights seen"

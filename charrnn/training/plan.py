@@ -114,7 +114,7 @@ def plan_training(request: TrainingRequest, group: SingleProcess | None = None,
     refuse_replacing_inputs(Path(config.out_dir), {"corpus": request.corpus, "init_from": request.init_from
                                                    and checkpoint_in(request.init_from, "best.pt")})
     if request.init_from is None:
-        encoded = encode_corpus(request.corpus, name, config.val_frac)
+        encoded = encode_corpus(request.corpus, name, config.val_frac, val_max_chars=config.val_max_chars)
         budget = None
         if config.time_budget is not None:
             # What the caller needs after training is, like what went before it, not there to train.
@@ -128,7 +128,8 @@ def plan_training(request: TrainingRequest, group: SingleProcess | None = None,
                             overwrite=request.overwrite, budget=budget)
     source = load_model(checkpoint_in(request.init_from, "best.pt"))
     try:
-        encoded = encode_corpus(request.corpus, name, config.val_frac, source.vocab, request.extend_vocab)
+        encoded = encode_corpus(request.corpus, name, config.val_frac, source.vocab, request.extend_vocab,
+                                val_max_chars=config.val_max_chars)
     except UnknownCharactersError as exc:
         raise CharrnnError(f"{escape(str(request.corpus))}: {escape(str(exc))}; pass {{extend_vocab}} to add "
                            f"them",
@@ -227,8 +228,10 @@ def _plan_resume(request: TrainingRequest, model_options: dict[str, Any],
     # The ids always come from the checkpoint's own vocabulary (a fine-tuned run's may differ
     # from the corpus's), and the corpus must be the very text the run was trained on.
     vocab = Vocab.from_list(payload["vocab"])
+    # The run keeps the split it was trained with, whatever the rule for new runs has become.
     encoded = encode_corpus(request.corpus or Path(saved_corpus["path"]), saved_corpus["name"],
-                            config.val_frac, vocab, expected_sha256=saved_corpus["sha256"])
+                            config.val_frac, vocab, expected_sha256=saved_corpus["sha256"],
+                            split_at=saved_corpus["split_point"])
     return TrainingPlan(
         model_config, config, vocab, encoded.ids, encoded.info, resume_from=payload,
         resume=ResumeFacts(checkpoint, payload["step"], payload["progress_epochs"], changes, target.branch),

@@ -15,22 +15,24 @@ from charrnn.analysis.surprisal import surprisals
 from charrnn.cli.main import cli
 from charrnn.errors import CharrnnError, OptionConflict
 
-TEXT = SMALL_TEXT[:6000]  # longer than one evaluation chunk (4,096 characters)
+TEXT = SMALL_TEXT[:6000]  # three slices of an evaluation's streams (2,048 characters each)
 
 
-def test_the_mean_surprisal_is_eval_perplexitys_nats_per_char(tiny_checkpoint):
-    rows = list(charrnn.surprisal(tiny_checkpoint, TEXT))
+@pytest.mark.parametrize("single_stream", [False, True])
+def test_the_mean_surprisal_is_eval_perplexitys_nats_per_char(tiny_checkpoint, single_stream):
+    rows = list(charrnn.surprisal(tiny_checkpoint, TEXT, single_stream=single_stream))
     assert [row.index for row in rows] == list(range(1, len(TEXT)))  # the first character has no context
     mean = math.fsum(row.nats for row in rows) / len(rows)
-    assert mean == pytest.approx(charrnn.perplexity(tiny_checkpoint, TEXT).nats_per_char, abs=1e-4)
+    scored = charrnn.perplexity(tiny_checkpoint, TEXT, single_stream=single_stream).nats_per_char
+    assert mean == pytest.approx(scored, abs=1e-6)
 
 
-def test_chunks_carry_the_state_so_their_size_changes_nothing(tiny_checkpoint):
+def test_many_streams_and_one_agree_character_by_character_past_the_warm_up(tiny_checkpoint):
     model = charrnn.load(tiny_checkpoint)
-    whole = list(surprisals(model.network, model.vocab, TEXT[:500], 3, chunk_len=4096))
-    chunked = list(surprisals(model.network, model.vocab, TEXT[:500], 3, chunk_len=7))
-    assert [row.index for row in whole] == [row.index for row in chunked]
-    assert all(a.nats == pytest.approx(b.nats, abs=1e-5) for a, b in zip(whole, chunked, strict=True))
+    many = list(surprisals(model.network, model.vocab, TEXT, 3))
+    one = list(surprisals(model.network, model.vocab, TEXT, 3, single_stream=True))
+    assert [row.index for row in many] == [row.index for row in one]
+    assert all(a.nats == pytest.approx(b.nats, abs=1e-4) for a, b in zip(many, one, strict=True))
 
 
 def test_each_row_lists_the_models_guesses_most_likely_first(tiny_checkpoint):

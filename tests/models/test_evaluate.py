@@ -3,9 +3,17 @@ import math
 import pytest
 import torch
 
-from charrnn.config import ModelConfig
+from charrnn.config import EVAL_SLICE, EVAL_WARMUP, ModelConfig
 from charrnn.errors import CharrnnError
-from charrnn.models.evaluate import evaluate
+from charrnn.models import evaluate as evaluation
+from charrnn.models.evaluate import (
+    StreamLayout,
+    evaluate,
+    evaluate_with_prefix,
+    layout_nll,
+    scoring_seconds,
+    stream_layout,
+)
 from charrnn.models.model import CharRNN
 
 
@@ -15,29 +23,99 @@ def toy_model() -> CharRNN:
     return CharRNN(ModelConfig(vocab_size=4, cell="gru", num_layers=2, hidden_size=5, embed_size=3))
 
 
-def test_perplexity_is_exp_of_mean_nll_computed_by_hand(toy_model):
-    ids = torch.tensor([0, 1, 2, 3, 3, 2, 1, 0, 0, 2, 1])
+def nll_by_hand(model: CharRNN, ids: torch.Tensor, first: int, last: int, context_from: int) -> list[float]:
+    """−ln p of ids[first..last] (inclusive), each predicted from ids[context_from:t] read from zeros."""
     nlls = []
     with torch.no_grad():
-        for t in range(1, len(ids)):
-            logits, _ = toy_model(ids[:t].unsqueeze(0))  # re-read the prefix from scratch
+        for t in range(first, last + 1):
+            logits, _ = model(ids[context_from:t].unsqueeze(0))
             probs = torch.softmax(logits[0, -1].double(), dim=-1)
             nlls.append(-math.log(probs[ids[t]].item()))
-    mean = sum(nlls) / len(nlls)
-    result = evaluate(toy_model, ids, chunk_len=3)  # state carried across 4 chunks
+    return nlls
+
+
+def test_one_stream_is_exp_of_mean_nll_computed_by_hand(toy_model, monkeypatch):
+    monkeypatch.setattr(evaluation, "EVAL_CHUNK", 3)  # the state carried across 4 chunks
+    ids = torch.tensor([0, 1, 2, 3, 3, 2, 1, 0, 0, 2, 1])
+    mean = sum(nll_by_hand(toy_model, ids, 1, 10, 0)) / 10
+    result = evaluate(toy_model, ids, single_stream=True)
     assert result.chars == 10
     assert result.nats_per_char == pytest.approx(mean, rel=1e-6)
     assert result.perplexity == pytest.approx(math.exp(mean), rel=1e-6)
     assert result.bits_per_char == pytest.approx(mean / math.log(2), rel=1e-6)
 
 
-def test_chunking_does_not_change_the_result(toy_model):
-    ids = torch.randint(0, 4, (500,))
-    whole = evaluate(toy_model, ids, chunk_len=10_000)
-    for chunk_len in (1, 7, 128):
-        assert evaluate(toy_model, ids, chunk_len=chunk_len).nats_per_char == pytest.approx(
-            whole.nats_per_char, rel=1e-6
-        )
+def test_many_streams_score_each_slice_after_its_warm_up_computed_by_hand(toy_model, monkeypatch):
+    # 20 predicted characters in slices of 6 (the last of 2), each read after 3 characters of warm-up
+    # (the first from the text's start), two streams at a time, in chunks of 2 steps.
+    monkeypatch.setattr(evaluation, "EVAL_CHUNK", 2)
+    torch.manual_seed(0)
+    ids = torch.randint(0, 4, (21,))
+    layout = StreamLayout(scored=20, slice_chars=6, warmup=3, streams_at_once=2)
+    assert layout.streams == 4 and [list(batch) for batch in layout.batches()] == [[0, 1], [2, 3]]
+    assert layout.positions == 20 + 3 * 3
+    expected = nll_by_hand(toy_model, ids, 1, 6, 0)
+    for first in (7, 13, 19):
+        expected += nll_by_hand(toy_model, ids, first, min(first + 5, 20), first - 1 - 3)
+    (prefix_total, prefix_chars), (total, chars) = layout_nll(toy_model, ids, layout, prefix=8)
+    assert chars == 20 and total == pytest.approx(sum(expected), rel=1e-6)
+    assert prefix_chars == 8 and prefix_total == pytest.approx(sum(expected[:8]), rel=1e-6)
+
+
+def test_a_text_within_one_slice_scores_as_one_stream(toy_model):
+    ids = torch.randint(0, 4, (EVAL_SLICE + 1,))
+    assert stream_layout(toy_model, len(ids)).streams == 1
+    assert evaluate(toy_model, ids).nats_per_char == pytest.approx(
+        evaluate(toy_model, ids, single_stream=True).nats_per_char, rel=1e-6)
+
+
+def test_many_streams_land_close_to_one_stream_and_chunking_changes_nothing(toy_model, monkeypatch):
+    torch.manual_seed(1)
+    ids = torch.randint(0, 4, (5 * EVAL_SLICE + 100,))
+    many, one = evaluate(toy_model, ids), evaluate(toy_model, ids, single_stream=True)
+    assert many.chars == one.chars == len(ids) - 1
+    assert abs(many.nats_per_char - one.nats_per_char) < 1e-6  # an untrained model forgets in a few steps
+    monkeypatch.setattr(evaluation, "EVAL_CHUNK", 7)
+    assert evaluate(toy_model, ids).nats_per_char == pytest.approx(many.nats_per_char, rel=1e-6)
+    assert evaluate(toy_model, ids, single_stream=True).nats_per_char == pytest.approx(one.nats_per_char,
+                                                                                       rel=1e-6)
+
+
+def test_a_prefix_scores_as_the_prefix_alone(toy_model):
+    torch.manual_seed(2)
+    ids = torch.randint(0, 4, (3 * EVAL_SLICE + 50,))
+    for prefix in (1, 100, EVAL_SLICE, EVAL_SLICE + 1, 2 * EVAL_SLICE + 7, len(ids) - 1, 10**9):
+        start, whole = evaluate_with_prefix(toy_model, ids, prefix)
+        alone = evaluate(toy_model, ids[: min(prefix, len(ids) - 1) + 1])
+        assert start.chars == alone.chars
+        assert start.nats_per_char == pytest.approx(alone.nats_per_char, rel=1e-6)
+        assert whole == evaluate(toy_model, ids)
+
+
+def test_an_echo_state_reservoir_is_always_read_as_one_stream():
+    torch.manual_seed(0)
+    model = CharRNN(ModelConfig(vocab_size=4, cell="esn", num_layers=1, hidden_size=8, embed_size=3))
+    layout = stream_layout(model, 10 * EVAL_SLICE)
+    assert layout.streams == 1 and layout.warmup == 0
+    ids = torch.randint(0, 4, (3 * EVAL_SLICE,))
+    assert evaluate(model, ids) == evaluate(model, ids, single_stream=True)
+
+
+def test_the_default_layout():
+    layout = StreamLayout.for_text(10 * EVAL_SLICE + 1)
+    assert (layout.streams, layout.warmup, layout.slice_chars) == (10, EVAL_WARMUP, EVAL_SLICE)
+    assert StreamLayout.for_text(10 * EVAL_SLICE + 1, single_stream=True).streams == 1
+
+
+def test_the_cost_of_a_pass_is_timed_on_a_few_steps_and_scaled(toy_model):
+    ids = torch.randint(0, 4, (40 * EVAL_SLICE + 1,))
+    readings = iter([5.0, 5.5])
+    layout = stream_layout(toy_model, len(ids))
+    timed = 40 * evaluation.SCORING_PROBE_STEPS
+    predicted = scoring_seconds(toy_model, ids, lambda: next(readings))
+    assert predicted == pytest.approx(0.5 * layout.positions / timed)
+    short = iter([1.0, 1.25])  # a text no longer than the timed part is scored whole
+    assert scoring_seconds(toy_model, ids[:50], lambda: next(short)) == 0.25
 
 
 def test_restores_training_mode(toy_model):

@@ -9,6 +9,7 @@ import torch
 from charrnn.config import BUDGET_LADDER, BUDGET_MOST_EPOCHS, SCALING_LAW, ModelConfig, TrainConfig
 from charrnn.data.corpus import encode_corpus, split_ids
 from charrnn.errors import CharrnnError
+from charrnn.models.evaluate import SCORING_PROBE_STEPS, StreamLayout
 from charrnn.models.model import parameter_count
 from charrnn.training import budget
 from charrnn.training.budget import (
@@ -218,9 +219,12 @@ def test_a_real_measurement_counts_training_and_evaluation_characters_per_second
     speed = measure_speed(model, config, shakespeare_like.vocab, shakespeare_like.info, split.train,
                           split.val, limit_s=0.0, clock=lambda: float(next(ticks)))
     # The fake clock ticks once per reading. Training: the start (0), the check that ends the timing (1)
-    # and the end (2), two timed steps of 4 × 16 characters. Evaluation: 2,048 characters, 2 to 3.
+    # and the end (2), two timed steps of 4 × 16 characters. Evaluation: a few steps of the first batch
+    # of streams, 3 to 4, scaled to the whole pass.
     assert speed.train_chars_per_s == pytest.approx(2 * 64 / 2)
-    assert speed.eval_chars_per_s == pytest.approx(2048)
+    layout = StreamLayout.for_text(len(split.val))
+    timed = len(next(layout.batches())) * SCORING_PROBE_STEPS
+    assert speed.eval_chars_per_s == pytest.approx(layout.scored / (layout.positions / timed))
 
 
 def test_the_probe_never_changes_the_run_that_follows(small_corpus, tmp_path):

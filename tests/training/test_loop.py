@@ -261,18 +261,21 @@ def test_a_time_budget_keeps_time_for_the_final_evaluation_and_saves(repeated_co
     assert finishing.steps == 7 and any("stops about 0.8 s before the end" in message for message in messages)
 
 
-def test_the_final_work_is_timed_on_the_validation_splits_start_and_scaled(small_corpus, tmp_path):
+def test_the_final_work_is_timed_on_a_part_of_the_first_batch_and_scaled(small_corpus, tmp_path):
     from charrnn.data.corpus import StreamBatches
-    from charrnn.training.loop import CALIBRATION_CHARS, FINAL_WORK_MARGIN, final_work_seconds
+    from charrnn.models.evaluate import SCORING_PROBE_STEPS, stream_layout
+    from charrnn.training.loop import FINAL_WORK_MARGIN, final_work_seconds
     from charrnn.training.state import TrainingRun
 
     plan = plan_run(small_corpus, tmp_path / "run", max_steps=1)
     run = TrainingRun(plan.model_config, plan.config, plan.vocab, plan.corpus,
                       StreamBatches(plan.ids[:5000], 4, 16))
-    readings = iter([10.0, 12.0])  # the evaluation of CALIBRATION_CHARS characters takes 2 s
-    val = plan.ids[:10 * CALIBRATION_CHARS + 1]
+    readings = iter([10.0, 12.0])  # the timed steps take 2 s
+    val = plan.ids.repeat(2)[:20_001]  # 10 streams
     end = final_work_seconds(run, val, lambda: next(readings))
-    assert end.pass_s == pytest.approx(2.0 / CALIBRATION_CHARS * (len(val) - 1))
+    layout = stream_layout(run.model, len(val))
+    assert layout.streams == 10
+    assert end.pass_s == pytest.approx(2.0 * layout.positions / (10 * SCORING_PROBE_STEPS))
     reserve = end.reserve_s(rescoring=False)
     assert end.pass_s * FINAL_WORK_MARGIN < reserve < (end.pass_s + 1.0) * FINAL_WORK_MARGIN
     assert end.reserve_s(rescoring=True) == pytest.approx(reserve + end.pass_s * FINAL_WORK_MARGIN)
