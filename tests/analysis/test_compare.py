@@ -52,6 +52,19 @@ def test_reports_match_eval_and_sample(tiny_run):
     assert reports[0].error is None
 
 
+def test_single_stream_scores_as_one_stream(tiny_run):
+    reports, _ = compare_checkpoints([tiny_run / "best.pt"], settings(single_stream=True))
+    loaded = load_model(tiny_run / "best.pt")
+    text = Path(loaded.payload["corpus"]["path"]).read_text(encoding="utf-8")
+    ids = loaded.vocab.encode(text[loaded.payload["corpus"]["split_point"]:])
+    exact = evaluate(loaded.model, ids, single_stream=True)
+    assert reports[0].nats_per_char == pytest.approx(exact.nats_per_char)
+    result = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "--single-stream", "--json",
+                                      "--length", "5"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)[0]["nats_per_char"] == pytest.approx(reports[0].nats_per_char)
+
+
 def test_different_vocabularies_are_noted_and_each_still_sampled(tiny_run, other_run):
     reports, note = compare_checkpoints([tiny_run / "best.pt", other_run / "best.pt"], settings())
     assert "different vocabularies" in note

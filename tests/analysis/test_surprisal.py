@@ -112,6 +112,7 @@ def test_inspect_surprisal_colours_the_text_and_writes_a_page(tiny_checkpoint, t
     (["--surprisal", "--unit", "3"], "--unit does not apply"),
     (["--most-surprising", "0"], "--most-surprising"),
     (["--surprisal", "--top", "0"], "--top"),
+    (["--single-stream"], "--single-stream sets how it reads the text --surprisal scores"),
 ])
 def test_inspect_surprisal_refusals_are_one_line(tiny_checkpoint, text_file, arguments, fragment):
     result = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), *arguments])

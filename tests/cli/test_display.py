@@ -1,7 +1,7 @@
 """How models are described in the run table and by info."""
 
-from charrnn.cli.display import describe_model, regularisation
-from charrnn.config import ModelConfig
+from charrnn.cli.display import describe_evaluations, describe_model, describe_split, regularisation
+from charrnn.config import EVAL_SUBSET_CHARS, VAL_MAX_CHARS, ModelConfig, TrainConfig
 
 
 def test_the_description_names_each_dropout_that_is_set():
@@ -86,3 +86,18 @@ def test_a_budgets_remaining_time_counts_from_where_its_progress_started(capsys)
     logged_steps(30, 0.2)
     line, = capsys.readouterr().err.splitlines()
     assert "elapsed 0:30  remaining 0:50" in line
+
+
+def test_the_run_table_says_what_was_held_out_and_what_each_evaluation_scores():
+    assert describe_split(1_115_394, 1_003_854, 0.1) == "1,003,854 train / 111,540 validation (the last 10%)"
+    assert describe_split(10**8, 10**8 - VAL_MAX_CHARS, 0.1) == \
+        f"{10**8 - VAL_MAX_CHARS:,} train / {VAL_MAX_CHARS:,} validation (the last {VAL_MAX_CHARS:,} " \
+        f"characters: 10%, capped)"
+    config = TrainConfig(out_dir="unused")
+    assert describe_evaluations(config, 111_539) == "every 1,000 steps and at the end"
+    assert describe_evaluations(config, VAL_MAX_CHARS - 1) == \
+        f"every 1,000 steps on the first {EVAL_SUBSET_CHARS:,} validation chars, on the whole split at the " \
+        f"end"
+    budgeted = TrainConfig(out_dir="unused", time_budget=100, eval_chars=20_000)
+    assert describe_evaluations(budgeted, 111_539) == \
+        "at the end, and during a budget long enough to pay for it on the first 20,000 validation chars"

@@ -14,7 +14,7 @@ def test_info_describes_a_checkpoint_and_a_run_directory(tiny_run):
     table = CliRunner().invoke(cli, ["info", str(tiny_run / "best.pt")])
     assert table.exit_code == 0, table.output
     for fragment in ("2×32 LSTM", "parameters", "vocabulary", "present, unchanged", "resumable", "yes",
-                     "format version", "latest validation", "batch_size 4"):
+                     "format version", "latest validation", "batch_size 4", "validation (the last 10%)"):
         assert fragment in table.stdout, fragment
     as_json = CliRunner().invoke(cli, ["info", str(tiny_run), "--json"])
     facts = json.loads(as_json.stdout)

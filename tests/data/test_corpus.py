@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from charrnn.config import VAL_MAX_CHARS
 from charrnn.data.corpus import StreamBatches, encode_corpus, read_corpus, split_ids, split_point
 from charrnn.errors import CharrnnError
 
@@ -36,6 +37,7 @@ def test_too_short_for_one_batch_names_minimum():
 
 def test_split_matches_nanogpt():
     assert split_point(1_115_394, 0.1) == 1_003_854
+    assert split_point(1_115_394, 0.1, VAL_MAX_CHARS) == 1_003_854  # tiny Shakespeare is under the cap
     split = split_ids(torch.arange(100), split_point(100, 0.1))
     assert len(split.train) == 90 and split.val[0] == 90
 
@@ -64,8 +66,17 @@ def test_empty_directory(tmp_path: Path):
         read_corpus(tmp_path)
 
 
+def test_a_large_corpus_holds_out_at_most_the_cap():
+    assert split_point(100_000_000, 0.1, VAL_MAX_CHARS) == 100_000_000 - VAL_MAX_CHARS
+    assert split_point(100_000_000, 0.1, None) == 90_000_000
+    assert split_point(1000, 0.5, 10) == 990
+
+
 def test_encode_corpus_records_split(small_corpus: Path):
     encoded = encode_corpus(small_corpus, "small", 0.25)
     assert encoded.info.chars == len(encoded.ids)
     assert encoded.info.split_point == int(len(encoded.ids) * 0.75)
     assert Path(encoded.info.path).is_absolute()
+    capped = encode_corpus(small_corpus, "small", 0.25, val_max_chars=100)
+    assert capped.info.split_point == len(encoded.ids) - 100
+    assert encode_corpus(small_corpus, "small", 0.25, val_max_chars=100, split_at=7).info.split_point == 7

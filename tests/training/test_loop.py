@@ -471,3 +471,15 @@ def test_a_budget_that_records_samples_keeps_time_for_one(small_corpus, tmp_path
     readings = iter([0.0, 0.0, 5.0, 6.0])  # evaluation free; CALIBRATION_SAMPLE characters take 1 s
     end = final_work_seconds(run, plan.ids[:100], lambda: next(readings))
     assert end.reserve_s(rescoring=False) >= FINAL_WORK_MARGIN * 320 / CALIBRATION_SAMPLE
+
+
+def test_by_default_evaluations_during_training_score_a_fixed_start_of_a_large_split(
+        make_run, repeated_corpus, tmp_path, monkeypatch):
+    # The corpus's 270 validation characters stand for a large split: the default subset is 100 of them.
+    monkeypatch.setattr("charrnn.training.loop.EVAL_SUBSET_CHARS", 100)
+    result = train_tiny(make_run, repeated_corpus, tmp_path / "run", max_steps=30, eval_every=10)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [record.get("val_chars") for record in records] == [100, 100, None]  # the end: the whole split
+    recorded, recomputed = whole_score(tmp_path / "run" / "best.pt", repeated_corpus)
+    assert recorded["chars"] == result.best.chars == 269
+    assert recorded["nats_per_char"] == pytest.approx(recomputed, abs=1e-6)

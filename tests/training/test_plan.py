@@ -49,6 +49,16 @@ def test_a_resume_plan_checks_the_corpus_before_anything_runs(tiny_run, tmp_path
     assert plan.config.out_dir == str(tiny_run) and plan.resume_from["step"] == 40
 
 
+def test_a_resumed_run_keeps_the_split_it_was_trained_with(tiny_run, monkeypatch):
+    """A run keeps its split whatever the rule for new runs has become."""
+    import json
+
+    recorded = json.loads((tiny_run / "config.json").read_text())["corpus"]["split_point"]
+    monkeypatch.setattr("charrnn.data.corpus.split_point", lambda *args: 10)
+    plan = plan_run(None, None, resume=tiny_run, max_steps=80)
+    assert plan.corpus.split_point == recorded != 10
+
+
 @pytest.mark.parametrize(("native", "precision", "expected"), [
     (False, "auto", "fp32"), (True, "fp32", "fp32"), (True, "auto", "bf16"), (True, "bf16", "bf16")])
 def test_a_time_budget_times_the_ladder_in_the_precision_training_will_use_and_fills_what_was_not_given(
