@@ -127,3 +127,22 @@ def test_restores_training_mode(toy_model):
 def test_needs_two_characters(toy_model):
     with pytest.raises(CharrnnError, match="at least 2"):
         evaluate(toy_model, torch.tensor([1]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", [{"cell": "lstm"}, {"cell": "gru"}, {"cell": "rnn"}, {"layer_norm": True},
+                                  {"skip_connections": True}])
+def test_on_a_trained_model_many_streams_land_within_the_bound_of_one(data_mirror, tmp_path, kind):
+    """The bound the documentation states (benchmarks/eval_streams.py measures it on longer-trained models):
+    on tiny Shakespeare's validation split, the many-stream score is within 1e-4 nats/char of one stream."""
+    import charrnn
+    from charrnn.data.corpus import checkpoint_validation_ids
+
+    shakespeare = charrnn.get_dataset(data_dir=tmp_path / "data").path
+    charrnn.train(shakespeare, out_dir=tmp_path / "run", max_steps=150, hidden_size=64, batch_size=32,
+                  seq_len=64, learning_rate=5e-3, **kind)
+    model = charrnn.load(tmp_path / "run" / "best.pt")
+    ids = checkpoint_validation_ids(model.payload["corpus"], model.vocab)[:30_001]
+    many, one = evaluate(model.network, ids), evaluate(model.network, ids, single_stream=True)
+    assert one.nats_per_char < 2.6  # it learned something
+    assert abs(many.nats_per_char - one.nats_per_char) <= 1e-4
