@@ -132,15 +132,22 @@ def scored_chunks(model: CharRNN, ids: torch.Tensor, layout: StreamLayout,
     # text's start (stream 0's warm-up) and past its end are padding, never scored.
     begin = first * width - warmup
     end = (first + rows) * width + 1
-    window = ids[max(begin, 0) : min(end, len(ids))].long()
-    window = F.pad(window, (max(0, -begin), max(0, end - len(ids))))
-    streams = window.unfold(0, warmup + width + 1, width).to(device)  # (b, W + S + 1)
+    # Kept in the ids' own dtype (one stream may be the whole text); each chunk is widened as it is read.
+    window = ids[max(begin, 0) : min(end, len(ids))]
+    if begin < 0 or end > len(ids):
+        window = torch.cat([window.new_zeros(max(0, -begin)), window,
+                            window.new_zeros(max(0, end - len(ids)))])
+    streams = window.unfold(0, warmup + width + 1, width)  # (b, W + S + 1), a view
+
+    def columns(start: int, stop: int) -> torch.Tensor:
+        return streams[:, start:stop].long().to(device)  # (b, stop - start)
+
     vocab_size = model.config.vocab_size
     step = _chunk_len(rows, vocab_size)
     state: State | None = None
     for start in range(0, warmup, step):
         stop = min(start + step, warmup)
-        _, state = model(streams[:, start:stop], state)
+        _, state = model(columns(start, stop), state)
     if state is not None and first == 0:  # the text's first stream starts at its start, from zeros
         state = tuple(part.clone() for part in state)
         for part in state:
@@ -148,10 +155,10 @@ def scored_chunks(model: CharRNN, ids: torch.Tensor, layout: StreamLayout,
     starts = torch.arange(first, first + rows, device=device).unsqueeze(1) * width + 1  # (b, 1)
     for start in range(warmup, warmup + width, step):
         stop = min(start + step, warmup + width)
-        logits, state = model(streams[:, start:stop], state)
+        logits, state = model(columns(start, stop), state)
         positions = starts + torch.arange(start - warmup, stop - warmup, device=device)  # (b, T)
         positions = positions.masked_fill(positions > layout.scored, -1)
-        yield ScoredChunk(positions, logits, streams[:, start + 1 : stop + 1])
+        yield ScoredChunk(positions, logits, columns(start + 1, stop + 1))
 
 
 def prefix_and_total_nll(model: CharRNN, ids: torch.Tensor, prefix: int | None = None,
