@@ -30,7 +30,7 @@ from charrnn.training.checkpoint import load_model
 from charrnn.utils.hardware import processor_name
 
 HERE = Path(__file__).with_name("eval_streams")
-WARMUPS = (0, 16, 32, 64, 128, 256, 512)
+WARMUPS = (0, 32, 128, 256, 512, 1024, 2048)
 # Each kind's options, and how many steps it trains (the layer-normalised cell runs a Python loop per step).
 KINDS = {
     "lstm": ([], 1.0),
@@ -56,16 +56,16 @@ def python_source(workdir: Path, limit: int = 1_500_000) -> Path:
     return corpus
 
 
-def score_row(checkpoint: Path, corpus_name: str, kind: str) -> dict:
+def score_row(checkpoint: Path, corpus_name: str, kind: str, slice_chars: int) -> dict:
     loaded = load_model(checkpoint)
     ids = checkpoint_validation_ids(loaded.payload.get("corpus"), Vocab.from_list(loaded.payload["vocab"]))
     model = loaded.model
     (_, _), (exact_total, chars) = layout_nll(model, ids, StreamLayout.for_text(len(ids), single_stream=True))
     exact = exact_total / chars
-    row = {"corpus": corpus_name, "kind": kind, "val_chars": chars, "exact": exact, "slice": EVAL_SLICE,
+    row = {"corpus": corpus_name, "kind": kind, "val_chars": chars, "exact": exact, "slice": slice_chars,
            "differences": {}}
     for warmup in WARMUPS:
-        layout = StreamLayout(chars, EVAL_SLICE, warmup, 128)
+        layout = StreamLayout(chars, slice_chars, warmup, 128)
         total = layout_nll(model, ids, layout)[1][0]
         row["differences"][str(warmup)] = total / chars - exact
     # The training precision: bfloat16 autocast, on the first 20,000 characters, against float32.
@@ -92,10 +92,12 @@ def _bf16_chunks(model, ids):
 @click.command()
 @click.option("--steps", type=int, default=1500, show_default=True, help="Training steps of each fused cell.")
 @click.option("--kinds", default=",".join(KINDS), show_default=True)
+@click.option("--slice", "slice_chars", type=int, default=EVAL_SLICE, show_default=True,
+              help="Predicted characters each stream scores.")
 @click.option("--shakespeare", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=Path(__file__).resolve().parents[2] / "shared/data/tinyshakespeare/input.txt")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None)
-def main(steps: int, kinds: str, shakespeare: Path, workdir: Path | None) -> None:
+def main(steps: int, kinds: str, slice_chars: int, shakespeare: Path, workdir: Path | None) -> None:
     workdir = workdir or Path(tempfile.mkdtemp(prefix="eval-streams-"))
     workdir.mkdir(parents=True, exist_ok=True)
     corpora = {"tinyshakespeare": shakespeare, "python_source": python_source(workdir)}
@@ -111,27 +113,35 @@ def main(steps: int, kinds: str, shakespeare: Path, workdir: Path | None) -> Non
                                 "--overwrite", "--quiet", "--max-steps", str(max(1, int(steps * share))),
                                 *options], check=True)
                 print(f"trained {corpus_name} {kind} in {time.perf_counter() - started:.0f} s", flush=True)
-            row = score_row(out / "best.pt", corpus_name, kind)
+            row = score_row(out / "best.pt", corpus_name, kind, slice_chars)
             row["processor"] = processor_name()
             rows.append(row)
             print(json.dumps(row), flush=True)
-    with open(HERE / "results.jsonl", "w", encoding="utf-8") as handle:
-        handle.writelines(json.dumps(row) + "\n" for row in rows)
-    write_table(rows)
+    # Rows of other slice lengths, measured before, are kept: the table shows each.
+    results = HERE / "results.jsonl"
+    kept = [json.loads(line) for line in results.read_text(encoding="utf-8").splitlines()] \
+        if results.exists() else []
+    kept = [row for row in kept if row["slice"] != slice_chars] + rows
+    results.write_text("".join(json.dumps(row) + "\n" for row in kept), encoding="utf-8")
+    sizes = sorted({row["slice"] for row in kept})
+    tables = [table([row for row in kept if row["slice"] == size]) for size in sizes]
+    (HERE / "table.md").write_text("\n".join(tables), encoding="utf-8")
 
 
-def write_table(rows: list[dict]) -> None:
-    header = "| corpus | cell | one stream | " + " | ".join(f"W={w}" for w in WARMUPS) + " | bf16 |"
+def table(rows: list[dict]) -> str:
+    """The worst difference per warm-up W, and each model's, for one slice length."""
+    warmups = [w for w in WARMUPS if all(str(w) in row["differences"] for row in rows)]
+    header = "| corpus | cell | one stream | " + " | ".join(f"W={w}" for w in warmups) + " | bf16 |"
     lines = [f"Many-stream score minus the one-stream score, nats/char, slices of {rows[0]['slice']:,} "
              f"characters ({rows[0]['processor']}).", "", header,
-             "|" + "---|" * (4 + len(WARMUPS))]
+             "|" + "---|" * (4 + len(warmups))]
     for row in rows:
-        cells = " | ".join(f"{row['differences'][str(w)]:+.1e}" for w in WARMUPS)
+        cells = " | ".join(f"{row['differences'][str(w)]:+.1e}" for w in warmups)
         lines.append(f"| {row['corpus']} | {row['kind']} | {row['exact']:.4f} | {cells} | "
                      f"{row['bf16_difference']:+.1e} |")
-    worst = " | ".join(f"{max(abs(row['differences'][str(w)]) for row in rows):.1e}" for w in WARMUPS)
+    worst = " | ".join(f"{max(abs(row['differences'][str(w)]) for row in rows):.1e}" for w in warmups)
     lines.append(f"| **worst** | | | {worst} | {max(abs(row['bf16_difference']) for row in rows):.1e} |")
-    (HERE / "table.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

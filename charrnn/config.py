@@ -31,8 +31,8 @@ DEFAULT_EVAL_EVERY = 1000  # steps between validation passes of a run without a 
 # How a text is scored (charrnn.models.evaluate; the measurements behind them: docs/performance.md,
 # "Scoring a text"): slices of EVAL_SLICE predicted characters, each read as its own stream after a
 # warm-up of the EVAL_WARMUP characters before it, EVAL_STREAMS of them at once.
-EVAL_SLICE = 2048
-EVAL_WARMUP = 256
+EVAL_SLICE = 8192
+EVAL_WARMUP = 512
 EVAL_STREAMS = 128
 # The validation split (docs/performance.md, "How much text is held out"): the tail val_frac of the corpus,
 # at most VAL_MAX_CHARS characters; evaluations during training score its first EVAL_SUBSET_CHARS.

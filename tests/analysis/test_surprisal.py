@@ -15,7 +15,7 @@ from charrnn.analysis.surprisal import surprisals
 from charrnn.cli.main import cli
 from charrnn.errors import CharrnnError, OptionConflict
 
-TEXT = SMALL_TEXT[:6000]  # three slices of an evaluation's streams (2,048 characters each)
+TEXT = SMALL_TEXT[:12_000]  # longer than one slice of an evaluation's streams (EVAL_SLICE characters)
 
 
 @pytest.mark.parametrize("single_stream", [False, True])

@@ -263,6 +263,7 @@ def test_a_time_budget_keeps_time_for_the_final_evaluation_and_saves(repeated_co
 
 def test_the_final_work_is_timed_on_a_part_of_the_first_batch_and_scaled(small_corpus, tmp_path):
     from charrnn.data.corpus import StreamBatches
+    from charrnn.config import EVAL_SLICE
     from charrnn.models.evaluate import SCORING_PROBE_STEPS, stream_layout
     from charrnn.training.loop import FINAL_WORK_MARGIN, final_work_seconds
     from charrnn.training.state import TrainingRun
@@ -271,11 +272,11 @@ def test_the_final_work_is_timed_on_a_part_of_the_first_batch_and_scaled(small_c
     run = TrainingRun(plan.model_config, plan.config, plan.vocab, plan.corpus,
                       StreamBatches(plan.ids[:5000], 4, 16))
     readings = iter([10.0, 12.0])  # the timed steps take 2 s
-    val = plan.ids.repeat(2)[:20_001]  # 10 streams
+    val = plan.ids.repeat(8)[: 3 * EVAL_SLICE + 1]  # 3 streams
     end = final_work_seconds(run, val, lambda: next(readings))
     layout = stream_layout(run.model, len(val))
-    assert layout.streams == 10
-    assert end.pass_s == pytest.approx(2.0 * layout.positions / (10 * SCORING_PROBE_STEPS))
+    assert layout.streams == 3
+    assert end.pass_s == pytest.approx(2.0 * layout.positions / (3 * SCORING_PROBE_STEPS))
     reserve = end.reserve_s(rescoring=False)
     assert end.pass_s * FINAL_WORK_MARGIN < reserve < (end.pass_s + 1.0) * FINAL_WORK_MARGIN
     assert end.reserve_s(rescoring=True) == pytest.approx(reserve + end.pass_s * FINAL_WORK_MARGIN)
@@ -425,8 +426,8 @@ def test_a_budget_that_cannot_pay_for_its_end_is_refused_before_anything_is_writ
     measured_end(monkeypatch, pass_s=30.0)  # two passes, with the margin: 75 s for the end of a 60-s budget
     clock = FakeClock(step_seconds=0.5)
     expected = (r"time_budget 60 s cannot pay for this run's end: scoring the \d+ validation characters "
-                r"of the trained and the averaged weights and saving take about 75 s.*hold out less text with "
-                r"val_max_chars or val_frac \(now 500000 and 0.1\)")
+                r"of the trained and the averaged weights and saving take about 75 s.*hold out less text "
+                r"with val_max_chars or val_frac \(now 500000 and 0.1\)")
     with pytest.raises(CharrnnError, match=expected):
         plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=60).run(clock, clock=clock)
     assert not any((tmp_path / "run").iterdir())  # the directory proved writable, and holds nothing
