@@ -215,7 +215,8 @@ class ModelConfig(_DictMixin):
 class TrainConfig(_DictMixin):
     out_dir: str  # run directory: last.pt, best.pt, metrics.jsonl, config.json
     val_frac: float = 0.1  # contiguous tail of the corpus held out for validation
-    val_max_chars: int | None = VAL_MAX_CHARS  # the most characters held out (None: the whole val_frac)
+    val_max_chars: int | None = VAL_MAX_CHARS  # the most characters held out for validation (none: all of
+    # val_frac)
     batch_size: int = 16  # parallel BPTT streams (B)
     seq_len: int = 50  # characters per truncated-BPTT segment (T)
     learning_rate: float = 3e-3  # peak Adam learning rate
@@ -233,8 +234,7 @@ class TrainConfig(_DictMixin):
     save_epochs: list[int] = field(default_factory=list)  # keep a checkpoint at the end of these epochs
     eval_every: int | None = None  # steps between validation passes; None: see evaluation_interval
     eval_chars: int | None = None  # validation characters (from the split's start) that each evaluation
-    # during training scores (default: EVAL_SUBSET_CHARS); a run's end and its epoch checkpoints score the
-    # whole split
+    # during training scores; a run's end and its epoch checkpoints score the whole split
     save_every: int = 1000  # steps between writes of last.pt
     sample_every: int | None = None  # steps between samples recorded in samples.jsonl (and at every epoch
     # checkpoint); None: at epoch checkpoints only

@@ -10,6 +10,7 @@ produced one batch of streams at a time, so a long text streams in bounded memor
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import html
 import math
@@ -20,10 +21,12 @@ import torch
 import torch.nn.functional as F
 
 from charrnn.data.vocab import Vocab
+from charrnn.models.devices import EVAL_CHUNK
 from charrnn.models.evaluate import scored_chunks, stream_layout
 from charrnn.models.model import CharRNN
 from charrnn.utils.terminal import visible_char
 
+SURPRISAL_STREAMS = 16  # streams read at once (see surprisals)
 SATURATION_NATS = 6.0  # surprisal at which the colour is fully red (p ≈ 0.25%)
 CONTEXT_BEFORE = 40  # characters of context shown before a surprising position
 CONTEXT_AFTER = 12  # and after it
@@ -76,32 +79,41 @@ def surprisals(model: CharRNN, vocab: Vocab, text: str, top_k: int, skip_unknown
     positions = scored_positions(text, vocab, skip_unknown)
     if len(ids) < 2:
         return
-    layout = stream_layout(model, len(ids), single_stream)
+    # The streams of scoring, fewer at once: only a batch's first stream is told as it is read, the
+    # others wait in memory for it. The scores are the same, batch by batch.
+    layout = dataclasses.replace(stream_layout(model, len(ids), single_stream),
+                                 streams_at_once=SURPRISAL_STREAMS)
     was_training = model.training
     model.eval()
     chars = vocab.chars
-    top_k = min(top_k, len(vocab))
-    try:
-        for batch in layout.batches():
-            # A batch's streams cover a stretch of the text side by side: its rows are gathered, then
-            # told in the text's order.
-            scored: list[tuple[torch.Tensor, ...]] = []
-            for chunk in scored_chunks(model, ids, layout, batch):
-                log_probs = F.log_softmax(chunk.logits.float(), dim=-1)  # (b, T, V)
-                nats = -log_probs.gather(2, chunk.targets.unsqueeze(2)).squeeze(2)  # (b, T)
-                best_log_probs, best_ids = torch.topk(log_probs, top_k, dim=-1)  # (b, T, K)
-                kept = chunk.positions >= 0
-                scored.append((chunk.positions[kept], nats[kept], best_ids[kept], best_log_probs[kept].exp()))
-            where, nats, guess_ids, guess_probs = (torch.cat(parts).cpu()
-                                                   for parts in zip(*scored, strict=True))
-            order = torch.argsort(where)
-            for target, surprise, guesses, probabilities in zip(
-                    where[order].tolist(), nats[order].tolist(), guess_ids[order].tolist(),
-                    guess_probs[order].tolist(), strict=True):
+
+    def rows(*scored: torch.Tensor) -> Iterator[CharSurprisal]:
+        """Rows of the scores (positions, nats, guesses' ids and probabilities), a block at a time: as
+        Python lists they take ten times the tensors' memory."""
+        for start in range(0, len(scored[0]), EVAL_CHUNK):
+            block = (part[start : start + EVAL_CHUNK].tolist() for part in scored)
+            for target, surprise, guesses, probabilities in zip(*block, strict=True):
                 index = positions[target]
                 yield CharSurprisal(index, text[index], surprise,
                                     tuple((chars[guess], probability)
                                           for guess, probability in zip(guesses, probabilities, strict=True)))
+
+    try:
+        for batch in layout.batches():
+            waiting: list[tuple[torch.Tensor, ...]] = []
+            for chunk in scored_chunks(model, ids, layout, batch):
+                log_probs = F.log_softmax(chunk.logits.float(), dim=-1)  # (b, T, V)
+                nats = -log_probs.gather(2, chunk.targets.unsqueeze(2)).squeeze(2)  # (b, T)
+                best_log_probs, best_ids = torch.topk(log_probs, min(top_k, len(vocab)), dim=-1)  # (b, T, K)
+                scored = (chunk.positions, nats, best_ids.int(), best_log_probs.exp())
+                kept = chunk.positions[0] >= 0
+                yield from rows(*(part[0][kept].cpu() for part in scored))
+                later = chunk.positions[1:] >= 0
+                waiting.append(tuple(part[1:][later].cpu() for part in scored))
+            if len(batch) > 1:
+                where, *scores = (torch.cat(parts) for parts in zip(*waiting, strict=True))
+                order = torch.argsort(where)
+                yield from rows(where[order], *(part[order] for part in scores))
     finally:
         model.train(was_training)
 

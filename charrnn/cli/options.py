@@ -13,14 +13,24 @@ from typing import Any
 
 import click
 
-from charrnn.config import EVAL_WARMUP, DynamicConfig, ModelConfig, SampleConfig, TrainConfig, field_help
+from charrnn.config import (
+    EVAL_SUBSET_CHARS,
+    EVAL_WARMUP,
+    DynamicConfig,
+    ModelConfig,
+    SampleConfig,
+    TrainConfig,
+    field_help,
+)
 
 Decorator = Callable[[Any], Any]
 BUDGET_NOTE = "a --time-budget run picks its own"
 # Settings most runs never touch: -o NAME VALUE, listed at the end of train --help.
 ADVANCED = ("init", "forget_bias", "rnn_activation", "layer_norm", "spectral_radius", "recurrent_density",
             "locked_dropout", "input_dropout", "embed_dropout", "min_lr_ratio", "warmup_steps", "clip_mode",
-            "max_bad_steps", "save_every", "val_frac", "eval_chars")
+            "max_bad_steps", "save_every", "val_frac", "val_max_chars", "eval_chars")
+# What an -o setting whose field defaults to None does when not given, where "none" would not say.
+ADVANCED_DEFAULTS = {"eval_chars": f"{EVAL_SUBSET_CHARS:,}, or the whole split when shorter"}
 
 
 def _owner(name: str) -> type:
@@ -37,9 +47,10 @@ def _number_type(name: str, default: Any) -> type:
 
 def _typed(name: str, text: str) -> Any:
     """``text`` as the type of field ``name``: a number, true/false, none (where allowed), or a word."""
-    default = _owner(name).__dataclass_fields__[name].default
+    field = _owner(name).__dataclass_fields__[name]
+    default = field.default
     lowered = text.strip().lower()
-    if lowered == "none" and name == "forget_bias":
+    if lowered == "none" and "None" in str(field.type):
         return None
     try:
         if isinstance(default, bool):
@@ -94,7 +105,9 @@ class GroupedCommand(click.Command):
         if "advanced" in groups:
             for name in ADVANCED:
                 default = _owner(name).__dataclass_fields__[name].default
-                shown = str(default).lower() if isinstance(default, bool | None) else default
+                shown = str(default).lower() if isinstance(default, bool | None) else \
+                    f"{default:,}" if isinstance(default, int) else default
+                shown = ADVANCED_DEFAULTS.get(name, shown)
                 groups["advanced"].append((f"  {name}", f"{field_help(_owner(name), name)}  "
                                                         f"[default: {shown}]"))
         for name, records in groups.items():

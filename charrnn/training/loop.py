@@ -372,28 +372,33 @@ class BudgetEnd:
     val_chars: int  # characters a pass over the whole validation split scores
     other_s: float = 0.0  # the saves of best.pt and last.pt, and a recorded sample when the run records them
 
-    def evaluations(self, budget: float) -> tuple[int, int | None]:
+    def evaluations(self, budget: float, eval_chars: int | None = None) -> tuple[int, int | None]:
         """How many evaluations during training :data:`BUDGET_EVALUATION_SHARE` of ``budget`` pays for,
         and how many validation characters each scores (None: all of them).
 
-        As many as :data:`BUDGET_EVALUATIONS` allows, each of the whole split when the share pays for
-        that, else of its first characters, never fewer than :data:`BUDGET_EVAL_CHARS_MIN`; none when
-        even the fewest evaluations of that size do not fit (a short budget ends at its best: its
-        schedule decays to the end and it has no time to overfit).
+        As many as :data:`BUDGET_EVALUATIONS` allows, each of the split's first :data:`EVAL_SUBSET_CHARS`
+        (all of a shorter split) when the share pays for that, else of fewer, never fewer than
+        :data:`BUDGET_EVAL_CHARS_MIN`; with ``eval_chars`` (the run's own, TrainConfig.eval_chars) each
+        scores exactly that many. None when even the fewest evaluations of that size do not fit (a
+        short budget ends at its best: its schedule decays to the end and it has no time to overfit).
         """
         if self.pass_s <= 0 or self.val_chars <= 0:  # not measured (a clock that stood still)
             return 0, None
         per_char = self.passes * self.pass_s / self.val_chars
+        limit = min(self.val_chars, EVAL_SUBSET_CHARS if eval_chars is None else eval_chars)
         fewest, most = BUDGET_EVALUATIONS
         for count in range(most, fewest - 1, -1):
-            chars = int(BUDGET_EVALUATION_SHARE * budget / (count * per_char))
-            if chars >= min(self.val_chars, BUDGET_EVAL_CHARS_MIN):
+            affordable = int(BUDGET_EVALUATION_SHARE * budget / (count * per_char))
+            if eval_chars is None and affordable >= min(limit, BUDGET_EVAL_CHARS_MIN):
+                chars = min(affordable, limit)
                 return count, None if chars >= self.val_chars else chars
+            if eval_chars is not None and affordable >= limit:
+                return count, None if limit >= self.val_chars else limit
         return 0, None
 
-    def evaluation_points(self, budget: float) -> tuple[float, ...]:
+    def evaluation_points(self, budget: float, eval_chars: int | None = None) -> tuple[float, ...]:
         """When to evaluate during training, as fractions of the training: evenly through it."""
-        count = self.evaluations(budget)[0]
+        count = self.evaluations(budget, eval_chars)[0]
         return tuple(k / (count + 1) for k in range(1, count + 1))
 
     def reserve_s(self, rescoring: bool) -> float:
@@ -446,9 +451,9 @@ def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: SingleProce
     end = BudgetEnd(pass_s, 2 if run.average is not None else 1, len(val_ids) - 1, other_s)
     points: tuple[float, ...] = ()
     if config.eval_every is None:
-        points = end.evaluation_points(budget)
-        chars = end.evaluations(budget)[1]
-        if points and config.eval_chars is None and chars is not None and chars < EVAL_SUBSET_CHARS:
+        points = end.evaluation_points(budget, config.eval_chars)
+        chars = end.evaluations(budget, config.eval_chars)[1]
+        if points and config.eval_chars is None and chars is not None:
             config = dataclasses.replace(config, eval_chars=chars)
             run.config = config
     subset = partial_eval_chars(config, end.val_chars)

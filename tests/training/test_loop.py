@@ -262,8 +262,8 @@ def test_a_time_budget_keeps_time_for_the_final_evaluation_and_saves(repeated_co
 
 
 def test_the_final_work_is_timed_on_a_part_of_the_first_batch_and_scaled(small_corpus, tmp_path):
-    from charrnn.data.corpus import StreamBatches
     from charrnn.config import EVAL_SLICE
+    from charrnn.data.corpus import StreamBatches
     from charrnn.models.evaluate import SCORING_PROBE_STEPS, stream_layout
     from charrnn.training.loop import FINAL_WORK_MARGIN, final_work_seconds
     from charrnn.training.state import TrainingRun
