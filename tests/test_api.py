@@ -268,6 +268,7 @@ TRAIN_REFUSALS = [
     (["--clip", "0", "-o", "clip_mode", "value"], {"clip": 0.0, "clip_mode": "value"}, OptionConflict),
     (["--model", "lstm", "-o", "rnn_activation", "relu"], {"rnn_activation": "relu"}, OptionConflict),
     (["--save-epochs", "0"], {"save_epochs": [0]}, ConfigError),
+    (["-o", "val_max_chars", "0"], {"val_max_chars": 0}, ConfigError),
     (["--layers", "1", "--skip-connections"], {"num_layers": 1, "skip_connections": True}, OptionConflict),
 ]
 

@@ -555,7 +555,7 @@ def train(
     if len(split.val) < 2:
         raise CharrnnError(
             f"the validation split has {len(split.val)} character(s); it needs at least 2 "
-            f"(use a longer corpus or a larger {{val_frac}})", names_options=True
+            f"(use a longer corpus, a larger {{val_frac}} or a larger {{val_max_chars}})", names_options=True
         )
     # The ids stay in host memory (memory-mapped from the corpus cache); each step moves one batch.
     batches = StreamBatches(split.train, config.batch_size, config.seq_len)

@@ -190,17 +190,23 @@ def resume_config(
                 f"a resumed run keeps its model"
             )
     # Runs saved before the precision option trained in float32, whatever "auto" would choose now;
-    # those saved before weight averaging kept no average.
+    # those saved before weight averaging kept no average; those saved before the validation split's cap
+    # held out all of val_frac, and evaluated all of it unless told otherwise.
     saved = {"precision": "fp32", "ema_decay": 0.0, **payload["train_config"]}
+    if "val_max_chars" not in saved:
+        corpus = payload.get("corpus") or {}
+        whole = corpus["chars"] - corpus["split_point"] - 1 if "split_point" in corpus else None
+        saved["val_max_chars"] = None
+        saved["eval_chars"] = saved.get("eval_chars") or whole
     changes = []
     for key, value in train_options.items():
         if saved.get(key) == value:
             continue
         if key not in RESUME_MAY_CHANGE:
+            may_change = ", ".join("{" + name + "}" for name in RESUME_MAY_CHANGE if name != "device")
             raise OptionConflict(
-                f"{{{key}}} {value!r} contradicts the checkpoint ({key} {saved.get(key)!r}); resuming may "
-                f"change only {', '.join('{' + name + '}' for name in RESUME_MAY_CHANGE if name != 'device')}"
-                f" and the device"
+                f"{{{key}}} {value!r} contradicts the checkpoint ({key} {_shown(saved.get(key))}); resuming "
+                f"may change only {may_change} and the device"
             )
         changes.append((key, saved.get(key), value))
         saved[key] = value
@@ -209,6 +215,11 @@ def resume_config(
     if finished:
         raise RunAlreadyFinished(finished)
     return model_config, config, changes
+
+
+def _shown(value: Any) -> str:
+    """A setting as the command line takes it: ``none`` for None."""
+    return "none" if value is None else repr(value)
 
 
 def _plan_resume(request: TrainingRequest, model_options: dict[str, Any],

@@ -632,3 +632,15 @@ def test_a_path_with_control_characters_stays_on_one_quoted_line(tmp_path, name)
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
     assert "\x1b" not in result.stderr and "\t" not in result.stderr
+
+
+@pytest.mark.parametrize(("given", "held_out"), [("300", 300), ("none", None)])
+def test_val_max_chars_caps_the_split_or_with_none_does_not(runner, small_corpus, given, held_out):
+    result = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "2", "-o", "val_max_chars",
+                    given)
+    assert result.exit_code == 0, result.output
+    corpus = json.loads(Path("checkpoints/small/config.json").read_text())["corpus"]
+    expected = corpus["chars"] - held_out if held_out else int(corpus["chars"] * 0.9)
+    assert corpus["split_point"] == expected
+    table = re.sub(r"[\s│]", "", result.stderr)
+    assert ("characters:10%,capped" in table) == (held_out is not None)

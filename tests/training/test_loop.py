@@ -485,3 +485,16 @@ def test_by_default_evaluations_during_training_score_a_fixed_start_of_a_large_s
     recorded, recomputed = whole_score(tmp_path / "run" / "best.pt", repeated_corpus)
     assert recorded["chars"] == result.best.chars == 269
     assert recorded["nats_per_char"] == pytest.approx(recomputed, abs=1e-6)
+
+
+def test_a_budget_plans_its_evaluations_for_the_characters_each_scores():
+    from charrnn.config import EVAL_SUBSET_CHARS
+    from charrnn.training.loop import BudgetEnd
+
+    # A pass over 1,000,000 validation characters costs 10 s: 5% of a 1,000-s budget is 50 s.
+    end = BudgetEnd(pass_s=10.0, passes=1, val_chars=1_000_000)
+    assert end.evaluations(1000) == (10, EVAL_SUBSET_CHARS)  # 2 s each: the default subset, ten times
+    assert end.evaluations(1000, eval_chars=1_000_000) == (5, None)  # whole passes: five fit
+    assert end.evaluations(1000, eval_chars=2_000_000) == (5, None)
+    assert end.evaluations(500, eval_chars=1_000_000) == (0, None)  # 25 s pays for fewer than three
+    assert end.evaluations(100) == (10, 50_000)  # the share pays for less than the subset

@@ -59,6 +59,17 @@ def test_a_resumed_run_keeps_the_split_it_was_trained_with(tiny_run, monkeypatch
     assert plan.corpus.split_point == recorded != 10
 
 
+def test_a_run_saved_before_the_cap_resumes_with_none_and_evaluating_its_whole_split(tiny_run):
+    payload = load_checkpoint(tiny_run / "last.pt")
+    del payload["train_config"]["val_max_chars"]
+    _, config, changes = resume_config(payload, {}, {"max_steps": 80})
+    whole = payload["corpus"]["chars"] - payload["corpus"]["split_point"] - 1
+    assert config.val_max_chars is None and config.eval_chars == whole and changes == [("max_steps", 40, 80)]
+    refused = r"val_max_chars 10 contradicts the checkpoint \(val_max_chars none\)"
+    with pytest.raises(CharrnnError, match=refused):
+        resume_config(payload, {}, {"max_steps": 80, "val_max_chars": 10})
+
+
 @pytest.mark.parametrize(("native", "precision", "expected"), [
     (False, "auto", "fp32"), (True, "fp32", "fp32"), (True, "auto", "bf16"), (True, "bf16", "bf16")])
 def test_a_time_budget_times_the_ladder_in_the_precision_training_will_use_and_fills_what_was_not_given(
