@@ -36,7 +36,7 @@ EVAL_WARMUP = 512
 EVAL_STREAMS = 128
 # The validation split (docs/performance.md, "How much text is held out"): the tail val_frac of the corpus,
 # at most VAL_MAX_CHARS characters; evaluations during training score its first EVAL_SUBSET_CHARS.
-VAL_MAX_CHARS = 500_000
+VAL_MAX_CHARS = 300_000
 EVAL_SUBSET_CHARS = 200_000
 INSPECT_FEATURES: tuple[str, ...] = ("quotes", "line-position", "indent")  # what inspect --rank tracks
 INSPECT_TOP = 10  # how many units inspect --rank lists unless told

@@ -427,7 +427,7 @@ def test_a_budget_that_cannot_pay_for_its_end_is_refused_before_anything_is_writ
     clock = FakeClock(step_seconds=0.5)
     expected = (r"time_budget 60 s cannot pay for this run's end: scoring the \d+ validation characters "
                 r"of the trained and the averaged weights and saving take about 75 s.*hold out less text "
-                r"with val_max_chars or val_frac \(now 500000 and 0.1\)")
+                r"with val_max_chars or val_frac \(now 300000 and 0.1\)")
     with pytest.raises(CharrnnError, match=expected):
         plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=60).run(clock, clock=clock)
     assert not any((tmp_path / "run").iterdir())  # the directory proved writable, and holds nothing
