@@ -244,14 +244,12 @@ def quality_per_minute(quick: bool, workdir: Path) -> list[Result]:
     of another run of the same settings. Needs the dataset (CHARRNN_DATA_MIRROR offline)
     and a CPU with native bfloat16; skipped in --quick.
     """
-    if quick or not cpu_has_native_bf16():
-        reason = "--quick" if quick else "this CPU has no native bfloat16"
-        return [Result(f"quality per minute, bf16 vs fp32: skipped ({reason})", "-", 0.0, 0.0, 0.0,
-                       "reported", None)]
-    try:
-        corpus, _, _ = get_dataset(DEFAULT_DATASET, workdir / "data")
-    except CharrnnError as exc:
-        return [Result(f"quality per minute: skipped ({exc})", "-", 0.0, 0.0, 0.0, "reported", None)]
+    if not quick and not cpu_has_native_bf16():
+        return [Result("quality per minute, bf16 vs fp32: skipped (this CPU has no native bfloat16)", "-",
+                       0.0, 0.0, 0.0, "reported", None)]
+    corpus, skipped = full_run_corpus(quick, workdir, "quality per minute, bf16 vs fp32")
+    if corpus is None:
+        return skipped
     scores = {}
     for precision in ("bf16", "fp32"):
         out = workdir / f"quality-{precision}"
@@ -268,15 +266,23 @@ def quality_per_minute(quick: bool, workdir: Path) -> list[Result]:
 PROMISE_SECONDS = 100  # the budget whose wall time the promise row measures
 
 
+def full_run_corpus(quick: bool, workdir: Path, row: str) -> tuple[Path | None, list[Result]]:
+    """Tiny Shakespeare for a row that runs the command line in full, or (None, the row saying why it was
+    skipped: --quick, or no copy to be had)."""
+    if quick:
+        return None, [Result(f"{row}: skipped (--quick)", "-", 0.0, 0.0, 0.0, "reported", None)]
+    try:
+        return get_dataset(DEFAULT_DATASET, workdir / "data")[0], []
+    except CharrnnError as exc:
+        return None, [Result(f"{row}: skipped ({exc})", "-", 0.0, 0.0, 0.0, "reported", None)]
+
+
 def budget_promise(quick: bool, workdir: Path) -> list[Result]:
     """``charrnn train --time-budget 100`` as a user runs it: the process's wall time from start to exit,
     final evaluation, weight averaging and saves included, against the budget (≤ 1.03×)."""
-    if quick:
-        return [Result("time budget kept: skipped (--quick)", "-", 0.0, 0.0, 0.0, "reported", None)]
-    try:
-        corpus, _, _ = get_dataset(DEFAULT_DATASET, workdir / "data")
-    except CharrnnError as exc:
-        return [Result(f"time budget kept: skipped ({exc})", "-", 0.0, 0.0, 0.0, "reported", None)]
+    corpus, skipped = full_run_corpus(quick, workdir, "time budget kept")
+    if corpus is None:
+        return skipped
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "charrnn", "train", str(corpus), "--out", str(workdir / "promise"),
                     "--overwrite", "--time-budget", str(PROMISE_SECONDS), "--quiet"], check=True,
@@ -443,12 +449,9 @@ def evaluation_share(quick: bool, workdir: Path) -> list[Result]:
 def budget_end_reserve(quick: bool, workdir: Path) -> list[Result]:
     """``charrnn train --time-budget 100 --hidden 512`` on tiny Shakespeare: the time its run keeps for the
     end (scoring, saves and the interpreter's exit), against the budget (at most 5%)."""
-    if quick:
-        return [Result("budget's end reserve: skipped (--quick)", "-", 0.0, 0.0, 0.0, "reported", None)]
-    try:
-        corpus, _, _ = get_dataset(DEFAULT_DATASET, workdir / "data")
-    except CharrnnError as exc:
-        return [Result(f"budget's end reserve: skipped ({exc})", "-", 0.0, 0.0, 0.0, "reported", None)]
+    corpus, skipped = full_run_corpus(quick, workdir, "budget's end reserve")
+    if corpus is None:
+        return skipped
     printed = subprocess.run([sys.executable, "-m", "charrnn", "train", str(corpus), "--out",
                               str(workdir / "reserve"), "--overwrite", "--time-budget", str(PROMISE_SECONDS),
                               "--hidden", "512"], check=True, capture_output=True, text=True)
