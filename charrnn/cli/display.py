@@ -487,11 +487,13 @@ def describe_split(chars: int, split_point: int, val_frac: float) -> str:
 def describe_evaluations(config: TrainConfig, val_chars: int) -> str:
     """When the run evaluates, and what each evaluation scores."""
     subset = partial_eval_chars(config, val_chars)
-    scored = f" on the first {subset:,} validation chars" if subset else ""
-    end = ", on the whole split at the end" if subset else " and at the end"
     if config.evaluation_interval:
-        return f"every {config.evaluation_interval:,} steps{scored}{end}"
-    return f"at the end, and during a budget long enough to pay for it{scored}"
+        if subset:
+            return (f"every {config.evaluation_interval:,} steps on the first {subset:,} validation chars, "
+                    f"on the whole split at the end")
+        return f"every {config.evaluation_interval:,} steps and at the end"
+    during = f" (on the first {subset:,} validation chars)" if subset else ""
+    return f"at the end, and during training when the budget pays for it{during}"
 
 
 def _part_scored(result: dict[str, Any] | None, corpus: dict[str, Any] | None) -> str:
