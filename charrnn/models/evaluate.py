@@ -9,13 +9,14 @@ score is their summed NLL divided by N − 1. Two ways read the text:
   characters are read but not scored. Up to :data:`EVAL_STREAMS` slices run at once,
   as one batch. So every scored character has at least ``EVAL_WARMUP`` characters of
   context (or all of the text before it, near the text's start), and the score is
-  that of a batched forward pass, several times faster than one stream on a CPU and
-  far more on a GPU. On trained models of every cell kind it lands within 1e-4
-  nats/char of the one-stream score (docs/performance.md, "Scoring a text").
+  that of a batched forward pass: 2.4 times one stream's speed on two CPU cores at
+  2×512, more on one core and far more on a GPU. On trained models of every cell kind
+  it lands within 1e-4 nats/char of the one-stream score (docs/performance.md,
+  "Scoring a text").
 - **One stream** (``single_stream``): the text runs through the model in order, in
   chunks, with the state carried from each chunk to the next, so every character is
-  predicted from the whole text before it: the exact definition, bit for bit as
-  earlier versions computed it.
+  predicted from the whole text before it: the exact definition (earlier versions'
+  only one; the sums now run in float64, so the last digits may differ).
 
 Slices have a fixed length, so the first P predicted characters of a text are scored
 exactly as the text's first P + 1 characters alone would be: a prefix's score is read
