@@ -479,7 +479,7 @@ def describe_split(chars: int, split_point: int, val_frac: float) -> str:
     """"1,003,854 train / 111,540 validation (the last 10%)", or what the cap held out."""
     held_out = chars - split_point
     percent = f"{val_frac * 100:.3g}%"
-    share = f"the last {percent}" if held_out >= int(chars * val_frac) else \
+    share = f"the last {percent}" if split_point == int(chars * (1.0 - val_frac)) else \
         f"the last {held_out:,} characters: {percent}, capped"
     return f"{split_point:,} train / {held_out:,} validation ({share})"
 

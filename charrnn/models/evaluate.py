@@ -90,6 +90,12 @@ class StreamLayout:
         """Characters the model reads in all, warm-ups included: the pass's cost."""
         return self.scored + (self.streams - 1) * self.warmup
 
+    def steps(self, batch: range) -> tuple[int, int]:
+        """The time steps one batch runs: (warm-up, scored). The warm-up is skipped for the text's first
+        stream alone (it starts at the text's start); the scored steps stop at the text's end."""
+        warmup = 0 if batch.stop == 1 else self.warmup
+        return warmup, min(self.slice_chars, self.scored - batch.start * self.slice_chars)
+
     def batches(self) -> Iterator[range]:
         """The streams (by index) of each batch, in the text's order."""
         for first in range(0, self.streams, self.streams_at_once):
@@ -129,6 +135,7 @@ def scored_chunks(model: CharRNN, ids: torch.Tensor, layout: StreamLayout,
     device = next(model.parameters()).device
     width, warmup = layout.slice_chars, layout.warmup
     first, rows = batch.start, len(batch)
+    skipped, scored_steps = warmup - layout.steps(batch)[0], layout.steps(batch)[1]
     # Stream k reads text[k·S − W, (k+1)·S) and predicts text[k·S − W + 1, (k+1)·S]; the ids before the
     # text's start (stream 0's warm-up) and past its end are padding, never scored.
     begin = first * width - warmup
@@ -146,7 +153,7 @@ def scored_chunks(model: CharRNN, ids: torch.Tensor, layout: StreamLayout,
     vocab_size = model.config.vocab_size
     step = _chunk_len(rows, vocab_size)
     state: State | None = None
-    for start in range(0, warmup, step):
+    for start in range(skipped, warmup, step):
         stop = min(start + step, warmup)
         _, state = model(columns(start, stop), state)
     if state is not None and first == 0:  # the text's first stream starts at its start, from zeros
@@ -154,8 +161,8 @@ def scored_chunks(model: CharRNN, ids: torch.Tensor, layout: StreamLayout,
         for part in state:
             part[:, 0] = 0
     starts = torch.arange(first, first + rows, device=device).unsqueeze(1) * width + 1  # (b, 1)
-    for start in range(warmup, warmup + width, step):
-        stop = min(start + step, warmup + width)
+    for start in range(warmup, warmup + scored_steps, step):
+        stop = min(start + step, warmup + scored_steps)
         logits, state = model(columns(start, stop), state)
         positions = starts + torch.arange(start - warmup, stop - warmup, device=device)  # (b, T)
         positions = positions.masked_fill(positions > layout.scored, -1)

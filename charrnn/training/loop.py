@@ -458,14 +458,26 @@ def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: SingleProce
             run.config = config
     subset = partial_eval_chars(config, end.val_chars)
     partial = subset is not None
+    # A subset runs fewer streams side by side than the whole split, which on a CPU costs far more per
+    # character: its own cost is timed, and the evaluations cut to what the share pays for.
+    each_s = end.passes * pass_s
+    if partial and (points or config.eval_every is not None):
+        timed = scoring_seconds(run.model, val_ids[: subset + 1], clock) if group.is_main else 0.0
+        each_s = end.passes * group.reduce([timed], run.device, op="max")[0]
+    if points:
+        count = int(BUDGET_EVALUATION_SHARE * budget / max(each_s, 1e-9))
+        if count < len(points):
+            points = tuple(k / (count + 1) for k in range(1, count + 1)) \
+                if count >= BUDGET_EVALUATIONS[0] else ()
     reserve = end.reserve_s(rescoring=partial and (bool(points) or config.eval_every is not None)) + finish_s
+    if config.eval_every is not None:  # an evaluation on schedule may start just before training stops
+        reserve += FINAL_WORK_MARGIN * each_s
     messages = [f"{{time_budget}} {budget:g} s: training stops about {reserve:.1f} s before the end, to "
                 f"evaluate and save inside it"]
     if points:
         scored = f"the first {subset:,} validation characters" if subset else \
             "the whole validation split"
-        cost = end.passes * pass_s * (subset / end.val_chars if subset else 1.0)
-        each = f"about {cost:.1f} s" if cost >= 0.05 else "under 0.1 s"
+        each = f"about {each_s:.1f} s" if each_s >= 0.05 else "under 0.1 s"
         messages.append(f"{{time_budget}} {budget:g} s: {len(points)} evaluations during training, evenly "
                         f"through it ({scored}, {each} each); best.pt keeps the best weights seen"
                         + (", scored on the whole split at the end" if partial else ""))

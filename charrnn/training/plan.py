@@ -205,8 +205,8 @@ def resume_config(
         if key not in RESUME_MAY_CHANGE:
             may_change = ", ".join("{" + name + "}" for name in RESUME_MAY_CHANGE if name != "device")
             raise OptionConflict(
-                f"{{{key}}} {value!r} contradicts the checkpoint ({key} {_shown(saved.get(key))}); resuming "
-                f"may change only {may_change} and the device"
+                f"{{{key}}} {_shown(value)} contradicts the checkpoint ({key} {_shown(saved.get(key))}); "
+                f"resuming may change only {may_change} and the device"
             )
         changes.append((key, saved.get(key), value))
         saved[key] = value
