@@ -25,6 +25,7 @@ from charrnn.analysis.memorisation import COPY_MIN_CHARS
 from charrnn.analysis.neurons import colour
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data.corpus import CorpusInfo
+from charrnn.data.corpus import split_point as corpus_split_point
 from charrnn.errors import CharrnnError
 from charrnn.models.devices import resolve_precision
 from charrnn.models.model import CharRNN
@@ -479,7 +480,7 @@ def describe_split(chars: int, split_point: int, val_frac: float) -> str:
     """"1,003,854 train / 111,540 validation (the last 10%)", or what the cap held out."""
     held_out = chars - split_point
     percent = f"{val_frac * 100:.3g}%"
-    share = f"the last {percent}" if split_point == int(chars * (1.0 - val_frac)) else \
+    share = f"the last {percent}" if split_point == corpus_split_point(chars, val_frac) else \
         f"the last {held_out:,} characters: {percent}, capped"
     return f"{split_point:,} train / {held_out:,} validation ({share})"
 

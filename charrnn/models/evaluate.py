@@ -135,7 +135,8 @@ def scored_chunks(model: CharRNN, ids: torch.Tensor, layout: StreamLayout,
     device = next(model.parameters()).device
     width, warmup = layout.slice_chars, layout.warmup
     first, rows = batch.start, len(batch)
-    skipped, scored_steps = warmup - layout.steps(batch)[0], layout.steps(batch)[1]
+    run_warmup, scored_steps = layout.steps(batch)
+    skipped = warmup - run_warmup
     # Stream k reads text[k·S − W, (k+1)·S) and predicts text[k·S − W + 1, (k+1)·S]; the ids before the
     # text's start (stream 0's warm-up) and past its end are padding, never scored.
     begin = first * width - warmup

@@ -398,8 +398,7 @@ class BudgetEnd:
 
     def evaluation_points(self, budget: float, eval_chars: int | None = None) -> tuple[float, ...]:
         """When to evaluate during training, as fractions of the training: evenly through it."""
-        count = self.evaluations(budget, eval_chars)[0]
-        return tuple(k / (count + 1) for k in range(1, count + 1))
+        return evenly_spaced(self.evaluations(budget, eval_chars)[0])
 
     def reserve_s(self, rescoring: bool) -> float:
         """The time kept for the end, with :data:`FINAL_WORK_MARGIN`: the final evaluation of the whole
@@ -407,6 +406,11 @@ class BudgetEnd:
         score a part of the split) one more pass, to score the best weights they kept on all of it."""
         passes = self.passes + (1 if rescoring else 0)
         return FINAL_WORK_MARGIN * (passes * self.pass_s + self.other_s)
+
+
+def evenly_spaced(count: int) -> tuple[float, ...]:
+    """``count`` moments evenly through a run, as fractions of it, neither at its start nor its end."""
+    return tuple(k / (count + 1) for k in range(1, count + 1))
 
 
 def final_work_seconds(run: TrainingRun, val_ids: torch.Tensor, clock: Callable[[], float]) -> BudgetEnd:
@@ -467,8 +471,7 @@ def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: SingleProce
     if points:
         count = int(BUDGET_EVALUATION_SHARE * budget / max(each_s, 1e-9))
         if count < len(points):
-            points = tuple(k / (count + 1) for k in range(1, count + 1)) \
-                if count >= BUDGET_EVALUATIONS[0] else ()
+            points = evenly_spaced(count) if count >= BUDGET_EVALUATIONS[0] else ()
     reserve = end.reserve_s(rescoring=partial and (bool(points) or config.eval_every is not None)) + finish_s
     if config.eval_every is not None:  # an evaluation on schedule may start just before training stops
         reserve += FINAL_WORK_MARGIN * each_s
