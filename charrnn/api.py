@@ -17,6 +17,7 @@ caller wrote it. Other failures raise :class:`~charrnn.errors.CharrnnError`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import secrets
@@ -40,6 +41,7 @@ from charrnn.config import (
 from charrnn.data.datasets import DATASETS, DEFAULT_DATASET
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, escape
 from charrnn.utils.text import require_valid_text
+from charrnn.utils.threads import check_threads, use_threads
 
 if TYPE_CHECKING:  # torch is imported only once the options are checked and there is work to do
     from charrnn.models.evaluate import EvalResult
@@ -709,18 +711,21 @@ def _unknown(outside: dict[str, int], skip_unknown: bool) -> dict[str, int]:
     return outside
 
 
-def load(path: PathArg, device: str = "cpu") -> Model:
+def load(path: PathArg, device: str = "cpu", threads: int | None = None) -> Model:
     """Load a checkpoint, or a run directory's best.pt, for sampling and scoring on ``device``
-    (``auto``: a GPU when there is one)."""
-    return _load(path, device, "path")
+    (``auto``: a GPU when there is one), with ``threads`` CPU threads (default: the cores no other
+    program is busy on, :mod:`charrnn.utils.threads`)."""
+    check_threads(threads)
+    return _load(path, device, "path", threads)
 
 
-def _load(path: PathArg, device: str, name: str) -> Model:
+def _load(path: PathArg, device: str, name: str, threads: int | None = None) -> Model:
     """:func:`load`, naming the path parameter as the caller's function does."""
     from charrnn.models.devices import resolve_device
     from charrnn.training.checkpoint import checkpoint_in, load_model
 
     checkpoint = checkpoint_in(_require_path(path, name), "best.pt")
+    use_threads(threads)
     loaded = load_model(checkpoint, resolve_device(_device(device)))
     return Model(loaded.model, loaded, checkpoint)
 
@@ -739,36 +744,44 @@ def _device(device: Any) -> str:
 
 def sample(checkpoint: PathArg, prime: str | None = None, length: int | None = None,
            temperature: float | None = None, *, prime_file: PathArg | None = None, device: str = "cpu",
-           **options: Any) -> Samples:
-    """``load(checkpoint, device).sample(...)``, every option checked before the checkpoint is read."""
+           threads: int | None = None, **options: Any) -> Samples:
+    """``load(checkpoint, device, threads).sample(...)``, every option checked before the checkpoint is
+    read."""
     request = Decoding.check(prime, length, temperature, prime_file, options)
-    return _load(checkpoint, device, "checkpoint").generate(request)
+    check_threads(threads)
+    return _load(checkpoint, device, "checkpoint", threads).generate(request)
 
 
 def stream(checkpoint: PathArg, prime: str | None = None, length: int | None = None,
            temperature: float | None = None, *, prime_file: PathArg | None = None, device: str = "cpu",
-           **options: Any) -> SampleStream:
-    """``load(checkpoint, device).stream(...)``, every option checked before the checkpoint is read."""
+           threads: int | None = None, **options: Any) -> SampleStream:
+    """``load(checkpoint, device, threads).stream(...)``, every option checked before the checkpoint is
+    read."""
     request = Decoding.check(prime, length, temperature, prime_file, options)
-    return _load(checkpoint, device, "checkpoint").streamed(request)
+    check_threads(threads)
+    return _load(checkpoint, device, "checkpoint", threads).streamed(request)
 
 
 def perplexity(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None,
                skip_unknown: bool = False, dynamic: bool | DynamicConfig = False,
                dynamic_lr: float | None = None, dynamic_decay: float | None = None,
                segment_len: int | None = None, single_stream: bool = False,
-               device: str = "auto") -> Perplexity:
-    """``load(checkpoint, device).perplexity(...)``, every option checked before the checkpoint is read."""
+               device: str = "auto", threads: int | None = None) -> Perplexity:
+    """``load(checkpoint, device, threads).perplexity(...)``, every option checked before the checkpoint
+    is read."""
     request = Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay, segment_len,
                             single_stream)
-    return _load(checkpoint, device, "checkpoint").score(request)
+    check_threads(threads)
+    return _load(checkpoint, device, "checkpoint", threads).score(request)
 
 
 def inspect(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None, device: str = "cpu",
-            **options: Any) -> Inspection:
-    """``load(checkpoint, device).inspect(...)``, every option checked before the checkpoint is read."""
+            threads: int | None = None, **options: Any) -> Inspection:
+    """``load(checkpoint, device, threads).inspect(...)``, every option checked before the checkpoint is
+    read."""
     request = Looking.check(text, file, options)
-    return _load(checkpoint, device, "checkpoint").look(request)
+    check_threads(threads)
+    return _load(checkpoint, device, "checkpoint", threads).look(request)
 
 
 # ----------------------------------------------------------------- whole-checkpoint work
@@ -816,7 +829,7 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
             length: int = COMPARE_LENGTH, text_file: PathArg | None = None, against: str | None = None,
             dynamic: bool | DynamicConfig = False, dynamic_lr: float | None = None,
             dynamic_decay: float | None = None, segment_len: int | None = None, single_stream: bool = False,
-            device: str = "cpu", **sampling: Any) -> Comparison:
+            device: str = "cpu", threads: int | None = None, **sampling: Any) -> Comparison:
     """Score every checkpoint and sample each with the same prime, seed and decoding settings.
 
     Scores are on each checkpoint's own validation split, or on ``text_file`` for
@@ -824,7 +837,7 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
     the seed is ``COMPARE_SEED`` unless given, the same for every checkpoint.
     ``against`` (``"train"`` or a file) also measures how much of each sample is
     copied from that reference. A problem with one checkpoint is reported in its
-    entry instead of stopping the comparison.
+    entry instead of stopping the comparison. ``threads``: as :func:`load`'s.
     """
     from charrnn.analysis.compare import TRAINING_SPLIT, CompareSettings, compare_checkpoints
     from charrnn.models.devices import resolve_device
@@ -843,6 +856,7 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
         decoding = SampleConfig(**{**decoding.to_dict(), "seed": COMPARE_SEED})
     settings_dynamic = dynamic_settings(dynamic, dynamic_lr, dynamic_decay, segment_len)
     checked(single_stream, bool, "single_stream")
+    check_threads(threads)
     if against is not None and not isinstance(against, str | PathLike):
         raise ConfigTypeError(f"must be 'train' or a path, not {type(against).__name__}", "against")
     text_path = _text_file(text_file, "text_file")
@@ -856,6 +870,7 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
                                against=None if against is None else str(against), dynamic=settings_dynamic,
                                single_stream=single_stream)
     resolved = [checkpoint_in(path, "best.pt") for path in paths]
+    use_threads(threads)
     reports, note = compare_checkpoints(resolved, settings, resolve_device(_device(device)))
     return Comparison(reports, settings, note, resolved)
 
@@ -904,12 +919,14 @@ def evolution(run_dir: PathArg, **unused: Any) -> Evolution:
 
 def surprisal(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None,
               top: int = SURPRISAL_TOP, skip_unknown: bool = False, max_chars: int | None = None,
-              single_stream: bool = False, device: str = "cpu", **unused: Any) -> Surprisal:
-    """``load(checkpoint, device).surprisal(...)``. Settings of :func:`inspect` that look at one unit or
-    rank units (``unit``, ``layer``, ``state``, ``rank``) do not apply and are refused."""
+              single_stream: bool = False, device: str = "cpu", threads: int | None = None,
+              **unused: Any) -> Surprisal:
+    """``load(checkpoint, device, threads).surprisal(...)``. Settings of :func:`inspect` that look at one
+    unit or rank units (``unit``, ``layer``, ``state``, ``rank``) do not apply and are refused."""
     if unused:
         raise OptionConflict(f"surprisal scores every character: {{{sorted(unused)[0]}}} does not apply")
-    model = _load(checkpoint, device, "checkpoint")
+    check_threads(threads)
+    model = _load(checkpoint, device, "checkpoint", threads)
     return model.surprisal(text, file=file, top=top, skip_unknown=skip_unknown, max_chars=max_chars,
                            single_stream=single_stream)
 
@@ -928,18 +945,20 @@ class WebPage:
         return {**asdict(self), "path": str(self.path), "checkpoint": str(self.checkpoint)}
 
 
-def export(checkpoint: PathArg, output: PathArg, *, title: str | None = None, prime: str = "") -> WebPage:
+def export(checkpoint: PathArg, output: PathArg, *, title: str | None = None, prime: str = "",
+           threads: int | None = None) -> WebPage:
     """Write ``checkpoint``'s model as one self-contained HTML page that generates text in a browser
     with no Python, server or network (see :mod:`charrnn.generation.webpage`); ``prime`` fills the
-    page's prime box."""
+    page's prime box; ``threads``: as :func:`load`'s."""
     from charrnn.generation.webpage import ENCODING, export_page
     from charrnn.utils.files import atomic_write_text
 
     if title is not None:
         require_valid_text(checked(title, str, "title"), "{title}")
     require_valid_text(checked(prime, str, "prime"), "{prime}")
+    check_threads(threads)
     target = check_output(output, "output", {"checkpoint": checkpoint})
-    model = _load(checkpoint, "cpu", "checkpoint")
+    model = _load(checkpoint, "cpu", "checkpoint", threads)
     unknown = model.vocab.outside(Counter(prime))
     if unknown:
         raise CharrnnError(f"the prime has characters the model never saw: {', '.join(map(repr, unknown))}")
@@ -988,8 +1007,9 @@ def get_dataset(name: str = DEFAULT_DATASET, data_dir: PathArg | None = None, fo
 
 def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, overwrite: bool = False,
           resume: PathArg | None = None, init_from: PathArg | None = None, extend_vocab: bool = False,
-          device: str = "auto", data_dir: PathArg | None = None, observer: TrainObserver | None = None,
-          started: float | None = None, finish_s: float = 0.0, **options: Any) -> TrainResult:
+          device: str = "auto", threads: int | None = None, data_dir: PathArg | None = None,
+          observer: TrainObserver | None = None, started: float | None = None, finish_s: float = 0.0,
+          **options: Any) -> TrainResult:
     """Train on ``corpus`` (a UTF-8 file or a directory of *.txt); without one, on tiny Shakespeare,
     downloaded (once) into ``data_dir``.
 
@@ -1004,7 +1024,8 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
     line: its interpreter's exit). ``resume``
     continues the run that wrote a checkpoint (or a run directory's last.pt)
     exactly; ``init_from`` fine-tunes from one. Under torchrun, every process
-    calls this and they train together.
+    calls this and they train together. ``threads``: CPU threads (default: the cores no other program
+    is busy on, shared among torchrun's processes on this machine; :mod:`charrnn.utils.threads`).
 
     Ctrl-C (or SIGTERM, SIGHUP) finishes the current step, saves last.pt and
     raises :class:`~charrnn.training.loop.TrainingInterrupted`, whose
@@ -1025,7 +1046,7 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
         corpus=_path(corpus, "corpus"), options=options, out_dir=_path(out_dir, "out_dir"),
         overwrite=checked(overwrite, bool, "overwrite"), resume=_path(resume, "resume"),
         init_from=_path(init_from, "init_from"), extend_vocab=checked(extend_vocab, bool, "extend_vocab"),
-        device=_device(device), data_dir=_path(data_dir, "data_dir"),
+        device=_device(device), data_dir=_path(data_dir, "data_dir"), threads=threads,
     )
     check_request(request)  # every option, before torch, a download, a checkpoint or a corpus
     from charrnn.training.observer import TrainObserver
@@ -1039,12 +1060,13 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
 
     from charrnn.models.devices import resolve_device
     from charrnn.training.checkpoint import checkpoint_in
-    from charrnn.training.distributed import join_from_environment, leave
+    from charrnn.training.distributed import join_from_environment, leave, local_processes
     from charrnn.training.plan import plan_training
     from charrnn.utils.interrupt import GracefulStop
 
     observer = observer if observer is not None else TrainObserver()
     group, request.device = join_from_environment(resolve_device(request.device))
+    threads = use_threads(request.threads, processes=local_processes(group))
     say = group.only_main(observer.on_message)
     try:
         if group.world_size > 1:
@@ -1068,7 +1090,8 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
             say(f"{verb} {dataset.name}: {escape(str(dataset.path))} ({dataset.chars:,} characters)")
             # The built-in corpus, fetched: from here on the run is one on a corpus like any other.
             request.corpus, request.corpus_name, request.data_dir = dataset.path, dataset.name, None
-        plan = plan_training(request, group, started=called, finish_s=finish_s)
+        plan = dataclasses.replace(plan_training(request, group, started=called, finish_s=finish_s),
+                                   threads=threads)
         if group.is_main:
             observer.on_plan(plan)
         with GracefulStop() as stop:

@@ -27,7 +27,9 @@ SMALL_TEXT = "".join(
 
 # Tests run tiny models, for which a second thread only adds synchronisation, and
 # OpenMP threads spin badly when another process (a second test run, a training
-# job) holds the other core.
+# job) holds the other core. charrnn's own thread choice, in this process and in the
+# commands tests start, takes OMP_NUM_THREADS as the user's choice.
+os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 
 

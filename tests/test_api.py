@@ -155,7 +155,24 @@ def test_train_from_python_gets_the_commands_checks(small_corpus, tmp_path, tiny
         charrnn.train(small_corpus, resume=tiny_run, init_from=tiny_run)
     with pytest.raises(ConfigError, match="batch_size must be at least 1"):
         charrnn.train(small_corpus, out_dir=tmp_path / "x", batch_size=0)
+    with pytest.raises(ConfigError, match="threads must be a whole number of at least 1"):
+        charrnn.train(small_corpus, out_dir=tmp_path / "x", threads=0)
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("call", [
+    lambda path: charrnn.load(path, threads=0),
+    lambda path: charrnn.sample(path, threads=0),
+    lambda path: charrnn.stream(path, threads=0),
+    lambda path: charrnn.perplexity(path, "some text", threads=0),
+    lambda path: charrnn.inspect(path, "some text", unit=0, threads=0),
+    lambda path: charrnn.surprisal(path, "some text", threads=0),
+    lambda path: charrnn.compare([path], threads=0),
+    lambda path: charrnn.export(path, "page.html", threads=0),
+])
+def test_every_call_that_runs_a_model_takes_threads_and_checks_it_first(call, tmp_path):
+    with pytest.raises(ConfigError, match="threads must be a whole number of at least 1"):
+        call(tmp_path / "not-yet-read.pt")  # refused before the checkpoint is looked for
 
 
 def test_asking_for_a_missing_gpu_is_refused(small_corpus, tmp_path, monkeypatch):

@@ -34,6 +34,7 @@ from charrnn.training.plan import TrainingPlan
 from charrnn.training.rundir import EvaluationRecord
 from charrnn.training.samples import SampleRecord
 from charrnn.utils.terminal import one_line, visible_char
+from charrnn.utils.threads import ThreadChoice
 
 Namer = Callable[[str], str]  # how the command line names a library parameter (max_steps → --max-steps)
 
@@ -91,6 +92,7 @@ class ProgressBar(TrainObserver):
         self.losses: list[float] = []  # training losses since the last line
         self.last_step: StepReport | None = None  # the latest step's report
         self.last_val: float | None = None  # the latest validation loss
+        self.threads: ThreadChoice | None = None  # the plan's CPU threads, for the table
 
     def on_message(self, text: str) -> None:
         """Notes and warnings, quiet or not, each option named as the command line writes it."""
@@ -102,6 +104,7 @@ class ProgressBar(TrainObserver):
     def on_plan(self, plan: TrainingPlan) -> None:
         """Say what the plan decided that the user did not ask for in so many words."""
         name, budget = self.name, plan.budget
+        self.threads = plan.threads
         if budget is not None and not budget.planned:
             model = plan.model_config
             self._say(f"{name('time_budget')} {budget.seconds:g} s: the scaling rule covers plain LSTMs, so "
@@ -146,6 +149,8 @@ class ProgressBar(TrainObserver):
             "validation": describe_evaluations(config, corpus.chars - corpus.split_point - 1),
             "epoch checkpoints": ", ".join(map(str, config.save_epochs)) or "none",
             "device": f"{config.device}, {describe_precision(config, model_config)}",
+            **({"threads": self.threads.describe()} if self.threads is not None and config.device == "cpu"
+               else {}),
             "seed": str(config.seed),
             "out": config.out_dir,
         }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from charrnn.cli.options import GroupedCommand, json_option, option
+from charrnn.cli.options import GroupedCommand, json_option, option, threads_option
 from charrnn.cli.output import message, print_json, say_checkpoint
 
 
@@ -15,7 +15,9 @@ from charrnn.cli.output import message, print_json, say_checkpoint
 @option("--title", default=None, group="output", help="The page's title (default: the run's name).")
 @option("--prime", default="", group="output", help="Text to put in the page's prime box.")
 @json_option("Print what was written as one JSON object.")
-def export_command(checkpoint: str, output: str, title: str | None, prime: str, as_json: bool) -> None:
+@threads_option()
+def export_command(checkpoint: str, output: str, title: str | None, prime: str, as_json: bool,
+                   threads: int | None) -> None:
     """Write CHECKPOINT's model as one self-contained web page that generates text.
 
     The page runs the model in the browser with its own JavaScript: no Python,
@@ -30,7 +32,7 @@ def export_command(checkpoint: str, output: str, title: str | None, prime: str, 
     """
     from charrnn.api import export
 
-    page = export(checkpoint, output, title=title, prime=prime)
+    page = export(checkpoint, output, title=title, prime=prime, threads=threads)
     say_checkpoint(checkpoint, page.checkpoint)
     if as_json:
         print_json(page.to_dict())

@@ -152,11 +152,21 @@ def stacked(options: list[Decorator]) -> Decorator:
 
 
 def device_option(default: str, group: str = "hardware") -> Decorator:
-    """Whole-text work (train, eval-perplexity) defaults to auto; commands that step one character at
-    a time default to cpu, where those latency-bound steps run well."""
-    return option("--device", type=click.Choice(["auto", "cpu", "cuda", "mps"]), default=default,
-                  show_default=True, group=group,
-                  help="Where the model runs; auto picks cuda when a GPU is present, else cpu.")
+    """Where the model runs, and with how many CPU threads. Whole-text work (train, eval-perplexity)
+    defaults to auto; commands that step one character at a time default to cpu, where those
+    latency-bound steps run well."""
+    return stacked([
+        option("--device", type=click.Choice(["auto", "cpu", "cuda", "mps"]), default=default,
+               show_default=True, group=group,
+               help="Where the model runs; auto picks cuda when a GPU is present, else cpu."),
+        threads_option(group),
+    ])
+
+
+def threads_option(group: str = "hardware") -> Decorator:
+    return option("--threads", type=int, default=None, group=group, metavar="N",
+                  help="CPU threads torch runs with (default: OMP_NUM_THREADS when set, else the cores no "
+                       "other program is busy on: a thread on a busy core slows every other).")
 
 
 def sampling_options(length: int, seed: str | None = None) -> Decorator:

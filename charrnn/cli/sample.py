@@ -48,8 +48,8 @@ def render_samples(texts: list[str], kind: str) -> str:
 @device_option("cpu")
 @click.pass_context
 def sample_command(ctx: click.Context, checkpoint: str, output: str | None, as_json: bool, device: str,
-                   prime: str | None, prime_file: str | None, interactive: bool, top: int,
-                   **decoding: Any) -> None:
+                   threads: int | None, prime: str | None, prime_file: str | None, interactive: bool,
+                   top: int, **decoding: Any) -> None:
     """Generate text from CHECKPOINT, streaming it to stdout as it is produced.
 
     stdout (or --output) gets the text alone. Several samples (--num-samples)
@@ -71,18 +71,20 @@ def sample_command(ctx: click.Context, checkpoint: str, output: str | None, as_j
     if interactive or ctx.get_parameter_source("top") is not click.core.ParameterSource.DEFAULT:
         given = {key: value for key, value in {"output": output, "as_json": as_json, **decoding}.items()
                  if ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
-        write_with_the_model(checkpoint, prime, prime_file, device, top, interactive, given)
+        write_with_the_model(checkpoint, prime, prime_file, device, threads, top, interactive, given)
         return
 
     if output is not None:
         api.check_output(output, "output", {"checkpoint": checkpoint, "prime_file": prime_file})
     if output is None and not as_json and decoding["num_samples"] == 1 and decoding["beam_width"] is None:
-        stream = api.stream(checkpoint, prime, prime_file=prime_file, device=device, **decoding)
+        stream = api.stream(checkpoint, prime, prime_file=prime_file, device=device, threads=threads,
+                            **decoding)
         say_checkpoint(checkpoint, stream.checkpoint)
         _say_seed(stream.seed, stream.seed_drawn)
         stream_stdout(stream, prefix=stream.prime)
         return
-    samples = api.sample(checkpoint, prime, prime_file=prime_file, device=device, **decoding)
+    samples = api.sample(checkpoint, prime, prime_file=prime_file, device=device, threads=threads,
+                            **decoding)
     say_checkpoint(checkpoint, samples.checkpoint)
     _say_seed(samples.seed, samples.seed_drawn)
     for note in samples.notes:
@@ -100,8 +102,8 @@ def sample_command(ctx: click.Context, checkpoint: str, output: str | None, as_j
         write_file(output, rendered, f"{len(samples.texts)} sample(s)")
 
 
-def write_with_the_model(checkpoint: str, prime: str | None, prime_file: str | None, device: str, top: int,
-                         interactive: bool, given: dict[str, Any]) -> None:
+def write_with_the_model(checkpoint: str, prime: str | None, prime_file: str | None, device: str,
+                         threads: int | None, top: int, interactive: bool, given: dict[str, Any]) -> None:
     """``sample --interactive``: the session in the terminal, then the whole text on stdout."""
     from charrnn import api
     from charrnn.cli.interactive import MOST_GUESSES, require_terminal, write_interactively
@@ -111,7 +113,7 @@ def write_with_the_model(checkpoint: str, prime: str | None, prime_file: str | N
         raise OptionConflict("{top} says how many guesses {interactive} shows: it goes with it")
     if not 1 <= top <= MOST_GUESSES:
         raise ConfigError(f"must be from 1 to {MOST_GUESSES} (one digit picks each guess)", "top")
-    model = api.load(checkpoint, device)
+    model = api.load(checkpoint, device, threads)
     session = model.writing(prime, prime_file=prime_file, **given)
     require_terminal()
     text = write_interactively(session, top)

@@ -163,6 +163,16 @@ def join_from_environment(device: str) -> tuple[SingleProcess, str]:
     return ProcessGroup(rank, world_size), device
 
 
+def local_processes(group: SingleProcess) -> int:
+    """How many of the group's processes share this machine (torchrun's ``LOCAL_WORLD_SIZE``); 1 alone."""
+    if group.world_size <= 1:
+        return 1
+    try:
+        return max(1, _environment_int("LOCAL_WORLD_SIZE", str(group.world_size)))
+    except CharrnnError:
+        return group.world_size
+
+
 def leave(group: SingleProcess) -> None:
     if isinstance(group, ProcessGroup) and dist.is_initialized():
         dist.destroy_process_group()

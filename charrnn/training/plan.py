@@ -46,6 +46,7 @@ from charrnn.training.rundir import refuse_replacing_inputs, resume_checkpoint, 
 from charrnn.training.schedule import RunAlreadyFinished, stop_reason
 from charrnn.training.state import RESUME_FIELDS
 from charrnn.utils.interrupt import GracefulStop
+from charrnn.utils.threads import ThreadChoice
 
 # What a resumed run may change; anything else would not fit the checkpoint's weights or place in the data.
 RESUME_MAY_CHANGE = ("epochs", "max_steps", "time_budget", "learning_rate", "min_lr_ratio", "warmup_steps",
@@ -77,6 +78,7 @@ class TrainingPlan:
     branch_from: Path | None = None  # a branch: the run directory whose logs it starts with, up to its step
     initial_weights: dict[str, torch.Tensor] | None = None  # a fine-tuned run's starting weights
     budget: BudgetDecision | None = None  # what the time budget chose, when one was given
+    threads: ThreadChoice | None = None  # the CPU threads it runs with, and why (None: torch's default)
 
     def run(self, observer: TrainObserver | None = None, stop: GracefulStop | None = None,
             group: SingleProcess | None = None, **engine_options: Any) -> TrainResult:

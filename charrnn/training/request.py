@@ -15,6 +15,7 @@ from typing import Any
 
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.errors import ConfigError, OptionConflict
+from charrnn.utils.threads import check_threads
 
 SAMPLE_SETTINGS = ("sample_length", "sample_prime", "sample_temperature", "sample_seed")
 MODEL_FIELDS = frozenset(f.name for f in dataclasses.fields(ModelConfig))
@@ -38,6 +39,7 @@ class TrainingRequest:
     device: str = "cpu"  # the torch device; "auto" until the plan resolves it
     corpus_name: str | None = None  # the run's corpus name; None: the corpus file's stem
     data_dir: Path | None = None  # where the built-in corpus is kept, for a run given no corpus
+    threads: int | None = None  # CPU threads; None: the cores no other program is busy on (utils.threads)
 
 
 def check_request(request: TrainingRequest) -> None:
@@ -46,6 +48,7 @@ def check_request(request: TrainingRequest) -> None:
     if unknown:
         raise ConfigError(f"unknown training option {unknown[0]!r}; the options are the fields of "
                           f"ModelConfig and TrainConfig except {', '.join(sorted(NOT_OPTIONS))}")
+    check_threads(request.threads)
     if request.init_from is not None and request.resume is not None:
         raise OptionConflict("{init_from} starts a new run and {resume} continues one: give one of them")
     if request.extend_vocab and request.init_from is None:

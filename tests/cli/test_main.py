@@ -340,6 +340,13 @@ BAD_INPUTS = [
     (["eval-perplexity", "foreign.pt"], "not a charrnn checkpoint"),
     (["eval-perplexity", "CKPT", "missing.txt"], "does not exist"),
     (["sampel"], "No such command"),
+    (["train", "short.txt", "--threads", "0"], "'--threads': must be a whole number of at least 1"),
+    (["sample", "CKPT", "--threads", "0"], "'--threads': must be a whole number of at least 1"),
+    (["eval-perplexity", "CKPT", "--threads", "-2"], "'--threads': must be a whole number of at least 1"),
+    (["compare", "CKPT", "--threads", "0"], "'--threads': must be a whole number of at least 1"),
+    (["inspect", "CKPT", "notes.txt", "--surprisal", "--threads", "0"], "'--threads': must be a whole number"),
+    (["export", "CKPT", "--output", "page.html", "--threads", "0"], "'--threads': must be a whole number"),
+    (["sample", "CKPT", "--threads", "two"], "'--threads': 'two' is not a valid integer"),
 ]
 
 
@@ -564,6 +571,16 @@ def test_the_run_table_says_which_precision_auto_chose(runner, small_corpus):
     forced = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "2", "--out", "f",
                     "--precision", "fp32")
     assert "cpu, fp32 " in forced.stderr and "(auto)" not in forced.stderr
+
+
+def test_the_run_table_says_how_many_threads_and_why(runner, small_corpus, monkeypatch):
+    given = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "1", "--out", "t", "--threads", "2")
+    assert given.exit_code == 0, given.output
+    assert "threads" in given.stderr and "2 (--threads)" in given.stderr
+    assert torch.get_num_threads() == 2
+    torch.set_num_threads(1)
+    inherited = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "1", "--out", "u")
+    assert "1 (OMP_NUM_THREADS)" in inherited.stderr  # the test suite's own setting (conftest)
 
 
 def test_the_run_table_and_summary_name_the_regularisation_and_the_average(runner, small_corpus):

@@ -1,0 +1,97 @@
+"""The thread policy: the user's choice wins, else the cores no other program is busy on."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from charrnn.errors import ConfigError
+from charrnn.utils import threads as threads_module
+from charrnn.utils.threads import busy_cores, check_threads, choose_threads, core_times, use_threads
+
+
+def stat_text(ticks: dict[int, tuple[int, int]]) -> str:
+    """A /proc/stat text whose cpuN lines have (busy user ticks, idle ticks)."""
+    lines = ["cpu  1 2 3 4 5 6 7 8 0 0"]
+    lines += [f"cpu{core} {busy} 0 0 {idle} 0 0 0 0 0 0" for core, (busy, idle) in ticks.items()]
+    return "\n".join(lines + ["intr 1 2 3", "ctxt 99"]) + "\n"
+
+
+def fake_stat(*readings: dict[int, tuple[int, int]]):
+    texts = iter(stat_text(reading) for reading in readings)
+    return lambda: next(texts)
+
+
+@pytest.fixture
+def auto(monkeypatch):
+    """No OMP_NUM_THREADS, and two cores to run on."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads_module.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+
+
+def test_core_times_reads_each_core_and_counts_io_wait_as_idle():
+    text = "cpu  9 9 9 9 9 9 9 9\ncpu0 10 1 2 100 5 1 1 0 0 0\ncpu1 3 0 0 7\n"
+    assert core_times(text) == {"cpu0": (15, 120), "cpu1": (3, 10)}
+
+
+def test_a_core_another_program_keeps_busy_is_counted():
+    before = core_times(stat_text({0: (100, 100), 1: (100, 100)}))
+    after = core_times(stat_text({0: (114, 101), 1: (101, 114)}))  # cpu0 93% busy, cpu1 7%
+    assert busy_cores(before, after, {0, 1}) == 1
+    assert busy_cores(before, after, {1}) == 0  # a core this process may not use is not counted
+
+
+def test_a_busy_core_leaves_one_thread(auto):
+    read = fake_stat({0: (0, 0), 1: (0, 0)}, {0: (15, 0), 1: (0, 15)})
+    choice = choose_threads(read_stat=read, sleep=lambda s: None)
+    assert choice.count == 1
+    assert choice.describe() == "1 (2 cores, 1 busy with other work)"
+
+
+def test_a_quiet_machine_uses_every_core(auto):
+    read = fake_stat({0: (0, 0), 1: (0, 0)}, {0: (1, 14), 1: (0, 15)})
+    assert choose_threads(read_stat=read, sleep=lambda s: None).count == 2
+
+
+def test_every_core_busy_still_runs_one_thread(auto):
+    read = fake_stat({0: (0, 0), 1: (0, 0)}, {0: (15, 0), 1: (15, 0)})
+    assert choose_threads(read_stat=read, sleep=lambda s: None).count == 1
+
+
+def test_torchrun_processes_share_the_free_cores(auto, monkeypatch):
+    monkeypatch.setattr(threads_module.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    idle = {core: (0, 15) for core in range(8)}
+    read = fake_stat({core: (0, 0) for core in range(8)}, idle)
+    choice = choose_threads(processes=2, read_stat=read, sleep=lambda s: None)
+    assert choice.count == 4 and "shared by 2 processes" in choice.reason
+
+
+def test_the_users_choice_wins_and_is_not_watched(auto, monkeypatch):
+    def never() -> str:
+        raise AssertionError("the cores were watched")
+
+    assert choose_threads(3, read_stat=never) == threads_module.ThreadChoice(3, "--threads")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert choose_threads(read_stat=never) == threads_module.ThreadChoice(2, "OMP_NUM_THREADS")
+
+
+def test_no_proc_stat_leaves_torchs_default(auto):
+    def missing() -> str:
+        raise FileNotFoundError("/proc/stat")
+
+    assert choose_threads(read_stat=missing, sleep=lambda s: None) is None
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_a_thread_count_below_one_or_not_whole_is_refused(bad):
+    with pytest.raises(ConfigError, match="threads must be a whole number of at least 1"):
+        check_threads(bad)
+
+
+def test_use_threads_sets_torch():
+    before = torch.get_num_threads()
+    try:
+        assert use_threads(2).count == 2
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
