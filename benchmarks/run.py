@@ -35,7 +35,7 @@ from torch import nn
 from charrnn.config import EVAL_STREAMS, ModelConfig, SampleConfig, TrainConfig
 from charrnn.data.cache import CACHE_DIR_ENV
 from charrnn.data.corpus import CorpusInfo, StreamBatches, encode_corpus
-from charrnn.data.datasets import DEFAULT_DATASET, get_dataset
+from charrnn.data.datasets import DATA_DIR_ENV, DEFAULT_DATASET, get_dataset
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
 from charrnn.generation.beam import beam_search
@@ -290,6 +290,104 @@ def budget_promise(quick: bool, workdir: Path) -> list[Result]:
     wall = time.perf_counter() - started
     return [Result(f"wall time of train --time-budget {PROMISE_SECONDS}, start to exit, vs the budget", "s",
                    wall, PROMISE_SECONDS, wall / PROMISE_SECONDS, "≤ 1.03", wall / PROMISE_SECONDS <= 1.03)]
+
+
+HEADLINE_SEEDS = (1, 2, 3)
+# The fixed shape the headline is held against: the ladder's 2×256 rung, as an earlier fixed table set it.
+FIXED_SHAPE = ("--hidden", "256", "--batch-size", "16", "--lr", "5e-3", "--skip-connections")
+
+
+def headline(quick: bool, workdir: Path) -> list[Result]:
+    """``charrnn train --time-budget 100`` exactly as the README gives it (default threads, the built-in
+    corpus), over three seeds, beside a fixed 2×256 LSTM (batch 16, lr 5e-3, skip connections) given the
+    same budget, run alternately. Every run exits 0 within 1.03× the budget, and the planner's mean
+    score (``eval-perplexity best.pt``) beats the fixed shape's."""
+    corpus, skipped = full_run_corpus(quick, workdir, "headline")
+    if corpus is None:
+        return skipped
+    environment = {**os.environ, DATA_DIR_ENV: str(workdir / "data")}
+    scores: dict[str, list[float]] = {"planner": [], "fixed": []}
+    walls, failures = [], 0
+    for seed in HEADLINE_SEEDS:
+        for label, extra in (("planner", ()), ("fixed", FIXED_SHAPE)):
+            out = workdir / f"headline-{label}-{seed}"
+            started = time.perf_counter()
+            command = [sys.executable, "-m", "charrnn", "train", "--time-budget", str(PROMISE_SECONDS),
+                       "--seed", str(seed), "--out", str(out), *extra]
+            trained = subprocess.run(command, env=environment, capture_output=True, text=True)
+            walls.append(time.perf_counter() - started)
+            if trained.returncode != 0:
+                failures += 1
+                continue
+            printed = subprocess.run([sys.executable, "-m", "charrnn", "eval-perplexity", str(out), "--json"],
+                                     check=True, capture_output=True, text=True).stdout
+            scores[label].append(json.loads(printed)["nats_per_char"])
+    if failures or not scores["planner"] or not scores["fixed"]:
+        return [Result(f"headline: {failures} of {2 * len(HEADLINE_SEEDS)} runs failed", "-", 0.0, 0.0, 0.0,
+                       "none fail", False)]
+    planner, fixed = (sum(values) / len(values) for values in (scores["planner"], scores["fixed"]))
+    spread = max(scores["planner"]) - min(scores["planner"])
+    worst_wall = max(walls) / PROMISE_SECONDS
+    each = ", ".join(f"{value:.4f}" for value in scores["planner"])
+    return [
+        Result(f"train --time-budget {PROMISE_SECONDS}, mean of seeds {each}, vs a fixed 2×256 "
+               f"({', '.join(f'{value:.4f}' for value in scores['fixed'])})", "nats/char", planner, fixed,
+               planner / fixed, "< 1", planner < fixed),
+        Result(f"train --time-budget {PROMISE_SECONDS}: spread of the three seeds' scores", "nats/char",
+               spread, 0.01, spread / 0.01, "≤ 1", spread <= 0.01),
+        Result(f"train --time-budget {PROMISE_SECONDS}: slowest of the six runs, start to exit, vs the "
+               f"budget", "s", max(walls), PROMISE_SECONDS, worst_wall, "≤ 1.03", worst_wall <= 1.03),
+        Result(f"train --time-budget {PROMISE_SECONDS}: mean score vs the target", "nats/char", planner, 1.44,
+               planner / 1.44, "≤ 1", planner <= 1.44),
+    ]
+
+
+def busy_core(quick: bool) -> list[Result]:
+    """Training, scoring and sampling a 2×256 LSTM with charrnn's own thread choice, while another program
+    keeps one core busy, against the same work on the quiet machine measured just before (each at most
+    2× slower)."""
+    from charrnn.utils.threads import use_threads
+
+    if len(os.sched_getaffinity(0)) < 2:
+        return [Result("busy core: skipped (one core)", "-", 0.0, 0.0, 0.0, "reported", None)]
+    model_config = ModelConfig(vocab_size=len(VOCAB), hidden_size=256, num_layers=2)
+    ids = random_ids(50_000 if quick else 200_000, seed=3)
+    steps = 10 if quick else 30
+
+    def work() -> tuple[float, float, float, str]:
+        choice = use_threads()
+        run = training_run(model_config, ids, 16, 50, steps)
+        run.train_step(1e-3)
+        started = time.perf_counter()
+        for _ in range(steps):
+            run.train_step(1e-3)
+        training = time.perf_counter() - started
+        model = run.model.eval()
+        scoring = best_time(lambda: evaluate(model, ids[:100_000]), 1)
+        config = SampleConfig(length=500, seed=1)
+        sampling = best_time(lambda: list(generate(model, VOCAB, config)), 1)
+        return training, scoring, sampling, choice.describe() if choice else "torch's default"
+
+    before = torch.get_num_threads()
+    try:
+        quiet = work()
+        spinner = subprocess.Popen([sys.executable, "-c",
+                                    "import os\nos.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+                                    "while True: pass"])
+        try:
+            time.sleep(1.0)
+            loaded = work()
+        finally:
+            spinner.kill()
+            spinner.wait()
+    finally:
+        torch.set_num_threads(before)
+    results = []
+    for index, what in enumerate(("training", "scoring", "sampling")):
+        ratio = loaded[index] / quiet[index]
+        results.append(Result(f"{what} 2×256 with one core busy (threads {loaded[3]}) vs quiet (threads "
+                              f"{quiet[3]})", "s", loaded[index], quiet[index], ratio, "≤ 2", ratio <= 2))
+    return results
 
 
 # ------------------------------------------------------------------ 2. sampling
@@ -733,9 +831,9 @@ def main(quick: bool, only: tuple[str, ...]) -> None:
     console = Console(width=max(Console().width, 150))
     in_process = [command_start_up, training_throughput, precision_throughput, sampling_while_training,
                   sampling_speed, beam_cost,
-                  evaluation_cost, layer_norm_training_cost, regularisation_training_cost]
+                  evaluation_cost, layer_norm_training_cost, regularisation_training_cost, busy_core]
     on_disk = [preprocessing_speed, corpus_memory, larger_than_memory, quality_per_minute, budget_promise,
-               evaluation_share, budget_end_reserve]
+               evaluation_share, budget_end_reserve, headline]
     results: list[Result] = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="charrnn-bench-") as directory:

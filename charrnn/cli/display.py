@@ -264,7 +264,7 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
                  f"it can"]
     else:
         passes = f"{choice.epochs:.1f} epochs in the budget"
-        if choice.epochs < 0.99 * choice.budget_epochs:  # a limit ends the run before the budget does
+        if choice.limited:
             planned_limit = budget.chosen.get("epochs")
             limit = "more passes overfit a corpus" if planned_limit and choice.epochs > 0.99 * planned_limit \
                 else "the limit given"
@@ -274,10 +274,11 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
                  f"{speed} → {passes}, predicted validation {choice.predicted_loss:.3f} nats/char"]
     close = budget.close_call()
     if close is not None:
-        lines.append(f"{name('time_budget')}: a close call: {close.describe()} predicts "
-                     f"{close.predicted_loss:.3f}, within the rule's error, so another run's speeds may "
-                     f"choose it instead")
+        lines.append(f"{name('time_budget')}: {close.describe()} predicts {close.predicted_loss:.3f}, within "
+                     f"the rule's error of {choice.describe()}'s: a tie, which goes to the smaller shape")
     considered = ", ".join(
+        f"{c.describe()} not timed (no shape timed with its batch of {c.settings['batch_size']})"
+        if not c.estimable else
         f"{c.describe()} {'' if c.measured else '~'}{c.chars_per_s:,.0f} chars/s → "
         f"{'no time left to train' if c.predicted_loss is None else f'{c.predicted_loss:.3f}'}"
         for c in budget.candidates)

@@ -86,12 +86,18 @@ class Candidate:
     chars_per_s: float  # training throughput on this machine
     eval_chars_per_s: float  # evaluation throughput on this machine
     measured: bool  # False: estimated from the shapes measured before it (the probe's time ran out)
+    estimable: bool  # measured, or estimated from measured shapes of its batch; False: not a candidate
     training_s: float  # seconds left to train once the probe, the final evaluation and saves are paid for
     chars: float  # training characters it would train on: what the budget affords, within the step limit
     # given and the epoch limit (the one given, else BUDGET_MOST_EPOCHS)
     epochs: float  # passes over the training split that makes
     budget_epochs: float  # passes the budget's time alone would afford
     predicted_loss: float | None  # validation nats/char the scaling law expects; None: no time to train
+
+    @property
+    def limited(self) -> bool:
+        """Whether a step or epoch limit ends its run before the budget would."""
+        return self.epochs < 0.99 * self.budget_epochs
 
     def describe(self) -> str:
         return f"{self.num_layers}×{self.settings['hidden_size']} LSTM"
@@ -114,27 +120,38 @@ class BudgetDecision:
 
     @property
     def choice(self) -> Candidate | None:
-        """The lowest prediction; when no shape has time to train, the fastest (it trains what it can)."""
+        """See :func:`choose`."""
         return choose(self.candidates) if self.candidates else None
 
     def close_call(self) -> Candidate | None:
-        """The runner-up, when its prediction is within the rule's error of the choice's: measured
-        speeds, which vary from run to run, may tip such a choice either way."""
+        """The lowest prediction, when it is not the choice: a larger shape whose prediction lies within
+        the rule's error of the choice's, passed over for the smaller one."""
         choice = self.choice
-        others = [c for c in self.candidates if c is not choice and c.predicted_loss is not None]
-        if choice is None or choice.predicted_loss is None or not others:
+        if choice is None or choice.predicted_loss is None:
             return None
-        runner_up = min(others, key=lambda c: c.predicted_loss)
-        return runner_up if runner_up.predicted_loss - choice.predicted_loss < SCALING_LAW.rms_error else None
+        trained = [c for c in self.candidates if c.predicted_loss is not None]
+        lowest = min(trained, key=lambda c: c.predicted_loss)
+        return lowest if lowest is not choice else None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-def choose(candidates: tuple[Candidate, ...]) -> Candidate:
-    """The candidate with the lowest prediction; the fastest when none has time to train."""
+def choose(candidates: tuple[Candidate, ...], law: ScalingLaw = SCALING_LAW) -> Candidate:
+    """The smallest candidate whose prediction lies within the rule's error of the lowest: predictions
+    closer than that are a tie, which measured speeds (varying from run to run) would tip either way,
+    and the smallest is the one with the cheapest end. Shapes that a limit stops before the budget does
+    (:attr:`Candidate.limited`) train the same characters whatever their speed, so among them the
+    lowest prediction stands alone. The fastest when none has time to train."""
     trained = [c for c in candidates if c.predicted_loss is not None]
-    return min(trained, key=lambda c: c.predicted_loss) if trained else candidates[0]
+    if not trained:
+        return candidates[0]
+    limited = [c for c in trained if c.limited]
+    if limited:
+        best_limited = min(limited, key=lambda c: c.predicted_loss)
+        trained = [c for c in trained if not c.limited or c is best_limited]
+    lowest = min(c.predicted_loss for c in trained)
+    return min((c for c in trained if c.predicted_loss < lowest + law.rms_error), key=lambda c: c.parameters)
 
 
 def dropout_for_epochs(epochs: float) -> float:
@@ -158,21 +175,32 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
 
     ``shapes`` are (settings, layers, parameters), smallest first. A shape not measured costs
     a + b·parameters seconds per character, in training and in evaluation, on a line through the last
-    two measured shapes (through the origin from just one): per-step overheads stay, the arithmetic
-    grows with the weights. Each shape trains for what is left of the budget after what was spent before
-    planning, the probe, its own final work (:meth:`~charrnn.training.loop.BudgetEnd.reserve_s`) and the
-    evaluations during training (:data:`~charrnn.training.loop.BUDGET_EVALUATION_SHARE`), and no further
-    than the step limit given and the epoch limit (the one given, else
-    :data:`~charrnn.config.BUDGET_MOST_EPOCHS`) allow. A shape left no time to train has no prediction.
+    two measured shapes that train with its batch (through the origin from just one): per-step overheads
+    stay, the arithmetic grows with the weights. Another batch runs at another speed per character (a
+    larger one may be faster), so a shape no measured shape shares its batch with is not estimated: it
+    is no candidate (no prediction). Each shape trains for what is left of the budget after what was
+    spent before planning, the probe, its own final work
+    (:meth:`~charrnn.training.loop.BudgetEnd.reserve_s`) and the evaluations during training
+    (:data:`~charrnn.training.loop.BUDGET_EVALUATION_SHARE`), and no further than the step limit given
+    and the epoch limit (the one given, else :data:`~charrnn.config.BUDGET_MOST_EPOCHS`) allow. A shape
+    left no time to train has no prediction.
     """
-    measured = [(params, speed) for (_, _, params), speed in zip(shapes, speeds, strict=True) if speed]
+    measured = [(settings["batch_size"], params, speed)
+                for (settings, _, params), speed in zip(shapes, speeds, strict=True) if speed]
     if not measured:
         raise CharrnnError("no shape of the time budget's ladder could be measured")
-    train_line = _cost_line([(params, 1 / speed.train_chars_per_s) for params, speed in measured])
-    eval_line = _cost_line([(params, 1 / speed.eval_chars_per_s) for params, speed in measured])
     candidates = []
     for (settings, layers, params), measured_speed in zip(shapes, speeds, strict=True):
-        speed = measured_speed or Speed(1 / train_line(params), 1 / eval_line(params))
+        alike = [(size, speed) for batch, size, speed in measured if batch == settings["batch_size"]]
+        if measured_speed is None and not alike:
+            candidates.append(Candidate(
+                settings=settings, num_layers=layers, parameters=params, chars_per_s=0.0,
+                eval_chars_per_s=0.0, measured=False, estimable=False, training_s=0.0, chars=0.0,
+                epochs=0.0, budget_epochs=0.0, predicted_loss=None))
+            continue
+        speed = measured_speed or Speed(
+            1 / _cost_line([(size, 1 / each.train_chars_per_s) for size, each in alike])(params),
+            1 / _cost_line([(size, 1 / each.eval_chars_per_s) for size, each in alike])(params))
         saves = 2 * checkpoint_bytes(params, workload.averaging) / SAVE_BYTES_PER_S  # best.pt and last.pt
         end = BudgetEnd(workload.val_chars / speed.eval_chars_per_s, 2 if workload.averaging else 1,
                         workload.val_chars, saves)
@@ -188,7 +216,7 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
         chars -= chars % step_chars  # whole steps
         candidates.append(Candidate(
             settings=settings, num_layers=layers, parameters=params, chars_per_s=speed.train_chars_per_s,
-            eval_chars_per_s=speed.eval_chars_per_s, measured=measured_speed is not None,
+            eval_chars_per_s=speed.eval_chars_per_s, measured=measured_speed is not None, estimable=True,
             training_s=training_s, chars=chars, epochs=chars / workload.train_chars,
             budget_epochs=affordable / workload.train_chars,
             predicted_loss=law.predict(params, chars, workload.train_chars) if chars else None,
