@@ -9,7 +9,9 @@ holds ``u`` characters::
     d_eff = u · (1 + R · (1 - exp(-(d / u - 1) / R)))      beyond: each repeated pass is worth less
 
 Its data are every finished tiny-Shakespeare run recorded under ``benchmarks/``: the time-budget sweep
-(``sweep/results.jsonl``: one score per run) and the learning curves (``scaling/curves.jsonl``: each
+(``sweep/results.jsonl``: one score per run; ``threads`` says whether it ran pinned to one thread or with
+charrnn's own choice of all free cores, and the fit's error on the latter is reported apart) and the
+learning curves (``scaling/curves.jsonl``: each
 curve's last point and its best one, which is what ``best.pt`` keeps). Throughput never enters: a run's
 characters are its steps × batch × sequence length, whatever machine ran it.
 
@@ -58,7 +60,7 @@ def points() -> list[dict]:
         batch = run.get("batch_size") or option(options, "--batch-size", 16)  # the run's own, where recorded
         chars = run["steps"] * batch * (run.get("seq_len") or option(options, "--seq-len", 50))
         rows.append({"name": run["name"], "hidden": run["hidden"], "layers": run["layers"], "chars": chars,
-                     "loss": run["val_nats_per_char"]})
+                     "loss": run["val_nats_per_char"], "threads": run.get("threads", "1")})
     for line in CURVES.read_text().splitlines():
         run = json.loads(line)
         curve = run["curve"]
@@ -67,7 +69,7 @@ def points() -> list[dict]:
             if label == "best" and best == curve[-1]:
                 continue
             rows.append({"name": f"{run['name']}@{label}", "hidden": run["hidden"], "layers": run["layers"],
-                         "chars": chars, "loss": loss})
+                         "chars": chars, "loss": loss, "threads": run.get("threads", "1")})
     for row in rows:
         row["parameters"] = parameter_count(ModelConfig(vocab_size=VOCAB, hidden_size=row["hidden"],
                                                         num_layers=row["layers"]))
@@ -138,7 +140,14 @@ def main(check: bool) -> None:
         print(f"{row['name']:60} {row['parameters'] / 1e6:6.2f} M params {row['chars'] / 1e6:6.2f} M chars "
               f"{row['loss']:.4f} predicted {row['predicted']:.4f}")
     print(f"{len(rows)} runs, RMS error {rms:.4f}: {law}")
+    # The rule plans runs as users run them, on all cores: its error on those points is checked apart.
+    default = [row["predicted"] - row["loss"] for row in rows if row["threads"] == "default"]
+    default_rms = math.sqrt(sum(r * r for r in default) / len(default)) if default else None
+    if default:
+        print(f"{len(default)} of them with charrnn's own threads: RMS error {default_rms:.4f}, mean error "
+              f"{sum(default) / len(default):+.4f}")
     FIT.write_text(json.dumps({"law": dataclasses.asdict(law), "rms_error": round(rms, 4),
+                               "default_threads_rms_error": default_rms and round(default_rms, 4),
                                "train_chars": TRAIN_CHARS, "points": rows}, indent=1) + "\n")
 
 

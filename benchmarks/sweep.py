@@ -116,6 +116,14 @@ STAGES: dict[str, list[Point]] = {
     # What a time budget plans by itself, every option at its default: the budgets the targets name.
     "planned": [*points(100, {"planned": (), "planned-seed2": ("--seed", "2")}),
                 *points(600, {"planned": ()}), *points(3600, {"planned": ()})],
+    # The ladder's rungs at 100 s as users run them (all cores, charrnn's own thread choice): the shape
+    # given, the rest planned. The planned runs of the same budget are the headline benchmark's.
+    "default-threads": points(100, {
+        "threads-h128": ("--hidden", "128", "--batch-size", "16", "--lr", "5e-3", "--skip-connections"),
+        "threads-h192": ("--hidden", "192", "--batch-size", "16", "--lr", "5e-3", "--skip-connections"),
+        "threads-h384": ("--hidden", "384", "--batch-size", "32", "--lr", "5e-3"),
+        "threads-h512": ("--hidden", "512", "--batch-size", "32", "--lr", "5e-3"),
+    }),
     # An hour: the AWD-LSTM regularisation and weight averaging on a wider model, every option given.
     "s3600-bf16": points(3600, {
         "h768-b32-lr4e-3-dropout0.3-locked-wdrop0.3-ema0.999": (
@@ -158,7 +166,9 @@ def result_row(point: Point, out: Path, wall: float, extra: tuple[str, ...]) -> 
             "batch_size": config["train"]["batch_size"], "seq_len": config["train"]["seq_len"],
             # Whole-split scores only: a long budget's evaluations of the split's start are not comparable.
             "curve": [(m["elapsed_s"], m["val_loss"]) for m in metrics if m.get("val_chars") is None],
-            "cpu": os.cpu_count(), "processor": processor_name(), "when": time.strftime("%Y-%m-%d %H:%M")}
+            "cpu": os.cpu_count(), "processor": processor_name(), "when": time.strftime("%Y-%m-%d %H:%M"),
+            # OMP_NUM_THREADS when the sweep was pinned to one thread; else charrnn chose (all free cores).
+            "threads": os.environ.get("OMP_NUM_THREADS", "default")}
 
 
 def report() -> None:

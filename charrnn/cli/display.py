@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -60,6 +61,7 @@ def key_value_table(title: str, rows: dict[str, str], fold: bool = False) -> Tab
 
 
 LOG_EVERY_S = 30.0  # without a terminal, a progress line at least this often
+DUE_LINE_WAIT_S = 5.0  # a line due at a step waits this long for the next step or an evaluation to write it
 
 
 def clock_time(seconds: float) -> str:
@@ -75,7 +77,10 @@ class ProgressBar(TrainObserver):
     Without a terminal on stderr (a log file, a pipe) there is no bar: a plain line at
     every evaluation and at least every :data:`LOG_EVERY_S` seconds, each with the step,
     epoch, training loss, chars/s, elapsed and remaining time and the last validation
-    loss, so a long job's log never looks hung.
+    loss, so a long job's log never looks hung. A step gets one line: a line falling due
+    is written at the next step unless an evaluation's line for the step comes first;
+    while one step or evaluation outlasts the interval, a watcher thread says so. The
+    remaining time never exceeds what is left of a time budget.
     """
 
     def __init__(self, console: Console, name: Namer = str, draw_bar: bool = True,
@@ -93,6 +98,10 @@ class ProgressBar(TrainObserver):
         self.last_step: StepReport | None = None  # the latest step's report
         self.last_val: float | None = None  # the latest validation loss
         self.threads: ThreadChoice | None = None  # the plan's CPU threads, for the table
+        self.line_due: float | None = None  # when a line fell due at the latest step (written at the next)
+        self.logged_step: int | None = None  # the step the latest progress line was for
+        self.writing = threading.Lock()  # the watcher thread and the loop write lines in turn
+        self.finished = threading.Event()  # set when the run ends: the watcher stops
 
     def on_message(self, text: str) -> None:
         """Notes and warnings, quiet or not, each option named as the command line writes it."""
@@ -158,17 +167,45 @@ class ProgressBar(TrainObserver):
         if self.draw_bar:
             self.bar = tqdm(total=total_steps, initial=first_step, unit="step", dynamic_ncols=True,
                             file=sys.stderr)
+        else:
+            threading.Thread(target=self._watch, name="charrnn-progress", daemon=True).start()
+
+    def _watch(self) -> None:
+        """While the run goes on: when no line has been written for :data:`LOG_EVERY_S` (one step or an
+        evaluation takes that long), say what the run is waiting for."""
+        while not self.finished.wait(1.0):
+            self.say_if_quiet()
+
+    def say_if_quiet(self) -> None:
+        """The watcher's look: a line due a while, or a line saying the run is still at work."""
+        with self.writing:
+            now = self.clock()
+            quiet_for = now - self.last_line
+            if quiet_for < LOG_EVERY_S or self.last_step is None or self.finished.is_set():
+                return
+            if self.line_due is not None:  # left to the next step or an evaluation's line, a while
+                if now - self.line_due >= DUE_LINE_WAIT_S:
+                    self._log_line()
+                    self.last_line = now
+                return
+            tqdm.write(f"step {self.last_step.step:,} done; still at work after it (evaluating, saving or "
+                       f"a slow step) for {clock_time(quiet_for)}", file=sys.stderr)
+            self.last_line = now
 
     def on_step(self, report: StepReport) -> None:
         if self.first_report is None:
             self.first_report = report
-        self.last_step = report
         if self.bar is None:
-            if not self.quiet:
-                self.losses.append(report.loss)
-                if self.clock() - self.last_line >= LOG_EVERY_S:
+            with self.writing:
+                if self.line_due is not None:  # the previous step's line: no evaluation wrote one for it
                     self._log_line()
+                self.last_step = report
+                if not self.quiet:
+                    self.losses.append(report.loss)
+                    now = self.clock()
+                    self.line_due = now if now - self.last_line >= LOG_EVERY_S else None
             return
+        self.last_step = report
         to_go = self._steps_to_go(report)
         if to_go is not None:
             # Whichever limit is nearest (a time budget included) sets the bar's end and so its ETA.
@@ -194,21 +231,29 @@ class ProgressBar(TrainObserver):
     def _log_line(self, evaluation: str = "", train_loss: float | None = None) -> None:
         """One plain line for a log: where the run is, how fast, how long to go. The training loss is
         the mean since the last line, else ``train_loss``."""
-        report, now = self.last_step, self.clock()
+        report = self.last_step
+        now = self.clock() if self.line_due is None else self.line_due  # a line as of when it fell due
         if report is None:
+            return
+        val = f"{self.last_val:.4f}" if self.last_val is not None else "n/a"
+        if report.step == self.logged_step:  # the step has its line: this one adds the evaluation alone
+            tqdm.write(f"step {report.step:,}  val {val}{evaluation}", file=sys.stderr)
+            self.last_line, self.line_due = now, None
             return
         elapsed = now - self.started
         done = report.step - self.first_step
         to_go = self._steps_to_go(report)
-        remaining = clock_time(to_go * elapsed / done) if to_go is not None and done > 0 else "?"
+        estimate = to_go * elapsed / done if to_go is not None and done > 0 else None
+        if report.seconds_left is not None:
+            estimate = report.seconds_left if estimate is None else min(estimate, report.seconds_left)
+        remaining = "?" if estimate is None else clock_time(estimate)
         finite = [loss for loss in self.losses if math.isfinite(loss)]
         mean = sum(finite) / len(finite) if finite else train_loss
         train = "n/a" if mean is None else f"{mean:.4f}"
-        val = f"{self.last_val:.4f}" if self.last_val is not None else "n/a"
         tqdm.write(f"step {report.step:,}  epoch {report.epoch:.3f}  train {train}  "
                    f"{report.chars_per_s:,.0f} chars/s  elapsed {clock_time(elapsed)}  "
                    f"remaining {remaining}  val {val}{evaluation}", file=sys.stderr)
-        self.losses, self.last_line = [], now
+        self.losses, self.last_line, self.line_due, self.logged_step = [], now, None, report.step
 
     def on_eval(self, record: EvaluationRecord, improved: bool) -> None:
         self.last_val = record.val_loss if record.val_loss is not None else self.last_val
@@ -220,7 +265,8 @@ class ProgressBar(TrainObserver):
             details = "".join([
                 "" if record.val_chars is None else f" on the first {record.val_chars:,} chars",
                 "" if record.averaged_val_loss is None else f", averaged {record.averaged_val_loss:.4f}"])
-            self._log_line(f" (evaluated{details}){marker}{saved}", record.train_loss)
+            with self.writing:
+                self._log_line(f" (evaluated{details}){marker}{saved}", record.train_loss)
             return
         train_part = f"train {record.train_loss:.4f}" if record.train_loss is not None else "train n/a"
         marker = "  (best)" if improved else ""
@@ -245,6 +291,10 @@ class ProgressBar(TrainObserver):
         tqdm.write(head + (text if len(text) <= width else text[: width - 1] + "…"), file=sys.stderr)
 
     def on_end(self, completed: bool) -> None:
+        with self.writing:
+            self.finished.set()
+            if self.line_due is not None:
+                self._log_line()
         if self.bar is not None:
             if completed:  # a time budget's estimated end was approximate: show where it really ended
                 self.bar.total = self.bar.n
@@ -274,8 +324,9 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
                  f"{speed} → {passes}, predicted validation {choice.predicted_loss:.3f} nats/char"]
     close = budget.close_call()
     if close is not None:
-        lines.append(f"{name('time_budget')}: {close.describe()} predicts {close.predicted_loss:.3f}, within "
-                     f"the rule's error of {choice.describe()}'s: a tie, which goes to the smaller shape")
+        lines.append(f"{name('time_budget')}: a close call: {close.describe()} predicts "
+                     f"{close.predicted_loss:.3f}, within the rule's error, so another run's speeds may "
+                     f"choose it instead")
     considered = ", ".join(
         f"{c.describe()} not timed (no shape timed with its batch of {c.settings['batch_size']})"
         if not c.estimable else

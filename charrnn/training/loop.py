@@ -146,6 +146,9 @@ class TrainingLoop:
                                             op="max")[0]
             done = self.progress() or 0.0
         self.evaluation_points = [done + (1.0 - done) * point for point in evaluation_points]
+        # An evaluation falling due within half this of the end (a slow step jumped past its moment) is
+        # left to the end's own: two evaluations back to back would break "evenly through it".
+        self.evaluation_gap = (1.0 - done) / (len(evaluation_points) + 1)
         # The evaluations during training score the validation split's start (all of it by default).
         self.eval_chars = partial_eval_chars(self.config, len(val_ids) - 1)
         self.subset_chars = self.eval_chars or len(val_ids) - 1  # what comparisons during training score
@@ -184,9 +187,11 @@ class TrainingLoop:
             self.window_chars += chars
             now = self.clock()
             reason = self._agreed_stop(now)
+            budget_left = None if config.time_budget is None else max(config.time_budget - self.elapsed, 0.0)
             self.observer.on_step(StepReport(
                 step=run.step, epoch=run.epoch, loss=loss, learning_rate=learning_rate,
                 chars_per_s=self.chars_per_s(now), progress=self.progress(), skipped_steps=run.skipped,
+                seconds_left=budget_left,
             ))
             with self._saving_if_memory_runs_out():
                 self.evaluate_and_save(reason, learning_rate, self.chars_per_s(now))
@@ -244,6 +249,7 @@ class TrainingLoop:
         timed = bool(self.evaluation_points) and (progress or 0.0) >= self.evaluation_points[0]
         if timed:  # the agreed clock: every rank takes the same decision
             self.evaluation_points = [point for point in self.evaluation_points if point > progress]
+            timed = 1.0 - (progress or 0.0) >= self.evaluation_gap / 2
         on_interval = interval is not None and run.step % interval == 0
         scheduled = on_interval or timed or reason is not None or epoch_end
         evaluating = scheduled and not (reason is not None and reason.interrupted)

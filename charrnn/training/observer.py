@@ -26,6 +26,7 @@ class StepReport:
     chars_per_s: float  # training throughput since the last report
     progress: float | None  # fraction of the run done, when a stopping criterion is set
     skipped_steps: int  # steps skipped so far for a non-finite loss or gradient
+    seconds_left: float | None = None  # a time budget's seconds left, its end included; None without one
 
 
 

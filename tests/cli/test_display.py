@@ -75,15 +75,66 @@ def test_a_log_line_at_an_evaluation_says_what_it_scored(capsys):
                               learning_rate=1e-3, chars_per_s=800.0, elapsed_s=30.0, averaged_val_loss=1.8,
                               val_chars=12_000)
     logged_steps(30, 0.0).on_eval(record, improved=True)
-    timed, evaluated = capsys.readouterr().err.splitlines()
-    assert "train 2.0000" in timed and "train 2.2500" in evaluated
+    evaluated, = capsys.readouterr().err.splitlines()  # one line for the step: the timed one waited
+    assert evaluated.startswith("step 30 ") and "train 2.0000" in evaluated
     assert evaluated.endswith("val 1.9000 (evaluated on the first 12,000 chars, averaged 1.8000)  (best)")
+
+
+def test_a_step_whose_line_was_written_gets_an_evaluation_only_line(capsys):
+    """The watcher wrote step 30's line while its evaluation ran: the evaluation adds a line of its own,
+    with no second training loss to contradict the first."""
+    from charrnn.training.rundir import EvaluationRecord
+
+    bar = logged_steps(30, 0.0)
+    bar.clock = lambda: 36.0  # the evaluation took longer than the watcher waits for a due line
+    bar.say_if_quiet()
+    bar.on_eval(EvaluationRecord(step=30, epoch=0.75, train_loss=2.25, val_loss=1.9, val_bits_per_char=2.7,
+                                 learning_rate=1e-3, chars_per_s=800.0, elapsed_s=30.0), improved=False)
+    timed, evaluated = capsys.readouterr().err.splitlines()
+    assert timed.startswith("step 30 ") and "train 2.0000" in timed and "elapsed 0:30" in timed
+    assert evaluated == "step 30  val 1.9000 (evaluated)"
+
+
+def test_a_long_silence_is_broken_by_the_watcher(capsys):
+    bar = logged_steps(20, 0.0)  # 20 one-second steps, no line yet: the last was at 0 s
+    bar.clock = lambda: 29.0
+    bar.say_if_quiet()
+    assert capsys.readouterr().err == ""
+    bar.clock = lambda: 31.0
+    bar.say_if_quiet()
+    line, = capsys.readouterr().err.splitlines()
+    assert line == "step 20 done; still at work after it (evaluating, saving or a slow step) for 0:31"
+    bar.finished.set()
+    bar.clock = lambda: 500.0
+    bar.say_if_quiet()
+    assert capsys.readouterr().err == ""
+
+
+def test_the_remaining_time_never_exceeds_what_is_left_of_the_budget(capsys):
+    """Steps slowing down make the pace's estimate grow; the budget's own clock caps it."""
+    from rich.console import Console
+
+    from charrnn.cli.display import ProgressBar
+    from charrnn.training.observer import StepReport
+
+    now = [0.0]
+    bar = ProgressBar(Console(stderr=True), draw_bar=False, clock=lambda: now[0])
+    for step in range(1, 41):
+        now[0] += 1.0 if step < 20 else 4.0  # a machine that got busy
+        bar.on_step(StepReport(step=step, epoch=step / 40, loss=2.0, learning_rate=1e-3, chars_per_s=800.0,
+                               progress=0.1 + step / 200, skipped_steps=0, seconds_left=120.0 - now[0]))
+    bar.on_end(True)
+    for line in capsys.readouterr().err.splitlines():
+        elapsed, remaining = (line.split(f"{key} ")[1].split()[0] for key in ("elapsed", "remaining"))
+        minutes, seconds = map(int, remaining.split(":"))
+        elapsed_minutes, elapsed_seconds = map(int, elapsed.split(":"))
+        assert 60 * minutes + seconds <= 120 - (60 * elapsed_minutes + elapsed_seconds)
 
 
 def test_a_budgets_remaining_time_counts_from_where_its_progress_started(capsys):
     """A 100-s budget that keeps 20 s for its end starts at 20% progress: after 30 one-second steps,
     50 remain, not the 30 that progress/step alone would suggest."""
-    logged_steps(30, 0.2)
+    logged_steps(30, 0.2).on_end(True)  # the line due at step 30, written when the run ends
     line, = capsys.readouterr().err.splitlines()
     assert "elapsed 0:30  remaining 0:50" in line
 

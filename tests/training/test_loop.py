@@ -304,6 +304,19 @@ def test_a_long_budget_evaluates_during_training_and_keeps_the_best_weights(repe
     assert result.best.nats_per_char == min(record["val_loss"] for record in records)
 
 
+def test_an_evaluation_a_slow_step_carried_to_the_end_is_left_to_the_ends_own(repeated_corpus, tmp_path,
+                                                                                monkeypatch):
+    # Steps of 16.4 s on a 100-s budget: the fifth moment falls due at the step just before the last, whose
+    # end's evaluation would follow it at once: four evaluations during training, then the end's.
+    measured_end(monkeypatch, pass_s=0.5)
+    clock = FakeClock(step_seconds=16.4)
+    run = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000)
+    run.run(clock, clock=clock)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [record["step"] for record in records]
+    assert len(steps) == 5 and steps[-1] - steps[-2] >= 2  # the end's evaluation stands alone
+
+
 def test_a_budgets_evaluations_are_spread_over_what_is_left_once_training_starts(repeated_corpus, tmp_path,
                                                                                  monkeypatch):
     # 20 s of the 100 went before training (loading, measuring): five evaluations share the 78.75 s left.
