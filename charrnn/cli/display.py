@@ -61,7 +61,7 @@ def key_value_table(title: str, rows: dict[str, str], fold: bool = False) -> Tab
 
 
 LOG_EVERY_S = 30.0  # without a terminal, a progress line at least this often
-DUE_LINE_WAIT_S = 5.0  # a line due at a step waits this long for the next step or an evaluation to write it
+DUE_LINE_WAIT_S = 5.0  # beyond LOG_EVERY_S, how long the watcher leaves a line to the loop before writing
 
 
 def clock_time(seconds: float) -> str:
@@ -181,15 +181,17 @@ class ProgressBar(TrainObserver):
         with self.writing:
             now = self.clock()
             quiet_for = now - self.last_line
-            if quiet_for < LOG_EVERY_S or self.last_step is None or self.finished.is_set():
+            # The loop writes a line due at a step when the next one ends: the watcher steps in only once
+            # that is overdue, so a run of quick steps always gets its ordinary lines.
+            if quiet_for < LOG_EVERY_S + DUE_LINE_WAIT_S or self.finished.is_set():
                 return
-            if self.line_due is not None:  # left to the next step or an evaluation's line, a while
-                if now - self.line_due >= DUE_LINE_WAIT_S:
-                    self._log_line()
-                    self.last_line = now
+            if self.line_due is not None:
+                self._log_line()
+                self.last_line = now
                 return
-            tqdm.write(f"step {self.last_step.step:,} done; still at work after it (evaluating, saving or "
-                       f"a slow step) for {clock_time(quiet_for)}", file=sys.stderr)
+            done = "no step done yet" if self.last_step is None else f"step {self.last_step.step:,} done"
+            tqdm.write(f"{done}; still at work (evaluating, saving or a slow step) for "
+                       f"{clock_time(quiet_for)}", file=sys.stderr)
             self.last_line = now
 
     def on_step(self, report: StepReport) -> None:
@@ -314,9 +316,8 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
                  f"it can"]
     else:
         passes = f"{choice.epochs:.1f} epochs in the budget"
-        if choice.limited:
-            planned_limit = budget.chosen.get("epochs")
-            limit = "more passes overfit a corpus" if planned_limit and choice.epochs > 0.99 * planned_limit \
+        if choice.limit is not None:  # a limit ends the run before the budget does
+            limit = "more passes overfit a corpus" if choice.limit == "epochs" and "epochs" in budget.chosen \
                 else "the limit given"
             passes = (f"time for {choice.budget_epochs:.1f} epochs, of which it trains {choice.epochs:.1f} "
                       f"({limit}) and ends early")

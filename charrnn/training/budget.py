@@ -93,11 +93,7 @@ class Candidate:
     epochs: float  # passes over the training split that makes
     budget_epochs: float  # passes the budget's time alone would afford
     predicted_loss: float | None  # validation nats/char the scaling law expects; None: no time to train
-
-    @property
-    def limited(self) -> bool:
-        """Whether a step or epoch limit ends its run before the budget would."""
-        return self.epochs < 0.99 * self.budget_epochs
+    limit: str | None = None  # "epochs" or "max_steps" when that limit ends its run before the budget does
 
     def describe(self) -> str:
         return f"{self.num_layers}×{self.settings['hidden_size']} LSTM"
@@ -203,16 +199,19 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
         step_chars = settings["batch_size"] * workload.seq_len
         affordable = speed.train_chars_per_s * training_s
         epoch_limit = workload.max_epochs if workload.max_epochs is not None else BUDGET_MOST_EPOCHS
-        chars = min(affordable, epoch_limit * workload.train_chars)
+        limits = {"epochs": epoch_limit * workload.train_chars}
         if workload.max_steps is not None:
-            chars = min(chars, workload.max_steps * step_chars)
+            limits["max_steps"] = workload.max_steps * step_chars
+        limit = min(limits, key=limits.__getitem__)
+        chars = min(affordable, limits[limit])
+        limit = limit if limits[limit] < affordable else None
         chars -= chars % step_chars  # whole steps
         candidates.append(Candidate(
             settings=settings, num_layers=layers, parameters=params, chars_per_s=speed.train_chars_per_s,
             eval_chars_per_s=speed.eval_chars_per_s, measured=measured_speed is not None, estimable=True,
             training_s=training_s, chars=chars, epochs=chars / workload.train_chars,
             budget_epochs=affordable / workload.train_chars,
-            predicted_loss=law.predict(params, chars, workload.train_chars) if chars else None,
+            predicted_loss=law.predict(params, chars, workload.train_chars) if chars else None, limit=limit,
         ))
     return tuple(candidates)
 

@@ -394,9 +394,9 @@ class BudgetEnd:
         limit = min(self.val_chars, EVAL_SUBSET_CHARS if eval_chars is None else eval_chars)
         fewest, most = BUDGET_EVALUATIONS
         for count in range(most, fewest - 1, -1):
-            affordable = int(BUDGET_EVALUATION_SHARE * budget / (count * per_char))
+            affordable = BUDGET_EVALUATION_SHARE * budget / (count * per_char)  # a float: budgets may be vast
             if eval_chars is None and affordable >= min(limit, BUDGET_EVAL_CHARS_MIN):
-                chars = min(affordable, limit)
+                chars = int(min(affordable, limit))
                 return count, None if chars >= self.val_chars else chars
             if eval_chars is not None and affordable >= limit:
                 return count, None if limit >= self.val_chars else limit
@@ -475,7 +475,7 @@ def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: SingleProce
         timed = scoring_seconds(run.model, val_ids[: subset + 1], clock) if group.is_main else 0.0
         each_s = end.passes * group.reduce([timed], run.device, op="max")[0]
     if points:
-        count = int(BUDGET_EVALUATION_SHARE * budget / max(each_s, 1e-9))
+        count = int(min(BUDGET_EVALUATION_SHARE * budget / max(each_s, 1e-9), BUDGET_EVALUATIONS[1]))
         if count < len(points):
             points = evenly_spaced(count) if count >= BUDGET_EVALUATIONS[0] else ()
     reserve = end.reserve_s(rescoring=partial and (bool(points) or config.eval_every is not None)) + finish_s

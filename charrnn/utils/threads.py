@@ -12,16 +12,19 @@ module level.
 
 from __future__ import annotations
 
+import numbers
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from charrnn.errors import ConfigError
+from charrnn.errors import ConfigError, ConfigTypeError
 
 BUSY_LOOK_S = 0.15  # how long the cores' use is watched before choosing
 BUSY_SHARE = 0.5  # a core another program used for at least this share of the look is busy
+MOST_THREADS = 1024  # the most threads a user may ask for (torch takes a 32-bit count; OpenMP far fewer)
 
 
 @dataclass(frozen=True)
@@ -36,12 +39,26 @@ class ThreadChoice:
 
 
 def check_threads(threads: int | None) -> int | None:
-    """A requested thread count: None (charrnn chooses) or a whole number of at least 1."""
+    """A requested thread count: None (charrnn chooses) or a whole number from 1 to :data:`MOST_THREADS`."""
     if threads is None:
         return None
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ConfigError(f"must be a whole number of at least 1, not {threads!r}", "threads")
-    return threads
+    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral):
+        raise ConfigTypeError(f"must be a whole number of at least 1, not {threads!r}", "threads")
+    if not 1 <= threads <= MOST_THREADS:
+        raise ConfigError(f"must be a whole number of at least 1 (at most {MOST_THREADS:,}), not {threads!r}",
+                          "threads")
+    return int(threads)
+
+
+def _from_environment() -> int | None:
+    """``OMP_NUM_THREADS`` when set to a thread count; unset or blank: None. Anything else is refused:
+    it names the user's choice, so it is never silently ignored."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if not value:
+        return None
+    if not re.fullmatch(r"[0-9]+", value) or not 1 <= int(value) <= MOST_THREADS:
+        raise ConfigError(f"OMP_NUM_THREADS must be a whole number from 1 to {MOST_THREADS:,}, not {value!r}")
+    return int(value)
 
 
 def core_times(stat: str) -> dict[str, tuple[int, int]]:
@@ -84,12 +101,14 @@ def choose_threads(requested: int | None = None, processes: int = 1,
     ``processes`` (torchrun's processes on this machine), at least 1. None where the cores cannot be
     watched (no ``/proc/stat``): torch's own default stands."""
     requested = check_threads(requested)
-    if requested is not None:
-        return ThreadChoice(requested, "--threads")
-    from_environment = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if from_environment.isdigit() and int(from_environment) >= 1:
-        return ThreadChoice(int(from_environment), "OMP_NUM_THREADS")
     cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+    more = f", more than the {_cores(len(cores))} this process may use"
+    if requested is not None:
+        return ThreadChoice(requested, "--threads" + (more if requested > len(cores) else ""))
+    from_environment = _from_environment()
+    if from_environment is not None:
+        beyond = more if from_environment > len(cores) else ""
+        return ThreadChoice(from_environment, "OMP_NUM_THREADS" + beyond)
     try:
         before = core_times(read_stat())
         sleep(BUSY_LOOK_S)
@@ -100,8 +119,12 @@ def choose_threads(requested: int | None = None, processes: int = 1,
     free = max(1, (len(cores) - busy) // max(processes, 1))
     shared = f", shared by {processes} processes" if processes > 1 else ""
     if busy:
-        return ThreadChoice(free, f"{len(cores)} cores, {busy} busy with other work{shared}")
-    return ThreadChoice(free, f"{len(cores)} cores, all free{shared}")
+        return ThreadChoice(free, f"{_cores(len(cores))}, {busy} busy with other work{shared}")
+    return ThreadChoice(free, f"{_cores(len(cores))}, {'all free' if len(cores) > 1 else 'free'}{shared}")
+
+
+def _cores(count: int) -> str:
+    return f"{count} core{'s' if count != 1 else ''}"
 
 
 def use_threads(requested: int | None = None, processes: int = 1) -> ThreadChoice | None:

@@ -97,17 +97,49 @@ def test_a_step_whose_line_was_written_gets_an_evaluation_only_line(capsys):
 
 def test_a_long_silence_is_broken_by_the_watcher(capsys):
     bar = logged_steps(20, 0.0)  # 20 one-second steps, no line yet: the last was at 0 s
-    bar.clock = lambda: 29.0
+    bar.clock = lambda: 31.0  # a line is due, but the loop's next step writes it: the watcher waits
     bar.say_if_quiet()
     assert capsys.readouterr().err == ""
-    bar.clock = lambda: 31.0
+    bar.clock = lambda: 36.0
     bar.say_if_quiet()
     line, = capsys.readouterr().err.splitlines()
-    assert line == "step 20 done; still at work after it (evaluating, saving or a slow step) for 0:31"
+    assert line == "step 20 done; still at work (evaluating, saving or a slow step) for 0:36"
     bar.finished.set()
     bar.clock = lambda: 500.0
     bar.say_if_quiet()
     assert capsys.readouterr().err == ""
+
+
+def test_quick_steps_get_their_ordinary_line_every_30_seconds_however_the_watcher_is_timed(capsys):
+    """The watcher wakes once a second; with 0.1-s steps its look at 30 s must not take the place of the
+    loop's own line at the next step."""
+    from rich.console import Console
+
+    from charrnn.cli.display import ProgressBar
+    from charrnn.training.observer import StepReport
+
+    now = [0.0]
+    bar = ProgressBar(Console(stderr=True), draw_bar=False, clock=lambda: now[0])
+    for step in range(1, 951):
+        now[0] = step * 0.1
+        bar.on_step(StepReport(step=step, epoch=step / 1000, loss=2.0, learning_rate=1e-3, chars_per_s=800.0,
+                               progress=step / 1000, skipped_steps=0))
+        if step % 10 == 0:
+            bar.say_if_quiet()  # the watcher's once-a-second look
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split()[1] for line in lines] == ["300", "600", "900"]
+    assert all("train 2.0000" in line for line in lines)
+
+
+def test_a_first_step_slower_than_30_seconds_is_not_silent(capsys):
+    from rich.console import Console
+
+    from charrnn.cli.display import ProgressBar
+
+    bar = ProgressBar(Console(stderr=True), draw_bar=False, clock=lambda: 40.0)
+    bar.say_if_quiet()
+    expected = "no step done yet; still at work (evaluating, saving or a slow step) for 0:40\n"
+    assert capsys.readouterr().err == expected
 
 
 def test_the_remaining_time_never_exceeds_what_is_left_of_the_budget(capsys):

@@ -347,6 +347,7 @@ BAD_INPUTS = [
     (["inspect", "CKPT", "notes.txt", "--surprisal", "--threads", "0"], "'--threads': must be a whole"),
     (["export", "CKPT", "--output", "page.html", "--threads", "0"], "'--threads': must be a whole number"),
     (["sample", "CKPT", "--threads", "two"], "'--threads': 'two' is not a valid integer"),
+    (["sample", "CKPT", "--threads", "99999999999999999999"], "at least 1 (at most 1,024)"),
 ]
 
 

@@ -303,11 +303,18 @@ def test_a_budget_that_affords_more_passes_than_the_rule_trusts_trains_the_large
     assert steps.chosen["epochs"] == BUDGET_MOST_EPOCHS and steps.choice.epochs <= BUDGET_MOST_EPOCHS
 
 
-def candidate(parameters: int, loss: float | None, limited: bool = False) -> budget.Candidate:
+def candidate(parameters: int, loss: float | None) -> budget.Candidate:
     return budget.Candidate(settings={"hidden_size": parameters, "batch_size": 16}, num_layers=2,
                             parameters=parameters, chars_per_s=1.0, eval_chars_per_s=1.0, measured=True,
-                            estimable=True, training_s=1.0, chars=5.0, epochs=5.0,
-                            budget_epochs=9.0 if limited else 5.0, predicted_loss=loss)
+                            estimable=True, training_s=1.0, chars=5.0, epochs=5.0, budget_epochs=5.0,
+                            predicted_loss=loss)
+
+
+def test_each_candidate_says_which_limit_ends_it_before_the_budget(shakespeare_like):
+    assert plan(shakespeare_like, 36_000, work_per_s=1e11).choice.limit == "epochs"
+    assert plan(shakespeare_like, 100).choice.limit is None
+    steps = plan(shakespeare_like, 600, given={"max_steps": 10})
+    assert all(c.limit == "max_steps" for c in steps.candidates if c.predicted_loss is not None)
 
 
 def test_the_choice_is_the_lowest_prediction_and_a_close_call_is_named():

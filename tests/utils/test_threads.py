@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from charrnn.errors import ConfigError
+from charrnn.errors import ConfigError, ConfigTypeError
 from charrnn.utils import threads as threads_module
 from charrnn.utils.threads import busy_cores, check_threads, choose_threads, core_times, use_threads
 
@@ -70,7 +70,7 @@ def test_the_users_choice_wins_and_is_not_watched(auto, monkeypatch):
     def never() -> str:
         raise AssertionError("the cores were watched")
 
-    assert choose_threads(3, read_stat=never) == threads_module.ThreadChoice(3, "--threads")
+    assert choose_threads(2, read_stat=never) == threads_module.ThreadChoice(2, "--threads")
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     assert choose_threads(read_stat=never) == threads_module.ThreadChoice(2, "OMP_NUM_THREADS")
 
@@ -82,10 +82,42 @@ def test_no_proc_stat_leaves_torchs_default(auto):
     assert choose_threads(read_stat=missing, sleep=lambda s: None) is None
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
-def test_a_thread_count_below_one_or_not_whole_is_refused(bad):
-    with pytest.raises(ConfigError, match="threads must be a whole number of at least 1"):
+@pytest.mark.parametrize("bad", [0, -1, 2**40, 10**20])
+def test_a_thread_count_out_of_range_is_refused(bad):
+    with pytest.raises(ConfigError, match="threads must be a whole number of at least 1 \\(at most 1,024\\)"):
         check_threads(bad)
+
+
+@pytest.mark.parametrize("bad", [1.5, 2.0, True, "2"])
+def test_a_thread_count_of_another_type_is_a_type_error(bad):
+    with pytest.raises(ConfigTypeError, match="threads must be a whole number"):
+        check_threads(bad)
+
+
+@pytest.mark.parametrize("bad", ["0", "abc", "1.5", "-2", "²", "٣", "99999"])
+def test_an_omp_num_threads_that_is_no_thread_count_is_refused_not_ignored(monkeypatch, bad):
+    monkeypatch.setenv("OMP_NUM_THREADS", bad)
+    with pytest.raises(ConfigError, match="OMP_NUM_THREADS must be a whole number from 1 to 1,024"):
+        choose_threads()
+
+
+def test_a_blank_omp_num_threads_is_unset(auto):
+    threads_module.os.environ["OMP_NUM_THREADS"] = "  "
+    try:
+        read = fake_stat({0: (0, 0), 1: (0, 0)}, {0: (0, 15), 1: (0, 15)})
+        assert choose_threads(read_stat=read, sleep=lambda s: None).count == 2
+    finally:
+        del threads_module.os.environ["OMP_NUM_THREADS"]
+
+
+def test_more_threads_than_cores_are_taken_and_said(auto):
+    assert choose_threads(5).describe() == "5 (--threads, more than the 2 cores this process may use)"
+
+
+def test_one_core_is_named_in_the_singular(auto, monkeypatch):
+    monkeypatch.setattr(threads_module.os, "sched_getaffinity", lambda pid: {1}, raising=False)
+    read = fake_stat({1: (0, 0)}, {1: (0, 15)})
+    assert choose_threads(read_stat=read, sleep=lambda s: None).describe() == "1 (1 core, free)"
 
 
 def test_use_threads_sets_torch():
