@@ -73,6 +73,7 @@ class TrainResult:
     config: TrainConfig | None = None  # how it was trained, every default and budget choice filled in
     budget: Any = None  # charrnn.training.plan.BudgetDecision: what a time budget chose, if one was given
     rank: int = 0  # this process's rank under torchrun; rank 0 alone wrote the run and reports it
+    threads: Any = None  # charrnn.utils.threads.ThreadChoice: the CPU threads it ran with (None: torch's own)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -85,6 +86,7 @@ class TrainResult:
             "model": None if self.model_config is None else self.model_config.to_dict(),
             "training": None if self.config is None else self.config.to_dict(),
             "budget": None if self.budget is None else self.budget.to_dict(),
+            "threads": None if self.threads is None else dataclasses.asdict(self.threads),
         }
 
 
@@ -460,12 +462,12 @@ def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: SingleProce
     pass_s, other_s = group.reduce([measured.pass_s, measured.other_s], run.device, op="max")
     end = BudgetEnd(pass_s, 2 if run.average is not None else 1, len(val_ids) - 1, other_s)
     points: tuple[float, ...] = ()
+    given = config
     if config.eval_every is None:
         points = end.evaluation_points(budget, config.eval_chars)
         chars = end.evaluations(budget, config.eval_chars)[1]
         if points and config.eval_chars is None and chars is not None:
             config = dataclasses.replace(config, eval_chars=chars)
-            run.config = config
     subset = partial_eval_chars(config, end.val_chars)
     partial = subset is not None
     # A subset runs fewer streams side by side than the whole split, which on a CPU costs far more per
@@ -478,6 +480,9 @@ def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: SingleProce
         count = int(min(BUDGET_EVALUATION_SHARE * budget / max(each_s, 1e-9), BUDGET_EVALUATIONS[1]))
         if count < len(points):
             points = evenly_spaced(count) if count >= BUDGET_EVALUATIONS[0] else ()
+    if not points and given.eval_every is None:
+        config = given  # no evaluation during training: no subset for them to score
+    run.config = config
     reserve = end.reserve_s(rescoring=partial and (bool(points) or config.eval_every is not None)) + finish_s
     if config.eval_every is not None:  # an evaluation on schedule may start just before training stops
         reserve += FINAL_WORK_MARGIN * each_s

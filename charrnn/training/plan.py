@@ -88,7 +88,8 @@ class TrainingPlan:
                        initial_weights=self.initial_weights, group=group, branch_from=self.branch_from,
                        **engine_options)
         return dataclasses.replace(result, model_config=self.model_config, config=self.config,
-                                   budget=self.budget, rank=group.rank if group is not None else 0)
+                                   budget=self.budget, rank=group.rank if group is not None else 0,
+                                   threads=self.threads)
 
 
 def plan_training(request: TrainingRequest, group: SingleProcess | None = None,

@@ -581,8 +581,9 @@ def test_the_run_table_says_how_many_threads_and_why(runner, small_corpus, monke
     assert "threads" in given.stderr and "2 (--threads)" in given.stderr
     assert torch.get_num_threads() == 2
     torch.set_num_threads(1)
-    inherited = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "1", "--out", "u")
+    inherited = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "1", "--out", "u", "--json")
     assert "1 (OMP_NUM_THREADS)" in inherited.stderr  # the test suite's own setting (conftest)
+    assert json.loads(inherited.stdout)["threads"] == {"count": 1, "reason": "OMP_NUM_THREADS"}
 
 
 def test_the_run_table_and_summary_name_the_regularisation_and_the_average(runner, small_corpus):

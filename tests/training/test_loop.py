@@ -317,6 +317,26 @@ def test_an_evaluation_a_slow_step_carried_to_the_end_is_left_to_the_ends_own(re
     assert len(steps) == 5 and steps[-1] - steps[-2] >= 2  # the end's evaluation stands alone
 
 
+def test_a_budget_whose_share_pays_for_no_evaluation_keeps_no_subset(tmp_path, monkeypatch):
+    # 20,000 validation characters, a pass of them 1 s: the share pays for 3 evaluations of 16,666 at the
+    # whole split's pace, but a subset scores far slower (fewer streams side by side): none are left, and
+    # neither the configuration nor the run table may speak of a subset they would have scored.
+    import charrnn.training.loop as loop_module
+
+    corpus = tmp_path / "long.txt"
+    corpus.write_text(PHRASE * (200_000 // len(PHRASE)), encoding="utf-8")
+    measured_end(monkeypatch, pass_s=1.0)
+    monkeypatch.setattr(loop_module, "scoring_seconds", lambda model, ids, clock: 100.0)
+    clock = FakeClock(step_seconds=0.5)
+    messages = []
+    clock.on_message = messages.append
+    plan_run(corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000).run(clock, clock=clock)
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["eval_chars"] is None
+    assert not any("evaluations during training" in message for message in messages)
+    records = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert len(records) == 1
+
+
 def test_a_budgets_evaluations_are_spread_over_what_is_left_once_training_starts(repeated_corpus, tmp_path,
                                                                                  monkeypatch):
     # 20 s of the 100 went before training (loading, measuring): five evaluations share the 78.75 s left.
