@@ -715,17 +715,17 @@ def load(path: PathArg, device: str = "cpu", threads: int | None = None) -> Mode
     """Load a checkpoint, or a run directory's best.pt, for sampling and scoring on ``device``
     (``auto``: a GPU when there is one), with ``threads`` CPU threads (default: the cores no other
     program is busy on, :mod:`charrnn.utils.threads`)."""
-    check_threads(threads)
     return _load(path, device, "path", threads)
 
 
 def _load(path: PathArg, device: str, name: str, threads: int | None = None) -> Model:
-    """:func:`load`, naming the path parameter as the caller's function does."""
+    """:func:`load`, naming the path parameter as the caller's function does; ``threads`` is checked
+    (and set) before the checkpoint is looked for."""
     from charrnn.models.devices import resolve_device
     from charrnn.training.checkpoint import checkpoint_in, load_model
 
-    checkpoint = checkpoint_in(_require_path(path, name), "best.pt")
     use_threads(threads)
+    checkpoint = checkpoint_in(_require_path(path, name), "best.pt")
     loaded = load_model(checkpoint, resolve_device(_device(device)))
     return Model(loaded.model, loaded, checkpoint)
 
@@ -748,7 +748,6 @@ def sample(checkpoint: PathArg, prime: str | None = None, length: int | None = N
     """``load(checkpoint, device, threads).sample(...)``, every option checked before the checkpoint is
     read."""
     request = Decoding.check(prime, length, temperature, prime_file, options)
-    check_threads(threads)
     return _load(checkpoint, device, "checkpoint", threads).generate(request)
 
 
@@ -758,7 +757,6 @@ def stream(checkpoint: PathArg, prime: str | None = None, length: int | None = N
     """``load(checkpoint, device, threads).stream(...)``, every option checked before the checkpoint is
     read."""
     request = Decoding.check(prime, length, temperature, prime_file, options)
-    check_threads(threads)
     return _load(checkpoint, device, "checkpoint", threads).streamed(request)
 
 
@@ -771,7 +769,6 @@ def perplexity(checkpoint: PathArg, text: str | None = None, *, file: PathArg | 
     is read."""
     request = Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay, segment_len,
                             single_stream)
-    check_threads(threads)
     return _load(checkpoint, device, "checkpoint", threads).score(request)
 
 
@@ -780,7 +777,6 @@ def inspect(checkpoint: PathArg, text: str | None = None, *, file: PathArg | Non
     """``load(checkpoint, device, threads).inspect(...)``, every option checked before the checkpoint is
     read."""
     request = Looking.check(text, file, options)
-    check_threads(threads)
     return _load(checkpoint, device, "checkpoint", threads).look(request)
 
 
@@ -925,7 +921,6 @@ def surprisal(checkpoint: PathArg, text: str | None = None, *, file: PathArg | N
     unit or rank units (``unit``, ``layer``, ``state``, ``rank``) do not apply and are refused."""
     if unused:
         raise OptionConflict(f"surprisal scores every character: {{{sorted(unused)[0]}}} does not apply")
-    check_threads(threads)
     model = _load(checkpoint, device, "checkpoint", threads)
     return model.surprisal(text, file=file, top=top, skip_unknown=skip_unknown, max_chars=max_chars,
                            single_stream=single_stream)

@@ -84,7 +84,7 @@ def sample_command(ctx: click.Context, checkpoint: str, output: str | None, as_j
         stream_stdout(stream, prefix=stream.prime)
         return
     samples = api.sample(checkpoint, prime, prime_file=prime_file, device=device, threads=threads,
-                            **decoding)
+                         **decoding)
     say_checkpoint(checkpoint, samples.checkpoint)
     _say_seed(samples.seed, samples.seed_drawn)
     for note in samples.notes:

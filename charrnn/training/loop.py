@@ -54,6 +54,7 @@ from charrnn.training.schedule import (
 from charrnn.training.state import TrainingRun
 from charrnn.utils.files import remove_stale_temporaries
 from charrnn.utils.interrupt import GracefulStop
+from charrnn.utils.threads import ThreadChoice
 
 
 @dataclass
@@ -73,7 +74,7 @@ class TrainResult:
     config: TrainConfig | None = None  # how it was trained, every default and budget choice filled in
     budget: Any = None  # charrnn.training.plan.BudgetDecision: what a time budget chose, if one was given
     rank: int = 0  # this process's rank under torchrun; rank 0 alone wrote the run and reports it
-    threads: Any = None  # charrnn.utils.threads.ThreadChoice: the CPU threads it ran with (None: torch's own)
+    threads: ThreadChoice | None = None  # the CPU threads it ran with, and why (None: torch's own)
 
     def to_dict(self) -> dict[str, Any]:
         return {
