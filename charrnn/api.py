@@ -40,6 +40,7 @@ from charrnn.config import (
 )
 from charrnn.data.datasets import DATASETS, DEFAULT_DATASET
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, escape
+from charrnn.utils.terminal import shown
 from charrnn.utils.text import require_valid_text
 from charrnn.utils.threads import check_threads, use_threads
 
@@ -814,6 +815,13 @@ class Comparison:
     def to_dict(self) -> list[dict[str, Any]]:
         return [report.to_dict() for report in self.reports]
 
+    @property
+    def failures(self) -> list[tuple[Path, list[str]]]:
+        """Each checkpoint that lacks something asked of it (a score, a sample, a dynamic score or
+        memorisation figures), with what it lacks; its report says why."""
+        return [(path, lacking) for path, report in zip(self.checkpoints, self.reports, strict=True)
+                if (lacking := report.missing(self.settings))]
+
     def to_markdown(self, name: Callable[[str], str] = str) -> str:
         """The comparison as Markdown; ``name`` names the options its notes mention (as Python does)."""
         from charrnn.analysis.compare import to_markdown
@@ -825,15 +833,18 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
             length: int = COMPARE_LENGTH, text_file: PathArg | None = None, against: str | None = None,
             dynamic: bool | DynamicConfig = False, dynamic_lr: float | None = None,
             dynamic_decay: float | None = None, segment_len: int | None = None, single_stream: bool = False,
-            device: str = "cpu", threads: int | None = None, **sampling: Any) -> Comparison:
+            skip_unknown: bool = False, device: str = "cpu", threads: int | None = None,
+            **sampling: Any) -> Comparison:
     """Score every checkpoint and sample each with the same prime, seed and decoding settings.
 
     Scores are on each checkpoint's own validation split, or on ``text_file`` for
     all. ``sampling`` takes the fields of :class:`~charrnn.config.SampleConfig`;
     the seed is ``COMPARE_SEED`` unless given, the same for every checkpoint.
     ``against`` (``"train"`` or a file) also measures how much of each sample is
-    copied from that reference. A problem with one checkpoint is reported in its
-    entry instead of stopping the comparison. ``threads``: as :func:`load`'s.
+    copied from that reference. ``skip_unknown`` drops the characters of ``text_file`` outside a
+    checkpoint's vocabulary instead of leaving it unscored. A problem with one checkpoint is reported
+    in its entry instead of stopping the comparison (:attr:`Comparison.failures` lists them).
+    ``threads``: as :func:`load`'s.
     """
     from charrnn.analysis.compare import TRAINING_SPLIT, CompareSettings, compare_checkpoints
     from charrnn.models.devices import resolve_device
@@ -852,7 +863,11 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
         decoding = SampleConfig(**{**decoding.to_dict(), "seed": COMPARE_SEED})
     settings_dynamic = dynamic_settings(dynamic, dynamic_lr, dynamic_decay, segment_len)
     checked(single_stream, bool, "single_stream")
+    checked(skip_unknown, bool, "skip_unknown")
     check_threads(threads)
+    if skip_unknown and text_file is None:
+        raise OptionConflict("{skip_unknown} goes with {text_file}: each validation split holds only its "
+                             "own model's characters")
     if against is not None and not isinstance(against, str | PathLike):
         raise ConfigTypeError(f"must be 'train' or a path, not {type(against).__name__}", "against")
     text_path = _text_file(text_file, "text_file")
@@ -864,7 +879,7 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
     settings = CompareSettings(prime=prime_text, sample=decoding, text=text,
                                text_name=None if text_path is None else str(text_path),
                                against=None if against is None else str(against), dynamic=settings_dynamic,
-                               single_stream=single_stream)
+                               single_stream=single_stream, skip_unknown=skip_unknown)
     resolved = [checkpoint_in(path, "best.pt") for path in paths]
     use_threads(threads)
     reports, note = compare_checkpoints(resolved, settings, resolve_device(_device(device)))
@@ -882,7 +897,8 @@ class Evolution:
         return {"run_dir": str(self.run_dir), "samples": [asdict(row) for row in self.rows]}
 
     def to_markdown(self) -> str:
-        """A table of step, epoch, validation loss and text (line breaks as ``<br>``, markup escaped)."""
+        """A table of step, epoch, validation loss and text (line breaks as ``<br>``, markup escaped, other
+        hidden characters as their escapes)."""
         import html
 
         lines = [f"# Samples while training: {self.run_dir.name or self.run_dir}", "",
@@ -891,7 +907,7 @@ class Evolution:
             loss = "" if row.val_loss is None else f"{row.val_loss:.4f}"
             # Markdown would read these marks as formatting: each becomes its character reference.
             marks = {ord(mark): f"&#{ord(mark)};" for mark in "\\`*_[]#|~"} | {ord("\n"): "<br>"}
-            text = html.escape(row.prime + row.text, quote=False).translate(marks)
+            text = html.escape(shown(row.prime + row.text), quote=False).translate(marks)
             lines.append(f"| {row.step:,} | {row.epoch:g} | {loss} | {text} |")
         return "\n".join(lines) + "\n"
 

@@ -375,6 +375,61 @@ DEFAULT_LENGTH_PENALTY = 1.0  # measured: lower lets the shortest stop win, 1.2 
 DECODING_CHOICES = ("temperature", "top_k", "top_p", "seed")  # what beam search and greedy decoding never use
 
 
+# How a sampling setting is written as text, in an option or in an exported page's address: a whole number
+# (an optional sign, then digits), or a finite decimal number (1e-3 too; never nan or inf).
+SETTING_GRAMMARS = {"whole": r"[-+]?[0-9]+", "decimal": r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?"}
+
+
+@dataclass(frozen=True)
+class SettingRule:
+    """What one sampling setting accepts: the grammar of its text and its range. The command line, the
+    Python API (:class:`SampleConfig`) and the exported page all read and check it by this table."""
+
+    grammar: str  # a key of SETTING_GRAMMARS: what its text must look like, surrounding spaces aside
+    low: int | float  # the smallest value allowed (or, with low_open, the bound it must exceed)
+    high: int | float | None  # the largest value allowed; None: no bound
+    low_open: bool  # low itself is refused
+    refusal: str  # the refusal, after the setting's name; {name} stands for another option
+
+    def to_dict(self) -> dict[str, Any]:
+        """For the exported page: the grammar as a pattern, whole-number bounds as text (beyond 2**53 a
+        JavaScript number is not exact, so the page compares them as BigInt)."""
+        bound = (lambda value: None if value is None else str(value)) if self.grammar == "whole" else (
+            lambda value: value)
+        return {"pattern": SETTING_GRAMMARS[self.grammar], "whole": self.grammar == "whole",
+                "low": bound(self.low), "high": bound(self.high), "low_open": self.low_open,
+                "refusal": self.refusal}
+
+
+SAMPLING_RULES: dict[str, SettingRule] = {
+    "length": SettingRule("whole", 0, None, False, "must be a whole number of 0 or more"),
+    "temperature": SettingRule("decimal", 0.0, None, True, "must be a number greater than 0 (for the most "
+                               "likely character every time, use {greedy})"),
+    "top_k": SettingRule("whole", 1, None, False, "must be a whole number of at least 1"),
+    "top_p": SettingRule("decimal", 0.0, 1.0, True, "must be a number in (0, 1]"),
+    "seed": SettingRule("whole", SEED_RANGE[0], SEED_RANGE[1], False,
+                        f"must be a whole number between {SEED_RANGE[0]} and {SEED_RANGE[1]} (64 bits)"),
+}
+
+
+def check_setting(name: str, value: int | float) -> None:
+    """Refuse a sampling setting's value outside its :data:`SAMPLING_RULES` range (or not finite)."""
+    rule = SAMPLING_RULES[name]
+    inside = math.isfinite(value) and (value > rule.low if rule.low_open else value >= rule.low) and (
+        rule.high is None or value <= rule.high)
+    require(inside, name, rule.refusal)
+
+
+def read_setting(name: str, text: str) -> int | float:
+    """A sampling setting written as text (an option's value), read and checked by its rule."""
+    rule = SAMPLING_RULES[name]
+    if re.fullmatch(SETTING_GRAMMARS[rule.grammar], text.strip()) is None:
+        raise ConfigError(rule.refusal, name)
+    value = int(text) if rule.grammar == "whole" else float(text)
+    check_setting(name, value)
+    return value
+
+
 @dataclass(frozen=True)
 class SampleConfig(_DictMixin):
     """How to decode: sampling (temperature, top-k, top-p, seed), greedy, or beam search (textbook
@@ -395,14 +450,13 @@ class SampleConfig(_DictMixin):
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        require_at_least(self, 0, "length", "min_length")
-        require(self.temperature is None or self.temperature > 0, "temperature",
-                "must be greater than 0 (for the most likely character every time, use {greedy})")
-        require_at_least(self, 1, "top_k", "num_samples", "beam_width")
-        require(self.top_p is None or 0.0 < self.top_p <= 1.0, "top_p", "must be in (0, 1]")
+        for name in SAMPLING_RULES:
+            if getattr(self, name) is not None:
+                check_setting(name, getattr(self, name))
+        require_at_least(self, 0, "min_length")
+        require_at_least(self, 1, "num_samples", "beam_width")
         require(self.length_penalty is None or self.length_penalty >= 0, "length_penalty",
                 "must be 0 or more")
-        check_seed(self.seed)
         require(self.stop_at != "", "stop_at", "must not be empty (an empty string would end nothing)")
         if self.stop_at is not None:
             try:

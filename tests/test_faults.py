@@ -91,6 +91,28 @@ def resume_or_start(arguments: Callable[[Path], list[str]], run: str) -> Callabl
     return finish
 
 
+def with_a_sampled_run(root: Path) -> None:
+    """A finished run with epoch checkpoints and samples, which an --overwrite run replaces; a copy of its
+    config.json beside it tells the older run from the new one."""
+    write_corpus(root)
+    invoke(train_args(root, "run", "--max-steps", "30", "--save-epochs", "1", "--sample-every", "10",
+                      "--eval-every", "10"))
+    shutil.copy(root / "run" / "config.json", root / "older-config.json")
+
+
+def overwrite(root: Path) -> list[str]:
+    return [*train_args(root, "run", *TRAIN), "--overwrite"]
+
+
+def finish_overwrite(root: Path) -> list[str]:
+    """After a failure: resume the new run if it began, else overwrite again (whatever the older run
+    left)."""
+    config = root / "run" / "config.json"
+    if config.exists() and config.read_bytes() != (root / "older-config.json").read_bytes():
+        return ["train", "--resume", str(root / "run"), "--quiet"]
+    return overwrite(root)
+
+
 def fine_tune(root: Path) -> list[str]:
     return ["train", str(root / "corpus.txt"), "--init-from", str(root / "base" / "best.pt"), "--out",
             str(root / "tuned"), "--max-steps", "12", "--eval-every", "4", "--quiet"]
@@ -118,6 +140,8 @@ SCENARIOS = [
              run_dir="run", resume=resume_or_start(lambda root: train_args(root, "run", *TRAIN), "run")),
     Scenario("resume", with_a_run_at_step_10, resume_to_20, outputs=("run",), run_dir="run",
              resume=resume_to_20),
+    Scenario("train --overwrite", with_a_sampled_run, overwrite, outputs=("run",), run_dir="run",
+             resume=finish_overwrite),
     Scenario("fine-tune", with_base_run, fine_tune, outputs=("tuned",), run_dir="tuned",
              resume=resume_or_start(fine_tune, "tuned")),
     Scenario("time budget", write_corpus, lambda root: train_args(root, "run", "--time-budget", "5"),
@@ -226,6 +250,8 @@ def check_after_failure(scenario: Scenario, root: Path, before: dict[str, bytes]
         check_valid(root / relative)
     if scenario.run_dir is not None and (root / scenario.run_dir / "manifest.json").exists():
         read_manifest(root / scenario.run_dir)
+    if scenario.run_dir is not None and (root / scenario.run_dir / "config.json").exists():
+        one_run(root / scenario.run_dir)
     # 3. the run resumes and ends where the undisturbed run ended
     if scenario.resume is not None:
         run_dir = root / scenario.run_dir
@@ -238,6 +264,13 @@ def check_after_failure(scenario: Scenario, root: Path, before: dict[str, bytes]
         assert weights.keys() == ref.weights.keys()
         for key in weights:
             assert torch.equal(weights[key], ref.weights[key]), f"{key} differs after resuming"
+
+
+def one_run(run_dir: Path) -> None:
+    """A run directory holds one run's records: every checkpoint names its config.json's run."""
+    run_id = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))["run_id"]
+    for path in run_dir.glob("*.pt"):
+        assert load_checkpoint(path)["run_id"] == run_id, f"{path.name} is another run's"
 
 
 def injection_points(count: int, every: int) -> list[int]:

@@ -23,11 +23,13 @@ from charrnn.analysis.dynamic import checkpoint_dynamic_score
 from charrnn.analysis.memorisation import COPY_MIN_CHARS, Reference, measure
 from charrnn.config import DEFAULT_LENGTH_PENALTY, DynamicConfig, SampleConfig
 from charrnn.data.corpus import checkpoint_validation_ids, read_corpus
+from charrnn.data.vocab import UnknownCharactersError
 from charrnn.errors import CharrnnError, escape
 from charrnn.generation.beam import beam_search
 from charrnn.generation.sample import collect_samples, generate
 from charrnn.models.evaluate import evaluate
 from charrnn.training.checkpoint import LoadedModel, load_model
+from charrnn.utils.terminal import shown
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class CompareSettings:
     against: str | None = None  # memorisation reference: TRAINING_SPLIT, a file's path, or None for none
     dynamic: DynamicConfig | None = None  # also score by dynamic evaluation, with these settings
     single_stream: bool = False  # score as one stream (the exact definition) instead of many
+    skip_unknown: bool = False  # drop characters of ``text`` outside a checkpoint's vocabulary
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,15 @@ class CheckpointReport:
         record = asdict(self)
         del record["error_template"]
         return record
+
+    def missing(self, settings: CompareSettings) -> list[str]:
+        """What was asked of this checkpoint and is not in its report."""
+        wanted = {"score": self.nats_per_char, "sample": self.sample}
+        if settings.dynamic is not None:
+            wanted["dynamic score"] = self.dynamic
+        if settings.against is not None:
+            wanted["memorisation figures"] = self.memorisation
+        return [what for what, value in wanted.items() if value is None]
 
     def render_error(self, name: Callable[[str], str] = str) -> str | None:
         """``error``, each option it mentions named by ``name(option)`` (the command line gives flags)."""
@@ -100,7 +112,10 @@ def _score(loaded: LoadedModel, settings: CompareSettings
 def _scored_ids(loaded: LoadedModel, settings: CompareSettings) -> torch.Tensor:
     """The ids a checkpoint is scored on: the shared text, or its own validation split."""
     if settings.text is not None:
-        return loaded.vocab.encode(settings.text)
+        try:
+            return loaded.vocab.encode(settings.text, skip_unknown=settings.skip_unknown)
+        except UnknownCharactersError as exc:
+            raise UnknownCharactersError(exc.unknown, "{skip_unknown} drops them") from None
     return checkpoint_validation_ids(loaded.payload.get("corpus"), loaded.vocab)
 
 
@@ -318,10 +333,11 @@ def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note
         if r.error:
             lines += [f"*{r.render_error(name)}*", ""]
         if r.sample is not None:
-            fence = _fence(r.sample)
-            lines += [f"{fence}text", r.sample, fence]
+            sample = shown(r.sample)
+            fence = _fence(sample)
+            lines += [f"{fence}text", sample, fence]
         if r.memorisation is not None and r.memorisation["longest_copied_chars"]:
-            passage = r.memorisation["longest_copied_passage"]
+            passage = shown(r.memorisation["longest_copied_passage"])
             fence = _fence(passage)
             lines += ["", f"Longest copied passage, {len(passage)} characters, from line "
                           f"{r.memorisation['longest_copied_line']:,} of the reference:", "",

@@ -18,6 +18,7 @@ from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError, ConfigError
 from charrnn.models.model import CharRNN
 from charrnn.models.stepper import make_stepper
+from charrnn.utils.text import HIDDEN_CHAR_STYLE, html_text
 
 FEATURES = INSPECT_FEATURES  # the text features rank_units can correlate with
 
@@ -129,7 +130,7 @@ def _span(char: str, value: float, scale: float) -> str:
     red, green, blue = colour(value, scale)
     ink = "#fff" if scale > 0 and abs(value) / scale > DARK_BACKGROUND else "#000"
     return (f'<span style="background:rgb({red},{green},{blue});color:{ink}" title="{value:.3f}">'
-            f"{html.escape(char)}</span>")
+            f"{html_text(char)}</span>")
 
 
 def html_page(text: str, values: list[float], scale: float, title: str) -> str:
@@ -143,7 +144,8 @@ def html_page(text: str, values: list[float], scale: float, title: str) -> str:
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         f"<title>{html.escape(title)}</title>\n"
         "<style>body{font-family:sans-serif;margin:2em}pre{font-size:14px;line-height:1.4;"
-        "white-space:pre-wrap}.bar span{font-family:monospace;font-size:12px}</style>\n</head>\n"
+        "white-space:pre-wrap}.bar span{font-family:monospace;font-size:12px}"
+        f"{HIDDEN_CHAR_STYLE}</style>\n</head>\n"
         "<body>\n"
         f"<h1>{html.escape(title)}</h1>\n<p>red: negative, white: zero, blue: positive "
         f"(saturating at ±{scale:.3g}); hover a character for its value.</p>\n"

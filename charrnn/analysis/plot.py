@@ -7,14 +7,13 @@ only when a plot is drawn, so the rest of charrnn never needs it.
 from __future__ import annotations
 
 import io
-import json
-import math
 from pathlib import Path
 from typing import Any
 
 from charrnn.errors import CharrnnError
+from charrnn.training.manifest import read_header
 from charrnn.training.rundir import read_metrics
-from charrnn.utils.files import atomic_write
+from charrnn.utils.files import atomic_write, parse_json
 
 INSTALL_HINT = "charrnn plot needs matplotlib: pip install 'charrnn-cli[plot]'"
 
@@ -49,7 +48,7 @@ LABEL_OFFSETS = [(dx, dy) for dx in (5, -52) for dy in (7, 19, -15, 31, -27, 43,
 def run_title(run_dir: Path, name: str) -> str:
     """The run's name and model shape (from its config.json, when readable): ``epochs: 2×128 LSTM``."""
     try:
-        model = json.loads((Path(run_dir) / "config.json").read_text(encoding="utf-8"))["model"]
+        model = parse_json((Path(run_dir) / "config.json").read_text(encoding="utf-8"))["model"]
         shape = f"{model['num_layers']}×{model['hidden_size']} {str(model['cell']).upper()}"
     except (OSError, ValueError, KeyError, TypeError):
         return name
@@ -95,9 +94,10 @@ def learning_curves(run_dirs: list[Path]) -> Any:
     """A matplotlib figure of training and validation loss against epoch and against wall time, one
     colour per run.
 
-    Each run's best evaluation (what ``best.pt`` holds) is ringed; epoch checkpoints
-    (``--save-epochs``) are starred and labelled with their epoch, the labels placed so
-    that none overlap. The epoch axis is logarithmic when the evaluations span more
+    Scores on the whole validation split and on its start (the evaluations during a time budget)
+    are two series, never one curve. ``best.pt`` is ringed where it was saved, at the score it
+    records; epoch checkpoints (``--save-epochs``) are starred and labelled with their epoch, the
+    labels placed so that none overlap. The epoch axis is logarithmic when the evaluations span more
     than two decades of epochs. The title names the runs and their models' shapes.
     """
     runs = [(Path(run_dir), read_metrics(run_dir)) for run_dir in run_dirs]
@@ -110,11 +110,20 @@ def learning_curves(run_dirs: list[Path]) -> Any:
     for axis, x_key, x_label in ((axes[0], "epoch", "epoch"), (axes[1], "elapsed_s", "wall time (s)")):
         labels = []
         labels_by_axis.append(labels)
-        for index, ((_, records), name) in enumerate(zip(runs, names, strict=True)):
+        for index, ((run_dir, records), name) in enumerate(zip(runs, names, strict=True)):
             colour = f"C{index % 10}"
             x = [getattr(r, x_key) for r in records]
-            val = [math.nan if r.val_loss is None else r.val_loss for r in records]
-            axis.plot(x, val, "-o", color=colour, markersize=3, label=f"{name} validation")
+            whole = [(xi, r.val_loss) for xi, r in zip(x, records, strict=True)
+                     if r.val_chars is None and r.val_loss is not None]
+            subset = [(xi, r.val_loss) for xi, r in zip(x, records, strict=True)
+                      if r.val_chars is not None and r.val_loss is not None]
+            if whole:
+                axis.plot(*zip(*whole, strict=True), "-o", color=colour, markersize=3,
+                          label=f"{name} validation")
+            if subset:
+                chars = min(r.val_chars for r in records if r.val_chars is not None)
+                axis.plot(*zip(*subset, strict=True), ":^", color=colour, markersize=3, alpha=0.8,
+                          label=f"{name} validation, first {chars:,} chars (another measure)")
             train_points = [(xi, r.train_loss) for xi, r in zip(x, records, strict=True)
                             if r.train_loss is not None]
             if train_points:
@@ -127,12 +136,10 @@ def learning_curves(run_dirs: list[Path]) -> Any:
                         f"epoch {round(record.epoch)}", (xi, record.val_loss), textcoords="offset points",
                         xytext=LABEL_OFFSETS[0], fontsize=8,
                         arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.6}))
-            scored = [(score, xi) for xi, r in zip(x, records, strict=True)
-                      if (score := _best_score(r)) is not None]
-            if scored:
-                best_score, best_x = min(scored)
-                axis.plot(best_x, best_score, "o", markersize=11, markerfacecolor="none",
-                          markeredgecolor=colour, markeredgewidth=1.6)
+            best = best_point(run_dir, records, x)
+            if best is not None:
+                axis.plot(*best, "o", markersize=11, markerfacecolor="none", markeredgecolor=colour,
+                          markeredgewidth=1.6)
         if x_key == "epoch" and log_epochs:
             axis.set_xscale("log")
         axis.set_xlabel(x_label + (" (log scale)" if x_key == "epoch" and log_epochs else ""))
@@ -153,7 +160,19 @@ def learning_curves(run_dirs: list[Path]) -> Any:
     return figure
 
 
-def _best_score(record: Any) -> float | None:
-    """What best.pt would hold of an evaluation: the better of its trained and averaged scores."""
-    scores = [score for score in (record.val_loss, record.averaged_val_loss) if score is not None]
-    return min(scores) if scores else None
+def best_point(run_dir: Path, records: list[Any], x: list[float]) -> tuple[float, float] | None:
+    """Where best.pt sits on a curve: the evaluation at the step it was saved, with the score it
+    records (on the whole split at a run's end, whichever of the trained and averaged weights it
+    holds); None when best.pt cannot be read or no evaluation is at its step."""
+    header = read_header(Path(run_dir) / "best.pt")
+    if header is None or not isinstance(header.get("step"), int):
+        return None
+    at_step = [(xi, r) for xi, r in zip(x, records, strict=True) if r.step == header["step"]]
+    if not at_step:
+        return None
+    xi, record = min(at_step, key=lambda pair: pair[1].val_chars is not None)  # the whole split's first
+    score = header.get("best_val_loss")
+    if not isinstance(score, float | int) or isinstance(score, bool):
+        scores = [value for value in (record.val_loss, record.averaged_val_loss) if value is not None]
+        score = min(scores) if scores else None
+    return None if score is None else (xi, float(score))

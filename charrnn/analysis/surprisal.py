@@ -25,6 +25,7 @@ from charrnn.models.devices import EVAL_CHUNK
 from charrnn.models.evaluate import scored_chunks, stream_layout
 from charrnn.models.model import CharRNN
 from charrnn.utils.terminal import visible_char
+from charrnn.utils.text import HIDDEN_CHAR_STYLE, html_text
 
 SURPRISAL_STREAMS = 16  # streams read at once (see surprisals)
 SATURATION_NATS = 6.0  # surprisal at which the colour is fully red (p ≈ 0.25%)
@@ -139,7 +140,7 @@ def surprisal_page(text: str, rows: Iterable[CharSurprisal], title: str) -> str:
     spans = []
     for index, char in enumerate(text):
         row = scored.get(index)
-        shown = html.escape(char) if char != "\n" else "⏎\n"
+        shown = html_text(char) if char != "\n" else "⏎\n"
         if row is None:
             spans.append(f'<span class="unscored" title="not scored">{shown}</span>')
             continue
@@ -157,7 +158,8 @@ def surprisal_page(text: str, rows: Iterable[CharSurprisal], title: str) -> str:
         f"<title>{html.escape(title)}</title>\n"
         "<style>body{font-family:sans-serif;margin:2em;max-width:60em}"
         "pre{font-size:15px;line-height:1.5;white-space:pre-wrap}pre span:hover{outline:1px solid #333}"
-        ".unscored{color:#888}.legend span{font-family:monospace;font-size:12px}</style>\n</head>\n<body>\n"
+        ".unscored{color:#888}.legend span{font-family:monospace;font-size:12px}"
+        f"{HIDDEN_CHAR_STYLE}</style>\n</head>\n<body>\n"
         f"<h1>{html.escape(title)}</h1>\n"
         f"<p>{len(scores):,} characters scored, {mean:.4f} nats/char on average. Each character is shaded "
         f"by its surprisal, −ln p, given the text before it; hover one for its value and the model's "

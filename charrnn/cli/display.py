@@ -34,7 +34,7 @@ from charrnn.training.loop import StepReport, TrainObserver, TrainResult, partia
 from charrnn.training.plan import TrainingPlan
 from charrnn.training.rundir import EvaluationRecord
 from charrnn.training.samples import SampleRecord
-from charrnn.utils.terminal import one_line, visible_char
+from charrnn.utils.terminal import one_line, shown_parts, visible_char
 from charrnn.utils.threads import ThreadChoice
 
 Namer = Callable[[str], str]  # how the command line names a library parameter (max_steps → --max-steps)
@@ -352,7 +352,7 @@ def evolution_table(evolution: Any) -> Table:
     table.add_column("sample")
     for row in evolution.rows:
         loss = "" if row.val_loss is None else f"{row.val_loss:.4f}"
-        table.add_row(f"{row.step:,}", f"{row.epoch:g}", loss, Text(row.prime + row.text))
+        table.add_row(f"{row.step:,}", f"{row.epoch:g}", loss, shown_text(row.prime + row.text))
     return table
 
 
@@ -441,12 +441,12 @@ def comparison_renderable(reports: list[CheckpointReport], width: int, name: Nam
         all_rows = [_report_rows(report, name) for report in reports]
         for key in dict.fromkeys(key for rows in all_rows for key in rows):
             table.add_row(key, *(Text(rows.get(key, "")) for rows in all_rows))
-        table.add_row("sample", *(Text(report.sample or "") for report in reports))
+        table.add_row("sample", *(shown_text(report.sample or "") for report in reports))
         return table
     panels = []
     for report, label in zip(reports, labels, strict=True):
         summary = "  ".join(f"{key} {value}" for key, value in _report_rows(report, name).items())
-        panels.append(Panel(Group(Text(summary, style="bold"), Text(""), Text(report.sample or "")),
+        panels.append(Panel(Group(Text(summary, style="bold"), Text(""), shown_text(report.sample or "")),
                             title=Text(label), title_align="left"))
     return Group(*panels)
 
@@ -466,7 +466,7 @@ def coloured_text(text: str, values: list[float], scale: float) -> Text:
     rendered = Text()
     for char, value in zip(text, values, strict=True):
         red, green, blue = colour(value, scale)
-        rendered.append(char, style=f"black on rgb({red},{green},{blue})" if char != "\n" else "")
+        rendered.append_text(shown_text(char, f"black on rgb({red},{green},{blue})" if char != "\n" else ""))
     return rendered
 
 
@@ -479,10 +479,10 @@ def surprisal_text(text: str, rows: list[Any]) -> Group:
     for index, char in enumerate(text):
         nats = scored.get(index)
         if nats is None or char == "\n":
-            rendered.append(char, style="dim" if nats is None else "")
+            rendered.append_text(shown_text(char, "dim" if nats is None else ""))
             continue
         red, green, blue = heat(nats)
-        rendered.append(char, style=f"black on rgb({red},{green},{blue})")
+        rendered.append_text(shown_text(char, f"black on rgb({red},{green},{blue})"))
     legend = Text("surprisal: ")
     for level in range(int(SATURATION_NATS) + 1):
         red, green, blue = heat(level)
@@ -508,6 +508,16 @@ def surprising_table(positions: list[Any]) -> Table:
         table.add_row(str(rank), f"{row.index:,}", visible_char(row.char), f"{row.nats:.2f}",
                       f"{math.exp(-row.nats):.2%}", context, guesses)
     return table
+
+
+def shown_text(text: str, style: str = "") -> Text:
+    """Model or corpus text for a table or a view: line breaks and tabs kept, every other character a
+    terminal would obey or hide (an escape sequence, a carriage return, a bidirectional override) shown
+    as its escape in reverse video, so it reads as one character and never as the text ``\\x1b``."""
+    rendered = Text(style=style)
+    for piece, hidden in shown_parts(text):
+        rendered.append(piece, style="reverse" if hidden else "")
+    return rendered
 
 
 def escaped(chars: str) -> str:

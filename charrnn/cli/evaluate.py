@@ -15,17 +15,18 @@ from charrnn.cli.options import (
     option_namer,
     sampling_options,
     single_stream_option,
+    skip_unknown_option,
 )
 from charrnn.cli.output import message, out, print_json, say_checkpoint, show, write_file
 from charrnn.config import COMPARE_LENGTH, COMPARE_SEED
+from charrnn.errors import CharrnnError
 
 
 @click.command("eval-perplexity", cls=GroupedCommand)
 @click.argument("checkpoint", type=click.Path())
 @click.argument("text_file", required=False, type=click.Path())
 @json_option()
-@option("--skip-unknown", is_flag=True, group="scoring",
-        help="Drop characters outside the vocabulary and score the rest.")
+@skip_unknown_option()
 @single_stream_option()
 @dynamic_options
 @device_option("auto")
@@ -64,6 +65,7 @@ def eval_perplexity_command(checkpoint: str, text_file: str | None, as_json: boo
 @sampling_options(COMPARE_LENGTH, seed=str(COMPARE_SEED))
 @option("--text", "text_file", group="scoring", type=click.Path(), default=None,
         help="Score this text for every checkpoint instead of each one's own validation split.")
+@skip_unknown_option()
 @option("--against", default=None, group="scoring", metavar="train|FILE",
         help="Measure how much of each sample is copied and how much is spelled right, against each "
              "checkpoint's own training split (train) or FILE.")
@@ -118,10 +120,14 @@ def compare_command(ctx: click.Context, checkpoints: tuple[str, ...], as_json: b
         write_file(markdown_file, comparison.to_markdown(name))
     if as_json:
         print_json(comparison.to_dict(), indent=2)
-        return
-    from charrnn.cli.display import comparison_renderable
+    else:
+        from charrnn.cli.display import comparison_renderable
 
-    show(comparison_renderable(comparison.reports, out.width, name))
+        show(comparison_renderable(comparison.reports, out.width, name))
+    if comparison.failures:
+        lacking = "; ".join(f"{path}: no {', no '.join(what)}" for path, what in comparison.failures)
+        raise CharrnnError(f"not everything asked could be done ({lacking}); each checkpoint's problem "
+                           f"is in its entry above")
 
 
 def show_evolution(run_dirs: tuple[str, ...], as_json: bool, markdown_file: str | None,

@@ -13,6 +13,7 @@ from charrnn.cli.options import (
     json_option,
     option,
     single_stream_option,
+    skip_unknown_option,
 )
 from charrnn.cli.output import print_json, say_checkpoint, show, write_file
 from charrnn.config import INSPECT_FEATURES, INSPECT_TOP, InspectConfig
@@ -62,8 +63,7 @@ def info_command(checkpoint: str, as_json: bool) -> None:
              "guesses there (--top of them, default 5); the mean is eval-perplexity's nats/char.")
 @option("--most-surprising", type=int, metavar="K", group="surprisal",
         help="List the K most surprising characters in their context (implies --surprisal).")
-@option("--skip-unknown", is_flag=True, group="surprisal",
-        help="Drop characters outside the vocabulary, as eval-perplexity --skip-unknown does.")
+@skip_unknown_option("surprisal")
 @single_stream_option("surprisal")
 @option("--html", "html_file", type=click.Path(), default=None, group="output",
         help="Also write the coloured text as a standalone HTML page (with --surprisal, each character's "
@@ -164,9 +164,11 @@ def json_lines(rows: Any, batch: int = 512) -> Any:
 def plot_command(run_dirs: tuple[str, ...], output: str) -> None:
     """Plot training and validation loss of RUN_DIRS against epoch and wall time.
 
-    One colour per run; epoch checkpoints (train --save-epochs) are starred, each
-    run's best evaluation (its best.pt) ringed; a log epoch axis when the run spans
-    more than two decades of epochs.
+    One colour per run; epoch checkpoints (train --save-epochs) are starred, and
+    best.pt is ringed where it was saved, at the score it records. Scores on the
+    start of the validation split (a time budget's evaluations during training) are
+    a dotted series of their own, never joined to whole-split scores. A log epoch
+    axis when the run spans more than two decades of epochs.
     Needs the optional matplotlib: pip install 'charrnn-cli[plot]'.
 
     \b

@@ -20,7 +20,7 @@ from typing import Any
 
 from charrnn.errors import CharrnnError
 from charrnn.generation.writing import WORD_ENDS, WritingSession
-from charrnn.utils.terminal import visible_char
+from charrnn.utils.terminal import shown, visible_char
 
 CLEAR = "\x1b[H\x1b[2J"
 BACKSPACE = ("\x7f", "\x08")
@@ -51,7 +51,7 @@ def screen(session: WritingSession, top: int, note: str) -> str:
     note and the keys, each of those one line cut to the terminal's width."""
     columns, rows = screen_size()
     width = max(10, columns)
-    wrapped = [piece[start:start + width] or "" for piece in (session.text + "▌").split("\n")
+    wrapped = [piece[start:start + width] or "" for piece in (shown(session.text) + "▌").split("\n")
                for start in range(0, max(1, len(piece)), width)]
     body = wrapped[-max(1, rows - 5):]
     guesses = "  ".join(f"{number} {visible_char(guess.char)} {guess.probability:.0%}"

@@ -16,11 +16,13 @@ import click
 from charrnn.config import (
     EVAL_SUBSET_CHARS,
     EVAL_WARMUP,
+    SAMPLING_RULES,
     DynamicConfig,
     ModelConfig,
     SampleConfig,
     TrainConfig,
     field_help,
+    read_setting,
 )
 
 Decorator = Callable[[Any], Any]
@@ -169,17 +171,31 @@ def threads_option(group: str = "hardware") -> Decorator:
                        "other program is busy on: a thread on a busy core slows every other).")
 
 
+class SettingText(click.ParamType):
+    """A sampling setting read as the exported page reads it, by its rule (config.SAMPLING_RULES): the
+    same text is accepted, or refused with the same words, in both."""
+
+    def __init__(self, setting: str):
+        self.setting = setting
+        self.name = "integer" if SAMPLING_RULES[setting].grammar == "whole" else "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int | float) and not isinstance(value, bool):  # a default, already a value
+            return value
+        return read_setting(self.setting, value)
+
+
 def sampling_options(length: int, seed: str | None = None) -> Decorator:
     """The decoding options ``sample`` and ``compare`` share (fields of SampleConfig), and the prime."""
     decoding = functools.partial(config_option, source=SampleConfig, group="decoding")
     return stacked([
-        decoding("--length", name="length", default=length, type=int),
-        decoding("--temperature", name="temperature", type=float,
+        decoding("--length", name="length", default=length, type=SettingText("length")),
+        decoding("--temperature", name="temperature", type=SettingText("temperature"),
                  default_text=f"{SampleConfig().softmax_temperature:g}"),
-        decoding("--top-k", name="top_k", type=int),
-        decoding("--top-p", name="top_p", type=float),
+        decoding("--top-k", name="top_k", type=SettingText("top_k")),
+        decoding("--top-p", name="top_p", type=SettingText("top_p")),
         decoding("--greedy", name="greedy"),
-        decoding("--seed", name="seed", type=int,
+        decoding("--seed", name="seed", type=SettingText("seed"),
                  **({"default_text": seed, "help": "The same seed for every checkpoint."} if seed else {})),
         decoding("--beam-width", name="beam_width", type=int),
         decoding("--stop-at", name="stop_at"),
@@ -213,6 +229,13 @@ def single_stream_option(group: str = "scoring") -> Decorator:
                        "score, slower. By default it is read as many streams side by side, each after a "
                        f"warm-up of the {EVAL_WARMUP} characters before it (within 1e-4 nats/char of the "
                        "exact score on the models measured).")
+
+
+def skip_unknown_option(group: str = "scoring") -> Decorator:
+    """--skip-unknown, shared by every command that scores a text the user gives."""
+    return option("--skip-unknown", is_flag=True, group=group,
+                  help="Drop the text's characters outside a model's vocabulary and score the rest (without "
+                       "it, such a text is refused).")
 
 
 def json_option(help: str = "Print one JSON object for scripts.") -> Decorator:

@@ -13,7 +13,11 @@ The page holds three things, all inline:
 - ``web/page.js``: the controls (prime, length, temperature, top-k, top-p, greedy,
   seed), which stream the characters into ``<pre id="output">`` as they come, and
   read the same settings from the URL (``?prime=...&length=...&greedy=1&autorun=1``)
-  for automation, setting ``data-state="done"`` on the output when finished.
+  for automation, setting ``data-state="done"`` on the output when finished. Every
+  setting is read and checked by :data:`charrnn.config.SAMPLING_RULES`, the table the
+  command line follows, carried into the page as JSON: the same text is accepted, or
+  refused, in both; the prime is used exactly as given (carriage returns, a leading
+  line break).
 """
 
 from __future__ import annotations
@@ -29,12 +33,16 @@ from typing import Any
 
 import torch
 
+from charrnn.config import SAMPLING_RULES
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
 from charrnn.models.model import CharRNN
 
 WEB = resources.files("charrnn.generation") / "web"
 ENCODING = "float32, little-endian, base64"
+# The page streams its text into the document; beyond this many characters a browser tab slows to a
+# crawl, so the page (and only the page) refuses longer texts.
+PAGE_MAX_LENGTH = 1_000_000
 CELLS = ("lstm", "gru", "rnn", "esn")  # what the JavaScript step runs (esn: a tanh or relu Elman RNN)
 
 
@@ -84,8 +92,14 @@ def _script_safe(text: str) -> str:
 def export_page(model: CharRNN, vocab: Vocab, title: str, about: str, prime: str = "") -> str:
     """The whole page, as text (see the module docstring)."""
     spec = json.dumps(model_spec(model, vocab), ensure_ascii=True, separators=(",", ":"))
+    # The prime travels as JSON, not as the text area's content: the HTML parser drops a text area's
+    # leading line break, and its value turns every carriage return into a line break.
+    settings = json.dumps({"prime": prime, "max_length": PAGE_MAX_LENGTH,
+                           "rules": {name: rule.to_dict() for name, rule in SAMPLING_RULES.items()}},
+                          ensure_ascii=True, separators=(",", ":"))
     return Template((WEB / "page.html").read_text(encoding="utf-8")).substitute(
-        title=html.escape(title), about=html.escape(about), prime=html.escape(prime),
-        spec=_script_safe(spec), model_js=_script_safe((WEB / "model.js").read_text(encoding="utf-8")),
+        title=html.escape(title), about=html.escape(about), spec=_script_safe(spec),
+        settings=_script_safe(settings),
+        model_js=_script_safe((WEB / "model.js").read_text(encoding="utf-8")),
         page_js=_script_safe((WEB / "page.js").read_text(encoding="utf-8")),
     )

@@ -225,6 +225,10 @@ class TrainingLoop:
         return CharrnnError(f"out of memory after step {run.step:,}; {kept}, or start again with a smaller "
                             f"{{batch_size}}, {{seq_len}} or {{hidden_size}}", names_options=True)
 
+    def _stop_asked(self) -> bool:
+        """Whether this process has received a stop signal (before the ranks agree on it)."""
+        return self.stop is not None and self.stop.signal_name is not None
+
     def _agreed_stop(self, now: float) -> StopReason | None:
         """A signal any rank received, else the criterion reached on rank 0's clock: the same on
         every rank.
@@ -293,9 +297,10 @@ class TrainingLoop:
         if sampling:
             started = self.clock()
             record = draw_sample(run.model, run.vocab, config, run.step, run.epoch, started - self.start,
-                                 val_loss)
-            self.run_dir.append_sample(record)
-            self.observer.on_sample(record)
+                                 val_loss, stopped=self._stop_asked)
+            if record is not None:
+                self.run_dir.append_sample(record)
+                self.observer.on_sample(record)
             self.window_start += self.clock() - started  # the throughput reported is training's alone
         if evaluating:
             self._start_window()

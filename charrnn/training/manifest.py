@@ -16,7 +16,6 @@ but cannot be read is never taken to mean "nothing newer": the guard refuses.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import warnings
@@ -27,7 +26,7 @@ from typing import Any
 import torch
 
 from charrnn.errors import CharrnnError, escape
-from charrnn.utils.files import file_sha256, read_regular, reason, same_file, write_json
+from charrnn.utils.files import file_sha256, parse_json, read_regular, reason, same_file, write_json
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
@@ -86,7 +85,7 @@ def read_manifest(out_dir: Path) -> Manifest | None:
         why = reason(exc) if isinstance(exc, OSError) else "not UTF-8"
         raise CharrnnError(f"cannot read the run's manifest {escape(str(path))}: {why}") from None
     try:
-        value = json.loads(text)
+        value = parse_json(text)
         states = {name: SavedState(**entry) for name, entry in value["states"].items()}
         if value.get("format") != MANIFEST_FORMAT or any(
                 not isinstance(state.step, int) or isinstance(state.step, bool) for state in states.values()):

@@ -5,8 +5,9 @@ A run directory holds ``config.json`` (with the run's ``run_id``), ``last.pt``,
 ``.charrnn.lock``. Three rules keep a user's results safe:
 
 - A directory that holds a run is replaced only with ``overwrite``, and even then
-  nothing of the old run is removed until the new run has written its first file
-  (:class:`RunDirectory`): a new run that fails at once leaves the old one whole.
+  nothing of the old run is removed until the new run is about to write its first file
+  (:class:`RunDirectory`): a new run that fails at once leaves the old one whole. Then
+  the old run goes whole, so a directory never holds records of two runs.
 - A checkpoint is resumed in its own directory only when that directory is the run
   that wrote it (``config.json`` names the same ``run_id``) and holds nothing newer
   than the checkpoint. Anything else must branch into a new directory
@@ -16,7 +17,6 @@ A run directory holds ``config.json`` (with the run's ``run_id``), ``last.pt``,
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
@@ -44,6 +44,8 @@ from charrnn.training.samples import SAMPLES_NAME, SampleRecord
 from charrnn.utils.files import (
     append_line,
     json_text,
+    log_lines,
+    parse_json,
     read_regular,
     reason,
     replace_text,
@@ -125,7 +127,7 @@ def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
 def read_run_config(out_dir: Path) -> dict[str, Any] | None:
     """``config.json`` of a run directory, or None when it is missing or unreadable."""
     try:
-        value = json.loads(read_regular(out_dir / "config.json").decode("utf-8"))
+        value = parse_json(read_regular(out_dir / "config.json").decode("utf-8"))
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
@@ -204,6 +206,15 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
         raise CharrnnError(f"{exc.as_template()}, so resuming in {escape(str(own_dir))} could replace newer "
                            f"results; {branch}", names_options=True) from None
     if saved.newest is not None and saved.newest.step > payload["step"]:
+        newest = own_dir / saved.newest.name
+        if read_header(newest) is None:  # gone, or damaged: resuming the run directory cannot reach it
+            state = "is missing" if not newest.exists() and not newest.is_symlink() else "cannot be read"
+            raise CharrnnError(
+                f"{escape(str(newest))} {state}: the run's manifest records it at step "
+                f"{saved.newest.step:,}, and resuming in {escape(str(own_dir))} from "
+                f"{escape(checkpoint.name)} (step {payload['step']:,}) would go back over that work; put it "
+                f"back, or {branch}",
+                names_options=True)
         raise CharrnnError(
             f"{escape(str(own_dir))} has newer results ({escape(saved.newest.name)} was saved at step "
             f"{saved.newest.step:,}; {escape(checkpoint.name)} is at step {payload['step']:,}), which "
@@ -222,13 +233,15 @@ class RunDirectory:
     """One run's directory, written by the process that holds its lock.
 
     Every write goes through :meth:`save`, :meth:`append_metrics` or :meth:`append_sample`.
-    Until the first of them succeeds, nothing in the directory is removed or replaced;
-    right after it, an older run's epoch checkpoints go (fresh runs) and ``config.json``
-    is written. An older run's ``last.pt``, ``best.pt`` and logs stay until this run
-    replaces each. The logs (``metrics.jsonl``, ``samples.jsonl``) hold one row per step
-    at most: a resumed run drops, at its first write to each, the rows after the step it
-    resumed from (it is about to write them again), and a branch starts each with the rows
-    of the run it branched from, up to that step.
+    Until the first of them, nothing in the directory is removed or replaced: a new run that
+    fails before it has anything to keep leaves an older run whole. Just before it, a fresh
+    run retires every file of the older run (:func:`retire_run`); just after it, it writes
+    its own ``config.json``. The directory never holds records of two runs, so no reader
+    can show one run's checkpoint, scores or samples under another's name. The logs
+    (``metrics.jsonl``, ``samples.jsonl``) hold one row per step at most: a resumed run
+    drops, at its first write to each, the rows after the step it resumed from (it is about
+    to write them again), and a branch starts each with the rows of the run it branched
+    from, up to that step.
     """
 
     path: Path  # the directory
@@ -252,6 +265,7 @@ class RunDirectory:
     def save(self, name: str, payload: dict[str, Any]) -> None:
         """Save checkpoint ``name``, then record it in the manifest (so the manifest never names a
         state that is not on disk)."""
+        self._retire_older_run()
         save_checkpoint(self.path / name, payload)
         self._wrote(name)
         record_saved(self.path, self.manifest, name, payload["step"])
@@ -265,6 +279,7 @@ class RunDirectory:
     def _append_row(self, name: str, line: str) -> None:
         """Add one row to log ``name``; its first row of this run settles what the log starts with."""
         path = self.path / name
+        self._retire_older_run()
         if name in self.written or not (self.fresh or self.resumed_at is not None):
             append_line(path, line)
         else:
@@ -278,19 +293,40 @@ class RunDirectory:
         """The epoch checkpoints this run has written, in epoch order."""
         return sorted(self.path / name for name in self.written if fnmatch(name, EPOCH_CHECKPOINT_GLOB))
 
+    def _retire_older_run(self) -> None:
+        """Before this run's first write (fresh runs): every file of an older run goes."""
+        if self.fresh and not self.written:
+            retire_run(self.path)
+
     def _wrote(self, name: str) -> None:
+        """After each write; after the first, config.json (so that a directory holding a config.json
+        always holds a state to resume, or a log of one)."""
         first = not self.written
         self.written.add(name)
-        if not first:
-            return
-        if self.fresh:
-            # last.pt, best.pt and the logs are each replaced, atomically, when this run first
-            # writes them; epoch checkpoints it may never write, so an older run's go now.
-            for path in self.path.glob(EPOCH_CHECKPOINT_GLOB):
-                if path.name not in self.written:
-                    path.unlink(missing_ok=True)
-        write_json(self.path / "config.json", self.config_record)
-        self.written.add("config.json")
+        if first:
+            write_json(self.path / "config.json", self.config_record)
+            self.written.add("config.json")
+
+
+# The order an older run's files go in: config.json first, so that from then on the directory names no run.
+# A failure part-way leaves leftovers that no --resume accepts as a run (and the next --overwrite removes),
+# never a config.json beside records of another run, nor one with no state to resume.
+RETIRE_FIRST = ("config.json", MANIFEST_NAME, SAMPLES_NAME, "metrics.jsonl")
+RETIRE_LAST = ("best.pt", "last.pt")
+
+
+def retire_run(out_dir: Path) -> None:
+    """Remove every file of the run in ``out_dir`` (its checkpoints, epoch checkpoints, logs, manifest
+    and config.json), as ``overwrite`` asked, before a new run writes there; other files stay."""
+    doomed = [*(out_dir / name for name in RETIRE_FIRST), *sorted(out_dir.glob(EPOCH_CHECKPOINT_GLOB)),
+              *(out_dir / name for name in RETIRE_LAST)]
+    for path in doomed:
+        try:
+            if path.is_symlink() or path.is_file():
+                path.unlink()
+        except OSError as exc:
+            raise CharrnnError(f"cannot remove {escape(str(path))} of the run {{overwrite}} replaces: "
+                               f"{escape(reason(exc))}", names_options=True) from None
 
 
 @dataclass(frozen=True)
@@ -323,8 +359,8 @@ class EvaluationRecord:
     def from_json(cls, line: str) -> EvaluationRecord:
         """Parse one line; a ValueError says what is wrong with it."""
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            record = parse_json(line)
+        except ValueError:
             raise ValueError("is not JSON") from None
         if not isinstance(record, dict):
             raise ValueError("is not an evaluation record (a JSON object)")
@@ -353,14 +389,15 @@ def read_metrics(run_dir: Path) -> list[EvaluationRecord]:
     except OSError as exc:
         raise CharrnnError(f"cannot read {path}: {reason(exc)}") from None
     records = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(log_lines(text), start=1):
         if not line.strip():
             continue
         try:
             records.append(EvaluationRecord.from_json(line))
         except ValueError as exc:
             separator = "" if str(exc).startswith(":") else " "
-            raise CharrnnError(f"{path} line {number}{separator}{exc}") from None
+            raise CharrnnError(f"{path} line {number}{separator}{exc}; remove that line to read the "
+                               f"others") from None
     if not records:
         raise CharrnnError(f"{path} has no evaluations yet; plot it after the run's first evaluation")
     return records
@@ -373,13 +410,13 @@ def rows_up_to(path: Path, step: int) -> list[str]:
     unreadable log has no rows.
     """
     try:
-        lines = read_regular(path).decode("utf-8").splitlines()
+        lines = log_lines(read_regular(path).decode("utf-8"))
     except (OSError, UnicodeDecodeError):
         return []
     kept = []
     for line in lines:
         try:
-            row = json.loads(line)
+            row = parse_json(line)
         except ValueError:
             continue
         row_step = row.get("step") if isinstance(row, dict) else None

@@ -9,7 +9,7 @@ run: a run with samples ends with the same weights as one without.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from charrnn.data.vocab import UnknownCharactersError, Vocab, describe_chars
 from charrnn.errors import CharrnnError, escape
 from charrnn.generation.sample import default_warmup, generate
 from charrnn.models.model import CharRNN
-from charrnn.utils.files import json_text, read_regular, reason
+from charrnn.utils.files import json_text, log_lines, parse_json, read_regular, reason
 
 SAMPLES_NAME = "samples.jsonl"
 
@@ -51,15 +51,22 @@ def check_sample_prime(config: TrainConfig, vocab: Vocab) -> None:
 
 
 def draw_sample(model: CharRNN, vocab: Vocab, config: TrainConfig, step: int, epoch: float, seconds: float,
-                val_loss: float | None) -> SampleRecord:
-    """Generate the run's recorded sample from ``model`` as it is now, and restore its mode."""
+                val_loss: float | None, stopped: Callable[[], bool] = lambda: False) -> SampleRecord | None:
+    """Generate the run's recorded sample from ``model`` as it is now, and restore its mode. ``stopped``
+    is asked after each character: a stop asked for mid-sample abandons it (None), however long it was
+    to be, so the run stops within a character's time."""
     decoding = SampleConfig(length=config.sample_length, temperature=config.sample_temperature,
                             seed=config.sample_seed)
     was_training = model.training
+    pieces = []
     try:
-        text = "".join(chars[0] for chars in generate(model, vocab, decoding, config.sample_prime))
+        for chars in generate(model, vocab, decoding, config.sample_prime):
+            if stopped():
+                return None
+            pieces.append(chars[0])
     finally:
         model.train(was_training)
+    text = "".join(pieces)
     prime = config.sample_prime or default_warmup(vocab)  # what an empty prime reads: a newline
     return SampleRecord(step, round(epoch, 4), round(seconds, 3), val_loss, prime,
                         config.sample_temperature, config.sample_seed, text)
@@ -72,7 +79,7 @@ def read_samples(run_dir: Path) -> list[SampleRecord]:
         raise CharrnnError(f"{escape(str(run_dir))} has no {SAMPLES_NAME}: record samples as a run goes with "
                            f"charrnn train --sample-every N (sample_every in Python) or --save-epochs")
     try:
-        lines = read_regular(path).decode("utf-8").splitlines()
+        lines = log_lines(read_regular(path).decode("utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         why = reason(exc) if isinstance(exc, OSError) else "not UTF-8"
         raise CharrnnError(f"cannot read {path}: {why}") from None
@@ -82,13 +89,14 @@ def read_samples(run_dir: Path) -> list[SampleRecord]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = parse_json(line)
             if not isinstance(row, dict) or set(row) != names:
                 raise ValueError
             record = SampleRecord(**row)
             if not isinstance(record.step, int) or not isinstance(record.text, str):
                 raise ValueError
         except (ValueError, TypeError):
-            raise CharrnnError(f"{path} line {number} is not a recorded sample") from None
+            raise CharrnnError(f"{path} line {number} is not a recorded sample; remove that line to read "
+                               f"the others") from None
         records.append(record)
     return records

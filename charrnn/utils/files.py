@@ -242,6 +242,21 @@ def json_text(value: Any, **options: Any) -> str:
     return json.dumps(finite(value), allow_nan=False, **options)
 
 
+def log_lines(text: str) -> list[str]:
+    """The rows of a JSON-lines log: split at line feeds only. A row's JSON may hold characters that
+    ``str.splitlines`` would also split at (U+2028, U+0085, a form feed) inside its strings."""
+    return text.split("\n")
+
+
+def parse_json(text: str | bytes) -> Any:
+    """``text`` parsed as JSON; anything that is not JSON a reader can take (a syntax error, nesting
+    deeper than the parser's recursion allows) is a ValueError, for the caller to name its file."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("is nested too deeply to read") from None
+
+
 def replace_text(path: Path, text: str) -> None:
     replace_file(path, lambda handle: handle.write(text.encode("utf-8")))
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import os
 import sys
+import unicodedata
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -73,14 +74,53 @@ def stream_stdout(pieces: Iterable[str], prefix: str = "") -> None:
             sys.stdout.write("\n")
 
 
-CONTROL_CHARACTERS = {code: f"\\x{code:02x}" for code in (*range(32), 127)} | {
-    ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+# Characters a terminal would act on or hide rather than show: controls (C0, DEL, C1: escape sequences,
+# carriage returns, bells), format characters (bidirectional overrides, zero-width joiners) and the
+# Unicode line and paragraph separators.
+HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def is_hidden(char: str) -> bool:
+    """Whether a terminal would act on ``char`` or not show it."""
+    return unicodedata.category(char) in HIDDEN_CATEGORIES
+
+
+def escape_char(char: str) -> str:
+    """``char`` as Python writes it in a string: ``\\r``, ``\\x1b``, ``\\u202e``."""
+    code = ord(char)
+    if char in NAMED_ESCAPES:
+        return NAMED_ESCAPES[char]
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def shown_parts(text: str, keep: str = "\n\t") -> Iterator[tuple[str, bool]]:
+    """``text`` in runs: (plain text, False) and (one hidden character's escape, True). The characters in
+    ``keep`` stay as they are."""
+    plain_start = 0
+    for index, char in enumerate(text):
+        if char not in keep and is_hidden(char):
+            if index > plain_start:
+                yield text[plain_start:index], False
+            yield escape_char(char), True
+            plain_start = index + 1
+    if plain_start < len(text):
+        yield text[plain_start:], False
+
+
+def shown(text: str, keep: str = "\n\t") -> str:
+    """Model or corpus text as a terminal may show it: line breaks and tabs kept, every other hidden
+    character written as its escape, so no escape sequence reaches the terminal and a carriage return
+    is seen, not obeyed. What ``sample`` writes as its product stays exact; this is for views of it."""
+    if text.isprintable():
+        return text
+    return "".join(piece for piece, _ in shown_parts(text, keep))
 
 
 def one_line(text: str) -> str:
-    """``text`` with every control character escaped (``\\n``, ``\\x1b``): a message that quotes a
-    path holding a line break or a terminal escape stays one plain line."""
-    return text.translate(CONTROL_CHARACTERS)
+    """``text`` with every hidden character escaped, line breaks too (``\\n``, ``\\x1b``): a message that
+    quotes a path holding a line break or a terminal escape stays one plain line."""
+    return shown(text, keep="")
 
 
 VISIBLE_CHARACTERS = {" ": "␣", "\n": "⏎", "\t": "⇥"}  # characters a list of guesses would hide
@@ -88,7 +128,7 @@ VISIBLE_CHARACTERS = {" ": "␣", "\n": "⏎", "\t": "⇥"}  # characters a list
 
 def visible_char(char: str) -> str:
     """One character as a list of guesses shows it: a space as ␣, a line break as ⏎, a tab as ⇥, any
-    other control character escaped."""
+    other hidden character escaped."""
     return VISIBLE_CHARACTERS.get(char) or one_line(char)
 
 

@@ -12,6 +12,7 @@ from charrnn.cli.display import comparison_renderable
 from charrnn.cli.main import cli
 from charrnn.config import SampleConfig
 from charrnn.data.vocab import Vocab
+from charrnn.errors import CharrnnError
 from charrnn.generation.sample import collect_samples, generate
 from charrnn.models.evaluate import evaluate
 from charrnn.training.checkpoint import load_model, save_checkpoint
@@ -192,3 +193,35 @@ def test_compare_takes_the_sampling_options_of_sample(tiny_run, tmp_path):
     assert json.loads(greedy.stdout)[0]["sample"] + "\n" == plain.stdout
     refused = runner.invoke(cli, ["compare", checkpoint, "--greedy", "--temperature", "0.5"])
     assert refused.exit_code == 2 and "--greedy is deterministic" in refused.stderr
+
+
+def test_a_text_a_checkpoint_cannot_score_fails_the_command_and_skip_unknown_scores_the_rest(
+        tiny_run, other_run, tmp_path):
+    text = tmp_path / "shared.txt"
+    text.write_text("ROMEO: Café\n" * 5, encoding="utf-8")
+    arguments = ["compare", str(tiny_run / "best.pt"), str(other_run / "best.pt"), "--text", str(text),
+                 "--length", "10"]
+    refused = CliRunner().invoke(cli, arguments)
+    assert refused.exit_code == 1 and "nats/char" in refused.stdout  # what could be done is still shown
+    error = refused.stderr.strip().splitlines()[-1]
+    assert error.startswith("Error: not everything asked could be done") and "other" in error
+    as_json = CliRunner().invoke(cli, [*arguments, "--json"])
+    assert as_json.exit_code == 1 and json.loads(as_json.stdout)[1]["nats_per_char"] is None
+    assert "not in the model's vocabulary" in json.loads(as_json.stdout)[1]["error"]
+    assert "drops them" in json.loads(as_json.stdout)[1]["error"]
+    skipped = CliRunner().invoke(cli, [*arguments, "--skip-unknown", "--json"])
+    assert skipped.exit_code == 0, skipped.output
+    entries = json.loads(skipped.stdout)
+    assert all(entry["nats_per_char"] is not None for entry in entries)
+    assert entries[1]["chars"] < entries[0]["chars"]
+
+
+def test_skip_unknown_goes_with_a_text_in_both_doors(tiny_run):
+    import charrnn
+
+    refused = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "--skip-unknown"])
+    assert refused.exit_code == 2 and "--skip-unknown goes with --text" in refused.stderr
+    with pytest.raises(CharrnnError, match="skip_unknown goes with text_file"):
+        charrnn.compare([tiny_run / "best.pt"], skip_unknown=True)
+    with pytest.raises(CharrnnError, match="skip_unknown"):
+        charrnn.compare([tiny_run / "best.pt"], text_file=tiny_run / "config.json", skip_unknown="yes")

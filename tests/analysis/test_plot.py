@@ -124,3 +124,28 @@ def test_the_exercise_figure_redraws_from_the_kept_records(tmp_path):
     output = tmp_path / "exercise-curves.png"
     plot_runs([records], output)
     assert png_size(output) == png_size(records.parents[1] / "docs" / "exercise-curves.png")
+
+
+def test_subset_scores_are_a_series_apart_and_best_pt_is_ringed_where_it_was_saved(tmp_path):
+    """A budgeted run: two evaluations on the validation split's start (lower, on easier text), then the
+    end's on the whole split, whose weights best.pt holds."""
+    pytest.importorskip("matplotlib")
+    import torch
+
+    from charrnn.analysis.plot import best_point, learning_curves
+
+    run = tmp_path / "run"
+    run.mkdir()
+    records = [{"step": 10, "epoch": 0.5, "train_loss": 2.0, "val_loss": 1.40, "elapsed_s": 10.0,
+                "val_chars": 15000},
+               {"step": 20, "epoch": 1.0, "train_loss": 1.8, "val_loss": 1.36, "elapsed_s": 20.0,
+                "val_chars": 15000},
+               {"step": 30, "epoch": 1.5, "train_loss": 1.7, "val_loss": 1.47, "averaged_val_loss": 1.46,
+                "elapsed_s": 30.0}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert best_point(run, read_metrics(run), [0.5, 1.0, 1.5]) is None  # no best.pt: no ring
+    torch.save({"step": 30, "best_val_loss": 1.46}, run / "best.pt")
+    assert best_point(run, read_metrics(run), [0.5, 1.0, 1.5]) == (1.5, 1.46)
+    lines = {line.get_label(): line for line in learning_curves([run]).axes[0].get_lines()}
+    assert list(lines["run validation"].get_ydata()) == [1.47]
+    assert list(lines["run validation, first 15,000 chars (another measure)"].get_ydata()) == [1.40, 1.36]

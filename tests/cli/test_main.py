@@ -323,7 +323,7 @@ BAD_INPUTS = [
      "Error: --precision bf16 needs a CUDA device or a CPU with native bfloat16"),
     (["sample", "CKPT", "--temperature", "0"], "temperature"),
     (["sample", "CKPT", "--temperature", "-0.5"], "temperature"),
-    (["sample", "CKPT", "--temperature", "inf"], "'--temperature': must be a finite number"),
+    (["sample", "CKPT", "--temperature", "inf"], "'--temperature': must be a number greater than 0"),
     (["sample", "CKPT", "--top-k", "0"], "top-k"),
     (["sample", "CKPT", "--top-p", "0"], "top-p"),
     (["sample", "CKPT", "--top-p", "1.01"], "top-p"),
@@ -474,8 +474,10 @@ def test_the_command_line_starts_without_importing_torch():
     (["train", "-o", "warmup_steps", "-1"], "Invalid value for '-o warmup_steps': must be at least 0"),
     (["train", "--resume", "gone/last.pt", "-o", "min_lr_ratio", "1.5"],
      "'-o min_lr_ratio': must be in [0, 1]"),
-    (["compare", "gone.pt", "--length", "-1"], "Invalid value for '--length': must be at least 0"),
-    (["sample", "gone.pt", "--top-k", "0"], "Invalid value for '--top-k': must be at least 1"),
+    (["compare", "gone.pt", "--length", "-1"],
+     "Invalid value for '--length': must be a whole number of 0 or more"),
+    (["sample", "gone.pt", "--top-k", "0"],
+     "Invalid value for '--top-k': must be a whole number of at least 1"),
     (["train", "--ema", "1"], "Invalid value for '--ema': must be in [0, 1) (0 turns averaging off)"),
     (["train", "--weight-drop", "1"], "Invalid value for '--weight-drop': must be in [0, 1)"),
     (["train", "-o", "embed_dropout", "nan"],
@@ -664,3 +666,21 @@ def test_val_max_chars_caps_the_split_or_with_none_does_not(runner, small_corpus
     assert corpus["split_point"] == expected
     table = re.sub(r"[\s│]", "", result.stderr)
     assert ("characters:10%,capped" in table) == (held_out is not None)
+
+
+@pytest.mark.parametrize(("damaged", "arguments"), [
+    ("metrics.jsonl", ["plot", "{run}", "--output", "curves.png"]),
+    ("samples.jsonl", ["compare", "{run}", "--evolution"]),
+    ("manifest.json", ["train", "--resume", "{run}", "--max-steps", "30"]),
+])
+def test_a_run_file_nested_too_deeply_is_named_in_one_line(runner, small_corpus, damaged, arguments):
+    if arguments[0] == "plot":
+        pytest.importorskip("matplotlib")
+    assert invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "20", "--sample-every", "10",
+                  "--out", "run").exit_code == 0
+    (Path("run") / damaged).write_text("[" * 200_000 + "\n", encoding="utf-8")
+    refused = invoke(runner, *(argument.format(run="run") for argument in arguments))
+    assert refused.exit_code == 1, refused.output
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("Error")]
+    assert len(errors) == 1 and errors[0] == refused.stderr.strip().splitlines()[-1]
+    assert damaged in errors[0] and "unexpected" not in errors[0]

@@ -119,7 +119,8 @@ def browser_text(page: Path, query: str, tmp_path: Path) -> tuple[str, str]:
     """What headless Chromium shows in the page's output after running it with ``query``: (state, text)."""
     dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
                           f"--user-data-dir={tmp_path}", "--virtual-time-budget=120000", "--dump-dom",
-                          f"{page.as_uri()}?{query}"], capture_output=True, text=True, timeout=300).stdout
+                          f"{page.as_uri()}?{query}"], capture_output=True, timeout=300).stdout
+    dom = dom.decode("utf-8")  # not text=True: that would read a carriage return as a line end
     found = re.search(r'<pre id="output" data-state="([a-z]+)">(.*?)</pre>', dom, re.S)
     assert found is not None, dom[-2000:]
     return found.group(1), html.unescape(found.group(2))
@@ -167,3 +168,81 @@ def test_a_malformed_setting_in_the_address_is_an_error_never_a_guess(tiny_check
     page = tmp_path / "page.html"
     charrnn.export(tiny_checkpoint, page)
     assert browser_text(page, f"prime=ROMEO:&{query}&autorun=1", tmp_path / "profile")[0] == "error"
+
+
+FLAGS = {"length": "--length", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
+         "seed": "--seed"}
+# Each setting's text as a user may write it: the page and charrnn sample accept it, or both refuse it.
+SETTING_ROWS = [
+    ("length", "12"), ("length", " 12 "), ("length", "+12"), ("length", "0"), ("length", "1e3"),
+    ("length", "10.5"), ("length", "-1"), ("length", "twelve"),
+    ("temperature", "0.5"), ("temperature", "5e-1"), ("temperature", "1e-310"), ("temperature", "0"),
+    ("temperature", "-1"), ("temperature", "inf"), ("temperature", "NaN"), ("temperature", "abc"),
+    ("top_k", "3"), ("top_k", "ten"), ("top_k", "0"), ("top_k", "2.5"),
+    ("top_p", "0.9"), ("top_p", "1"), ("top_p", "NaN"), ("top_p", "abc"), ("top_p", "1.5"), ("top_p", "0"),
+    ("seed", "7"), ("seed", "-7"), ("seed", "18446744073709551615"), ("seed", "18446744073709551616"),
+    ("seed", "x"),
+]
+
+
+def test_every_settings_row_is_read_alike_by_the_table_and_the_command_line(tiny_checkpoint):
+    """The command line reads its options by config.SAMPLING_RULES: it accepts exactly what the table does."""
+    from charrnn.config import read_setting
+
+    for name, text in SETTING_ROWS:
+        try:
+            read_setting(name, text)
+            table = True
+        except CharrnnError:
+            table = False
+        options = ["--length", "12", FLAGS[name], text] if name != "length" else [FLAGS[name], text]
+        cli_result = CliRunner().invoke(cli, ["sample", str(tiny_checkpoint), "--seed", "1", *options]
+                                        if name != "seed" else ["sample", str(tiny_checkpoint), *options])
+        assert (cli_result.exit_code == 0) == table, (name, text, cli_result.output)
+        if not table:
+            assert cli_result.exit_code == 2 and len(cli_result.stderr.splitlines()) == 1
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_the_page_accepts_and_refuses_every_settings_row_as_the_command_line_does(tiny_checkpoint, tmp_path):
+    from urllib.parse import quote
+
+    from charrnn.config import read_setting
+
+    page = tmp_path / "page.html"
+    charrnn.export(tiny_checkpoint, page)
+    greedy = charrnn.sample(tiny_checkpoint, "ROMEO:", 12, greedy=True).text
+    for index, (name, text) in enumerate(SETTING_ROWS):
+        try:
+            read_setting(name, text)
+            expected = "done"
+        except CharrnnError:
+            expected = "error"
+        length = "" if name == "length" else "length=12&"
+        state, shown = browser_text(page, f"prime=ROMEO:&{length}{name}={quote(text)}&autorun=1",
+                                    tmp_path / f"profile{index}")
+        assert state == expected, (name, text, shown)
+        if (name, text) == ("temperature", "1e-310"):  # sampling so cold that it is greedy, in both doors
+            assert shown == greedy == charrnn.sample(tiny_checkpoint, "ROMEO:", 12, temperature=1e-310,
+                                                     seed=1).text
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_the_page_keeps_a_prime_exactly_as_the_command_line_does(tmp_path):
+    """A prime with carriage returns, or starting with a line break, gives the same greedy text."""
+    from urllib.parse import quote
+
+    corpus = tmp_path / "crlf.txt"
+    corpus.write_text("ROMEO: my lord,\r\nJULIET: good night.\r\n" * 120, encoding="utf-8", newline="")
+    plan_run(corpus, tmp_path / "run", max_steps=40, hidden_size=24).run()
+    checkpoint = tmp_path / "run" / "best.pt"
+    page = tmp_path / "page.html"
+    for index, prime in enumerate(["ROMEO: my\r\nJULIET:", "\nROMEO:", "\r\r"]):
+        charrnn.export(checkpoint, page, prime=prime)
+        expected = charrnn.sample(checkpoint, prime, 60, greedy=True).text
+        from_address = browser_text(page, f"prime={quote(prime)}&length=60&greedy=1&autorun=1",
+                                    tmp_path / f"address{index}")
+        from_default = browser_text(page, "length=60&greedy=1&autorun=1", tmp_path / f"default{index}")
+        assert from_address == from_default == ("done", expected), prime

@@ -54,8 +54,12 @@ def test_a_missing_or_damaged_last_pt_never_means_nothing_newer(run_with_an_olde
         last.write_bytes(b"not a checkpoint")
     else:
         os.truncate(last, last.stat().st_size // 2)
-    with pytest.raises(CharrnnError, match=r"newer results \(last.pt was saved at step 24; best.pt is at"):
+    state = "is missing" if damage == "delete" else "cannot be read"
+    with pytest.raises(CharrnnError, match=rf"last.pt {state}: the run's manifest records it at step 24, "
+                                           rf"and resuming in .* from best.pt \(step 8\) would go back over "
+                                           rf"that work; put it back, or branch from it") as refused:
         resume_in_place(run_with_an_older_state / "best.pt", max_steps=30)
+    assert "resume" not in str(refused.value)  # the advice is a step that works, not this one again
 
 
 def test_without_the_manifest_an_unreadable_last_pt_is_refused(run_with_an_older_state):

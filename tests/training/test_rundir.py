@@ -232,7 +232,7 @@ def test_a_failed_save_says_so_and_keeps_the_previous_checkpoint(small_corpus, t
         real_replace(source, target)
 
     monkeypatch.setattr("charrnn.utils.files.os.replace", disk_full_for_last)
-    plan = tiny_plan(small_corpus, out, max_steps=2, seed=5, overwrite=True)
+    plan = plan_run(None, None, resume=out / "last.pt", max_steps=4)
     with pytest.raises(CharrnnError, match="could not write .*last.pt: No space left on device; "
                                            "any previous last.pt is intact"):
         plan.run()
@@ -254,3 +254,38 @@ def test_a_second_ctrl_c_aborts_at_once_and_leaves_a_whole_checkpoint(small_corp
     assert last.startswith(("Error: interrupted by SIGINT", "resume with:")), stderr
     load_checkpoint(tmp_path / "run" / "last.pt")
     assert not list((tmp_path / "run").glob(".*.tmp"))
+
+
+def test_overwrite_retires_the_whole_older_run_before_the_new_one_writes(small_corpus, tmp_path):
+    """An older run's samples, best.pt and scores never pass for a new run's: not when the new run
+    records no samples, nor when it is interrupted before its first evaluation."""
+    out = tmp_path / "run"
+    tiny_plan(small_corpus, out, max_steps=None, epochs=2, save_epochs=[1], sample_every=4,
+              sample_length=20).run()
+    assert (out / "samples.jsonl").exists() and list(out.glob("epoch*.pt"))
+    old_id = json.loads((out / "config.json").read_text())["run_id"]
+
+    tiny_plan(small_corpus, out, overwrite=True, max_steps=8).run()
+    assert not (out / "samples.jsonl").exists() and not list(out.glob("epoch*.pt"))
+    new_id = json.loads((out / "config.json").read_text())["run_id"]
+    assert new_id != old_id
+    assert all(load_checkpoint(path)["run_id"] == new_id for path in out.glob("*.pt"))
+    rows = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(row)["step"] for row in rows] == [6, 8]
+
+    stop = StopAt(1)
+    with pytest.raises(TrainingInterrupted):
+        tiny_plan(small_corpus, out, overwrite=True, max_steps=20, sample_every=4).run(SignalAfter(stop),
+                                                                                        stop=stop)
+    third_id = json.loads((out / "config.json").read_text())["run_id"]
+    assert sorted(path.name for path in out.iterdir()) == ["config.json", "last.pt", "manifest.json"]
+    assert load_checkpoint(out / "last.pt")["run_id"] == third_id != new_id
+
+
+def test_a_new_run_that_fails_before_writing_leaves_the_older_run_whole(small_corpus, tmp_path):
+    out = tmp_path / "run"
+    tiny_plan(small_corpus, out, max_steps=6, sample_every=3, sample_length=10).run()
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    with pytest.raises(CharrnnError):
+        tiny_plan(tmp_path / "no such corpus.txt", out, overwrite=True, max_steps=6).run()
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before

@@ -159,3 +159,31 @@ def test_the_evolutions_markdown_shows_markup_as_text(tmp_path):
     row = SampleRecord(5, 0.1, 1.0, None, "\n", 0.8, 0, "*bold* _it_ `code` a|b <b>")
     markdown = Evolution(tmp_path, [row]).to_markdown()
     assert "&#42;bold&#42; &#95;it&#95; &#96;code&#96; a&#124;b &lt;b&gt;" in markdown
+
+
+def test_a_stop_during_a_long_recorded_sample_is_honoured_within_moments(small_corpus, tmp_path):
+    """A sample of a million characters would take minutes: SIGINT abandons it, and the run saves
+    last.pt and stops as after any step."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from charrnn.training.runlock import LOCK_NAME
+
+    out = tmp_path / "run"
+    arguments = ["train", str(small_corpus), "--out", str(out), "--hidden", "16", "--layers", "1",
+                 "--sample-every", "1", "--sample-length", "1000000", "--quiet"]
+    process = subprocess.Popen([sys.executable, "-m", "charrnn", *arguments], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (out / LOCK_NAME).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.5)  # well into the first sample
+    process.send_signal(signal.SIGINT)
+    asked = time.monotonic()
+    _, stderr = process.communicate(timeout=30)
+    assert time.monotonic() - asked < 5, "the stop waited for the sample"
+    assert process.returncode == 130, stderr
+    assert torch.load(out / "last.pt", weights_only=True)["step"] >= 1
+    assert not (out / SAMPLES_NAME).exists()  # the abandoned sample is not recorded

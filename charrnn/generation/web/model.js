@@ -226,7 +226,10 @@ function seededRandom(seed) {
 // as charrnn.generation.sample.choose_next does.
 function chooseNext(logits, options, random) {
   if (options.greedy) return argmax(logits);
-  const scaled = Array.from(logits, (v) => v / options.temperature);
+  // Shifted so the largest logit is 0 first: a tiny (even subnormal) temperature then sends the others
+  // to -Infinity (probability 0) instead of overflowing them all to Infinity (NaN weights).
+  const largest = logits[argmax(logits)];
+  const scaled = Array.from(logits, (v) => (v - largest) / options.temperature);
   const order = scaled.map((_, i) => i).sort((a, b) => scaled[b] - scaled[a]);
   let kept = options.topK ? order.slice(0, options.topK) : order;
   const top = scaled[kept[0]];

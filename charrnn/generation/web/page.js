@@ -15,47 +15,65 @@
   // By name, not through form.elements: a field named "length" would read the collection's length.
   const input = (name) => form.querySelector(`[name="${name}"]`);
 
-  const MAX_LENGTH = 1000000;
-  // Strict parsing: "1e3" or "10.5" is not a length, "yes" is not a flag; each is reported, never guessed.
-  const whole = (v) => (/^\s*\d+\s*$/.test(v) ? Number(v) : NaN);
-  const number = (v) => (/^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$/.test(v) ? Number(v) : NaN);
-  const fields = {
-    prime: (v) => v,
-    length: whole,
-    temperature: number,
-    top_k: (v) => (v === "" ? null : whole(v)),
-    top_p: (v) => (v === "" ? null : number(v)),
-    seed: whole,
-  };
+  // The settings' rules are charrnn.config.SAMPLING_RULES, the table the command line reads by: the same
+  // text is accepted or refused in both. The prime is kept exactly (carriage returns, a leading line
+  // break), which a text area's value would not: it is read from the text area only once edited.
+  const given = JSON.parse(document.getElementById("settings").textContent);
+  const RULES = given.rules;
+  let exactPrime = given.prime;
+  input("prime").value = exactPrime;
+  input("prime").addEventListener("input", () => { exactPrime = null; });
+  const FIELDS = ["length", "temperature", "top_k", "top_p", "seed"];
+  const OPTIONAL = new Set(["top_k", "top_p"]); // empty: not set
   const FLAGS = { "1": true, true: true, "0": false, false: false };
   let urlProblem = null;
 
+  function refusal(name, rule) {
+    return new Error(`${name} ${rule.refusal.replace(/\{(\w+)\}/g, "$1")}`);
+  }
+
+  function readSetting(name, text) {
+    const rule = RULES[name];
+    const written = text.trim();
+    if (OPTIONAL.has(name) && written === "") return null;
+    if (!new RegExp(`^(?:${rule.pattern})$`).test(written)) throw refusal(name, rule);
+    if (rule.whole) { // exact beyond 2**53, as Python's int
+      const value = BigInt(written);
+      const above = rule.low_open ? value > BigInt(rule.low) : value >= BigInt(rule.low);
+      if (!above || (rule.high !== null && value > BigInt(rule.high))) throw refusal(name, rule);
+      return Number(value);
+    }
+    const value = Number(written);
+    const above = rule.low_open ? value > rule.low : value >= rule.low;
+    if (!Number.isFinite(value) || !above || (rule.high !== null && value > rule.high)) throw refusal(name, rule);
+    return value;
+  }
+
   function settingsFromUrl() {
     const params = new URLSearchParams(window.location.search);
-    for (const name of Object.keys(fields)) {
+    if (params.has("prime")) {
+      exactPrime = params.get("prime");
+      input("prime").value = exactPrime;
+    }
+    for (const name of FIELDS) {
       if (params.has(name)) input(name).value = params.get(name);
     }
     for (const flag of ["greedy", "autorun"]) {
       if (params.has(flag) && !Object.hasOwn(FLAGS, params.get(flag))) urlProblem = `${flag} must be 1 or 0, not "${params.get(flag)}"`;
     }
-    const known = new Set([...Object.keys(fields), "greedy", "autorun"]);
+    const known = new Set(["prime", ...FIELDS, "greedy", "autorun"]);
     for (const name of params.keys()) if (!known.has(name)) urlProblem = `unknown setting "${name}" in the address`;
     if (params.has("greedy")) input("greedy").checked = Object.hasOwn(FLAGS, params.get("greedy")) && FLAGS[params.get("greedy")];
     return params.has("autorun") && (urlProblem !== null || (Object.hasOwn(FLAGS, params.get("autorun")) && FLAGS[params.get("autorun")]));
   }
 
   function settings() {
-    const read = {};
-    for (const [name, parse] of Object.entries(fields)) read[name] = parse(input(name).value);
-    read.greedy = input("greedy").checked;
     if (urlProblem !== null) throw new Error(urlProblem);
-    if (!(read.length >= 1 && read.length <= MAX_LENGTH)) {
-      throw new Error(`the length must be a whole number from 1 to ${MAX_LENGTH.toLocaleString()}`);
+    const read = { prime: exactPrime !== null ? exactPrime : input("prime").value, greedy: input("greedy").checked };
+    for (const name of FIELDS) read[name] = readSetting(name, input(name).value);
+    if (read.length > given.max_length) {
+      throw new Error(`the page writes at most ${given.max_length.toLocaleString()} characters at a time`);
     }
-    if (!read.greedy && !(read.temperature > 0)) throw new Error("the temperature must be above 0");
-    if (read.top_k !== null && !(read.top_k >= 1)) throw new Error("top-k must be 1 or more");
-    if (read.top_p !== null && !(read.top_p > 0 && read.top_p <= 1)) throw new Error("top-p must be in (0, 1]");
-    if (!Number.isInteger(read.seed)) throw new Error("the seed must be a whole number of 0 or more");
     return read;
   }
 
