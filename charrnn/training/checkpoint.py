@@ -131,8 +131,11 @@ def checkpoint_in(path: Path, name: str = "best.pt") -> Path:
     if not path.is_dir():
         return path
     if not (path / name).is_file():
-        raise CharrnnError(f"{path} is a directory without a {name}; give a checkpoint file or a run "
-                           f"directory")
+        held = sorted(p.name for p in path.glob("*.pt") if p.is_file())
+        suggestion = "last.pt" if "last.pt" in held else held[-1] if held else None
+        step = (f"give one of its checkpoints, such as {path / suggestion}" if suggestion
+                else "give a checkpoint file or a run directory that holds one")
+        raise CharrnnError(f"{path} is a directory without a {name}; {step}")
     return path / name
 
 

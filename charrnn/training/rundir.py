@@ -199,7 +199,7 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
             f"belongs to another run), so resuming there could overwrite its files; continue it "
             f"elsewhere with {{out_dir}} NEW_DIR", names_options=True
         )
-    branch = "branch from it with {out_dir} NEW_DIR"
+    branch = f"branch from it with {{resume}} {escape(str(checkpoint))} {{out_dir}} NEW_DIR"
     try:
         saved = saved_steps(own_dir, payload.get("run_id"), ignore=checkpoint)
     except CharrnnError as exc:

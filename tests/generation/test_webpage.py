@@ -117,13 +117,20 @@ def test_export_refusals_are_one_line_and_write_nothing(tiny_checkpoint, tmp_pat
 
 def browser_text(page: Path, query: str, tmp_path: Path) -> tuple[str, str]:
     """What headless Chromium shows in the page's output after running it with ``query``: (state, text)."""
+    state, shown = browser_output(page, query, tmp_path)
+    # Hidden characters are drawn as marks, each holding the character itself: the text is the marks' removed.
+    return state, html.unescape(re.sub(r"<[^>]*>", "", shown))
+
+
+def browser_output(page: Path, query: str, tmp_path: Path) -> tuple[str, str]:
+    """The page's output after running it with ``query``: (state, its markup)."""
     dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
                           f"--user-data-dir={tmp_path}", "--virtual-time-budget=120000", "--dump-dom",
                           f"{page.as_uri()}?{query}"], capture_output=True, timeout=300).stdout
     dom = dom.decode("utf-8")  # not text=True: that would read a carriage return as a line end
     found = re.search(r'<pre id="output" data-state="([a-z]+)">(.*?)</pre>', dom, re.S)
     assert found is not None, dom[-2000:]
-    return found.group(1), html.unescape(found.group(2))
+    return found.group(1), found.group(2)
 
 
 @pytest.mark.slow
@@ -226,6 +233,16 @@ def test_the_page_accepts_and_refuses_every_settings_row_as_the_command_line_doe
         if (name, text) == ("temperature", "1e-310"):  # sampling so cold that it is greedy, in both doors
             assert shown == greedy == charrnn.sample(tiny_checkpoint, "ROMEO:", 12, temperature=1e-310,
                                                      seed=1).text
+    # A repeated setting takes its last value, as a repeated option does.
+    assert browser_text(page, "prime=ROMEO:&length=20&length=ten&autorun=1", tmp_path / "twice")[0] == "error"
+    assert CliRunner().invoke(cli, ["sample", str(tiny_checkpoint), "--length", "20", "--length", "ten"]
+                              ).exit_code == 2
+    # Seeds that differ by a multiple of 2**32 are one seed to torch's generator, and so to the page.
+    seeded = [browser_text(page, f"prime=ROMEO:&length=30&seed={seed}&autorun=1", tmp_path / f"seed{seed}")
+              for seed in (1, 2**53 + 1, 2)]
+    assert seeded[0] == seeded[1] != seeded[2]
+    assert charrnn.sample(tiny_checkpoint, "ROMEO:", 30, seed=1).text == charrnn.sample(
+        tiny_checkpoint, "ROMEO:", 30, seed=2**53 + 1).text
 
 
 @pytest.mark.slow
@@ -246,3 +263,7 @@ def test_the_page_keeps_a_prime_exactly_as_the_command_line_does(tmp_path):
                                     tmp_path / f"address{index}")
         from_default = browser_text(page, "length=60&greedy=1&autorun=1", tmp_path / f"default{index}")
         assert from_address == from_default == ("done", expected), prime
+        # Shown, not obeyed: each carriage return is drawn as its escape, beside the character itself.
+        markup = browser_output(page, f"prime={quote(prime)}&length=60&greedy=1&autorun=1",
+                                tmp_path / f"markup{index}")[1]
+        assert markup.count('<span class="hidden" data-shown="\\r">') == expected.count("\r")

@@ -59,7 +59,9 @@ def test_a_missing_or_damaged_last_pt_never_means_nothing_newer(run_with_an_olde
                                            rf"and resuming in .* from best.pt \(step 8\) would go back over "
                                            rf"that work; put it back, or branch from it") as refused:
         resume_in_place(run_with_an_older_state / "best.pt", max_steps=30)
-    assert "resume" not in str(refused.value)  # the advice is a step that works, not this one again
+    advice = str(refused.value).split("put it back, or ")[1]  # a step that works, naming its checkpoint
+    branch = run_with_an_older_state / "best.pt"
+    assert advice.startswith(f"branch from it with resume {branch} out_dir NEW_DIR")
 
 
 def test_without_the_manifest_an_unreadable_last_pt_is_refused(run_with_an_older_state):

@@ -280,6 +280,12 @@ def test_overwrite_retires_the_whole_older_run_before_the_new_one_writes(small_c
     third_id = json.loads((out / "config.json").read_text())["run_id"]
     assert sorted(path.name for path in out.iterdir()) == ["config.json", "last.pt", "manifest.json"]
     assert load_checkpoint(out / "last.pt")["run_id"] == third_id != new_id
+    from click.testing import CliRunner
+
+    from charrnn.cli.main import cli
+
+    refused = CliRunner().invoke(cli, ["sample", str(out)])  # no best.pt yet: the message names what is there
+    assert refused.exit_code == 1 and f"such as {out / 'last.pt'}" in refused.stderr
 
 
 def test_a_new_run_that_fails_before_writing_leaves_the_older_run_whole(small_corpus, tmp_path):

@@ -41,7 +41,9 @@
       const value = BigInt(written);
       const above = rule.low_open ? value > BigInt(rule.low) : value >= BigInt(rule.low);
       if (!above || (rule.high !== null && value > BigInt(rule.high))) throw refusal(name, rule);
-      return Number(value);
+      // A seed keeps its low 32 bits, as torch's generator does on the command line: seeds the command
+      // line treats alike, the page treats alike.
+      return Number(name === "seed" ? BigInt.asUintN(32, value) : value);
     }
     const value = Number(written);
     const above = rule.low_open ? value > rule.low : value >= rule.low;
@@ -50,7 +52,9 @@
   }
 
   function settingsFromUrl() {
-    const params = new URLSearchParams(window.location.search);
+    const search = new URLSearchParams(window.location.search);
+    // A setting given twice takes its last value, as a repeated option does on the command line.
+    const params = { has: (name) => search.has(name), get: (name) => search.getAll(name).at(-1), keys: () => search.keys() };
     if (params.has("prime")) {
       exactPrime = params.get("prime");
       input("prime").value = exactPrime;
@@ -77,6 +81,39 @@
     return read;
   }
 
+  // Model text is shown, never obeyed: each character a browser would act on or hide (a carriage return,
+  // an escape, a bidirectional override, a zero-width or line-separator character) is drawn as its escape,
+  // as charrnn's terminal views and HTML pages draw it. The character itself stays in the output's text
+  // (hidden, and isolated so that no override reaches past it): the text read back is the text generated.
+  const HIDDEN = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/u;
+  function escaped(char) {
+    const named = { "\r": "\\r", "\t": "\\t", "\n": "\\n" }[char];
+    if (named) return named;
+    const code = char.codePointAt(0);
+    const hex = (width) => code.toString(16).padStart(width, "0");
+    return code < 0x100 ? `\\x${hex(2)}` : code < 0x10000 ? `\\u${hex(4)}` : `\\U${hex(8)}`;
+  }
+  function show(text) {
+    let plain = "";
+    for (const char of text) {
+      if (char === "\n" || char === "\t" || !HIDDEN.test(char)) {
+        plain += char;
+        continue;
+      }
+      if (plain) output.append(plain);
+      plain = "";
+      const mark = document.createElement("span");
+      mark.className = "hidden";
+      mark.dataset.shown = escaped(char);
+      const raw = document.createElement("span");
+      raw.className = "raw";
+      raw.textContent = char;
+      mark.append(raw);
+      output.append(mark);
+    }
+    if (plain) output.append(plain);
+  }
+
   function finish(state, message) {
     running = null;
     output.dataset.state = state;
@@ -98,7 +135,8 @@
         greedy: chosen.greedy, temperature: chosen.temperature, topK: chosen.top_k, topP: chosen.top_p,
         seed: chosen.seed,
       });
-      output.textContent = chosen.prime;
+      output.textContent = "";
+      show(chosen.prime);
       characters = { iterator: characters, first: characters.next() };
     } catch (error) {
       finish("error", error.message);
@@ -120,7 +158,7 @@
         count++;
         next = characters.iterator.next();
       }
-      output.append(pieces.join(""));
+      show(pieces.join(""));
       const seconds = (performance.now() - started) / 1000;
       const speed = `${count.toLocaleString()} characters, ${Math.round(count / Math.max(seconds, 1e-3))} per second`;
       if (next.done) finish("done", speed);
