@@ -67,16 +67,18 @@ def _available(device_name: str) -> int | None:
 
 
 def check_generation_fits(rows: int, length: int, model_config: ModelConfig, device_name: str,
-                          option: str) -> None:
+                          option: str, length_option: str = "length") -> None:
     """Refuse, before allocating anything, a generation of ``rows`` texts at once (samples or beams) whose
-    logits, probabilities, states and history cannot fit; ``option`` names the count to lower."""
+    logits, probabilities, states and history cannot fit; ``option`` names the count to lower,
+    ``length_option`` the length."""
     per_row = 4 * (4 * model_config.vocab_size + 8 * model_config.num_layers * model_config.hidden_size)
     needed = rows * (per_row + 16 * length)
     available = _available(device_name)
     if available is not None and needed > available:
-        raise CharrnnError(f"generating {rows:,} texts at once needs about {needed / 2**30:,.1f} GiB; "
-                           f"{device_name} has {available / 2**30:,.1f} GiB available. Lower {{{option}}} or "
-                           f"{{length}}",
+        what = "a text of" if rows == 1 else f"{rows:,} texts at once, each of"
+        lower = f"{{{length_option}}}" if rows == 1 else f"{{{option}}} or {{{length_option}}}"
+        raise CharrnnError(f"generating {what} {length:,} characters needs about {needed / 2**30:,.1f} GiB; "
+                           f"{device_name} has {available / 2**30:,.1f} GiB available. Lower {lower}",
                            names_options=True)
 
 

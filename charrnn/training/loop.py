@@ -27,7 +27,7 @@ from charrnn.config import EVAL_SUBSET_CHARS, ModelConfig, TrainConfig
 from charrnn.data.corpus import CorpusInfo, Split, StreamBatches, split_ids
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError, TrainingInterrupted, escape
-from charrnn.models.devices import check_model_fits
+from charrnn.models.devices import check_generation_fits, check_model_fits
 from charrnn.models.evaluate import EvalResult, evaluate, evaluate_with_prefix, scoring_seconds
 from charrnn.training.checkpoint import load_checkpoint
 from charrnn.training.distributed import SingleProcess
@@ -593,6 +593,9 @@ def train(
     batches = StreamBatches(split.train, config.batch_size, config.seq_len)
     check_model_fits(model_config, config.device, config.batch_size, config.seq_len)  # before any write
     check_sample_prime(config, vocab)
+    if config.sample_every is not None or config.save_epochs:  # the samples it records must fit too
+        check_generation_fits(1, config.sample_length, model_config, config.device, "num_samples",
+                              "sample_length")
     if group.is_main:
         prepare_out_dir(out_dir, overwrite=overwrite or resume_from is not None)
     with RunLock(out_dir) if group.is_main else contextlib.nullcontext():

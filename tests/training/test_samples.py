@@ -187,3 +187,12 @@ def test_a_stop_during_a_long_recorded_sample_is_honoured_within_moments(small_c
     assert process.returncode == 130, stderr
     assert torch.load(out / "last.pt", weights_only=True)["step"] >= 1
     assert not (out / SAMPLES_NAME).exists()  # the abandoned sample is not recorded
+
+
+def test_a_recorded_sample_too_long_for_memory_is_refused_before_training(small_corpus, tmp_path):
+    refused = CliRunner().invoke(cli, ["train", str(small_corpus), "--out", str(tmp_path / "run"), "--hidden",
+                                       "16", "--max-steps", "10", "--sample-every", "5", "--sample-length",
+                                       "100000000000"])
+    assert refused.exit_code == 1 and refused.stderr.strip().endswith("Lower --sample-length")
+    assert "generating a text of 100,000,000,000 characters needs about" in refused.stderr
+    assert not (tmp_path / "run").exists()
