@@ -104,6 +104,11 @@ def main() -> None:
                 code = finished.code if isinstance(finished.code, int) else int(finished.code is not None)
                 end_process(code)
         raise
+    except KeyboardInterrupt:
+        # Ctrl-C between commands' own handling and the exit (after the work was done, say): still the
+        # documented exit and one line, not Python's death by the signal.
+        message("Error: interrupted by SIGINT")
+        raise SystemExit(EXIT_CODES["SIGINT"]) from None
     except OSError as exc:
         # Only writing the standard streams raises a bare OSError here (--help into /dev/full, say):
         # every file charrnn opens itself reports its own failures as a CharrnnError.
