@@ -345,7 +345,7 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
 
 def evolution_table(evolution: Any) -> Table:
     """``compare --evolution``: one row per recorded sample (an :class:`charrnn.api.Evolution`)."""
-    table = Table(title=f"samples while training: {evolution.run_dir}", show_lines=True)
+    table = Table(title=Text(f"samples while training: {one_line(str(evolution.run_dir))}"), show_lines=True)
     table.add_column("step", justify="right")
     table.add_column("epoch", justify="right")
     table.add_column("val nats/char", justify="right")

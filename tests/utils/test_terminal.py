@@ -114,3 +114,14 @@ def test_the_interactive_screen_shows_the_text_written_so_far_escaped(hostile_ru
     own_codes = drawn.replace(CLEAR, "").replace("\x1b[2m", "").replace("\x1b[0m", "")
     assert_no_raw_hidden(own_codes)
     assert "\\x1b]0;pwned\\x07\\r▌" in own_codes
+
+
+def test_a_run_directory_named_with_markup_and_escapes_is_shown_as_written(hostile_run, tmp_path):
+    import shutil
+
+    odd = tmp_path / "run [bold]x[/bold] \x1b]0;t\x07"
+    shutil.copytree(hostile_run / "run", odd)
+    result = CliRunner().invoke(cli, ["compare", str(odd), "--evolution"])
+    assert result.exit_code == 0, result.output
+    assert "[bold]x[/bold]" in result.stdout and "\\x1b]0;t\\x07" in result.stdout
+    assert_no_raw_hidden(result.stdout)
