@@ -47,14 +47,21 @@ def long_text(tmp_path_factory) -> Path:
 def test_a_long_command_stops_within_moments_when_asked(tiny_checkpoint, long_text, tmp_path, command,
                                                         signum):
     arguments = commands(tiny_checkpoint, long_text, tmp_path)[command]
+    # As from a terminal: a shell starts a script's background jobs with SIGINT ignored, and a process
+    # started so keeps ignoring it, as it should (Ctrl-C in the terminal is not meant for it).
     process = subprocess.Popen([sys.executable, "-m", "charrnn", *arguments], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
-    time.sleep(4.0)  # past the start-up: the command is at its work
-    assert process.poll() is None, f"{command} ended before it was asked to stop: {process.stderr.read()}"
-    process.send_signal(signum)
-    asked = time.monotonic()
-    _, stderr = process.communicate(timeout=60)
-    waited = time.monotonic() - asked
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        time.sleep(4.0)  # past the start-up: the command is at its work
+        assert process.poll() is None, f"{command} ended before it was asked to stop: {process.stderr.read()}"
+        process.send_signal(signum)
+        asked = time.monotonic()
+        _, stderr = process.communicate(timeout=60)
+        waited = time.monotonic() - asked
+    finally:
+        process.kill()
+        process.wait()
     assert process.returncode == EXIT_CODES[signal.Signals(signum).name], stderr
     assert waited < 2.5, f"{command} took {waited:.1f} s to stop"
     assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("Error: ")
