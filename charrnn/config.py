@@ -447,6 +447,8 @@ class SampleConfig(_DictMixin):
     beam_width: int | None = None  # beam search (deterministic), keeping this many continuations
     length_penalty: float | None = None  # beam search with a stop string: rank beams by log-probability /
     # ((5 + n) / 6) ** this, n their length (0: by total log-probability)
+    no_repeat: int | None = None  # never complete a run of this many characters that the text (prime
+    # included) already holds, which ends loops (16 measured best; sampling and greedy decoding)
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -455,6 +457,7 @@ class SampleConfig(_DictMixin):
                 check_setting(name, getattr(self, name))
         require_at_least(self, 0, "min_length")
         require_at_least(self, 1, "num_samples", "beam_width")
+        require_at_least(self, 2, "no_repeat")
         require(self.length_penalty is None or self.length_penalty >= 0, "length_penalty",
                 "must be 0 or more")
         require(self.stop_at != "", "stop_at", "must not be empty (an empty string would end nothing)")
@@ -471,6 +474,9 @@ class SampleConfig(_DictMixin):
             if ignored:
                 raise OptionConflict(f"{{{deterministic}}} is deterministic; "
                                      f"{', '.join('{' + name + '}' for name in ignored)} does not apply")
+        if self.no_repeat is not None and self.beam_width is not None:
+            raise OptionConflict("{no_repeat} applies to sampling and greedy decoding; beam search ranks "
+                                 "whole continuations and does not take it")
         if self.length_penalty is not None and self.beam_width is None:
             raise OptionConflict("{length_penalty} ranks beams: it goes with {beam_width}")
         if self.min_length > self.length:

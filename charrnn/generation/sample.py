@@ -124,12 +124,50 @@ def generate(
     finished samples yield ``""`` until all have finished or the length is reached.
     """
     current, state = warm_state(model, vocab, prime, config.num_samples)
-    return _steps(model, vocab, config, current, state)
+    guards = None
+    if config.no_repeat is not None:
+        held = encode_prime(vocab, prime).tolist() if prime else []
+        guards = [RepeatGuard(config.no_repeat, held) for _ in range(config.num_samples)]
+    return _steps(model, vocab, config, current, state, guards)
+
+
+class RepeatGuard:
+    """The no-repeat rule for one text: the characters that would complete a run of ``n`` characters the
+    text already holds. Every run of ``n - 1`` characters seen maps to the characters that followed it."""
+
+    def __init__(self, n: int, ids: list[int]):
+        self.n = n
+        self.followers: dict[tuple[int, ...], set[int]] = {}
+        self.tail: tuple[int, ...] = ()  # the last n - 1 characters
+        for index in ids:
+            self.add(index)
+
+    def add(self, index: int) -> None:
+        """The text goes on with character ``index``."""
+        if len(self.tail) == self.n - 1:
+            self.followers.setdefault(self.tail, set()).add(index)
+        self.tail = (*self.tail, index)[-(self.n - 1):]
+
+    def banned(self) -> set[int]:
+        """The characters that would repeat a run of ``n``; empty before the text has ``n - 1``."""
+        return self.followers.get(self.tail, set()) if len(self.tail) == self.n - 1 else set()
+
+
+def ban_repeats(logits: torch.Tensor, guards: list[RepeatGuard]) -> torch.Tensor:
+    """``logits`` (B, V) with each row's banned characters at -inf, unless that would ban them all (a text
+    that cannot go on without repeating takes its likeliest character, as without the rule)."""
+    logits = logits.clone()
+    for row, guard in enumerate(guards):
+        banned = guard.banned()
+        if banned and len(banned) < logits.shape[-1]:
+            logits[row, sorted(banned)] = float("-inf")
+    return logits
 
 
 @torch.inference_mode()
 def _steps(
-    model: CharRNN, vocab: Vocab, config: SampleConfig, current: torch.Tensor, state: State
+    model: CharRNN, vocab: Vocab, config: SampleConfig, current: torch.Tensor, state: State,
+    guards: list[RepeatGuard] | None = None,
 ) -> Iterator[list[str]]:
     generator = make_generator(config.seed, current.device)
     stepper = make_stepper(model)
@@ -140,8 +178,14 @@ def _steps(
     layers = stepper.unstack(state)
     for generated in range(1, config.length + 1):
         logits, layers = stepper.step_layers(current, layers)  # (B, V)
+        if guards is not None:
+            logits = ban_repeats(logits, guards)
         current = choose_next(logits, config, generator)  # (B,)
-        step = ["" if done else chars[i] for i, done in zip(current.tolist(), finished, strict=True)]
+        chosen = current.tolist()
+        if guards is not None:
+            for guard, index in zip(guards, chosen, strict=True):
+                guard.add(index)
+        step = ["" if done else chars[i] for i, done in zip(chosen, finished, strict=True)]
         yield step
         if stop_at:
             for row, char in enumerate(step):

@@ -98,3 +98,55 @@ def test_stop_at_ignores_the_prime(loaded):
     (text,) = run(loaded, prime="ROMEO:\n", seed=2, length=400, stop_at="\n")
     generated = text[len("ROMEO:\n"):]
     assert len(generated) > 1 and generated.endswith("\n") and generated.count("\n") == 1
+
+
+def repeated_runs(text: str, n: int) -> list[str]:
+    """The runs of ``n`` characters that occur more than once in ``text``."""
+    seen, repeated = set(), []
+    for start in range(len(text) - n + 1):
+        run_ = text[start:start + n]
+        if run_ in seen:
+            repeated.append(run_)
+        seen.add(run_)
+    return repeated
+
+
+def test_the_repeat_guard_bans_what_would_complete_a_run_already_held():
+    from charrnn.generation.sample import RepeatGuard, ban_repeats
+
+    guard = RepeatGuard(3, [1, 2, 3, 1, 2])
+    assert guard.banned() == {3}  # "1 2" was followed by 3
+    guard.add(4)
+    assert guard.banned() == set()  # "2 4" never came before
+    logits = torch.zeros(2, 4)
+    stuck = RepeatGuard(2, [0, 1, 0, 2, 0, 3, 0, 0])  # after 0, every character has followed it
+    banned = ban_repeats(logits, [RepeatGuard(3, [1, 2, 3, 1, 2]), stuck])
+    assert banned[0].tolist() == [0, 0, 0, float("-inf")]
+    assert banned[1].tolist() == [0, 0, 0, 0]  # no way on without a repeat: the rule stands aside
+
+
+@pytest.mark.parametrize("options", [{"greedy": True}, {"temperature": 0.5, "seed": 3}])
+def test_no_repeat_never_completes_a_run_the_text_holds(loaded, options):
+    (looping,) = run(loaded, length=300, **options)
+    (guarded,) = run(loaded, length=300, no_repeat=12, **options)
+    if options.get("greedy"):
+        assert repeated_runs(looping, 12)  # greedy, the tiny model loops without the rule
+    assert repeated_runs(guarded, 12) == []  # the prime counts too
+    assert run(loaded, length=300, no_repeat=12, **options) == [guarded]  # the same seed, the same text
+
+
+def test_no_repeat_is_checked_in_both_doors(tiny_checkpoint):
+    from click.testing import CliRunner
+
+    from charrnn.cli.main import cli
+    from charrnn.errors import OptionConflict
+
+    with pytest.raises(ConfigError, match="no_repeat"):
+        SampleConfig(no_repeat=1)
+    with pytest.raises(OptionConflict, match="beam search ranks whole continuations"):
+        SampleConfig(no_repeat=8, beam_width=4)
+    shown = CliRunner().invoke(cli, ["sample", str(tiny_checkpoint), "--greedy", "--no-repeat", "12",
+                                     "--length", "200", "--prime", "ROMEO:"])
+    assert shown.exit_code == 0 and repeated_runs(shown.stdout.rstrip("\n"), 12) == []
+    refused = CliRunner().invoke(cli, ["sample", str(tiny_checkpoint), "--no-repeat", "1"])
+    assert refused.exit_code == 2 and "--no-repeat" in refused.stderr
