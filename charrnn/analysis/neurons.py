@@ -21,6 +21,7 @@ from charrnn.models.stepper import make_stepper
 from charrnn.utils.text import HIDDEN_CHAR_STYLE, html_text
 
 FEATURES = INSPECT_FEATURES  # the text features rank_units can correlate with
+STEP_SLICE = 4096  # characters unbound at once while stepping through a text
 
 
 @torch.no_grad()
@@ -40,9 +41,12 @@ def activations(model: CharRNN, vocab: Vocab, text: str, state: str = "h") -> to
     current = model.initial_state(1, device)
     which = 0 if state == "h" else 1
     rows = []
-    for index in ids:
-        _, current = stepper.step(index.view(1), current)
-        rows.append(current[which][:, 0])  # (num_layers, H)
+    # In slices: iterating a tensor unbinds it whole, in one call no signal can interrupt (seconds for a
+    # text of millions of characters).
+    for piece in ids.split(STEP_SLICE):
+        for index in piece:
+            _, current = stepper.step(index.view(1), current)
+            rows.append(current[which][:, 0])  # (num_layers, H)
     if not rows:
         raise CharrnnError("the text is empty")
     return torch.stack(rows).cpu()
