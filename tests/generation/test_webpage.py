@@ -124,13 +124,18 @@ def browser_text(page: Path, query: str, tmp_path: Path) -> tuple[str, str]:
 
 def browser_output(page: Path, query: str, tmp_path: Path) -> tuple[str, str]:
     """The page's output after running it with ``query``: (state, its markup)."""
-    dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-                          f"--user-data-dir={tmp_path}", "--virtual-time-budget=120000", "--dump-dom",
-                          f"{page.as_uri()}?{query}"], capture_output=True, timeout=300).stdout
-    dom = dom.decode("utf-8")  # not text=True: that would read a carriage return as a line end
+    dom = browser_dom(page, query, tmp_path)
     found = re.search(r'<pre id="output" data-state="([a-z]+)">(.*?)</pre>', dom, re.S)
     assert found is not None, dom[-2000:]
     return found.group(1), found.group(2)
+
+
+def browser_dom(page: Path, query: str, tmp_path: Path) -> str:
+    """The whole page, as headless Chromium leaves it after running it with ``query``."""
+    dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                          f"--user-data-dir={tmp_path}", "--virtual-time-budget=120000", "--dump-dom",
+                          f"{page.as_uri()}?{query}"], capture_output=True, timeout=300).stdout
+    return dom.decode("utf-8")  # not text=True: that would read a carriage return as a line end
 
 
 @pytest.mark.slow
@@ -267,3 +272,17 @@ def test_the_page_keeps_a_prime_exactly_as_the_command_line_does(tmp_path):
         markup = browser_output(page, f"prime={quote(prime)}&length=60&greedy=1&autorun=1",
                                 tmp_path / f"markup{index}")[1]
         assert markup.count('<span class="hidden" data-shown="\\r">') == expected.count("\r")
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_a_refusal_quoting_the_prime_shows_its_hidden_characters(tiny_checkpoint, tmp_path):
+    from urllib.parse import quote
+
+    page = tmp_path / "page.html"
+    charrnn.export(tiny_checkpoint, page)
+    dom = browser_dom(page, f"prime={quote('ROMEO:' + chr(0x202E) + chr(27))}&length=5&autorun=1",
+                      tmp_path / "profile")
+    status = re.search(r'<p id="status">(.*?)</p>', dom, re.S).group(1)
+    assert chr(0x202E) not in status and chr(27) not in status  # quoted, never obeyed
+    assert r'"\u202e"' in status and r'"\u001b"' in status

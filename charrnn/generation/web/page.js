@@ -117,7 +117,8 @@
   function finish(state, message) {
     running = null;
     output.dataset.state = state;
-    status.textContent = message;
+    // A message may quote the prime's characters: shown, never obeyed, as in the output.
+    status.textContent = Array.from(message, (char) => (HIDDEN.test(char) ? escaped(char) : char)).join("");
     stopButton.disabled = true;
   }
 
