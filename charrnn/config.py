@@ -394,11 +394,13 @@ class SettingRule:
     def to_dict(self) -> dict[str, Any]:
         """For the exported page: the grammar as a pattern, whole-number bounds as text (beyond 2**53 a
         JavaScript number is not exact, so the page compares them as BigInt)."""
-        bound = (lambda value: None if value is None else str(value)) if self.grammar == "whole" else (
-            lambda value: value)
-        return {"pattern": SETTING_GRAMMARS[self.grammar], "whole": self.grammar == "whole",
-                "low": bound(self.low), "high": bound(self.high), "low_open": self.low_open,
-                "refusal": self.refusal}
+        whole = self.grammar == "whole"
+
+        def bound(value: int | float | None) -> int | float | str | None:
+            return str(value) if whole and value is not None else value
+
+        return {"pattern": SETTING_GRAMMARS[self.grammar], "whole": whole, "low": bound(self.low),
+                "high": bound(self.high), "low_open": self.low_open, "refusal": self.refusal}
 
 
 SAMPLING_RULES: dict[str, SettingRule] = {

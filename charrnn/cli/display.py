@@ -34,7 +34,7 @@ from charrnn.training.loop import StepReport, TrainObserver, TrainResult, partia
 from charrnn.training.plan import TrainingPlan
 from charrnn.training.rundir import EvaluationRecord
 from charrnn.training.samples import SampleRecord
-from charrnn.utils.terminal import one_line, shown_parts, visible_char
+from charrnn.utils.terminal import escape_char, is_hidden, one_line, shown_parts, visible_char
 from charrnn.utils.threads import ThreadChoice
 
 Namer = Callable[[str], str]  # how the command line names a library parameter (max_steps → --max-steps)
@@ -466,7 +466,7 @@ def coloured_text(text: str, values: list[float], scale: float) -> Text:
     rendered = Text()
     for char, value in zip(text, values, strict=True):
         red, green, blue = colour(value, scale)
-        rendered.append_text(shown_text(char, f"black on rgb({red},{green},{blue})" if char != "\n" else ""))
+        append_shown(rendered, char, f"black on rgb({red},{green},{blue})" if char != "\n" else "")
     return rendered
 
 
@@ -479,10 +479,10 @@ def surprisal_text(text: str, rows: list[Any]) -> Group:
     for index, char in enumerate(text):
         nats = scored.get(index)
         if nats is None or char == "\n":
-            rendered.append_text(shown_text(char, "dim" if nats is None else ""))
+            append_shown(rendered, char, "dim" if nats is None else "")
             continue
         red, green, blue = heat(nats)
-        rendered.append_text(shown_text(char, f"black on rgb({red},{green},{blue})"))
+        append_shown(rendered, char, f"black on rgb({red},{green},{blue})")
     legend = Text("surprisal: ")
     for level in range(int(SATURATION_NATS) + 1):
         red, green, blue = heat(level)
@@ -518,6 +518,14 @@ def shown_text(text: str, style: str = "") -> Text:
     for piece, hidden in shown_parts(text):
         rendered.append(piece, style="reverse" if hidden else "")
     return rendered
+
+
+def append_shown(rendered: Text, char: str, style: str) -> None:
+    """One character of a shaded view, as :func:`shown_text` shows it, appended in ``style``."""
+    if char in "\n\t" or not is_hidden(char):
+        rendered.append(char, style=style)
+    else:
+        rendered.append(escape_char(char), style=f"{style} reverse".strip())
 
 
 def escaped(chars: str) -> str:

@@ -156,12 +156,13 @@ class RepeatGuard:
 def ban_repeats(logits: torch.Tensor, guards: list[RepeatGuard]) -> torch.Tensor:
     """``logits`` (B, V) with each row's banned characters at -inf, unless that would ban them all (a text
     that cannot go on without repeating takes its likeliest character, as without the rule)."""
-    logits = logits.clone()
+    masked = None
     for row, guard in enumerate(guards):
         banned = guard.banned()
         if banned and len(banned) < logits.shape[-1]:
-            logits[row, sorted(banned)] = float("-inf")
-    return logits
+            masked = logits.clone() if masked is None else masked  # copied only when a step bans something
+            masked[row, sorted(banned)] = float("-inf")
+    return logits if masked is None else masked
 
 
 @torch.inference_mode()
