@@ -109,29 +109,39 @@ def training_run(model_config: ModelConfig, ids: torch.Tensor, batch: int, seq_l
 # ------------------------------------------------------------------ 1. training
 
 
-def minimal_training_loop(ids: torch.Tensor, hidden: int, layers: int, batch: int, seq_len: int
+def minimal_training_loop(ids: torch.Tensor, hidden: int, layers: int, batch: int, seq_len: int,
+                          device: str = "cpu", bf16: bool = False, sync: bool = False
                           ) -> Callable[[int], None]:
-    """The reference: embedding → nn.LSTM → linear → cross-entropy → backward → clip → Adam, nothing else."""
+    """The reference: embedding → nn.LSTM → linear → cross-entropy → backward → clip → Adam, nothing else.
+
+    Each step's batch is copied from the host, as charrnn's are; ``bf16`` runs the forward pass under
+    bfloat16 autocast, and ``sync`` reads the loss on the host after every step (what a per-step
+    finiteness check costs an accelerator)."""
     torch.manual_seed(0)
-    embedding = nn.Embedding(len(VOCAB), 64)
-    lstm = nn.LSTM(64, hidden, layers, batch_first=True)
-    head = nn.Linear(hidden, len(VOCAB))
+    embedding = nn.Embedding(len(VOCAB), 64).to(device)
+    lstm = nn.LSTM(64, hidden, layers, batch_first=True).to(device)
+    head = nn.Linear(hidden, len(VOCAB)).to(device)
     params = [*embedding.parameters(), *lstm.parameters(), *head.parameters()]
     optimizer = torch.optim.Adam(params, lr=1e-3)
     streams = ids[: batch * (len(ids) // batch)].view(batch, -1).long()
-    state = [torch.zeros(layers, batch, hidden), torch.zeros(layers, batch, hidden)]
+    state = [torch.zeros(layers, batch, hidden, device=device) for _ in range(2)]
 
     def run(steps: int) -> None:
         for step in range(steps):
             start = step * seq_len
-            x, y = streams[:, start : start + seq_len], streams[:, start + 1 : start + seq_len + 1]
-            out, (h, c) = lstm(embedding(x), tuple(state))
-            state[:] = [h.detach(), c.detach()]
-            loss = F.cross_entropy(head(out).reshape(-1, len(VOCAB)), y.reshape(-1))
+            x = streams[:, start : start + seq_len].to(device)
+            y = streams[:, start + 1 : start + seq_len + 1].to(device)
+            with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
+                out, (h, c) = lstm(embedding(x), tuple(state))
+                logits = head(out)
+            state[:] = [h.detach().float(), c.detach().float()]
+            loss = F.cross_entropy(logits.reshape(-1, len(VOCAB)).float(), y.reshape(-1))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 5.0)
             optimizer.step()
+            if sync:
+                loss.item()
 
     return run
 
