@@ -1,7 +1,7 @@
 """Does ``--no-repeat N`` end loops without making the text worse? (not part of CI)
 
-For a checkpoint, 2,000-character texts after a prime, greedy and sampled at temperature 0.5 (three
-seeds), without the rule and with it for each N given, and for each text:
+For a checkpoint, 2,000-character texts after a prime, greedy, by beam search of width 8, and sampled
+at temperature 0.5 (three seeds), without the rule and with it for each N given, and for each text:
 
 - the share of its characters inside a run of 20 that occurs more than once in it (loops);
 - the share of its words that are words of the checkpoint's own training split (spelling);
@@ -9,9 +9,12 @@ seeds), without the rule and with it for each N given, and for each text:
   finds what it wrote: a text that avoids its likeliest continuations scores higher).
 
     python benchmarks/repetition.py CHECKPOINT [--no-repeat 8,12,16,24] [--prime "ROMEO:"]
+    python benchmarks/repetition.py shakespeare --corpus data/tinyshakespeare/input.txt
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
@@ -42,13 +45,18 @@ def looped_share(text: str, n: int = LOOP_RUN) -> float:
 @click.option("--no-repeat", "lengths", default="8,12,16,24", show_default=True,
               help="The values of N to try, comma-separated.")
 @click.option("--prime", default="ROMEO:", show_default=True)
-def main(checkpoint: str, lengths: str, prime: str) -> None:
+@click.option("--corpus", type=click.Path(exists=True, dir_okay=False),
+              help="The training corpus, where the checkpoint's own path to it is not on this machine.")
+def main(checkpoint: str, lengths: str, prime: str, corpus: str | None) -> None:
     path = checkpoint_in(checkpoint)
     loaded = load_model(path)
-    train_text = loaded.vocab.decode(checkpoint_split(loaded.payload.get("corpus"), loaded.vocab).train)
+    if corpus is None:
+        train_text = loaded.vocab.decode(checkpoint_split(loaded.payload.get("corpus"), loaded.vocab).train)
+    else:
+        train_text = Path(corpus).read_text(encoding="utf-8")[: loaded.payload["corpus"]["split_point"]]
     reference = Reference(train_text)
     model = charrnn.load(path)
-    decodings = {"greedy": [{"greedy": True}],
+    decodings = {"greedy": [{"greedy": True}], "beam 8": [{"beam_width": 8}],
                  "temperature 0.5": [{"temperature": 0.5, "seed": seed} for seed in SEEDS]}
     print(f"{path}: {LENGTH:,} characters after {prime!r}; loops = share of characters inside a repeated "
           f"{LOOP_RUN}-character run")

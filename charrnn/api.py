@@ -40,6 +40,7 @@ from charrnn.config import (
 )
 from charrnn.data.datasets import DATASETS, DEFAULT_DATASET
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, escape
+from charrnn.models.pretrained import resolve_shipped, run_name
 from charrnn.utils.terminal import shown
 from charrnn.utils.text import require_valid_text
 from charrnn.utils.threads import check_threads, use_threads
@@ -353,8 +354,7 @@ class Inspection:
 
         if self.values is None:
             raise OptionConflict("a page shows one unit's values: give {unit}")
-        where = "" if self.checkpoint is None else \
-            f"{self.checkpoint.resolve().parent.name}/{self.checkpoint.name}: "
+        where = "" if self.checkpoint is None else f"{run_name(self.checkpoint)}/{self.checkpoint.name}: "
         state = "cell state" if self.state == "c" else "hidden state"
         title = f"{where}layer {self.layer}, unit {self.unit}, {state}"
         return html_page(self.text, self.values, self.scale, title)
@@ -514,13 +514,9 @@ class Model:
         check_generation_fits(rows, config.length, self.network.config, device, option)
 
     def _beams(self, prime: str, config: SampleConfig) -> Samples:
-        from charrnn.config import DEFAULT_LENGTH_PENALTY
-        from charrnn.generation.beam import beam_search
+        from charrnn.generation.beam import beams_for
 
-        assert config.beam_width is not None
-        penalty = DEFAULT_LENGTH_PENALTY if config.length_penalty is None else config.length_penalty
-        beams = beam_search(self.network, self.vocab, prime, config.beam_width, config.length, config.stop_at,
-                            penalty, config.min_length)
+        beams = beams_for(self.network, self.vocab, prime, config)
         notes = []
         if len(beams) < config.num_samples:
             notes.append(f"only {len(beams)} distinct continuation(s) of {config.length} characters exist "
@@ -585,20 +581,21 @@ class Model:
         return self.look(Looking.check(text, file, options))
 
     def writing(self, prime: str | None = None, *, temperature: float | None = None, seed: int | None = None,
-                prime_file: PathArg | None = None, **unused: Any) -> Any:
+                no_repeat: int | None = None, prime_file: PathArg | None = None, **unused: Any) -> Any:
         """A :class:`~charrnn.generation.writing.WritingSession`: a text after ``prime`` written
         character by character by a person or the model (``sample --interactive``), undoable exactly.
-        The model continues at ``temperature``; ``seed`` (drawn when not given) makes its choices
-        repeatable. Other decoding settings do not apply and are refused."""
+        The model continues at ``temperature``, under the no-repeat rule when ``no_repeat`` is given;
+        ``seed`` (drawn when not given) makes its choices repeatable. Other decoding settings do not
+        apply and are refused."""
         from charrnn.generation.writing import WritingSession
 
         if unused:
-            raise OptionConflict(f"writing interactively takes a prime, a temperature and a seed: "
-                                 f"{{{sorted(unused)[0]}}} does not apply")
-        request = Decoding.check(prime, None, temperature, prime_file, {"seed": seed})
+            raise OptionConflict(f"writing interactively takes a prime, a temperature, a seed and the "
+                                 f"no-repeat rule: {{{sorted(unused)[0]}}} does not apply")
+        request = Decoding.check(prime, None, temperature, prime_file, {"seed": seed, "no_repeat": no_repeat})
         decoding = request.config
         return WritingSession(self.network, self.vocab, request.prime, decoding.softmax_temperature,
-                              decoding.seed)
+                              decoding.seed, decoding.no_repeat)
 
     def surprisal(self, text: str | None = None, *, file: PathArg | None = None, top: int = SURPRISAL_TOP,
                   skip_unknown: bool = False, max_chars: int | None = None,
@@ -973,7 +970,7 @@ def export(checkpoint: PathArg, output: PathArg, *, title: str | None = None, pr
     unknown = model.vocab.outside(Counter(prime))
     if unknown:
         raise CharrnnError(f"the prime has characters the model never saw: {', '.join(map(repr, unknown))}")
-    name = title or f"charrnn: {model.checkpoint.parent.name or model.checkpoint.stem}"
+    name = title or f"charrnn: {run_name(model.checkpoint) or model.checkpoint.stem}"
     shape = model.network.config
     about = (f"A character-level {shape.num_layers}×{shape.hidden_size} {shape.cell.upper()} trained for "
              f"{model.payload.get('step', 0):,} steps, generating text in this page.")
@@ -1063,6 +1060,8 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
     from charrnn.training.observer import TrainObserver
     for what in ("resume", "init_from", "corpus"):
         given = getattr(request, what)
+        if given is not None and what != "corpus":
+            given = resolve_shipped(given)
         if given is not None and not os.path.lexists(given):  # a broken link is reported where it is read
             raise CharrnnError(f"{{{what}}} {escape(str(given))} does not exist", names_options=True)
     if observer is not None and not isinstance(observer, TrainObserver):

@@ -450,7 +450,7 @@ class SampleConfig(_DictMixin):
     length_penalty: float | None = None  # beam search with a stop string: rank beams by log-probability /
     # ((5 + n) / 6) ** this, n their length (0: by total log-probability)
     no_repeat: int | None = None  # never complete a run of this many characters that the text (prime
-    # included) already holds, which ends loops (16 measured best; sampling and greedy decoding)
+    # included) already holds, which ends loops (16 measured best; sampling, greedy and beam search)
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -476,9 +476,6 @@ class SampleConfig(_DictMixin):
             if ignored:
                 raise OptionConflict(f"{{{deterministic}}} is deterministic; "
                                      f"{', '.join('{' + name + '}' for name in ignored)} does not apply")
-        if self.no_repeat is not None and self.beam_width is not None:
-            raise OptionConflict("{no_repeat} applies to sampling and greedy decoding; beam search ranks "
-                                 "whole continuations and does not take it")
         if self.length_penalty is not None and self.beam_width is None:
             raise OptionConflict("{length_penalty} ranks beams: it goes with {beam_width}")
         if self.min_length > self.length:

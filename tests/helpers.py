@@ -38,3 +38,14 @@ def plan_run(corpus: Path | None, out: Path | None, *, overwrite: bool = False, 
     (fields of ModelConfig and TrainConfig); with ``resume``, only the options given change."""
     given = options if resume is not None else {**TINY_RUN, **options}
     return plan_training(TrainingRequest(corpus, given, out, overwrite=overwrite, resume=resume))
+
+
+def repeated_runs(text: str, n: int) -> list[str]:
+    """The runs of ``n`` characters that occur more than once in ``text``."""
+    seen, repeated = set(), []
+    for start in range(len(text) - n + 1):
+        run_ = text[start:start + n]
+        if run_ in seen:
+            repeated.append(run_)
+        seen.add(run_)
+    return repeated

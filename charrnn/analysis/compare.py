@@ -21,13 +21,14 @@ import torch
 
 from charrnn.analysis.dynamic import checkpoint_dynamic_score
 from charrnn.analysis.memorisation import COPY_MIN_CHARS, Reference, measure
-from charrnn.config import DEFAULT_LENGTH_PENALTY, DynamicConfig, SampleConfig
+from charrnn.config import DynamicConfig, SampleConfig
 from charrnn.data.corpus import checkpoint_validation_ids, read_corpus
 from charrnn.data.vocab import UnknownCharactersError
 from charrnn.errors import CharrnnError, escape
-from charrnn.generation.beam import beam_search
+from charrnn.generation.beam import beams_for
 from charrnn.generation.sample import collect_samples, generate
 from charrnn.models.evaluate import evaluate
+from charrnn.models.pretrained import run_name
 from charrnn.training.checkpoint import LoadedModel, load_model
 from charrnn.utils.terminal import shown
 
@@ -122,9 +123,7 @@ def _scored_ids(loaded: LoadedModel, settings: CompareSettings) -> torch.Tensor:
 def _sample(loaded: LoadedModel, settings: CompareSettings) -> tuple[str, float | None]:
     sample = settings.sample
     if sample.beam_width is not None:
-        penalty = DEFAULT_LENGTH_PENALTY if sample.length_penalty is None else sample.length_penalty
-        best = beam_search(loaded.model, loaded.vocab, settings.prime, sample.beam_width, sample.length,
-                           sample.stop_at, penalty, sample.min_length)[0]
+        best = beams_for(loaded.model, loaded.vocab, settings.prime, sample)[0]
         return settings.prime + best.text, best.log_prob
     steps = generate(loaded.model, loaded.vocab, settings.sample, settings.prime)
     return collect_samples(steps, settings.prime, 1)[0], None
@@ -198,7 +197,7 @@ def compare_checkpoint(loaded: LoadedModel, path: Path, settings: CompareSetting
             errors.append(f"no memorisation figures: {exc.as_template()}")
     return CheckpointReport(
         checkpoint=str(path),
-        run=Path(path).resolve().parent.name,
+        run=run_name(Path(path)),
         epoch=payload.get("progress_epochs", payload.get("epoch")),
         step=payload.get("step"),
         vocab_size=len(loaded.vocab),

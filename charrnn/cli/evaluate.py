@@ -13,6 +13,7 @@ from charrnn.cli.options import (
     json_option,
     option,
     option_namer,
+    reads_checkpoints,
     sampling_options,
     single_stream_option,
     skip_unknown_option,
@@ -23,6 +24,7 @@ from charrnn.errors import CharrnnError
 
 
 @click.command("eval-perplexity", cls=GroupedCommand)
+@reads_checkpoints
 @click.argument("checkpoint", type=click.Path())
 @click.argument("text_file", required=False, type=click.Path())
 @json_option()
@@ -61,6 +63,7 @@ def eval_perplexity_command(checkpoint: str, text_file: str | None, as_json: boo
 
 
 @click.command("compare", cls=GroupedCommand)
+@reads_checkpoints
 @click.argument("checkpoints", nargs=-1, required=True, type=click.Path())
 @sampling_options(COMPARE_LENGTH, seed=str(COMPARE_SEED))
 @option("--text", "text_file", group="scoring", type=click.Path(), default=None,

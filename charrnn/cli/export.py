@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import click
 
-from charrnn.cli.options import GroupedCommand, json_option, option, threads_option
+from charrnn.cli.options import GroupedCommand, json_option, option, reads_checkpoints, threads_option
 from charrnn.cli.output import message, print_json, say_checkpoint
 
 
 @click.command("export", cls=GroupedCommand)
+@reads_checkpoints
 @click.argument("checkpoint", type=click.Path())
 @option("--output", required=True, type=click.Path(), group="output",
         help="The HTML page to write (one file: the weights, the vocabulary and the JavaScript inside).")

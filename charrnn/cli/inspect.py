@@ -12,6 +12,7 @@ from charrnn.cli.options import (
     device_option,
     json_option,
     option,
+    reads_checkpoints,
     single_stream_option,
     skip_unknown_option,
 )
@@ -22,6 +23,7 @@ from charrnn.utils.terminal import stream_stdout
 
 
 @click.command("info", cls=GroupedCommand)
+@reads_checkpoints
 @click.argument("checkpoint", type=click.Path())
 @json_option()
 def info_command(checkpoint: str, as_json: bool) -> None:
@@ -49,6 +51,7 @@ def info_command(checkpoint: str, as_json: bool) -> None:
 
 
 @click.command("inspect", cls=GroupedCommand)
+@reads_checkpoints
 @click.argument("checkpoint", type=click.Path())
 @click.argument("text_file", type=click.Path())
 @config_option("--unit", InspectConfig, "unit", "what to look at", type=int)

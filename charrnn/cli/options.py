@@ -8,6 +8,7 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -115,6 +116,17 @@ class GroupedCommand(click.Command):
         for name, records in groups.items():
             with formatter.section(name.capitalize()):
                 formatter.write_dl(records)
+
+
+SHIPPED_NOTE = ("A checkpoint is a file, a run directory (meaning its best.pt), or shakespeare: the model "
+                "that comes with charrnn (a file or directory named shakespeare in the current directory "
+                "comes first).")
+
+
+def reads_checkpoints(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Ends a command's help with what a checkpoint argument may be (place below ``click.command``)."""
+    command.__doc__ = f"{inspect.cleandoc(command.__doc__ or '')}\n\n{SHIPPED_NOTE}"
+    return command
 
 
 def option(*decls: str, group: str | None = None, default_text: str | None = None,

@@ -12,6 +12,7 @@ from charrnn.cli.options import (
     device_option,
     json_option,
     option,
+    reads_checkpoints,
     sampling_options,
 )
 from charrnn.cli.output import message, say_checkpoint, write_file
@@ -30,6 +31,7 @@ def render_samples(texts: list[str], kind: str) -> str:
 
 
 @click.command("sample", cls=GroupedCommand)
+@reads_checkpoints
 @click.argument("checkpoint", type=click.Path())
 @sampling_options(DEFAULTS.length)
 @config_option("--min-length", SampleConfig, "min_length", "decoding", type=int)

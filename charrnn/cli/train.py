@@ -78,7 +78,8 @@ def _parse_epochs(ctx: click.Context, param: click.Parameter, value: str | None)
 @option("--resume", type=click.Path(), group=RUN,
         help="Continue the run that wrote this checkpoint (or a run directory's last.pt), exactly.")
 @option("--init-from", type=click.Path(), group=RUN,
-        help="Fine-tune: start from this checkpoint's weights (fresh optimiser) on CORPUS.")
+        help="Fine-tune: start from this checkpoint's weights (fresh optimiser) on CORPUS; shakespeare "
+             "names the model that comes with charrnn (unless a file or directory has that name).")
 @option("--extend-vocab", is_flag=True, group=RUN,
         help="With --init-from: add the corpus's new characters to the vocabulary.")
 @option("--save-epochs", callback=_parse_epochs, metavar="E1,E2,...", group=RUN,

@@ -6,6 +6,9 @@ through :class:`~charrnn.models.stepper.Stepper`; after each selection the recur
 (h, and c for the LSTM) is reordered to follow the surviving beams. Plain text has
 no end symbol, so beams run to ``length`` characters unless ``stop_at`` ends one:
 a stopped beam keeps its score, stops growing, and competes with the rest as is.
+With ``no_repeat`` N, a candidate that would complete a run of N characters its own
+beam's text (prime included) already holds is not a candidate, so the search keeps
+the most probable continuations among those the rule allows.
 
 With B = 1 this is greedy decoding. Like a very low temperature, beam search
 favours safe, high-frequency continuations and often falls into repetition.
@@ -17,9 +20,10 @@ from dataclasses import dataclass
 
 import torch
 
+from charrnn.config import DEFAULT_LENGTH_PENALTY, SampleConfig
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
-from charrnn.generation.sample import extend_tail, warm_state
+from charrnn.generation.sample import extend_tail, repeat_followers, warm_state
 from charrnn.models.model import CharRNN
 from charrnn.models.stepper import Layers, make_stepper
 
@@ -43,10 +47,18 @@ def _reorder(layers: Layers, parents: torch.Tensor) -> Layers:
     return [tuple(s.index_select(0, parents) for s in layer) for layer in layers]
 
 
+def beams_for(model: CharRNN, vocab: Vocab, prime: str, config: SampleConfig) -> list[Beam]:
+    """:func:`beam_search` with ``config``'s settings (its beam width, which must be set)."""
+    assert config.beam_width is not None
+    penalty = DEFAULT_LENGTH_PENALTY if config.length_penalty is None else config.length_penalty
+    return beam_search(model, vocab, prime, config.beam_width, config.length, config.stop_at, penalty,
+                       config.min_length, config.no_repeat)
+
+
 @torch.no_grad()
 def beam_search(
     model: CharRNN, vocab: Vocab, prime: str, width: int, length: int, stop_at: str | None = None,
-    length_penalty: float = 0.0, min_length: int = 0,
+    length_penalty: float = 0.0, min_length: int = 0, no_repeat: int | None = None,
 ) -> list[Beam]:
     """The ``width`` most probable continuations of ``prime``, best first.
 
@@ -56,6 +68,8 @@ def beam_search(
     the plain total), which only matters once ``stop_at`` ends beams at different
     lengths: a total log-probability always prefers the beam that stopped first.
     ``stop_at`` ends no beam shorter than ``min_length`` generated characters.
+    ``no_repeat``: see the module docstring; where the rule would leave a beam no character, it
+    allows them all, as sampling does.
     """
     if width < 1:
         raise CharrnnError("beam width must be at least 1")
@@ -71,6 +85,8 @@ def beam_search(
     stopped = torch.zeros(1, dtype=torch.bool, device=device)  # (n,)
     lengths = torch.zeros(1, dtype=torch.long, device=device)  # (n,) characters generated
     tails = [""]  # last len(stop_at) generated characters of each beam
+    texts = [prime]  # with no_repeat: each beam's whole text, prime included
+    ids = {char: index for index, char in enumerate(vocab.chars)}
     # Per step, each surviving beam's parent and symbol (-1 after a stop); the texts are
     # read back once at the end, so a step costs the same at character 10 and 10,000,
     # and without a stop string it never waits for the device.
@@ -82,7 +98,14 @@ def beam_search(
             # A stopped beam offers exactly one candidate: itself, unchanged (column 0 stands in).
             candidates[stopped] = float("-inf")
             candidates[stopped, 0] = scores[stopped]
-        keep = min(width, candidates.numel())
+        if no_repeat is not None:
+            running = [True] * len(texts) if not stop_at else (~stopped).tolist()
+            for row, (text, grows) in enumerate(zip(texts, running, strict=True)):
+                banned = [ids[c] for c in repeat_followers(text, no_repeat)] if grows else []
+                if banned and len(banned) < vocab_size:
+                    candidates[row, banned] = float("-inf")
+        # A banned candidate is none: never kept, even where fewer than ``width`` remain.
+        keep = min(width, candidates.numel() if no_repeat is None else int(torch.isfinite(candidates).sum()))
         if stop_at and length_penalty:
             # Only stopped beams differ in length: a running beam grows by one character, a stopped
             # one keeps its own.
@@ -110,6 +133,9 @@ def beam_search(
                     stopped[i] = reached and beam_lengths[i] >= min_length
                 new_tails.append(tail)
             tails = new_tails
+        if no_repeat is not None:
+            texts = [texts[parent] + (vocab.chars[symbol] if symbol >= 0 else "")
+                     for parent, symbol in zip(parents.tolist(), symbols.tolist(), strict=True)]
         history.append((parents, symbols))
         if stop_at and bool(stopped.all()):
             break

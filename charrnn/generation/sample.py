@@ -153,6 +153,24 @@ class RepeatGuard:
         return self.followers.get(self.tail, set()) if len(self.tail) == self.n - 1 else set()
 
 
+def repeat_followers(text: str, n: int) -> set[str]:
+    """The characters that, after ``text``, would complete a run of ``n`` characters ``text`` already
+    holds: those that followed earlier occurrences of its last ``n - 1``.
+
+    The rule read from a text, for texts that branch (beam search) or shrink (the writer's undo), where
+    a :class:`RepeatGuard` would have to be copied or rebuilt; one scan of a text of thousands of
+    characters costs microseconds.
+    """
+    width = n - 1
+    tail = text[len(text) - width:] if len(text) >= width else None
+    followers: set[str] = set()
+    start = -1 if tail is None else text.find(tail)
+    while 0 <= start < len(text) - width:
+        followers.add(text[start + width])
+        start = text.find(tail, start + 1)
+    return followers
+
+
 def ban_repeats(logits: torch.Tensor, guards: list[RepeatGuard]) -> torch.Tensor:
     """``logits`` (B, V) with each row's banned characters at -inf, unless that would ban them all (a text
     that cannot go on without repeating takes its likeliest character, as without the rule)."""

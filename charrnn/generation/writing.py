@@ -6,7 +6,8 @@ re-reading). At each point it offers the model's likeliest next characters with
 their probabilities: the same numbers ``inspect --surprisal`` shows (the softmax
 of the scores, at temperature 1). The person picks one, types any character the
 model knows, or lets the model continue to the end of the word or line at the
-session's temperature.
+session's temperature (and under the no-repeat rule, when given, read from the
+text as it stands, so an undo takes its runs back too).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 from charrnn.config import SampleConfig, checked
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError, ConfigError
-from charrnn.generation.sample import choose_next, make_generator, warm_state
+from charrnn.generation.sample import choose_next, make_generator, repeat_followers, warm_state
 from charrnn.models.model import CharRNN
 from charrnn.models.stepper import Layers, make_stepper
 
@@ -42,10 +43,12 @@ class _Point:
 class WritingSession:
     """A text being written after ``prime``; see the module docstring."""
 
-    def __init__(self, model: CharRNN, vocab: Vocab, prime: str, temperature: float, seed: int):
+    def __init__(self, model: CharRNN, vocab: Vocab, prime: str, temperature: float, seed: int,
+                 no_repeat: int | None = None):
         self.vocab, self.prime = vocab, prime
         self.stepper = make_stepper(model)
-        self.decoding = SampleConfig(temperature=temperature, seed=seed)
+        self.decoding = SampleConfig(temperature=temperature, seed=seed, no_repeat=no_repeat)
+        self.ids = {char: index for index, char in enumerate(vocab.chars)}
         self.generator = make_generator(seed)
         current, state = warm_state(model, vocab, prime, 1)
         logits, layers = self.stepper.step_layers(current, self.stepper.unstack(state))
@@ -95,9 +98,22 @@ class WritingSession:
             raise ConfigError("must name at least one character to stop at", "ends")
         wrote = []
         for _ in range(MAX_CONTINUATION):
-            next_id = choose_next(self.points[-1].logits, self.decoding, self.generator)  # (1,)
+            next_id = choose_next(self._allowed_logits(), self.decoding, self.generator)  # (1,)
             self._advance(next_id)
             wrote.append(self.points[-1].char)
             if wrote[-1] in ends:
                 break
         return "".join(wrote)
+
+    def _allowed_logits(self) -> torch.Tensor:
+        """The scores of the next character, (1, V), those the no-repeat rule bans at -inf (unless it bans
+        every one)."""
+        logits = self.points[-1].logits
+        if self.decoding.no_repeat is None:
+            return logits
+        banned = [self.ids[char] for char in repeat_followers(self.text, self.decoding.no_repeat)]
+        if not banned or len(banned) == len(self.vocab):
+            return logits
+        allowed = logits.clone()
+        allowed[0, banned] = float("-inf")
+        return allowed

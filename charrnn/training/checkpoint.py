@@ -39,6 +39,7 @@ from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
 from charrnn.models.evaluate import EvalResult
 from charrnn.models.model import CharRNN, state_shapes
+from charrnn.models.pretrained import resolve_shipped
 from charrnn.utils.files import replace_file
 
 FORMAT_VERSION = 1
@@ -126,8 +127,9 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def checkpoint_in(path: Path, name: str = "best.pt") -> Path:
-    """``path`` itself, or for a run directory its checkpoint ``name`` (best.pt, or last.pt to resume)."""
-    path = Path(path)
+    """``path`` itself, or for a run directory its checkpoint ``name`` (best.pt, or last.pt to resume), or
+    the model shipped under the name ``path`` gives (:func:`~charrnn.models.pretrained.resolve_shipped`)."""
+    path = resolve_shipped(Path(path))
     if not path.is_dir():
         return path
     if not (path / name).is_file():

@@ -6,8 +6,8 @@ import torch
 
 from charrnn.config import ModelConfig, SampleConfig
 from charrnn.data.vocab import Vocab
-from charrnn.generation.beam import beam_search, length_normaliser
-from charrnn.generation.sample import generate
+from charrnn.generation.beam import beam_search, length_normaliser, repeat_followers
+from charrnn.generation.sample import RepeatGuard, generate
 from charrnn.models.model import CharRNN
 from charrnn.training.checkpoint import load_model
 
@@ -148,3 +148,48 @@ def test_min_length_keeps_stop_strings_from_ending_short_texts(tiny_checkpoint):
 
     assert any(len(text) < 25 for text in sampled(0))
     assert all(len(text) >= 25 for text in sampled(25))
+
+
+def allowed_by_the_rule(text: str, start: int, n: int, vocab: Vocab) -> bool:
+    """Whether every character of ``text`` after ``start`` obeys the no-repeat rule, written out: it
+    completes no run of ``n`` characters found earlier, unless every character would."""
+    for end in range(start, len(text)):
+        earlier, tail = text[:end], text[end - n + 1 : end]
+        if end < n - 1:
+            continue
+        seen = {earlier[i + n - 1] for i in range(end - n + 1) if earlier[i : i + n - 1] == tail}
+        if text[end] in seen and len(seen) < len(vocab):
+            return False
+    return True
+
+
+def test_beam_search_with_the_rule_returns_the_most_probable_allowed_continuation(toy):
+    """Exhaustive: every continuation of 6 characters over 3 symbols, scored and filtered by hand."""
+    model, vocab = toy
+    prime, length, n = "ab", 6, 3
+    every = ["".join(t) for t in itertools.product(vocab.chars, repeat=length)]
+    allowed = sorted(((score_text(model, vocab, prime, t), t) for t in every
+                      if allowed_by_the_rule(prime + t, len(prime), n, vocab)), reverse=True)
+    unconstrained = max(every, key=lambda t: score_text(model, vocab, prime, t))
+    assert allowed[0][1] != unconstrained  # the rule changes the answer here
+    beams = beam_search(model, vocab, prime, width=len(every), length=length, no_repeat=n)
+    assert [b.text for b in beams] == [t for _, t in allowed]  # every allowed one, best first
+    assert beams[0].log_prob == pytest.approx(allowed[0][0], abs=1e-6)  # float32 logits, two paths
+
+
+def test_beam_width_one_with_the_rule_is_greedy_with_the_rule(tiny_checkpoint):
+    loaded = load_model(tiny_checkpoint)
+    (beam,) = beam_search(loaded.model, loaded.vocab, "ROMEO:", width=1, length=200, no_repeat=8)
+    greedy = "".join(c[0] for c in generate(loaded.model, loaded.vocab,
+                                            SampleConfig(length=200, greedy=True, no_repeat=8), "ROMEO:"))
+    assert beam.text == greedy
+
+
+def test_the_rule_reads_the_same_from_a_text_as_from_its_index():
+    generator = torch.Generator().manual_seed(5)
+    for _ in range(200):
+        ids = torch.randint(0, 3, (int(torch.randint(0, 30, (1,), generator=generator)),),
+                            generator=generator).tolist()
+        n = int(torch.randint(2, 5, (1,), generator=generator))
+        text = "".join("abc"[i] for i in ids)
+        assert repeat_followers(text, n) == {"abc"[i] for i in RepeatGuard(n, ids).banned()}, (text, n)

@@ -6,6 +6,8 @@ from charrnn.errors import CharrnnError, ConfigError
 from charrnn.generation.sample import filter_logits, generate
 from charrnn.training.checkpoint import load_model
 
+from helpers import repeated_runs
+
 
 def run(loaded, prime="ROMEO:", **options) -> list[str]:
     config = SampleConfig(**{"length": 60, **options})
@@ -100,17 +102,6 @@ def test_stop_at_ignores_the_prime(loaded):
     assert len(generated) > 1 and generated.endswith("\n") and generated.count("\n") == 1
 
 
-def repeated_runs(text: str, n: int) -> list[str]:
-    """The runs of ``n`` characters that occur more than once in ``text``."""
-    seen, repeated = set(), []
-    for start in range(len(text) - n + 1):
-        run_ = text[start:start + n]
-        if run_ in seen:
-            repeated.append(run_)
-        seen.add(run_)
-    return repeated
-
-
 def test_the_repeat_guard_bans_what_would_complete_a_run_already_held():
     from charrnn.generation.sample import RepeatGuard, ban_repeats
 
@@ -139,12 +130,9 @@ def test_no_repeat_is_checked_in_both_doors(tiny_checkpoint):
     from click.testing import CliRunner
 
     from charrnn.cli.main import cli
-    from charrnn.errors import OptionConflict
 
     with pytest.raises(ConfigError, match="no_repeat"):
         SampleConfig(no_repeat=1)
-    with pytest.raises(OptionConflict, match="beam search ranks whole continuations"):
-        SampleConfig(no_repeat=8, beam_width=4)
     shown = CliRunner().invoke(cli, ["sample", str(tiny_checkpoint), "--greedy", "--no-repeat", "12",
                                      "--length", "200", "--prime", "ROMEO:"])
     assert shown.exit_code == 0 and repeated_runs(shown.stdout.rstrip("\n"), 12) == []

@@ -15,7 +15,7 @@ import charrnn
 from charrnn.cli.main import cli
 from charrnn.errors import CharrnnError
 
-from helpers import INSTALLED, needs_installed
+from helpers import INSTALLED, needs_installed, repeated_runs
 
 TMUX = shutil.which("tmux")
 
@@ -51,6 +51,22 @@ def test_the_model_finishes_the_word_or_the_line(session):
     assert wrote and wrote[-1] in " \n" and session.written == wrote
     line = session.continue_to("\n")
     assert line.endswith("\n") and "\n" not in line[:-1]
+
+
+def test_the_model_writes_under_the_no_repeat_rule_and_an_undo_takes_its_runs_back(tiny_checkpoint):
+    model = charrnn.load(tiny_checkpoint)
+    free, ruled = (model.writing("ROMEO:", temperature=0.05, seed=1, **rule)
+                   for rule in ({}, {"no_repeat": 8}))
+    for writer in (free, ruled):
+        while len(writer.written) < 300:
+            writer.continue_to("\n")
+    assert repeated_runs(free.text, 8)  # nearly greedy, the tiny model loops
+    assert repeated_runs(ruled.text, 8) == []
+    while len(ruled.written) > 20:
+        ruled.undo()
+    kept = ruled.text
+    ruled.continue_to("\n")
+    assert ruled.text.startswith(kept) and repeated_runs(ruled.text, 8) == []
 
 
 def test_a_character_the_model_never_saw_is_refused(session):

@@ -1,0 +1,37 @@
+"""The model that comes with charrnn: a small LSTM trained on tiny Shakespeare, named ``shakespeare``.
+
+Every command and API call that reads a checkpoint accepts the name (``charrnn sample shakespeare``,
+``charrnn.load("shakespeare")``, ``--init-from shakespeare``) where nothing of that name exists: a file,
+directory or link called ``shakespeare`` in the current directory is the user's own, and always comes
+first. The file holds 16-bit weights, loaded into float32; ``scripts/retrain_shipped_model.py``
+retrains it from scratch and records the corpus, settings and score in it (docs/shipped-model.md).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SHIPPED_MODELS = ("shakespeare",)  # the names a checkpoint argument may give instead of a path
+_FOLDER = Path(__file__).with_name("weights")
+
+
+def shipped_path(name: str) -> Path:
+    """Where the shipped model ``name`` lives inside the installed package."""
+    return _FOLDER / f"{name}.pt"
+
+
+def resolve_shipped(path: Path) -> Path:
+    """``path`` itself, or the shipped model it names when nothing at all (not even a broken link) is
+    at ``path``."""
+    if str(path) in SHIPPED_MODELS and not os.path.lexists(path):
+        return shipped_path(str(path))
+    return path
+
+
+def run_name(path: Path) -> str:
+    """The name reports give a checkpoint's run: its directory's, or a shipped model's own name."""
+    resolved = Path(path).resolve()
+    if resolved.parent == _FOLDER.resolve() and resolved.stem in SHIPPED_MODELS:
+        return resolved.stem
+    return resolved.parent.name

@@ -1,0 +1,135 @@
+"""The model that ships inside charrnn: its file, its provenance, and how ``shakespeare`` resolves."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import charrnn
+from charrnn.cli.main import cli as main
+from charrnn.data.datasets import DATASETS, DEFAULT_DATASET, get_dataset
+from charrnn.errors import CharrnnError
+from charrnn.models.pretrained import SHIPPED_MODELS, resolve_shipped, run_name, shipped_path
+from charrnn.training.checkpoint import checkpoint_in, load_checkpoint
+
+from helpers import INSTALLED, needs_installed
+
+SHIPPED = shipped_path("shakespeare")
+MOST_BYTES = 2_000_000  # the file's budget in the repository and the wheel
+
+
+@pytest.fixture
+def elsewhere(tmp_path, monkeypatch) -> Path:
+    """A current directory that holds nothing named shakespeare."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_the_shipped_file_is_small_safe_and_records_where_it_came_from():
+    payload = load_checkpoint(SHIPPED)  # the safe loader: weights_only, every field checked
+    assert SHIPPED.stat().st_size <= MOST_BYTES
+    assert {tensor.dtype for tensor in payload["model_state"].values()} == {torch.float16}
+    corpus = payload["corpus"]
+    dataset = DATASETS[DEFAULT_DATASET]
+    assert corpus["sha256"] == dataset.sha256 and corpus["chars"] == dataset.chars
+    assert corpus["path"] == f"{dataset.origin}/{dataset.relative_path}"  # its public home, no machine's path
+    settings = payload["train_config"]
+    assert settings["seed"] == 1 and settings["epochs"] == 5
+    assert 1.0 < payload["best"]["nats_per_char"] < 1.6
+    assert payload["best"]["chars"] == dataset.chars - corpus["split_point"] - 1
+
+
+@pytest.mark.slow
+def test_its_recorded_score_is_what_eval_perplexity_gives_on_the_downloaded_corpus(data_mirror, tmp_path):
+    corpus, _, _ = get_dataset(DEFAULT_DATASET, tmp_path)
+    payload = load_checkpoint(SHIPPED)
+    validation = corpus.read_text(encoding="utf-8")[payload["corpus"]["split_point"]:]
+    (tmp_path / "validation.txt").write_text(validation, encoding="utf-8")
+    result = CliRunner().invoke(main, ["eval-perplexity", "shakespeare", str(tmp_path / "validation.txt"),
+                                       "--json"])
+    assert result.exit_code == 0, result.output
+    scored = json.loads(result.stdout)
+    assert abs(scored["nats_per_char"] - payload["best"]["nats_per_char"]) < 1e-4
+    assert scored["chars"] == payload["best"]["chars"]
+
+
+def test_the_name_resolves_to_the_shipped_file_where_nothing_has_it(elsewhere):
+    for name in SHIPPED_MODELS:
+        assert resolve_shipped(Path(name)) == shipped_path(name)
+    assert checkpoint_in(Path("shakespeare")) == SHIPPED
+    assert run_name(SHIPPED) == "shakespeare"
+
+
+def test_a_users_own_file_directory_or_link_named_shakespeare_comes_first(elsewhere):
+    (elsewhere / "shakespeare").write_text("my notes", encoding="utf-8")
+    with pytest.raises(CharrnnError, match="shakespeare is not a charrnn checkpoint"):
+        charrnn.load("shakespeare")
+    (elsewhere / "shakespeare").unlink()
+    (elsewhere / "shakespeare").mkdir()
+    with pytest.raises(CharrnnError, match="shakespeare is a directory without a best.pt"):
+        charrnn.load("shakespeare")
+    (elsewhere / "shakespeare").rmdir()
+    os.symlink(elsewhere / "gone.pt", elsewhere / "shakespeare")
+    with pytest.raises(CharrnnError, match="checkpoint shakespeare does not exist"):
+        charrnn.load("shakespeare")
+
+
+def test_a_run_directory_named_shakespeare_is_the_users(elsewhere, tiny_checkpoint):
+    run = elsewhere / "shakespeare"
+    run.mkdir()
+    (run / "best.pt").write_bytes(tiny_checkpoint.read_bytes())
+    assert charrnn.load("shakespeare").checkpoint == Path("shakespeare/best.pt")
+
+
+def test_every_reader_accepts_the_name(elsewhere):
+    (elsewhere / "verse.txt").write_text("To be, or not to be, that is the question.\n", encoding="utf-8")
+    model = charrnn.load("shakespeare")
+    text = model.sample("ROMEO:", length=80, seed=1).texts[0]
+    assert text.startswith("ROMEO:") and len(text) == len("ROMEO:") + 80
+    assert charrnn.info("shakespeare").checkpoint == SHIPPED
+    runner = CliRunner()
+    for args in (["sample", "shakespeare", "--prime", "ROMEO:", "--length", "40", "--seed", "1"],
+                 ["info", "shakespeare"],
+                 ["eval-perplexity", "shakespeare", "verse.txt"],
+                 ["compare", "shakespeare", "--length", "20", "--seed", "1", "--text", "verse.txt"],
+                 ["inspect", "shakespeare", "verse.txt", "--surprisal"],
+                 ["export", "shakespeare", "--output", str(elsewhere / "page.html")]):
+        result = runner.invoke(main, args)
+        assert result.exit_code == 0, (args, result.output)
+    assert "shakespeare" in (elsewhere / "page.html").read_text(encoding="utf-8")
+
+
+def test_the_help_says_what_the_name_means_and_what_comes_first():
+    for command in ("sample", "compare", "eval-perplexity", "info", "inspect", "export"):
+        text = " ".join(CliRunner().invoke(main, [command, "--help"]).output.split())
+        assert "shakespeare: the model that comes with charrnn" in text, command
+        assert "named shakespeare in the current directory comes first" in text, command
+    assert "shakespeare names the model that comes with charrnn" in " ".join(
+        CliRunner().invoke(main, ["train", "--help"]).output.split())
+
+
+def test_fine_tuning_starts_from_the_shipped_weights(elsewhere):
+    corpus = elsewhere / "verse.txt"
+    sonnet = "Shall I compare thee to a summer's day?\nThou art more lovely and more temperate.\n"
+    corpus.write_text(sonnet * 40, encoding="utf-8")
+    result = charrnn.train(corpus, out_dir=elsewhere / "tuned", init_from="shakespeare", max_steps=2,
+                           batch_size=4, seq_len=16, device="cpu")
+    payload = load_checkpoint(result.out_dir / "last.pt")
+    assert payload["model_config"]["hidden_size"] == load_checkpoint(SHIPPED)["model_config"]["hidden_size"]
+
+
+@pytest.mark.slow
+@needs_installed
+def test_the_installed_command_samples_the_shipped_model_in_a_bare_directory(elsewhere):
+    done = subprocess.run([str(INSTALLED), "sample", "shakespeare", "--prime", "ROMEO:", "--length", "200",
+                           "--seed", "1"], capture_output=True, text=True, timeout=60, cwd=elsewhere,
+                          env={**os.environ, "CHARRNN_DATA_MIRROR": "http://127.0.0.1:9/offline"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ROMEO:") and len(done.stdout.strip()) > 150
+    assert not list(elsewhere.iterdir())  # nothing downloaded, nothing written
