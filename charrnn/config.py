@@ -411,6 +411,7 @@ SAMPLING_RULES: dict[str, SettingRule] = {
     "top_p": SettingRule("decimal", 0.0, 1.0, True, "must be a number in (0, 1]"),
     "seed": SettingRule("whole", SEED_RANGE[0], SEED_RANGE[1], False,
                         f"must be a whole number between {SEED_RANGE[0]} and {SEED_RANGE[1]} (64 bits)"),
+    "no_repeat": SettingRule("whole", 2, None, False, "must be a whole number of at least 2"),
 }
 
 
@@ -459,7 +460,6 @@ class SampleConfig(_DictMixin):
                 check_setting(name, getattr(self, name))
         require_at_least(self, 0, "min_length")
         require_at_least(self, 1, "num_samples", "beam_width")
-        require_at_least(self, 2, "no_repeat")
         require(self.length_penalty is None or self.length_penalty >= 0, "length_penalty",
                 "must be 0 or more")
         require(self.stop_at != "", "stop_at", "must not be empty (an empty string would end nothing)")

@@ -23,9 +23,10 @@ def export_command(checkpoint: str, output: str, title: str | None, prime: str, 
 
     The page runs the model in the browser with its own JavaScript: no Python,
     no server, no network. It has controls for the prime, length, temperature,
-    top-k, top-p, greedy decoding and the seed, and reads the same settings from
-    its URL (?prime=ROMEO:&length=300&greedy=1&autorun=1). Greedy text in the
-    page is the text of charrnn sample --greedy.
+    top-k, top-p, greedy decoding, the seed and the no-repeat rule, and reads the
+    same settings from its URL (?prime=ROMEO:&length=300&greedy=1&autorun=1).
+    Greedy text in the page is the text of charrnn sample --greedy (with
+    --no-repeat N as with no_repeat=N).
 
     \b
     Example:

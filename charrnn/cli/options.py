@@ -210,7 +210,7 @@ def sampling_options(length: int, seed: str | None = None) -> Decorator:
         decoding("--seed", name="seed", type=SettingText("seed"),
                  **({"default_text": seed, "help": "The same seed for every checkpoint."} if seed else {})),
         decoding("--beam-width", name="beam_width", type=int),
-        decoding("--no-repeat", name="no_repeat", type=int, metavar="N"),
+        decoding("--no-repeat", name="no_repeat", type=SettingText("no_repeat"), metavar="N"),
         decoding("--stop-at", name="stop_at"),
         option("--prime", group="prime", help="Text to warm the model with; the output starts with it."),
         option("--prime-file", type=click.Path(), group="prime", help="Read the prime from a UTF-8 file."),

@@ -10,7 +10,7 @@ The page holds three things, all inline:
   command line's after some characters; float32 keeps it identical;
 - ``web/model.js``: charrnn's forward step and decoding in JavaScript, equation for
   equation the one-character path of :mod:`charrnn.models.stepper`;
-- ``web/page.js``: the controls (prime, length, temperature, top-k, top-p, greedy,
+- ``web/page.js``: the controls (prime, length, temperature, top-k, top-p, greedy, no-repeat,
   seed), which stream the characters into ``<pre id="output">`` as they come, and
   read the same settings from the URL (``?prime=...&length=...&greedy=1&autorun=1``)
   for automation, setting ``data-state="done"`` on the output when finished. Every

@@ -23,7 +23,7 @@ from charrnn.generation.webpage import WEB, model_spec
 from charrnn.models.model import CharRNN
 from charrnn.models.stepper import make_stepper
 
-from helpers import plan_run
+from helpers import plan_run, repeated_runs
 
 NODE = shutil.which("node")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -142,7 +142,8 @@ def browser_dom(page: Path, query: str, tmp_path: Path) -> str:
 @needs_chromium
 @pytest.mark.parametrize("kind", ["lstm with skip connections", "layer-normalised gru", "rnn relu"])
 def test_greedy_text_in_the_browser_is_charrnn_samples(kind, tmp_path):
-    """Trained on text with emoji, CJK and combining marks: 400 characters, the same in both."""
+    """Trained on text with emoji, CJK and combining marks: 400 characters, the same in both, without and
+    with the no-repeat rule."""
     corpus = tmp_path / "corpus.txt"
     lines = (f"ROMEO 🙂 {n}: café, cafe\u0301 語 — “quoted” line {n % 9}.\n" for n in range(300))
     corpus.write_text("".join(lines), encoding="utf-8")
@@ -150,9 +151,14 @@ def test_greedy_text_in_the_browser_is_charrnn_samples(kind, tmp_path):
     page = tmp_path / "page.html"
     charrnn.export(tmp_path / "run" / "best.pt", page)
     prime = "ROMEO 🙂"
-    expected = charrnn.sample(tmp_path / "run" / "best.pt", prime, 400, greedy=True).text
-    state, shown = browser_text(page, f"prime={prime}&length=400&greedy=1&autorun=1", tmp_path / "profile")
-    assert state == "done" and shown == expected
+    for rule in ({}, {"no_repeat": 6}):
+        expected = charrnn.sample(tmp_path / "run" / "best.pt", prime, 400, greedy=True, **rule).text
+        query = "".join(f"&{name}={value}" for name, value in rule.items())
+        state, shown = browser_text(page, f"prime={prime}&length=400&greedy=1&autorun=1{query}",
+                                    tmp_path / f"profile{len(rule)}")
+        assert state == "done" and shown == expected
+    assert repeated_runs(shown, 6) == [] and shown != charrnn.sample(tmp_path / "run" / "best.pt", prime, 400,
+                                                                      greedy=True).text
 
 
 @pytest.mark.slow
@@ -183,7 +189,7 @@ def test_a_malformed_setting_in_the_address_is_an_error_never_a_guess(tiny_check
 
 
 FLAGS = {"length": "--length", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
-         "seed": "--seed"}
+         "seed": "--seed", "no_repeat": "--no-repeat"}
 # Each setting's text as a user may write it: the page and charrnn sample accept it, or both refuse it.
 SETTING_ROWS = [
     ("length", "12"), ("length", " 12 "), ("length", "+12"), ("length", "0"), ("length", "1e3"),
@@ -194,6 +200,8 @@ SETTING_ROWS = [
     ("top_p", "0.9"), ("top_p", "1"), ("top_p", "NaN"), ("top_p", "abc"), ("top_p", "1.5"), ("top_p", "0"),
     ("seed", "7"), ("seed", "-7"), ("seed", "18446744073709551615"), ("seed", "18446744073709551616"),
     ("seed", "x"),
+    ("no_repeat", "2"), ("no_repeat", "16"), ("no_repeat", "99999999999999999999"), ("no_repeat", "1"),
+    ("no_repeat", "0"), ("no_repeat", "2.5"), ("no_repeat", "x"),
 ]
 
 

@@ -250,6 +250,36 @@ function chooseNext(logits, options, random) {
   return kept[kept.length - 1];
 }
 
+// The no-repeat rule, as charrnn.generation.sample.RepeatGuard: every run of n - 1 ids seen maps to the
+// ids that followed it, and the ids that would complete a run of n the text already holds are banned.
+function repeatGuard(n, ids) {
+  const followers = new Map();
+  let tail = [];
+  const guard = {
+    add(id) {
+      if (tail.length === n - 1) {
+        const key = tail.join(",");
+        if (!followers.has(key)) followers.set(key, new Set());
+        followers.get(key).add(id);
+      }
+      tail = [...tail, id].slice(-(n - 1));
+    },
+    banned() {
+      return tail.length === n - 1 ? followers.get(tail.join(",")) || new Set() : new Set();
+    },
+  };
+  for (const id of ids) guard.add(id);
+  return guard;
+}
+
+// `logits` with the banned ids at -Infinity, unless that would ban them all (the rule stands aside).
+function banRepeats(logits, banned) {
+  if (banned.size === 0 || banned.size >= logits.length) return logits;
+  const allowed = Float64Array.from(logits);
+  for (const id of banned) allowed[id] = -Infinity;
+  return allowed;
+}
+
 // Yield `length` characters after `prime`, reading the prime first (an empty prime reads a newline,
 // as at the start of a text, or the first character when the vocabulary has no newline).
 function* generate(model, prime, length, options) {
@@ -258,11 +288,14 @@ function* generate(model, prime, length, options) {
   let logits = null;
   for (const id of model.encode(warmup)) [logits, state] = model.step(id, state);
   const random = seededRandom(options.seed || 0);
+  // The rule reads the prime as given (not the newline an empty prime is warmed with), as on the command line.
+  const guard = options.noRepeat ? repeatGuard(options.noRepeat, model.encode(prime)) : null;
   for (let n = 0; n < length; n++) {
-    const id = chooseNext(logits, options, random);
+    const id = chooseNext(guard ? banRepeats(logits, guard.banned()) : logits, options, random);
+    if (guard) guard.add(id);
     yield model.vocab[id];
     [logits, state] = model.step(id, state);
   }
 }
 
-if (typeof module !== "undefined") module.exports = { CharModel, generate, chooseNext, argmax, seededRandom };
+if (typeof module !== "undefined") module.exports = { CharModel, generate, chooseNext, argmax, seededRandom, repeatGuard };

@@ -23,8 +23,8 @@
   let exactPrime = given.prime;
   input("prime").value = exactPrime;
   input("prime").addEventListener("input", () => { exactPrime = null; });
-  const FIELDS = ["length", "temperature", "top_k", "top_p", "seed"];
-  const OPTIONAL = new Set(["top_k", "top_p"]); // empty: not set
+  const FIELDS = ["length", "temperature", "top_k", "top_p", "seed", "no_repeat"];
+  const OPTIONAL = new Set(["top_k", "top_p", "no_repeat"]); // empty: not set
   const FLAGS = { "1": true, true: true, "0": false, false: false };
   let urlProblem = null;
 
@@ -134,7 +134,7 @@
     try {
       characters = generate(model, chosen.prime, chosen.length, {
         greedy: chosen.greedy, temperature: chosen.temperature, topK: chosen.top_k, topP: chosen.top_p,
-        seed: chosen.seed,
+        seed: chosen.seed, noRepeat: chosen.no_repeat,
       });
       output.textContent = "";
       show(chosen.prime);
