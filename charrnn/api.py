@@ -164,7 +164,7 @@ def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
         for each in given if isinstance(given, list | tuple) else [given]:
             if each is None or (input_name == "against" and each == "train"):  # a keyword, not a file
                 continue
-            path = _require_path(each, input_name)
+            path = resolve_shipped(_require_path(each, input_name))  # the shipped model is read too
             # A run directory stands for its files; a checkpoint in one, for its neighbours too, and
             # every checkpoint for the corpus it was trained on (its validation split is read).
             folder = path if path.is_dir() else path.parent if path.suffix == ".pt" else None
@@ -462,7 +462,7 @@ class Model:
 
         ``options`` are the other fields of :class:`~charrnn.config.SampleConfig`:
         ``top_k``, ``top_p``, ``greedy``, ``seed``, ``num_samples``, ``stop_at``,
-        ``min_length``, ``beam_width`` and ``length_penalty``. The same seed gives
+        ``min_length``, ``beam_width``, ``length_penalty`` and ``no_repeat``. The same seed gives
         the same text; without one, a seed is drawn and reported in the result.
         """
         return self.generate(Decoding.check(prime, length, temperature, prime_file, options))

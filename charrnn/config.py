@@ -451,7 +451,7 @@ class SampleConfig(_DictMixin):
     length_penalty: float | None = None  # beam search with a stop string: rank beams by log-probability /
     # ((5 + n) / 6) ** this, n their length (0: by total log-probability)
     no_repeat: int | None = None  # never complete a run of this many characters that the text (prime
-    # included) already holds, which ends loops (16 measured best; sampling, greedy and beam search)
+    # included) already holds, which ends loops (16 measured best; every decoding, and --interactive)
 
     def __post_init__(self) -> None:
         check_field_types(self)

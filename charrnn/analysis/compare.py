@@ -22,7 +22,7 @@ import torch
 from charrnn.analysis.dynamic import checkpoint_dynamic_score
 from charrnn.analysis.memorisation import COPY_MIN_CHARS, Reference, measure
 from charrnn.config import DynamicConfig, SampleConfig
-from charrnn.data.corpus import checkpoint_validation_ids, read_corpus
+from charrnn.data.corpus import checkpoint_validation_ids, corpus_path, read_corpus
 from charrnn.data.vocab import UnknownCharactersError
 from charrnn.errors import CharrnnError, escape
 from charrnn.generation.beam import beams_for
@@ -151,10 +151,11 @@ class References:
                                names_options=True)
         key = ("train", corpus["sha256"])
         if key not in self._cache:
-            path = Path(corpus["path"])
-            if not path.exists():
-                raise CharrnnError(f"the training corpus {escape(str(path))} is gone; give {{against}} FILE",
-                                   names_options=True)
+            try:
+                path = corpus_path(corpus)
+            except CharrnnError as exc:
+                raise CharrnnError(f"{exc.as_template()}; give {{against}} FILE",
+                                   names_options=True) from None
             text = read_corpus(path)
             # The recorded hash is of the corpus's UTF-8 bytes: the text just read, encoded again.
             if hashlib.sha256(text.encode("utf-8")).hexdigest() != corpus["sha256"]:

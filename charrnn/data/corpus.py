@@ -21,8 +21,9 @@ from charrnn.data.cache import (
     scan_corpus,
     unreadable_corpus_error,
 )
+from charrnn.data.datasets import local_copy
 from charrnn.data.vocab import Vocab
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, escape
 
 
 def corpus_name(path: Path) -> str:
@@ -119,6 +120,24 @@ def encode_corpus(
     return EncodedCorpus(vocab, ids, info)
 
 
+def corpus_path(corpus: dict[str, Any]) -> Path:
+    """Where a checkpoint's training corpus (its corpus record) is read on this machine: the path it
+    records, or where nothing is there and the text is a known dataset's (a checkpoint trained on another
+    machine, or the shipped model, which records the dataset's public address), the data directory's
+    copy of that dataset. Whether the text is unchanged is the caller's to check."""
+    recorded = Path(corpus["path"])
+    if recorded.exists():
+        return recorded
+    known = local_copy(corpus["sha256"])
+    if known is None:
+        raise CharrnnError(f"the training corpus {escape(corpus['path'])} is gone")
+    name, copy = known
+    if copy is None:
+        raise CharrnnError(f"the training corpus, {name}, is not in the data directory: `charrnn data get "
+                           f"{name}` fetches it")
+    return copy
+
+
 def checkpoint_validation_ids(corpus: dict[str, Any] | None, vocab: Vocab) -> torch.Tensor:
     """The validation split a checkpoint was trained with, as ids, checking the corpus is unchanged.
 
@@ -132,9 +151,7 @@ def checkpoint_split(corpus: dict[str, Any] | None, vocab: Vocab) -> Split:
     """Both splits a checkpoint was trained with, as ids (see :func:`checkpoint_validation_ids`)."""
     if corpus is None:
         raise CharrnnError("the checkpoint records no training corpus")
-    path = Path(corpus["path"])
-    if not path.exists():
-        raise CharrnnError(f"the training corpus {path} is gone")
+    path = corpus_path(corpus)
     scan = scan_corpus(path)
     if scan.sha256 != corpus["sha256"]:
         raise CharrnnError(f"the training corpus {path} has changed since training, so its validation split "

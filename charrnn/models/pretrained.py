@@ -29,9 +29,14 @@ def resolve_shipped(path: Path) -> Path:
     return path
 
 
-def run_name(path: Path) -> str:
-    """The name reports give a checkpoint's run: its directory's, or a shipped model's own name."""
+def shipped_name(path: Path) -> str | None:
+    """The name of the shipped model at ``path``, or None when ``path`` is not one."""
     resolved = Path(path).resolve()
     if resolved.parent == _FOLDER.resolve() and resolved.stem in SHIPPED_MODELS:
         return resolved.stem
-    return resolved.parent.name
+    return None
+
+
+def run_name(path: Path) -> str:
+    """The name reports give a checkpoint's run: its directory's, or a shipped model's own name."""
+    return shipped_name(path) or Path(path).resolve().parent.name

@@ -23,6 +23,7 @@ the declared model before anything is allocated, and names the first field that 
 
 from __future__ import annotations
 
+import os
 import types
 import typing
 import warnings
@@ -34,7 +35,7 @@ import torch
 
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data.cache import scan_corpus
-from charrnn.data.corpus import CorpusInfo
+from charrnn.data.corpus import CorpusInfo, corpus_path
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
 from charrnn.models.evaluate import EvalResult
@@ -97,6 +98,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     Any problem becomes a one-line :class:`CharrnnError`.
     """
     path = Path(path)
+    if path.is_symlink() and not path.exists():
+        raise CharrnnError(f"checkpoint {path} is a link to {os.readlink(path)}, which does not exist")
     if not path.is_file():
         raise CharrnnError(f"checkpoint {path} does not exist")
     try:
@@ -114,9 +117,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
             payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for corrupt, truncated or unsafe files
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CharrnnError(
-            f"{path} is not a readable charrnn checkpoint ({first_line[:160]})"
-        ) from None
+        shortened = first_line if len(first_line) <= 160 else first_line[:159].rstrip() + "…"
+        raise CharrnnError(f"{path} is not a readable charrnn checkpoint ({shortened})") from None
     if not isinstance(payload, dict) or not {"model_config", "vocab", "model_state"} <= payload.keys():
         raise CharrnnError(f"{path} is not a charrnn checkpoint (missing model, config or vocabulary)")
     try:
@@ -299,8 +301,9 @@ def corpus_status(corpus: dict[str, Any] | None) -> str:
     """Whether a checkpoint's training corpus is still where it was, unchanged."""
     if corpus is None:
         return "not recorded"
-    path = Path(corpus["path"])
-    if not path.exists():
+    try:
+        path = corpus_path(corpus)
+    except CharrnnError:
         return "missing"
     try:
         return "present, unchanged" if scan_corpus(path).sha256 == corpus["sha256"] else "present, changed"

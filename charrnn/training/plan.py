@@ -31,6 +31,7 @@ from charrnn.data.corpus import CorpusInfo, EncodedCorpus, corpus_name, encode_c
 from charrnn.data.vocab import UnknownCharactersError, Vocab
 from charrnn.errors import CharrnnError, ConfigError, OptionConflict, escape
 from charrnn.models.devices import resolve_precision
+from charrnn.models.pretrained import shipped_name
 from charrnn.training.budget import BudgetDecision, plan_budget
 from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_model
 from charrnn.training.distributed import SingleProcess
@@ -229,6 +230,11 @@ def _plan_resume(request: TrainingRequest, model_options: dict[str, Any],
                  train_options: dict[str, Any]) -> TrainingPlan:
     checkpoint = resume_checkpoint(request.resume)
     payload = load_checkpoint(checkpoint)
+    shipped = shipped_name(checkpoint)
+    if shipped is not None:
+        raise CharrnnError(f"{shipped} is the model that comes with charrnn: it holds weights only, so it "
+                           f"cannot be resumed; fine-tune it with {{init_from}} {shipped}",
+                           names_options=True)
     missing = [name for name in RESUME_FIELDS if name not in payload]
     if missing:
         raise CharrnnError(f"{checkpoint} cannot be resumed (it holds no training state: {missing[0]} "

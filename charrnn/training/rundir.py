@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from charrnn.errors import CharrnnError, OptionConflict, escape
+from charrnn.models.pretrained import resolve_shipped
 from charrnn.training.checkpoint import checkpoint_in, save_checkpoint
 from charrnn.training.manifest import (
     EPOCH_CHECKPOINT_GLOB,
@@ -136,8 +137,9 @@ def read_run_config(out_dir: Path) -> dict[str, Any] | None:
 def resume_checkpoint(path: Path) -> Path:
     """What ``--resume PATH`` continues: a checkpoint file itself, or for a run directory the file
     holding its newest saved state (usually last.pt; best.pt or an epoch checkpoint when the run
-    stopped between saving it and saving last.pt)."""
-    path = Path(path)
+    stopped between saving it and saving last.pt), or the shipped model the name gives (which is refused
+    later: it holds no training state)."""
+    path = resolve_shipped(Path(path))
     if not path.is_dir():
         return path
     config = read_run_config(path)

@@ -76,7 +76,7 @@ def test_a_users_own_file_directory_or_link_named_shakespeare_comes_first(elsewh
         charrnn.load("shakespeare")
     (elsewhere / "shakespeare").rmdir()
     os.symlink(elsewhere / "gone.pt", elsewhere / "shakespeare")
-    with pytest.raises(CharrnnError, match="checkpoint shakespeare does not exist"):
+    with pytest.raises(CharrnnError, match="shakespeare is a link to .*gone.pt, which does not exist"):
         charrnn.load("shakespeare")
 
 
@@ -133,3 +133,67 @@ def test_the_installed_command_samples_the_shipped_model_in_a_bare_directory(els
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("ROMEO:") and len(done.stdout.strip()) > 150
     assert not list(elsewhere.iterdir())  # nothing downloaded, nothing written
+
+
+@pytest.fixture
+def package_copy(tmp_path, monkeypatch) -> Path:
+    """The shipped model's folder, copied: a test of the guards never risks the real file."""
+    import charrnn.models.pretrained as pretrained
+
+    folder = tmp_path / "package" / "weights"
+    folder.mkdir(parents=True)
+    (folder / SHIPPED.name).write_bytes(SHIPPED.read_bytes())
+    monkeypatch.setattr(pretrained, "_FOLDER", folder)
+    monkeypatch.chdir(tmp_path)
+    return folder / SHIPPED.name
+
+
+@pytest.mark.parametrize("command", [
+    ["export", "shakespeare", "--output", "{file}"],
+    ["export", "shakespeare", "--output", "{link}"],
+    ["sample", "shakespeare", "--length", "5", "--output", "{file}"],
+    ["compare", "shakespeare", "--length", "5", "--text", "verse.txt", "--markdown", "{file}"],
+    ["inspect", "shakespeare", "verse.txt", "--surprisal", "--html", "{file}"],
+])
+def test_no_output_may_replace_the_shipped_model(package_copy, command):
+    (package_copy.parent.parent.parent / "verse.txt").write_text("To be, or not to be.\n", encoding="utf-8")
+    link = package_copy.parent.parent.parent / "link.pt"
+    link.symlink_to(package_copy)
+    before = package_copy.read_bytes()
+    args = [part.format(file=package_copy, link=link) for part in command]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "writing it would destroy what is read" in result.stderr, result.output
+    assert package_copy.read_bytes() == before
+
+
+def test_the_shipped_model_is_never_resumed_and_says_how_to_fine_tune(elsewhere):
+    result = CliRunner().invoke(main, ["train", "--resume", "shakespeare", "--max-steps", "2"])
+    assert result.exit_code == 1
+    assert result.stderr.strip().endswith("cannot be resumed; fine-tune it with --init-from shakespeare")
+
+
+def test_a_broken_link_named_shakespeare_is_reported_as_one(elsewhere):
+    os.symlink(elsewhere / "gone.pt", elsewhere / "shakespeare")
+    result = CliRunner().invoke(main, ["info", "shakespeare"])
+    assert result.exit_code == 1 and "is a link to" in result.stderr and "gone.pt" in result.stderr
+
+
+def test_its_own_validation_split_is_read_from_the_data_directory(elsewhere, monkeypatch):
+    from charrnn.data.datasets import DATA_DIR_ENV
+
+    monkeypatch.setenv(DATA_DIR_ENV, str(elsewhere / "data"))
+    missing = CliRunner().invoke(main, ["eval-perplexity", "shakespeare"])
+    assert missing.exit_code == 1
+    assert "`charrnn data get tinyshakespeare` fetches it" in missing.stderr
+    assert "missing" in charrnn.info("shakespeare").facts["corpus"]["status"]
+
+
+@pytest.mark.slow
+def test_with_the_dataset_fetched_it_scores_its_own_split(data_mirror, elsewhere, monkeypatch):
+    from charrnn.data.datasets import DATA_DIR_ENV
+
+    monkeypatch.setenv(DATA_DIR_ENV, str(elsewhere / "data"))
+    get_dataset(DEFAULT_DATASET, elsewhere / "data")
+    scored = charrnn.perplexity("shakespeare", device="cpu").score
+    assert abs(scored.nats_per_char - load_checkpoint(SHIPPED)["best"]["nats_per_char"]) < 1e-3
+    assert charrnn.info("shakespeare").facts["corpus"]["status"] == "present, unchanged"
