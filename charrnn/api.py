@@ -113,12 +113,18 @@ def _trained_on(checkpoint: Path) -> Path | None:
     """The corpus a checkpoint names, read without loading its tensors; None if it names none."""
     if checkpoint.suffix != ".pt":
         return None
+    from charrnn.data.corpus import corpus_path
     from charrnn.training.manifest import read_header
 
     header = read_header(checkpoint) or {}
     corpus = header.get("corpus")
     path = corpus.get("path") if isinstance(corpus, dict) else None
-    return Path(path) if isinstance(path, str) and path else None
+    if not isinstance(path, str) or not path:
+        return None
+    try:  # where it is read: for a corpus recorded elsewhere, the data directory's copy of its dataset
+        return corpus_path(corpus) if isinstance(corpus.get("sha256"), str) else Path(path)
+    except CharrnnError:
+        return Path(path)
 
 
 def _within(path: Path, directory: Path) -> bool:

@@ -197,3 +197,15 @@ def test_with_the_dataset_fetched_it_scores_its_own_split(data_mirror, elsewhere
     scored = charrnn.perplexity("shakespeare", device="cpu").score
     assert abs(scored.nats_per_char - load_checkpoint(SHIPPED)["best"]["nats_per_char"]) < 1e-3
     assert charrnn.info("shakespeare").facts["corpus"]["status"] == "present, unchanged"
+
+
+def test_no_output_may_replace_the_copy_of_its_corpus_it_would_read(elsewhere, monkeypatch):
+    from charrnn.data.datasets import DATA_DIR_ENV
+
+    monkeypatch.setenv(DATA_DIR_ENV, str(elsewhere / "data"))
+    copy = elsewhere / "data" / "tinyshakespeare" / "input.txt"
+    copy.parent.mkdir(parents=True)
+    copy.write_text("First Citizen:\n", encoding="utf-8")
+    result = CliRunner().invoke(main, ["compare", "shakespeare", "--length", "5", "--markdown", str(copy)])
+    assert result.exit_code == 2 and "writing it would destroy what is read" in result.stderr
+    assert copy.read_text(encoding="utf-8") == "First Citizen:\n"
