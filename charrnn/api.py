@@ -40,7 +40,7 @@ from charrnn.config import (
 )
 from charrnn.data.datasets import DATASETS, DEFAULT_DATASET
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, escape
-from charrnn.models.pretrained import resolve_shipped, run_name
+from charrnn.models.pretrained import resolve_shipped, run_name, within_shipped
 from charrnn.utils.terminal import shown
 from charrnn.utils.text import require_valid_text
 from charrnn.utils.threads import check_threads, use_threads
@@ -113,7 +113,7 @@ def _trained_on(checkpoint: Path) -> Path | None:
     """The corpus a checkpoint names, read without loading its tensors; None if it names none."""
     if checkpoint.suffix != ".pt":
         return None
-    from charrnn.data.corpus import corpus_path
+    from charrnn.data.corpus import corpus_location
     from charrnn.training.manifest import read_header
 
     header = read_header(checkpoint) or {}
@@ -121,10 +121,8 @@ def _trained_on(checkpoint: Path) -> Path | None:
     path = corpus.get("path") if isinstance(corpus, dict) else None
     if not isinstance(path, str) or not path:
         return None
-    try:  # where it is read: for a corpus recorded elsewhere, the data directory's copy of its dataset
-        return corpus_path(corpus) if isinstance(corpus.get("sha256"), str) else Path(path)
-    except CharrnnError:
-        return Path(path)
+    # Where it would be read: for a corpus recorded elsewhere, the data directory's copy of its dataset.
+    return corpus_location(corpus) if isinstance(corpus.get("sha256"), str) else Path(path)
 
 
 def _within(path: Path, directory: Path) -> bool:
@@ -166,6 +164,9 @@ def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
     if not target.parent.is_dir():
         raise CharrnnError(f"{{{name}}} {escape(str(target))}: there is no directory "
                            f"{escape(str(target.parent))}", names_options=True)
+    if within_shipped(target):
+        raise OptionConflict(f"{{{name}}} {escape(str(target))} is in the folder of the model that comes "
+                             f"with charrnn, which is never written; choose another file")
     for input_name, given in (inputs or {}).items():
         for each in given if isinstance(given, list | tuple) else [given]:
             if each is None or (input_name == "against" and each == "train"):  # a keyword, not a file
@@ -550,7 +551,7 @@ class Model:
     def score(self, request: Scoring) -> Perplexity:
         """The score of a checked request (see :meth:`perplexity`)."""
         from charrnn.data.cache import cached_ids, scan_corpus
-        from charrnn.data.corpus import checkpoint_validation_ids
+        from charrnn.data.corpus import checkpoint_validation_ids, corpus_path
         from charrnn.models.evaluate import evaluate
 
         skipped: dict[str, int] = {}
@@ -569,7 +570,7 @@ class Model:
                 ids = checkpoint_validation_ids(corpus, self.vocab)
             except CharrnnError as exc:
                 raise CharrnnError(f"{exc}; give a text to score instead") from None
-            source = f"validation split of {corpus['path']}"
+            source = f"validation split of {corpus_path(corpus)}"  # the copy read, where it was elsewhere
         started = time.perf_counter()
         score = evaluate(self.network, ids, request.single_stream)
         adapted = None

@@ -21,7 +21,7 @@ from charrnn.data.cache import (
     scan_corpus,
     unreadable_corpus_error,
 )
-from charrnn.data.datasets import local_copy
+from charrnn.data.datasets import DATA_DIR_ENV, local_copy
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError, escape
 
@@ -120,22 +120,33 @@ def encode_corpus(
     return EncodedCorpus(vocab, ids, info)
 
 
-def corpus_path(corpus: dict[str, Any]) -> Path:
-    """Where a checkpoint's training corpus (its corpus record) is read on this machine: the path it
+def corpus_location(corpus: dict[str, Any]) -> Path:
+    """Where a checkpoint's training corpus (its corpus record) would be read on this machine: the path it
     records, or where nothing is there and the text is a known dataset's (a checkpoint trained on another
     machine, or the shipped model, which records the dataset's public address), the data directory's
-    copy of that dataset. Whether the text is unchanged is the caller's to check."""
+    place for that dataset, whatever is there."""
     recorded = Path(corpus["path"])
-    if recorded.exists():
-        return recorded
+    known = None if recorded.exists() else local_copy(corpus["sha256"])
+    return recorded if known is None else known[1]
+
+
+def corpus_path(corpus: dict[str, Any]) -> Path:
+    """:func:`corpus_location`, checked: there, and for a data directory's copy, the same text (whether
+    a recorded path still holds the same text is the caller's to check, and to say)."""
+    path = corpus_location(corpus)
     known = local_copy(corpus["sha256"])
-    if known is None:
-        raise CharrnnError(f"the training corpus {escape(corpus['path'])} is gone")
-    name, copy = known
-    if copy is None:
-        raise CharrnnError(f"the training corpus, {name}, is not in the data directory: `charrnn data get "
-                           f"{name}` fetches it")
-    return copy
+    if path == Path(corpus["path"]) or known is None:
+        if not path.exists():
+            raise CharrnnError(f"the training corpus {escape(corpus['path'])} is gone")
+        return path
+    name = known[0]
+    fetch = f"`charrnn data get {name}` fetches it (the data directory is ./data, or ${DATA_DIR_ENV})"
+    if not path.is_file():
+        raise CharrnnError(f"the training corpus, {name}, is not at {escape(str(path))}: {fetch}")
+    if scan_corpus(path).sha256 != corpus["sha256"]:
+        raise CharrnnError(f"{escape(str(path))} is not the text of {name} (it was changed): {fetch} again "
+                           f"with --force")
+    return path
 
 
 def checkpoint_validation_ids(corpus: dict[str, Any] | None, vocab: Vocab) -> torch.Tensor:

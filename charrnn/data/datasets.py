@@ -48,13 +48,13 @@ def default_data_dir() -> Path:
     return Path(os.environ.get(DATA_DIR_ENV) or "data")
 
 
-def local_copy(sha256: str) -> tuple[str, Path | None] | None:
-    """For the known dataset whose text has ``sha256``: its name, and its copy in the data directory
-    (:func:`default_data_dir`) if one is there; None when no known dataset has that hash."""
+def local_copy(sha256: str) -> tuple[str, Path] | None:
+    """For the known dataset whose text has ``sha256``: its name, and where the data directory
+    (:func:`default_data_dir`) keeps it (whether or not it is there); None when no known dataset has
+    that hash."""
     for dataset in DATASETS.values():
         if dataset.sha256 == sha256:
-            path = default_data_dir() / dataset.relative_path
-            return dataset.name, path if path.is_file() else None
+            return dataset.name, default_data_dir() / dataset.relative_path
     return None
 
 

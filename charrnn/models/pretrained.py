@@ -31,12 +31,25 @@ def resolve_shipped(path: Path) -> Path:
 
 def shipped_name(path: Path) -> str | None:
     """The name of the shipped model at ``path``, or None when ``path`` is not one."""
-    resolved = Path(path).resolve()
-    if resolved.parent == _FOLDER.resolve() and resolved.stem in SHIPPED_MODELS:
+    resolved = _real(path)
+    if resolved.parent == _real(_FOLDER) and resolved.stem in SHIPPED_MODELS:
         return resolved.stem
     return None
 
 
 def run_name(path: Path) -> str:
     """The name reports give a checkpoint's run: its directory's, or a shipped model's own name."""
-    return shipped_name(path) or Path(path).resolve().parent.name
+    return shipped_name(path) or _real(path).parent.name
+
+
+def within_shipped(path: Path) -> bool:
+    """Whether ``path`` is the shipped models' folder or anything in it (through links too): charrnn never
+    writes there, whatever a command reads."""
+    folder, resolved = _real(_FOLDER), _real(path)
+    return resolved == folder or folder in resolved.parents
+
+
+def _real(path: Path) -> Path:
+    """``path`` with every link followed, as far as they lead (a loop of links ends the following rather
+    than raising, as ``Path.resolve`` does)."""
+    return Path(os.path.realpath(path))

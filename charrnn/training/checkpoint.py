@@ -99,7 +99,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     """
     path = Path(path)
     if path.is_symlink() and not path.exists():
-        raise CharrnnError(f"checkpoint {path} is a link to {os.readlink(path)}, which does not exist")
+        raise CharrnnError(f"checkpoint {path} is a link to {os.readlink(path)}, which leads to no file")
     if not path.is_file():
         raise CharrnnError(f"checkpoint {path} does not exist")
     try:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from charrnn.errors import CharrnnError, OptionConflict, escape
-from charrnn.models.pretrained import resolve_shipped
+from charrnn.models.pretrained import resolve_shipped, within_shipped
 from charrnn.training.checkpoint import checkpoint_in, save_checkpoint
 from charrnn.training.manifest import (
     EPOCH_CHECKPOINT_GLOB,
@@ -430,7 +430,11 @@ def rows_up_to(path: Path, step: int) -> list[str]:
 def refuse_replacing_inputs(out_dir: Path, inputs: dict[str, Path | None]) -> None:
     """Refuse a run directory whose files (checkpoints, records, lock) are one of the run's ``inputs``
     (name → the corpus or a checkpoint read), by path or through a link: writing the run would destroy
-    what it reads. Checked when the plan is made, before anything is read or written."""
+    what it reads. Checked when the plan is made, before anything is read or written. The shipped
+    models' folder is never a run directory."""
+    if within_shipped(out_dir):
+        raise OptionConflict(f"{{out_dir}} {escape(str(out_dir))} is in the folder of the model that comes "
+                             f"with charrnn, which is never written; choose another run directory")
     existing = [out_dir / name for name in (*RUN_FILES, LOCK_NAME)]
     if out_dir.is_dir():
         existing += sorted(out_dir.glob(EPOCH_CHECKPOINT_GLOB))

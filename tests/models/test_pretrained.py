@@ -76,7 +76,7 @@ def test_a_users_own_file_directory_or_link_named_shakespeare_comes_first(elsewh
         charrnn.load("shakespeare")
     (elsewhere / "shakespeare").rmdir()
     os.symlink(elsewhere / "gone.pt", elsewhere / "shakespeare")
-    with pytest.raises(CharrnnError, match="shakespeare is a link to .*gone.pt, which does not exist"):
+    with pytest.raises(CharrnnError, match="shakespeare is a link to .*gone.pt, which leads to no file"):
         charrnn.load("shakespeare")
 
 
@@ -148,22 +148,40 @@ def package_copy(tmp_path, monkeypatch) -> Path:
     return folder / SHIPPED.name
 
 
+@pytest.mark.parametrize("reads", ["shakespeare", "{own}"])
 @pytest.mark.parametrize("command", [
-    ["export", "shakespeare", "--output", "{file}"],
-    ["export", "shakespeare", "--output", "{link}"],
-    ["sample", "shakespeare", "--length", "5", "--output", "{file}"],
-    ["compare", "shakespeare", "--length", "5", "--text", "verse.txt", "--markdown", "{file}"],
-    ["inspect", "shakespeare", "verse.txt", "--surprisal", "--html", "{file}"],
+    ["export", "{reads}", "--output", "{file}"],
+    ["export", "{reads}", "--output", "{link}"],
+    ["sample", "{reads}", "--length", "5", "--output", "{file}"],
+    ["sample", "{reads}", "--length", "5", "--output", "{folder}/notes.txt"],
+    ["compare", "{reads}", "--length", "5", "--text", "verse.txt", "--markdown", "{file}"],
+    ["inspect", "{reads}", "verse.txt", "--surprisal", "--html", "{file}"],
 ])
-def test_no_output_may_replace_the_shipped_model(package_copy, command):
+def test_no_output_may_replace_the_shipped_model_whatever_is_read(package_copy, tiny_checkpoint, command,
+                                                                  reads):
     (package_copy.parent.parent.parent / "verse.txt").write_text("To be, or not to be.\n", encoding="utf-8")
     link = package_copy.parent.parent.parent / "link.pt"
     link.symlink_to(package_copy)
     before = package_copy.read_bytes()
-    args = [part.format(file=package_copy, link=link) for part in command]
+    args = [part.format(reads=reads, file=package_copy, link=link, folder=package_copy.parent)
+            .format(own=tiny_checkpoint) for part in command]
     result = CliRunner().invoke(main, args)
-    assert result.exit_code == 2 and "writing it would destroy what is read" in result.stderr, result.output
-    assert package_copy.read_bytes() == before
+    assert result.exit_code == 2, result.output
+    assert "the model that comes with charrnn, which is never written" in result.stderr, result.output
+    assert package_copy.read_bytes() == before and sorted(package_copy.parent.iterdir()) == [package_copy]
+
+
+def test_no_plot_or_run_lands_in_the_shipped_models_folder(package_copy, tiny_run, small_corpus):
+    link = package_copy.parent.parent.parent / "curves.png"
+    link.symlink_to(package_copy)
+    before = package_copy.read_bytes()
+    with pytest.raises(CharrnnError, match="never written"):
+        charrnn.plot([tiny_run], link)
+    for extra in ([], ["--init-from", "shakespeare", "--extend-vocab"]):
+        result = CliRunner().invoke(main, ["train", str(small_corpus), "--max-steps", "2", "--out",
+                                           str(package_copy.parent), *extra])
+        assert result.exit_code == 2 and "never written" in result.stderr, result.output
+    assert package_copy.read_bytes() == before and sorted(package_copy.parent.iterdir()) == [package_copy]
 
 
 def test_the_shipped_model_is_never_resumed_and_says_how_to_fine_tune(elsewhere):
@@ -184,7 +202,7 @@ def test_its_own_validation_split_is_read_from_the_data_directory(elsewhere, mon
     monkeypatch.setenv(DATA_DIR_ENV, str(elsewhere / "data"))
     missing = CliRunner().invoke(main, ["eval-perplexity", "shakespeare"])
     assert missing.exit_code == 1
-    assert "`charrnn data get tinyshakespeare` fetches it" in missing.stderr
+    assert "`charrnn data get tinyshakespeare` fetches it" in missing.stderr and "data" in missing.stderr
     assert "missing" in charrnn.info("shakespeare").facts["corpus"]["status"]
 
 
