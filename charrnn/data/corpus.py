@@ -133,13 +133,13 @@ def corpus_location(corpus: dict[str, Any]) -> Path:
 def corpus_path(corpus: dict[str, Any]) -> Path:
     """:func:`corpus_location`, checked: there, and for a data directory's copy, the same text (whether
     a recorded path still holds the same text is the caller's to check, and to say)."""
-    path = corpus_location(corpus)
-    known = local_copy(corpus["sha256"])
-    if path == Path(corpus["path"]) or known is None:
-        if not path.exists():
+    recorded = Path(corpus["path"])
+    known = None if recorded.exists() else local_copy(corpus["sha256"])
+    if known is None:
+        if not recorded.exists():
             raise CharrnnError(f"the training corpus {escape(corpus['path'])} is gone")
-        return path
-    name = known[0]
+        return recorded
+    name, path = known
     fetch = f"`charrnn data get {name}` fetches it (the data directory is ./data, or ${DATA_DIR_ENV})"
     if not path.is_file():
         raise CharrnnError(f"the training corpus, {name}, is not at {escape(str(path))}: {fetch}")
