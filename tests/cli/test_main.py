@@ -567,11 +567,12 @@ def test_sample_reports_the_seed_it_drew_so_the_text_can_be_drawn_again(runner, 
 def test_the_run_table_says_which_precision_auto_chose(runner, small_corpus):
     from charrnn.utils.hardware import cpu_has_native_bf16
 
-    chosen = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "2", "--out", "a")
+    on_cpu = [*TINY_TRAIN, "--device", "cpu"]  # what auto chooses on a CPU, on a machine with a GPU too
+    chosen = invoke(runner, "train", small_corpus, *on_cpu, "--max-steps", "2", "--out", "a")
     assert chosen.exit_code == 0, chosen.output
     expected = "bf16 (auto)" if cpu_has_native_bf16() else "fp32 (auto)"
     assert f"cpu, {expected}" in chosen.stderr
-    forced = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "2", "--out", "f",
+    forced = invoke(runner, "train", small_corpus, *on_cpu, "--max-steps", "2", "--out", "f",
                     "--precision", "fp32")
     assert "cpu, fp32 " in forced.stderr and "(auto)" not in forced.stderr
 
