@@ -95,6 +95,10 @@ class Vocab:
     def __len__(self) -> int:
         return len(self.chars)
 
+    def id_of(self, char: str) -> int:
+        """The id of ``char``, which must be in the vocabulary."""
+        return self._index[char]
+
     def __contains__(self, char: str) -> bool:
         return char in self._index
 

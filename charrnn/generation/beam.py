@@ -23,7 +23,7 @@ import torch
 from charrnn.config import DEFAULT_LENGTH_PENALTY, SampleConfig
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
-from charrnn.generation.sample import extend_tail, repeat_followers, warm_state
+from charrnn.generation.sample import ban_repeats, banned_ids, extend_tail, warm_state
 from charrnn.models.model import CharRNN
 from charrnn.models.stepper import Layers, make_stepper
 
@@ -86,7 +86,6 @@ def beam_search(
     lengths = torch.zeros(1, dtype=torch.long, device=device)  # (n,) characters generated
     tails = [""]  # last len(stop_at) generated characters of each beam
     texts = [prime]  # with no_repeat: each beam's whole text, prime included
-    ids = {char: index for index, char in enumerate(vocab.chars)}
     # Per step, each surviving beam's parent and symbol (-1 after a stop); the texts are
     # read back once at the end, so a step costs the same at character 10 and 10,000,
     # and without a stop string it never waits for the device.
@@ -100,10 +99,8 @@ def beam_search(
             candidates[stopped, 0] = scores[stopped]
         if no_repeat is not None:
             running = [True] * len(texts) if not stop_at else (~stopped).tolist()
-            for row, (text, grows) in enumerate(zip(texts, running, strict=True)):
-                banned = [ids[c] for c in repeat_followers(text, no_repeat)] if grows else []
-                if banned and len(banned) < vocab_size:
-                    candidates[row, banned] = float("-inf")
+            candidates = ban_repeats(candidates, [banned_ids(text, no_repeat, vocab) if grows else []
+                                                  for text, grows in zip(texts, running, strict=True)])
         # A banned candidate is none: never kept, even where fewer than ``width`` remain.
         keep = min(width, candidates.numel() if no_repeat is None else int(torch.isfinite(candidates).sum()))
         if stop_at and length_penalty:

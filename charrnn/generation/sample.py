@@ -7,7 +7,7 @@ is never re-run. Several samples advance together as one batch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 import torch
 
@@ -171,15 +171,19 @@ def repeat_followers(text: str, n: int) -> set[str]:
     return followers
 
 
-def ban_repeats(logits: torch.Tensor, guards: list[RepeatGuard]) -> torch.Tensor:
-    """``logits`` (B, V) with each row's banned characters at -inf, unless that would ban them all (a text
+def banned_ids(text: str, n: int, vocab: Vocab) -> list[int]:
+    """:func:`repeat_followers` of ``text``, as ids of ``vocab``."""
+    return [vocab.id_of(char) for char in repeat_followers(text, n)]
+
+
+def ban_repeats(logits: torch.Tensor, banned: list[Collection[int]]) -> torch.Tensor:
+    """``logits`` (B, V) with each row's ``banned`` ids at -inf, unless that would ban them all (a text
     that cannot go on without repeating takes its likeliest character, as without the rule)."""
     masked = None
-    for row, guard in enumerate(guards):
-        banned = guard.banned()
-        if banned and len(banned) < logits.shape[-1]:
+    for row, ids in enumerate(banned):
+        if ids and len(ids) < logits.shape[-1]:
             masked = logits.clone() if masked is None else masked  # copied only when a step bans something
-            masked[row, sorted(banned)] = float("-inf")
+            masked[row, sorted(ids)] = float("-inf")
     return logits if masked is None else masked
 
 
@@ -198,7 +202,7 @@ def _steps(
     for generated in range(1, config.length + 1):
         logits, layers = stepper.step_layers(current, layers)  # (B, V)
         if guards is not None:
-            logits = ban_repeats(logits, guards)
+            logits = ban_repeats(logits, [guard.banned() for guard in guards])
         current = choose_next(logits, config, generator)  # (B,)
         chosen = current.tolist()
         if guards is not None:

@@ -19,7 +19,7 @@ import torch
 from charrnn.config import SampleConfig, checked
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError, ConfigError
-from charrnn.generation.sample import choose_next, make_generator, repeat_followers, warm_state
+from charrnn.generation.sample import ban_repeats, banned_ids, choose_next, make_generator, warm_state
 from charrnn.models.model import CharRNN
 from charrnn.models.stepper import Layers, make_stepper
 
@@ -48,7 +48,6 @@ class WritingSession:
         self.vocab, self.prime = vocab, prime
         self.stepper = make_stepper(model)
         self.decoding = SampleConfig(temperature=temperature, seed=seed, no_repeat=no_repeat)
-        self.ids = {char: index for index, char in enumerate(vocab.chars)}
         self.generator = make_generator(seed)
         current, state = warm_state(model, vocab, prime, 1)
         logits, layers = self.stepper.step_layers(current, self.stepper.unstack(state))
@@ -106,14 +105,8 @@ class WritingSession:
         return "".join(wrote)
 
     def _allowed_logits(self) -> torch.Tensor:
-        """The scores of the next character, (1, V), those the no-repeat rule bans at -inf (unless it bans
-        every one)."""
+        """The scores of the next character, (1, V), under the no-repeat rule when it is given."""
         logits = self.points[-1].logits
         if self.decoding.no_repeat is None:
             return logits
-        banned = [self.ids[char] for char in repeat_followers(self.text, self.decoding.no_repeat)]
-        if not banned or len(banned) == len(self.vocab):
-            return logits
-        allowed = logits.clone()
-        allowed[0, banned] = float("-inf")
-        return allowed
+        return ban_repeats(logits, [banned_ids(self.text, self.decoding.no_repeat, self.vocab)])

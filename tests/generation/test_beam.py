@@ -6,8 +6,8 @@ import torch
 
 from charrnn.config import ModelConfig, SampleConfig
 from charrnn.data.vocab import Vocab
-from charrnn.generation.beam import beam_search, length_normaliser, repeat_followers
-from charrnn.generation.sample import RepeatGuard, generate
+from charrnn.generation.beam import beam_search, length_normaliser
+from charrnn.generation.sample import RepeatGuard, generate, repeat_followers
 from charrnn.models.model import CharRNN
 from charrnn.training.checkpoint import load_model
 

@@ -111,7 +111,7 @@ def test_the_repeat_guard_bans_what_would_complete_a_run_already_held():
     assert guard.banned() == set()  # "2 4" never came before
     logits = torch.zeros(2, 4)
     stuck = RepeatGuard(2, [0, 1, 0, 2, 0, 3, 0, 0])  # after 0, every character has followed it
-    banned = ban_repeats(logits, [RepeatGuard(3, [1, 2, 3, 1, 2]), stuck])
+    banned = ban_repeats(logits, [RepeatGuard(3, [1, 2, 3, 1, 2]).banned(), stuck.banned()])
     assert banned[0].tolist() == [0, 0, 0, float("-inf")]
     assert banned[1].tolist() == [0, 0, 0, 0]  # no way on without a repeat: the rule stands aside
 
