@@ -309,8 +309,9 @@ class BudgetShape:
 
 
 # The shapes a time budget measures and predicts, smallest first. Batch and learning rate per size come
-# from the sweeps (benchmarks/sweep, benchmarks/scaling); which size wins is decided per run, from this
-# machine's measured throughput and SCALING_LAW.
+# from the sweeps (benchmarks/sweep, benchmarks/scaling, and for 2×1024 and 2×1280, the learning curves of
+# benchmarks/long_curves.sh); which size wins is decided per run, from this machine's measured throughput
+# and SCALING_LAW.
 BUDGET_LADDER: tuple[BudgetShape, ...] = (
     BudgetShape(hidden_size=128, batch_size=16, learning_rate=5e-3, skip_connections=True),
     BudgetShape(hidden_size=192, batch_size=16, learning_rate=5e-3, skip_connections=True),
@@ -318,6 +319,8 @@ BUDGET_LADDER: tuple[BudgetShape, ...] = (
     BudgetShape(hidden_size=384, batch_size=32, learning_rate=5e-3),
     BudgetShape(hidden_size=512, batch_size=32, learning_rate=5e-3),
     BudgetShape(hidden_size=768, batch_size=32, learning_rate=4e-3),
+    BudgetShape(hidden_size=1024, batch_size=32, learning_rate=3e-3),
+    BudgetShape(hidden_size=1280, batch_size=32, learning_rate=3e-3),
 )
 
 

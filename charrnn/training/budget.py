@@ -38,7 +38,7 @@ from charrnn.config import (
 from charrnn.data.corpus import CorpusInfo, StreamBatches
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
-from charrnn.models.devices import check_model_fits
+from charrnn.models.devices import check_model_fits, resolve_precision
 from charrnn.models.evaluate import scoring_seconds
 from charrnn.models.model import parameter_count
 from charrnn.training.distributed import SingleProcess
@@ -250,7 +250,7 @@ def measure_speed(model_config: ModelConfig, config: TrainConfig, vocab: Vocab, 
     return Speed(chars / max(trained - started, 1e-9), (len(val_ids) - 1) / max(scoring_s, 1e-9))
 
 
-def plan_budget(seconds: float, precision: str, given: dict[str, Any], config: TrainConfig, vocab: Vocab,
+def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, vocab: Vocab,
                 corpus: CorpusInfo, train_ids: torch.Tensor, val_ids: torch.Tensor,
                 group: SingleProcess | None = None, clock: Callable[[], float] = time.perf_counter,
                 started: float | None = None, measure: Callable[..., Speed] | None = None) -> BudgetDecision:
@@ -314,8 +314,11 @@ def plan_budget(seconds: float, precision: str, given: dict[str, Any], config: T
     if config.epochs is None:  # even where the budget ends it sooner: a shape may train faster than timed
         chosen["epochs"] = BUDGET_MOST_EPOCHS
     chosen = {key: value for key, value in chosen.items() if key not in given}
-    return BudgetDecision(seconds, config.device.split(":")[0], precision, planned=True, chosen=chosen,
-                          candidates=candidates, probe_s=probe_s)
+    device = config.device.split(":")[0]
+    shape = ModelConfig(vocab_size=len(vocab),
+                        **{**split_options(given)[0], **split_options(choice.settings)[0]})
+    return BudgetDecision(seconds, device, resolve_precision(config.precision, device, shape), planned=True,
+                          chosen=chosen, candidates=candidates, probe_s=probe_s)
 
 
 def _fitting_trials(shapes: list[tuple[dict[str, Any], int, int]], model_options: dict[str, Any],

@@ -149,15 +149,15 @@ def _budget_decision(config: TrainConfig, encoded: EncodedCorpus, model_options:
     """What the time budget chooses for the fields the user left unset.
 
     Other cells and layer-normalised LSTMs keep the plain defaults: the scaling rule was fitted on
-    plain LSTMs. The ladder is timed in the precision training will use.
+    plain LSTMs. Each shape is timed in the precision it would train in.
     """
     model = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
-    precision = resolve_precision(config.precision, config.device.split(":")[0], model)
     if model.cell != "lstm" or model.layer_norm:
+        precision = resolve_precision(config.precision, config.device.split(":")[0], model)
         return BudgetDecision(config.time_budget, config.device.split(":")[0], precision, planned=False,
                               chosen={})
     split = split_ids(encoded.ids, encoded.info.split_point)
-    return plan_budget(config.time_budget, precision, {**model_options, **train_options}, config,
+    return plan_budget(config.time_budget, {**model_options, **train_options}, config,
                        encoded.vocab, encoded.info, split.train, split.val, group, started=started)
 
 

@@ -63,7 +63,7 @@ def plan(encoded, seconds, work_per_s=3e10, given=None, clock=None, **kwargs):
     config = TrainConfig(out_dir="unused", time_budget=seconds,
                          **{k: v for k, v in given.items() if k in TrainConfig.__dataclass_fields__})
     split = split_ids(encoded.ids, encoded.info.split_point)
-    return plan_budget(seconds, "fp32", given, config, encoded.vocab, encoded.info, split.train, split.val,
+    return plan_budget(seconds, given, config, encoded.vocab, encoded.info, split.train, split.val,
                        clock=clock or FakeClock(), measure=kwargs.pop("measure", machine(work_per_s)),
                        **kwargs)
 
@@ -197,7 +197,8 @@ def test_measuring_stays_inside_its_share_of_the_budget_and_estimates_the_rest(s
     # more, beyond 3 % of 100 s.
     params = [c.parameters for c in decision.candidates]
     assert timed == [128, 192, 256] and decision.probe_s == pytest.approx(sum(params[:3]) / 1e6)
-    assert sum(params[:4]) / 1e6 > 3 and [c.measured for c in decision.candidates].count(False) == 3
+    unmeasured = [c.measured for c in decision.candidates].count(False)
+    assert sum(params[:4]) / 1e6 > 3 and unmeasured == len(BUDGET_LADDER) - 3
 
 
 def test_measuring_stops_once_a_larger_shape_predicts_worse(shakespeare_like):
@@ -256,7 +257,7 @@ def test_the_module_reads_its_measurement_at_call_time(monkeypatch, shakespeare_
     monkeypatch.setattr(budget, "measure_speed", machine(5e10))
     config = TrainConfig(out_dir="unused", time_budget=100)
     split = split_ids(shakespeare_like.ids, shakespeare_like.info.split_point)
-    decision = plan_budget(100, "fp32", {}, config, shakespeare_like.vocab, shakespeare_like.info,
+    decision = plan_budget(100, {}, config, shakespeare_like.vocab, shakespeare_like.info,
                            split.train, split.val)
     assert all(c.chars_per_s == pytest.approx(5e10 / c.parameters) for c in decision.candidates if c.measured)
 

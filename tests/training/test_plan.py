@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from charrnn.config import ModelConfig
+from charrnn.config import BUDGET_LADDER, ModelConfig
 from charrnn.errors import CharrnnError, ConfigError, OptionConflict
+from charrnn.models.devices import BF16_LARGEST_HIDDEN, resolve_precision
 from charrnn.models.model import parameter_count
 from charrnn.training.budget import Speed
 from charrnn.training.checkpoint import load_checkpoint
@@ -83,7 +84,7 @@ def test_a_time_budget_times_the_ladder_in_the_precision_training_will_use_and_f
         return Speed(1e10 / parameter_count(model_config), 1e11 / parameter_count(model_config))
 
     monkeypatch.setattr("charrnn.training.budget.measure_speed", measure)
-    options = {"time_budget": 600, "batch_size": 4, "precision": precision}
+    options = {"time_budget": 600, "batch_size": 4, "hidden_size": 256, "precision": precision}
     plan = plan_training(TrainingRequest(small_corpus, options, device="cpu"))
     assert plan.budget.planned and plan.budget.precision == expected and seen == {precision}
     choice = plan.budget.choice
@@ -156,3 +157,20 @@ def test_locked_dropout_without_any_dropout_is_refused(small_corpus, tmp_path):
     with pytest.raises(OptionConflict, match="locked_dropout locks the dropout masks across time"):
         charrnn.train(small_corpus, out_dir=tmp_path / "run", max_steps=1, locked_dropout=True)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_budget_choosing_a_rung_too_wide_for_bf16_says_it_trains_in_float32(monkeypatch, small_corpus):
+    for module in ("config", "models.devices"):
+        monkeypatch.setattr(f"charrnn.{module}.cpu_has_native_bf16", lambda: True)
+    widest = BUDGET_LADDER[-1].hidden_size
+    seen = {}
+
+    def measure(model_config, config, *args):
+        seen[model_config.hidden_size] = resolve_precision(config.precision, "cpu", model_config)
+        fast = 1e12 if model_config.hidden_size == widest else 1e3
+        return Speed(fast, fast)
+
+    monkeypatch.setattr("charrnn.training.budget.measure_speed", measure)
+    plan = plan_training(TrainingRequest(small_corpus, {"time_budget": 600, "batch_size": 4}, device="cpu"))
+    assert widest > BF16_LARGEST_HIDDEN and plan.model_config.hidden_size == widest
+    assert plan.budget.precision == "fp32" == seen[widest] and seen[BUDGET_LADDER[0].hidden_size] == "bf16"
