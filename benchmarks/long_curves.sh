@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Learning curves beyond the budget ladder, on a GPU: what the characters an hour of CPU training buys would
-# score, for larger and more strongly regularised shapes than the ladder's. Each run stops after a fixed
+# Learning curves beyond the budget ladder's 2×768, on a GPU: what the characters an hour of CPU training
+# buys would score, for wider, deeper and more strongly regularised shapes. Each run stops after a fixed
 # number of passes (--epochs), not a wall time, so its scores depend on the characters it saw, not on how
-# fast the GPU is or on the other runs sharing it: all run at once. The passes per shape are what two
-# AMD EPYC cores train in about an hour in bfloat16 (2×768: 5,100 characters/s; 2×1024: 2,000; 3×768
-# about 3,400; 2×512: 10 minutes). Results: one JSON summary and metrics.jsonl per run, in OUT/curves.tgz;
-# benchmarks/long_curves/results.jsonl records them.
+# fast the GPU is or on the other runs sharing it: all of a stage run at once (start MPS first, or they
+# take turns). The passes per shape are about what two AMD EPYC cores train in an hour (2×768 at 5,100
+# characters/s in bfloat16; in float32, 2×1024 at 1,800 to 1,900, 2×1280 at 1,200, 2×1536 at 720; 2×512:
+# ten minutes). Writes OUT/summary.txt, OUT/results.jsonl (one line per run, every evaluation; appended to
+# benchmarks/long_curves/results.jsonl) and OUT/curves.tgz (each run's JSON summary and metrics.jsonl).
 #
 #   CHARRNN_DATA_MIRROR=file:///path/to/data bash benchmarks/long_curves.sh OUT STAGE [SECONDS]
 set -u
@@ -63,4 +64,27 @@ wait
 for name in "${!POINTS[@]}"; do
     echo "$name: $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(round(d['best']['nats_per_char'], 4), 'in', round(d['elapsed_s']), 's')" "$runs/$name.json" 2>/dev/null || echo unfinished)"
 done | tee "$out/summary.txt"
+python3 - "$runs" "$stage" "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" \
+    > "$out/results.jsonl" <<'PYTHON'
+import json, pathlib, sys
+
+runs, stage, device = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+for summary_path in sorted(runs.glob("*.json")):
+    try:
+        summary = json.loads(summary_path.read_text())
+    except ValueError:  # stopped by the time limit before its summary
+        continue
+    model, training = summary["model"], summary["training"]
+    evaluations = [{"epoch": round(row["epoch"], 2), "val_loss": round(row["val_loss"], 4),
+                    "averaged_val_loss": round(row["averaged_val_loss"], 4)}
+                   for row in map(json.loads, (runs / summary_path.stem / "metrics.jsonl").open())
+                   if "val_loss" in row]
+    print(json.dumps({
+        "stage": stage, "name": summary_path.stem, "layers": model["num_layers"], "hidden": model["hidden_size"],
+        "dropout": model["dropout"], "weight_drop": model["weight_drop"], "batch_size": training["batch_size"],
+        "learning_rate": training["learning_rate"], "ema_decay": training["ema_decay"],
+        "epochs": training["epochs"], "seed": training["seed"],
+        "best_nats_per_char": round(summary["best"]["nats_per_char"], 4), "evaluations": evaluations,
+        "device": f"{device}, float32 (TF32)"}))
+PYTHON
 tar czf "$out/curves.tgz" --exclude='*.pt' -C "$runs" .

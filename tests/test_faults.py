@@ -41,7 +41,10 @@ from charrnn.training.checkpoint import load_checkpoint
 from charrnn.training.manifest import read_manifest
 from charrnn.training.rundir import resume_checkpoint
 
-TINY = ["--hidden", "16", "--layers", "1", "--embed", "8", "--seq-len", "16", "--batch-size", "4", "--quiet"]
+# On the CPU, where training is bit-for-bit repeatable: a resumed run must end with the reference's weights.
+CPU = ["--device", "cpu"]
+TINY = ["--hidden", "16", "--layers", "1", "--embed", "8", "--seq-len", "16", "--batch-size", "4", "--quiet",
+        *CPU]
 TEXT = "ROMEO: Café naïve 語 🙂, a line of the tiny play.\nJULIET: and another one.\n" * 14
 FAST_STRIDE = 9  # make test-fast tries every FAST_STRIDE-th injection point
 
@@ -86,7 +89,7 @@ def resume_or_start(arguments: Callable[[Path], list[str]], run: str) -> Callabl
     def finish(root: Path) -> list[str]:
         if not (root / run / "config.json").exists():
             return [*arguments(root), "--overwrite"]
-        return ["train", "--resume", str(root / run), "--quiet"]
+        return ["train", "--resume", str(root / run), "--quiet", *CPU]
 
     return finish
 
@@ -109,17 +112,17 @@ def finish_overwrite(root: Path) -> list[str]:
     left)."""
     config = root / "run" / "config.json"
     if config.exists() and config.read_bytes() != (root / "older-config.json").read_bytes():
-        return ["train", "--resume", str(root / "run"), "--quiet"]
+        return ["train", "--resume", str(root / "run"), "--quiet", *CPU]
     return overwrite(root)
 
 
 def fine_tune(root: Path) -> list[str]:
     return ["train", str(root / "corpus.txt"), "--init-from", str(root / "base" / "best.pt"), "--out",
-            str(root / "tuned"), "--max-steps", "12", "--eval-every", "4", "--quiet"]
+            str(root / "tuned"), "--max-steps", "12", "--eval-every", "4", "--quiet", *CPU]
 
 
 def resume_to_20(root: Path) -> list[str]:
-    return ["train", "--resume", str(root / "run"), "--max-steps", "20", "--eval-every", "5", "--quiet"]
+    return ["train", "--resume", str(root / "run"), "--max-steps", "20", "--eval-every", "5", "--quiet", *CPU]
 
 
 def with_old_file(name: str, setup: Callable[[Path], None] = with_base_run) -> Callable[[Path], None]:

@@ -18,6 +18,7 @@ caller's model changes.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import torch
@@ -33,6 +34,13 @@ from charrnn.training.checkpoint import LoadedModel
 EPSILON = 2e-5  # keeps the normalised step finite for weights whose gradient was ~0 in training
 STATISTICS_CHARS = 200_000  # training characters whose gradients give the per-weight scale
 STATISTICS_STREAMS = 32  # streams read in parallel while measuring them
+
+
+def _eval_mode_gradients(device: torch.device) -> contextlib.AbstractContextManager:
+    """Where gradients are taken in eval mode (no dropout): cuDNN's recurrent kernels take them only in
+    training mode, so on a GPU the recurrence runs on PyTorch's own kernels meanwhile (cuDNN is switched
+    off for the whole process until the block ends); elsewhere nothing changes."""
+    return torch.backends.cudnn.flags(enabled=False) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def gradient_rms(model: CharRNN, train_ids: torch.Tensor, segment_len: int,
@@ -54,14 +62,15 @@ def gradient_rms(model: CharRNN, train_ids: torch.Tensor, segment_len: int,
     batches = StreamBatches(train_ids[: max_chars + 1], streams, segment_len)
     device = params[0].device
     state = None
-    for index in range(len(batches)):
-        inputs, targets = (t.long().to(device) for t in batches[index])  # (B, T) each
-        work.zero_grad(set_to_none=True)
-        logits, state = work(inputs, state)
-        F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).backward()
-        state = detach_state(state)
-        for square, param in zip(squares, params, strict=True):
-            square += param.grad.detach() ** 2
+    with _eval_mode_gradients(device):
+        for index in range(len(batches)):
+            inputs, targets = (t.long().to(device) for t in batches[index])  # (B, T) each
+            work.zero_grad(set_to_none=True)
+            logits, state = work(inputs, state)
+            F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).backward()
+            state = detach_state(state)
+            for square, param in zip(squares, params, strict=True):
+                square += param.grad.detach() ** 2
     return [torch.sqrt(square / len(batches)) for square in squares]
 
 
@@ -73,6 +82,12 @@ def dynamic_evaluate(model: CharRNN, ids: torch.Tensor, rms: list[torch.Tensor],
     """
     if len(ids) < 2:
         raise CharrnnError("need at least 2 characters to score (the first has no context)")
+    with _eval_mode_gradients(next(model.parameters()).device):
+        return _adapt_and_score(model, ids, rms, config)
+
+
+def _adapt_and_score(model: CharRNN, ids: torch.Tensor, rms: list[torch.Tensor],
+                     config: DynamicConfig) -> EvalResult:
     work = copy.deepcopy(model).eval()
     params = [p for p in work.parameters() if p.requires_grad]
     trained = [p.detach().clone() for p in params]

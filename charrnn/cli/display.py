@@ -329,9 +329,11 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
                      f"{close.predicted_loss:.3f}, within the rule's error, so another run's speeds may "
                      f"choose it instead")
     considered = ", ".join(
-        f"{c.describe()} not timed (no shape timed with its batch of {c.settings['batch_size']})"
+        f"{c.describe()} not timed (no shape timed with its batch of {c.settings['batch_size']} in "
+        f"{c.precision})"
         if not c.estimable else
-        f"{c.describe()} {'' if c.measured else '~'}{c.chars_per_s:,.0f} chars/s → "
+        f"{c.describe()} {'' if c.measured else '~'}{c.chars_per_s:,.0f} chars/s"
+        f"{'' if c.precision == budget.precision else f' in {c.precision}'} → "
         f"{'no time left to train' if c.predicted_loss is None else f'{c.predicted_loss:.3f}'}"
         for c in budget.candidates)
     lines.append(f"{name('time_budget')}: shapes timed in {budget.probe_s:.1f} s of the budget (~: estimated "

@@ -101,7 +101,7 @@ def _parse_epochs(ctx: click.Context, param: click.Parameter, value: str | None)
                type=click.Choice(PRECISIONS),
                help="bf16: bfloat16 autocast of the training forward pass (CUDA, or a CPU with "
                     "AVX512-BF16/AMX); weights, optimiser and validation stay float32. auto: bf16 for an "
-                    "LSTM on such a CPU, where it is faster; fp32 elsewhere.")
+                    "LSTM up to 768 units wide on such a CPU, where it is faster; fp32 elsewhere.")
 @json_option("Print the final summary as one JSON object.")
 @option("--quiet", is_flag=True, group="output",
         help="No configuration table, progress bar or evaluation lines (warnings and errors stay).")

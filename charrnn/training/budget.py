@@ -38,7 +38,7 @@ from charrnn.config import (
 from charrnn.data.corpus import CorpusInfo, StreamBatches
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
-from charrnn.models.devices import check_model_fits, resolve_precision
+from charrnn.models.devices import BF16_LARGEST_HIDDEN, check_model_fits, resolve_precision
 from charrnn.models.evaluate import scoring_seconds
 from charrnn.models.model import parameter_count
 from charrnn.training.distributed import SingleProcess
@@ -94,6 +94,7 @@ class Candidate:
     budget_epochs: float  # passes the budget's time alone would afford
     predicted_loss: float | None  # validation nats/char the scaling law expects; None: no time to train
     limit: str | None = None  # "epochs" or "max_steps" when that limit ends its run before the budget does
+    precision: str = "fp32"  # the precision it trains in, and was (or would be) timed in
 
     def describe(self) -> str:
         return f"{self.num_layers}×{self.settings['hidden_size']} LSTM"
@@ -108,7 +109,7 @@ class BudgetDecision:
 
     seconds: float  # the budget
     device: str  # the device type it was measured on
-    precision: str  # the precision training uses (fp32 or bf16), in which it was measured
+    precision: str  # the precision the chosen shape trains in (fp32 or bf16); others may train in another
     planned: bool  # False: the rule does not cover this model (another cell, layer norm); plain defaults
     chosen: dict[str, Any]  # the fields set for the user (those they did not give)
     candidates: tuple[Candidate, ...] = ()  # every shape considered, smallest first
@@ -159,14 +160,16 @@ def average_decay_for_steps(steps: float) -> float:
 
 
 def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: list[Speed | None],
-                       workload: Workload, law: ScalingLaw = SCALING_LAW) -> tuple[Candidate, ...]:
+                       workload: Workload, precisions: list[str] | None = None,
+                       law: ScalingLaw = SCALING_LAW) -> tuple[Candidate, ...]:
     """Each shape's candidate: measured speeds where given, else estimated from the measured ones.
 
-    ``shapes`` are (settings, layers, parameters), smallest first. A shape not measured costs
-    a + b·parameters seconds per character, in training and in evaluation, on a line through the last
-    two measured shapes that train with its batch (through the origin from just one): per-step overheads
-    stay, the arithmetic grows with the weights. Another batch runs at another speed per character (a
-    larger one may be faster), so a shape no measured shape shares its batch with is not estimated: it
+    ``shapes`` are (settings, layers, parameters), smallest first, and ``precisions`` the precision each
+    trains in (default: all fp32). A shape not measured costs a + b·parameters seconds per character, in
+    training and in evaluation, on a line through the last two measured shapes that train with its batch
+    and precision (through the origin from just one): per-step overheads stay, the arithmetic grows with
+    the weights. Another batch runs at another speed per character (a larger one may be faster), and
+    bfloat16 at another than float32, so a shape no measured shape shares both with is not estimated: it
     is no candidate (no prediction). Each shape trains for what is left of the budget after what was
     spent before planning, the probe, its own final work
     (:meth:`~charrnn.training.loop.BudgetEnd.reserve_s`) and the evaluations during training
@@ -174,18 +177,21 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
     and the epoch limit (the one given, else :data:`~charrnn.config.BUDGET_MOST_EPOCHS`) allow. A shape
     left no time to train has no prediction.
     """
-    measured = [(settings["batch_size"], params, speed)
-                for (settings, _, params), speed in zip(shapes, speeds, strict=True) if speed]
+    precisions = precisions if precisions is not None else ["fp32"] * len(shapes)
+    kinds = [(settings["batch_size"], precision) for (settings, _, _), precision in zip(shapes, precisions,
+                                                                                         strict=True)]
+    measured = [(kind, params, speed)
+                for (_, _, params), kind, speed in zip(shapes, kinds, speeds, strict=True) if speed]
     if not measured:
         raise CharrnnError("no shape of the time budget's ladder could be measured")
     candidates = []
-    for (settings, layers, params), measured_speed in zip(shapes, speeds, strict=True):
-        alike = [(size, speed) for batch, size, speed in measured if batch == settings["batch_size"]]
+    for (settings, layers, params), kind, measured_speed in zip(shapes, kinds, speeds, strict=True):
+        alike = [(size, speed) for each_kind, size, speed in measured if each_kind == kind]
         if measured_speed is None and not alike:
             candidates.append(Candidate(
                 settings=settings, num_layers=layers, parameters=params, chars_per_s=0.0,
                 eval_chars_per_s=0.0, measured=False, estimable=False, training_s=0.0, chars=0.0,
-                epochs=0.0, budget_epochs=0.0, predicted_loss=None))
+                epochs=0.0, budget_epochs=0.0, predicted_loss=None, precision=kind[1]))
             continue
         speed = measured_speed or Speed(
             1 / _cost_line([(size, 1 / each.train_chars_per_s) for size, each in alike])(params),
@@ -212,6 +218,7 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
             training_s=training_s, chars=chars, epochs=chars / workload.train_chars,
             budget_epochs=affordable / workload.train_chars,
             predicted_loss=law.predict(params, chars, workload.train_chars) if chars else None, limit=limit,
+            precision=kind[1],
         ))
     return tuple(candidates)
 
@@ -260,7 +267,9 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
     budget began: what went before planning is not there to train.
 
     Shapes that do not fit the device's memory or the corpus are left out before anything is measured
-    (when none fits, the smallest one's reason is the error). The smallest is always measured; each
+    (when none fits, the smallest one's reason is the error), and so, when bf16 is asked for and no size
+    given, are those wider than :data:`~charrnn.models.devices.BF16_LARGEST_HIDDEN`, which did not learn
+    in it. Each shape is timed in the precision it would train in. The smallest is always measured; each
     next one only if its measurement, predicted from the previous one's by size, still fits the
     probe's share. Measuring stops early once a measured shape predicts worse than the one before it
     and the next one trains with the same batch (larger ones, slower still, would predict worse too; a
@@ -277,7 +286,13 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
     now = clock()
     spent_s = now - started if started is not None else 0.0
     model_options = split_options(given)[0]
+    device = config.device.split(":")[0]
     trials = _fitting_trials(_shapes(given, len(vocab)), model_options, given, config, vocab, train_ids)
+    precisions = [resolve_precision(config.precision, device, model) for _, model, _ in trials]
+    if "hidden_size" not in given:  # bf16 asked for: only the widths measured to learn in it
+        kept = [index for index, (_, model, _) in enumerate(trials)
+                if precisions[index] != "bf16" or model.hidden_size <= BF16_LARGEST_HIDDEN]
+        trials, precisions = [trials[index] for index in kept], [precisions[index] for index in kept]
     shapes = [shape for shape, _, _ in trials]
     workload = Workload(seconds, spent_s, 0.0, len(train_ids), len(val_ids), config.seq_len,
                         averaging=given.get("ema_decay", 1.0) > 0, max_steps=config.max_steps,
@@ -295,7 +310,8 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
                                     min(BUDGET_PROBE_SECONDS, max(allowance - spent, 0.0)), clock)
             previous_cost = clock() - now - spent
             estimate = predict_candidates(shapes[: index + 1], speeds[: index + 1],
-                                          dataclasses.replace(workload, probe_s=clock() - now))[-1]
+                                          dataclasses.replace(workload, probe_s=clock() - now),
+                                          precisions[: index + 1])[-1]
             following = shapes[index + 1][0] if index + 1 < len(shapes) else settings
             loss = estimate.predicted_loss if estimate.predicted_loss is not None else math.inf
             if loss > previous_loss and following["batch_size"] == settings["batch_size"]:
@@ -306,7 +322,8 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
     *figures, probe_s = group.reduce([*figures, clock() - now], torch.device(config.device), op="max")
     speeds = [Speed(train, evaluation) if train else None for train, evaluation in zip(
         figures[::2], figures[1::2], strict=True)]
-    candidates = predict_candidates(shapes, speeds, dataclasses.replace(workload, probe_s=probe_s))
+    candidates = predict_candidates(shapes, speeds, dataclasses.replace(workload, probe_s=probe_s),
+                                    precisions)
     choice = choose(candidates)
     steps = choice.chars / (choice.settings["batch_size"] * config.seq_len)
     chosen = {**choice.settings, "dropout": dropout_for_epochs(choice.epochs),
@@ -314,11 +331,8 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
     if config.epochs is None:  # even where the budget ends it sooner: a shape may train faster than timed
         chosen["epochs"] = BUDGET_MOST_EPOCHS
     chosen = {key: value for key, value in chosen.items() if key not in given}
-    device = config.device.split(":")[0]
-    shape = ModelConfig(vocab_size=len(vocab),
-                        **{**split_options(given)[0], **split_options(choice.settings)[0]})
-    return BudgetDecision(seconds, device, resolve_precision(config.precision, device, shape), planned=True,
-                          chosen=chosen, candidates=candidates, probe_s=probe_s)
+    return BudgetDecision(seconds, device, choice.precision, planned=True, chosen=chosen,
+                          candidates=candidates, probe_s=probe_s)
 
 
 def _fitting_trials(shapes: list[tuple[dict[str, Any], int, int]], model_options: dict[str, Any],

@@ -69,7 +69,7 @@ def test_the_command_reports_both_scores_and_leaves_the_checkpoint_alone(tiny_ru
     assert table.exit_code == 0, table.output
     assert "dynamic nats/char" in table.stdout and "segments of 25" in table.stdout
     printed = runner.invoke(cli, ["eval-perplexity", str(checkpoint), "--dynamic", "--dynamic-lr", "0",
-                                  "--json"])
+                                  "--json", "--device", "cpu"])  # a GPU's batched scoring rounds otherwise
     record = json.loads(printed.stdout)
     assert record["dynamic"]["learning_rate"] == 0
     assert record["dynamic"]["nats_per_char"] == pytest.approx(record["nats_per_char"], rel=1e-6)
@@ -101,10 +101,27 @@ def test_compare_reports_the_dynamic_score_beside_the_static_one(tiny_run, tmp_p
                                   "--json", "--markdown", str(report)])
     assert printed.exit_code == 0, printed.output
     [entry] = json.loads(printed.stdout)
-    alone = runner.invoke(cli, ["eval-perplexity", checkpoint, "--dynamic", "--segment-len", "25", "--json"])
+    alone = runner.invoke(cli, ["eval-perplexity", checkpoint, "--dynamic", "--segment-len", "25", "--json",
+                                "--device", "cpu"])  # where compare runs by default
     assert entry["dynamic"]["nats_per_char"] == json.loads(alone.stdout)["dynamic"]["nats_per_char"]
     assert "dynamic nats/char" in report.read_text(encoding="utf-8")
     table = runner.invoke(cli, ["compare", checkpoint, "--length", "20", "--dynamic"])
     assert "dynamic nats/char" in table.stdout
     plain = json.loads(runner.invoke(cli, ["compare", checkpoint, "--length", "20", "--json"]).stdout)
     assert plain[0]["dynamic"] is None
+
+
+@pytest.mark.cuda
+def test_on_cuda_it_adapts_as_on_the_cpu_and_leaves_cudnn_on(loaded, split):
+    """cuDNN takes no gradients in eval mode: the adapting runs on PyTorch's own kernels, then cuDNN is
+    back for everything else."""
+    import copy
+
+    config = DynamicConfig(learning_rate=1e-3, segment_len=25)
+    on_cpu = dynamic_evaluate(loaded.model, split.val[:2000], gradient_rms(loaded.model, split.train, 25,
+                                                                           max_chars=5000), config)
+    model = copy.deepcopy(loaded.model).to("cuda")
+    rms = gradient_rms(model, split.train, 25, max_chars=5000)
+    on_gpu = dynamic_evaluate(model, split.val[:2000], rms, config)
+    assert torch.backends.cudnn.enabled
+    assert on_gpu.nats_per_char == pytest.approx(on_cpu.nats_per_char, rel=1e-3)

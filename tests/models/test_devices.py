@@ -65,5 +65,5 @@ def test_the_api_names_the_options_to_lower_before_writing(tmp_path, monkeypatch
     monkeypatch.setattr("charrnn.models.devices.available_host_memory", lambda: 2 << 20)
     with pytest.raises(CharrnnError, match="Lower batch_size or seq_len"):
         charrnn.train(small_corpus, out_dir=tmp_path / "run", batch_size=64, seq_len=128, max_steps=1,
-                      hidden_size=8, embed_size=8, num_layers=1)
+                      hidden_size=8, embed_size=8, num_layers=1, device="cpu")
     assert not (tmp_path / "run").exists()

@@ -140,6 +140,19 @@ def test_a_shape_not_measured_is_estimated_on_the_line_through_the_last_two_meas
     assert plain[0].training_s == pytest.approx((111 - 1 - 4 - 1.25 * (0.02 + saves)) * 0.95)
 
 
+def test_a_shape_is_never_estimated_from_speeds_measured_in_another_precision():
+    shapes = [({"hidden_size": h, "batch_size": 32, "learning_rate": 5e-3}, 2, n)
+              for h, n in ((768, 7_000_000), (1024, 13_000_000), (1280, 20_000_000))]
+    workload = Workload(seconds=3600, spent_s=0, probe_s=0, train_chars=10**6, val_chars=10**5, seq_len=50,
+                        averaging=True)
+    speeds = [Speed(5000, 50_000), Speed(1800, 18_000), None]
+    mixed = predict_candidates(shapes, speeds, workload, ["bf16", "bf16", "fp32"])
+    assert not mixed[2].estimable and mixed[2].predicted_loss is None and mixed[2].precision == "fp32"
+    alike = predict_candidates(shapes, speeds, workload, ["bf16", "fp32", "fp32"])
+    assert alike[2].estimable and alike[2].chars_per_s == pytest.approx(1800 * 13 / 20)  # from 2×1024 alone
+    assert [c.precision for c in alike] == ["bf16", "fp32", "fp32"]
+
+
 def test_a_slow_evaluation_leaves_less_time_to_train():
     shapes = [({"hidden_size": 1, "batch_size": 16, "learning_rate": 5e-3}, 2, 10**6)]
     workload = Workload(seconds=100, spent_s=0, probe_s=0, train_chars=10**8, val_chars=10**5, seq_len=50,
@@ -351,7 +364,8 @@ def test_a_shape_is_never_estimated_from_another_batchs_speed(shakespeare_like):
 
 def test_shapes_estimated_from_their_batch_are_never_estimated_faster_than_they_run(shakespeare_like):
     clock, speeds = FakeClock(), {}
-    decision = plan(shakespeare_like, 600, clock=clock, measure=batch_machine(clock, 2.0, speeds))
+    decision = plan(shakespeare_like, 600, clock=clock, measure=batch_machine(clock, 2.0, speeds),
+                    given={"precision": "fp32"})  # one precision for all: a bf16 CPU trains only some in it
     assert 384 in speeds and 768 not in speeds
     measured_384 = next(c for c in decision.candidates if c.settings["hidden_size"] == 384)
     for candidate in decision.candidates:

@@ -77,16 +77,22 @@ def test_a_time_budget_times_the_ladder_in_the_precision_training_will_use_and_f
         monkeypatch, small_corpus, native, precision, expected):
     for module in ("config", "models.devices"):
         monkeypatch.setattr(f"charrnn.{module}.cpu_has_native_bf16", lambda: native)
-    seen = set()
+    seen = {}
 
     def measure(model_config, config, *args):
-        seen.add(config.precision)
+        seen[model_config.hidden_size] = resolve_precision(config.precision, "cpu", model_config)
+        if model_config.hidden_size > BF16_LARGEST_HIDDEN:  # too slow to choose here
+            return Speed(1.0, 1.0)
         return Speed(1e10 / parameter_count(model_config), 1e11 / parameter_count(model_config))
 
     monkeypatch.setattr("charrnn.training.budget.measure_speed", measure)
-    options = {"time_budget": 600, "batch_size": 4, "hidden_size": 256, "precision": precision}
+    options = {"time_budget": 600, "batch_size": 4, "precision": precision}
     plan = plan_training(TrainingRequest(small_corpus, options, device="cpu"))
-    assert plan.budget.planned and plan.budget.precision == expected and seen == {precision}
+    assert plan.budget.planned and plan.budget.precision == expected
+    assert {seen[h] for h in seen if h <= BF16_LARGEST_HIDDEN} == {expected}
+    if precision == "bf16":  # wider shapes, which did not learn in bf16, are not candidates
+        assert max(seen) <= BF16_LARGEST_HIDDEN
+        assert all(c.settings["hidden_size"] <= BF16_LARGEST_HIDDEN for c in plan.budget.candidates)
     choice = plan.budget.choice
     assert plan.config.batch_size == 4 and "batch_size" not in plan.budget.chosen
     assert plan.model_config.hidden_size == choice.settings["hidden_size"]

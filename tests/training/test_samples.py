@@ -173,7 +173,7 @@ def test_a_stop_during_a_long_recorded_sample_is_honoured_within_moments(small_c
 
     out = tmp_path / "run"
     arguments = ["train", str(small_corpus), "--out", str(out), "--hidden", "16", "--layers", "1",
-                 "--sample-every", "1", "--sample-length", "1000000", "--quiet"]
+                 "--sample-every", "1", "--sample-length", "1000000", "--quiet", "--device", "cpu"]
     process = subprocess.Popen([sys.executable, "-m", "charrnn", *arguments], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
