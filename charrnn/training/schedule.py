@@ -43,8 +43,9 @@ class RunAlreadyFinished(CharrnnError):
     """A resumed run has already reached the limit that would stop it at once."""
 
     def __init__(self, reason: StopReason):
+        # Every limit it was given still applies: a larger other limit would not let it go on.
         super().__init__(f"this run already {reason.describe(option_placeholder)}; give a larger "
-                         f"limit to continue it", names_options=True)
+                         f"{option_placeholder(reason.criterion)} to continue it", names_options=True)
         self.reason = reason  # the StopReason it reached
 
 

@@ -26,6 +26,12 @@ def test_resume_refuses_a_different_model_or_layout(tiny_run):
     with pytest.raises(RunAlreadyFinished) as finished:
         resume_config(payload, {}, {})
     assert finished.value.reason == StopReason("max_steps", 40)
+    # Every limit still applies: a larger other one is not enough, and the refusal names the one reached.
+    limits = {**payload["train_config"], "time_budget": 30.0, "max_steps": None}
+    budgeted = {**payload, "train_config": limits, "elapsed_s": 31.0}
+    refusal = "used the time_budget of 30 s; give a larger time_budget to continue"
+    with pytest.raises(RunAlreadyFinished, match=refusal):
+        resume_config(budgeted, {}, {"epochs": 50.0})
     _, config, changes = resume_config(payload, {"hidden_size": 32},
                                        {"learning_rate": 1e-3, "seed": 1337, "max_steps": 80})
     assert config.learning_rate == 1e-3 and config.max_steps == 80
