@@ -40,6 +40,7 @@ from charrnn.training.rundir import (
     epoch_checkpoint_name,
     new_run_id,
     prepare_out_dir,
+    removed_if_left_empty,
 )
 from charrnn.training.runlock import RunLock
 from charrnn.training.samples import check_sample_prime, draw_sample
@@ -596,9 +597,10 @@ def train(
     if config.sample_every is not None or config.save_epochs:  # the samples it records must fit too
         check_generation_fits(1, config.sample_length, model_config, config.device, "num_samples",
                               "sample_length")
+    created = []  # directories this run makes, removed again if it is refused before writing in them
     if group.is_main:
-        prepare_out_dir(out_dir, overwrite=overwrite or resume_from is not None)
-    with RunLock(out_dir) if group.is_main else contextlib.nullcontext():
+        created = prepare_out_dir(out_dir, overwrite=overwrite or resume_from is not None)
+    with removed_if_left_empty(created), RunLock(out_dir) if group.is_main else contextlib.nullcontext():
         run = TrainingRun(model_config, config, vocab, corpus, batches, initial_weights, group)
         if resume_from is not None:
             run.restore(resume_from)

@@ -17,10 +17,12 @@ A run directory holds ``config.json`` (with the run's ``run_id``), ``last.pt``,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from fnmatch import fnmatch
 from pathlib import Path
@@ -107,10 +109,11 @@ def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
         )
 
 
-def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
+def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> list[Path]:
     """Check the run directory (:func:`check_out_dir`), create it and prove it is writable before any
-    training time is spent."""
+    training time is spent. Returns the directories it created, innermost first."""
     check_out_dir(out_dir, overwrite)
+    created = [path for path in (out_dir, *out_dir.parents) if not os.path.lexists(path)]
     for name in (*RUN_FILES, LOCK_NAME):
         if (out_dir / name).is_dir() and not (out_dir / name).is_symlink():
             raise CharrnnError(f"{escape(str(out_dir / name))} is a directory where the run keeps its "
@@ -123,6 +126,22 @@ def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
     except OSError as exc:
         raise CharrnnError(f"cannot write to {{out_dir}} {escape(str(out_dir))}: {escape(reason(exc))}",
                            names_options=True) from None
+    return created
+
+
+@contextlib.contextmanager
+def removed_if_left_empty(created: list[Path]) -> Iterator[None]:
+    """On failure, remove the directories a run created (innermost first) that it left empty: a run
+    refused before it wrote anything leaves no trace."""
+    try:
+        yield
+    except BaseException:
+        for path in created:
+            try:
+                path.rmdir()  # only ever an empty directory
+            except OSError:
+                break
+        raise
 
 
 def read_run_config(out_dir: Path) -> dict[str, Any] | None:

@@ -462,8 +462,12 @@ def test_a_budget_that_cannot_pay_for_its_end_is_refused_before_anything_is_writ
                 r"of the trained and the averaged weights and saving take about 75 s.*hold out less text "
                 r"with val_max_chars or val_frac \(now 300000 and 0.1\)")
     with pytest.raises(CharrnnError, match=expected):
-        plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=60).run(clock, clock=clock)
-    assert not any((tmp_path / "run").iterdir())  # the directory proved writable, and holds nothing
+        plan_run(repeated_corpus, tmp_path / "new" / "run", **OPTIONS, time_budget=60).run(clock, clock=clock)
+    assert not (tmp_path / "new").exists()  # the directories it made to prove them writable are gone again
+    (tmp_path / "mine").mkdir()  # a directory the user made stays, empty as it was
+    with pytest.raises(CharrnnError, match=expected):
+        plan_run(repeated_corpus, tmp_path / "mine", **OPTIONS, time_budget=60).run(clock, clock=clock)
+    assert (tmp_path / "mine").is_dir() and not any((tmp_path / "mine").iterdir())
 
 
 def test_a_short_budget_only_evaluates_at_the_end(repeated_corpus, tmp_path, monkeypatch):
