@@ -40,7 +40,7 @@ from charrnn.config import (
 )
 from charrnn.data.datasets import DATASETS, DEFAULT_DATASET
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, escape
-from charrnn.models.pretrained import resolve_shipped, run_name, within_shipped
+from charrnn.models.pretrained import refuse_writing_in_shipped, resolve_shipped, run_name
 from charrnn.utils.terminal import shown
 from charrnn.utils.text import require_valid_text
 from charrnn.utils.threads import check_threads, use_threads
@@ -164,9 +164,7 @@ def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
     if not target.parent.is_dir():
         raise CharrnnError(f"{{{name}}} {escape(str(target))}: there is no directory "
                            f"{escape(str(target.parent))}", names_options=True)
-    if within_shipped(target):
-        raise OptionConflict(f"{{{name}}} {escape(str(target))} is in the folder of the model that comes "
-                             f"with charrnn, which is never written; choose another file")
+    refuse_writing_in_shipped(target, name, "file")
     for input_name, given in (inputs or {}).items():
         for each in given if isinstance(given, list | tuple) else [given]:
             if each is None or (input_name == "against" and each == "train"):  # a keyword, not a file

@@ -120,21 +120,26 @@ def encode_corpus(
     return EncodedCorpus(vocab, ids, info)
 
 
+def _located(corpus: dict[str, Any]) -> tuple[Path, tuple[str, Path] | None]:
+    """The path a corpus record names, and where nothing is there and its text is a known dataset's, that
+    dataset's name and place in the data directory."""
+    recorded = Path(corpus["path"])
+    return recorded, None if recorded.exists() else local_copy(corpus["sha256"])
+
+
 def corpus_location(corpus: dict[str, Any]) -> Path:
     """Where a checkpoint's training corpus (its corpus record) would be read on this machine: the path it
     records, or where nothing is there and the text is a known dataset's (a checkpoint trained on another
     machine, or the shipped model, which records the dataset's public address), the data directory's
     place for that dataset, whatever is there."""
-    recorded = Path(corpus["path"])
-    known = None if recorded.exists() else local_copy(corpus["sha256"])
+    recorded, known = _located(corpus)
     return recorded if known is None else known[1]
 
 
 def corpus_path(corpus: dict[str, Any]) -> Path:
     """:func:`corpus_location`, checked: there, and for a data directory's copy, the same text (whether
     a recorded path still holds the same text is the caller's to check, and to say)."""
-    recorded = Path(corpus["path"])
-    known = None if recorded.exists() else local_copy(corpus["sha256"])
+    recorded, known = _located(corpus)
     if known is None:
         if not recorded.exists():
             raise CharrnnError(f"the training corpus {escape(corpus['path'])} is gone")

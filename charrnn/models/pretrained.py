@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from charrnn.errors import OptionConflict, escape
+
 SHIPPED_MODELS = ("shakespeare",)  # the names a checkpoint argument may give instead of a path
 _FOLDER = Path(__file__).with_name("weights")
 
@@ -47,6 +49,14 @@ def within_shipped(path: Path) -> bool:
     writes there, whatever a command reads."""
     folder, resolved = _real(_FOLDER), _real(path)
     return resolved == folder or folder in resolved.parents
+
+
+def refuse_writing_in_shipped(path: Path, option: str, instead: str) -> None:
+    """Refuse ``path``, given as ``option``, when it is in the shipped models' folder
+    (:func:`within_shipped`); ``instead`` says what to choose."""
+    if within_shipped(path):
+        raise OptionConflict(f"{{{option}}} {escape(str(path))} is in the folder of the model that comes "
+                             f"with charrnn, which is never written; choose another {instead}")
 
 
 def _real(path: Path) -> Path:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from charrnn.errors import CharrnnError, OptionConflict, escape
-from charrnn.models.pretrained import resolve_shipped, within_shipped
+from charrnn.models.pretrained import refuse_writing_in_shipped, resolve_shipped
 from charrnn.training.checkpoint import checkpoint_in, save_checkpoint
 from charrnn.training.manifest import (
     EPOCH_CHECKPOINT_GLOB,
@@ -451,9 +451,7 @@ def refuse_replacing_inputs(out_dir: Path, inputs: dict[str, Path | None]) -> No
     (name → the corpus or a checkpoint read), by path or through a link: writing the run would destroy
     what it reads. Checked when the plan is made, before anything is read or written. The shipped
     models' folder is never a run directory."""
-    if within_shipped(out_dir):
-        raise OptionConflict(f"{{out_dir}} {escape(str(out_dir))} is in the folder of the model that comes "
-                             f"with charrnn, which is never written; choose another run directory")
+    refuse_writing_in_shipped(out_dir, "out_dir", "run directory")
     existing = [out_dir / name for name in (*RUN_FILES, LOCK_NAME)]
     if out_dir.is_dir():
         existing += sorted(out_dir.glob(EPOCH_CHECKPOINT_GLOB))
