@@ -317,6 +317,7 @@ def headline(quick: bool, workdir: Path) -> list[Result]:
         return skipped
     environment = {**os.environ, DATA_DIR_ENV: str(workdir / "data")}
     scores: dict[str, list[float]] = {"planner": [], "fixed": []}
+    chosen: list[str] = []
     walls, failures = [], 0
     for seed in HEADLINE_SEEDS:
         for label, extra in (("planner", ()), ("fixed", FIXED_SHAPE)):
@@ -332,13 +333,16 @@ def headline(quick: bool, workdir: Path) -> list[Result]:
             printed = subprocess.run([sys.executable, "-m", "charrnn", "eval-perplexity", str(out), "--json"],
                                      check=True, capture_output=True, text=True).stdout
             scores[label].append(json.loads(printed)["nats_per_char"])
+            if label == "planner":
+                model = json.loads((out / "config.json").read_text())["model"]
+                chosen.append(f"{model['num_layers']}×{model['hidden_size']}")
     if failures or not scores["planner"] or not scores["fixed"]:
         return [Result(f"headline: {failures} of {2 * len(HEADLINE_SEEDS)} runs failed", "-", 0.0, 0.0, 0.0,
                        "none fail", False)]
     planner, fixed = (sum(values) / len(values) for values in (scores["planner"], scores["fixed"]))
     spread = max(scores["planner"]) - min(scores["planner"])
     worst_wall = max(walls) / PROMISE_SECONDS
-    each = ", ".join(f"{value:.4f}" for value in scores["planner"])
+    each = ", ".join(f"{value:.4f} ({shape})" for value, shape in zip(scores["planner"], chosen, strict=True))
     return [
         Result(f"train --time-budget {PROMISE_SECONDS}, mean of seeds {each}, vs a fixed 2×256 "
                f"({', '.join(f'{value:.4f}' for value in scores['fixed'])})", "nats/char", planner, fixed,

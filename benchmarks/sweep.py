@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import click
+import torch
 
 from charrnn.utils.hardware import processor_name
 
@@ -156,12 +157,14 @@ def result_row(point: Point, out: Path, wall: float, extra: tuple[str, ...]) -> 
     """A finished point's record: ``out`` is its run directory, ``wall`` its seconds from start to exit.
     The shape, batch and sequence length are the run's own (a budget may have chosen them)."""
     score = json.loads(charrnn("eval-perplexity", str(out / "best.pt"), "--json", capture=True).stdout)
+    best_step = torch.load(out / "best.pt", map_location="cpu", weights_only=False)["step"]
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     config = json.loads((out / "config.json").read_text())
     return {**asdict(point), "extra": list(extra), "val_nats_per_char": score["nats_per_char"],
             "trained_nats_per_char": metrics[-1]["val_loss"],
             "averaged_nats_per_char": metrics[-1].get("averaged_val_loss"),
             "steps": metrics[-1]["step"], "epochs": metrics[-1]["epoch"], "train_wall_s": round(wall, 1),
+            "best_step": best_step,  # best.pt's, which the score is of: earlier than the last when it overfit
             "hidden": config["model"]["hidden_size"], "layers": config["model"]["num_layers"],
             "batch_size": config["train"]["batch_size"], "seq_len": config["train"]["seq_len"],
             # Whole-split scores only: a long budget's evaluations of the split's start are not comparable.

@@ -323,6 +323,10 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
                       f"({limit}) and ends early")
         lines = [f"{name('time_budget')} {budget.seconds:g} s: {choice.describe()}: this machine {how} "
                  f"{speed} → {passes}, predicted validation {choice.predicted_loss:.3f} nats/char"]
+    lower = budget.outranked()
+    if lower is not None:
+        lines.append(f"{name('time_budget')}: {lower.describe()} predicts {lower.predicted_loss:.3f}, within "
+                     f"the rule's error: of shapes that train alike and tie, the larger is chosen")
     close = budget.close_call()
     if close is not None:
         lines.append(f"{name('time_budget')}: a close call: {close.describe()} predicts "

@@ -23,6 +23,7 @@ from charrnn.config import (
     BUDGET_AVERAGE_SHARE,
     BUDGET_AVERAGE_STEPS,
     BUDGET_DROPOUT_FREE_EPOCHS,
+    BUDGET_DROPOUT_LEAST,
     BUDGET_DROPOUT_MAX,
     BUDGET_DROPOUT_PER_DOUBLING,
     BUDGET_LADDER,
@@ -46,10 +47,10 @@ from charrnn.training.loop import BUDGET_EVALUATION_SHARE, SAVE_BYTES_PER_S, Bud
 from charrnn.training.request import split_options
 from charrnn.training.rundir import checkpoint_bytes
 
-# A shape is timed with the costs the run may add to it: a weight average and dropout (whatever their
-# strength, the same work), unless the user set their own.
+# A shape is timed with a weight average (whatever its decay, the same work), unless the user set their
+# own, and without dropout unless given: a budget's short runs train without it (dropout_for_epochs), and
+# timed with it, a shape that would not use it looked 20% slower than it trains.
 PROBE_AVERAGE_DECAY = 0.99
-PROBE_DROPOUT = 0.1
 
 
 @dataclass(frozen=True)
@@ -117,14 +118,23 @@ class BudgetDecision:
 
     @property
     def choice(self) -> Candidate | None:
-        """The lowest prediction; when no shape has time to train, the fastest (it trains what it can)."""
+        """What :func:`choose` chooses: when no shape has time to train, the fastest."""
         return choose(self.candidates) if self.candidates else None
 
-    def close_call(self) -> Candidate | None:
-        """The runner-up, when its prediction is within the rule's error of the choice's: measured
-        speeds, which vary from run to run, may tip such a choice either way."""
+    def outranked(self) -> Candidate | None:
+        """The shape with the lowest prediction, when :func:`choose` took a larger one that ties with it."""
         choice = self.choice
-        others = [c for c in self.candidates if c is not choice and c.predicted_loss is not None]
+        trained = [c for c in self.candidates if c.predicted_loss is not None]
+        lowest = min(trained, key=lambda c: c.predicted_loss) if trained else None
+        return lowest if lowest is not None and lowest is not choice else None
+
+    def close_call(self) -> Candidate | None:
+        """The best shape that trains otherwise than the choice (another batch, or skip connections in one
+        only), when its prediction is within the rule's error of the choice's: measured speeds, which
+        vary from run to run, may tip such a choice either way."""
+        choice = self.choice
+        others = [c for c in self.candidates if c.predicted_loss is not None and choice is not None
+                  and not _alike(c.settings, choice.settings)]
         if choice is None or choice.predicted_loss is None or not others:
             return None
         runner_up = min(others, key=lambda c: c.predicted_loss)
@@ -135,21 +145,32 @@ class BudgetDecision:
 
 
 def choose(candidates: tuple[Candidate, ...]) -> Candidate:
-    """The candidate with the lowest prediction; the fastest when none has time to train.
+    """The largest of the shapes that train alike with the lowest prediction (the same batch and skip
+    connections) and predict within the rule's error of it; the fastest when none has time to train.
 
-    A tie-break toward the smaller of shapes predicted within the rule's error of each other was tried
-    and measured (docs/defaults.md, "Measured with the rule"): it chose 2×192 over 2×256 at 100 s in
-    every seed, and scored 0.022 nats/char worse than 2×256 given the same budget."""
+    Within the rule's error the prediction cannot rank two shapes, and the probe's timings, which wobble
+    by 15% from run to run, would: at 100 s on two EPYC cores they chose 2×192 over 2×256 in three runs
+    of three, and 2×256 scored about 0.02 nats/char better (docs/defaults.md, "Measured with the rule").
+    Where two such shapes tied in the recorded runs, the larger scored better (2×256 over 2×192 at
+    100 s, 2×768 over 2×512 at 600 s, 2×1280 over 2×1024 in the hour's learning curves); a tie-break
+    toward the smaller was tried and scored 0.022 worse at 100 s."""
     trained = [c for c in candidates if c.predicted_loss is not None]
-    return min(trained, key=lambda c: c.predicted_loss) if trained else candidates[0]
+    if not trained:
+        return candidates[0]
+    best = min(trained, key=lambda c: c.predicted_loss)
+    tied = [c for c in trained if _alike(c.settings, best.settings)
+            and c.predicted_loss - best.predicted_loss < SCALING_LAW.rms_error]
+    return max(tied, key=lambda c: c.parameters)
 
 
 def dropout_for_epochs(epochs: float) -> float:
-    """Dropout for a run of ``epochs`` passes: none for a short run, more with every doubling."""
+    """Dropout for a run of ``epochs`` passes: none for a short run, more with every doubling, and none
+    while that is less than :data:`~charrnn.config.BUDGET_DROPOUT_LEAST`."""
     if epochs <= BUDGET_DROPOUT_FREE_EPOCHS:
         return 0.0
     grown = BUDGET_DROPOUT_PER_DOUBLING * math.log2(epochs / BUDGET_DROPOUT_FREE_EPOCHS)
-    return round(min(grown, BUDGET_DROPOUT_MAX) * 20) / 20  # in steps of 0.05
+    dropout = round(min(grown, BUDGET_DROPOUT_MAX) * 20) / 20  # in steps of 0.05
+    return dropout if dropout >= BUDGET_DROPOUT_LEAST else 0.0
 
 
 def average_decay_for_steps(steps: float) -> float:
@@ -212,13 +233,14 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
         chars = min(affordable, limits[limit])
         limit = limit if limits[limit] < affordable else None
         chars -= chars % step_chars  # whole steps
+        skip = settings.get("skip_connections", False)
         candidates.append(Candidate(
             settings=settings, num_layers=layers, parameters=params, chars_per_s=speed.train_chars_per_s,
             eval_chars_per_s=speed.eval_chars_per_s, measured=measured_speed is not None, estimable=True,
             training_s=training_s, chars=chars, epochs=chars / workload.train_chars,
             budget_epochs=affordable / workload.train_chars,
-            predicted_loss=law.predict(params, chars, workload.train_chars) if chars else None, limit=limit,
-            precision=kind[1],
+            predicted_loss=law.predict(params, chars, workload.train_chars, skip) if chars else None,
+            limit=limit, precision=kind[1],
         ))
     return tuple(candidates)
 
@@ -271,11 +293,12 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
     given, are those wider than :data:`~charrnn.models.devices.BF16_LARGEST_HIDDEN`, which did not learn
     in it. Each shape is timed in the precision it would train in. The smallest is always measured; each
     next one only if its measurement, predicted from the previous one's by size, still fits the
-    probe's share. Measuring stops early once a measured shape predicts worse than the one before it
-    and the next one trains with the same batch (larger ones, slower still, would predict worse too; a
-    larger batch may be faster per character, so it is measured). Under torchrun, rank 0 measures and
-    every rank takes its figures, so all choose alike. ``measure`` times one shape (default
-    :func:`measure_speed`).
+    probe's share. Measuring stops early once a measured shape predicts worse than the one before it,
+    and the three train alike (the same batch and skip connections): larger ones, slower still, would
+    predict worse too. A larger batch may be faster per character, and skip connections count in the
+    prediction, so a shape that trains otherwise than the one before it is measured. Under torchrun,
+    rank 0 measures and every rank takes its figures, so all choose alike. ``measure`` times one shape
+    (default :func:`measure_speed`).
     """
     group = group if group is not None else SingleProcess()
     measure = measure if measure is not None else measure_speed
@@ -314,7 +337,8 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
                                           precisions[: index + 1])[-1]
             following = shapes[index + 1][0] if index + 1 < len(shapes) else settings
             loss = estimate.predicted_loss if estimate.predicted_loss is not None else math.inf
-            if loss > previous_loss and following["batch_size"] == settings["batch_size"]:
+            alike_before = index > 0 and _alike(shapes[index - 1][0], settings)
+            if alike_before and loss > previous_loss and _alike(following, settings):
                 break
             previous_loss = loss
     figures = [value for speed in speeds for value in (
@@ -335,6 +359,13 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
                           candidates=candidates, probe_s=probe_s)
 
 
+def _alike(settings: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether two shapes train alike but for their size: the same batch, and skip connections in both or
+    neither. Only then does a larger one that is slower also predict worse."""
+    return (settings["batch_size"] == other["batch_size"]
+            and settings.get("skip_connections", False) == other.get("skip_connections", False))
+
+
 def _fitting_trials(shapes: list[tuple[dict[str, Any], int, int]], model_options: dict[str, Any],
                     given: dict[str, Any], config: TrainConfig, vocab: Vocab,
                     train_ids: torch.Tensor) -> list[tuple[tuple[dict[str, Any], int, int], ModelConfig,
@@ -344,8 +375,7 @@ def _fitting_trials(shapes: list[tuple[dict[str, Any], int, int]], model_options
     trials, first_error = [], None
     for shape in shapes:
         settings = shape[0]
-        trial_model = ModelConfig(vocab_size=len(vocab), **{"dropout": PROBE_DROPOUT, **model_options,
-                                                            **split_options(settings)[0]})
+        trial_model = ModelConfig(vocab_size=len(vocab), **{**model_options, **split_options(settings)[0]})
         trial = dataclasses.replace(config, **split_options(settings)[1], time_budget=None, max_steps=None,
                                     epochs=None, ema_decay=given.get("ema_decay", PROBE_AVERAGE_DECAY))
         try:
@@ -370,6 +400,8 @@ def _shapes(given: dict[str, Any], vocab_size: int) -> list[tuple[dict[str, Any]
     shapes, seen = [], set()
     for rung in rungs:
         settings = {key: given.get(key, value) for key, value in rung.settings().items()}
+        if "skip_connections" in given:  # the law counts them, so settings say whether the shape has them
+            settings["skip_connections"] = given["skip_connections"]
         layers = given.get("num_layers", ModelConfig.__dataclass_fields__["num_layers"].default)
         if layers == 1:
             settings.pop("skip_connections", None)  # one layer has none to link

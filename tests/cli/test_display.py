@@ -185,3 +185,24 @@ def test_the_run_table_says_what_was_held_out_and_what_each_evaluation_scores():
     budgeted = TrainConfig(out_dir="unused", time_budget=100, eval_chars=20_000)
     assert describe_evaluations(budgeted, 111_539) == \
         "at the end, and during training when the budget pays for it (on the first 20,000 validation chars)"
+
+
+def test_the_budget_says_why_a_larger_shape_beat_a_lower_prediction():
+    from charrnn.cli.display import budget_lines
+    from charrnn.config import SCALING_LAW
+    from charrnn.training.budget import BudgetDecision, Candidate
+
+    def shape(hidden: int, loss: float, batch: int = 16) -> Candidate:
+        settings = {"hidden_size": hidden, "batch_size": batch, "skip_connections": batch == 16}
+        return Candidate(settings=settings, num_layers=2, parameters=hidden * 1000, chars_per_s=1000.0,
+                         eval_chars_per_s=1000.0, measured=True, estimable=True, training_s=90.0,
+                         chars=90_000.0, epochs=2.0, budget_epochs=2.0, predicted_loss=loss)
+
+    tie = SCALING_LAW.rms_error / 2
+    decision = BudgetDecision(100, "cpu", "bf16", True, {}, (shape(192, 1.478), shape(256, 1.478 + tie),
+                                                             shape(384, 1.478 + tie, batch=32)))
+    lines = budget_lines(decision, lambda field: "--" + field.replace("_", "-"))
+    assert lines[0].startswith("--time-budget 100 s: 2×256 LSTM: this machine trains it at 1,000 chars/s")
+    assert lines[1] == ("--time-budget: 2×192 LSTM predicts 1.478, within the rule's error: of shapes that "
+                        "train alike and tie, the larger is chosen")
+    assert lines[2].startswith("--time-budget: a close call: 2×384 LSTM predicts")
