@@ -52,6 +52,18 @@ def resolve_precision(precision: str, device: str, model_config: ModelConfig) ->
     return "fp32"
 
 
+def precision_warning(precision: str, model_config: ModelConfig) -> str | None:
+    """A warning for bf16 asked for an LSTM wider than :data:`BF16_LARGEST_HIDDEN`, which "auto" keeps in
+    float32 because such LSTMs did not learn in it (:func:`resolve_precision`); None otherwise."""
+    fused_lstm = model_config.cell == "lstm" and not model_config.layer_norm
+    if precision != "bf16" or not fused_lstm or model_config.hidden_size <= BF16_LARGEST_HIDDEN:
+        return None
+    shape = f"{model_config.num_layers}×{model_config.hidden_size}"
+    return (f"warning: {{precision}} bf16 trains a {shape} LSTM, and LSTMs wider than {BF16_LARGEST_HIDDEN} "
+            f"did not learn in bf16 (a 2×1024 stayed at the loss of single-character frequencies); "
+            f"{{precision}} auto trains them in fp32")
+
+
 def autocast(device: torch.device, precision: str):
     """bfloat16 autocast of the training forward pass for ``precision == "bf16"``; a no-op for fp32.
 

@@ -27,7 +27,7 @@ from charrnn.config import EVAL_SUBSET_CHARS, ModelConfig, TrainConfig
 from charrnn.data.corpus import CorpusInfo, Split, StreamBatches, split_ids
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError, TrainingInterrupted, escape
-from charrnn.models.devices import check_generation_fits, check_model_fits
+from charrnn.models.devices import check_generation_fits, check_model_fits, precision_warning
 from charrnn.models.evaluate import EvalResult, evaluate, evaluate_with_prefix, scoring_seconds
 from charrnn.training.checkpoint import load_checkpoint
 from charrnn.training.distributed import SingleProcess
@@ -629,7 +629,9 @@ def train(
                 "corpus": corpus.to_dict(), "world_size": group.world_size,
             }, fresh=resume_from is None or branching,
                 resumed_at=resume_from["step"] if resume_from is not None else None, branch_from=branch_from)
-        for warning in schedule_warnings(config, len(batches), planned_steps(config, len(batches))):
+        warnings = [*schedule_warnings(config, len(batches), planned_steps(config, len(batches))),
+                    precision_warning(config.precision, model_config)]
+        for warning in filter(None, warnings):
             observer.on_message(warning)
         observer.on_start(run.model, model_config, config, corpus, len(batches),
                           planned_steps(config, len(batches)), run.step)

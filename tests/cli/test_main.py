@@ -687,3 +687,11 @@ def test_a_run_file_nested_too_deeply_is_named_in_one_line(runner, small_corpus,
     errors = [line for line in refused.stderr.splitlines() if line.startswith("Error")]
     assert len(errors) == 1 and errors[0] == refused.stderr.strip().splitlines()[-1]
     assert damaged in errors[0] and "unexpected" not in errors[0]
+
+
+def test_bf16_asked_for_an_lstm_too_wide_for_it_warns(runner, small_corpus):
+    result = invoke(runner, "train", small_corpus, "--out", "run", "--hidden", "800", "--embed", "8",
+                    "--batch-size", "2", "--seq-len", "8", "--max-steps", "1", "--precision", "bf16",
+                    "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert "warning: --precision bf16 trains a 2×800 LSTM" in " ".join(result.stderr.split())

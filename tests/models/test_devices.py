@@ -3,7 +3,7 @@ import torch
 
 from charrnn.config import ModelConfig
 from charrnn.errors import CharrnnError
-from charrnn.models.devices import check_model_fits, resolve_device, resolve_precision
+from charrnn.models.devices import check_model_fits, precision_warning, resolve_device, resolve_precision
 
 
 def test_auto_picks_the_gpu_only_when_there_is_one(monkeypatch):
@@ -67,3 +67,12 @@ def test_the_api_names_the_options_to_lower_before_writing(tmp_path, monkeypatch
         charrnn.train(small_corpus, out_dir=tmp_path / "run", batch_size=64, seq_len=128, max_steps=1,
                       hidden_size=8, embed_size=8, num_layers=1, device="cpu")
     assert not (tmp_path / "run").exists()
+
+
+def test_bf16_asked_for_a_wide_lstm_warns_that_auto_keeps_it_in_float32():
+    wide = ModelConfig(vocab_size=5, hidden_size=1280)
+    warning = precision_warning("bf16", wide)
+    assert warning.startswith("warning: {precision} bf16 trains a 2×1280 LSTM") and "auto" in warning
+    assert precision_warning("auto", wide) is None and precision_warning("fp32", wide) is None
+    assert precision_warning("bf16", ModelConfig(vocab_size=5, hidden_size=768)) is None
+    assert precision_warning("bf16", ModelConfig(vocab_size=5, hidden_size=1280, cell="gru")) is None
