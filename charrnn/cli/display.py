@@ -24,7 +24,7 @@ from tqdm import tqdm
 from charrnn.analysis.compare import CheckpointReport, checkpoint_labels, format_score
 from charrnn.analysis.memorisation import COPY_MIN_CHARS
 from charrnn.analysis.neurons import colour
-from charrnn.config import ModelConfig, TrainConfig
+from charrnn.config import SCALING_LAW, ModelConfig, TrainConfig
 from charrnn.data.corpus import CorpusInfo
 from charrnn.data.corpus import split_point as corpus_split_point
 from charrnn.errors import CharrnnError
@@ -326,7 +326,8 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
     lower = budget.outranked()
     if lower is not None:
         lines.append(f"{name('time_budget')}: {lower.describe()} predicts {lower.predicted_loss:.3f}, within "
-                     f"the rule's error: of shapes that train alike and tie, the larger is chosen")
+                     f"the rule's error of {SCALING_LAW.rms_error:.3f}: of shapes that train alike and tie, "
+                     f"the larger measured one is chosen")
     close = budget.close_call()
     if close is not None:
         lines.append(f"{name('time_budget')}: a close call: {close.describe()} predicts "

@@ -48,8 +48,9 @@ from charrnn.training.request import split_options
 from charrnn.training.rundir import checkpoint_bytes
 
 # A shape is timed with a weight average (whatever its decay, the same work), unless the user set their
-# own, and without dropout unless given: a budget's short runs train without it (dropout_for_epochs), and
-# timed with it, a shape that would not use it looked 20% slower than it trains.
+# own, and without dropout unless given: a budget's runs of fewer than about 3.4 passes train without it
+# (dropout_for_epochs), and timed with it, 2×256 at 100 s looked 20% slower than it trains. A shape that
+# will make more passes trains with dropout, up to 20% slower than it was timed.
 PROBE_AVERAGE_DECAY = 0.99
 
 
@@ -123,44 +124,60 @@ class BudgetDecision:
 
     def outranked(self) -> Candidate | None:
         """The shape with the lowest prediction, when :func:`choose` took a larger one that ties with it."""
-        choice = self.choice
-        trained = [c for c in self.candidates if c.predicted_loss is not None]
-        lowest = min(trained, key=lambda c: c.predicted_loss) if trained else None
-        return lowest if lowest is not None and lowest is not choice else None
+        lowest = _lowest(self.candidates)
+        return lowest if lowest is not None and lowest is not self.choice else None
 
     def close_call(self) -> Candidate | None:
         """The best shape that trains otherwise than the choice (another batch, or skip connections in one
-        only), when its prediction is within the rule's error of the choice's: measured speeds, which
-        vary from run to run, may tip such a choice either way."""
-        choice = self.choice
-        others = [c for c in self.candidates if c.predicted_loss is not None and choice is not None
-                  and not _alike(c.settings, choice.settings)]
-        if choice is None or choice.predicted_loss is None or not others:
+        only), when its prediction is within the rule's error of the lowest: measured speeds, which vary
+        from run to run, may tip such a choice either way."""
+        choice, lowest = self.choice, _lowest(self.candidates)
+        if choice is None or lowest is None:
             return None
-        runner_up = min(others, key=lambda c: c.predicted_loss)
-        return runner_up if runner_up.predicted_loss - choice.predicted_loss < SCALING_LAW.rms_error else None
+        others = [c for c in self.candidates if c.predicted_loss is not None and c is not choice
+                  and not _alike(c.settings, choice.settings)]
+        runner_up = min(others, key=lambda c: c.predicted_loss) if others else None
+        if runner_up is None or runner_up.predicted_loss - lowest.predicted_loss >= SCALING_LAW.rms_error:
+            return None
+        return runner_up
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field, and which candidates (their indices) were chosen, outranked and a close call."""
+        def index(candidate: Candidate | None) -> int | None:
+            return None if candidate is None else self.candidates.index(candidate)
+
+        return {**dataclasses.asdict(self), "choice": index(self.choice),
+                "outranked": index(self.outranked()), "close_call": index(self.close_call())}
 
 
 def choose(candidates: tuple[Candidate, ...]) -> Candidate:
-    """The largest of the shapes that train alike with the lowest prediction (the same batch and skip
-    connections) and predict within the rule's error of it; the fastest when none has time to train.
+    """The shape with the lowest prediction, or a larger one that was measured, trains alike with it (the
+    same batch and skip connections) and predicts within the rule's error of it: the largest such, unless
+    another shape is larger still and predicts lower. The fastest when none has time to train.
 
     Within the rule's error the prediction cannot rank two shapes, and the probe's timings, which wobble
     by 15% from run to run, would: at 100 s on two EPYC cores they chose 2×192 over 2×256 in three runs
     of three, and 2×256 scored about 0.02 nats/char better (docs/defaults.md, "Measured with the rule").
     Where two such shapes tied in the recorded runs, the larger scored better (2×256 over 2×192 at
     100 s, 2×768 over 2×512 at 600 s, 2×1280 over 2×1024 in the hour's learning curves); a tie-break
-    toward the smaller was tried and scored 0.022 worse at 100 s."""
-    trained = [c for c in candidates if c.predicted_loss is not None]
-    if not trained:
+    toward the smaller was tried and scored 0.022 worse at 100 s. A shape only estimated from others'
+    speeds takes no part: its estimate is not a measurement that wobbles."""
+    best = _lowest(candidates)
+    if best is None:
         return candidates[0]
-    best = min(trained, key=lambda c: c.predicted_loss)
-    tied = [c for c in trained if _alike(c.settings, best.settings)
-            and c.predicted_loss - best.predicted_loss < SCALING_LAW.rms_error]
-    return max(tied, key=lambda c: c.parameters)
+    tied = [c for c in candidates if c is best or (
+        c.measured and c.predicted_loss is not None and _alike(c.settings, best.settings)
+        and c.predicted_loss - best.predicted_loss < SCALING_LAW.rms_error)]
+    undominated = [c for c in tied if not any(
+        other.parameters > c.parameters and other.predicted_loss is not None
+        and other.predicted_loss < c.predicted_loss for other in candidates)]
+    return max(undominated, key=lambda c: c.parameters)
+
+
+def _lowest(candidates: tuple[Candidate, ...]) -> Candidate | None:
+    """The candidate with the lowest prediction; None when none has time to train."""
+    trained = [c for c in candidates if c.predicted_loss is not None]
+    return min(trained, key=lambda c: c.predicted_loss) if trained else None
 
 
 def dropout_for_epochs(epochs: float) -> float:

@@ -203,6 +203,7 @@ def test_the_budget_says_why_a_larger_shape_beat_a_lower_prediction():
                                                              shape(384, 1.478 + tie, batch=32)))
     lines = budget_lines(decision, lambda field: "--" + field.replace("_", "-"))
     assert lines[0].startswith("--time-budget 100 s: 2×256 LSTM: this machine trains it at 1,000 chars/s")
-    assert lines[1] == ("--time-budget: 2×192 LSTM predicts 1.478, within the rule's error: of shapes that "
-                        "train alike and tie, the larger is chosen")
+    assert lines[1] == (f"--time-budget: 2×192 LSTM predicts 1.478, within the rule's error of "
+                        f"{SCALING_LAW.rms_error:.3f}: of shapes that train alike and tie, the larger "
+                        f"measured one is chosen")
     assert lines[2].startswith("--time-budget: a close call: 2×384 LSTM predicts")

@@ -375,12 +375,25 @@ def test_of_shapes_that_train_alike_and_tie_the_larger_is_chosen_and_another_rec
     small, middle, large = candidate(1, 1.50 - error / 2), candidate(2, 1.50), candidate(3, 1.60)
     decision = budget.BudgetDecision(100, "cpu", "fp32", True, {}, (small, middle, large))
     assert decision.choice is middle and decision.close_call() is None and decision.outranked() is small
-    other = candidate(4, 1.50 + error / 2, batch_size=32)
-    mixed = budget.BudgetDecision(100, "cpu", "fp32", True, {}, (small, middle, other))
-    assert mixed.choice is middle and mixed.close_call() is other
-    far = budget.BudgetDecision(100, "cpu", "fp32", True, {}, (candidate(1, 1.50 - 2 * error), middle))
-    assert far.choice.parameters == 1 and far.close_call() is None and far.outranked() is None
+    assert decision.to_dict()["choice"] == 1 and decision.to_dict()["outranked"] == 0
+    # Another recipe is a close call within the error of the lowest prediction, not of the choice's.
+    near, far = candidate(4, 1.50, batch_size=32), candidate(4, 1.50 + error, batch_size=32)
+    mixed = budget.BudgetDecision(100, "cpu", "fp32", True, {}, (small, middle, near))
+    assert mixed.choice is middle and mixed.close_call() is near and mixed.to_dict()["close_call"] == 2
+    assert budget.BudgetDecision(100, "cpu", "fp32", True, {}, (small, middle, far)).close_call() is None
+    apart = budget.BudgetDecision(100, "cpu", "fp32", True, {}, (candidate(1, 1.50 - 2 * error), middle))
+    assert apart.choice.parameters == 1 and apart.close_call() is None and apart.outranked() is None
     assert budget.choose((candidate(1, None), candidate(2, None))).parameters == 1  # the fastest
+
+
+def test_the_tie_break_takes_only_measured_shapes_and_never_one_a_larger_shape_beats():
+    error = SCALING_LAW.rms_error
+    measured = candidate(1, 1.50)
+    estimated = dataclasses.replace(candidate(2, 1.50 + error / 2), measured=False)
+    assert budget.choose((measured, estimated)) is measured
+    # 2 ties with 1 and trains alike, but 3, larger and trained otherwise, predicts lower than 2.
+    lowest, tied, other = candidate(1, 1.479), candidate(2, 1.479 + error / 2), candidate(3, 1.481, 32)
+    assert budget.choose((lowest, tied, other)) is lowest
 
 
 def batch_machine(clock: FakeClock, seconds_per_million: float, true_speeds: dict[int, float]):
