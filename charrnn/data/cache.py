@@ -174,7 +174,7 @@ def scan_corpus(path: Path, chunk_bytes: int = CHUNK_BYTES) -> CorpusScan:
             counts += chunk_counts
         chars += len(points)
     if chars == 0:
-        raise CharrnnError(f"corpus {path} is empty")
+        raise CharrnnError(f"{path} is empty: it holds no text")
     return CorpusScan(tuple(files), digest.hexdigest(), chars, counts)
 
 

@@ -49,7 +49,7 @@ def read_corpus(path: Path) -> str:
             raise not_utf8_error(file, raw[exc.start], exc.start) from None
     text = "".join(parts)
     if not text:
-        raise CharrnnError(f"corpus {path} is empty")
+        raise CharrnnError(f"{path} is empty: it holds no text")
     return text
 
 

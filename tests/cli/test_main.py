@@ -339,6 +339,7 @@ BAD_INPUTS = [
     (["sample", "foreign.pt"], "not a charrnn checkpoint"),
     (["eval-perplexity", "foreign.pt"], "not a charrnn checkpoint"),
     (["eval-perplexity", "CKPT", "missing.txt"], "does not exist"),
+    (["eval-perplexity", "CKPT", "empty.txt"], "empty.txt is empty: it holds no text"),
     (["sampel"], "No such command"),
     (["train", "short.txt", "--threads", "0"], "'--threads': must be a whole number of at least 1"),
     (["sample", "CKPT", "--threads", "0"], "'--threads': must be a whole number of at least 1"),
