@@ -105,10 +105,7 @@ def charrnn_run(corpus: Path, seconds: float, val_frac: float, workdir: Path) ->
     scored = json.loads(subprocess.run([sys.executable, "-m", "charrnn", "eval-perplexity",
                                         str(out / "best.pt"), "--json"],
                                        check=True, capture_output=True, text=True).stdout)
-    candidates = result["budget"]["candidates"]
-    predicted = [c for c in candidates if c["predicted_loss"] is not None]
-    # As the budget chooses: the lowest prediction, else (no shape had time) the fastest.
-    choice = min(predicted, key=lambda c: c["predicted_loss"]) if predicted else candidates[0]
+    choice = result["budget"]["candidates"][result["budget"]["choice"]]
     return {"nats_per_char": scored["nats_per_char"], "wall_s": wall, "epochs": result["epoch"],
             "shape": f"{choice['num_layers']}x{choice['settings']['hidden_size']}",
             "predicted": choice["predicted_loss"], "chosen": result["budget"]["chosen"]}
