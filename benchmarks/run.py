@@ -335,7 +335,8 @@ def headline(quick: bool, workdir: Path) -> list[Result]:
             scores[label].append(json.loads(printed)["nats_per_char"])
             if label == "planner":
                 model = json.loads((out / "config.json").read_text())["model"]
-                chosen.append(f"{model['num_layers']}×{model['hidden_size']}")
+                passes = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["epoch"]
+                chosen.append(f"{model['num_layers']}×{model['hidden_size']}, {passes:.2f} passes")
     if failures or not scores["planner"] or not scores["fixed"]:
         return [Result(f"headline: {failures} of {2 * len(HEADLINE_SEEDS)} runs failed", "-", 0.0, 0.0, 0.0,
                        "none fail", False)]
