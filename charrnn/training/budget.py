@@ -250,6 +250,8 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
         chars = min(affordable, limits[limit])
         limit = limit if limits[limit] < affordable else None
         chars -= chars % step_chars  # whole steps
+        if not chars and limit is not None and affordable >= step_chars:
+            chars = step_chars  # a limit of less than a step: the run still trains one, as the loop does
         skip = settings.get("skip_connections", False)
         candidates.append(Candidate(
             settings=settings, num_layers=layers, parameters=params, chars_per_s=speed.train_chars_per_s,

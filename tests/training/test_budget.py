@@ -365,6 +365,13 @@ def candidate(parameters: int, loss: float | None, batch_size: int = 16) -> budg
                             predicted_loss=loss)
 
 
+def test_a_limit_of_less_than_a_step_plans_the_one_step_the_run_trains(shakespeare_like):
+    decision = plan(shakespeare_like, 100, given={"epochs": 1e-5})
+    choice = decision.choice
+    assert choice.limit == "epochs" and choice.predicted_loss is not None
+    assert choice.chars == choice.settings["batch_size"] * 50  # one step of 50 characters per stream
+
+
 def test_each_candidate_says_which_limit_ends_it_before_the_budget(shakespeare_like):
     assert plan(shakespeare_like, 36_000, work_per_s=1e11).choice.limit == "epochs"
     assert plan(shakespeare_like, 100).choice.limit is None
