@@ -45,18 +45,25 @@ def resolve_precision(precision: str, device: str, model_config: ModelConfig) ->
     """
     if precision != "auto":
         return precision
-    fused_lstm = model_config.cell == "lstm" and not model_config.layer_norm
-    measured_size = model_config.hidden_size <= BF16_LARGEST_HIDDEN
-    if device == "cpu" and fused_lstm and measured_size and cpu_has_native_bf16():
+    if device == "cpu" and _fused_lstm(model_config) and not too_wide_for_bf16(model_config) \
+            and cpu_has_native_bf16():
         return "bf16"
     return "fp32"
 
 
+def _fused_lstm(model_config: ModelConfig) -> bool:
+    return model_config.cell == "lstm" and not model_config.layer_norm
+
+
+def too_wide_for_bf16(model_config: ModelConfig) -> bool:
+    """Whether this is an LSTM wider than :data:`BF16_LARGEST_HIDDEN`: such LSTMs did not learn in bf16."""
+    return _fused_lstm(model_config) and model_config.hidden_size > BF16_LARGEST_HIDDEN
+
+
 def precision_warning(precision: str, model_config: ModelConfig) -> str | None:
-    """A warning for bf16 asked for an LSTM wider than :data:`BF16_LARGEST_HIDDEN`, which "auto" keeps in
-    float32 because such LSTMs did not learn in it (:func:`resolve_precision`); None otherwise."""
-    fused_lstm = model_config.cell == "lstm" and not model_config.layer_norm
-    if precision != "bf16" or not fused_lstm or model_config.hidden_size <= BF16_LARGEST_HIDDEN:
+    """A warning for bf16 asked for an LSTM too wide for it (:func:`too_wide_for_bf16`), which "auto"
+    keeps in float32; None otherwise."""
+    if precision != "bf16" or not too_wide_for_bf16(model_config):
         return None
     shape = f"{model_config.num_layers}×{model_config.hidden_size}"
     return (f"warning: {{precision}} bf16 trains a {shape} LSTM, and LSTMs wider than {BF16_LARGEST_HIDDEN} "

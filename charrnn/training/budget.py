@@ -39,7 +39,7 @@ from charrnn.config import (
 from charrnn.data.corpus import CorpusInfo, StreamBatches
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
-from charrnn.models.devices import BF16_LARGEST_HIDDEN, check_model_fits, resolve_precision
+from charrnn.models.devices import check_model_fits, resolve_precision, too_wide_for_bf16
 from charrnn.models.evaluate import scoring_seconds
 from charrnn.models.model import parameter_count
 from charrnn.training.distributed import SingleProcess
@@ -134,8 +134,8 @@ class BudgetDecision:
         choice, lowest = self.choice, _lowest(self.candidates)
         if choice is None or lowest is None:
             return None
-        others = [c for c in self.candidates if c.predicted_loss is not None and c is not choice
-                  and not _alike(c.settings, choice.settings)]
+        others = [c for c in self.candidates
+                  if c.predicted_loss is not None and not _alike(c.settings, choice.settings)]
         runner_up = min(others, key=lambda c: c.predicted_loss) if others else None
         if runner_up is None or runner_up.predicted_loss - lowest.predicted_loss >= SCALING_LAW.rms_error:
             return None
@@ -333,7 +333,7 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
     precisions = [resolve_precision(config.precision, device, model) for _, model, _ in trials]
     if "hidden_size" not in given:  # bf16 asked for: only the widths measured to learn in it
         kept = [index for index, (_, model, _) in enumerate(trials)
-                if precisions[index] != "bf16" or model.hidden_size <= BF16_LARGEST_HIDDEN]
+                if precisions[index] != "bf16" or not too_wide_for_bf16(model)]
         trials, precisions = [trials[index] for index in kept], [precisions[index] for index in kept]
     shapes = [shape for shape, _, _ in trials]
     workload = Workload(seconds, spent_s, 0.0, len(train_ids), len(val_ids), config.seq_len,
