@@ -454,7 +454,10 @@ def test_a_budget_says_which_shape_this_machine_affords_and_why(runner, small_co
 def test_a_time_budget_on_cuda_plans_from_the_gpu_s_own_throughput(runner, small_corpus):
     result = invoke(runner, "train", small_corpus, "--time-budget", "30", "--device", "cuda", "--out", "run")
     assert result.exit_code == 0, result.output
-    assert "this machine trains it at" in result.stderr and "in fp32" in result.stderr
+    # The chosen shape may be timed, or estimated from a timed one of its batch: a GPU's speed hardly
+    # falls with width, so a short probe may stop before the widest rung.
+    chosen = r"this machine (trains it at|would train it at about) [\d,]+ chars/s in fp32"
+    assert re.search(chosen, result.stderr)
 
 
 @pytest.mark.slow
