@@ -48,6 +48,10 @@ def points(budget: int, variants: dict[str, tuple[str, ...]]) -> list[Point]:
     return [Point(f"s{budget}-{name}", budget, options) for name, options in variants.items()]
 
 
+# The 100-s rung with the dropout and weight average its budget plans (later options override earlier ones).
+RUNG_100 = ("--hidden", "256", "--batch-size", "16", "--lr", "5e-3", "--skip-connections", "--dropout", "0",
+            "--ema", "0.9963")
+
 STAGES: dict[str, list[Point]] = {
     "s100": points(100, {
         "defaults": (),
@@ -125,6 +129,17 @@ STAGES: dict[str, list[Point]] = {
         "threads-h384": ("--hidden", "384", "--batch-size", "32", "--lr", "5e-3"),
         "threads-h512": ("--hidden", "512", "--batch-size", "32", "--lr", "5e-3"),
     }),
+    # Beyond the ladder at 100 s: other cells, depth, segment length and learning rate on the 100-s rung
+    # (2×256, batch 16, lr 5e-3, skip connections), beside it. Dropout and the weight average are given as
+    # the budget plans them for that rung, so that cells the budget does not plan train with the same.
+    "beyond-100": points(100, {name: (*RUNG_100, *changes) for name, changes in {
+        "beyond-fixed-h256": (),
+        "beyond-gru-h256": ("--model", "gru"),
+        "beyond-gru-h320": ("--model", "gru", "--hidden", "320"),
+        "beyond-l3-h192": ("--layers", "3", "--hidden", "192"),
+        "beyond-t100": ("--seq-len", "100"),
+        "beyond-lr7e-3": ("--lr", "7e-3"),
+    }.items()}),
     # An hour: the AWD-LSTM regularisation and weight averaging on a wider model, every option given.
     "s3600-bf16": points(3600, {
         "h768-b32-lr4e-3-dropout0.3-locked-wdrop0.3-ema0.999": (

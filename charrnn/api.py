@@ -41,6 +41,7 @@ from charrnn.config import (
 from charrnn.data.datasets import DATASETS, DEFAULT_DATASET
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, escape
 from charrnn.models.pretrained import refuse_writing_in_shipped, resolve_shipped, run_name
+from charrnn.training.observer import TrainObserver
 from charrnn.utils.terminal import shown
 from charrnn.utils.text import require_valid_text
 from charrnn.utils.threads import check_threads, use_threads
@@ -50,7 +51,6 @@ if TYPE_CHECKING:  # torch is imported only once the options are checked and the
     from charrnn.models.model import CharRNN
     from charrnn.training.checkpoint import LoadedModel
     from charrnn.training.loop import TrainResult
-    from charrnn.training.observer import TrainObserver
 
 PathArg = str | PathLike[str]
 
@@ -1018,6 +1018,17 @@ def get_dataset(name: str = DEFAULT_DATASET, data_dir: PathArg | None = None, fo
 # ---------------------------------------------------------------------------- training
 
 
+def end_torchrun_worker(exit_code: int) -> None:
+    """Under torchrun with several processes, end this one at once with ``exit_code``
+    (:func:`charrnn.training.distributed.end_process` says why); otherwise return."""
+    if os.environ.get("WORLD_SIZE", "1") == "1":  # checked first: plain commands never import torch here
+        return
+    from charrnn.training.distributed import end_process, world_size_from_environment
+
+    if world_size_from_environment() > 1:
+        end_process(exit_code)
+
+
 def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, overwrite: bool = False,
           resume: PathArg | None = None, init_from: PathArg | None = None, extend_vocab: bool = False,
           device: str = "auto", threads: int | None = None, data_dir: PathArg | None = None,
@@ -1062,7 +1073,6 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
         device=_device(device), data_dir=_path(data_dir, "data_dir"), threads=threads,
     )
     check_request(request)  # every option, before torch, a download, a checkpoint or a corpus
-    from charrnn.training.observer import TrainObserver
     for what in ("resume", "init_from", "corpus"):
         given = getattr(request, what)
         if given is not None and what != "corpus":

@@ -40,6 +40,7 @@ VAL_MAX_CHARS = 300_000
 EVAL_SUBSET_CHARS = 200_000
 INSPECT_FEATURES: tuple[str, ...] = ("quotes", "line-position", "indent")  # what inspect --rank tracks
 INSPECT_TOP = 10  # how many units inspect --rank lists unless told
+COPY_MIN_CHARS = 32  # a copied passage at least this long counts towards copied_fraction
 MAX_FORGET_BIAS = 1e3  # the gate is saturated far below this; beyond float32 it would overflow
 MAX_SPECTRAL_RADIUS = 1e3  # far beyond any useful reservoir; 1e308 overflows the weights to infinity
 REGULARISATION_RATES = ("dropout", "weight_drop", "input_dropout", "embed_dropout")  # probabilities in [0, 1)
@@ -50,6 +51,25 @@ MAX_LEARNING_RATE = 1e3  # far above any useful rate; larger ones overflow float
 
 
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
+
+
+def split_point(num_chars: int, val_frac: float, val_max_chars: int | None = None) -> int:
+    """Index of the first validation character: the tail ``val_frac`` is held out, at most
+    ``val_max_chars`` characters of it.
+
+    ``int(n * (1 - val_frac))`` reproduces nanoGPT's split exactly: for tiny
+    Shakespeare and 0.1, 1,003,854 training and 111,540 validation characters.
+    """
+    point = int(num_chars * (1.0 - val_frac))
+    return point if val_max_chars is None else max(point, num_chars - val_max_chars)
+
+
+def partial_eval_chars(config: TrainConfig, val_chars: int) -> int | None:
+    """The validation characters an evaluation during training scores when that is only the split's
+    start (TrainConfig.eval_chars, by default EVAL_SUBSET_CHARS, below its ``val_chars``); None when it
+    is all of it."""
+    subset = EVAL_SUBSET_CHARS if config.eval_chars is None else config.eval_chars
+    return subset if subset < val_chars else None
 
 
 def require(condition: bool, field: str, problem: str) -> None:

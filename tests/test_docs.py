@@ -87,8 +87,12 @@ def check_values(name: str, context: click.Context) -> None:
 EXAMPLES = example_commands()
 
 
-def test_the_guide_has_examples():
-    assert len(EXAMPLES) >= 20
+def test_every_command_has_an_example_in_the_guide_and_in_its_help():
+    shown_in = {where: {shlex.split(line, comments=True)[1] for other, line in EXAMPLES if other == where}
+                for where in ("README.md", "guide.md")}
+    for name, command in cli.commands.items():
+        assert name in shown_in["README.md"] | shown_in["guide.md"], f"no example of charrnn {name}"
+        assert f"charrnn {name} " in (command.help or ""), f"charrnn {name} --help shows no example"
 
 
 @pytest.mark.parametrize(("where", "line"), EXAMPLES,

@@ -632,8 +632,10 @@ def test_notes_quoting_a_path_stay_on_one_line(small_corpus, tmp_path):
 
 
 def test_a_tiny_top_p_keeps_the_likeliest_character(tiny_checkpoint):
-    result = run_cli("sample", tiny_checkpoint, "--length", "5", "--top-p", "1e-300", "--seed", "1")
-    assert result.exit_code == 0, result.output
+    result = run_cli("sample", tiny_checkpoint, "--length", "40", "--top-p", "1e-300", "--seed", "1")
+    greedy = run_cli("sample", tiny_checkpoint, "--length", "40", "--greedy")
+    assert result.exit_code == 0 and greedy.exit_code == 0, result.output + greedy.output
+    assert result.stdout == greedy.stdout and len(result.stdout.rstrip("\n")) == 40
 
 
 def test_a_path_like_that_is_no_path_is_a_type_error(small_corpus):

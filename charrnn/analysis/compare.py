@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from charrnn.analysis.dynamic import checkpoint_dynamic_score
-from charrnn.analysis.memorisation import COPY_MIN_CHARS, Reference, measure
-from charrnn.config import DynamicConfig, SampleConfig
+from charrnn.analysis.memorisation import Reference, measure
+from charrnn.config import COPY_MIN_CHARS, DynamicConfig, SampleConfig
 from charrnn.data.corpus import checkpoint_validation_ids, corpus_path, read_corpus
 from charrnn.data.vocab import UnknownCharactersError
 from charrnn.errors import CharrnnError, escape
@@ -31,6 +31,7 @@ from charrnn.models.evaluate import evaluate
 from charrnn.models.pretrained import run_name
 from charrnn.training.checkpoint import LoadedModel, load_model
 from charrnn.utils.terminal import shown
+from charrnn.utils.text import checkpoint_labels, format_score
 
 
 @dataclass(frozen=True)
@@ -214,18 +215,6 @@ def compare_checkpoint(loaded: LoadedModel, path: Path, settings: CompareSetting
     )
 
 
-def checkpoint_labels(reports: list[CheckpointReport]) -> list[str]:
-    """The shortest of file name, run/file name and full path that tells the checkpoints apart."""
-    candidates = [
-        [Path(report.checkpoint).name for report in reports],
-        [f"{report.run}/{Path(report.checkpoint).name}" for report in reports],
-    ]
-    for labels in candidates:
-        if len(set(labels)) == len(labels):
-            return labels
-    return [report.checkpoint for report in reports]
-
-
 def vocabulary_note(reports: list[CheckpointReport], vocabularies: list[tuple[str, ...]]) -> str | None:
     """A sentence saying how vocabularies differ, or None when they are all the same."""
     if len(set(vocabularies)) <= 1:
@@ -258,11 +247,6 @@ def _fence(text: str) -> str:
     """A backtick fence longer than any run of backticks inside ``text``."""
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     return "`" * max(3, longest + 1)
-
-
-def format_score(value: float | None, digits: int = 4) -> str:
-    """A score to ``digits`` decimals, or "n/a" when there is none."""
-    return "n/a" if value is None else f"{value:.{digits}f}"
 
 
 def describe_decoding(settings: CompareSettings) -> str:

@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
+from charrnn.config import COPY_MIN_CHARS
 from charrnn.data.vocab import code_points
 
-COPY_MIN_CHARS = 32  # a copied passage at least this long counts towards copied_fraction
 WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)*")
 MODULI = (2_147_483_629, 2_147_483_587)  # two primes below 2**31: products stay inside int64
 BASE = 1_000_003

@@ -18,7 +18,7 @@ from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError, ConfigError
 from charrnn.models.model import CharRNN
 from charrnn.models.stepper import make_stepper
-from charrnn.utils.text import HIDDEN_CHAR_STYLE, html_text
+from charrnn.utils.text import HIDDEN_CHAR_STYLE, colour, html_text
 
 FEATURES = INSPECT_FEATURES  # the text features rank_units can correlate with
 STEP_SLICE = 4096  # characters unbound at once while stepping through a text
@@ -116,14 +116,6 @@ def rank_units(acts: torch.Tensor, feature: torch.Tensor, top: int = 10) -> list
     corr = torch.where(denominator > 0, (x * y.unsqueeze(1)).sum(0) / denominator, torch.zeros(()))
     order = torch.argsort(corr.abs(), descending=True)[:top]
     return [(int(i) // hidden, int(i) % hidden, float(corr[i])) for i in order]
-
-
-def colour(value: float, scale: float) -> tuple[int, int, int]:
-    """Red for negative, white for zero, blue for positive, saturating at ±scale."""
-    v = max(-1.0, min(1.0, value / scale)) if scale > 0 else 0.0
-    if v < 0:
-        return 255, round(255 * (1 + v)), round(255 * (1 + v))
-    return round(255 * (1 - v)), round(255 * (1 - v)), 255
 
 
 DARK_BACKGROUND = 0.55  # beyond this share of the scale, a shade takes white text to stay readable

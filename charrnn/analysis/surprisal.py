@@ -25,10 +25,9 @@ from charrnn.models.devices import EVAL_CHUNK
 from charrnn.models.evaluate import scored_chunks, stream_layout
 from charrnn.models.model import CharRNN
 from charrnn.utils.terminal import visible_char
-from charrnn.utils.text import HIDDEN_CHAR_STYLE, html_text
+from charrnn.utils.text import HIDDEN_CHAR_STYLE, heat, html_text
 
 SURPRISAL_STREAMS = 16  # streams read at once (see surprisals)
-SATURATION_NATS = 6.0  # surprisal at which the colour is fully red (p ≈ 0.25%)
 CONTEXT_BEFORE = 40  # characters of context shown before a surprising position
 CONTEXT_AFTER = 12  # and after it
 
@@ -125,12 +124,6 @@ def most_surprising(rows: Iterable[CharSurprisal], count: int, text: str) -> lis
     kept = heapq.nlargest(count, rows, key=lambda row: (row.nats, -row.index))
     return [SurprisingPosition(row, text[max(0, row.index - CONTEXT_BEFORE) : row.index],
                                text[row.index + 1 : row.index + 1 + CONTEXT_AFTER]) for row in kept]
-
-
-def heat(nats: float) -> tuple[int, int, int]:
-    """White for no surprise, through yellow, to red at :data:`SATURATION_NATS` and beyond."""
-    level = max(0.0, min(1.0, nats / SATURATION_NATS))
-    return 255, round(255 * (1 - 0.45 * level)), round(255 * (1 - level))
 
 
 def surprisal_page(text: str, rows: Iterable[CharSurprisal], title: str) -> str:

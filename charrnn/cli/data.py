@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import click
 
+from charrnn.api import DATASETS, DEFAULT_DATASET
 from charrnn.cli.output import err, message
-from charrnn.data.datasets import DATASETS, DEFAULT_DATASET
 from charrnn.utils.terminal import write_stdout
 
 
 @click.group()
 def data() -> None:
-    """Download and verify built-in datasets."""
+    """Download and verify built-in datasets.
+
+    \b
+    Examples:
+      charrnn data get
+      charrnn data get tinyshakespeare --data-dir ~/corpora --force
+    """
 
 
 @data.command("get")

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -21,29 +21,25 @@ from rich.table import Table
 from rich.text import Text
 from tqdm import tqdm
 
-from charrnn.analysis.compare import CheckpointReport, checkpoint_labels, format_score
-from charrnn.analysis.memorisation import COPY_MIN_CHARS
-from charrnn.analysis.neurons import colour
-from charrnn.config import SCALING_LAW, ModelConfig, TrainConfig
-from charrnn.data.corpus import CorpusInfo
-from charrnn.data.corpus import split_point as corpus_split_point
+from charrnn.api import TrainObserver
+from charrnn.config import COPY_MIN_CHARS, SCALING_LAW, ModelConfig, TrainConfig, partial_eval_chars
+from charrnn.config import split_point as corpus_split_point
 from charrnn.errors import CharrnnError
-from charrnn.models.devices import resolve_precision
-from charrnn.models.model import CharRNN
-from charrnn.training.loop import StepReport, TrainObserver, TrainResult, partial_eval_chars
-from charrnn.training.plan import TrainingPlan
-from charrnn.training.rundir import EvaluationRecord
-from charrnn.training.samples import SampleRecord
 from charrnn.utils.terminal import escape_char, is_hidden, one_line, shown_parts, visible_char
-from charrnn.utils.threads import ThreadChoice
+from charrnn.utils.text import SATURATION_NATS, checkpoint_labels, colour, format_score, heat
+
+if TYPE_CHECKING:  # result types, named for their readers; importing them would import torch
+    from charrnn.analysis.compare import CheckpointReport
+    from charrnn.data.corpus import CorpusInfo
+    from charrnn.models.model import CharRNN
+    from charrnn.training.loop import TrainResult
+    from charrnn.training.observer import StepReport
+    from charrnn.training.plan import TrainingPlan
+    from charrnn.training.rundir import EvaluationRecord
+    from charrnn.training.samples import SampleRecord
+    from charrnn.utils.threads import ThreadChoice
 
 Namer = Callable[[str], str]  # how the command line names a library parameter (max_steps → --max-steps)
-
-
-def describe_precision(config: TrainConfig, model_config: ModelConfig) -> str:
-    """The precision a run trains in, and whether ``--precision auto`` chose it."""
-    chosen = resolve_precision(config.precision, config.device, model_config)
-    return f"{chosen} (auto)" if config.precision == "auto" else chosen
 
 
 def key_value_table(title: str, rows: dict[str, str], fold: bool = False) -> Table:
@@ -130,8 +126,8 @@ class ProgressBar(TrainObserver):
             self._say(f"resuming {resume.checkpoint} at step {resume.step:,} (epoch {resume.epoch:.2f})"
                             f"{where}")
 
-    def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
-                 corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None, first_step: int) -> None:
+    def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig, corpus: CorpusInfo,
+                 steps_per_epoch: int, total_steps: int | None, first_step: int, precision: str) -> None:
         if self.quiet:
             return
         parameters = sum(p.numel() for p in model.parameters())
@@ -157,7 +153,7 @@ class ProgressBar(TrainObserver):
             ])),
             "validation": describe_evaluations(config, corpus.chars - corpus.split_point - 1),
             "epoch checkpoints": ", ".join(map(str, config.save_epochs)) or "none",
-            "device": f"{config.device}, {describe_precision(config, model_config)}",
+            "device": f"{config.device}, {precision}{' (auto)' if config.precision == 'auto' else ''}",
             **({"threads": self.threads.describe()} if self.threads is not None and config.device == "cpu"
                else {}),
             "seed": str(config.seed),
@@ -469,7 +465,7 @@ def ranking_table(ranked: list[tuple[int, int, float]], title: str) -> Table:
 
 
 def coloured_text(text: str, values: list[float], scale: float) -> Text:
-    """The text with each character's background shaded by its value (see :func:`neurons.colour`)."""
+    """The text with each character's background shaded by its value (see :func:`charrnn.utils.text.colour`)."""
     rendered = Text()
     for char, value in zip(text, values, strict=True):
         red, green, blue = colour(value, scale)
@@ -479,7 +475,6 @@ def coloured_text(text: str, values: list[float], scale: float) -> Text:
 
 def surprisal_text(text: str, rows: list[Any]) -> Group:
     """The text shaded by surprisal (white to red), a legend, and the mean over the scored characters."""
-    from charrnn.analysis.surprisal import SATURATION_NATS, heat
 
     scored = {row.index: row.nats for row in rows}
     rendered = Text()

@@ -16,11 +16,13 @@ import shutil
 import sys
 import termios
 import tty
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from charrnn.errors import CharrnnError
-from charrnn.generation.writing import WORD_ENDS, WritingSession
 from charrnn.utils.terminal import shown, visible_char
+
+if TYPE_CHECKING:
+    from charrnn.generation.writing import WritingSession
 
 CLEAR = "\x1b[H\x1b[2J"
 BACKSPACE = ("\x7f", "\x08")
@@ -108,7 +110,7 @@ def _act(session: WritingSession, top: int, key: str) -> str:
     if key in BACKSPACE:
         return "undone" if session.undo() else "nothing to undo (the prime stays)"
     if key == "\t":
-        return f"the model wrote {session.continue_to(WORD_ENDS)!r}"
+        return f"the model wrote {session.continue_to()!r}"
     if key in ("\n", "\r"):
         return f"the model wrote {session.continue_to(chr(10))!r}"
     if key in session.vocab:

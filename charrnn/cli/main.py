@@ -96,13 +96,10 @@ def main() -> None:
         # This process was started for the command: a time budget counts from its start.
         cli(prog_name="charrnn", obj={"started": time.perf_counter() - process_age_s()})
     except SystemExit as finished:
-        # Checked before importing charrnn.training.distributed (and so torch): plain commands never need it.
-        if os.environ.get("WORLD_SIZE", "1") != "1":
-            from charrnn.training.distributed import end_process, world_size_from_environment
+        from charrnn.api import end_torchrun_worker
 
-            if world_size_from_environment() > 1:
-                code = finished.code if isinstance(finished.code, int) else int(finished.code is not None)
-                end_process(code)
+        code = finished.code if isinstance(finished.code, int) else int(finished.code is not None)
+        end_torchrun_worker(code)
         raise
     except KeyboardInterrupt:
         # Ctrl-C between commands' own handling and the exit (after the work was done, say): still the

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from charrnn.config import split_point
 from charrnn.data.cache import (
     cached_ids,
     corpus_files,
@@ -51,17 +52,6 @@ def read_corpus(path: Path) -> str:
     if not text:
         raise CharrnnError(f"{path} is empty: it holds no text")
     return text
-
-
-def split_point(num_chars: int, val_frac: float, val_max_chars: int | None = None) -> int:
-    """Index of the first validation character: the tail ``val_frac`` is held out, at most
-    ``val_max_chars`` characters of it.
-
-    ``int(n * (1 - val_frac))`` reproduces nanoGPT's split exactly: for tiny
-    Shakespeare and 0.1, 1,003,854 training and 111,540 validation characters.
-    """
-    point = int(num_chars * (1.0 - val_frac))
-    return point if val_max_chars is None else max(point, num_chars - val_max_chars)
 
 
 @dataclass(frozen=True)

@@ -90,9 +90,10 @@ class WritingSession:
         self.points.pop()
         return True
 
-    def continue_to(self, ends: str) -> str:
+    def continue_to(self, ends: str = WORD_ENDS) -> str:
         """Let the model write, sampling at the session's temperature, until it writes one of ``ends``
-        (included) or :data:`MAX_CONTINUATION` characters; return what it wrote."""
+        (included; by default, the end of the word) or :data:`MAX_CONTINUATION` characters; return what it
+        wrote."""
         if not checked(ends, str, "ends"):
             raise ConfigError("must name at least one character to stop at", "ends")
         wrote = []

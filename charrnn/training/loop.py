@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from charrnn.config import EVAL_SUBSET_CHARS, ModelConfig, TrainConfig
+from charrnn.config import EVAL_SUBSET_CHARS, ModelConfig, TrainConfig, partial_eval_chars
 from charrnn.data.corpus import CorpusInfo, Split, StreamBatches, split_ids
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError, TrainingInterrupted, escape
@@ -447,14 +447,6 @@ def final_work_seconds(run: TrainingRun, val_ids: torch.Tensor, clock: Callable[
                      saving + sampling)
 
 
-def partial_eval_chars(config: TrainConfig, val_chars: int) -> int | None:
-    """The validation characters an evaluation during training scores when that is only the split's
-    start (TrainConfig.eval_chars, by default EVAL_SUBSET_CHARS, below its ``val_chars``); None when it
-    is all of it."""
-    subset = EVAL_SUBSET_CHARS if config.eval_chars is None else config.eval_chars
-    return subset if subset < val_chars else None
-
-
 def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: SingleProcess,
                      clock: Callable[[], float], finish_s: float
                      ) -> tuple[TrainConfig, float, tuple[float, ...], list[str]]:
@@ -634,7 +626,7 @@ def train(
         for warning in filter(None, warnings):
             observer.on_message(warning)
         observer.on_start(run.model, model_config, config, corpus, len(batches),
-                          planned_steps(config, len(batches)), run.step)
+                          planned_steps(config, len(batches)), run.step, run.precision)
         for message in budget_messages:
             observer.on_message(message)
         loop = TrainingLoop(run, split.val, observer, stop, run_dir,

@@ -1,9 +1,11 @@
-"""Checks on text given on the command line, and model text shown in a page; light enough for the CLI to
-import at start-up."""
+"""Checks on text given on the command line, model text shown in a page, and how scores, checkpoints and
+values are shown; light enough for the CLI to import at start-up."""
 
 from __future__ import annotations
 
 import html
+from pathlib import Path
+from typing import Any
 
 from charrnn.errors import CharrnnError
 from charrnn.utils.terminal import shown_parts
@@ -31,3 +33,38 @@ def html_text(text: str) -> str:
 
 
 HIDDEN_CHAR_STYLE = ".hidden{font-size:80%;border:1px solid #999;border-radius:2px;padding:0 1px}"
+
+
+def format_score(value: float | None, digits: int = 4) -> str:
+    """A score to ``digits`` decimals, or "n/a" when there is none."""
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def checkpoint_labels(reports: list[Any]) -> list[str]:
+    """The shortest of file name, run/file name and full path that tells the checkpoints apart (each
+    report has ``checkpoint``, a path, and ``run``, its run directory's name)."""
+    candidates = [
+        [Path(report.checkpoint).name for report in reports],
+        [f"{report.run}/{Path(report.checkpoint).name}" for report in reports],
+    ]
+    for labels in candidates:
+        if len(set(labels)) == len(labels):
+            return labels
+    return [report.checkpoint for report in reports]
+
+
+def colour(value: float, scale: float) -> tuple[int, int, int]:
+    """Red for negative, white for zero, blue for positive, saturating at ±scale."""
+    v = max(-1.0, min(1.0, value / scale)) if scale > 0 else 0.0
+    if v < 0:
+        return 255, round(255 * (1 + v)), round(255 * (1 + v))
+    return round(255 * (1 - v)), round(255 * (1 - v)), 255
+
+
+SATURATION_NATS = 6.0  # surprisal at which the colour is fully red (p ≈ 0.25%)
+
+
+def heat(nats: float) -> tuple[int, int, int]:
+    """White for no surprise, through yellow, to red at :data:`SATURATION_NATS` and beyond."""
+    level = max(0.0, min(1.0, nats / SATURATION_NATS))
+    return 255, round(255 * (1 - 0.45 * level)), round(255 * (1 - level))

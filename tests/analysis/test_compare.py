@@ -7,7 +7,7 @@ import torch
 from click.testing import CliRunner
 from rich.console import Console
 
-from charrnn.analysis.compare import CompareSettings, checkpoint_labels, compare_checkpoints, to_markdown
+from charrnn.analysis.compare import CompareSettings, compare_checkpoints, to_markdown
 from charrnn.cli.display import comparison_renderable
 from charrnn.cli.main import cli
 from charrnn.config import SampleConfig
@@ -16,6 +16,7 @@ from charrnn.errors import CharrnnError
 from charrnn.generation.sample import collect_samples, generate
 from charrnn.models.evaluate import evaluate
 from charrnn.training.checkpoint import load_model, save_checkpoint
+from charrnn.utils.text import checkpoint_labels
 
 from helpers import plan_run
 

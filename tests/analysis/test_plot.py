@@ -31,13 +31,30 @@ def png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-def test_renders_a_valid_png(tmp_path):
+def test_draws_each_runs_curves_from_its_records_into_a_png(tmp_path):
     pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_rgb
+    from matplotlib.image import imread
+
+    from charrnn.analysis.plot import learning_curves
+
     runs = [fake_run(tmp_path, "lstm", 5), fake_run(tmp_path, "gru", 3)]
+    epoch_axis, time_axis = learning_curves(runs).axes
+    by_epoch = {line.get_label(): line for line in epoch_axis.get_lines()}
+    by_time = {line.get_label(): line for line in time_axis.get_lines()}
+    assert list(by_epoch["gru validation"].get_xdata()) == [1.0, 2.0, 3.0]
+    assert list(by_epoch["gru validation"].get_ydata()) == pytest.approx([3.2, 1.6, 3.2 / 3])
+    assert list(by_epoch["lstm training"].get_ydata()) == pytest.approx([3.0 / e for e in range(1, 6)])
+    assert list(by_time["lstm validation"].get_xdata()) == [5.0, 10.0, 15.0, 20.0, 25.0]
+    assert by_epoch["lstm validation"].get_color() != by_epoch["gru validation"].get_color()
     output = tmp_path / "curves.png"
     plot_runs(runs, output)
     width, height = png_size(output)
-    assert width > 600 and height > 300
+    pixels = imread(output)[..., :3]
+    assert pixels.shape == (height, width, 3) and width > 600 and height > 300
+    for line in (by_epoch["lstm validation"], by_epoch["gru validation"]):  # both runs' curves are drawn
+        distance = abs(pixels - to_rgb(line.get_color())).max(axis=-1)
+        assert (distance < 0.02).sum() > 100
 
 
 def test_cli_plot_from_a_real_run(tiny_run, tmp_path):
@@ -45,7 +62,8 @@ def test_cli_plot_from_a_real_run(tiny_run, tmp_path):
     output = tmp_path / "out.png"
     result = CliRunner().invoke(cli, ["plot", str(tiny_run), "--output", str(output)])
     assert result.exit_code == 0, result.output
-    assert png_size(output)[0] > 0
+    plot_runs([tiny_run], tmp_path / "library.png")  # the command draws what the library draws
+    assert output.read_bytes() == (tmp_path / "library.png").read_bytes()
 
 
 def test_without_matplotlib_says_how_to_install(tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -468,6 +469,40 @@ def test_the_command_line_starts_without_importing_torch():
              "print(','.join(heavy))")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [
+    ["train", "--lr", "-1"], ["train", "--time-budget", "-4"], ["train", "-o", "warmup_steps", "-1"],
+    ["sample", "shakespeare", "--temperature", "-1"], ["compare", "shakespeare", "--length", "-5"],
+    ["eval-perplexity", "shakespeare", "--dynamic-lr", "-1"],
+    ["inspect", "shakespeare", "text.txt", "--top", "-2"],
+])
+def test_a_bad_option_is_refused_before_torch_is_imported(args, tmp_path):
+    """The refusal comes in a fraction of torch's import time (seconds on a small machine)."""
+    (tmp_path / "text.txt").write_text("To be, or not to be\n", encoding="utf-8")
+    probe = ("import sys\nfrom charrnn.cli.main import main\ntry:\n    main()\nexcept SystemExit as end:\n"
+             "    print(end.code, 'torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True,
+                            cwd=tmp_path)
+    assert result.stdout.split() == ["2", "False"], result.stderr
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("Error: ")
+
+
+def test_the_command_line_reaches_the_library_only_through_the_api():
+    """Modules of cli/ import charrnn.api and the ground beneath every floor (config, errors, utils), never a
+    floor itself, except for type names under TYPE_CHECKING."""
+    allowed = ("charrnn.api", "charrnn.cli", "charrnn.config", "charrnn.errors", "charrnn.utils")
+    found = []
+    for path in sorted((Path(charrnn.__file__).parent / "cli").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        type_only = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
+                     and ast.unparse(block.test) == "TYPE_CHECKING" for node in ast.walk(block)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and id(node) not in type_only and node.module and \
+                    node.module.startswith("charrnn.") and not node.module.startswith(allowed):
+                found.append(f"{path.name}: {node.module}")
+    assert found == []
 
 
 @pytest.mark.parametrize(("args", "fragment"), [

@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from charrnn.config import VAL_MAX_CHARS
-from charrnn.data.corpus import StreamBatches, encode_corpus, read_corpus, split_ids, split_point
+from charrnn.config import VAL_MAX_CHARS, split_point
+from charrnn.data.corpus import StreamBatches, encode_corpus, read_corpus, split_ids
 from charrnn.errors import CharrnnError
 
 

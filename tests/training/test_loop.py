@@ -473,8 +473,10 @@ def test_a_budget_that_cannot_pay_for_its_end_is_refused_before_anything_is_writ
 def test_a_short_budget_only_evaluates_at_the_end(repeated_corpus, tmp_path, monkeypatch):
     measured_end(monkeypatch, pass_s=0.5)
     clock = FakeClock(step_seconds=0.5)
-    plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=40).run(clock, clock=clock)
-    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1  # 2 s would buy 2: too few
+    result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=40).run(clock, clock=clock)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 1  # 2 s would buy 2: too few
+    assert records[0]["step"] == result.steps and "val_chars" not in records[0]  # the end's: the whole split
 
 
 def test_a_budget_and_a_step_limit_stop_at_whichever_comes_first_and_say_so(repeated_corpus, tmp_path):
@@ -515,7 +517,7 @@ def test_a_budget_that_records_samples_keeps_time_for_one(small_corpus, tmp_path
 def test_by_default_evaluations_during_training_score_a_fixed_start_of_a_large_split(
         make_run, repeated_corpus, tmp_path, monkeypatch):
     # The corpus's 270 validation characters stand for a large split: the default subset is 100 of them.
-    monkeypatch.setattr("charrnn.training.loop.EVAL_SUBSET_CHARS", 100)
+    monkeypatch.setattr("charrnn.config.EVAL_SUBSET_CHARS", 100)
     result = train_tiny(make_run, repeated_corpus, tmp_path / "run", max_steps=30, eval_every=10)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [record.get("val_chars") for record in records] == [100, 100, None]  # the end: the whole split
