@@ -35,7 +35,7 @@ from torch import nn
 from charrnn.config import EVAL_STREAMS, ModelConfig, SampleConfig, TrainConfig
 from charrnn.data.cache import CACHE_DIR_ENV
 from charrnn.data.corpus import CorpusInfo, StreamBatches, encode_corpus
-from charrnn.data.datasets import DATA_DIR_ENV, DEFAULT_DATASET, get_dataset
+from charrnn.data.datasets import DATA_DIR_ENV, DEFAULT_DATASET, fetch
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
 from charrnn.generation.beam import beam_search
@@ -282,7 +282,7 @@ def full_run_corpus(quick: bool, workdir: Path, row: str) -> tuple[Path | None, 
     if quick:
         return None, [Result(f"{row}: skipped (--quick)", "-", 0.0, 0.0, 0.0, "reported", None)]
     try:
-        return get_dataset(DEFAULT_DATASET, workdir / "data")[0], []
+        return fetch(DEFAULT_DATASET, workdir / "data").path, []
     except CharrnnError as exc:
         return None, [Result(f"{row}: skipped ({exc})", "-", 0.0, 0.0, 0.0, "reported", None)]
 

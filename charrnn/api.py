@@ -38,7 +38,7 @@ from charrnn.config import (
     SampleConfig,
     checked,
 )
-from charrnn.data.datasets import DATASETS, DEFAULT_DATASET
+from charrnn.data.datasets import DATASETS, DEFAULT_DATASET, Dataset, fetch
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, escape
 from charrnn.models.pretrained import refuse_writing_in_shipped, resolve_shipped, run_name
 from charrnn.training.observer import TrainObserver
@@ -363,20 +363,6 @@ class Inspection:
         state = "cell state" if self.state == "c" else "hidden state"
         title = f"{where}layer {self.layer}, unit {self.unit}, {state}"
         return html_page(self.text, self.values, self.scale, title)
-
-
-@dataclass(frozen=True)
-class Dataset:
-    """A built-in dataset in the local cache (:func:`get_dataset`)."""
-
-    name: str  # its name, e.g. tinyshakespeare
-    path: Path  # the verified file
-    downloaded: bool  # False: a verified copy was already there
-    chars: int  # its length in characters
-    kept: Path | None = None  # where a different file found at ``path`` was set aside (force only)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "path": str(self.path), "kept": self.kept and str(self.kept)}
 
 
 # ---------------------------------------------------------------------------- a model
@@ -1006,13 +992,10 @@ def get_dataset(name: str = DEFAULT_DATASET, data_dir: PathArg | None = None, fo
 
     A different file already at the dataset's path is refused, never replaced; ``force`` keeps it
     under a new name (``Dataset.kept``) and downloads."""
-    from charrnn.data.datasets import get_dataset as fetch
-
     if checked(name, str, "name") not in DATASETS:
         raise ConfigError(f"must be one of {', '.join(sorted(DATASETS))}, not {name!r}", "name")
     checked(force, bool, "force")
-    path, downloaded, kept = fetch(name, _path(data_dir, "data_dir"), force)
-    return Dataset(name, path, downloaded, DATASETS[name].chars, kept)
+    return fetch(name, _path(data_dir, "data_dir"), force)
 
 
 # ---------------------------------------------------------------------------- training
@@ -1052,9 +1035,9 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
     is busy on, shared among torchrun's processes on this machine; :mod:`charrnn.utils.threads`).
 
     Ctrl-C (or SIGTERM, SIGHUP) finishes the current step, saves last.pt and
-    raises :class:`~charrnn.training.loop.TrainingInterrupted`, whose
+    raises :class:`~charrnn.errors.TrainingInterrupted`, whose
     ``checkpoint`` resumes the run. ``observer`` receives the plan, notes and
-    progress (see :class:`~charrnn.training.loop.TrainObserver`).
+    progress (see :class:`~charrnn.api.TrainObserver`).
     """
     from charrnn.training.request import TrainingRequest, check_request
 
@@ -1080,7 +1063,7 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
         if given is not None and not os.path.lexists(given):  # a broken link is reported where it is read
             raise CharrnnError(f"{{{what}}} {escape(str(given))} does not exist", names_options=True)
     if observer is not None and not isinstance(observer, TrainObserver):
-        raise ConfigTypeError(f"must be a charrnn.training.loop.TrainObserver, not {type(observer).__name__}",
+        raise ConfigTypeError(f"must be a charrnn.api.TrainObserver, not {type(observer).__name__}",
                               "observer")
 
     from charrnn.models.devices import resolve_device

@@ -23,7 +23,7 @@ import torch
 
 import charrnn
 from charrnn.config import BUDGET_MOST_EPOCHS
-from charrnn.data.datasets import DATASETS, DEFAULT_DATASET, get_dataset
+from charrnn.data.datasets import DATASETS, DEFAULT_DATASET, fetch
 from charrnn.models.pretrained import shipped_path
 from charrnn.training.budget import average_decay_for_steps, dropout_for_epochs
 from charrnn.training.checkpoint import load_checkpoint, save_checkpoint
@@ -49,7 +49,7 @@ def main(hidden: int, layers: int, skip_connections: bool, batch_size: int, lr: 
          output: Path) -> None:
     """Train, round to 16 bits, score, and write the shipped checkpoint."""
     with tempfile.TemporaryDirectory(prefix="charrnn-shipped-") as work:
-        corpus, _, _ = get_dataset(DEFAULT_DATASET, Path(work) / "data")
+        corpus = fetch(DEFAULT_DATASET, Path(work) / "data").path
         text = corpus.read_text(encoding="utf-8")
         epochs = BUDGET_MOST_EPOCHS
         seq_len = 50

@@ -13,10 +13,10 @@ import torch
 from click.testing import CliRunner
 
 import charrnn
+from charrnn.api import TrainObserver
 from charrnn.cli.main import cli
 from charrnn.data.vocab import UnknownCharactersError
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, TrainingInterrupted
-from charrnn.training.loop import TrainObserver
 
 from helpers import TINY_RUN
 

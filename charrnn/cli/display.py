@@ -465,7 +465,7 @@ def ranking_table(ranked: list[tuple[int, int, float]], title: str) -> Table:
 
 
 def coloured_text(text: str, values: list[float], scale: float) -> Text:
-    """The text with each character's background shaded by its value (see :func:`charrnn.utils.text.colour`)."""
+    """The text with each character's background shaded by its value (:func:`charrnn.utils.text.colour`)."""
     rendered = Text()
     for char, value in zip(text, values, strict=True):
         red, green, blue = colour(value, scale)

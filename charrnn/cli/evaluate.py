@@ -66,8 +66,8 @@ def eval_perplexity_command(checkpoint: str, text_file: str | None, as_json: boo
 @reads_checkpoints
 @click.argument("checkpoints", nargs=-1, required=True, type=click.Path())
 @sampling_options(COMPARE_LENGTH, seed=str(COMPARE_SEED))
-@option("--text", "text_file", group="scoring", type=click.Path(), default=None,
-        help="Score this text for every checkpoint instead of each one's own validation split.")
+@option("--text-file", "--text", "text_file", group="scoring", type=click.Path(), default=None,
+        help="Score this file's text for every checkpoint instead of each one's own validation split.")
 @skip_unknown_option()
 @option("--against", default=None, group="scoring", metavar="train|FILE",
         help="Measure how much of each sample is copied and how much is spelled right, against each "
@@ -98,7 +98,7 @@ def compare_command(ctx: click.Context, checkpoints: tuple[str, ...], as_json: b
       charrnn compare checkpoints/epochs/epoch0005-*.pt checkpoints/epochs/epoch0050-*.pt
       charrnn compare checkpoints/epochs/epoch0*.pt --against train --prime "ROMEO:"
       charrnn compare runs/*/best.pt --prime "ROMEO:" --temperature 0.8 --markdown report.md
-      charrnn compare a.pt b.pt --beam-width 4 --text held_out.txt --json
+      charrnn compare a.pt b.pt --beam-width 4 --text-file held_out.txt --json
       charrnn compare runs/*/best.pt --dynamic
       charrnn compare checkpoints/epochs --evolution --markdown evolution.md
     """

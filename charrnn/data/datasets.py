@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from charrnn.errors import CharrnnError
 from charrnn.utils.files import NotRegularFile, file_sha256, read_regular, reason, replacing
@@ -23,7 +24,9 @@ DATA_DIR_ENV = "CHARRNN_DATA_DIR"
 
 
 @dataclass(frozen=True)
-class Dataset:
+class DatasetSource:
+    """Where a built-in dataset comes from, and what it must be."""
+
     name: str  # the name users type, e.g. "tinyshakespeare"
     relative_path: str  # path under both the origin base URL and the data directory
     origin: str  # public base URL the relative path is appended to
@@ -31,8 +34,8 @@ class Dataset:
     chars: int  # number of characters (code points) of the decoded text
 
 
-DATASETS: dict[str, Dataset] = {
-    "tinyshakespeare": Dataset(
+DATASETS: dict[str, DatasetSource] = {
+    "tinyshakespeare": DatasetSource(
         name="tinyshakespeare",
         relative_path="tinyshakespeare/input.txt",
         origin="https://raw.githubusercontent.com/karpathy/char-rnn/master/data",
@@ -41,6 +44,20 @@ DATASETS: dict[str, Dataset] = {
     ),
 }
 DEFAULT_DATASET = "tinyshakespeare"
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A built-in dataset in the local cache (:func:`fetch`)."""
+
+    name: str  # its name, e.g. tinyshakespeare
+    path: Path  # the verified file
+    downloaded: bool  # False: a verified copy was already there
+    chars: int  # its length in characters
+    kept: Path | None = None  # where a different file found at ``path`` was set aside (force only)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "path": str(self.path), "kept": self.kept and str(self.kept)}
 
 
 def default_data_dir() -> Path:
@@ -58,12 +75,12 @@ def local_copy(sha256: str) -> tuple[str, Path] | None:
     return None
 
 
-def dataset_url(dataset: Dataset) -> str:
+def dataset_url(dataset: DatasetSource) -> str:
     base = os.environ.get(MIRROR_ENV) or dataset.origin
     return f"{base.rstrip('/')}/{dataset.relative_path}"
 
 
-def _verify(path: Path, dataset: Dataset) -> str | None:
+def _verify(path: Path, dataset: DatasetSource) -> str | None:
     """Return why ``path`` is not the expected file, or ``None`` when it is."""
     actual = file_sha256(path)
     if actual != dataset.sha256:
@@ -74,7 +91,7 @@ def _verify(path: Path, dataset: Dataset) -> str | None:
     return None
 
 
-def _cached_copy_problem(target: Path, dataset: Dataset) -> str | None:
+def _cached_copy_problem(target: Path, dataset: DatasetSource) -> str | None:
     """Why the file at ``target`` is not the verified dataset; None when it is, "absent" when nothing
     is there."""
     if not target.exists() and not target.is_symlink():
@@ -129,9 +146,8 @@ def _remove_empty(directories: list[Path]) -> None:
             return
 
 
-def get_dataset(name: str, data_dir: Path | None = None,
-                force: bool = False) -> tuple[Path, bool, Path | None]:
-    """Make sure dataset ``name`` is in the cache; return its path, whether it was downloaded, and
+def fetch(name: str, data_dir: Path | None = None, force: bool = False) -> Dataset:
+    """Make sure dataset ``name`` is in the cache, verified; say where, whether it was downloaded, and
     where a differing file that was at the path was set aside (None if none was).
 
     A file at the dataset's path that is not the dataset (another text, an edited
@@ -148,7 +164,7 @@ def get_dataset(name: str, data_dir: Path | None = None,
         raise CharrnnError(f"cannot store {dataset.name} at {target}: it is a directory")
     problem = _cached_copy_problem(target, dataset)
     if problem is None and not force:
-        return target, False, None
+        return Dataset(name, target, False, dataset.chars)
     if problem not in (None, "absent") and not force:
         raise CharrnnError(f"{target} is there but is not {dataset.name} ({problem}); it is never replaced: "
                            f"move it away, or fetch with force (charrnn data get --force) to keep it under a "
@@ -163,10 +179,10 @@ def get_dataset(name: str, data_dir: Path | None = None,
             os.replace(kept, target)
         _remove_empty(created)
         raise
-    return target, True, kept
+    return Dataset(name, target, True, dataset.chars, kept)
 
 
-def _download(dataset: Dataset, url: str, target: Path) -> None:
+def _download(dataset: DatasetSource, url: str, target: Path) -> None:
     """Fetch ``url`` into ``target`` through a temporary sibling, verified before it takes the name."""
     with replacing(target, lambda exc: f"cannot write {target}: {reason(exc)}") as tmp_name:
         try:

@@ -383,7 +383,7 @@ class BudgetEnd:
     """What a time-budgeted run must plan for: what an evaluation costs, and the work at its end."""
 
     pass_s: float  # one pass of one set of weights over the whole validation split
-    passes: int  # sets of weights each evaluation scores: 2 with a weight average, else 1
+    weight_sets: int  # sets of weights each evaluation scores: 2 with a weight average, else 1
     val_chars: int  # characters a pass over the whole validation split scores
     other_s: float = 0.0  # the saves of best.pt and last.pt, and a recorded sample when the run records them
 
@@ -399,7 +399,7 @@ class BudgetEnd:
         """
         if self.pass_s <= 0 or self.val_chars <= 0:  # not measured (a clock that stood still)
             return 0, None
-        per_char = self.passes * self.pass_s / self.val_chars
+        per_char = self.weight_sets * self.pass_s / self.val_chars
         limit = min(self.val_chars, EVAL_SUBSET_CHARS if eval_chars is None else eval_chars)
         fewest, most = BUDGET_EVALUATIONS
         for count in range(most, fewest - 1, -1):
@@ -419,7 +419,7 @@ class BudgetEnd:
         """The time kept for the end, with :data:`FINAL_WORK_MARGIN`: the final evaluation of the whole
         split, the saves, a recorded sample, and with ``rescoring`` (evaluations during training that
         score a part of the split) one more pass, to score the best weights they kept on all of it."""
-        passes = self.passes + (1 if rescoring else 0)
+        passes = self.weight_sets + (1 if rescoring else 0)
         return FINAL_WORK_MARGIN * (passes * self.pass_s + self.other_s)
 
 
@@ -471,10 +471,10 @@ def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: SingleProce
     partial = subset is not None
     # A subset runs fewer streams side by side than the whole split, which on a CPU costs far more per
     # character: its own cost is timed, and the evaluations cut to what the share pays for.
-    each_s = end.passes * pass_s
+    each_s = end.weight_sets * pass_s
     if partial and (points or config.eval_every is not None):
         timed = scoring_seconds(run.model, val_ids[: subset + 1], clock) if group.is_main else 0.0
-        each_s = end.passes * group.reduce([timed], run.device, op="max")[0]
+        each_s = end.weight_sets * group.reduce([timed], run.device, op="max")[0]
     if points:
         count = int(min(BUDGET_EVALUATION_SHARE * budget / max(each_s, 1e-9), BUDGET_EVALUATIONS[1]))
         if count < len(points):

@@ -35,7 +35,8 @@ from charrnn.models.pretrained import shipped_name
 from charrnn.training.budget import BudgetDecision, plan_budget
 from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_model
 from charrnn.training.distributed import SingleProcess
-from charrnn.training.loop import TrainObserver, TrainResult, train
+from charrnn.training.loop import TrainResult, train
+from charrnn.training.observer import TrainObserver
 from charrnn.training.request import (
     MODEL_FIELDS,
     SAMPLE_SETTINGS,

@@ -200,7 +200,7 @@ def test_a_text_a_checkpoint_cannot_score_fails_the_command_and_skip_unknown_sco
         tiny_run, other_run, tmp_path):
     text = tmp_path / "shared.txt"
     text.write_text("ROMEO: Café\n" * 5, encoding="utf-8")
-    arguments = ["compare", str(tiny_run / "best.pt"), str(other_run / "best.pt"), "--text", str(text),
+    arguments = ["compare", str(tiny_run / "best.pt"), str(other_run / "best.pt"), "--text-file", str(text),
                  "--length", "10"]
     refused = CliRunner().invoke(cli, arguments)
     assert refused.exit_code == 1 and "nats/char" in refused.stdout  # what could be done is still shown

@@ -3,19 +3,19 @@ from pathlib import Path
 import pytest
 
 from charrnn.data import datasets
-from charrnn.data.datasets import DATASETS, MIRROR_ENV, get_dataset
+from charrnn.data.datasets import DATASETS, MIRROR_ENV, Dataset, fetch
 from charrnn.errors import CharrnnError
 
 EXPECTED = DATASETS["tinyshakespeare"]
 
 
 def test_download_from_mirror_and_verify(data_mirror, tmp_path: Path):
-    path, downloaded, kept = get_dataset("tinyshakespeare", tmp_path)
-    assert downloaded and kept is None
-    assert path == tmp_path / "tinyshakespeare" / "input.txt"
+    fetched = fetch("tinyshakespeare", tmp_path)
+    path = tmp_path / "tinyshakespeare" / "input.txt"
+    assert fetched == Dataset("tinyshakespeare", path, downloaded=True, chars=EXPECTED.chars, kept=None)
     assert len(path.read_text(encoding="utf-8")) == EXPECTED.chars
     # A verified copy is reused.
-    assert get_dataset("tinyshakespeare", tmp_path) == (path, False, None)
+    assert fetch("tinyshakespeare", tmp_path) == Dataset("tinyshakespeare", path, False, EXPECTED.chars)
 
 
 @pytest.mark.parametrize("kind", ["edited copy", "binary", "symlink to the user's file"])
@@ -31,11 +31,12 @@ def test_a_different_file_at_the_datasets_path_is_never_replaced(data_mirror, tm
         mine = path
     before = mine.read_bytes()
     with pytest.raises(CharrnnError, match="is there but is not tinyshakespeare .*never replaced.*--force"):
-        get_dataset("tinyshakespeare", tmp_path)
+        fetch("tinyshakespeare", tmp_path)
     assert mine.read_bytes() == before
     # force keeps it under a new name (a symbolic link stays a link to the same file) and downloads.
-    _, downloaded, kept = get_dataset("tinyshakespeare", tmp_path, force=True)
-    assert downloaded and kept == path.with_name("input.txt.kept-1")
+    fetched = fetch("tinyshakespeare", tmp_path, force=True)
+    kept = fetched.kept
+    assert fetched.downloaded and kept == path.with_name("input.txt.kept-1")
     assert kept.read_bytes() == before and kept.is_symlink() == kind.startswith("symlink")
     assert len(path.read_text(encoding="utf-8")) == EXPECTED.chars and not path.is_symlink()
 
@@ -46,7 +47,7 @@ def test_a_failed_forced_download_puts_the_users_file_back(tmp_path: Path, monke
     path.write_text("mine")
     monkeypatch.setenv(MIRROR_ENV, (tmp_path / "nowhere").as_uri())
     with pytest.raises(CharrnnError, match="could not download"):
-        get_dataset("tinyshakespeare", tmp_path, force=True)
+        fetch("tinyshakespeare", tmp_path, force=True)
     assert path.read_text() == "mine" and list(path.parent.iterdir()) == [path]
 
 
@@ -57,26 +58,26 @@ def test_wrong_checksum_is_refused_and_deleted(tmp_path: Path, monkeypatch):
     monkeypatch.setenv(MIRROR_ENV, mirror.as_uri())
     cache = tmp_path / "cache"
     with pytest.raises(CharrnnError, match="refused the download.*SHA-256"):
-        get_dataset("tinyshakespeare", cache)
+        fetch("tinyshakespeare", cache)
     assert not cache.exists()  # no file and no directory left behind
 
 
 def test_unreachable_origin_suggests_mirror(tmp_path: Path, monkeypatch):
     monkeypatch.setenv(MIRROR_ENV, (tmp_path / "nowhere").as_uri())
     with pytest.raises(CharrnnError, match=f"could not download.*{MIRROR_ENV}"):
-        get_dataset("tinyshakespeare", tmp_path / "cache")
+        fetch("tinyshakespeare", tmp_path / "cache")
     assert not (tmp_path / "cache").exists()
 
 
 def test_unknown_dataset(tmp_path: Path):
     with pytest.raises(CharrnnError, match="unknown dataset"):
-        get_dataset("nope", tmp_path)
+        fetch("nope", tmp_path)
 
 
 def test_a_directory_where_the_dataset_goes_is_a_clear_error(tmp_path: Path):
     (tmp_path / "tinyshakespeare" / "input.txt").mkdir(parents=True)
     with pytest.raises(CharrnnError, match="input.txt: it is a directory"):
-        get_dataset("tinyshakespeare", tmp_path)
+        fetch("tinyshakespeare", tmp_path)
 
 
 def test_an_unreadable_cached_copy_is_a_clear_error(tmp_path: Path, monkeypatch):
@@ -89,11 +90,11 @@ def test_an_unreadable_cached_copy_is_a_clear_error(tmp_path: Path, monkeypatch)
 
     monkeypatch.setattr(datasets, "file_sha256", denied)
     with pytest.raises(CharrnnError, match="cannot read the cached copy .*Permission denied"):
-        get_dataset("tinyshakespeare", tmp_path)
+        fetch("tinyshakespeare", tmp_path)
 
 
 def test_an_unwritable_data_directory_is_a_clear_error(tmp_path: Path, data_mirror):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     with pytest.raises(CharrnnError, match="cannot create .*Not a directory"):
-        get_dataset("tinyshakespeare", blocker / "data")
+        fetch("tinyshakespeare", blocker / "data")

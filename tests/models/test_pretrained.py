@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 import charrnn
 from charrnn.cli.main import cli as main
-from charrnn.data.datasets import DATASETS, DEFAULT_DATASET, get_dataset
+from charrnn.data.datasets import DATASETS, DEFAULT_DATASET, fetch
 from charrnn.errors import CharrnnError
 from charrnn.models.pretrained import SHIPPED_MODELS, resolve_shipped, run_name, shipped_path
 from charrnn.training.checkpoint import checkpoint_in, load_checkpoint
@@ -47,7 +47,7 @@ def test_the_shipped_file_is_small_safe_and_records_where_it_came_from():
 
 @pytest.mark.slow
 def test_its_recorded_score_is_what_eval_perplexity_gives_on_the_downloaded_corpus(data_mirror, tmp_path):
-    corpus, _, _ = get_dataset(DEFAULT_DATASET, tmp_path)
+    corpus = fetch(DEFAULT_DATASET, tmp_path).path
     payload = load_checkpoint(SHIPPED)
     validation = corpus.read_text(encoding="utf-8")[payload["corpus"]["split_point"]:]
     (tmp_path / "validation.txt").write_text(validation, encoding="utf-8")
@@ -211,7 +211,7 @@ def test_with_the_dataset_fetched_it_scores_its_own_split(data_mirror, elsewhere
     from charrnn.data.datasets import DATA_DIR_ENV
 
     monkeypatch.setenv(DATA_DIR_ENV, str(elsewhere / "data"))
-    get_dataset(DEFAULT_DATASET, elsewhere / "data")
+    fetch(DEFAULT_DATASET, elsewhere / "data")
     scored = charrnn.perplexity("shakespeare", device="cpu").score
     assert abs(scored.nats_per_char - load_checkpoint(SHIPPED)["best"]["nats_per_char"]) < 1e-3
     assert charrnn.info("shakespeare").facts["corpus"]["status"] == "present, unchanged"

@@ -9,7 +9,7 @@ from charrnn.config import SampleConfig, TrainConfig
 from charrnn.errors import CharrnnError
 from charrnn.generation.sample import generate
 from charrnn.training.checkpoint import load_model
-from charrnn.training.loop import TrainObserver
+from charrnn.training.observer import TrainObserver
 from charrnn.training.schedule import StopReason
 
 from helpers import plan_run
@@ -531,7 +531,7 @@ def test_a_budget_plans_its_evaluations_for_the_characters_each_scores():
     from charrnn.training.loop import BudgetEnd
 
     # A pass over 1,000,000 validation characters costs 10 s: 5% of a 1,000-s budget is 50 s.
-    end = BudgetEnd(pass_s=10.0, passes=1, val_chars=1_000_000)
+    end = BudgetEnd(pass_s=10.0, weight_sets=1, val_chars=1_000_000)
     assert end.evaluations(1000) == (10, EVAL_SUBSET_CHARS)  # 2 s each: the default subset, ten times
     assert end.evaluations(1000, eval_chars=1_000_000) == (5, None)  # whole passes: five fit
     assert end.evaluations(1000, eval_chars=2_000_000) == (5, None)

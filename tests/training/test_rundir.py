@@ -16,7 +16,7 @@ import torch
 
 from charrnn.errors import CharrnnError, TrainingInterrupted
 from charrnn.training.checkpoint import load_checkpoint
-from charrnn.training.loop import TrainObserver
+from charrnn.training.observer import TrainObserver
 from charrnn.training.runlock import LOCK_NAME
 from charrnn.utils.files import TEMPORARY_PREFIX
 
