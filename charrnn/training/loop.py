@@ -19,13 +19,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from charrnn.config import EVAL_SUBSET_CHARS, ModelConfig, TrainConfig, partial_eval_chars
-from charrnn.data.corpus import CorpusInfo, Split, StreamBatches, split_ids
-from charrnn.data.vocab import Vocab
+from charrnn.data.corpus import Split, StreamBatches, split_ids
 from charrnn.errors import CharrnnError, TrainingInterrupted, escape
 from charrnn.models.devices import check_generation_fits, check_model_fits, precision_warning
 from charrnn.models.evaluate import EvalResult, evaluate, evaluate_with_prefix, scoring_seconds
@@ -56,6 +55,9 @@ from charrnn.training.state import TrainingRun
 from charrnn.utils.files import remove_stale_temporaries
 from charrnn.utils.interrupt import GracefulStop
 from charrnn.utils.threads import ThreadChoice
+
+if TYPE_CHECKING:  # the plan is made above the engine, and imports it
+    from charrnn.training.plan import TrainingPlan
 
 
 @dataclass
@@ -528,55 +530,32 @@ def out_of_memory(exc: BaseException) -> bool:
     return "can't allocate memory" in text or "out of memory" in text.lower()
 
 
-def train(
-    model_config: ModelConfig,
-    config: TrainConfig,
-    vocab: Vocab,
-    ids: torch.Tensor,
-    corpus: CorpusInfo,
-    observer: TrainObserver | None = None,
-    overwrite: bool = False,
-    resume_from: dict[str, Any] | None = None,
-    stop: GracefulStop | None = None,
-    initial_weights: dict[str, torch.Tensor] | None = None,
-    group: SingleProcess | None = None,
-    branch_from: Path | None = None,
-    clock: Callable[[], float] = time.perf_counter,
-    started: float | None = None,
-    finish_s: float = 0.0,
-) -> TrainResult:
-    """Train a new model on ``ids`` (the encoded corpus) and write the run to ``config.out_dir``.
+def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: GracefulStop | None = None,
+          group: SingleProcess | None = None, clock: Callable[[], float] = time.perf_counter,
+          started: float | None = None, finish_s: float = 0.0) -> TrainResult:
+    """Train ``plan`` (made and checked by :func:`charrnn.training.plan.plan_training`) and write the run
+    to its ``config.out_dir``.
 
-    This is the engine: it takes a configuration that :mod:`charrnn.training.plan` has
-    checked (the command line and :func:`charrnn.api.train` go through it).
-    An existing run in ``config.out_dir`` is replaced only when ``overwrite`` is set,
-    and only once the new run writes its first file (see :mod:`charrnn.training.rundir`).
-    With ``resume_from`` (a checkpoint of the run in ``config.out_dir``) training
-    continues from it exactly, continuing ``metrics.jsonl`` and ``samples.jsonl`` from
-    its step. With ``branch_from`` (the checkpoint's run directory) as well,
-    ``config.out_dir`` is a new directory (a branch): the run continues there from
-    the checkpoint under a new run id, its logs starting with that run's rows up to
-    the checkpoint, and its ``best.pt`` the best of the branch. When ``stop`` reports
-    a signal, the current step finishes,
-    ``last.pt`` is written and :class:`TrainingInterrupted` is raised. After
-    ``config.max_bad_steps`` consecutive non-finite steps, training stops with an
-    error and the checkpoints written so far are left as they were.
-    ``initial_weights`` (a checkpoint's ``model_state``) start a fine-tuning run
-    from a trained model with a fresh optimiser; see :meth:`CharRNN.load_pretrained`.
-    In a process ``group`` (torchrun), every rank calls this with the same
-    arguments; rank 0 alone touches ``config.out_dir`` and reports to ``observer``.
-    ``clock`` measures the run's wall time (tests give a fake one); ``started`` (a ``clock``
-    reading) is when training was asked for, from which a time budget counts (default: now).
-    A time-budgeted run stops training early enough to evaluate, average and save inside the
-    budget, and to leave ``finish_s`` seconds for the caller: :func:`final_work_seconds` measures
-    what the end will take.
-
-    ids: (N,) integer ids of the whole corpus; from ``corpus.split_point`` on, it is validation.
+    An existing run there is replaced only when the plan may overwrite it, and only once the new run
+    writes its first file (see :mod:`charrnn.training.rundir`). A resumed plan continues its checkpoint
+    exactly, continuing ``metrics.jsonl`` and ``samples.jsonl`` from its step; a branch continues it in a
+    new directory under a new run id, its logs starting with that run's rows up to the checkpoint, and its
+    ``best.pt`` the best of the branch. When ``stop`` reports a signal, the current step finishes,
+    ``last.pt`` is written and :class:`TrainingInterrupted` is raised. After ``config.max_bad_steps``
+    consecutive non-finite steps, training stops with an error and the checkpoints written so far are left
+    as they were. In a process ``group`` (torchrun), every rank calls this with the same plan; rank 0 alone
+    touches ``config.out_dir`` and reports to ``observer``. ``clock`` measures the run's wall time (tests
+    give a fake one); ``started`` (a ``clock`` reading) is when training was asked for, from which a time
+    budget counts (default: now). A time-budgeted run stops training early enough to evaluate, average and
+    save inside the budget, and to leave ``finish_s`` seconds for the caller: :func:`final_work_seconds`
+    measures what the end will take.
     """
+    model_config, config, vocab, corpus = plan.model_config, plan.config, plan.vocab, plan.corpus
+    resume_from, branch_from = plan.resume_from, plan.branch_from
     group = group if group is not None else SingleProcess()
     observer = observer if observer is not None and group.is_main else TrainObserver()
     out_dir = Path(config.out_dir)
-    split: Split = split_ids(ids, corpus.split_point)
+    split: Split = split_ids(plan.ids, corpus.split_point)
     if len(split.val) < 2:
         raise CharrnnError(
             f"the validation split has {len(split.val)} character(s); it needs at least 2 "
@@ -591,9 +570,9 @@ def train(
                               "sample_length")
     created = []  # directories this run makes, removed again if it is refused before writing in them
     if group.is_main:
-        created = prepare_out_dir(out_dir, overwrite=overwrite or resume_from is not None)
+        created = prepare_out_dir(out_dir, overwrite=plan.overwrite or resume_from is not None)
     with removed_if_left_empty(created), RunLock(out_dir) if group.is_main else contextlib.nullcontext():
-        run = TrainingRun(model_config, config, vocab, corpus, batches, initial_weights, group)
+        run = TrainingRun(model_config, config, vocab, corpus, batches, plan.initial_weights, group)
         if resume_from is not None:
             run.restore(resume_from)
         branching = branch_from is not None
@@ -647,4 +626,6 @@ def train(
         elapsed_s=elapsed_s,
         stop_reason=reason, skipped_steps=run.skipped,
         epoch_checkpoints=run_dir.epoch_checkpoints() if run_dir is not None else [],
+        model_config=model_config, config=plan.config, budget=plan.budget, rank=group.rank,
+        threads=plan.threads,
     )

@@ -85,13 +85,7 @@ class TrainingPlan:
     def run(self, observer: TrainObserver | None = None, stop: GracefulStop | None = None,
             group: SingleProcess | None = None, **engine_options: Any) -> TrainResult:
         """Train it (see :func:`charrnn.training.loop.train`; ``engine_options``, such as ``clock``, too)."""
-        result = train(self.model_config, self.config, self.vocab, self.ids, self.corpus, observer,
-                       overwrite=self.overwrite, resume_from=self.resume_from, stop=stop,
-                       initial_weights=self.initial_weights, group=group, branch_from=self.branch_from,
-                       **engine_options)
-        return dataclasses.replace(result, model_config=self.model_config, config=self.config,
-                                   budget=self.budget, rank=group.rank if group is not None else 0,
-                                   threads=self.threads)
+        return train(self, observer, stop, group, **engine_options)
 
 
 def plan_training(request: TrainingRequest, group: SingleProcess | None = None,
