@@ -40,7 +40,7 @@ from charrnn.config import (
 )
 from charrnn.data.datasets import DATASETS, DEFAULT_DATASET, Dataset, fetch
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, escape
-from charrnn.models.pretrained import refuse_writing_in_shipped, resolve_shipped, run_name
+from charrnn.models.pretrained import resolve_shipped, run_name
 from charrnn.training.observer import TrainObserver
 from charrnn.utils.terminal import shown
 from charrnn.utils.text import require_valid_text
@@ -109,86 +109,34 @@ def _read_text(path: Path) -> str:
     return read_corpus(path)
 
 
-def _trained_on(checkpoint: Path) -> Path | None:
-    """The corpus a checkpoint names, read without loading its tensors; None if it names none."""
-    if checkpoint.suffix != ".pt":
-        return None
-    from charrnn.data.corpus import corpus_location
-    from charrnn.training.manifest import read_header
-
-    header = read_header(checkpoint) or {}
-    corpus = header.get("corpus")
-    path = corpus.get("path") if isinstance(corpus, dict) else None
-    if not isinstance(path, str) or not path:
-        return None
-    # Where it would be read: for a corpus recorded elsewhere, the data directory's copy of its dataset.
-    return corpus_location(corpus) if isinstance(corpus.get("sha256"), str) else Path(path)
-
-
-def _within(path: Path, directory: Path) -> bool:
-    """Whether ``path`` (its links followed) lies inside ``directory``."""
-    try:
-        return Path(os.path.realpath(path)).is_relative_to(Path(os.path.realpath(directory)))
-    except (OSError, ValueError):
-        return False
-
-
-def _refuse_a_run_directorys_name(target: Path, name: str) -> None:
-    """Refuse an output that would land, through any link, on a name a run directory keeps for itself
-    (its checkpoints, records, lock and temporaries): it would block or corrupt the run."""
-    from charrnn.training.rundir import RUN_FILES
-    from charrnn.training.runlock import LOCK_NAME
-    from charrnn.utils.files import TEMPORARY_PREFIX
-
-    for landing in dict.fromkeys([target, Path(os.path.realpath(target))]):
-        folder = landing.parent
-        if not any((folder / record).exists() for record in (*RUN_FILES, LOCK_NAME)):
-            continue
-        if landing.suffix == ".pt" or landing.name in (*RUN_FILES, LOCK_NAME) or \
-                landing.name.startswith(TEMPORARY_PREFIX):
-            raise OptionConflict(f"{{{name}}} {escape(str(target))} would be {escape(str(landing))}, a name "
-                                 f"the run directory {escape(str(folder))} keeps for its own files; choose "
-                                 f"another file")
-
-
 def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
-    """Refuse, before any work, an output file that cannot be written whole or that is one of the command's
-    ``inputs`` (name → a path, a list of paths, or None; a run directory stands for its files), whether
-    by the same path, a symbolic link or a hard link: writing it would destroy what is being read."""
-    from charrnn.training.rundir import RUN_FILES
-    from charrnn.utils.files import same_as_any
-
+    """Refuse, before any work, an output file that cannot be written whole or that would destroy one of
+    the command's ``inputs`` (name → a path, a list of paths, or None; see
+    :func:`charrnn.training.overwrite.refuse_writing_over_reads`)."""
     target = _require_path(output, name)
     if target.is_dir() or str(output).endswith(("/", os.sep)):
         raise ConfigError(f"must name a file, not a directory ({escape(str(target))})", name)
     if not target.parent.is_dir():
         raise CharrnnError(f"{{{name}}} {escape(str(target))}: there is no directory "
                            f"{escape(str(target.parent))}", names_options=True)
-    refuse_writing_in_shipped(target, name, "file")
-    for input_name, given in (inputs or {}).items():
-        for each in given if isinstance(given, list | tuple) else [given]:
-            if each is None or (input_name == "against" and each == "train"):  # a keyword, not a file
-                continue
-            path = resolve_shipped(_require_path(each, input_name))  # the shipped model is read too
-            # A run directory stands for its files; a checkpoint in one, for its neighbours too, and
-            # every checkpoint for the corpus it was trained on (its validation split is read).
-            folder = path if path.is_dir() else path.parent if path.suffix == ".pt" else None
-            neighbours = sorted(folder.iterdir()) if folder is not None and folder.is_dir() else []
-            run_files = [file for file in neighbours if file.suffix == ".pt" or file.name in RUN_FILES]
-            corpora = [corpus for file in run_files if (corpus := _trained_on(file)) is not None]
-            replaced = same_as_any(target, [path, *run_files, *corpora])
-            inside = next((corpus for corpus in corpora if corpus.is_dir() and _within(target, corpus)), None)
-            if inside is not None:  # a file added to a directory corpus would change the corpus
-                raise OptionConflict(f"{{{name}}} {escape(str(target))} is inside the corpus directory "
-                                     f"{escape(str(inside))} that {escape(str(path))} was trained on: "
-                                     f"writing it would change what is read; choose another file")
-            if replaced is not None:
-                what = "" if replaced == path else f" (through {escape(str(replaced))})"
-                raise OptionConflict(f"{{{name}}} {escape(str(target))} is {{{input_name}}} "
-                                     f"{escape(str(path))}{what}: writing it would destroy what is read; "
-                                     f"choose another file")
-    _refuse_a_run_directorys_name(target, name)
+    from charrnn.training.overwrite import refuse_writing_over_reads
+
+    reads = {key: [_require_path(each, key) for each in (given if isinstance(given, list | tuple)
+                                                         else [given])
+                   if each is not None and not (key == "against" and each == "train")]  # train: a keyword
+             for key, given in (inputs or {}).items()}
+    refuse_writing_over_reads(target, name, reads)
     return target
+
+
+def writing_request(prime: str | None = None, *, temperature: float | None = None, seed: int | None = None,
+                    no_repeat: int | None = None, prime_file: PathArg | None = None,
+                    **unused: Any) -> Decoding:
+    """The checked settings of :meth:`Model.writing`, before any model is loaded."""
+    if unused:
+        raise OptionConflict(f"writing interactively takes a prime, a temperature, a seed and the "
+                             f"no-repeat rule: {{{sorted(unused)[0]}}} does not apply")
+    return Decoding.check(prime, None, temperature, prime_file, {"seed": seed, "no_repeat": no_repeat})
 
 
 def read_prime(prime: str | None, prime_file: PathArg | None) -> str:
@@ -580,10 +528,8 @@ class Model:
         apply and are refused."""
         from charrnn.generation.writing import WritingSession
 
-        if unused:
-            raise OptionConflict(f"writing interactively takes a prime, a temperature, a seed and the "
-                                 f"no-repeat rule: {{{sorted(unused)[0]}}} does not apply")
-        request = Decoding.check(prime, None, temperature, prime_file, {"seed": seed, "no_repeat": no_repeat})
+        request = writing_request(prime, temperature=temperature, seed=seed, no_repeat=no_repeat,
+                                  prime_file=prime_file, **unused)
         decoding = request.config
         return WritingSession(self.network, self.vocab, request.prime, decoding.softmax_temperature,
                               decoding.seed, decoding.no_repeat)
@@ -669,9 +615,14 @@ class Surprisal:
         (:class:`~charrnn.analysis.surprisal.SurprisingPosition`)."""
         from charrnn.analysis.surprisal import most_surprising
 
+        return most_surprising(self, self.check_count(count), self.text)
+
+    @staticmethod
+    def check_count(count: int) -> int:
+        """A count of most surprising characters to list: at least 1."""
         if checked(count, int, "most_surprising") < 1:
             raise ConfigError("must be at least 1", "most_surprising")
-        return most_surprising(self, count, self.text)
+        return count
 
     def to_html(self, title: str | None = None, rows: list[Any] | None = None) -> str:
         """A standalone page of the text shaded by surprisal, each character's scores on hover (``rows``:
@@ -710,10 +661,10 @@ def load(path: PathArg, device: str = "cpu", threads: int | None = None) -> Mode
 def _load(path: PathArg, device: str, name: str, threads: int | None = None) -> Model:
     """:func:`load`, naming the path parameter as the caller's function does; ``threads`` is checked
     (and set) before the checkpoint is looked for."""
+    use_threads(threads)
     from charrnn.models.devices import resolve_device
     from charrnn.training.checkpoint import checkpoint_in, load_model
 
-    use_threads(threads)
     checkpoint = checkpoint_in(_require_path(path, name), "best.pt")
     loaded = load_model(checkpoint, resolve_device(_device(device)))
     return Model(loaded.model, loaded, checkpoint)
@@ -834,10 +785,6 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
     in its entry instead of stopping the comparison (:attr:`Comparison.failures` lists them).
     ``threads``: as :func:`load`'s.
     """
-    from charrnn.analysis.compare import TRAINING_SPLIT, CompareSettings, compare_checkpoints
-    from charrnn.models.devices import resolve_device
-    from charrnn.training.checkpoint import checkpoint_in
-
     if isinstance(checkpoints, str | PathLike):
         raise ConfigTypeError("must be a list of paths, not one path", "checkpoints")
     paths = [_require_path(path, "checkpoints") for path in checkpoints]
@@ -860,6 +807,10 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
         raise ConfigTypeError(f"must be 'train' or a path, not {type(against).__name__}", "against")
     text_path = _text_file(text_file, "text_file")
     prime_text = read_prime(prime, prime_file)
+    from charrnn.analysis.compare import TRAINING_SPLIT, CompareSettings, compare_checkpoints
+    from charrnn.models.devices import resolve_device
+    from charrnn.training.checkpoint import checkpoint_in
+
     text = _read_text(text_path) if text_path is not None else None
     if against is not None and str(against) != TRAINING_SPLIT:
         # A missing or unreadable reference fails now, not per checkpoint.
@@ -906,14 +857,14 @@ def evolution(run_dir: PathArg, **unused: Any) -> Evolution:
 
     Settings of :func:`compare` (a prime, a temperature, a text) do not apply here and are refused.
     """
-    from charrnn.training.samples import read_samples
-
     if unused:
         raise OptionConflict(f"the evolution shows the samples recorded while training: "
                              f"{{{sorted(unused)[0]}}} does not apply")
     directory = _require_path(run_dir, "run_dir")
     if not directory.is_dir():
         raise CharrnnError(f"{escape(str(directory))} is not a run directory")
+    from charrnn.training.samples import read_samples
+
     return Evolution(directory, read_samples(directory))
 
 
@@ -974,14 +925,14 @@ def export(checkpoint: PathArg, output: PathArg, *, title: str | None = None, pr
 def plot(run_dirs: Sequence[PathArg], output: PathArg = "curves.png") -> Path:
     """Draw the training and validation loss of ``run_dirs`` against epoch and wall time into ``output``
     (its suffix picks the format); needs the optional matplotlib."""
-    from charrnn.analysis.plot import plot_runs
-
     if isinstance(run_dirs, str | PathLike):
         raise ConfigTypeError("must be a list of run directories, not one path", "run_dirs")
     directories = [_require_path(path, "run_dirs") for path in run_dirs]
     if not directories:
         raise ConfigError("must name at least one run directory", "run_dirs")
     target = check_output(output, "output", {"run_dirs": directories})
+    from charrnn.analysis.plot import plot_runs
+
     plot_runs(directories, target)
     return target
 

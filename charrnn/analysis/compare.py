@@ -295,9 +295,10 @@ def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note
         header += " dynamic nats/char |"
         rule += " ---: |"
     if memorised:
-        against = next(r.against for r in reports if r.against)
-        lines += [f"Memorisation measured against the {against}." if against.startswith("training split")
-                  else f"Memorisation measured against {against}.", ""]
+        references = list(dict.fromkeys(r.against for r in reports if r.against))
+        against = references[0] if len(references) == 1 else "each checkpoint's own training split"
+        the = "the " if against.startswith("training split") else ""
+        lines += [f"Memorisation measured against {the}{against}.", ""]
         header += f" known words | longest copy (chars) | copied (runs ≥ {COPY_MIN_CHARS}) |"
         rule += " ---: | ---: | ---: |"
     lines += [header, rule]

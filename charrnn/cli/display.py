@@ -94,6 +94,7 @@ class ProgressBar(TrainObserver):
         self.last_step: StepReport | None = None  # the latest step's report
         self.last_val: float | None = None  # the latest validation loss
         self.threads: ThreadChoice | None = None  # the plan's CPU threads, for the table
+        self.precision = ""  # the precision the plan trains in (fp32 or bf16), for the table
         self.line_due: float | None = None  # when a line fell due at the latest step (written at the next)
         self.logged_step: int | None = None  # the step the latest progress line was for
         self.writing = threading.Lock()  # the watcher thread and the loop write lines in turn
@@ -110,6 +111,7 @@ class ProgressBar(TrainObserver):
         """Say what the plan decided that the user did not ask for in so many words."""
         name, budget = self.name, plan.budget
         self.threads = plan.threads
+        self.precision = plan.precision
         if budget is not None and not budget.planned:
             model = plan.model_config
             self._say(f"{name('time_budget')} {budget.seconds:g} s: the scaling rule covers plain LSTMs, so "
@@ -126,8 +128,8 @@ class ProgressBar(TrainObserver):
             self._say(f"resuming {resume.checkpoint} at step {resume.step:,} (epoch {resume.epoch:.2f})"
                             f"{where}")
 
-    def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig, corpus: CorpusInfo,
-                 steps_per_epoch: int, total_steps: int | None, first_step: int, precision: str) -> None:
+    def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
+                 corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None, first_step: int) -> None:
         if self.quiet:
             return
         parameters = sum(p.numel() for p in model.parameters())
@@ -153,7 +155,7 @@ class ProgressBar(TrainObserver):
             ])),
             "validation": describe_evaluations(config, corpus.chars - corpus.split_point - 1),
             "epoch checkpoints": ", ".join(map(str, config.save_epochs)) or "none",
-            "device": f"{config.device}, {precision}{' (auto)' if config.precision == 'auto' else ''}",
+            "device": f"{config.device}, {self.precision}{' (auto)' if config.precision == 'auto' else ''}",
             **({"threads": self.threads.describe()} if self.threads is not None and config.device == "cpu"
                else {}),
             "seed": str(config.seed),

@@ -126,9 +126,11 @@ def inspect_command(ctx: click.Context, checkpoint: str, text_file: str, html_fi
 def show_surprisal(checkpoint: str, text_file: str, html_file: str | None, device: str, as_json: bool,
                    most_surprising: int | None, options: dict[str, Any]) -> None:
     """``inspect --surprisal``: the rows streamed as JSON, the K most surprising, or the coloured text."""
-    from charrnn.api import surprisal
+    from charrnn.api import Surprisal, surprisal
     from charrnn.cli.display import surprisal_text, surprising_table
 
+    if most_surprising is not None:
+        Surprisal.check_count(most_surprising)
     scores = surprisal(checkpoint, file=text_file, device=device, **options)
     say_checkpoint(checkpoint, scores.model.checkpoint)
     if most_surprising is not None:

@@ -59,6 +59,8 @@ class CharrnnGroup(click.Group):
             raise Interrupted("SIGINT") from None
         except Terminated as exc:
             raise Interrupted(exc.signal_name) from None
+        except click.exceptions.NoArgsIsHelpError:  # a group named without a command: click shows its help
+            raise
         except click.UsageError as exc:
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
             raise OneLineUsageError(exc.format_message() + hint) from None

@@ -42,7 +42,7 @@ from charrnn.errors import CharrnnError
 from charrnn.models.devices import check_model_fits, resolve_precision, too_wide_for_bf16
 from charrnn.models.evaluate import scoring_seconds
 from charrnn.models.model import parameter_count
-from charrnn.training.distributed import SingleProcess
+from charrnn.training.distributed import ProcessGroup
 from charrnn.training.loop import BUDGET_EVALUATION_SHARE, SAVE_BYTES_PER_S, BudgetEnd
 from charrnn.training.request import split_options
 from charrnn.training.rundir import checkpoint_bytes
@@ -286,7 +286,7 @@ def measure_speed(model_config: ModelConfig, config: TrainConfig, vocab: Vocab, 
     from charrnn.training.state import TrainingRun
 
     run = TrainingRun(model_config, config, vocab, corpus,
-                      StreamBatches(train_ids, config.batch_size, config.seq_len), group=SingleProcess())
+                      StreamBatches(train_ids, config.batch_size, config.seq_len), group=ProcessGroup())
     run.train_step(config.learning_rate)
     fewest, most = BUDGET_PROBE_STEPS
     started, steps, chars = clock(), 0, 0
@@ -300,7 +300,7 @@ def measure_speed(model_config: ModelConfig, config: TrainConfig, vocab: Vocab, 
 
 def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, vocab: Vocab,
                 corpus: CorpusInfo, train_ids: torch.Tensor, val_ids: torch.Tensor,
-                group: SingleProcess | None = None, clock: Callable[[], float] = time.perf_counter,
+                group: ProcessGroup | None = None, clock: Callable[[], float] = time.perf_counter,
                 started: float | None = None, measure: Callable[..., Speed] | None = None) -> BudgetDecision:
     """Measure the ladder (smallest first, within :data:`BUDGET_PROBE_SHARE` of ``seconds``), predict each
     shape's loss, and choose the best. ``given`` holds the model and training options the user gave: they
@@ -319,7 +319,7 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
     rank 0 measures and every rank takes its figures, so all choose alike. ``measure`` times one shape
     (default :func:`measure_speed`).
     """
-    group = group if group is not None else SingleProcess()
+    group = group if group is not None else ProcessGroup()
     measure = measure if measure is not None else measure_speed
     # The first optimiser a process builds pays for torch's lazy import of its compiler (1.5 to 2 s on a
     # CPU). Paid here, inside the budget but before the measuring starts, it is not mistaken for the

@@ -4,8 +4,8 @@
 command with ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
 ``MASTER_PORT`` set (multi-node runs add torchrun's rendezvous options; nothing
 here changes). :func:`join_from_environment` turns those into a
-:class:`ProcessGroup`: gloo on the CPU, nccl on CUDA, one GPU per local rank. A
-process on its own gets a :class:`SingleProcess`, the same interface for a world
+:class:`TorchrunGroup`: gloo on the CPU, nccl on CUDA, one GPU per local rank. A
+process on its own gets a :class:`ProcessGroup`, the same interface for a world
 of one, so that training never asks whether it runs alone.
 
 Each rank owns a disjoint, contiguous block of the ``--batch-size`` streams, so
@@ -33,8 +33,9 @@ from charrnn.errors import CharrnnError
 T = TypeVar("T")
 
 
-class SingleProcess:
-    """A world of one: every collective is the identity, and this process is the main one."""
+class ProcessGroup:
+    """The processes that train together. This base is a world of one (a process on its own): every
+    collective is the identity, and this process is the main one; :class:`TorchrunGroup` is torchrun's."""
 
     rank = 0  # this process's index among all processes
     world_size = 1  # number of processes
@@ -74,7 +75,7 @@ def _drop(text: str) -> None:
 
 
 @dataclass(frozen=True)
-class ProcessGroup(SingleProcess):
+class TorchrunGroup(ProcessGroup):
     """One of ``world_size`` processes that torchrun started, joined through torch.distributed."""
 
     rank: int  # this process's index among all processes, 0 .. world_size - 1
@@ -134,15 +135,15 @@ def world_size_from_environment() -> int:
         return 1
 
 
-def join_from_environment(device: str) -> tuple[SingleProcess, str]:
-    """Join the process group torchrun set up; return it (a :class:`SingleProcess` when alone) and
+def join_from_environment(device: str) -> tuple[ProcessGroup, str]:
+    """Join the process group torchrun set up; return it (a :class:`ProcessGroup` when alone) and
     this rank's device.
 
     ``device`` is the resolved ``cpu`` or ``cuda``; on CUDA each local rank takes its own GPU.
     """
     world_size = _environment_int("WORLD_SIZE", "1")
     if world_size <= 1:
-        return SingleProcess(), device
+        return ProcessGroup(), device
     rank, local_rank = _environment_int("RANK"), _environment_int("LOCAL_RANK", "0")
     if not 0 <= rank < world_size:
         raise CharrnnError(f"RANK {rank} is outside WORLD_SIZE {world_size}; start training with torchrun")
@@ -160,10 +161,10 @@ def join_from_environment(device: str) -> tuple[SingleProcess, str]:
         raise CharrnnError(f"multi-process training runs on cpu (gloo) or cuda (nccl), not {device}")
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
-    return ProcessGroup(rank, world_size), device
+    return TorchrunGroup(rank, world_size), device
 
 
-def local_processes(group: SingleProcess) -> int:
+def local_processes(group: ProcessGroup) -> int:
     """How many of the group's processes share this machine (torchrun's ``LOCAL_WORLD_SIZE``); 1 alone."""
     if group.world_size <= 1:
         return 1
@@ -173,8 +174,8 @@ def local_processes(group: SingleProcess) -> int:
         return group.world_size
 
 
-def leave(group: SingleProcess) -> None:
-    if isinstance(group, ProcessGroup) and dist.is_initialized():
+def leave(group: ProcessGroup) -> None:
+    if isinstance(group, TorchrunGroup) and dist.is_initialized():
         dist.destroy_process_group()
 
 

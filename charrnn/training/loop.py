@@ -29,7 +29,7 @@ from charrnn.errors import CharrnnError, TrainingInterrupted, escape
 from charrnn.models.devices import check_generation_fits, check_model_fits, precision_warning
 from charrnn.models.evaluate import EvalResult, evaluate, evaluate_with_prefix, scoring_seconds
 from charrnn.training.checkpoint import load_checkpoint
-from charrnn.training.distributed import SingleProcess
+from charrnn.training.distributed import ProcessGroup
 from charrnn.training.observer import StepReport, TrainObserver
 from charrnn.training.rundir import (
     EvaluationRecord,
@@ -449,7 +449,7 @@ def final_work_seconds(run: TrainingRun, val_ids: torch.Tensor, clock: Callable[
                      saving + sampling)
 
 
-def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: SingleProcess,
+def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: ProcessGroup,
                      clock: Callable[[], float], finish_s: float
                      ) -> tuple[TrainConfig, float, tuple[float, ...], list[str]]:
     """A time-budgeted run's end and evaluations: its configuration (with the validation characters its
@@ -531,7 +531,7 @@ def out_of_memory(exc: BaseException) -> bool:
 
 
 def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: GracefulStop | None = None,
-          group: SingleProcess | None = None, clock: Callable[[], float] = time.perf_counter,
+          group: ProcessGroup | None = None, clock: Callable[[], float] = time.perf_counter,
           started: float | None = None, finish_s: float = 0.0) -> TrainResult:
     """Train ``plan`` (made and checked by :func:`charrnn.training.plan.plan_training`) and write the run
     to its ``config.out_dir``.
@@ -552,7 +552,7 @@ def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: Grace
     """
     model_config, config, vocab, corpus = plan.model_config, plan.config, plan.vocab, plan.corpus
     resume_from, branch_from = plan.resume_from, plan.branch_from
-    group = group if group is not None else SingleProcess()
+    group = group if group is not None else ProcessGroup()
     observer = observer if observer is not None and group.is_main else TrainObserver()
     out_dir = Path(config.out_dir)
     split: Split = split_ids(plan.ids, corpus.split_point)
@@ -605,7 +605,7 @@ def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: Grace
         for warning in filter(None, warnings):
             observer.on_message(warning)
         observer.on_start(run.model, model_config, config, corpus, len(batches),
-                          planned_steps(config, len(batches)), run.step, run.precision)
+                          planned_steps(config, len(batches)), run.step)
         for message in budget_messages:
             observer.on_message(message)
         loop = TrainingLoop(run, split.val, observer, stop, run_dir,

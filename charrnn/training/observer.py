@@ -42,10 +42,9 @@ class TrainObserver:
     def on_plan(self, plan: Any) -> None:
         """The :class:`~charrnn.training.plan.TrainingPlan`, made and checked, before anything is written."""
 
-    def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig, corpus: CorpusInfo,
-                 steps_per_epoch: int, total_steps: int | None, first_step: int, precision: str) -> None:
-        """Training begins, at ``first_step``, in ``precision`` (fp32 or bf16: what ``config.precision``
-        resolved to)."""
+    def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
+                 corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None, first_step: int) -> None:
+        pass
 
     def on_step(self, report: StepReport) -> None:
         pass

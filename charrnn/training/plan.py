@@ -34,9 +34,10 @@ from charrnn.models.devices import resolve_precision
 from charrnn.models.pretrained import shipped_name
 from charrnn.training.budget import BudgetDecision, plan_budget
 from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_model
-from charrnn.training.distributed import SingleProcess
+from charrnn.training.distributed import ProcessGroup
 from charrnn.training.loop import TrainResult, train
 from charrnn.training.observer import TrainObserver
+from charrnn.training.overwrite import refuse_writing_over_reads
 from charrnn.training.request import (
     MODEL_FIELDS,
     SAMPLE_SETTINGS,
@@ -44,7 +45,7 @@ from charrnn.training.request import (
     check_request,
     split_options,
 )
-from charrnn.training.rundir import refuse_replacing_inputs, resume_checkpoint, resume_target
+from charrnn.training.rundir import check_out_dir, resume_checkpoint, resume_target
 from charrnn.training.schedule import RunAlreadyFinished, stop_reason
 from charrnn.training.state import RESUME_FIELDS
 from charrnn.utils.interrupt import GracefulStop
@@ -82,13 +83,18 @@ class TrainingPlan:
     budget: BudgetDecision | None = None  # what the time budget chose, when one was given
     threads: ThreadChoice | None = None  # the CPU threads it runs with, and why (None: torch's default)
 
+    @property
+    def precision(self) -> str:
+        """What ``config.precision`` resolves to on its device for this model: fp32 or bf16."""
+        return resolve_precision(self.config.precision, self.config.device, self.model_config)
+
     def run(self, observer: TrainObserver | None = None, stop: GracefulStop | None = None,
-            group: SingleProcess | None = None, **engine_options: Any) -> TrainResult:
+            group: ProcessGroup | None = None, **engine_options: Any) -> TrainResult:
         """Train it (see :func:`charrnn.training.loop.train`; ``engine_options``, such as ``clock``, too)."""
         return train(self, observer, stop, group, **engine_options)
 
 
-def plan_training(request: TrainingRequest, group: SingleProcess | None = None,
+def plan_training(request: TrainingRequest, group: ProcessGroup | None = None,
                   started: float | None = None, finish_s: float = 0.0) -> TrainingPlan:
     """Check ``request`` and decide everything about the run; nothing is written yet.
 
@@ -110,8 +116,10 @@ def plan_training(request: TrainingRequest, group: SingleProcess | None = None,
         "device": request.device,
         "init_from": request.init_from and str(request.init_from),
     })
-    refuse_replacing_inputs(Path(config.out_dir), {"corpus": request.corpus, "init_from": request.init_from
-                                                   and checkpoint_in(request.init_from, "best.pt")})
+    init_from = request.init_from and checkpoint_in(request.init_from, "best.pt")
+    reads = {"corpus": request.corpus, "init_from": init_from}
+    refuse_writing_over_reads(Path(config.out_dir), "out_dir", reads, run_directory=True)
+    check_out_dir(Path(config.out_dir), request.overwrite)  # before a time budget's measuring
     if request.init_from is None:
         encoded = encode_corpus(request.corpus, name, config.val_frac, val_max_chars=config.val_max_chars)
         budget = None
@@ -139,7 +147,7 @@ def plan_training(request: TrainingRequest, group: SingleProcess | None = None,
 
 
 def _budget_decision(config: TrainConfig, encoded: EncodedCorpus, model_options: dict[str, Any],
-                     train_options: dict[str, Any], group: SingleProcess | None,
+                     train_options: dict[str, Any], group: ProcessGroup | None,
                      started: float | None) -> BudgetDecision:
     """What the time budget chooses for the fields the user left unset.
 
@@ -237,9 +245,10 @@ def _plan_resume(request: TrainingRequest, model_options: dict[str, Any],
     model_config, config, changes = resume_config(payload, model_options,
                                                   {**train_options, "device": request.device})
     target = resume_target(checkpoint, payload, request.out_dir, request.overwrite)
-    refuse_replacing_inputs(target.out_dir, {"corpus": request.corpus or Path(payload["corpus"]["path"])})
-    config = dataclasses.replace(config, out_dir=str(target.out_dir))
     saved_corpus = payload["corpus"]
+    reads = {"corpus": request.corpus or Path(saved_corpus["path"])}
+    refuse_writing_over_reads(target.out_dir, "out_dir", reads, run_directory=True)
+    config = dataclasses.replace(config, out_dir=str(target.out_dir))
     # The ids always come from the checkpoint's own vocabulary (a fine-tuned run's may differ
     # from the corpus's), and the corpus must be the very text the run was trained on.
     vocab = Vocab.from_list(payload["vocab"])

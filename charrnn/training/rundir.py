@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from charrnn.errors import CharrnnError, OptionConflict, escape
-from charrnn.models.pretrained import refuse_writing_in_shipped, resolve_shipped
+from charrnn.models.pretrained import resolve_shipped
 from charrnn.training.checkpoint import checkpoint_in, save_checkpoint
 from charrnn.training.manifest import (
     EPOCH_CHECKPOINT_GLOB,
@@ -52,7 +52,6 @@ from charrnn.utils.files import (
     read_regular,
     reason,
     replace_text,
-    same_as_any,
     stat_or_none,
     write_json,
 )
@@ -444,23 +443,3 @@ def rows_up_to(path: Path, step: int) -> list[str]:
         if isinstance(row_step, int) and not isinstance(row_step, bool) and row_step <= step:
             kept.append(line)
     return kept
-
-
-def refuse_replacing_inputs(out_dir: Path, inputs: dict[str, Path | None]) -> None:
-    """Refuse a run directory whose files (checkpoints, records, lock) are one of the run's ``inputs``
-    (name → the corpus or a checkpoint read), by path or through a link: writing the run would destroy
-    what it reads. Checked when the plan is made, before anything is read or written. The shipped
-    models' folder is never a run directory."""
-    refuse_writing_in_shipped(out_dir, "out_dir", "run directory")
-    existing = [out_dir / name for name in (*RUN_FILES, LOCK_NAME)]
-    if out_dir.is_dir():
-        existing += sorted(out_dir.glob(EPOCH_CHECKPOINT_GLOB))
-    for name, given in inputs.items():
-        if given is None:
-            continue
-        inside = [given, *sorted(given.rglob("*.txt"))] if given.is_dir() else [given]
-        for run_file in existing:
-            if same_as_any(run_file, inside) is not None:
-                raise OptionConflict(f"{{out_dir}} {escape(str(out_dir))} would replace "
-                                     f"{escape(str(run_file))}, which is {{{name}}} {escape(str(given))}: "
-                                     f"choose another run directory")

@@ -26,7 +26,7 @@ from charrnn.models.averaging import WeightAverage
 from charrnn.models.devices import autocast, resolve_precision
 from charrnn.models.evaluate import EvalResult
 from charrnn.models.model import CharRNN, detach_state
-from charrnn.training.distributed import SingleProcess
+from charrnn.training.distributed import ProcessGroup
 from charrnn.training.rundir import new_run_id
 
 # What a checkpoint needs to be resumed.
@@ -71,13 +71,13 @@ class TrainingRun:
     """The mutable state of one run: model, optimiser, place in the data, best result so far.
 
     :meth:`train_step` takes one truncated-BPTT step; :meth:`payload` is the checkpoint
-    dict. In a :class:`~charrnn.training.distributed.ProcessGroup` this rank trains its own block
+    dict. In a :class:`~charrnn.training.distributed.TorchrunGroup` this rank trains its own block
     of the streams through DistributedDataParallel (see :mod:`charrnn.training.distributed`).
     """
 
     def __init__(self, model_config: ModelConfig, config: TrainConfig, vocab: Vocab, corpus: CorpusInfo,
                  batches: StreamBatches, initial_weights: dict[str, torch.Tensor] | None = None,
-                 group: SingleProcess | None = None):
+                 group: ProcessGroup | None = None):
         self.model_config = model_config
         self.config = config
         self.vocab = vocab
@@ -92,7 +92,7 @@ class TrainingRun:
         if initial_weights is not None:
             self.model.load_pretrained(initial_weights)
         self.model.to(self.device)
-        self.group = group if group is not None else SingleProcess()
+        self.group = group if group is not None else ProcessGroup()
         self.rows = self.group.rows(config.batch_size)  # this rank's streams
         self.local_batch = config.batch_size // self.group.world_size
         # What training steps call (DDP across processes); checkpoints and evaluation use the model.

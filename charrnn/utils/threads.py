@@ -39,7 +39,9 @@ class ThreadChoice:
 
 
 def check_threads(threads: int | None) -> int | None:
-    """A requested thread count: None (charrnn chooses) or a whole number from 1 to :data:`MOST_THREADS`."""
+    """A requested thread count: None (charrnn chooses) or a whole number from 1 to :data:`MOST_THREADS`.
+    ``OMP_NUM_THREADS`` is checked too, before torch reads it."""
+    _from_environment()
     if threads is None:
         return None
     if isinstance(threads, bool) or not isinstance(threads, numbers.Integral):

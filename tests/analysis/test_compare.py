@@ -7,7 +7,7 @@ import torch
 from click.testing import CliRunner
 from rich.console import Console
 
-from charrnn.analysis.compare import CompareSettings, compare_checkpoints, to_markdown
+from charrnn.analysis.compare import CheckpointReport, CompareSettings, compare_checkpoints, to_markdown
 from charrnn.cli.display import comparison_renderable
 from charrnn.cli.main import cli
 from charrnn.config import SampleConfig
@@ -226,3 +226,18 @@ def test_skip_unknown_goes_with_a_text_in_both_doors(tiny_run):
         charrnn.compare([tiny_run / "best.pt"], skip_unknown=True)
     with pytest.raises(CharrnnError, match="skip_unknown"):
         charrnn.compare([tiny_run / "best.pt"], text_file=tiny_run / "config.json", skip_unknown="yes")
+
+
+def test_markdown_names_the_reference_of_memorisation_only_when_all_share_it():
+    figures = {"known_word_fraction": 0.9, "longest_copied_chars": 12, "longest_copied_line": 3,
+               "longest_copied_passage": "ROMEO: I am", "copied_fraction": 0.0}
+
+    def report(name: str, corpus: str) -> CheckpointReport:
+        return CheckpointReport(f"{name}/best.pt", name, 1.0, 10, 40, "validation split", 1.5, 2.2, 4.5, 100,
+                                "ROMEO: I am", None, None, figures, f"training split of {corpus}")
+
+    settings = CompareSettings(prime="ROMEO:", sample=SampleConfig(length=10, seed=1), against="train")
+    shared = to_markdown([report("a", "one.txt"), report("b", "one.txt")], settings, None)
+    assert "Memorisation measured against the training split of one.txt." in shared
+    mixed = to_markdown([report("a", "one.txt"), report("b", "two.txt")], settings, None)
+    assert "Memorisation measured against each checkpoint's own training split." in mixed

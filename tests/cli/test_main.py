@@ -477,16 +477,38 @@ def test_the_command_line_starts_without_importing_torch():
     ["sample", "shakespeare", "--temperature", "-1"], ["compare", "shakespeare", "--length", "-5"],
     ["eval-perplexity", "shakespeare", "--dynamic-lr", "-1"],
     ["inspect", "shakespeare", "text.txt", "--top", "-2"],
+    ["inspect", "shakespeare", "text.txt", "--surprisal", "--most-surprising", "0"],
+    ["compare", "shakespeare", "--greedy", "--top-k", "3"], ["compare", "shakespeare", "--skip-unknown"],
+    ["compare", "shakespeare", "--evolution", "--greedy"],
+    ["sample", "shakespeare", "--interactive", "--json"],
+    ["sample", "shakespeare", "--threads", "0"], ["eval-perplexity", "shakespeare", "--threads", "2000"],
+    ["plot", ".", "--output", "."], ["OMP_NUM_THREADS=abc", "sample", "shakespeare"],
+    ["OMP_NUM_THREADS=0", "train", "text.txt"],
 ])
 def test_a_bad_option_is_refused_before_torch_is_imported(args, tmp_path):
     """The refusal comes in a fraction of torch's import time (seconds on a small machine)."""
     (tmp_path / "text.txt").write_text("To be, or not to be\n", encoding="utf-8")
+    environment = dict(os.environ, **dict(arg.split("=") for arg in args if "=" in arg))
     probe = ("import sys\nfrom charrnn.cli.main import main\ntry:\n    main()\nexcept SystemExit as end:\n"
              "    print(end.code, 'torch' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True,
-                            cwd=tmp_path)
+    result = subprocess.run([sys.executable, "-c", probe, *(arg for arg in args if "=" not in arg)],
+                            capture_output=True, text=True, cwd=tmp_path, env=environment)
     assert result.stdout.split() == ["2", "False"], result.stderr
     assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("Error: ")
+
+
+def test_a_time_budget_into_a_run_it_may_not_replace_is_refused_before_measuring(runner, small_corpus,
+                                                                                   tiny_run):
+    result = invoke(runner, "train", small_corpus, "--time-budget", "10", "--out", tiny_run)
+    assert_one_line_error(result, "already holds a training run")
+    assert "shapes timed" not in result.stderr
+
+
+def test_a_group_named_without_its_command_shows_its_help():
+    result = subprocess.run([sys.executable, "-m", "charrnn", "data"], capture_output=True, text=True)
+    assert result.returncode == 2 and "\\n" not in result.stderr + result.stdout
+    assert "Usage: charrnn data [OPTIONS] COMMAND" in result.stderr + result.stdout
+    assert "charrnn data get tinyshakespeare --data-dir" in result.stderr + result.stdout
 
 
 def test_the_command_line_reaches_the_library_only_through_the_api():

@@ -1,0 +1,120 @@
+"""Never write over what is read: the one check every command makes before it writes a file or a run.
+
+A command that writes (``--output``, ``--markdown``, ``--html``, a run directory) first names what it will
+read, and :func:`refuse_writing_over_reads` refuses the write when it would land on any of it, by the same
+path, a symbolic link or a hard link. What a path read stands for is wider than the path: a checkpoint is
+read with its run's other files and the corpus it was trained on (whose validation split is scored); a
+directory, with the run files and text files in it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from charrnn.errors import OptionConflict, escape
+from charrnn.models.pretrained import refuse_writing_in_shipped, resolve_shipped
+from charrnn.training.manifest import EPOCH_CHECKPOINT_GLOB, read_header
+from charrnn.training.rundir import RUN_FILES
+from charrnn.training.runlock import LOCK_NAME
+from charrnn.utils.files import TEMPORARY_PREFIX, same_as_any
+
+RESERVED = (*RUN_FILES, LOCK_NAME)  # the names a run directory keeps for its own files
+
+
+def refuse_writing_over_reads(target: Path, name: str, reads: dict[str, Any],
+                              run_directory: bool = False) -> None:
+    """Refuse, before any work, writing ``target`` (given as option ``name``): a file, or with
+    ``run_directory`` the run directory whose files (checkpoints, records, lock) a run writes, when the
+    write would replace something in ``reads`` (option name → a path, a list of paths, or None).
+
+    A file is also refused inside a corpus directory a checkpoint read was trained on (it would change
+    that corpus), and at a name a run directory keeps for itself (it would block or corrupt the run).
+    Nothing is ever written in the folder of the models that come with charrnn.
+    """
+    refuse_writing_in_shipped(target, name, "run directory" if run_directory else "file")
+    writes = _run_files(target) if run_directory else [target]
+    for read_name, given in reads.items():
+        for each in given if isinstance(given, list | tuple) else [given]:
+            if each is None:
+                continue
+            path = resolve_shipped(Path(each))  # the shipped model is read too
+            read, corpora = _stands_for(path)
+            for write in writes:
+                replaced = same_as_any(write, read)
+                if replaced is None:
+                    continue
+                if run_directory:
+                    raise OptionConflict(f"{{{name}}} {escape(str(target))} would replace "
+                                         f"{escape(str(write))}, which is {{{read_name}}} "
+                                         f"{escape(str(path))}: choose another run directory")
+                what = f"{{{read_name}}} {escape(str(path))}"
+                if replaced in corpora:
+                    what = f"{escape(str(replaced))}, the corpus {what} was trained on"
+                elif replaced != path:
+                    what += f" (through {escape(str(replaced))})"
+                raise OptionConflict(f"{{{name}}} {escape(str(target))} is {what}: writing it would destroy "
+                                     f"what is read; choose another file")
+            inside = next((corpus for corpus in corpora if corpus.is_dir() and _within(target, corpus)),
+                          None)
+            if inside is not None and not run_directory:
+                raise OptionConflict(f"{{{name}}} {escape(str(target))} is inside the corpus directory "
+                                     f"{escape(str(inside))} that {escape(str(path))} was trained on: "
+                                     f"writing it would change what is read; choose another file")
+    if not run_directory:
+        _refuse_a_run_directorys_name(target, name)
+
+
+def _run_files(out_dir: Path) -> list[Path]:
+    """The files a run in ``out_dir`` writes, its epoch checkpoints there already included."""
+    files = [out_dir / reserved for reserved in RESERVED]
+    return files + (sorted(out_dir.glob(EPOCH_CHECKPOINT_GLOB)) if out_dir.is_dir() else [])
+
+
+def _stands_for(path: Path) -> tuple[list[Path], list[Path]]:
+    """What reading ``path`` reads, and the corpora among it: a run directory, or a checkpoint, stands for
+    the run files there, and each checkpoint among them for its corpus; another directory is a corpus and
+    stands for its text files."""
+    folder = path if path.is_dir() else path.parent if path.suffix == ".pt" else None
+    neighbours = sorted(folder.iterdir()) if folder is not None and folder.is_dir() else []
+    run_files = [file for file in neighbours if file.suffix == ".pt" or file.name in RUN_FILES]
+    texts = sorted(path.rglob("*.txt")) if path.is_dir() and not run_files else []
+    corpora = [corpus for file in run_files if (corpus := _trained_on(file)) is not None]
+    return [path, *texts, *run_files, *corpora], corpora
+
+
+def _trained_on(checkpoint: Path) -> Path | None:
+    """The corpus a checkpoint names, read without loading its tensors; None if it names none."""
+    if checkpoint.suffix != ".pt":
+        return None
+    from charrnn.data.corpus import corpus_location
+
+    header = read_header(checkpoint) or {}
+    corpus = header.get("corpus")
+    path = corpus.get("path") if isinstance(corpus, dict) else None
+    if not isinstance(path, str) or not path:
+        return None
+    # Where it would be read: for a corpus recorded elsewhere, the data directory's copy of its dataset.
+    return corpus_location(corpus) if isinstance(corpus.get("sha256"), str) else Path(path)
+
+
+def _within(path: Path, directory: Path) -> bool:
+    """Whether ``path`` (its links followed) lies inside ``directory``."""
+    try:
+        return Path(os.path.realpath(path)).is_relative_to(Path(os.path.realpath(directory)))
+    except (OSError, ValueError):
+        return False
+
+
+def _refuse_a_run_directorys_name(target: Path, name: str) -> None:
+    """Refuse an output that would land, through any link, on a name a run directory keeps for itself
+    (its checkpoints, records, lock and temporaries)."""
+    for landing in dict.fromkeys([target, Path(os.path.realpath(target))]):
+        folder = landing.parent
+        if not any((folder / reserved).exists() for reserved in RESERVED):
+            continue
+        if landing.suffix == ".pt" or landing.name in RESERVED or landing.name.startswith(TEMPORARY_PREFIX):
+            raise OptionConflict(f"{{{name}}} {escape(str(target))} would be {escape(str(landing))}, a name "
+                                 f"the run directory {escape(str(folder))} keeps for its own files; choose "
+                                 f"another file")
