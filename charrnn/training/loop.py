@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from charrnn.config import EVAL_SUBSET_CHARS, ModelConfig, TrainConfig, partial_eval_chars
+from charrnn.config import ModelConfig, TrainConfig, partial_eval_chars
 from charrnn.data.corpus import Split, StreamBatches, split_ids
 from charrnn.errors import CharrnnError, TrainingInterrupted, escape
 from charrnn.models.devices import check_generation_fits, check_model_fits, precision_warning
-from charrnn.models.evaluate import EvalResult, evaluate, evaluate_with_prefix, scoring_seconds
+from charrnn.models.evaluate import EvalResult, evaluate, evaluate_with_prefix
+from charrnn.training.budget import plan_budget_end, refuse_an_end_past_the_budget
 from charrnn.training.checkpoint import load_checkpoint
 from charrnn.training.distributed import ProcessGroup
 from charrnn.training.observer import StepReport, TrainObserver
@@ -370,158 +371,6 @@ class Scores:
     subset: EvalResult  # on the evaluation subset (the same as reported when that is all that was scored)
 
 
-CALIBRATION_SAMPLE = 32  # characters of a recorded sample timed to predict a whole sample's cost
-SAVE_BYTES_PER_S = 100e6  # a conservative disk: what writing (and fsyncing) a checkpoint costs
-FINAL_WORK_MARGIN = 1.25  # the estimate's safety factor
-BUDGET_EVALUATION_SHARE = 0.05  # of a time budget, at most this much goes to evaluations during training
-BUDGET_EVALUATIONS = (3, 10)  # evaluations during a budgeted run: at least this many (else none), at most
-# An evaluation during a budgeted run scores at least this many validation characters (the whole split
-# when it is shorter): fewer would rank nearby weights by noise.
-BUDGET_EVAL_CHARS_MIN = 10_000
-
-
-@dataclass(frozen=True)
-class BudgetEnd:
-    """What a time-budgeted run must plan for: what an evaluation costs, and the work at its end."""
-
-    pass_s: float  # one pass of one set of weights over the whole validation split
-    weight_sets: int  # sets of weights each evaluation scores: 2 with a weight average, else 1
-    val_chars: int  # characters a pass over the whole validation split scores
-    other_s: float = 0.0  # the saves of best.pt and last.pt, and a recorded sample when the run records them
-
-    def evaluations(self, budget: float, eval_chars: int | None = None) -> tuple[int, int | None]:
-        """How many evaluations during training :data:`BUDGET_EVALUATION_SHARE` of ``budget`` pays for,
-        and how many validation characters each scores (None: all of them).
-
-        As many as :data:`BUDGET_EVALUATIONS` allows, each of the split's first :data:`EVAL_SUBSET_CHARS`
-        (all of a shorter split) when the share pays for that, else of fewer, never fewer than
-        :data:`BUDGET_EVAL_CHARS_MIN`; with ``eval_chars`` (the run's own, TrainConfig.eval_chars) each
-        scores exactly that many. None when even the fewest evaluations of that size do not fit (a
-        short budget ends at its best: its schedule decays to the end and it has no time to overfit).
-        """
-        if self.pass_s <= 0 or self.val_chars <= 0:  # not measured (a clock that stood still)
-            return 0, None
-        per_char = self.weight_sets * self.pass_s / self.val_chars
-        limit = min(self.val_chars, EVAL_SUBSET_CHARS if eval_chars is None else eval_chars)
-        fewest, most = BUDGET_EVALUATIONS
-        for count in range(most, fewest - 1, -1):
-            affordable = BUDGET_EVALUATION_SHARE * budget / (count * per_char)  # a float: budgets may be vast
-            if eval_chars is None and affordable >= min(limit, BUDGET_EVAL_CHARS_MIN):
-                chars = int(min(affordable, limit))
-                return count, None if chars >= self.val_chars else chars
-            if eval_chars is not None and affordable >= limit:
-                return count, None if limit >= self.val_chars else limit
-        return 0, None
-
-    def evaluation_points(self, budget: float, eval_chars: int | None = None) -> tuple[float, ...]:
-        """When to evaluate during training, as fractions of the training: evenly through it."""
-        return evenly_spaced(self.evaluations(budget, eval_chars)[0])
-
-    def reserve_s(self, rescoring: bool) -> float:
-        """The time kept for the end, with :data:`FINAL_WORK_MARGIN`: the final evaluation of the whole
-        split, the saves, a recorded sample, and with ``rescoring`` (evaluations during training that
-        score a part of the split) one more pass, to score the best weights they kept on all of it."""
-        passes = self.weight_sets + (1 if rescoring else 0)
-        return FINAL_WORK_MARGIN * (passes * self.pass_s + self.other_s)
-
-
-def evenly_spaced(count: int) -> tuple[float, ...]:
-    """``count`` moments evenly through a run, as fractions of it, neither at its start nor its end."""
-    return tuple(k / (count + 1) for k in range(1, count + 1))
-
-
-def final_work_seconds(run: TrainingRun, val_ids: torch.Tensor, clock: Callable[[], float]) -> BudgetEnd:
-    """What a time-budgeted run's evaluations cost (:func:`~charrnn.models.evaluate.scoring_seconds`),
-    with the saves of best.pt and last.pt and a recorded sample when the run records them (timed on a
-    few characters)."""
-    if len(val_ids) < 2:
-        return BudgetEnd(0.0, 1, 0)
-    pass_s = scoring_seconds(run.model, val_ids, clock)
-    parameters = sum(p.numel() for p in run.model.parameters())
-    saving = 2 * checkpoint_bytes(parameters, averaging=run.average is not None) / SAVE_BYTES_PER_S
-    sampling = 0.0
-    if run.config.sample_every is not None or run.config.save_epochs:  # a recorded sample ends the run too
-        started = clock()
-        draw_sample(run.model, run.vocab, dataclasses.replace(run.config, sample_length=CALIBRATION_SAMPLE),
-                    0, 0.0, 0.0, None)
-        sampling = (clock() - started) * run.config.sample_length / CALIBRATION_SAMPLE
-    return BudgetEnd(pass_s, 2 if run.average is not None else 1, len(val_ids) - 1,
-                     saving + sampling)
-
-
-def _plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: ProcessGroup,
-                     clock: Callable[[], float], finish_s: float
-                     ) -> tuple[TrainConfig, float, tuple[float, ...], list[str]]:
-    """A time-budgeted run's end and evaluations: its configuration (with the validation characters its
-    evaluations during training score, unless given), the seconds kept for the end (``finish_s`` for the
-    caller included), when to evaluate (fractions of the run) and what to tell the user. Sets the run's
-    configuration."""
-    config = run.config
-    budget = config.time_budget
-    assert budget is not None
-    measured = final_work_seconds(run, val_ids, clock) if group.is_main else BudgetEnd(0.0, 1, 0)
-    pass_s, other_s = group.reduce([measured.pass_s, measured.other_s], run.device, op="max")
-    end = BudgetEnd(pass_s, 2 if run.average is not None else 1, len(val_ids) - 1, other_s)
-    points: tuple[float, ...] = ()
-    given = config
-    if config.eval_every is None:
-        points = end.evaluation_points(budget, config.eval_chars)
-        chars = end.evaluations(budget, config.eval_chars)[1]
-        if points and config.eval_chars is None and chars is not None:
-            config = dataclasses.replace(config, eval_chars=chars)
-    subset = partial_eval_chars(config, end.val_chars)
-    partial = subset is not None
-    # A subset runs fewer streams side by side than the whole split, which on a CPU costs far more per
-    # character: its own cost is timed, and the evaluations cut to what the share pays for.
-    each_s = end.weight_sets * pass_s
-    if partial and (points or config.eval_every is not None):
-        timed = scoring_seconds(run.model, val_ids[: subset + 1], clock) if group.is_main else 0.0
-        each_s = end.weight_sets * group.reduce([timed], run.device, op="max")[0]
-    if points:
-        count = int(min(BUDGET_EVALUATION_SHARE * budget / max(each_s, 1e-9), BUDGET_EVALUATIONS[1]))
-        if count < len(points):
-            points = evenly_spaced(count) if count >= BUDGET_EVALUATIONS[0] else ()
-    if not points and given.eval_every is None:
-        config = given  # no evaluation during training: no subset for them to score
-    run.config = config
-    reserve = end.reserve_s(rescoring=partial and (bool(points) or config.eval_every is not None)) + finish_s
-    if config.eval_every is not None:  # an evaluation on schedule may start just before training stops
-        reserve += FINAL_WORK_MARGIN * each_s
-    messages = [f"{{time_budget}} {budget:g} s: training stops about {reserve:.1f} s before the end, to "
-                f"evaluate and save inside it"]
-    if points:
-        scored = f"the first {subset:,} validation characters" if subset else \
-            "the whole validation split"
-        each = f"about {each_s:.1f} s" if each_s >= 0.05 else "under 0.1 s"
-        messages.append(f"{{time_budget}} {budget:g} s: {len(points)} evaluations during training, evenly "
-                        f"through it ({scored}, {each} each); best.pt keeps the best weights seen"
-                        + (", scored on the whole split at the end" if partial else ""))
-    for other in ("max_steps", "epochs"):
-        if getattr(config, other) is not None:
-            messages.append(f"{{time_budget}} {budget:g} s and {{{other}}} {getattr(config, other):g}: the "
-                            f"run stops at whichever comes first")
-    return config, reserve, points, messages
-
-
-def refuse_an_end_past_the_budget(config: TrainConfig, val_chars: int, averaging: bool, spent_s: float,
-                                  reserve_s: float) -> None:
-    """A budget that cannot pay for its run's end (the exact score of the whole validation split, which
-    a large corpus or vocabulary makes slow on a CPU) is refused before anything is written: training
-    one step and then overrunning the budget would break its promise."""
-    budget = config.time_budget
-    assert budget is not None
-    if spent_s + reserve_s < budget:
-        return
-    weights = " of the trained and the averaged weights" if averaging else ""
-    raise CharrnnError(
-        f"{{time_budget}} {budget:g} s cannot pay for this run's end: scoring the {val_chars:,} validation "
-        f"characters{weights} and saving take about {reserve_s:.0f} s on this machine, and "
-        f"{spent_s:.0f} s have gone on loading and measuring; give a budget well above "
-        f"{spent_s + reserve_s:.0f} s, or hold out less text with {{val_max_chars}} or {{val_frac}} (now "
-        f"{config.val_max_chars or 'none'} and {config.val_frac:g})",
-        names_options=True)
-
-
 def out_of_memory(exc: BaseException) -> bool:
     """Whether ``exc`` is an allocation failure: Python's, or the CPU or CUDA allocator's."""
     if isinstance(exc, MemoryError | torch.OutOfMemoryError):
@@ -581,7 +430,7 @@ def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: Grace
             run.best = None
         reserve, evaluation_points, budget_messages = 0.0, (), []
         if config.time_budget is not None:
-            config, reserve, evaluation_points, budget_messages = _plan_budget_end(run, split.val, group,
+            config, reserve, evaluation_points, budget_messages = plan_budget_end(run, split.val, group,
                                                                                    clock, finish_s)
             if resume_from is not None:  # a run that stopped to keep this reserve has no time to go on
                 finished = stop_reason(config, run.step, run.epoch, resume_from["elapsed_s"] + reserve)

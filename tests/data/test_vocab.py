@@ -20,8 +20,10 @@ def test_ids_follow_sorted_code_points():
 
 
 def test_emoji_and_cjk_are_one_symbol_each():
-    vocab = Vocab.from_text("語🙂")
-    assert len(vocab) == 2
+    vocab = Vocab.from_text("語🙂語")
+    assert len(vocab) == 2 and vocab.chars == ("語", "🙂")  # code point order: U+8A9E before U+1F642
+    ids = vocab.encode("🙂語🙂")
+    assert ids.tolist() == [1, 0, 1] and vocab.decode(ids.tolist()) == "🙂語🙂"
 
 
 @pytest.mark.parametrize("size, dtype", [(1, torch.uint8), (256, torch.uint8), (257, torch.uint16),

@@ -239,9 +239,9 @@ def test_running_out_of_memory_saves_the_last_whole_step_and_resumes_exactly(
 def measured_end(monkeypatch, pass_s: float, other_s: float = 0.0) -> None:
     """Make a time budget's measurement of its end say a pass over the validation split takes ``pass_s``
     and the saves ``other_s``."""
-    import charrnn.training.loop as loop_module
+    import charrnn.training.budget as budget_module
 
-    monkeypatch.setattr(loop_module, "final_work_seconds", lambda run, val, clock: loop_module.BudgetEnd(
+    monkeypatch.setattr(budget_module, "final_work_seconds", lambda run, val, clock: budget_module.BudgetEnd(
         pass_s, 2 if run.average is not None else 1, len(val) - 1, other_s))
 
 
@@ -265,7 +265,7 @@ def test_the_final_work_is_timed_on_a_part_of_the_first_batch_and_scaled(small_c
     from charrnn.config import EVAL_SLICE
     from charrnn.data.corpus import StreamBatches
     from charrnn.models.evaluate import SCORING_PROBE_STEPS, stream_layout
-    from charrnn.training.loop import FINAL_WORK_MARGIN, final_work_seconds
+    from charrnn.training.budget import FINAL_WORK_MARGIN, final_work_seconds
     from charrnn.training.state import TrainingRun
 
     plan = plan_run(small_corpus, tmp_path / "run", max_steps=1)
@@ -321,12 +321,12 @@ def test_a_budget_whose_share_pays_for_no_evaluation_keeps_no_subset(tmp_path, m
     # 20,000 validation characters, a pass of them 1 s: the share pays for 3 evaluations of 16,666 at the
     # whole split's pace, but a subset scores far slower (fewer streams side by side): none are left, and
     # neither the configuration nor the run table may speak of a subset they would have scored.
-    import charrnn.training.loop as loop_module
+    import charrnn.training.budget as budget_module
 
     corpus = tmp_path / "long.txt"
     corpus.write_text(PHRASE * (200_000 // len(PHRASE)), encoding="utf-8")
     measured_end(monkeypatch, pass_s=1.0)
-    monkeypatch.setattr(loop_module, "scoring_seconds", lambda model, ids, clock: 100.0)
+    monkeypatch.setattr(budget_module, "scoring_seconds", lambda model, ids, clock: 100.0)
     clock = FakeClock(step_seconds=0.5)
     messages = []
     clock.on_message = messages.append
@@ -371,10 +371,10 @@ def subset_budget(monkeypatch, repeated_corpus, tmp_path, wreck_after: int | Non
     """A 40-s budget whose whole evaluations cost 1 s: 5 % of it pays for ten of a fifth of the split.
     With ``wreck_after``, every step from that one on adds noise to the weights, so the run ends worse
     than it was."""
-    import charrnn.training.loop as loop_module
+    import charrnn.training.budget as budget_module
     from charrnn.training.state import TrainingRun
 
-    monkeypatch.setattr(loop_module, "BUDGET_EVAL_CHARS_MIN", 40)
+    monkeypatch.setattr(budget_module, "BUDGET_EVAL_CHARS_MIN", 40)
     measured_end(monkeypatch, pass_s=0.5)
     if wreck_after is not None:
         train_step = TrainingRun.train_step
@@ -503,7 +503,7 @@ def test_an_every_n_steps_schedule_beyond_the_runs_end_is_named():
 
 def test_a_budget_that_records_samples_keeps_time_for_one(small_corpus, tmp_path):
     from charrnn.data.corpus import StreamBatches
-    from charrnn.training.loop import CALIBRATION_SAMPLE, FINAL_WORK_MARGIN, final_work_seconds
+    from charrnn.training.budget import CALIBRATION_SAMPLE, FINAL_WORK_MARGIN, final_work_seconds
     from charrnn.training.state import TrainingRun
 
     plan = plan_run(small_corpus, tmp_path / "run", max_steps=1, sample_every=10, sample_length=320)
@@ -528,7 +528,7 @@ def test_by_default_evaluations_during_training_score_a_fixed_start_of_a_large_s
 
 def test_a_budget_plans_its_evaluations_for_the_characters_each_scores():
     from charrnn.config import EVAL_SUBSET_CHARS
-    from charrnn.training.loop import BudgetEnd
+    from charrnn.training.budget import BudgetEnd
 
     # A pass over 1,000,000 validation characters costs 10 s: 5% of a 1,000-s budget is 50 s.
     end = BudgetEnd(pass_s=10.0, weight_sets=1, val_chars=1_000_000)
