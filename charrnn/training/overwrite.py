@@ -18,7 +18,7 @@ from charrnn.models.pretrained import refuse_writing_in_shipped, resolve_shipped
 from charrnn.training.manifest import EPOCH_CHECKPOINT_GLOB, read_header
 from charrnn.training.rundir import RUN_FILES
 from charrnn.training.runlock import LOCK_NAME
-from charrnn.utils.files import TEMPORARY_PREFIX, same_as_any
+from charrnn.utils.files import TEMPORARY_GLOB, TEMPORARY_PREFIX, same_file
 
 RESERVED = (*RUN_FILES, LOCK_NAME)  # the names a run directory keeps for its own files
 
@@ -26,62 +26,72 @@ RESERVED = (*RUN_FILES, LOCK_NAME)  # the names a run directory keeps for its ow
 def refuse_writing_over_reads(target: Path, name: str, reads: dict[str, Any],
                               run_directory: bool = False) -> None:
     """Refuse, before any work, writing ``target`` (given as option ``name``): a file, or with
-    ``run_directory`` the run directory whose files (checkpoints, records, lock) a run writes, when the
-    write would replace something in ``reads`` (option name → a path, a list of paths, or None).
+    ``run_directory`` the run directory whose files (checkpoints, records, lock, and the temporaries a run
+    clears away) a run writes, when the write would replace something in ``reads`` (option name → a path,
+    a list of paths, or None), or land inside a corpus directory read (it would change that corpus).
 
-    A file is also refused inside a corpus directory a checkpoint read was trained on (it would change
-    that corpus), and at a name a run directory keeps for itself (it would block or corrupt the run).
-    Nothing is ever written in the folder of the models that come with charrnn.
+    A file is also refused at a name a run directory keeps for itself (it would block or corrupt the
+    run). Nothing is ever written in the folder of the models that come with charrnn.
     """
-    refuse_writing_in_shipped(target, name, "run directory" if run_directory else "file")
+    what = "run directory" if run_directory else "file"
+    refuse_writing_in_shipped(target, name, what)
     writes = _run_files(target) if run_directory else [target]
     for read_name, given in reads.items():
         for each in given if isinstance(given, list | tuple) else [given]:
             if each is None:
                 continue
             path = resolve_shipped(Path(each))  # the shipped model is read too
-            read, corpora = _stands_for(path)
-            for write in writes:
-                replaced = same_as_any(write, read)
+            read = f"{{{read_name}}} {escape(str(path))}"
+            parts = _stands_for(path)
+            for file, part in parts.items():
+                replaced = next((write for write in writes if same_file(write, file)), None)
                 if replaced is None:
                     continue
+                shown = read if file == path else f"{escape(str(file))}, {part.format(read)}"
                 if run_directory:
                     raise OptionConflict(f"{{{name}}} {escape(str(target))} would replace "
-                                         f"{escape(str(write))}, which is {{{read_name}}} "
-                                         f"{escape(str(path))}: choose another run directory")
-                what = f"{{{read_name}}} {escape(str(path))}"
-                if replaced in corpora:
-                    what = f"{escape(str(replaced))}, the corpus {what} was trained on"
-                elif replaced != path:
-                    what += f" (through {escape(str(replaced))})"
-                raise OptionConflict(f"{{{name}}} {escape(str(target))} is {what}: writing it would destroy "
-                                     f"what is read; choose another file")
-            inside = next((corpus for corpus in corpora if corpus.is_dir() and _within(target, corpus)),
-                          None)
-            if inside is not None and not run_directory:
+                                         f"{escape(str(replaced))}, which is {shown}: choose another {what}")
+                raise OptionConflict(f"{{{name}}} {escape(str(target))} is {shown}: writing it would destroy "
+                                     f"what is read; choose another {what}")
+            corpora = [file for file, part in parts.items() if part == CORPUS and file.is_dir()]
+            inside = next((corpus for corpus in corpora if _within(target, corpus)), None)
+            if inside is not None:
+                whose = "" if inside == path else f" that {read} was trained on"
                 raise OptionConflict(f"{{{name}}} {escape(str(target))} is inside the corpus directory "
-                                     f"{escape(str(inside))} that {escape(str(path))} was trained on: "
-                                     f"writing it would change what is read; choose another file")
+                                     f"{escape(str(inside))}{whose}: writing there would change what is "
+                                     f"read; choose another {what}")
     if not run_directory:
         _refuse_a_run_directorys_name(target, name)
 
 
 def _run_files(out_dir: Path) -> list[Path]:
-    """The files a run in ``out_dir`` writes, its epoch checkpoints there already included."""
+    """The files a run in ``out_dir`` writes, with its epoch checkpoints and the temporaries of ended
+    processes it clears away (:func:`~charrnn.utils.files.remove_stale_temporaries`) there already."""
     files = [out_dir / reserved for reserved in RESERVED]
-    return files + (sorted(out_dir.glob(EPOCH_CHECKPOINT_GLOB)) if out_dir.is_dir() else [])
+    if out_dir.is_dir():
+        files += sorted(out_dir.glob(EPOCH_CHECKPOINT_GLOB)) + sorted(out_dir.glob(TEMPORARY_GLOB))
+    return files
 
 
-def _stands_for(path: Path) -> tuple[list[Path], list[Path]]:
-    """What reading ``path`` reads, and the corpora among it: a run directory, or a checkpoint, stands for
-    the run files there, and each checkpoint among them for its corpus; another directory is a corpus and
-    stands for its text files."""
+CORPUS = "the corpus {} was trained on"  # the part a checkpoint's corpus plays in what it stands for
+
+
+def _stands_for(path: Path) -> dict[Path, str]:
+    """What reading ``path`` reads, each file with the part it plays (a phrase about the path read, "{}"):
+    a checkpoint or a run directory stands for the run files there and the corpus each checkpoint was
+    trained on (:data:`CORPUS`); another directory is a corpus (:data:`CORPUS` too) and stands for its
+    text files."""
     folder = path if path.is_dir() else path.parent if path.suffix == ".pt" else None
     neighbours = sorted(folder.iterdir()) if folder is not None and folder.is_dir() else []
     run_files = [file for file in neighbours if file.suffix == ".pt" or file.name in RUN_FILES]
-    texts = sorted(path.rglob("*.txt")) if path.is_dir() and not run_files else []
-    corpora = [corpus for file in run_files if (corpus := _trained_on(file)) is not None]
-    return [path, *texts, *run_files, *corpora], corpora
+    if path.is_dir() and not run_files:
+        return {path: CORPUS, **{text: "a text of {}" for text in sorted(path.rglob("*.txt"))}}
+    parts = {path: "{}", **{file: "in the run directory of {}" for file in run_files if file != path}}
+    for file in run_files:
+        corpus = _trained_on(file)
+        if corpus is not None:
+            parts.setdefault(corpus, CORPUS)
+    return parts
 
 
 def _trained_on(checkpoint: Path) -> Path | None:
