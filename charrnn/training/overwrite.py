@@ -2,9 +2,9 @@
 
 A command that writes (``--output``, ``--markdown``, ``--html``, a run directory) first names what it will
 read, and :func:`refuse_writing_over_reads` refuses the write when it would land on any of it, by the same
-path, a symbolic link or a hard link. What a path read stands for is wider than the path: a checkpoint is
-read with its run's other files and the corpus it was trained on (whose validation split is scored); a
-directory, with the run files and text files in it.
+path, a symbolic link or a hard link. What a path read stands for is wider than the path: a checkpoint, or
+a run directory, is read with its run's other files and the corpus it was trained on (whose validation
+split is scored); another directory is a corpus, read with the text files in it.
 """
 
 from __future__ import annotations

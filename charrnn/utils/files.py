@@ -314,8 +314,3 @@ def same_file(first: Path, second: Path) -> bool:
         return Path(first).resolve() == Path(second).resolve()
     except (OSError, RuntimeError):  # a symbolic link loop: it leads to no file at all
         return os.path.abspath(first) == os.path.abspath(second)
-
-
-def same_as_any(target: Path, candidates: list[Path]) -> Path | None:
-    """The first of ``candidates`` that writing ``target`` would replace (see :func:`same_file`), if any."""
-    return next((candidate for candidate in candidates if same_file(target, candidate)), None)
