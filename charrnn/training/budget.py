@@ -483,10 +483,6 @@ class BudgetEnd:
                 return count, None if limit >= self.val_chars else limit
         return 0, None
 
-    def evaluation_points(self, budget: float, eval_chars: int | None = None) -> tuple[float, ...]:
-        """When to evaluate during training, as fractions of the training: evenly through it."""
-        return evenly_spaced(self.evaluations(budget, eval_chars)[0])
-
     def reserve_s(self, rescoring: bool) -> float:
         """The time kept for the end, with :data:`FINAL_WORK_MARGIN`: the final evaluation of the whole
         split, the saves, a recorded sample, and with ``rescoring`` (evaluations during training that
@@ -535,8 +531,8 @@ def plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: ProcessGroup
     points: tuple[float, ...] = ()
     given = config
     if config.eval_every is None:
-        points = end.evaluation_points(budget, config.eval_chars)
-        chars = end.evaluations(budget, config.eval_chars)[1]
+        count, chars = end.evaluations(budget, config.eval_chars)
+        points = evenly_spaced(count)
         if points and config.eval_chars is None and chars is not None:
             config = dataclasses.replace(config, eval_chars=chars)
     subset = partial_eval_chars(config, end.val_chars)

@@ -36,13 +36,14 @@ def refuse_writing_over_reads(target: Path, name: str, reads: dict[str, Any],
     what = "run directory" if run_directory else "file"
     refuse_writing_in_shipped(target, name, what)
     writes = _run_files(target) if run_directory else [target]
+    corpora_of: dict[Path, Path | None] = {}  # each checkpoint's corpus, its header read once
     for read_name, given in reads.items():
         for each in given if isinstance(given, list | tuple) else [given]:
             if each is None:
                 continue
             path = resolve_shipped(Path(each))  # the shipped model is read too
             read = f"{{{read_name}}} {escape(str(path))}"
-            parts = _stands_for(path)
+            parts = _stands_for(path, corpora_of)
             for file, part in parts.items():
                 replaced = next((write for write in writes if same_file(write, file)), None)
                 if replaced is None:
@@ -76,10 +77,11 @@ def _run_files(out_dir: Path) -> list[Path]:
 CORPUS = "the corpus {} was trained on"  # the part a checkpoint's corpus plays in what it stands for
 
 
-def _stands_for(path: Path) -> dict[Path, str]:
+def _stands_for(path: Path, corpora_of: dict[Path, Path | None]) -> dict[Path, str]:
     """What reading ``path`` reads, each file with the part it plays (a phrase about the path read, "{}"):
     a checkpoint or a run directory stands for the run files there and the corpus each checkpoint was
-    trained on (:data:`CORPUS`); another directory is a corpus (:data:`CORPUS` too) and stands for its
+    trained on (:data:`CORPUS`; ``corpora_of`` keeps those already read, as checkpoints read together
+    often share a run directory); another directory is a corpus (:data:`CORPUS` too) and stands for its
     text files."""
     folder = path if path.is_dir() else path.parent if path.suffix == ".pt" else None
     neighbours = sorted(folder.iterdir()) if folder is not None and folder.is_dir() else []
@@ -88,7 +90,9 @@ def _stands_for(path: Path) -> dict[Path, str]:
         return {path: CORPUS, **{text: "a text of {}" for text in sorted(path.rglob("*.txt"))}}
     parts = {path: "{}", **{file: "in the run directory of {}" for file in run_files if file != path}}
     for file in run_files:
-        corpus = _trained_on(file)
+        if file not in corpora_of:
+            corpora_of[file] = _trained_on(file)
+        corpus = corpora_of[file]
         if corpus is not None:
             parts.setdefault(corpus, CORPUS)
     return parts
