@@ -140,6 +140,27 @@ STAGES: dict[str, list[Point]] = {
         "beyond-t100": ("--seq-len", "100"),
         "beyond-lr7e-3": ("--lr", "7e-3"),
     }.items()}),
+    # The batch and learning rate of the 100-s rung, and skip connections on the next rung, beside the
+    # rung itself run again in the same sitting (the machine's speed drifts from one day to the next).
+    "beyond-100-batch": points(100, {name: (*RUNG_100, *changes) for name, changes in {
+        "batch-rung-again": (),
+        "batch-b24-lr5e-3": ("--batch-size", "24"),
+        "batch-b24-lr6e-3": ("--batch-size", "24", "--lr", "6e-3"),
+        "batch-b12-lr4e-3": ("--batch-size", "12", "--lr", "4e-3"),
+        "batch-lr4e-3": ("--lr", "4e-3"),
+        "batch-h384-b32-skip": ("--hidden", "384", "--batch-size", "32"),
+        "batch-b32-lr6e-3": ("--batch-size", "32", "--lr", "6e-3"),
+        "batch-b32-lr7e-3": ("--batch-size", "32", "--lr", "7e-3"),
+    }.items()}),
+    # The most promising of those beside the rung over three seeds, run alternately in one sitting, each
+    # with the dropout and weight average its budget plans (as the headline benchmark's fixed shape is).
+    "batch-confirm": points(100, {f"confirm-{name}-seed{seed}": (*shape, "--seed", str(seed))
+                                  for seed in (1, 2, 3) for name, shape in {
+                                      "rung": ("--hidden", "256", "--batch-size", "16", "--lr", "5e-3",
+                                               "--skip-connections"),
+                                      "b24-lr6e-3": ("--hidden", "256", "--batch-size", "24", "--lr", "6e-3",
+                                                     "--skip-connections"),
+                                  }.items()}),
     # An hour: the AWD-LSTM regularisation and weight averaging on a wider model, every option given.
     "s3600-bf16": points(3600, {
         "h768-b32-lr4e-3-dropout0.3-locked-wdrop0.3-ema0.999": (
