@@ -41,15 +41,15 @@ def main(checkpoints: tuple[Path, ...], quick: bool) -> None:
         split = checkpoint_split(loaded.payload["corpus"], loaded.vocab)
         middle = len(split.val) // 2
         tune, report = split.val[:middle], split.val[middle:]
-        rms = {length: gradient_rms(loaded.model, split.train, length) for length, _, _ in grid}
+        rms = {length: gradient_rms(loaded.network, split.train, length) for length, _, _ in grid}
         models.append((path, loaded, tune, report, rms))
     gains: dict[tuple, list[float]] = {setting: [] for setting in grid}
     for path, loaded, tune, _, rms in models:
-        static = evaluate(loaded.model, tune).nats_per_char
+        static = evaluate(loaded.network, tune).nats_per_char
         for setting in grid:
             length, lr, decay = setting
             started = time.perf_counter()
-            score = dynamic_evaluate(loaded.model, tune, rms[length], DynamicConfig(lr, decay, length))
+            score = dynamic_evaluate(loaded.network, tune, rms[length], DynamicConfig(lr, decay, length))
             gains[setting].append(static - score.nats_per_char)
             seconds = time.perf_counter() - started
             click.echo(f"{path}  first half  segment {length:>3}  lr {lr:<7g} decay {decay:<6g} "
@@ -61,11 +61,11 @@ def main(checkpoints: tuple[Path, ...], quick: bool) -> None:
     click.echo("|---|---|---|---|---|---|---|")
     for index, (path, loaded, _, report, rms) in enumerate(models):
         own = max(grid, key=lambda setting, i=index: gains[setting][i])
-        static = evaluate(loaded.model, report).nats_per_char
-        shared = dynamic_evaluate(loaded.model, report, rms[chosen[0]], DynamicConfig(chosen[1], chosen[2],
+        static = evaluate(loaded.network, report).nats_per_char
+        shared = dynamic_evaluate(loaded.network, report, rms[chosen[0]], DynamicConfig(chosen[1], chosen[2],
                                                                                        chosen[0]))
-        best = dynamic_evaluate(loaded.model, report, rms[own[0]], DynamicConfig(own[1], own[2], own[0]))
-        config = loaded.model.config
+        best = dynamic_evaluate(loaded.network, report, rms[own[0]], DynamicConfig(own[1], own[2], own[0]))
+        config = loaded.network.config
         shape = f"{config.num_layers}×{config.hidden_size} {config.cell.upper()}"
         click.echo(f"| {path} | {shape} | {static:.4f} | {shared.nats_per_char:.4f} | "
                    f"{static - shared.nats_per_char:+.4f} | {own[0]}, {own[1]:g}, {own[2]:g} | "

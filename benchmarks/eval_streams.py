@@ -59,7 +59,7 @@ def python_source(workdir: Path, limit: int = 1_500_000) -> Path:
 def score_row(checkpoint: Path, corpus_name: str, kind: str, slice_chars: int) -> dict:
     loaded = load_model(checkpoint)
     ids = checkpoint_validation_ids(loaded.payload.get("corpus"), Vocab.from_list(loaded.payload["vocab"]))
-    model = loaded.model
+    model = loaded.network
     (_, _), (exact_total, chars) = layout_nll(model, ids, StreamLayout.for_text(len(ids), single_stream=True))
     exact = exact_total / chars
     row = {"corpus": corpus_name, "kind": kind, "val_chars": chars, "exact": exact, "slice": slice_chars,

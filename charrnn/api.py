@@ -40,6 +40,7 @@ from charrnn.config import (
 )
 from charrnn.data.datasets import DATASETS, DEFAULT_DATASET, Dataset, fetch
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, escape
+from charrnn.generation.trained import TrainedModel
 from charrnn.models.pretrained import resolve_shipped, run_name
 from charrnn.training.observer import TrainObserver
 from charrnn.utils.terminal import shown
@@ -48,8 +49,6 @@ from charrnn.utils.threads import check_threads, use_threads
 
 if TYPE_CHECKING:  # torch is imported only once the options are checked and there is work to do
     from charrnn.models.evaluate import EvalResult
-    from charrnn.models.model import CharRNN
-    from charrnn.training.checkpoint import LoadedModel
     from charrnn.training.loop import TrainResult
 
 PathArg = str | PathLike[str]
@@ -378,22 +377,9 @@ class Looking:
         return cls(_one_text(text, file)[: config.max_chars], config)
 
 
-@dataclass
-class Model:
-    """A trained model and its vocabulary, ready to generate and score text."""
-
-    network: CharRNN  # the network, in eval mode
-    loaded: LoadedModel  # the network, its vocabulary and the whole checkpoint
-    checkpoint: Path  # the file it was loaded from
-
-    @property
-    def vocab(self):
-        return self.loaded.vocab
-
-    @property
-    def payload(self) -> dict[str, Any]:
-        """The whole checkpoint: step, corpus, configurations, ..."""
-        return self.loaded.payload
+class Model(TrainedModel):
+    """A trained model (its ``network``, ``vocab``, ``payload`` and ``checkpoint``), ready to generate and
+    score text with every option checked first."""
 
     def sample(self, prime: str | None = None, length: int | None = None, temperature: float | None = None,
                *, prime_file: PathArg | None = None, **options: Any) -> Samples:
@@ -404,19 +390,18 @@ class Model:
         ``min_length``, ``beam_width``, ``length_penalty`` and ``no_repeat``. The same seed gives
         the same text; without one, a seed is drawn and reported in the result.
         """
-        return self.generate(Decoding.check(prime, length, temperature, prime_file, options))
+        return self._sample(Decoding.check(prime, length, temperature, prime_file, options))
 
-    def generate(self, request: Decoding) -> Samples:
-        """The texts of a checked request (see :meth:`sample`)."""
+    def _sample(self, request: Decoding) -> Samples:
         config = request.config
-        self._check_request_fits(config)
-        if config.beam_width is not None:
-            return self._beams(request.prime, config)
-        from charrnn.generation.sample import collect_samples, generate
-
-        steps = generate(self.network, self.vocab, config, request.prime)
-        texts = collect_samples(steps, request.prime, config.num_samples)
-        return Samples(texts, config.seed, request.seed_drawn, checkpoint=self.checkpoint)
+        written = self.write(request.prime, config)
+        notes = []
+        if len(written.texts) < config.num_samples:
+            notes.append(f"only {len(written.texts)} distinct continuation(s) of {config.length} characters "
+                         f"exist over this model's {len(self.vocab)}-symbol vocabulary; returning "
+                         f"{len(written.texts)}")
+        return Samples([request.prime + text for text in written.texts], config.seed, request.seed_drawn,
+                       written.log_probs, written.stopped, notes, self.checkpoint)
 
     def stream(self, prime: str | None = None, length: int | None = None, temperature: float | None = None,
                *, prime_file: PathArg | None = None, **options: Any) -> SampleStream:
@@ -424,45 +409,13 @@ class Model:
 
         The prime is checked before this returns; beam search and several samples need :meth:`sample`.
         """
-        return self.streamed(Decoding.check(prime, length, temperature, prime_file, options))
+        return self._stream(Decoding.check(prime, length, temperature, prime_file, options))
 
-    def streamed(self, request: Decoding) -> SampleStream:
-        """The stream of a checked request (see :meth:`stream`)."""
+    def _stream(self, request: Decoding) -> SampleStream:
         if request.config.beam_width is not None or request.config.num_samples != 1:
             raise OptionConflict("a stream is one sampled text: {beam_width} and {num_samples} need sample()")
-        self._check_request_fits(request.config)
-        from charrnn.generation.sample import generate
-
-        steps = generate(self.network, self.vocab, request.config, request.prime)  # checks the prime first
-        chars = (step[0] for step in steps)
+        chars = self.characters(request.prime, request.config)
         return SampleStream(request.prime, request.config.seed, request.seed_drawn, chars, self.checkpoint)
-
-    def _check_request_fits(self, config: SampleConfig) -> None:
-        """Refuse what cannot work before any generation: a stop string the model can never write, or
-        more texts at once than memory holds."""
-        from charrnn.models.devices import check_generation_fits
-
-        if config.stop_at is not None:
-            never = self.vocab.outside(Counter(config.stop_at))
-            if never:
-                raise ConfigError(f"holds {', '.join(map(repr, never))}, which this model never writes: it "
-                                  f"would end nothing", "stop_at")
-        rows, option = (config.beam_width, "beam_width") if config.beam_width else (config.num_samples,
-                                                                                   "num_samples")
-        device = str(next(self.network.parameters()).device)
-        check_generation_fits(rows, config.length, self.network.config, device, option)
-
-    def _beams(self, prime: str, config: SampleConfig) -> Samples:
-        from charrnn.generation.beam import beams_for
-
-        beams = beams_for(self.network, self.vocab, prime, config)
-        notes = []
-        if len(beams) < config.num_samples:
-            notes.append(f"only {len(beams)} distinct continuation(s) of {config.length} characters exist "
-                         f"over this model's {len(self.vocab)}-symbol vocabulary; returning {len(beams)}")
-        beams = beams[: config.num_samples]
-        return Samples([prime + beam.text for beam in beams], None, False, [beam.log_prob for beam in beams],
-                       [beam.stopped for beam in beams], notes, self.checkpoint)
 
     def perplexity(self, text: str | None = None, *, file: PathArg | None = None, skip_unknown: bool = False,
                    dynamic: bool | DynamicConfig = False, dynamic_lr: float | None = None,
@@ -477,14 +430,12 @@ class Model:
         ``skip_unknown`` drops them. ``dynamic`` also scores by dynamic evaluation
         (a copy of the model adapts as it reads; the checkpoint never changes).
         """
-        return self.score(Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay,
-                                        segment_len, single_stream))
+        return self._perplexity(Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay,
+                                              segment_len, single_stream))
 
-    def score(self, request: Scoring) -> Perplexity:
-        """The score of a checked request (see :meth:`perplexity`)."""
+    def _perplexity(self, request: Scoring) -> Perplexity:
         from charrnn.data.cache import cached_ids, scan_corpus
         from charrnn.data.corpus import checkpoint_validation_ids, corpus_path
-        from charrnn.models.evaluate import evaluate
 
         skipped: dict[str, int] = {}
         if request.file is not None:
@@ -504,12 +455,12 @@ class Model:
                 raise CharrnnError(f"{exc}; give a text to score instead") from None
             source = f"validation split of {corpus_path(corpus)}"  # the copy read, where it was elsewhere
         started = time.perf_counter()
-        score = evaluate(self.network, ids, request.single_stream)
+        score = self.score(ids, request.single_stream)
         adapted = None
         if request.dynamic is not None:
             from charrnn.analysis.dynamic import checkpoint_dynamic_score
 
-            adapted = checkpoint_dynamic_score(self.loaded, ids, request.dynamic)
+            adapted = checkpoint_dynamic_score(self, ids, request.dynamic)
         return Perplexity(source, score, skipped, adapted, request.dynamic, time.perf_counter() - started,
                           self.checkpoint)
 
@@ -517,7 +468,7 @@ class Model:
         """Read ``text`` (or ``file``) and colour it by one unit, and/or rank the units by how well they
         track a feature of it: ``options`` are the fields of :class:`~charrnn.config.InspectConfig`
         (``unit``, ``layer``, ``state``, ``rank``, ``top``, ``max_chars``)."""
-        return self.look(Looking.check(text, file, options))
+        return self._inspect(Looking.check(text, file, options))
 
     def writing(self, prime: str | None = None, *, temperature: float | None = None, seed: int | None = None,
                 no_repeat: int | None = None, prime_file: PathArg | None = None, **unused: Any) -> Any:
@@ -564,8 +515,7 @@ class Model:
             raise CharrnnError("need at least 2 characters to score (the first has no context)")
         return Surprisal(self, whole, top, skip_unknown, single_stream)
 
-    def look(self, request: Looking) -> Inspection:
-        """The activations of a checked request (see :meth:`inspect`)."""
+    def _inspect(self, request: Looking) -> Inspection:
         from charrnn.analysis.neurons import activations, rank_units, text_feature
         from charrnn.data.vocab import UnknownCharactersError
 
@@ -667,7 +617,7 @@ def _load(path: PathArg, device: str, name: str, threads: int | None = None) -> 
 
     checkpoint = checkpoint_in(_require_path(path, name), "best.pt")
     loaded = load_model(checkpoint, resolve_device(_device(device)))
-    return Model(loaded.model, loaded, checkpoint)
+    return Model(loaded.network, loaded.vocab, loaded.payload, checkpoint)
 
 
 DEVICES = ("auto", "cpu", "cuda", "mps")  # auto: cuda when a GPU is present, else cpu
@@ -688,7 +638,7 @@ def sample(checkpoint: PathArg, prime: str | None = None, length: int | None = N
     """``load(checkpoint, device, threads).sample(...)``, every option checked before the checkpoint is
     read."""
     request = Decoding.check(prime, length, temperature, prime_file, options)
-    return _load(checkpoint, device, "checkpoint", threads).generate(request)
+    return _load(checkpoint, device, "checkpoint", threads)._sample(request)
 
 
 def stream(checkpoint: PathArg, prime: str | None = None, length: int | None = None,
@@ -697,7 +647,7 @@ def stream(checkpoint: PathArg, prime: str | None = None, length: int | None = N
     """``load(checkpoint, device, threads).stream(...)``, every option checked before the checkpoint is
     read."""
     request = Decoding.check(prime, length, temperature, prime_file, options)
-    return _load(checkpoint, device, "checkpoint", threads).streamed(request)
+    return _load(checkpoint, device, "checkpoint", threads)._stream(request)
 
 
 def perplexity(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None,
@@ -709,7 +659,7 @@ def perplexity(checkpoint: PathArg, text: str | None = None, *, file: PathArg | 
     is read."""
     request = Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay, segment_len,
                             single_stream)
-    return _load(checkpoint, device, "checkpoint", threads).score(request)
+    return _load(checkpoint, device, "checkpoint", threads)._perplexity(request)
 
 
 def inspect(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None, device: str = "cpu",
@@ -717,7 +667,7 @@ def inspect(checkpoint: PathArg, text: str | None = None, *, file: PathArg | Non
     """``load(checkpoint, device, threads).inspect(...)``, every option checked before the checkpoint is
     read."""
     request = Looking.check(text, file, options)
-    return _load(checkpoint, device, "checkpoint", threads).look(request)
+    return _load(checkpoint, device, "checkpoint", threads)._inspect(request)
 
 
 # ----------------------------------------------------------------- whole-checkpoint work
@@ -990,7 +940,7 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
     ``checkpoint`` resumes the run. ``observer`` receives the plan, notes and
     progress (see :class:`~charrnn.api.TrainObserver`).
     """
-    from charrnn.training.request import TrainingRequest, check_request
+    from charrnn.training.request import TrainingRequest
 
     # A time budget counts from here: loading and planning are inside it.
     called = time.perf_counter()
@@ -1005,8 +955,7 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
         overwrite=checked(overwrite, bool, "overwrite"), resume=_path(resume, "resume"),
         init_from=_path(init_from, "init_from"), extend_vocab=checked(extend_vocab, bool, "extend_vocab"),
         device=_device(device), data_dir=_path(data_dir, "data_dir"), threads=threads,
-    )
-    check_request(request)  # every option, before torch, a download, a checkpoint or a corpus
+    )  # every option checked as it is made, before torch, a download, a checkpoint or a corpus
     for what in ("resume", "init_from", "corpus"):
         given = getattr(request, what)
         if given is not None and what != "corpus":

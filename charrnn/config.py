@@ -6,6 +6,7 @@ checkpoints and ``config.json`` hold nothing but JSON-compatible values.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import numbers
@@ -97,38 +98,69 @@ def _field_types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def checked(value: Any, hint: Any, name: str) -> Any:
-    """``value`` as a field of type ``hint``: a number in the type that field holds (5 → 5.0 for a float);
-    refused with a :class:`ConfigTypeError` when it is not of that type (a bool is not a number, 5.5 is
-    not a whole number, "0.1" is not a number), with a :class:`ConfigError` when a float is NaN or
-    infinite."""
+def expected_type(value: Any, hint: Any) -> str | None:
+    """What ``hint`` asks for, in words ("a whole number", "a list of strings", "one of lstm, gru"), when
+    ``value`` is not of that type; None when it is. Ints are not bools; a float may be given as an int.
+    The one rule for options, configurations and checkpoints alike."""
+    return None if _matches(value, hint) else _named(hint)
+
+
+def _matches(value: Any, hint: Any) -> bool:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        (hint,) = [arg for arg in args if arg is not type(None)]
-        origin, args = typing.get_origin(hint), typing.get_args(hint)
+        return any(_matches(value, arg) for arg in args)
     if origin is Literal:
-        hint = str
+        return isinstance(value, str) and value in args
     if origin is list:
-        if not isinstance(value, list | tuple):
-            raise ConfigTypeError(f"must be a list of whole numbers, not {_kind(value)}", name)
+        return isinstance(value, list | tuple) and all(_matches(item, args[0]) for item in value)
+    if hint is type(None):
+        return value is None
+    if hint in (int, float):
+        kind = numbers.Integral if hint is int else numbers.Real
+        return isinstance(value, kind) and not isinstance(value, bool)
+    if dataclasses.is_dataclass(hint):
+        return isinstance(value, dict)  # a record as stored: its fields are checked one by one
+    return isinstance(value, hint)
+
+
+def _named(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):  # None is left unsaid: it is the absence of a value
+        return " or ".join(_named(arg) for arg in args if arg is not type(None))
+    if origin is Literal:
+        return f"one of {', '.join(args)}"
+    if origin is list:
+        return f"a list of {_named(args[0]).removeprefix('a ')}s"
+    names = {bool: "True or False", int: "a whole number", float: "a number", str: "a string",
+             dict: "a mapping"}
+    if hint in names:
+        return names[hint]
+    return f"a {hint.__name__}{' record' if dataclasses.is_dataclass(hint) else ''}"
+
+
+def checked(value: Any, hint: Any, name: str) -> Any:
+    """``value`` as a field of type ``hint``: a number in the type that field holds (5 → 5.0 for a float);
+    refused with a :class:`ConfigTypeError` when it is not of that type (:func:`expected_type`; "0.1" is
+    not a number), with a :class:`ConfigError` when a float is NaN or infinite or a string is not one of
+    a choice's values."""
+    expected = expected_type(value, hint)
+    if expected is not None:
+        if typing.get_origin(hint) is Literal and isinstance(value, str):
+            raise ConfigError(f"must be {expected}", name)
+        raise ConfigTypeError(f"must be {expected}, not {_kind(value)}", name)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        return checked(value, next(arg for arg in args if _matches(value, arg)), name)
+    if origin is list:
         return [checked(item, args[0], name) for item in value]
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigTypeError(f"must be True or False, not {_kind(value)}", name)
-    elif hint is int:
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise ConfigTypeError(f"must be a whole number, not {_kind(value)}", name)
+    if hint is int:
         return int(value)
-    elif hint is float:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise ConfigTypeError(f"must be a number, not {_kind(value)}", name)
+    if hint is float:
         if not math.isfinite(value):
             raise ConfigError("must be a finite number", name)
         return float(value)
-    elif hint is str and not isinstance(value, str):
-        raise ConfigTypeError(f"must be a string, not {_kind(value)}", name)
     return value
 
 
@@ -206,7 +238,6 @@ class ModelConfig(_DictMixin):
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        require(self.cell in CELL_TYPES, "cell", f"must be one of {', '.join(CELL_TYPES)}")
         require(self.rnn_activation in RNN_ACTIVATIONS, "rnn_activation",
                 f"must be one of {', '.join(RNN_ACTIVATIONS)}")
         if self.rnn_activation != "tanh" and self.cell != "rnn":

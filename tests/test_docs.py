@@ -17,7 +17,7 @@ from charrnn.api import dynamic_settings
 from charrnn.cli.main import cli
 from charrnn.cli.options import parse_advanced
 from charrnn.config import COMPARE_SEED, DEFAULT_EVAL_EVERY, SampleConfig
-from charrnn.training.request import TrainingRequest, check_request
+from charrnn.training.request import TrainingRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -76,7 +76,7 @@ def check_values(name: str, context: click.Context) -> None:
                                                    "overwrite") if key in given}
         for key in ("device", "as_json", "quiet"):
             given.pop(key, None)
-        check_request(TrainingRequest(given.pop("corpus", None), given, **request))
+        TrainingRequest(given.pop("corpus", None), given, **request)
     if name in ("sample", "compare"):
         decoding = {key: params[key] for key in SampleConfig.__dataclass_fields__ if key in params}
         SampleConfig(**decoding)

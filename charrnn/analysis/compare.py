@@ -25,11 +25,9 @@ from charrnn.config import COPY_MIN_CHARS, DynamicConfig, SampleConfig
 from charrnn.data.corpus import checkpoint_validation_ids, corpus_path, read_corpus
 from charrnn.data.vocab import UnknownCharactersError
 from charrnn.errors import CharrnnError, escape
-from charrnn.generation.beam import beams_for
-from charrnn.generation.sample import collect_samples, generate
-from charrnn.models.evaluate import evaluate
+from charrnn.generation.trained import TrainedModel
 from charrnn.models.pretrained import run_name
-from charrnn.training.checkpoint import LoadedModel, load_model
+from charrnn.training.checkpoint import load_model
 from charrnn.utils.terminal import shown
 from charrnn.utils.text import checkpoint_labels, format_score
 
@@ -87,7 +85,7 @@ class CheckpointReport:
         return CharrnnError(self.error_template, names_options=True).render(name)
 
 
-def _score(loaded: LoadedModel, settings: CompareSettings
+def _score(loaded: TrainedModel, settings: CompareSettings
            ) -> tuple[dict[str, Any], str | None, torch.Tensor | None]:
     """The checkpoint's scores, a note when they were read from the checkpoint, not measured, and
     the ids they were measured on (None then).
@@ -97,7 +95,7 @@ def _score(loaded: LoadedModel, settings: CompareSettings
     """
     try:
         ids = _scored_ids(loaded, settings)
-        return evaluate(loaded.model, ids, settings.single_stream).to_dict(), None, ids
+        return loaded.score(ids, settings.single_stream).to_dict(), None, ids
     except CharrnnError as exc:
         if settings.text is not None:
             raise
@@ -111,7 +109,7 @@ def _score(loaded: LoadedModel, settings: CompareSettings
         return scores, f"validation score stored at training time{when} (the corpus cannot be re-read)", None
 
 
-def _scored_ids(loaded: LoadedModel, settings: CompareSettings) -> torch.Tensor:
+def _scored_ids(loaded: TrainedModel, settings: CompareSettings) -> torch.Tensor:
     """The ids a checkpoint is scored on: the shared text, or its own validation split."""
     if settings.text is not None:
         try:
@@ -121,13 +119,9 @@ def _scored_ids(loaded: LoadedModel, settings: CompareSettings) -> torch.Tensor:
     return checkpoint_validation_ids(loaded.payload.get("corpus"), loaded.vocab)
 
 
-def _sample(loaded: LoadedModel, settings: CompareSettings) -> tuple[str, float | None]:
-    sample = settings.sample
-    if sample.beam_width is not None:
-        best = beams_for(loaded.model, loaded.vocab, settings.prime, sample)[0]
-        return settings.prime + best.text, best.log_prob
-    steps = generate(loaded.model, loaded.vocab, settings.sample, settings.prime)
-    return collect_samples(steps, settings.prime, 1)[0], None
+def _sample(loaded: TrainedModel, settings: CompareSettings) -> tuple[str, float | None]:
+    written = loaded.write(settings.prime, settings.sample)
+    return settings.prime + written.texts[0], None if written.log_probs is None else written.log_probs[0]
 
 
 TRAINING_SPLIT = "train"  # --against value meaning each checkpoint's own training split
@@ -139,7 +133,7 @@ class References:
     def __init__(self) -> None:
         self._cache: dict[tuple[str, str], tuple[Reference, str]] = {}
 
-    def for_checkpoint(self, loaded: LoadedModel, against: str) -> tuple[Reference, str]:
+    def for_checkpoint(self, loaded: TrainedModel, against: str) -> tuple[Reference, str]:
         """The reference ``against`` names for this checkpoint, and a name for it in reports."""
         if against != TRAINING_SPLIT:
             key = ("file", against)
@@ -166,7 +160,7 @@ class References:
         return self._cache[key]
 
 
-def compare_checkpoint(loaded: LoadedModel, path: Path, settings: CompareSettings,
+def compare_checkpoint(loaded: TrainedModel, path: Path, settings: CompareSettings,
                        references: References | None = None) -> CheckpointReport:
     """Score and sample one loaded checkpoint; problems are reported in the entry, not raised."""
     payload = loaded.payload

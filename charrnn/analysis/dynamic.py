@@ -27,9 +27,9 @@ import torch.nn.functional as F
 from charrnn.config import DynamicConfig
 from charrnn.data.corpus import StreamBatches, checkpoint_split
 from charrnn.errors import CharrnnError
+from charrnn.generation.trained import TrainedModel
 from charrnn.models.evaluate import EvalResult
 from charrnn.models.model import CharRNN, detach_state
-from charrnn.training.checkpoint import LoadedModel
 
 EPSILON = 2e-5  # keeps the normalised step finite for weights whose gradient was ~0 in training
 STATISTICS_CHARS = 200_000  # training characters whose gradients give the per-weight scale
@@ -117,7 +117,7 @@ def _adapt_and_score(model: CharRNN, ids: torch.Tensor, rms: list[torch.Tensor],
     return EvalResult.from_total(float(total), len(ids) - 1)
 
 
-def checkpoint_dynamic_score(loaded: LoadedModel, ids: torch.Tensor, config: DynamicConfig) -> EvalResult:
+def checkpoint_dynamic_score(loaded: TrainedModel, ids: torch.Tensor, config: DynamicConfig) -> EvalResult:
     """Dynamic evaluation of ``ids`` under a checkpoint, its step sizes from the checkpoint's own
     training split (which must still be there, unchanged)."""
     try:
@@ -125,5 +125,5 @@ def checkpoint_dynamic_score(loaded: LoadedModel, ids: torch.Tensor, config: Dyn
     except CharrnnError as exc:
         raise CharrnnError(f"dynamic evaluation scales its steps by gradients on the training split: {exc}"
                            ) from None
-    rms = gradient_rms(loaded.model, train_ids, config.segment_len)
-    return dynamic_evaluate(loaded.model, ids, rms, config)
+    rms = gradient_rms(loaded.network, train_ids, config.segment_len)
+    return dynamic_evaluate(loaded.network, ids, rms, config)

@@ -50,6 +50,7 @@ from charrnn.training.distributed import ProcessGroup
 from charrnn.training.request import split_options
 from charrnn.training.rundir import checkpoint_bytes
 from charrnn.training.samples import draw_sample
+from charrnn.training.schedule import RunAlreadyFinished, stop_reason
 from charrnn.training.state import TrainingRun
 
 # A shape is timed with a weight average (whatever its decay, the same work), unless the user set their
@@ -516,12 +517,17 @@ def final_work_seconds(run: TrainingRun, val_ids: torch.Tensor, clock: Callable[
 
 
 def plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: ProcessGroup,
-                    clock: Callable[[], float], finish_s: float
+                    clock: Callable[[], float], finish_s: float, started: float | None = None,
+                    resumed_s: float | None = None
                     ) -> tuple[TrainConfig, float, tuple[float, ...], list[str]]:
     """A time-budgeted run's end and evaluations: its configuration (with the validation characters its
     evaluations during training score, unless given), the seconds kept for the end (``finish_s`` for the
     caller included), when to evaluate (fractions of the run) and what to tell the user. Sets the run's
-    configuration."""
+    configuration.
+
+    A new run whose budget, counted from ``started`` (a ``clock`` reading; default: now), cannot pay for
+    its end is refused (:func:`refuse_an_end_past_the_budget`); a run resumed after ``resumed_s`` seconds
+    that stopped to keep this reserve has no time to go on (:class:`RunAlreadyFinished`)."""
     config = run.config
     budget = config.time_budget
     assert budget is not None
@@ -566,6 +572,13 @@ def plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: ProcessGroup
         if getattr(config, other) is not None:
             messages.append(f"{{time_budget}} {budget:g} s and {{{other}}} {getattr(config, other):g}: the "
                             f"run stops at whichever comes first")
+    if resumed_s is not None:
+        finished = stop_reason(config, run.step, run.epoch, resumed_s + reserve)
+        if finished is not None:
+            raise RunAlreadyFinished(finished)
+    else:
+        refuse_an_end_past_the_budget(config, len(val_ids) - 1, run.average is not None,
+                                      clock() - (clock() if started is None else started), reserve)
     return config, reserve, points, messages
 
 

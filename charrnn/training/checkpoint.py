@@ -24,20 +24,20 @@ the declared model before anything is allocated, and names the first field that 
 from __future__ import annotations
 
 import os
-import types
 import typing
 import warnings
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from charrnn.config import ModelConfig, TrainConfig
+from charrnn.config import ModelConfig, TrainConfig, expected_type
 from charrnn.data.cache import scan_corpus
 from charrnn.data.corpus import CorpusInfo, corpus_path
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
+from charrnn.generation.trained import TrainedModel
 from charrnn.models.evaluate import EvalResult
 from charrnn.models.model import CharRNN, state_shapes
 from charrnn.models.pretrained import resolve_shipped
@@ -148,40 +148,6 @@ def _describe(value: Any) -> str:
     return f"{shown[:40]}{'…' if len(shown) > 40 else ''} (a {type(value).__name__})"
 
 
-def _expected(hint: Any) -> str:
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return " or ".join(_expected(arg) for arg in typing.get_args(hint))
-    if hint is type(None):
-        return "null"
-    if typing.get_origin(hint) is typing.Literal:
-        return "one of " + ", ".join(map(repr, typing.get_args(hint)))
-    if typing.get_origin(hint) is list:
-        return f"a list of {_expected(typing.get_args(hint)[0]).removeprefix('a ')}"
-    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "a mapping",
-             torch.Tensor: "a tensor"}
-    return names.get(hint, f"a {getattr(hint, '__name__', hint)} record")
-
-
-def _matches(value: Any, hint: Any) -> bool:
-    """Whether ``value`` has the type ``hint`` describes (ints are not bools; a float may be an int)."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, arg) for arg in typing.get_args(hint))
-    if origin is typing.Literal:
-        return value in typing.get_args(hint)
-    if origin is list:
-        return isinstance(value, list) and all(_matches(item, typing.get_args(hint)[0]) for item in value)
-    if hint is type(None):
-        return value is None
-    if hint is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hasattr(hint, "__dataclass_fields__"):
-        return isinstance(value, dict)
-    return isinstance(value, hint)
-
-
 def check_record(cls: type, values: dict[str, Any], where: str, build: bool = True) -> Any:
     """Check the type of each field of dataclass ``cls`` in a checkpoint's dict; with ``build``,
     construct it too, which applies its own range checks.
@@ -195,9 +161,9 @@ def check_record(cls: type, values: dict[str, Any], where: str, build: bool = Tr
             if spec.default is MISSING and spec.default_factory is MISSING:
                 raise CharrnnError(f"{where}.{spec.name} is missing")
             continue
-        if not _matches(values[spec.name], hints[spec.name]):
-            raise CharrnnError(f"{where}.{spec.name} is {_describe(values[spec.name])}; expected "
-                               f"{_expected(hints[spec.name])}")
+        expected = expected_type(values[spec.name], hints[spec.name])
+        if expected is not None:
+            raise CharrnnError(f"{where}.{spec.name} is {_describe(values[spec.name])}; expected {expected}")
     if not build:
         return None
     try:
@@ -219,8 +185,9 @@ def validate_payload(payload: dict[str, Any]) -> ModelConfig:
                 raise CharrnnError(f"{name} is missing")
             continue
         value = payload[name]
-        if not _matches(value, hint):
-            raise CharrnnError(f"{name} is {_describe(value)}; expected {_expected(hint)}")
+        expected = expected_type(value, hint)
+        if expected is not None:
+            raise CharrnnError(f"{name} is {_describe(value)}; expected {expected}")
         if name in NON_NEGATIVE and value < 0:
             raise CharrnnError(f"{name} is {value}; expected 0 or more")
     if payload["format_version"] != FORMAT_VERSION:
@@ -280,21 +247,13 @@ def _check_state(state: dict[str, Any], config: ModelConfig, label: str = "model
         raise CharrnnError(f"{label} has {unexpected[0]!r}, which model_config does not declare")
 
 
-@dataclass
-class LoadedModel:
-    model: CharRNN  # in eval mode, on the requested device
-    vocab: Vocab  # the vocabulary the model was trained with
-    payload: dict[str, Any]  # the whole checkpoint, for metadata (step, corpus, ...)
-
-
-def load_model(path: Path, device: str = "cpu") -> LoadedModel:
+def load_model(path: Path, device: str = "cpu") -> TrainedModel:
     """Rebuild the model and vocabulary stored in a checkpoint, ready for inference."""
     payload = load_checkpoint(path)
-    config = ModelConfig.from_dict(payload["model_config"])
-    model = CharRNN(config, initialise_weights=False)
-    model.load_state_dict(payload["model_state"])
-    model.to(device).eval()
-    return LoadedModel(model=model, vocab=Vocab.from_list(payload["vocab"]), payload=payload)
+    network = CharRNN(ModelConfig.from_dict(payload["model_config"]), initialise_weights=False)
+    network.load_state_dict(payload["model_state"])
+    network.to(device).eval()
+    return TrainedModel(network, Vocab.from_list(payload["vocab"]), payload, path)
 
 
 def corpus_status(corpus: dict[str, Any] | None) -> str:

@@ -28,24 +28,20 @@ from charrnn.data.corpus import Split, StreamBatches, split_ids
 from charrnn.errors import CharrnnError, TrainingInterrupted, escape
 from charrnn.models.devices import check_generation_fits, check_model_fits, precision_warning
 from charrnn.models.evaluate import EvalResult, evaluate, evaluate_with_prefix
-from charrnn.training.budget import plan_budget_end, refuse_an_end_past_the_budget
+from charrnn.training.budget import plan_budget_end
 from charrnn.training.checkpoint import load_checkpoint
 from charrnn.training.distributed import ProcessGroup
 from charrnn.training.observer import StepReport, TrainObserver
 from charrnn.training.rundir import (
     EvaluationRecord,
     RunDirectory,
-    check_free_space,
     checkpoint_bytes,
     epoch_checkpoint_name,
+    held_run_directory,
     new_run_id,
-    prepare_out_dir,
-    removed_if_left_empty,
 )
-from charrnn.training.runlock import RunLock
 from charrnn.training.samples import check_sample_prime, draw_sample
 from charrnn.training.schedule import (
-    RunAlreadyFinished,
     StopReason,
     learning_rate_at,
     planned_steps,
@@ -53,7 +49,6 @@ from charrnn.training.schedule import (
     stop_reason,
 )
 from charrnn.training.state import TrainingRun
-from charrnn.utils.files import remove_stale_temporaries
 from charrnn.utils.interrupt import GracefulStop
 from charrnn.utils.threads import ThreadChoice
 
@@ -379,6 +374,26 @@ def out_of_memory(exc: BaseException) -> bool:
     return "can't allocate memory" in text or "out of memory" in text.lower()
 
 
+def _checked_data(plan: TrainingPlan) -> tuple[Split, StreamBatches]:
+    """The plan's validation split and training batches, once what cannot run is refused (before any
+    write): a split too short to score, a model or a recorded sample too large for memory, a sample
+    prime the model cannot read."""
+    config, model_config = plan.config, plan.model_config
+    split = split_ids(plan.ids, plan.corpus.split_point)
+    if len(split.val) < 2:
+        raise CharrnnError(
+            f"the validation split has {len(split.val)} character(s); it needs at least 2 "
+            f"(use a longer corpus, a larger {{val_frac}} or a larger {{val_max_chars}})", names_options=True
+        )
+    check_model_fits(model_config, config.device, config.batch_size, config.seq_len)
+    check_sample_prime(config, plan.vocab)
+    if config.sample_every is not None or config.save_epochs:
+        check_generation_fits(1, config.sample_length, model_config, config.device, "num_samples",
+                              "sample_length")
+    # The ids stay in host memory (memory-mapped from the corpus cache); each step moves one batch.
+    return split, StreamBatches(split.train, config.batch_size, config.seq_len)
+
+
 def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: GracefulStop | None = None,
           group: ProcessGroup | None = None, clock: Callable[[], float] = time.perf_counter,
           started: float | None = None, finish_s: float = 0.0) -> TrainResult:
@@ -396,31 +411,16 @@ def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: Grace
     touches ``config.out_dir`` and reports to ``observer``. ``clock`` measures the run's wall time (tests
     give a fake one); ``started`` (a ``clock`` reading) is when training was asked for, from which a time
     budget counts (default: now). A time-budgeted run stops training early enough to evaluate, average and
-    save inside the budget, and to leave ``finish_s`` seconds for the caller: :func:`final_work_seconds`
-    measures what the end will take.
+    save inside the budget, and to leave ``finish_s`` seconds for the caller
+    (:func:`~charrnn.training.budget.final_work_seconds` measures what the end will take).
     """
     model_config, config, vocab, corpus = plan.model_config, plan.config, plan.vocab, plan.corpus
     resume_from, branch_from = plan.resume_from, plan.branch_from
     group = group if group is not None else ProcessGroup()
     observer = observer if observer is not None and group.is_main else TrainObserver()
     out_dir = Path(config.out_dir)
-    split: Split = split_ids(plan.ids, corpus.split_point)
-    if len(split.val) < 2:
-        raise CharrnnError(
-            f"the validation split has {len(split.val)} character(s); it needs at least 2 "
-            f"(use a longer corpus, a larger {{val_frac}} or a larger {{val_max_chars}})", names_options=True
-        )
-    # The ids stay in host memory (memory-mapped from the corpus cache); each step moves one batch.
-    batches = StreamBatches(split.train, config.batch_size, config.seq_len)
-    check_model_fits(model_config, config.device, config.batch_size, config.seq_len)  # before any write
-    check_sample_prime(config, vocab)
-    if config.sample_every is not None or config.save_epochs:  # the samples it records must fit too
-        check_generation_fits(1, config.sample_length, model_config, config.device, "num_samples",
-                              "sample_length")
-    created = []  # directories this run makes, removed again if it is refused before writing in them
-    if group.is_main:
-        created = prepare_out_dir(out_dir, overwrite=plan.overwrite or resume_from is not None)
-    with removed_if_left_empty(created), RunLock(out_dir) if group.is_main else contextlib.nullcontext():
+    split, batches = _checked_data(plan)
+    with held_run_directory(out_dir, plan.overwrite or resume_from is not None, writer=group.is_main):
         run = TrainingRun(model_config, config, vocab, corpus, batches, plan.initial_weights, group)
         if resume_from is not None:
             run.restore(resume_from)
@@ -430,25 +430,18 @@ def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: Grace
             run.best = None
         reserve, evaluation_points, budget_messages = 0.0, (), []
         if config.time_budget is not None:
-            config, reserve, evaluation_points, budget_messages = plan_budget_end(run, split.val, group,
-                                                                                   clock, finish_s)
-            if resume_from is not None:  # a run that stopped to keep this reserve has no time to go on
-                finished = stop_reason(config, run.step, run.epoch, resume_from["elapsed_s"] + reserve)
-                if finished is not None:
-                    raise RunAlreadyFinished(finished)
-            else:
-                refuse_an_end_past_the_budget(config, len(split.val) - 1, run.average is not None,
-                                              clock() - (clock() if started is None else started), reserve)
+            resumed_s = resume_from["elapsed_s"] if resume_from is not None else None
+            config, reserve, evaluation_points, budget_messages = plan_budget_end(
+                run, split.val, group, clock, finish_s, started, resumed_s)
         run_dir = None
         if group.is_main:
-            remove_stale_temporaries(out_dir)
             parameters = sum(p.numel() for p in run.model.parameters())
-            check_free_space(out_dir, 3 * checkpoint_bytes(parameters, averaging=run.average is not None))
             run_dir = RunDirectory(out_dir, {
                 "run_id": run.run_id, "model": model_config.to_dict(), "train": config.to_dict(),
                 "corpus": corpus.to_dict(), "world_size": group.world_size,
             }, fresh=resume_from is None or branching,
-                resumed_at=resume_from["step"] if resume_from is not None else None, branch_from=branch_from)
+                resumed_at=resume_from["step"] if resume_from is not None else None, branch_from=branch_from,
+                space_needed=3 * checkpoint_bytes(parameters, averaging=run.average is not None))
         warnings = [*schedule_warnings(config, len(batches), planned_steps(config, len(batches))),
                     precision_warning(config.precision, model_config)]
         for warning in filter(None, warnings):

@@ -42,7 +42,6 @@ from charrnn.training.request import (
     MODEL_FIELDS,
     SAMPLE_SETTINGS,
     TrainingRequest,
-    check_request,
     split_options,
 )
 from charrnn.training.rundir import check_out_dir, resume_checkpoint, resume_target
@@ -96,14 +95,14 @@ class TrainingPlan:
 
 def plan_training(request: TrainingRequest, group: ProcessGroup | None = None,
                   started: float | None = None, finish_s: float = 0.0) -> TrainingPlan:
-    """Check ``request`` and decide everything about the run; nothing is written yet.
+    """Decide everything about the run ``request`` asks for (checked as it was made); nothing is written
+    yet.
 
     A time budget measures this machine's throughput here (:func:`charrnn.training.budget.plan_budget`),
     counting from ``started`` (a ``time.perf_counter()`` reading; default: now) and keeping ``finish_s``
     seconds at its end for the caller (:func:`charrnn.api.train`); under torchrun,
     ``group`` lets every rank take rank 0's measurements.
     """
-    check_request(request)
     model_options, train_options = split_options(request.options)
     if request.resume is not None:
         return _plan_resume(request, model_options, train_options)
@@ -141,9 +140,9 @@ def plan_training(request: TrainingRequest, group: ProcessGroup | None = None,
         raise CharrnnError(f"{escape(str(request.corpus))}: {escape(str(exc))}; pass {{extend_vocab}} to add "
                            f"them",
                            names_options=True) from None
-    model_config = fine_tune_config(source.model.config, model_options, len(encoded.vocab))
+    model_config = fine_tune_config(source.network.config, model_options, len(encoded.vocab))
     return TrainingPlan(model_config, config, encoded.vocab, encoded.ids, encoded.info,
-                        overwrite=request.overwrite, initial_weights=source.model.state_dict())
+                        overwrite=request.overwrite, initial_weights=source.network.state_dict())
 
 
 def _budget_decision(config: TrainConfig, encoded: EncodedCorpus, model_options: dict[str, Any],

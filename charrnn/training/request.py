@@ -1,7 +1,7 @@
-"""What a training request is, and the checks it needs nothing else for: run before any download,
-checkpoint or corpus is read, and before torch is imported.
+"""What a training request is, checked as it is made: before any download, checkpoint or corpus is
+read, and before torch is imported.
 
-:func:`check_request` refuses unknown options, wrong types and values out of range
+A :class:`TrainingRequest` refuses unknown options, wrong types and values out of range
 (the configuration dataclasses' own checks), options that cannot go together, and
 options that the rest of the request would make do nothing.
 """
@@ -24,7 +24,6 @@ NOT_OPTIONS = frozenset({"vocab_size", "out_dir", "device", "init_from"})  # set
 OPTION_FIELDS = (MODEL_FIELDS | TRAIN_FIELDS) - NOT_OPTIONS
 
 
-
 @dataclass
 class TrainingRequest:
     """What the user asked for. Only the options they gave: the plan fills in the rest."""
@@ -41,9 +40,12 @@ class TrainingRequest:
     data_dir: Path | None = None  # where the built-in corpus is kept, for a run given no corpus
     threads: int | None = None  # CPU threads; None: the cores no other program is busy on (utils.threads)
 
+    def __post_init__(self) -> None:
+        _check(self)
 
-def check_request(request: TrainingRequest) -> None:
-    """The checks that need nothing but the request itself (cheap: run them before any download)."""
+
+def _check(request: TrainingRequest) -> None:
+    """The checks that need nothing but the request itself (cheap: made before any download)."""
     unknown = sorted(set(request.options) - OPTION_FIELDS)
     if unknown:
         raise ConfigError(f"unknown training option {unknown[0]!r}; the options are the fields of "

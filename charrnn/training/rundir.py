@@ -42,7 +42,7 @@ from charrnn.training.manifest import (
     record_saved,
     saved_steps,
 )
-from charrnn.training.runlock import LOCK_NAME
+from charrnn.training.runlock import LOCK_NAME, RunLock
 from charrnn.training.samples import SAMPLES_NAME, SampleRecord
 from charrnn.utils.files import (
     append_line,
@@ -51,6 +51,7 @@ from charrnn.utils.files import (
     parse_json,
     read_regular,
     reason,
+    remove_stale_temporaries,
     replace_text,
     stat_or_none,
     write_json,
@@ -129,11 +130,19 @@ def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> list[Path]:
 
 
 @contextlib.contextmanager
-def removed_if_left_empty(created: list[Path]) -> Iterator[None]:
-    """On failure, remove the directories a run created (innermost first) that it left empty: a run
-    refused before it wrote anything leaves no trace."""
-    try:
+def held_run_directory(out_dir: Path, overwrite: bool = False, writer: bool = True) -> Iterator[None]:
+    """Check, create and lock the run directory for the run inside the ``with`` (the ``writer``: under
+    torchrun, rank 0 alone) and clear its stale temporaries. If the run fails, the directories this made
+    are removed again (innermost first) where it left them empty: a run refused before it wrote anything
+    leaves no trace."""
+    if not writer:
         yield
+        return
+    created = prepare_out_dir(out_dir, overwrite)
+    try:
+        with RunLock(out_dir):
+            remove_stale_temporaries(out_dir)
+            yield
     except BaseException:
         for path in created:
             try:
@@ -271,8 +280,10 @@ class RunDirectory:
     branch_from: Path | None = None  # a branch: the run directory whose log rows it starts with
     written: set[str] = field(default_factory=set)  # the files this run has written so far
     manifest: Manifest | None = None  # the saved states; read from the directory when resuming in place
+    space_needed: int = 0  # bytes the run's checkpoints take (checkpoint_bytes): refused at once without them
 
     def __post_init__(self) -> None:
+        check_free_space(self.path, self.space_needed)
         if self.manifest is None:
             run_id = self.config_record.get("run_id")
             kept = None if self.fresh else read_manifest(self.path)

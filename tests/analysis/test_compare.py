@@ -46,9 +46,9 @@ def test_reports_match_eval_and_sample(tiny_run):
     assert note is None
     loaded = load_model(paths[0])
     text = Path(loaded.payload["corpus"]["path"]).read_text(encoding="utf-8")
-    expected = evaluate(loaded.model, loaded.vocab.encode(text[loaded.payload["corpus"]["split_point"]:]))
+    expected = evaluate(loaded.network, loaded.vocab.encode(text[loaded.payload["corpus"]["split_point"]:]))
     assert reports[0].nats_per_char == pytest.approx(expected.nats_per_char)
-    direct = collect_samples(generate(loaded.model, loaded.vocab, settings().sample, "ROMEO:"), "ROMEO:", 1)
+    direct = collect_samples(generate(loaded.network, loaded.vocab, settings().sample, "ROMEO:"), "ROMEO:", 1)
     assert reports[0].sample == direct[0]
     assert reports[0].step == loaded.payload["step"] and reports[0].run == "run"
     assert reports[0].error is None
@@ -59,7 +59,7 @@ def test_single_stream_scores_as_one_stream(tiny_run):
     loaded = load_model(tiny_run / "best.pt")
     text = Path(loaded.payload["corpus"]["path"]).read_text(encoding="utf-8")
     ids = loaded.vocab.encode(text[loaded.payload["corpus"]["split_point"]:])
-    exact = evaluate(loaded.model, ids, single_stream=True)
+    exact = evaluate(loaded.network, ids, single_stream=True)
     assert reports[0].nats_per_char == pytest.approx(exact.nats_per_char)
     result = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "--single-stream", "--json",
                                       "--length", "5"])

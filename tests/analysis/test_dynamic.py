@@ -27,9 +27,9 @@ def split(loaded):
 
 
 def test_a_zero_step_gives_the_static_score(loaded, split):
-    rms = gradient_rms(loaded.model, split.train, segment_len=25)
-    static = evaluate(loaded.model, split.val)
-    frozen = dynamic_evaluate(loaded.model, split.val, rms, DynamicConfig(learning_rate=0, segment_len=25))
+    rms = gradient_rms(loaded.network, split.train, segment_len=25)
+    static = evaluate(loaded.network, split.val)
+    frozen = dynamic_evaluate(loaded.network, split.val, rms, DynamicConfig(learning_rate=0, segment_len=25))
     assert frozen.chars == static.chars
     assert frozen.nats_per_char == pytest.approx(static.nats_per_char, rel=1e-6)
 
@@ -38,20 +38,20 @@ def test_a_repeated_novel_passage_scores_much_better_dynamically(loaded, split):
     rng = random.Random(0)
     passage = "".join(rng.choice(loaded.vocab.chars[:40]) for _ in range(400))  # nothing it has seen
     ids = loaded.vocab.encode(passage * 4)
-    rms = gradient_rms(loaded.model, split.train, segment_len=20)
-    static = evaluate(loaded.model, ids)
-    adapted = dynamic_evaluate(loaded.model, ids, rms, DynamicConfig(learning_rate=3e-3, decay=0,
+    rms = gradient_rms(loaded.network, split.train, segment_len=20)
+    static = evaluate(loaded.network, ids)
+    adapted = dynamic_evaluate(loaded.network, ids, rms, DynamicConfig(learning_rate=3e-3, decay=0,
                                                                      segment_len=20))
     assert adapted.nats_per_char < static.nats_per_char - 0.5, (static, adapted)
 
 
 def test_the_model_handed_in_is_never_changed(loaded, split):
-    before = {name: tensor.clone() for name, tensor in loaded.model.state_dict().items()}
-    rms = gradient_rms(loaded.model, split.train, segment_len=25)
-    dynamic_evaluate(loaded.model, split.val, rms, DynamicConfig(learning_rate=1e-2, segment_len=25))
-    after = loaded.model.state_dict()
+    before = {name: tensor.clone() for name, tensor in loaded.network.state_dict().items()}
+    rms = gradient_rms(loaded.network, split.train, segment_len=25)
+    dynamic_evaluate(loaded.network, split.val, rms, DynamicConfig(learning_rate=1e-2, segment_len=25))
+    after = loaded.network.state_dict()
     assert all(torch.equal(before[name], after[name]) for name in before)
-    assert all(param.grad is None for param in loaded.model.parameters())
+    assert all(param.grad is None for param in loaded.network.parameters())
 
 
 def test_the_settings_are_checked():
@@ -118,9 +118,9 @@ def test_on_cuda_it_adapts_as_on_the_cpu_and_leaves_cudnn_on(loaded, split):
     import copy
 
     config = DynamicConfig(learning_rate=1e-3, segment_len=25)
-    on_cpu = dynamic_evaluate(loaded.model, split.val[:2000], gradient_rms(loaded.model, split.train, 25,
+    on_cpu = dynamic_evaluate(loaded.network, split.val[:2000], gradient_rms(loaded.network, split.train, 25,
                                                                            max_chars=5000), config)
-    model = copy.deepcopy(loaded.model).to("cuda")
+    model = copy.deepcopy(loaded.network).to("cuda")
     rms = gradient_rms(model, split.train, 25, max_chars=5000)
     on_gpu = dynamic_evaluate(model, split.val[:2000], rms, config)
     assert torch.backends.cudnn.enabled

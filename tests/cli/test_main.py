@@ -67,13 +67,13 @@ def test_train_sample_eval_round_trip(runner, small_corpus):
     loaded = load_model(run / "best.pt")
     text = small_corpus.read_text(encoding="utf-8")
     cut = loaded.payload["corpus"]["split_point"]
-    expected = evaluate(loaded.model, loaded.vocab.encode(text[cut:]))
+    expected = evaluate(loaded.network, loaded.vocab.encode(text[cut:]))
     assert report["nats_per_char"] == pytest.approx(expected.nats_per_char)
     table = re.sub(r"[\s│]", "", result.stderr)  # the run table, its wrapped cells joined
     assert "(thelast10%)" in table and "every10stepsandattheend" in table
 
     exact = json.loads(invoke(runner, "eval-perplexity", run / "best.pt", "--json", "--single-stream").stdout)
-    one_stream = evaluate(loaded.model, loaded.vocab.encode(text[cut:]), single_stream=True)
+    one_stream = evaluate(loaded.network, loaded.vocab.encode(text[cut:]), single_stream=True)
     assert exact["nats_per_char"] == pytest.approx(one_stream.nats_per_char)
     assert exact["nats_per_char"] == pytest.approx(report["nats_per_char"], abs=1e-4)
     assert report["chars"] == len(text) - cut - 1

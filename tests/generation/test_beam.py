@@ -53,8 +53,8 @@ def toy():
 
 def test_width_one_equals_greedy(tiny_checkpoint):
     loaded = load_model(tiny_checkpoint)
-    (beam,) = beam_search(loaded.model, loaded.vocab, "ROMEO:", width=1, length=80)
-    greedy = "".join(c[0] for c in generate(loaded.model, loaded.vocab,
+    (beam,) = beam_search(loaded.network, loaded.vocab, "ROMEO:", width=1, length=80)
+    greedy = "".join(c[0] for c in generate(loaded.network, loaded.vocab,
                                             SampleConfig(length=80, greedy=True), "ROMEO:"))
     assert beam.text == greedy
 
@@ -74,8 +74,9 @@ def test_wide_beam_finds_the_brute_force_optimum(toy):
 
 def test_scores_equal_rescoring_the_text(tiny_checkpoint):
     loaded = load_model(tiny_checkpoint)
-    for beam in beam_search(loaded.model, loaded.vocab, "JULIET:\n", width=5, length=40):
-        assert beam.log_prob == pytest.approx(score_text(loaded.model, loaded.vocab, "JULIET:\n", beam.text),
+    for beam in beam_search(loaded.network, loaded.vocab, "JULIET:\n", width=5, length=40):
+        assert beam.log_prob == pytest.approx(score_text(loaded.network, loaded.vocab, "JULIET:\n",
+                                                         beam.text),
                                               abs=1e-4)
 
 
@@ -113,37 +114,38 @@ def test_zero_length(toy):
 def test_beam_search_on_cuda_finds_the_cpu_beams(tiny_checkpoint):
     on_cpu = load_model(tiny_checkpoint)
     on_gpu = load_model(tiny_checkpoint, "cuda")
-    cpu_beams = beam_search(on_cpu.model, on_cpu.vocab, "ROMEO:", 4, 40)
-    gpu_beams = beam_search(on_gpu.model, on_gpu.vocab, "ROMEO:", 4, 40)
+    cpu_beams = beam_search(on_cpu.network, on_cpu.vocab, "ROMEO:", 4, 40)
+    gpu_beams = beam_search(on_gpu.network, on_gpu.vocab, "ROMEO:", 4, 40)
     assert [b.text for b in gpu_beams] == [b.text for b in cpu_beams]
     assert [b.log_prob for b in gpu_beams] == pytest.approx([b.log_prob for b in cpu_beams], abs=1e-3)
 
 
 def test_length_penalty_zero_is_the_plain_total_and_ranks_are_normalised(tiny_checkpoint):
     loaded = load_model(tiny_checkpoint)
-    plain = beam_search(loaded.model, loaded.vocab, "ROMEO:", 6, 60, "\n")
-    zero = beam_search(loaded.model, loaded.vocab, "ROMEO:", 6, 60, "\n", length_penalty=0.0)
+    plain = beam_search(loaded.network, loaded.vocab, "ROMEO:", 6, 60, "\n")
+    zero = beam_search(loaded.network, loaded.vocab, "ROMEO:", 6, 60, "\n", length_penalty=0.0)
     assert [(b.text, b.log_prob) for b in plain] == [(b.text, b.log_prob) for b in zero]
     for alpha in (1.0, 2.0):
-        beams = beam_search(loaded.model, loaded.vocab, "ROMEO:", 6, 60, "\n", length_penalty=alpha)
+        beams = beam_search(loaded.network, loaded.vocab, "ROMEO:", 6, 60, "\n", length_penalty=alpha)
         normalised = [b.log_prob / length_normaliser(torch.tensor(len(b.text)), alpha).item() for b in beams]
         assert normalised == sorted(normalised, reverse=True)
         for beam in beams:  # scores stay the true totals
-            assert beam.log_prob == pytest.approx(score_text(loaded.model, loaded.vocab, "ROMEO:", beam.text),
+            assert beam.log_prob == pytest.approx(score_text(loaded.network, loaded.vocab, "ROMEO:",
+                                                             beam.text),
                                                   abs=1e-3)
 
 
 def test_min_length_keeps_stop_strings_from_ending_short_texts(tiny_checkpoint):
     loaded = load_model(tiny_checkpoint)
     # Without it, a line break ends beams and samples early: "ROMEO:" ends a line of the corpus.
-    short = beam_search(loaded.model, loaded.vocab, "ROMEO:", 4, 80, "\n")
+    short = beam_search(loaded.network, loaded.vocab, "ROMEO:", 4, 80, "\n")
     assert any(beam.stopped and len(beam.text) < 25 for beam in short)
-    beams = beam_search(loaded.model, loaded.vocab, "ROMEO:", 4, 80, "\n", min_length=25)
+    beams = beam_search(loaded.network, loaded.vocab, "ROMEO:", 4, 80, "\n", min_length=25)
     assert all(len(beam.text) >= 25 or not beam.stopped for beam in beams)
 
     def sampled(min_length: int) -> list[str]:
         config = SampleConfig(length=80, stop_at="\n", min_length=min_length, seed=1, num_samples=3)
-        steps = generate(loaded.model, loaded.vocab, config, "ROMEO:")
+        steps = generate(loaded.network, loaded.vocab, config, "ROMEO:")
         return ["".join(chars) for chars in zip(*steps, strict=True)]
 
     assert any(len(text) < 25 for text in sampled(0))
@@ -179,8 +181,8 @@ def test_beam_search_with_the_rule_returns_the_most_probable_allowed_continuatio
 
 def test_beam_width_one_with_the_rule_is_greedy_with_the_rule(tiny_checkpoint):
     loaded = load_model(tiny_checkpoint)
-    (beam,) = beam_search(loaded.model, loaded.vocab, "ROMEO:", width=1, length=200, no_repeat=8)
-    greedy = "".join(c[0] for c in generate(loaded.model, loaded.vocab,
+    (beam,) = beam_search(loaded.network, loaded.vocab, "ROMEO:", width=1, length=200, no_repeat=8)
+    greedy = "".join(c[0] for c in generate(loaded.network, loaded.vocab,
                                             SampleConfig(length=200, greedy=True, no_repeat=8), "ROMEO:"))
     assert beam.text == greedy
 

@@ -12,7 +12,7 @@ from helpers import repeated_runs
 def run(loaded, prime="ROMEO:", **options) -> list[str]:
     config = SampleConfig(**{"length": 60, **options})
     samples = [prime] * config.num_samples
-    for chars in generate(loaded.model, loaded.vocab, config, prime):
+    for chars in generate(loaded.network, loaded.vocab, config, prime):
         samples = [s + c for s, c in zip(samples, chars, strict=True)]
     return samples
 
@@ -42,7 +42,7 @@ def test_greedy_matches_rerunning_the_whole_prefix(loaded):
     text = "Caf"
     with torch.no_grad():
         for _ in range(40):
-            logits, _ = loaded.model(loaded.vocab.encode(text).long().unsqueeze(0))
+            logits, _ = loaded.network(loaded.vocab.encode(text).long().unsqueeze(0))
             text += loaded.vocab.chars[int(logits[0, -1].argmax())]
     assert fast == text
 
@@ -61,7 +61,7 @@ def test_empty_prime_and_zero_length(loaded):
 
 def test_unknown_prime_fails_before_any_output(loaded):
     with pytest.raises(CharrnnError, match="never saw: 'Q'"):
-        generate(loaded.model, loaded.vocab, SampleConfig(), "Q")
+        generate(loaded.network, loaded.vocab, SampleConfig(), "Q")
 
 
 def test_top_k_and_top_p_masks():

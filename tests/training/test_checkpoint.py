@@ -21,7 +21,7 @@ def test_round_trip_gives_identical_logits(tiny_checkpoint, tmp_path):
     again = load_model(copy)
     idx = loaded.vocab.encode("ROMEO:\nCafé").long().unsqueeze(0)
     with torch.no_grad():
-        assert torch.equal(loaded.model(idx)[0], again.model(idx)[0])
+        assert torch.equal(loaded.network(idx)[0], again.network(idx)[0])
     assert again.vocab == loaded.vocab
 
 

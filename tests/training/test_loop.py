@@ -39,7 +39,7 @@ def test_overfits_repeated_text_then_greedy_reproduces_it(make_run, repeated_cor
     assert result.best.nats_per_char < 0.1
     loaded = load_model(tmp_path / "run" / "best.pt")
     prime = "the quick brown"
-    steps = generate(loaded.model, loaded.vocab, SampleConfig(length=2 * len(PHRASE), greedy=True), prime)
+    steps = generate(loaded.network, loaded.vocab, SampleConfig(length=2 * len(PHRASE), greedy=True), prime)
     text = prime + "".join(chars[0] for chars in steps)
     assert text == (PHRASE * 4)[: len(text)]
 
@@ -205,7 +205,7 @@ def test_cuda_training_with_pinned_batches(make_run, repeated_corpus, tmp_path, 
     assert result.best.nats_per_char < 0.2
     # Checkpoints written on the GPU load on the CPU, in float32.
     loaded = load_model(tmp_path / "run" / "best.pt")
-    assert all(p.device.type == "cpu" and p.dtype == torch.float32 for p in loaded.model.parameters())
+    assert all(p.device.type == "cpu" and p.dtype == torch.float32 for p in loaded.network.parameters())
 
 
 @pytest.mark.parametrize("failure", [MemoryError(),
@@ -403,7 +403,7 @@ def whole_score(checkpoint: Path, corpus: Path) -> tuple[dict, float]:
 
     payload = torch.load(checkpoint, weights_only=True)
     encoded = encode_corpus(corpus, "repeat", 0.1)
-    model = load_model(checkpoint).model
+    model = load_model(checkpoint).network
     val = split_ids(encoded.ids, encoded.info.split_point).val
     return payload["best"], evaluate(model, val).nats_per_char
 

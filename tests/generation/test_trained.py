@@ -1,0 +1,65 @@
+"""The one model object: what it writes and scores is what the functions beneath it give."""
+
+import subprocess
+import sys
+
+import pytest
+
+from charrnn.config import SampleConfig
+from charrnn.errors import ConfigError
+from charrnn.generation.beam import beams_for
+from charrnn.generation.sample import collect_samples, generate
+from charrnn.models.evaluate import evaluate
+from charrnn.training.checkpoint import load_model
+
+
+@pytest.fixture
+def trained(tiny_checkpoint):
+    return load_model(tiny_checkpoint)
+
+
+def test_it_knows_the_checkpoint_it_came_from(trained, tiny_checkpoint):
+    assert trained.checkpoint == tiny_checkpoint
+    assert trained.payload["vocab"] == list(trained.vocab.chars)
+    assert not trained.network.training
+
+
+def test_sampled_texts_are_the_samplers_own(trained):
+    config = SampleConfig(length=50, seed=4, num_samples=3, temperature=0.9)
+    written = trained.write("ROMEO:", config)
+    assert written.texts == collect_samples(generate(trained.network, trained.vocab, config, "ROMEO:"), "", 3)
+    assert written.log_probs is None and written.stopped is None
+    one = SampleConfig(length=50, seed=4, temperature=0.9)
+    assert "".join(trained.characters("ROMEO:", one)) == trained.write("ROMEO:", one).texts[0]
+
+
+def test_beams_are_the_searchs_own_best_first(trained):
+    config = SampleConfig(length=30, beam_width=4, num_samples=2, stop_at="\n")
+    written = trained.write("JULIET:", config)
+    beams = beams_for(trained.network, trained.vocab, "JULIET:", config)[:2]
+    assert written.texts == [beam.text for beam in beams]
+    assert written.log_probs == [beam.log_prob for beam in beams]
+    assert written.stopped == [beam.stopped for beam in beams]
+    assert written.log_probs == sorted(written.log_probs, reverse=True)
+
+
+def test_a_score_is_the_evaluators_own(trained):
+    ids = trained.vocab.encode("".join(trained.vocab.chars) * 20).long()
+    assert trained.score(ids) == evaluate(trained.network, ids)
+    assert trained.score(ids, single_stream=True) == evaluate(trained.network, ids, single_stream=True)
+
+
+def test_a_stop_string_it_cannot_write_is_refused_before_any_text(trained):
+    never = next(chr(code) for code in range(0x4E00, 0x9FFF) if chr(code) not in trained.vocab.chars)
+    for config in (SampleConfig(length=5, seed=1, stop_at=never), SampleConfig(length=5, beam_width=2,
+                                                                              stop_at=never)):
+        with pytest.raises(ConfigError, match="which this model never writes"):
+            trained.write("R", config)
+    with pytest.raises(ConfigError, match="which this model never writes"):
+        trained.characters("R", SampleConfig(length=5, seed=1, stop_at=never))
+
+
+def test_importing_it_imports_no_torch():
+    code = "import sys, charrnn.generation.trained; print('torch' in sys.modules)"
+    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert printed.stdout.strip() == "False"
