@@ -7,6 +7,7 @@ import torch
 from click.testing import CliRunner
 from rich.console import Console
 
+import charrnn
 from charrnn.analysis.compare import CheckpointReport, CompareSettings, compare_checkpoints, to_markdown
 from charrnn.cli.display import comparison_renderable
 from charrnn.cli.main import cli
@@ -88,7 +89,8 @@ def test_shared_text_with_unknown_characters(tiny_run, other_run):
 
 def test_beam_decoding_reports_log_prob(tiny_run):
     reports, _ = compare_checkpoints([tiny_run / "best.pt"], settings(beam_width=3))
-    assert reports[0].log_prob is not None and reports[0].log_prob < 0
+    best = charrnn.sample(tiny_run / "best.pt", "ROMEO:", 40, beam_width=3)
+    assert reports[0].sample == best.text and reports[0].log_prob == best.log_probs[0]
 
 
 def test_markdown_has_table_and_fenced_samples(tiny_run, other_run):
