@@ -328,7 +328,6 @@ class TrainConfig(_DictMixin):
         if self.epochs is None and self.max_steps is None and self.time_budget is None:
             self.epochs = DEFAULT_EPOCHS
 
-
     @property
     def evaluation_interval(self) -> int | None:
         """Steps between validation passes, or None for none before the end of the run.
@@ -366,7 +365,7 @@ class BudgetShape:
 BUDGET_LADDER: tuple[BudgetShape, ...] = (
     BudgetShape(hidden_size=128, batch_size=16, learning_rate=5e-3, skip_connections=True),
     BudgetShape(hidden_size=192, batch_size=16, learning_rate=5e-3, skip_connections=True),
-    BudgetShape(hidden_size=256, batch_size=16, learning_rate=5e-3, skip_connections=True),
+    BudgetShape(hidden_size=256, batch_size=24, learning_rate=6e-3, skip_connections=True),
     BudgetShape(hidden_size=384, batch_size=32, learning_rate=5e-3),
     BudgetShape(hidden_size=512, batch_size=32, learning_rate=5e-3),
     BudgetShape(hidden_size=768, batch_size=32, learning_rate=4e-3),

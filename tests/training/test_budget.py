@@ -265,11 +265,11 @@ def test_measuring_stops_once_a_larger_shape_predicts_worse(shakespeare_like):
 
 def test_shapes_that_do_not_fit_the_corpus_are_left_out(tmp_path):
     corpus = tmp_path / "short.txt"
-    # 1,476 training characters: 16 × 50 fit, 32 × 50 do not.
+    # 1,476 training characters: 16 × 50 and 24 × 50 fit, 32 × 50 do not.
     corpus.write_text("to be or not to be, that is the question\n" * 40, encoding="utf-8")
     encoded = encode_corpus(corpus, "short", 0.1)
     decision = plan(encoded, 100)
-    assert [c.settings["batch_size"] for c in decision.candidates] == [16, 16, 16]  # 32 × 50 does not fit
+    assert [c.settings["batch_size"] for c in decision.candidates] == [16, 16, 24]  # 32 × 50 does not fit
     # When nothing fits, the reason is the smallest shape's, in the words of the option the user gave.
     with pytest.raises(CharrnnError, match="the training split has 1,476 characters; one batch of "
                                            "batch_size 64"):
@@ -423,7 +423,7 @@ def test_a_shape_is_never_estimated_from_another_batchs_speed(shakespeare_like):
     assert sorted(speeds) == [128, 192, 256]  # the probe's share ran out before 2×384
     larger = [c for c in decision.candidates if c.settings["batch_size"] == 32]
     assert larger and all(not c.estimable and c.predicted_loss is None for c in larger)
-    assert decision.choice.measured and decision.choice.settings["batch_size"] == 16
+    assert decision.choice.measured and decision.choice.settings["batch_size"] in (16, 24)
 
 
 def test_shapes_estimated_from_their_batch_are_never_estimated_faster_than_they_run(shakespeare_like):
