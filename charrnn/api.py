@@ -178,8 +178,8 @@ def dynamic_settings(dynamic: bool | DynamicConfig, learning_rate: float | None 
         return None
     try:
         return DynamicConfig(**given)
-    except ConfigError as exc:
-        raise ConfigError(exc.problem, DYNAMIC_PARAMETERS.get(exc.field, exc.field)) from None
+    except ConfigError as exc:  # named as the caller named it; a wrong type stays a TypeError
+        raise type(exc)(exc.problem, DYNAMIC_PARAMETERS.get(exc.field, exc.field)) from None
 
 
 # --------------------------------------------------------------------------- results
@@ -394,13 +394,14 @@ class Model(TrainedModel):
 
     def _sample(self, request: Decoding) -> Samples:
         config = request.config
+        self._refuse_an_unwritable_stop(config)
         written = self.write(request.prime, config)
         notes = []
         if len(written.texts) < config.num_samples:
             notes.append(f"only {len(written.texts)} distinct continuation(s) of {config.length} characters "
                          f"exist over this model's {len(self.vocab)}-symbol vocabulary; returning "
                          f"{len(written.texts)}")
-        return Samples([request.prime + text for text in written.texts], config.seed, request.seed_drawn,
+        return Samples([request.prime + text for text in written.texts], written.seed, request.seed_drawn,
                        written.log_probs, written.stopped, notes, self.checkpoint)
 
     def stream(self, prime: str | None = None, length: int | None = None, temperature: float | None = None,
@@ -412,10 +413,17 @@ class Model(TrainedModel):
         return self._stream(Decoding.check(prime, length, temperature, prime_file, options))
 
     def _stream(self, request: Decoding) -> SampleStream:
-        if request.config.beam_width is not None or request.config.num_samples != 1:
-            raise OptionConflict("a stream is one sampled text: {beam_width} and {num_samples} need sample()")
+        self._refuse_an_unwritable_stop(request.config)
         chars = self.characters(request.prime, request.config)
         return SampleStream(request.prime, request.config.seed, request.seed_drawn, chars, self.checkpoint)
+
+    def _refuse_an_unwritable_stop(self, config: SampleConfig) -> None:
+        """A stop string this model can never write would end nothing: the caller asked for something
+        else. (``compare``, reading checkpoints with other vocabularies, lets it end nothing.)"""
+        never = self.vocab.outside(Counter(config.stop_at or ""))
+        if never:
+            raise ConfigError(f"holds {', '.join(map(repr, never))}, which this model never writes: it would "
+                              f"end nothing", "stop_at")
 
     def perplexity(self, text: str | None = None, *, file: PathArg | None = None, skip_unknown: bool = False,
                    dynamic: bool | DynamicConfig = False, dynamic_lr: float | None = None,
@@ -497,12 +505,7 @@ class Model(TrainedModel):
         """
         from charrnn.data.vocab import describe_chars
 
-        if checked(top, int, "top") < 1:
-            raise ConfigError("must be at least 1", "top")
-        if max_chars is not None and checked(max_chars, int, "max_chars") < 2:
-            raise ConfigError("must be at least 2 (the first character is never scored)", "max_chars")
-        checked(skip_unknown, bool, "skip_unknown")
-        checked(single_stream, bool, "single_stream")
+        _check_surprisal_settings(top, max_chars, skip_unknown, single_stream)
         whole = _one_text(text, file)
         whole = whole[:max_chars] if max_chars is not None else whole
         outside = self.vocab.outside(Counter(whole))
@@ -581,6 +584,16 @@ class Surprisal:
 
         return surprisal_page(self.text, self if rows is None else rows,
                               title or f"Surprisal under {self.model.checkpoint.name}")
+
+
+def _check_surprisal_settings(top: int, max_chars: int | None, skip_unknown: bool,
+                              single_stream: bool) -> None:
+    if checked(top, int, "top") < 1:
+        raise ConfigError("must be at least 1", "top")
+    if max_chars is not None and checked(max_chars, int, "max_chars") < 2:
+        raise ConfigError("must be at least 2 (the first character is never scored)", "max_chars")
+    checked(skip_unknown, bool, "skip_unknown")
+    checked(single_stream, bool, "single_stream")
 
 
 def _known(options: dict[str, Any], config: type) -> dict[str, Any]:
@@ -826,6 +839,7 @@ def surprisal(checkpoint: PathArg, text: str | None = None, *, file: PathArg | N
     unit or rank units (``unit``, ``layer``, ``state``, ``rank``) do not apply and are refused."""
     if unused:
         raise OptionConflict(f"surprisal scores every character: {{{sorted(unused)[0]}}} does not apply")
+    _check_surprisal_settings(top, max_chars, skip_unknown, single_stream)  # before the model is loaded
     model = _load(checkpoint, device, "checkpoint", threads)
     return model.surprisal(text, file=file, top=top, skip_unknown=skip_unknown, max_chars=max_chars,
                            single_stream=single_stream)

@@ -125,17 +125,21 @@ def _matches(value: Any, hint: Any) -> bool:
 
 def _named(hint: Any) -> str:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):  # None is left unsaid: it is the absence of a value
-        return " or ".join(_named(arg) for arg in args if arg is not type(None))
+    if origin in (typing.Union, types.UnionType):
+        names = [_named(arg) for arg in args]
+        if "a number" in names and "a whole number" in names:  # a number may be whole
+            names.remove("a whole number")
+        return " or ".join(names)
     if origin is Literal:
         return f"one of {', '.join(args)}"
     if origin is list:
         return f"a list of {_named(args[0]).removeprefix('a ')}s"
     names = {bool: "True or False", int: "a whole number", float: "a number", str: "a string",
-             dict: "a mapping"}
+             dict: "a mapping", type(None): "None"}
     if hint in names:
         return names[hint]
-    return f"a {hint.__name__}{' record' if dataclasses.is_dataclass(hint) else ''}"
+    article = "an" if hint.__name__[0] in "AEIOUaeiou" else "a"
+    return f"{article} {hint.__name__}{' record' if dataclasses.is_dataclass(hint) else ''}"
 
 
 def checked(value: Any, hint: Any, name: str) -> Any:
@@ -161,6 +165,8 @@ def checked(value: Any, hint: Any, name: str) -> Any:
         if not math.isfinite(value):
             raise ConfigError("must be a finite number", name)
         return float(value)
+    if isinstance(value, str):  # a subclass (numpy's str_) would not survive a checkpoint's safe loading
+        return str(value)
     return value
 
 

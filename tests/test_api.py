@@ -432,3 +432,8 @@ def test_the_time_kept_for_the_caller_must_be_a_finite_number_of_seconds(small_c
     with pytest.raises((ConfigError, ConfigTypeError), match="finish_s"):
         charrnn.train(small_corpus, out_dir=tmp_path / "run", time_budget=5, finish_s=finish_s)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_wrong_type_among_the_dynamic_settings_is_a_type_error(tiny_checkpoint):
+    with pytest.raises(ConfigTypeError, match="dynamic_lr must be a number, not bool True"):
+        charrnn.perplexity(tiny_checkpoint, dynamic=True, dynamic_lr=True)

@@ -17,3 +17,27 @@ def test_bf16_needs_cuda_or_a_cpu_with_native_bf16(monkeypatch):
     assert TrainConfig(out_dir=".", precision="bf16").precision == "bf16"
 
 
+
+
+class Name(str):
+    """A string of another class, as numpy's str_ is."""
+
+
+@pytest.mark.parametrize(("value", "hint", "expected"), [
+    (5, float, None), (True, float, "a number"), (5.5, int, "a whole number"),
+    ("x", int | None, "a whole number or None"), ("x", int | float, "a number"),
+    ([1, "a"], list[int], "a list of whole numbers"), ((1, 2), list[int], None),
+    ("gru", config.CellType, None), ("x", config.CellType, "one of lstm, gru, rnn, esn"),
+    ({"a": 1}, config.ModelConfig, None), (None, config.ModelConfig | None, None),
+    (3, config.ModelConfig | None, "a ModelConfig record or None"),
+])
+def test_the_one_type_rule_says_what_it_expected(value, hint, expected):
+    assert config.expected_type(value, hint) == expected
+
+
+def test_a_value_is_stored_in_its_fields_own_type():
+    assert config.checked(5, float, "x") == 5.0 and type(config.checked(5, float, "x")) is float
+    assert type(config.checked(Name("gru"), config.CellType, "cell")) is str
+    assert type(config.ModelConfig(vocab_size=3, cell=Name("gru")).cell) is str
+    with pytest.raises(ConfigError, match="cell must be one of lstm, gru, rnn, esn$"):
+        config.ModelConfig(vocab_size=3, cell="transformer")

@@ -8,14 +8,14 @@ network's modules are imported when the model first writes or scores.
 
 from __future__ import annotations
 
-from collections import Counter
+import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from charrnn.config import SampleConfig
-from charrnn.errors import ConfigError
+from charrnn.errors import ConfigError, ConfigTypeError, OptionConflict
 
 if TYPE_CHECKING:  # torch is imported when a model is made, not when charrnn.api is
     import torch
@@ -30,6 +30,7 @@ class Written:
     """What :meth:`TrainedModel.write` wrote: texts after the prime (the prime not included)."""
 
     texts: list[str]  # one per sample, or per beam, best first
+    seed: int | None  # the seed that draws these texts again (None: greedy or beam search)
     log_probs: list[float] | None = None  # beam search: each beam's total log-probability
     stopped: list[bool] | None = None  # beam search: whether each beam ended at stop_at
 
@@ -44,45 +45,62 @@ class TrainedModel:
     checkpoint: Path | None = None  # the file it was loaded from
 
     def write(self, prime: str, config: SampleConfig) -> Written:
-        """``config.num_samples`` texts of ``config.length`` characters after ``prime``: sampled, greedy,
-        or the most probable beams (fewer when fewer distinct continuations exist)."""
+        """``config.num_samples`` texts of ``config.length`` characters after ``prime``: sampled (from
+        ``config.seed``, or one drawn and reported), greedy, or the most probable beams (fewer when fewer
+        distinct continuations exist). A stop string this model can never write ends nothing."""
         from charrnn.generation.beam import beams_for
         from charrnn.generation.sample import collect_samples, generate
 
-        self.check_fits(config)
+        config = _seeded(config)
+        self._check_memory(config)
         if config.beam_width is not None:
             beams = beams_for(self.network, self.vocab, prime, config)[: config.num_samples]
-            return Written([beam.text for beam in beams], [beam.log_prob for beam in beams],
+            return Written([beam.text for beam in beams], None, [beam.log_prob for beam in beams],
                            [beam.stopped for beam in beams])
         texts = collect_samples(generate(self.network, self.vocab, config, prime), "", config.num_samples)
-        return Written(texts)
+        return Written(texts, config.seed)
 
     def characters(self, prime: str, config: SampleConfig) -> Iterator[str]:
-        """One sampled text after ``prime``, character by character (the prime is checked and read before
-        this returns); the same characters :meth:`write` gives for one sample."""
+        """One sampled (or greedy) text after ``prime``, character by character, as :meth:`write` gives
+        it for the same seed (which ``config`` must hold when it samples); the prime is checked and read
+        before this returns."""
         from charrnn.generation.sample import generate
 
-        self.check_fits(config)
+        if config.beam_width is not None or config.num_samples != 1:
+            raise OptionConflict("a stream is one sampled text: {beam_width} and {num_samples} need sample()")
+        if config.seed is None and not config.deterministic:
+            raise ConfigError("a streamed sample needs a seed, so that its text can be drawn again", "seed")
+        self._check_memory(config)
         return (step[0] for step in generate(self.network, self.vocab, config, prime))
 
     def score(self, ids: torch.Tensor, single_stream: bool = False) -> EvalResult:
-        """Nats/char of the text ``ids`` ((N,) int64), as many streams or as one
-        (:mod:`charrnn.models.evaluate`)."""
+        """Nats/char of the text ``ids`` ((N,) integer character ids of this vocabulary), as many streams
+        or as one (:mod:`charrnn.models.evaluate`)."""
+        import torch
+
         from charrnn.models.evaluate import evaluate
 
-        return evaluate(self.network, ids, single_stream)
+        if not (isinstance(ids, torch.Tensor) and ids.dim() == 1 and not ids.is_floating_point()
+                and not ids.is_complex() and ids.dtype is not torch.bool):
+            raise ConfigTypeError("must be a 1-D tensor of character ids (vocab.encode(text)); perplexity() "
+                                  "scores a text", "ids")
+        if len(ids) and not 0 <= int(ids.min()) <= int(ids.max()) < len(self.vocab):
+            raise ConfigError(f"must hold ids from 0 to {len(self.vocab) - 1}, this model's vocabulary",
+                              "ids")
+        return evaluate(self.network, ids.long(), single_stream)
 
-    def check_fits(self, config: SampleConfig) -> None:
-        """Refuse what cannot work before any generation: a stop string this model can never write, or
-        more texts at once than memory holds."""
+    def _check_memory(self, config: SampleConfig) -> None:
+        """Refuse, before any generation, more texts at once than memory holds."""
         from charrnn.models.devices import check_generation_fits
 
-        if config.stop_at is not None:
-            never = self.vocab.outside(Counter(config.stop_at))
-            if never:
-                raise ConfigError(f"holds {', '.join(map(repr, never))}, which this model never writes: it "
-                                  f"would end nothing", "stop_at")
         rows, option = ((config.beam_width, "beam_width") if config.beam_width
                         else (config.num_samples, "num_samples"))
         device = str(next(self.network.parameters()).device)
         check_generation_fits(rows, config.length, self.network.config, device, option)
+
+
+def _seeded(config: SampleConfig) -> SampleConfig:
+    """``config``, with a freshly drawn seed when it samples and has none."""
+    if config.seed is not None or config.deterministic:
+        return config
+    return SampleConfig(**{**config.to_dict(), "seed": secrets.randbits(63)})

@@ -23,6 +23,7 @@ the declared model before anything is allocated, and names the first field that 
 
 from __future__ import annotations
 
+import math
 import os
 import typing
 import warnings
@@ -188,7 +189,7 @@ def validate_payload(payload: dict[str, Any]) -> ModelConfig:
         expected = expected_type(value, hint)
         if expected is not None:
             raise CharrnnError(f"{name} is {_describe(value)}; expected {expected}")
-        if name in NON_NEGATIVE and value < 0:
+        if name in NON_NEGATIVE and not (math.isfinite(value) and value >= 0):
             raise CharrnnError(f"{name} is {value}; expected 0 or more")
     if payload["format_version"] != FORMAT_VERSION:
         raise CharrnnError(f"format version {payload['format_version']}; this charrnn reads version "
@@ -199,6 +200,9 @@ def validate_payload(payload: dict[str, Any]) -> ModelConfig:
     for name in ("best", "latest_eval", "best_subset"):
         if payload.get(name) is not None:
             check_record(EvalResult, payload[name], name)
+    latest = payload.get("latest_eval")
+    if latest is not None and expected_type(latest.get("step"), int) is not None:
+        raise CharrnnError(f"latest_eval.step is {_describe(latest.get('step'))}; expected a whole number")
     if "train_config" in payload:
         # Types only: whether its precision suits this machine is a question for resuming, not loading.
         check_record(TrainConfig, payload["train_config"], "train_config", build=False)

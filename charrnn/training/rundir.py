@@ -216,7 +216,7 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
     if out_dir is not None and out_dir.exists() and out_dir.resolve() == own_dir.resolve():
         out_dir = None
     if out_dir is not None:
-        prepare_out_dir(out_dir, overwrite)
+        check_out_dir(out_dir, overwrite)  # made when the run starts (held_run_directory), not before
         return ResumeTarget(out_dir, branch=True)
     if overwrite:
         raise OptionConflict("{overwrite} with {resume} replaces nothing in the run's own directory; "

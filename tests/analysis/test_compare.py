@@ -87,6 +87,17 @@ def test_shared_text_with_unknown_characters(tiny_run, other_run):
     assert reports[1].nats_per_char is None and "not scored" in reports[1].error
 
 
+def test_a_stop_string_one_checkpoint_cannot_write_lets_it_run_to_its_length(tiny_run, other_run):
+    """'Ω' is in the other model's vocabulary only: it may end the other's sample, never the tiny one's,
+    which is sampled to its full length as if no stop string were given."""
+    stopping = SampleConfig(length=40, seed=3, temperature=0.9, stop_at="Ω")
+    reports, _ = compare_checkpoints([tiny_run / "best.pt", other_run / "best.pt"],
+                                     settings(prime="", sample=stopping))
+    unstopped = charrnn.sample(tiny_run / "best.pt", "", 40, seed=3, temperature=0.9).text
+    assert [report.error for report in reports] == [None, None]
+    assert reports[0].sample == unstopped
+
+
 def test_beam_decoding_reports_log_prob(tiny_run):
     reports, _ = compare_checkpoints([tiny_run / "best.pt"], settings(beam_width=3))
     best = charrnn.sample(tiny_run / "best.pt", "ROMEO:", 40, beam_width=3)

@@ -480,6 +480,8 @@ def test_the_command_line_starts_without_importing_torch():
     ["eval-perplexity", "shakespeare", "--dynamic-lr", "-1"],
     ["inspect", "shakespeare", "text.txt", "--top", "-2"],
     ["inspect", "shakespeare", "text.txt", "--surprisal", "--most-surprising", "0"],
+    ["inspect", "shakespeare", "text.txt", "--surprisal", "--top", "0"],
+    ["inspect", "shakespeare", "text.txt", "--surprisal", "--max-chars", "1"],
     ["compare", "shakespeare", "--greedy", "--top-k", "3"], ["compare", "shakespeare", "--skip-unknown"],
     ["compare", "shakespeare", "--evolution", "--greedy"],
     ["sample", "shakespeare", "--interactive", "--json"],

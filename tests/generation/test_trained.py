@@ -4,9 +4,10 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from charrnn.config import SampleConfig
-from charrnn.errors import ConfigError
+from charrnn.errors import ConfigError, ConfigTypeError
 from charrnn.generation.beam import beams_for
 from charrnn.generation.sample import collect_samples, generate
 from charrnn.models.evaluate import evaluate
@@ -28,9 +29,24 @@ def test_sampled_texts_are_the_samplers_own(trained):
     config = SampleConfig(length=50, seed=4, num_samples=3, temperature=0.9)
     written = trained.write("ROMEO:", config)
     assert written.texts == collect_samples(generate(trained.network, trained.vocab, config, "ROMEO:"), "", 3)
-    assert written.log_probs is None and written.stopped is None
+    assert written.seed == 4 and written.log_probs is None and written.stopped is None
     one = SampleConfig(length=50, seed=4, temperature=0.9)
     assert "".join(trained.characters("ROMEO:", one)) == trained.write("ROMEO:", one).texts[0]
+
+
+def test_a_sample_without_a_seed_reports_the_one_it_drew(trained):
+    drawn = trained.write("ROMEO:", SampleConfig(length=40))
+    assert drawn.seed is not None
+    assert trained.write("ROMEO:", SampleConfig(length=40, seed=drawn.seed)).texts == drawn.texts
+    assert trained.write("ROMEO:", SampleConfig(length=40, greedy=True)).seed is None
+
+
+def test_a_stream_is_one_seeded_text(trained):
+    for config, refusal in ((SampleConfig(length=5, seed=1, num_samples=3), "a stream is one sampled text"),
+                            (SampleConfig(length=5, beam_width=3), "a stream is one sampled text"),
+                            (SampleConfig(length=5), "needs a seed")):
+        with pytest.raises(ConfigError, match=refusal):
+            trained.characters("R", config)
 
 
 def test_beams_are_the_searchs_own_best_first(trained):
@@ -47,16 +63,23 @@ def test_a_score_is_the_evaluators_own(trained):
     ids = trained.vocab.encode("".join(trained.vocab.chars) * 20).long()
     assert trained.score(ids) == evaluate(trained.network, ids)
     assert trained.score(ids, single_stream=True) == evaluate(trained.network, ids, single_stream=True)
+    assert trained.score(ids.to(torch.uint8)) == evaluate(trained.network, ids)
+    with pytest.raises(ConfigError, match=f"ids must hold ids from 0 to {len(trained.vocab) - 1}"):
+        trained.score(torch.tensor([0, len(trained.vocab)]))
 
 
-def test_a_stop_string_it_cannot_write_is_refused_before_any_text(trained):
+@pytest.mark.parametrize("ids", ["ROMEO", torch.zeros(3, 4, dtype=torch.long), torch.zeros(5)])
+def test_a_score_of_anything_but_character_ids_is_refused(trained, ids):
+    with pytest.raises(ConfigTypeError, match="ids must be a 1-D tensor of character ids"):
+        trained.score(ids)
+
+
+def test_a_stop_string_it_cannot_write_ends_nothing(trained):
+    """Checkpoints compared side by side may not share a vocabulary: a stop string one of them cannot
+    write lets it run to its length (the API refuses it for a single model)."""
     never = next(chr(code) for code in range(0x4E00, 0x9FFF) if chr(code) not in trained.vocab.chars)
-    for config in (SampleConfig(length=5, seed=1, stop_at=never), SampleConfig(length=5, beam_width=2,
-                                                                              stop_at=never)):
-        with pytest.raises(ConfigError, match="which this model never writes"):
-            trained.write("R", config)
-    with pytest.raises(ConfigError, match="which this model never writes"):
-        trained.characters("R", SampleConfig(length=5, seed=1, stop_at=never))
+    stopped = trained.write("R", SampleConfig(length=30, seed=1, stop_at=never))
+    assert stopped.texts == trained.write("R", SampleConfig(length=30, seed=1)).texts
 
 
 def test_importing_it_imports_no_torch():

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import charrnn
 from charrnn.errors import CharrnnError, TrainingInterrupted
 from charrnn.training.checkpoint import load_checkpoint
 from charrnn.training.observer import TrainObserver
@@ -295,3 +296,12 @@ def test_a_new_run_that_fails_before_writing_leaves_the_older_run_whole(small_co
     with pytest.raises(CharrnnError):
         tiny_plan(tmp_path / "no such corpus.txt", out, overwrite=True, max_steps=6).run()
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+
+
+def test_a_branch_refused_before_it_starts_leaves_no_directory(tiny_run, tmp_path):
+    """A branch's directory is made when the run starts, so a refusal after planning leaves none."""
+    branch = tmp_path / "branches" / "b"
+    with pytest.raises(CharrnnError, match="sample_prime"):
+        charrnn.train(resume=tiny_run / "last.pt", out_dir=branch, max_steps=60, sample_every=10,
+                      sample_prime="Ω", device="cpu")
+    assert not (tmp_path / "branches").exists()
