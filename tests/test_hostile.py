@@ -360,6 +360,9 @@ def test_beam_search_says_when_fewer_beams_exist_than_asked(tmp_path):
                      "--length", "5")
     assert result.exit_code == 0, result.output
     assert "only 1 distinct continuation(s)" in result.stderr
+    assert result.stdout == "aaaaa\n"  # the one text there is, under no header
+    beams = charrnn.sample(tmp_path / "run" / "best.pt", "", 5, beam_width=3, num_samples=3)
+    assert beams.texts == ["aaaaa"] and beams.log_probs == [0.0]  # one symbol: each is certain
 
 
 def test_ctrl_c_while_sampling_is_one_error_line_and_exit_130(tiny_checkpoint, monkeypatch):
