@@ -147,16 +147,18 @@ def checked(value: Any, hint: Any, name: str) -> Any:
     refused with a :class:`ConfigTypeError` when it is not of that type (:func:`expected_type`; "0.1" is
     not a number), with a :class:`ConfigError` when a float is NaN or infinite or a string is not one of
     a choice's values."""
-    expected = expected_type(value, hint)
-    if expected is not None:
-        if typing.get_origin(hint) is Literal and isinstance(value, str):
+    declared, (origin, args) = hint, (typing.get_origin(hint), typing.get_args(hint))
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        # the one arm the value has the type of (the first, where a whole number is also a number)
+        hint = next((arg for arg in args if arg is not type(None) and _matches(value, arg)), None)
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is None or not _matches(value, hint):
+        expected = _named(declared)
+        if typing.get_origin(declared) is Literal and isinstance(value, str):
             raise ConfigError(f"must be {expected}", name)
         raise ConfigTypeError(f"must be {expected}, not {_kind(value)}", name)
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None:
-            return None
-        return checked(value, next(arg for arg in args if _matches(value, arg)), name)
     if origin is list:
         return [checked(item, args[0], name) for item in value]
     if hint is int:
