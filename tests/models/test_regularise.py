@@ -221,7 +221,19 @@ def test_skip_connections_train_with_the_regularisation():
     torch.manual_seed(0)
     model = CharRNN(ModelConfig(vocab_size=11, num_layers=2, hidden_size=16, embed_size=6,
                                 skip_connections=True, **REGULARISED)).train()
-    model(torch.randint(0, 11, (4, 30)))[0].sum().backward()
+    idx = torch.randint(0, 11, (4, 30))
+
+    def logits(seed: int) -> torch.Tensor:
+        torch.manual_seed(seed)
+        return model(idx)[0]
+
+    # In training the masks are drawn afresh from the seed; in evaluation there are none.
+    assert torch.equal(logits(1), logits(1)) and not torch.allclose(logits(1), logits(2))
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(logits(1), logits(2))
+    model.train()
+    logits(1).sum().backward()
     assert all(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in model.parameters())
 
 

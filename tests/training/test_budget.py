@@ -441,8 +441,12 @@ def test_shapes_estimated_from_their_batch_are_never_estimated_faster_than_they_
 
 
 def test_the_same_speeds_give_the_same_choice_whichever_wins_by_a_hair(shakespeare_like):
-    choices = set()
+    """Batch 16 given, 2×192 and 2×256 train alike; at this speed a 3% wobble in the timings flips which
+    of them predicts lower, and the choice stays the larger."""
+    choices, lowest = set(), set()
     for wobble in (0.97, 1.0, 1.03):
-        decision = plan(shakespeare_like, 100, work_per_s=3e10 * wobble)
+        decision = plan(shakespeare_like, 100, work_per_s=2.1e10 * wobble, given={"batch_size": 16})
         choices.add(decision.choice.settings["hidden_size"])
-    assert len(choices) == 1
+        lowest.add(min((c for c in decision.candidates if c.predicted_loss is not None),
+                       key=lambda c: c.predicted_loss).settings["hidden_size"])
+    assert lowest == {192, 256} and choices == {256}
