@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import secrets
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -40,7 +39,7 @@ from charrnn.config import (
 )
 from charrnn.data.datasets import DATASETS, DEFAULT_DATASET, Dataset, fetch
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, escape
-from charrnn.generation.trained import TrainedModel
+from charrnn.generation.trained import TrainedModel, seeded
 from charrnn.models.pretrained import resolve_shipped, run_name
 from charrnn.training.observer import TrainObserver
 from charrnn.utils.terminal import shown
@@ -331,9 +330,8 @@ class Decoding:
         lengths = {} if length is None else {"length": length}
         config = SampleConfig(temperature=temperature, **_known(options, SampleConfig), **lengths)
         prime_text = read_prime(prime, prime_file)
-        if config.seed is not None or config.deterministic:
-            return cls(config, prime_text, False)
-        return cls(SampleConfig(**{**config.to_dict(), "seed": secrets.randbits(63)}), prime_text, True)
+        drawn = seeded(config)
+        return cls(drawn, prime_text, drawn is not config)
 
 
 @dataclass(frozen=True)

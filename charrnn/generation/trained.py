@@ -51,7 +51,7 @@ class TrainedModel:
         from charrnn.generation.beam import beams_for
         from charrnn.generation.sample import collect_samples, generate
 
-        config = _seeded(config)
+        config = seeded(config)
         self._check_memory(config)
         if config.beam_width is not None:
             beams = beams_for(self.network, self.vocab, prime, config)[: config.num_samples]
@@ -84,10 +84,13 @@ class TrainedModel:
                 and not ids.is_complex() and ids.dtype is not torch.bool):
             raise ConfigTypeError("must be a 1-D tensor of character ids (vocab.encode(text)); perplexity() "
                                   "scores a text", "ids")
-        if len(ids) and not 0 <= int(ids.min()) <= int(ids.max()) < len(self.vocab):
+        # The corpus cache's uint16 and uint32 ids (valid as encoded) have no min or max in torch; a whole
+        # int64 copy of a large corpus would take 8 bytes a character, so the ids are scored as they are.
+        wide_cache = ids.dtype in (torch.uint16, torch.uint32)
+        if len(ids) and not wide_cache and not 0 <= int(ids.min()) <= int(ids.max()) < len(self.vocab):
             raise ConfigError(f"must hold ids from 0 to {len(self.vocab) - 1}, this model's vocabulary",
                               "ids")
-        return evaluate(self.network, ids.long(), single_stream)
+        return evaluate(self.network, ids, single_stream)
 
     def _check_memory(self, config: SampleConfig) -> None:
         """Refuse, before any generation, more texts at once than memory holds."""
@@ -99,8 +102,8 @@ class TrainedModel:
         check_generation_fits(rows, config.length, self.network.config, device, option)
 
 
-def _seeded(config: SampleConfig) -> SampleConfig:
-    """``config``, with a freshly drawn seed when it samples and has none."""
+def seeded(config: SampleConfig) -> SampleConfig:
+    """``config``, with a freshly drawn seed when it samples and has none (the same object otherwise)."""
     if config.seed is not None or config.deterministic:
         return config
     return SampleConfig(**{**config.to_dict(), "seed": secrets.randbits(63)})

@@ -149,6 +149,13 @@ def _describe(value: Any) -> str:
     return f"{shown[:40]}{'…' if len(shown) > 40 else ''} (a {type(value).__name__})"
 
 
+def _check_type(value: Any, hint: Any, where: str) -> None:
+    """Refuse a stored ``value`` that is not of type ``hint`` (:func:`charrnn.config.expected_type`)."""
+    expected = expected_type(value, hint)
+    if expected is not None:
+        raise CharrnnError(f"{where} is {_describe(value)}; expected {expected}")
+
+
 def check_record(cls: type, values: dict[str, Any], where: str, build: bool = True) -> Any:
     """Check the type of each field of dataclass ``cls`` in a checkpoint's dict; with ``build``,
     construct it too, which applies its own range checks.
@@ -162,9 +169,7 @@ def check_record(cls: type, values: dict[str, Any], where: str, build: bool = Tr
             if spec.default is MISSING and spec.default_factory is MISSING:
                 raise CharrnnError(f"{where}.{spec.name} is missing")
             continue
-        expected = expected_type(values[spec.name], hints[spec.name])
-        if expected is not None:
-            raise CharrnnError(f"{where}.{spec.name} is {_describe(values[spec.name])}; expected {expected}")
+        _check_type(values[spec.name], hints[spec.name], f"{where}.{spec.name}")
     if not build:
         return None
     try:
@@ -186,9 +191,7 @@ def validate_payload(payload: dict[str, Any]) -> ModelConfig:
                 raise CharrnnError(f"{name} is missing")
             continue
         value = payload[name]
-        expected = expected_type(value, hint)
-        if expected is not None:
-            raise CharrnnError(f"{name} is {_describe(value)}; expected {expected}")
+        _check_type(value, hint, name)
         if name in NON_NEGATIVE and not (math.isfinite(value) and value >= 0):
             raise CharrnnError(f"{name} is {value}; expected 0 or more")
     if payload["format_version"] != FORMAT_VERSION:
@@ -200,9 +203,8 @@ def validate_payload(payload: dict[str, Any]) -> ModelConfig:
     for name in ("best", "latest_eval", "best_subset"):
         if payload.get(name) is not None:
             check_record(EvalResult, payload[name], name)
-    latest = payload.get("latest_eval")
-    if latest is not None and expected_type(latest.get("step"), int) is not None:
-        raise CharrnnError(f"latest_eval.step is {_describe(latest.get('step'))}; expected a whole number")
+    if payload.get("latest_eval") is not None:
+        _check_type(payload["latest_eval"].get("step"), int, "latest_eval.step")
     if "train_config" in payload:
         # Types only: whether its precision suits this machine is a question for resuming, not loading.
         check_record(TrainConfig, payload["train_config"], "train_config", build=False)

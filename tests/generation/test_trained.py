@@ -68,6 +68,13 @@ def test_a_score_is_the_evaluators_own(trained):
         trained.score(torch.tensor([0, len(trained.vocab)]))
 
 
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32])
+def test_the_corpus_caches_wide_ids_are_scored_as_they_are(trained, dtype):
+    """A vocabulary over 256 symbols is cached as uint16 (or uint32), which torch gives no min or max."""
+    ids = trained.vocab.encode("".join(trained.vocab.chars) * 20).long()
+    assert trained.score(ids.to(dtype)) == evaluate(trained.network, ids)
+
+
 @pytest.mark.parametrize("ids", ["ROMEO", torch.zeros(3, 4, dtype=torch.long), torch.zeros(5)])
 def test_a_score_of_anything_but_character_ids_is_refused(trained, ids):
     with pytest.raises(ConfigTypeError, match="ids must be a 1-D tensor of character ids"):
