@@ -33,6 +33,7 @@ from charrnn.config import (
     BUDGET_PROBE_SECONDS,
     BUDGET_PROBE_SHARE,
     BUDGET_PROBE_STEPS,
+    BUDGET_WEIGHT_DECAY,
     EVAL_SUBSET_CHARS,
     SCALING_LAW,
     ModelConfig,
@@ -374,7 +375,7 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
     choice = choose(candidates)
     steps = choice.chars / (choice.settings["batch_size"] * config.seq_len)
     chosen = {**choice.settings, "dropout": dropout_for_epochs(choice.epochs),
-              "ema_decay": average_decay_for_steps(steps)}
+              "weight_decay": BUDGET_WEIGHT_DECAY, "ema_decay": average_decay_for_steps(steps)}
     if config.epochs is None:  # even where the budget ends it sooner: a shape may train faster than timed
         chosen["epochs"] = BUDGET_MOST_EPOCHS
     chosen = {key: value for key, value in chosen.items() if key not in given}

@@ -10,6 +10,7 @@ from charrnn.config import (
     BUDGET_LADDER,
     BUDGET_MOST_EPOCHS,
     BUDGET_PROBE_SHARE,
+    BUDGET_WEIGHT_DECAY,
     SCALING_LAW,
     ModelConfig,
     TrainConfig,
@@ -212,6 +213,7 @@ def test_the_choice_sets_regularisation_for_its_passes(shakespeare_like):
     assert choice is budget.choose(decision.candidates)
     steps = choice.chars / (choice.settings["batch_size"] * 50)
     assert decision.chosen == {**choice.settings, "dropout": dropout_for_epochs(choice.epochs),
+                               "weight_decay": BUDGET_WEIGHT_DECAY,
                                "ema_decay": average_decay_for_steps(steps), "epochs": BUDGET_MOST_EPOCHS}
     assert decision.planned and 0.9 * 600 < choice.training_s < 0.95 * 600
     assert decision.to_dict()["candidates"][0]["settings"] == decision.candidates[0].settings
@@ -297,7 +299,8 @@ def test_the_probe_never_changes_the_run_that_follows(small_corpus, tmp_path):
     import charrnn
 
     options = {"max_steps": 3, "precision": "fp32", "hidden_size": 16, "num_layers": 1, "embed_size": 8,
-               "batch_size": 4, "seq_len": 16, "dropout": 0.0, "learning_rate": 5e-3}
+               "batch_size": 4, "seq_len": 16, "dropout": 0.0, "learning_rate": 5e-3,
+               "weight_decay": 0.0}
     budgeted = charrnn.train(small_corpus, out_dir=tmp_path / "b", time_budget=30, ema_decay=0.0,
                              skip_connections=False, **options)
     charrnn.train(small_corpus, out_dir=tmp_path / "p", **options)

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Settings compared at a fixed number of steps rather than a wall time, so that the machine's speed, which
+# drifts by a fifth from one run to the next on a shared machine, moves no score: each point trains the
+# planned settings of a budget's shape for the steps that budget trains it on two AMD EPYC cores, with
+# one option changed, and is scored by `eval-perplexity best.pt`. One run at a time, default threads.
+# Appends one JSON line per run to benchmarks/fixed_steps/results.jsonl.
+#
+#   CHARRNN_DATA_MIRROR=file:///path/to/data bash benchmarks/fixed_steps.sh STAGE [SEED...]
+set -eu
+stage=$1
+shift
+seeds=${*:-1 2 3}
+here=$(cd "$(dirname "$0")" && pwd)
+runs=$(mktemp -d)
+
+declare -A POINTS
+case $stage in
+    weight-decay-100)  # the 100-s rung as its budget plans it, for the 2,200 steps (2.6 passes) of 100 s
+        base="--hidden 256 --batch-size 24 --lr 6e-3 --skip-connections --dropout 0 --ema 0.9957 --max-steps 2200"
+        POINTS=(
+            [wd0]="$base --weight-decay 0"
+            [wd0.05]="$base --weight-decay 0.05"
+            [wd0.1]="$base --weight-decay 0.1"
+            [wd0.2]="$base --weight-decay 0.2"
+            [wd0.4]="$base --weight-decay 0.4"
+            [min-lr-0]="$base --weight-decay 0 -o min_lr_ratio 0"
+            [wd0.1-lr7e-3]="$base --weight-decay 0.1 --lr 7e-3"
+            [wd0.1-ema0.998]="$base --weight-decay 0.1 --ema 0.998"
+            [wd0.1-embed-dropout0.1]="$base --weight-decay 0.1 -o embed_dropout 0.1"
+            [wd0.1-input-dropout0.1]="$base --weight-decay 0.1 -o input_dropout 0.1"
+        ) ;;
+    weight-decay-600)  # the 600-s choice, 2×768, for the 1,500 steps (2.4 passes) of 600 s
+        base="--hidden 768 --batch-size 32 --lr 4e-3 --no-skip-connections --dropout 0 --ema 0.995 --max-steps 1500"
+        POINTS=([wd0]="$base --weight-decay 0" [wd0.1]="$base --weight-decay 0.1") ;;
+    *) echo "unknown stage: $stage" >&2; exit 2 ;;
+esac
+
+for seed in $seeds; do
+    for name in "${!POINTS[@]}"; do
+        out="$runs/$name-$seed"
+        # shellcheck disable=SC2086  # the options are words
+        python -m charrnn train ${POINTS[$name]} --seed "$seed" --out "$out" > "$out.log"
+        score=$(python -m charrnn eval-perplexity "$out/best.pt" --json)
+        python - "$stage" "$name" "$seed" "${POINTS[$name]}" "$score" >> "$here/fixed_steps/results.jsonl" <<'PY'
+import json, sys, time
+stage, name, seed, options, score = sys.argv[1:]
+processor = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+                 "unknown")
+print(json.dumps({"stage": stage, "name": name, "seed": int(seed), "options": options.split(),
+                  "val_nats_per_char": json.loads(score)["nats_per_char"], "processor": processor,
+                  "threads": "default", "when": time.strftime("%Y-%m-%d %H:%M")}))
+PY
+    done
+done
