@@ -3,15 +3,20 @@
 # drifts by a fifth from one run to the next on a shared machine, moves no score: each point trains the
 # planned settings of a budget's shape for the steps that budget trains it on two AMD EPYC cores, with
 # one option changed, and is scored by `eval-perplexity best.pt`. One run at a time, default threads.
-# Appends one JSON line per run to benchmarks/fixed_steps/results.jsonl.
+# Appends one JSON line per run to benchmarks/fixed_steps/results.jsonl. The step counts are what two
+# EPYC cores train in each budget; on another machine, time the budget first and change them.
+# Run from the repository root with its virtual environment active (bash 4 or later):
 #
 #   CHARRNN_DATA_MIRROR=file:///path/to/data bash benchmarks/fixed_steps.sh STAGE [SEED...]
 set -eu
+if [ $# -lt 1 ]; then
+    echo "usage: bash benchmarks/fixed_steps.sh weight-decay-100|weight-decay-600 [SEED...]" >&2
+    exit 2
+fi
 stage=$1
 shift
 seeds=${*:-1 2 3}
 here=$(cd "$(dirname "$0")" && pwd)
-runs=$(mktemp -d)
 
 declare -A POINTS
 case $stage in
@@ -34,6 +39,8 @@ case $stage in
         POINTS=([wd0]="$base --weight-decay 0" [wd0.1]="$base --weight-decay 0.1") ;;
     *) echo "unknown stage: $stage" >&2; exit 2 ;;
 esac
+runs=$(mktemp -d)
+trap 'rm -rf "$runs"' EXIT
 
 for seed in $seeds; do
     for name in "${!POINTS[@]}"; do

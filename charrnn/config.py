@@ -438,9 +438,10 @@ BUDGET_DROPOUT_MAX = 0.4
 # 2×256 on two EPYC cores: 38,000 and 26,000 chars/s with dropout 0.1, 48,000 and 34,000 without), more
 # than a weaker regulariser returns in the 2.5 to 3.4 passes that would have drawn 0.05.
 BUDGET_DROPOUT_LEAST = 0.1
-# Every shape a budget plans trains with this decoupled (AdamW) weight decay. At 100 s, 2×256 at batch 24
-# for 2,200 steps (2.6 passes), three seeds: 0.1 scored 0.012 better than none, 0.2 no better than none
-# and 0.4 0.03 worse (docs/defaults.md, "Weight decay"). It costs no time.
+# Every shape a budget plans trains with this decoupled (AdamW) weight decay. At 100 s's 2,200 steps of
+# 2×256 (2.6 passes) it scored 0.015 better than none over three seeds, and 0.05 as well on two; 0.2 was
+# no better than none, 0.4 0.03 worse. At 600 s's 2×768, 0.005 better (docs/defaults.md, "Weight decay").
+# It costs no time.
 BUDGET_WEIGHT_DECAY = 0.1
 # The weight average spans about this share of the run's steps, within these bounds (in steps).
 BUDGET_AVERAGE_SHARE = 0.1

@@ -119,7 +119,7 @@ class BudgetDecision:
     seconds: float  # the budget
     device: str  # the device type it was measured on
     precision: str  # the precision the chosen shape trains in (fp32 or bf16); others may train in another
-    planned: bool  # False: the rule does not cover this model (another cell, layer norm); plain defaults
+    planned: bool  # False: no rule covers this run (another cell, layer norm, a fine-tune); plain defaults
     chosen: dict[str, Any]  # the fields set for the user (those they did not give)
     candidates: tuple[Candidate, ...] = ()  # every shape considered, smallest first
     probe_s: float = 0.0  # seconds spent measuring them, inside the budget

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 import charrnn
 from charrnn.cli.main import cli
+from charrnn.config import TrainConfig
 from charrnn.models.evaluate import evaluate
 from charrnn.training.checkpoint import load_model
 from charrnn.utils.hardware import cpu_has_native_bf16
@@ -209,6 +210,20 @@ def test_fine_tune_with_extended_vocabulary(runner, tiny_checkpoint):
     assert max(s["step"] for s in new["optimizer_state"]["state"].values()) == 2  # fresh optimiser
     sampled = invoke(runner, "sample", "checkpoints/new/last.pt", "--prime", "Zounds", "--length", "10")
     assert sampled.exit_code == 0 and sampled.stdout.startswith("Zounds")
+
+
+def test_a_time_budget_says_what_it_leaves_to_the_defaults(runner, tiny_checkpoint, small_corpus):
+    tuned = invoke(runner, "train", small_corpus, "--init-from", tiny_checkpoint, "--time-budget", "30",
+                   "--max-steps", "1", "--batch-size", "4", "--seq-len", "16", "--out", "tuned")
+    assert tuned.exit_code == 0, tuned.output
+    assert ("--time-budget 30 s: a fine-tune keeps its checkpoint's shape, and every setting not given "
+            "keeps its plain default") in tuned.stderr
+    saved = json.loads(Path("tuned/config.json").read_text())["train"]
+    assert saved["weight_decay"] == 0.0 and saved["learning_rate"] == TrainConfig.learning_rate
+    gru = invoke(runner, "train", small_corpus, "--model", "gru", "--time-budget", "30", "--max-steps", "1",
+                 "--hidden", "16", "--batch-size", "4", "--seq-len", "16", "--out", "gru")
+    assert gru.exit_code == 0, gru.output
+    assert "the scaling rule covers plain LSTMs, so this gru keeps the plain defaults" in gru.stderr
 
 
 def test_fine_tune_refuses_another_shape(runner, tiny_checkpoint, small_corpus):
