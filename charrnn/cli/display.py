@@ -112,14 +112,8 @@ class ProgressBar(TrainObserver):
         name, budget = self.name, plan.budget
         self.threads = plan.threads
         self.precision = plan.precision
-        if budget is not None and not budget.planned and plan.initial_weights is not None:
-            self._say(f"{name('time_budget')} {budget.seconds:g} s: a fine-tune keeps its checkpoint's "
-                      f"shape, and every setting not given keeps its plain default")
-        elif budget is not None and not budget.planned:
-            model = plan.model_config
-            self._say(f"{name('time_budget')} {budget.seconds:g} s: the scaling rule covers plain LSTMs, so "
-                      f"this {model.cell}{' with layer norm' if model.layer_norm else ''} keeps the plain "
-                      f"defaults")
+        if budget is not None and not budget.planned:
+            self._say(f"{name('time_budget')} {budget.seconds:g} s: {budget.unplanned_because}")
         elif budget is not None:
             for line in budget_lines(budget, name):
                 self._say(line)

@@ -123,6 +123,7 @@ class BudgetDecision:
     chosen: dict[str, Any]  # the fields set for the user (those they did not give)
     candidates: tuple[Candidate, ...] = ()  # every shape considered, smallest first
     probe_s: float = 0.0  # seconds spent measuring them, inside the budget
+    unplanned_because: str = ""  # when not planned: why the run keeps the plain defaults, for the user
 
     @property
     def choice(self) -> Candidate | None:

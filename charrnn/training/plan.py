@@ -142,7 +142,9 @@ def plan_training(request: TrainingRequest, group: ProcessGroup | None = None,
                            names_options=True) from None
     model_config = fine_tune_config(source.network.config, model_options, len(encoded.vocab))
     # The checkpoint fixed the shape, and the rule predicts training from scratch: nothing to plan.
-    budget = _unplanned(config, model_config) if config.time_budget is not None else None
+    budget = None if config.time_budget is None else _unplanned(
+        config, model_config, "a fine-tune keeps its checkpoint's shape, and every setting not given keeps "
+                              "its plain default")
     return TrainingPlan(model_config, config, encoded.vocab, encoded.ids, encoded.info,
                         overwrite=request.overwrite, initial_weights=source.network.state_dict(),
                         budget=budget)
@@ -158,17 +160,20 @@ def _budget_decision(config: TrainConfig, encoded: EncodedCorpus, model_options:
     """
     model = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
     if model.cell != "lstm" or model.layer_norm:
-        return _unplanned(config, model)
+        return _unplanned(config, model, f"the scaling rule covers plain LSTMs, so this {model.cell}"
+                                         f"{' with layer norm' if model.layer_norm else ''} keeps the plain "
+                                         f"defaults")
     split = split_ids(encoded.ids, encoded.info.split_point)
     return plan_budget(config.time_budget, {**model_options, **train_options}, config,
                        encoded.vocab, encoded.info, split.train, split.val, group, started=started)
 
 
-def _unplanned(config: TrainConfig, model: ModelConfig) -> BudgetDecision:
-    """A time budget that only stops the run: every setting not given keeps its plain default."""
+def _unplanned(config: TrainConfig, model: ModelConfig, because: str) -> BudgetDecision:
+    """A time budget that only stops the run, ``because`` (said to the user): every setting not given
+    keeps its plain default."""
     device = config.device.split(":")[0]
     return BudgetDecision(config.time_budget, device, resolve_precision(config.precision, device, model),
-                          planned=False, chosen={})
+                          planned=False, chosen={}, unplanned_because=because)
 
 
 def fine_tune_config(source: ModelConfig, model_options: dict[str, Any], vocab_size: int) -> ModelConfig:
