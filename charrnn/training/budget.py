@@ -59,6 +59,11 @@ from charrnn.training.state import TrainingRun
 # (dropout_for_epochs), and timed with it, 2×256 at 100 s looked 20% slower than it trains. A shape that
 # will make more passes trains with dropout, up to 20% slower than it was timed.
 PROBE_AVERAGE_DECAY = 0.99
+# The next shape's measurement is predicted from the last one's speed, scaled by size, and not from what
+# the last one took: a cold start once made the first take 2.1 s instead of 0.3, and scaled up, that
+# stopped the measuring after one shape. Setting up and timing a few steps of scoring, which the
+# prediction leaves out, took under a tenth of a measurement on two EPYC cores; this covers them.
+PROBE_COST_MARGIN = 1.25
 
 
 @dataclass(frozen=True)
@@ -304,6 +309,16 @@ def measure_speed(model_config: ModelConfig, config: TrainConfig, vocab: Vocab, 
     return Speed(chars / max(trained - started, 1e-9), (len(val_ids) - 1) / max(scoring_s, 1e-9))
 
 
+def measuring_seconds(chars_per_s: float, chars_per_step: int, limit_s: float) -> float:
+    """What :func:`measure_speed` takes to time a shape that trains ``chars_per_s``, with
+    :data:`PROBE_COST_MARGIN`: its untimed step, then its timed steps (at least the fewest of
+    :data:`BUDGET_PROBE_STEPS`, and past ``limit_s`` by at most one, up to the most)."""
+    step_s = chars_per_step / max(chars_per_s, 1e-9)
+    fewest, most = BUDGET_PROBE_STEPS
+    timed_steps = min(max(math.ceil(limit_s / step_s), fewest), most)
+    return PROBE_COST_MARGIN * (1 + timed_steps) * step_s
+
+
 def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, vocab: Vocab,
                 corpus: CorpusInfo, train_ids: torch.Tensor, val_ids: torch.Tensor,
                 group: ProcessGroup | None = None, clock: Callable[[], float] = time.perf_counter,
@@ -317,13 +332,13 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
     (when none fits, the smallest one's reason is the error), and so, when bf16 is asked for and no size
     given, are those wider than :data:`~charrnn.models.devices.BF16_LARGEST_HIDDEN`, which did not learn
     in it. Each shape is timed in the precision it would train in. The smallest is always measured; each
-    next one only if its measurement, predicted from the previous one's by size, still fits the
-    probe's share. Measuring stops early once a measured shape predicts worse than the one before it,
-    and the three train alike (the same batch and skip connections): larger ones, slower still, would
-    predict worse too. A larger batch may be faster per character, and skip connections count in the
-    prediction, so a shape that trains otherwise than the one before it is measured. Under torchrun,
-    rank 0 measures and every rank takes its figures, so all choose alike. ``measure`` times one shape
-    (default :func:`measure_speed`).
+    next one only if its measurement (:func:`measuring_seconds`, at the previous one's speed scaled by
+    size) still fits the probe's share. Measuring stops early once a measured shape predicts worse than
+    the one before it, and the three train alike (the same batch and skip connections): larger ones,
+    slower still, would predict worse too. A larger batch may be faster per character, and skip
+    connections count in the prediction, so a shape that trains otherwise than the one before it is
+    measured. Under torchrun, rank 0 measures and every rank takes its figures, so all choose alike.
+    ``measure`` times one shape (default :func:`measure_speed`).
     """
     group = group if group is not None else ProcessGroup()
     measure = measure if measure is not None else measure_speed
@@ -348,15 +363,17 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
     allowance = BUDGET_PROBE_SHARE * seconds
     speeds: list[Speed | None] = [None] * len(shapes)
     if group.is_main:
-        previous_loss, previous_cost = math.inf, 0.0
+        previous_loss = math.inf
         for index, ((settings, _, params), trial_model, trial) in enumerate(trials):
             spent = clock() - now
-            predicted_cost = previous_cost * params / shapes[index - 1][2] if index else 0.0
-            if index and spent + predicted_cost > allowance:
-                break
-            speeds[index] = measure(trial_model, trial, vocab, corpus, train_ids, val_ids,
-                                    min(BUDGET_PROBE_SECONDS, max(allowance - spent, 0.0)), clock)
-            previous_cost = clock() - now - spent
+            limit_s = min(BUDGET_PROBE_SECONDS, max(allowance - spent, 0.0))
+            if index:
+                previous = speeds[index - 1]
+                assert previous is not None
+                speed = previous.train_chars_per_s * shapes[index - 1][2] / params
+                if spent + measuring_seconds(speed, trial.batch_size * trial.seq_len, limit_s) > allowance:
+                    break
+            speeds[index] = measure(trial_model, trial, vocab, corpus, train_ids, val_ids, limit_s, clock)
             estimate = predict_candidates(shapes[: index + 1], speeds[: index + 1],
                                           dataclasses.replace(workload, probe_s=clock() - now),
                                           precisions[: index + 1])[-1]
