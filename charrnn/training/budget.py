@@ -109,6 +109,9 @@ class Candidate:
     predicted_loss: float | None  # validation nats/char the scaling law expects; None: no time to train
     limit: str | None = None  # "epochs" or "max_steps" when that limit ends its run before the budget does
     precision: str = "fp32"  # the precision it trains in, and was (or would be) timed in
+    # Whether it evaluates during training: when, keeping time for that, it trains BUDGET_GUARD_EPOCHS
+    # passes or more. Otherwise that time trains it.
+    evaluates: bool = True
 
     def describe(self) -> str:
         return f"{self.num_layers}×{self.settings['hidden_size']} LSTM"
@@ -250,21 +253,13 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
         saves = 2 * checkpoint_bytes(params, workload.averaging) / SAVE_BYTES_PER_S  # best.pt and last.pt
         end = BudgetEnd(workload.val_chars / speed.eval_chars_per_s, 2 if workload.averaging else 1,
                         workload.val_chars, saves)
-        final_s = end.reserve_s(rescoring=end.evaluations(workload.seconds)[1] is not None)
-        left = workload.seconds - workload.spent_s - workload.probe_s - final_s
-        training_s = max(left, 0.0) * (1 - BUDGET_EVALUATION_SHARE)
-        step_chars = settings["batch_size"] * workload.seq_len
-        affordable = speed.train_chars_per_s * training_s
-        epoch_limit = workload.max_epochs if workload.max_epochs is not None else BUDGET_MOST_EPOCHS
-        limits = {"epochs": epoch_limit * workload.train_chars}
-        if workload.max_steps is not None:
-            limits["max_steps"] = workload.max_steps * step_chars
-        limit = min(limits, key=limits.__getitem__)
-        chars = min(affordable, limits[limit])
-        limit = limit if limits[limit] < affordable else None
-        chars -= chars % step_chars  # whole steps
-        if not chars and limit is not None and affordable >= step_chars:
-            chars = step_chars  # a limit of less than a step: the run still trains one, as the loop does
+        left = workload.seconds - workload.spent_s - workload.probe_s
+        evaluated = _training(speed, settings, workload, max(
+            left - end.reserve_s(rescoring=end.evaluations(workload.seconds)[1] is not None), 0.0)
+            * (1 - BUDGET_EVALUATION_SHARE))
+        evaluates = evaluated[1] >= BUDGET_GUARD_EPOCHS * workload.train_chars
+        training_s, chars, affordable, limit = evaluated if evaluates else _training(
+            speed, settings, workload, max(left - end.reserve_s(rescoring=False), 0.0))
         skip = settings.get("skip_connections", False)
         candidates.append(Candidate(
             settings=settings, num_layers=layers, parameters=params, chars_per_s=speed.train_chars_per_s,
@@ -272,9 +267,28 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
             training_s=training_s, chars=chars, epochs=chars / workload.train_chars,
             budget_epochs=affordable / workload.train_chars,
             predicted_loss=law.predict(params, chars, workload.train_chars, skip) if chars else None,
-            limit=limit, precision=kind[1],
+            limit=limit, precision=kind[1], evaluates=evaluates,
         ))
     return tuple(candidates)
+
+
+def _training(speed: Speed, settings: dict[str, Any], workload: Workload,
+              training_s: float) -> tuple[float, float, float, str | None]:
+    """What ``training_s`` seconds train at ``speed``: (those seconds, the characters within the limits,
+    the characters the time alone affords, the limit that ends the run first, if one does)."""
+    step_chars = settings["batch_size"] * workload.seq_len
+    affordable = speed.train_chars_per_s * training_s
+    epoch_limit = workload.max_epochs if workload.max_epochs is not None else BUDGET_MOST_EPOCHS
+    limits = {"epochs": epoch_limit * workload.train_chars}
+    if workload.max_steps is not None:
+        limits["max_steps"] = workload.max_steps * step_chars
+    limit = min(limits, key=limits.__getitem__)
+    chars = min(affordable, limits[limit])
+    ends = limit if limits[limit] < affordable else None
+    chars -= chars % step_chars  # whole steps
+    if not chars and ends is not None and affordable >= step_chars:
+        chars = step_chars  # a limit of less than a step: the run still trains one, as the loop does
+    return training_s, chars, affordable, ends
 
 
 def _cost_line(points: list[tuple[int, float]]) -> Callable[[float], float]:
@@ -542,13 +556,13 @@ def final_work_seconds(run: TrainingRun, val_ids: torch.Tensor, clock: Callable[
 
 def plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: ProcessGroup,
                     clock: Callable[[], float], finish_s: float, started: float | None = None,
-                    resumed_s: float | None = None, planned_epochs: float | None = None
+                    resumed_s: float | None = None, evaluates: bool = True
                     ) -> tuple[TrainConfig, float, tuple[float, ...], list[str]]:
     """A time-budgeted run's end and evaluations: its configuration (with the validation characters its
     evaluations during training score, unless given), the seconds kept for the end (``finish_s`` for the
     caller included), when to evaluate (fractions of the run) and what to tell the user. Sets the run's
-    configuration. A run whose budget planned fewer than :data:`BUDGET_GUARD_EPOCHS` passes
-    (``planned_epochs``; None: not planned) evaluates only at its end, unless given ``eval_every``.
+    configuration. Without ``evaluates`` (:attr:`Candidate.evaluates`) it evaluates only at its end,
+    unless given ``eval_every``.
 
     A new run whose budget, counted from ``started`` (a ``clock`` reading; default: now), cannot pay for
     its end is refused (:func:`refuse_an_end_past_the_budget`); a run resumed after ``resumed_s`` seconds
@@ -561,8 +575,7 @@ def plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: ProcessGroup
     end = BudgetEnd(pass_s, 2 if run.average is not None else 1, len(val_ids) - 1, other_s)
     points: tuple[float, ...] = ()
     given = config
-    unguarded = planned_epochs is not None and planned_epochs < BUDGET_GUARD_EPOCHS
-    if config.eval_every is None and not unguarded:
+    if config.eval_every is None and evaluates:
         count, chars = end.evaluations(budget, config.eval_chars)
         points = evenly_spaced(count)
         if points and config.eval_chars is None and chars is not None:
@@ -594,10 +607,10 @@ def plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: ProcessGroup
         messages.append(f"{{time_budget}} {budget:g} s: {len(points)} evaluations during training, evenly "
                         f"through it ({scored}, {each} each); best.pt keeps the best weights seen"
                         + (", scored on the whole split at the end" if partial else ""))
-    elif unguarded and config.eval_every is None:
-        messages.append(f"{{time_budget}} {budget:g} s: evaluates at its end only: a run of "
-                        f"{planned_epochs:.1f} epochs ends at its best (its schedule decays to the end; runs "
-                        f"of fewer than {BUDGET_GUARD_EPOCHS:g} epochs were never seen to overfit)")
+    elif not evaluates and config.eval_every is None:
+        messages.append(f"{{time_budget}} {budget:g} s: evaluates at its end only: a run of fewer than "
+                        f"{BUDGET_GUARD_EPOCHS:g} epochs ends at its best (its schedule decays to the end, "
+                        f"and no shorter run was seen to overfit)")
     for other in ("max_steps", "epochs"):
         if getattr(config, other) is not None:
             messages.append(f"{{time_budget}} {budget:g} s and {{{other}}} {getattr(config, other):g}: the "

@@ -434,7 +434,7 @@ def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: Grace
             choice = plan.budget.choice if plan.budget is not None else None
             config, reserve, evaluation_points, budget_messages = plan_budget_end(
                 run, split.val, group, clock, finish_s, started, resumed_s,
-                choice.epochs if choice is not None and resume_from is None else None)
+                choice is None or resume_from is not None or choice.evaluates)
         run_dir = None
         if group.is_main:
             parameters = sum(p.numel() for p in run.model.parameters())

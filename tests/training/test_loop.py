@@ -306,23 +306,23 @@ def test_a_long_budget_evaluates_during_training_and_keeps_the_best_weights(repe
 
 
 def test_a_budget_planned_for_few_passes_evaluates_only_at_its_end(repeated_corpus, tmp_path, monkeypatch):
-    # The same run as above, but its budget planned 2.9 passes: it cannot overfit, so nothing is spent on
+    # The same run as above, but its budget planned under 3 passes: it cannot overfit, so nothing is spent on
     # evaluations during training, and the end keeps no pass to rescore their best. A given --eval-every
     # still evaluates on its schedule.
     from charrnn.training.budget import BUDGET_GUARD_EPOCHS
 
     measured_end(monkeypatch, pass_s=0.5)
     plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000)
-    assert plan.budget.choice.epochs >= BUDGET_GUARD_EPOCHS  # the tiny corpus: many passes
+    assert plan.budget.choice.epochs >= BUDGET_GUARD_EPOCHS and plan.budget.choice.evaluates  # many passes
     few = dataclasses.replace(plan.budget, candidates=tuple(
-        dataclasses.replace(candidate, epochs=2.9) for candidate in plan.budget.candidates))
+        dataclasses.replace(candidate, evaluates=False) for candidate in plan.budget.candidates))
     clock = FakeClock(step_seconds=0.5)
     messages = []
     clock.on_message = messages.append
     dataclasses.replace(plan, budget=few).run(clock, clock=clock)
     records = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(records) == 1
-    assert any("evaluates at its end only: a run of 2.9 epochs ends at its best" in message
+    assert any("evaluates at its end only: a run of fewer than 3 epochs ends at its best" in message
                for message in messages)
     assert any("stops about 1.2 s before the end" in message for message in messages)  # 2 passes × 1.25
     scheduled = plan_run(repeated_corpus, tmp_path / "scheduled", **OPTIONS, time_budget=100, epochs=1000,
