@@ -342,8 +342,8 @@ class TrainConfig(_DictMixin):
 
         Unless ``eval_every`` is given: every DEFAULT_EVAL_EVERY steps, except in a
         time-budgeted run, which plans its evaluations by time instead (at its end, at
-        ``save_epochs``, and, when the budget is long enough to pay for them, a few
-        times during training: :class:`charrnn.training.budget.BudgetEnd`).
+        ``save_epochs``, and a few times during training when the budget plans them:
+        :func:`charrnn.training.budget.plan_budget_end`).
         """
         if self.eval_every is not None:
             return self.eval_every

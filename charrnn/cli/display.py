@@ -570,8 +570,8 @@ def describe_evaluations(config: TrainConfig, val_chars: int) -> str:
             return (f"every {config.evaluation_interval:,} steps on the first {subset:,} validation chars, "
                     f"on the whole split at the end")
         return f"every {config.evaluation_interval:,} steps and at the end"
-    during = f" (on the first {subset:,} validation chars)" if subset else ""
-    return f"at the end, and during training when the budget pays for it{during}"
+    during = f", on the first {subset:,} validation chars" if subset else ""
+    return f"at the end, and during training as the time budget says below{during}"
 
 
 def _part_scored(result: dict[str, Any] | None, corpus: dict[str, Any] | None) -> str:

@@ -88,6 +88,8 @@ class Workload:
     averaging: bool  # whether the run keeps a weight average, which the final evaluation scores too
     max_steps: int | None = None  # a step limit given beside the budget
     max_epochs: float | None = None  # an epoch limit given beside the budget
+    scheduled: bool = False  # evaluations on a schedule given beside the budget (eval_every): every shape
+    # keeps time for evaluations during training
 
 
 @dataclass(frozen=True)
@@ -245,7 +247,7 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
             candidates.append(Candidate(
                 settings=settings, num_layers=layers, parameters=params, chars_per_s=0.0,
                 eval_chars_per_s=0.0, measured=False, estimable=False, training_s=0.0, chars=0.0,
-                epochs=0.0, budget_epochs=0.0, predicted_loss=None, precision=kind[1]))
+                epochs=0.0, budget_epochs=0.0, predicted_loss=None, precision=kind[1], evaluates=False))
             continue
         speed = measured_speed or Speed(
             1 / _cost_line([(size, 1 / each.train_chars_per_s) for size, each in alike])(params),
@@ -257,7 +259,7 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
         evaluated = _training(speed, settings, workload, max(
             left - end.reserve_s(rescoring=end.evaluations(workload.seconds)[1] is not None), 0.0)
             * (1 - BUDGET_EVALUATION_SHARE))
-        evaluates = evaluated[1] >= BUDGET_GUARD_EPOCHS * workload.train_chars
+        evaluates = workload.scheduled or evaluated[1] >= BUDGET_GUARD_EPOCHS * workload.train_chars
         training_s, chars, affordable, limit = evaluated if evaluates else _training(
             speed, settings, workload, max(left - end.reserve_s(rescoring=False), 0.0))
         skip = settings.get("skip_connections", False)
@@ -373,7 +375,7 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
     shapes = [shape for shape, _, _ in trials]
     workload = Workload(seconds, spent_s, 0.0, len(train_ids), len(val_ids), config.seq_len,
                         averaging=given.get("ema_decay", 1.0) > 0, max_steps=config.max_steps,
-                        max_epochs=config.epochs)
+                        max_epochs=config.epochs, scheduled=config.eval_every is not None)
     allowance = BUDGET_PROBE_SHARE * seconds
     speeds: list[Speed | None] = [None] * len(shapes)
     if group.is_main:
@@ -385,7 +387,12 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
                 previous = speeds[index - 1]
                 assert previous is not None
                 speed = previous.train_chars_per_s * shapes[index - 1][2] / params
-                if spent + measuring_seconds(speed, trial.batch_size * trial.seq_len, limit_s) > allowance:
+                step_chars = trial.batch_size * trial.seq_len
+                # Timed for what is left of the share: with its untimed step and the timed step that may
+                # run past the limit, and the margin, the measurement then fits, if its fewest steps do.
+                limit_s = min(BUDGET_PROBE_SECONDS, max(
+                    (allowance - spent) / PROBE_COST_MARGIN - 2 * step_chars / speed, 0.0))
+                if spent + measuring_seconds(speed, step_chars, limit_s) > allowance:
                     break
             speeds[index] = measure(trial_model, trial, vocab, corpus, train_ids, val_ids, limit_s, clock)
             estimate = predict_candidates(shapes[: index + 1], speeds[: index + 1],
@@ -562,7 +569,9 @@ def plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: ProcessGroup
     evaluations during training score, unless given), the seconds kept for the end (``finish_s`` for the
     caller included), when to evaluate (fractions of the run) and what to tell the user. Sets the run's
     configuration. Without ``evaluates`` (:attr:`Candidate.evaluates`) it evaluates only at its end,
-    unless given ``eval_every``.
+    unless given ``eval_every``; so does a resumed run whose best.pt was scored on other validation
+    characters than its evaluations would score (it evaluated only at its end), since they could not
+    replace it, and a run whose share of the budget pays for fewer than the fewest evaluations.
 
     A new run whose budget, counted from ``started`` (a ``clock`` reading; default: now), cannot pay for
     its end is refused (:func:`refuse_an_end_past_the_budget`); a run resumed after ``resumed_s`` seconds
@@ -575,6 +584,9 @@ def plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: ProcessGroup
     end = BudgetEnd(pass_s, 2 if run.average is not None else 1, len(val_ids) - 1, other_s)
     points: tuple[float, ...] = ()
     given = config
+    none_because = None if evaluates else (
+        f"with them its shape would train under {BUDGET_GUARD_EPOCHS:g} epochs, and no run that short was "
+        f"seen to overfit; their time trains it")
     if config.eval_every is None and evaluates:
         count, chars = end.evaluations(budget, config.eval_chars)
         points = evenly_spaced(count)
@@ -582,6 +594,10 @@ def plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: ProcessGroup
             config = dataclasses.replace(config, eval_chars=chars)
     subset = partial_eval_chars(config, end.val_chars)
     partial = subset is not None
+    compared = run.best_subset.chars if resumed_s is not None and run.best_subset is not None else None
+    if points and compared is not None and compared != (subset if partial else end.val_chars):
+        points, partial = (), False
+        none_because = "best.pt was scored on other validation characters than they would score"
     # A subset runs fewer streams side by side than the whole split, which on a CPU costs far more per
     # character: its own cost is timed, and the evaluations cut to what the share pays for.
     each_s = end.weight_sets * pass_s
@@ -592,6 +608,9 @@ def plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: ProcessGroup
         count = int(min(BUDGET_EVALUATION_SHARE * budget / max(each_s, 1e-9), BUDGET_EVALUATIONS[1]))
         if count < len(points):
             points = evenly_spaced(count) if count >= BUDGET_EVALUATIONS[0] else ()
+    if evaluates and not points and none_because is None:
+        none_because = (f"{BUDGET_EVALUATION_SHARE:.0%} of the budget pays for fewer than "
+                        f"{BUDGET_EVALUATIONS[0]}")
     if not points and given.eval_every is None:
         config = given  # no evaluation during training: no subset for them to score
     run.config = config
@@ -607,10 +626,9 @@ def plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: ProcessGroup
         messages.append(f"{{time_budget}} {budget:g} s: {len(points)} evaluations during training, evenly "
                         f"through it ({scored}, {each} each); best.pt keeps the best weights seen"
                         + (", scored on the whole split at the end" if partial else ""))
-    elif not evaluates and config.eval_every is None:
-        messages.append(f"{{time_budget}} {budget:g} s: evaluates at its end only: a run of fewer than "
-                        f"{BUDGET_GUARD_EPOCHS:g} epochs ends at its best (its schedule decays to the end, "
-                        f"and no shorter run was seen to overfit)")
+    elif config.eval_every is None:
+        messages.append(f"{{time_budget}} {budget:g} s: no evaluations during training ({none_because}); "
+                        f"best.pt is scored at the end")
     for other in ("max_steps", "epochs"):
         if getattr(config, other) is not None:
             messages.append(f"{{time_budget}} {budget:g} s and {{{other}}} {getattr(config, other):g}: the "

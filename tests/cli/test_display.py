@@ -184,7 +184,7 @@ def test_the_run_table_says_what_was_held_out_and_what_each_evaluation_scores():
         f"end"
     budgeted = TrainConfig(out_dir="unused", time_budget=100, eval_chars=20_000)
     assert describe_evaluations(budgeted, 111_539) == \
-        "at the end, and during training when the budget pays for it (on the first 20,000 validation chars)"
+        "at the end, and during training as the time budget says below, on the first 20,000 validation chars"
 
 
 def test_the_budget_says_why_a_larger_shape_beat_a_lower_prediction():

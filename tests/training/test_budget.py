@@ -175,6 +175,10 @@ def test_a_shape_not_measured_is_estimated_on_the_line_through_the_last_two_meas
     few = predict_candidates(shapes, speeds, dataclasses.replace(workload, train_chars=10**8))
     assert not few[0].evaluates and few[0].epochs < BUDGET_GUARD_EPOCHS
     assert few[0].training_s == pytest.approx(111 - 1 - 4 - 1.25 * (2 * 0.02 + saves))
+    # Evaluations on a schedule the user gave are kept time for, however few the passes.
+    scheduled = predict_candidates(shapes, speeds, dataclasses.replace(workload, train_chars=10**8,
+                                                                       scheduled=True))
+    assert scheduled[0].evaluates and scheduled[0].training_s == pytest.approx(candidates[0].training_s)
     alone = predict_candidates(shapes, [Speed(1 / 2e-6, 1 / 2e-7), None, None], workload)
     assert alone[2].chars_per_s == pytest.approx(1 / 8e-6)  # through the origin from one measurement
     plain = predict_candidates(shapes, speeds, dataclasses.replace(workload, averaging=False))
@@ -191,6 +195,7 @@ def test_a_shape_is_never_estimated_from_speeds_measured_in_another_precision():
     speeds = [Speed(5000, 50_000), Speed(1800, 18_000), None]
     mixed = predict_candidates(shapes, speeds, workload, ["bf16", "bf16", "fp32"])
     assert not mixed[2].estimable and mixed[2].predicted_loss is None and mixed[2].precision == "fp32"
+    assert not mixed[2].evaluates  # it trains nothing
     alike = predict_candidates(shapes, speeds, workload, ["bf16", "fp32", "fp32"])
     assert alike[2].estimable and alike[2].chars_per_s == pytest.approx(1800 * 13 / 20)  # from 2×1024 alone
     assert [c.precision for c in alike] == ["bf16", "fp32", "fp32"]
@@ -268,14 +273,30 @@ WORK, TIMED = 1e10, [128, 192, 256, 384]
 def test_measuring_stays_inside_its_share_of_the_budget_and_estimates_the_rest(shakespeare_like):
     clock, timed = FakeClock(), []
     decision = plan(shakespeare_like, 100, clock=clock, measure=machine(WORK, clock, timed=timed))
-    # Each shape trains for a second or its 20 steps, and the next one would go past 5% of 100 s.
+    # Each shape trains for a second or its 20 steps, and even the fewest steps of the next one would go
+    # past 5% of 100 s.
     allowance = BUDGET_PROBE_SHARE * 100
     assert timed == TIMED and decision.probe_s <= allowance
     following = decision.candidates[len(timed)]
     assert decision.probe_s + measuring_seconds(
-        WORK / following.parameters, following.settings["batch_size"] * 50,
-        min(1.0, allowance - decision.probe_s)) > allowance
+        WORK / following.parameters, following.settings["batch_size"] * 50, 0.0) > allowance
     assert [c.measured for c in decision.candidates].count(False) == len(BUDGET_LADDER) - len(timed)
+
+
+def test_the_last_measurement_is_timed_for_what_is_left_of_the_share(shakespeare_like):
+    """Once less than a second of the share is left, a shape is timed for what is left (its fewest steps
+    permitting), so it is measured and the share still holds."""
+    clock, limits = FakeClock(), []
+    timing = machine(1e10, clock)
+
+    def measure(model_config, config, vocab, corpus, train_ids, val_ids, limit_s, clock_=None):
+        limits.append(limit_s)
+        return timing(model_config, config, vocab, corpus, train_ids, val_ids, limit_s, clock_)
+
+    # 1.5 s to measure in: 2×128 takes its 20 steps (0.46 s); 2×192 is timed for 0.74 s, not a second.
+    decision = plan(shakespeare_like, 30, clock=clock, measure=measure)
+    assert len(limits) == 2 and limits[0] == 1.0 and 0.5 < limits[1] < 1.0
+    assert decision.probe_s <= BUDGET_PROBE_SHARE * 30
 
 
 def test_a_cold_start_does_not_stop_the_measuring(shakespeare_like):
@@ -463,7 +484,7 @@ def test_a_shape_is_never_estimated_from_another_batchs_speed(shakespeare_like):
 
 def test_shapes_estimated_from_their_batch_are_never_estimated_faster_than_they_run(shakespeare_like):
     clock, speeds = FakeClock(), {}
-    decision = plan(shakespeare_like, 100, clock=clock, measure=batch_machine(clock, speeds, 0.5),
+    decision = plan(shakespeare_like, 100, clock=clock, measure=batch_machine(clock, speeds, 0.4),
                     given={"precision": "fp32"})  # one precision for all: a bf16 CPU trains only some in it
     assert 384 in speeds and 512 not in speeds  # the probe's share ran out
     measured_384 = next(c for c in decision.candidates if c.settings["hidden_size"] == 384)

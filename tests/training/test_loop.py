@@ -305,6 +305,13 @@ def test_a_long_budget_evaluates_during_training_and_keeps_the_best_weights(repe
     assert result.best.nats_per_char == min(record["val_loss"] for record in records)
 
 
+def planned_evaluations(plan, evaluates: bool):
+    """``plan`` with its budget's every shape planned to evaluate during training, or not (which its
+    passes decide: a tiny corpus makes many)."""
+    return dataclasses.replace(plan, budget=dataclasses.replace(plan.budget, candidates=tuple(
+        dataclasses.replace(candidate, evaluates=evaluates) for candidate in plan.budget.candidates)))
+
+
 def test_a_budget_planned_for_few_passes_evaluates_only_at_its_end(repeated_corpus, tmp_path, monkeypatch):
     # The same run as above, but its budget planned under 3 passes: it cannot overfit, so nothing is spent on
     # evaluations during training, and the end keeps no pass to rescore their best. A given --eval-every
@@ -314,21 +321,19 @@ def test_a_budget_planned_for_few_passes_evaluates_only_at_its_end(repeated_corp
     measured_end(monkeypatch, pass_s=0.5)
     plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000)
     assert plan.budget.choice.epochs >= BUDGET_GUARD_EPOCHS and plan.budget.choice.evaluates  # many passes
-    few = dataclasses.replace(plan.budget, candidates=tuple(
-        dataclasses.replace(candidate, evaluates=False) for candidate in plan.budget.candidates))
     clock = FakeClock(step_seconds=0.5)
     messages = []
     clock.on_message = messages.append
-    dataclasses.replace(plan, budget=few).run(clock, clock=clock)
+    planned_evaluations(plan, False).run(clock, clock=clock)
     records = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(records) == 1
-    assert any("evaluates at its end only: a run of fewer than 3 epochs ends at its best" in message
+    assert any("no evaluations during training (with them its shape would train under 3 epochs" in message
                for message in messages)
     assert any("stops about 1.2 s before the end" in message for message in messages)  # 2 passes × 1.25
     scheduled = plan_run(repeated_corpus, tmp_path / "scheduled", **OPTIONS, time_budget=100, epochs=1000,
                          eval_every=50)
     clock = FakeClock(step_seconds=0.5)
-    dataclasses.replace(scheduled, budget=few).run(clock, clock=clock)
+    planned_evaluations(scheduled, False).run(clock, clock=clock)
     assert len((tmp_path / "scheduled" / "metrics.jsonl").read_text().splitlines()) > 1
 
 
@@ -358,9 +363,12 @@ def test_a_budget_whose_share_pays_for_no_evaluation_keeps_no_subset(tmp_path, m
     clock = FakeClock(step_seconds=0.5)
     messages = []
     clock.on_message = messages.append
-    plan_run(corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000).run(clock, clock=clock)
+    plan = plan_run(corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000)
+    planned_evaluations(plan, True).run(clock, clock=clock)
     assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["eval_chars"] is None
-    assert not any("evaluations during training" in message for message in messages)
+    assert not any("evaluations during training, evenly" in message for message in messages)
+    assert any("no evaluations during training (5% of the budget pays for fewer than 3)" in message
+               for message in messages)
     records = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(records) == 1
 
@@ -464,6 +472,26 @@ def test_best_pt_never_loses_to_an_earlier_evaluation_scored_on_a_subset(repeate
                                                                                                abs=1e-6)
     assert result.best.nats_per_char == pytest.approx(recomputed, abs=1e-6)
     assert recomputed < scores[-1]
+
+
+def test_a_resumed_run_that_evaluated_only_at_its_end_makes_no_evaluations_it_could_not_compare(
+        repeated_corpus, tmp_path, monkeypatch):
+    """Its best.pt was scored on the whole split; evaluations of the split's start could never replace it
+    (best.pt compares on the same characters), so a resumed budget spends no time on them."""
+    import charrnn.training.budget as budget_module
+
+    monkeypatch.setattr(budget_module, "BUDGET_EVAL_CHARS_MIN", 40)
+    measured_end(monkeypatch, pass_s=0.5)  # as subset_budget: 5% of 40 s pays for ten of a fifth of the split
+    plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=20, epochs=1000)
+    clock = FakeClock(step_seconds=0.5)
+    planned_evaluations(plan, False).run(clock, clock=clock)
+    messages = []
+    clock.on_message = messages.append
+    plan_run(None, None, resume=tmp_path / "run", time_budget=60).run(clock, clock=clock)
+    records = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert len(records) == 2  # each run's end
+    assert any("no evaluations during training (best.pt was scored on other validation characters than "
+               "they would score)" in message for message in messages)
 
 
 def test_a_budget_whose_end_needs_the_time_left_cannot_be_resumed(repeated_corpus, tmp_path, monkeypatch):
