@@ -112,7 +112,7 @@ class Candidate:
     limit: str | None = None  # "epochs" or "max_steps" when that limit ends its run before the budget does
     precision: str = "fp32"  # the precision it trains in, and was (or would be) timed in
     # Whether it evaluates during training: when, keeping time for that, it trains BUDGET_GUARD_EPOCHS
-    # passes or more. Otherwise that time trains it.
+    # passes or more, or evaluations on a schedule were given. Otherwise that time trains it.
     evaluates: bool = True
 
     def describe(self) -> str:
@@ -490,9 +490,10 @@ BUDGET_EVALUATIONS = (3, 10)  # evaluations during a budgeted run: at least this
 # when it is shorter): fewer would rank nearby weights by noise.
 BUDGET_EVAL_CHARS_MIN = 10_000
 # A budget that plans fewer passes than this evaluates only at its end. Evaluations during training guard
-# best.pt against overfitting, and no run of fewer passes overfit: the hour's 2×1280 peaked at 3.19 of
-# its 3.83 passes, and every curve of up to 4 passes on a GPU was best at its end. At 600 s they and the
-# pass kept to rescore their best took 2×768 about 40 s of its training.
+# best.pt against overfitting, and no run planned for fewer passes (its schedule decaying over them)
+# overfit: every curve of up to 4 passes on a GPU was best at its end, 2×1536's 3 among them, while the
+# hours' 2×1280, planned for 3.8 and 3.9, peaked at 3.19 and 2.91. At 600 s the evaluations and the pass
+# kept to rescore their best took 2×768 about 40 s of its training.
 BUDGET_GUARD_EPOCHS = 3.0
 
 
