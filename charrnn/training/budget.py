@@ -140,6 +140,13 @@ class BudgetDecision:
         """What :func:`choose` chooses: when no shape has time to train, the fastest."""
         return choose(self.candidates) if self.candidates else None
 
+    @property
+    def evaluates(self) -> bool:
+        """Whether the run may evaluate during training (:attr:`Candidate.evaluates`); a budget that
+        planned nothing leaves that to its share (:func:`plan_budget_end`)."""
+        choice = self.choice
+        return choice is None or choice.evaluates
+
     def outranked(self) -> Candidate | None:
         """The shape with the lowest prediction, when :func:`choose` took a larger one that ties with it."""
         lowest = _lowest(self.candidates)
@@ -256,12 +263,13 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
         end = BudgetEnd(workload.val_chars / speed.eval_chars_per_s, 2 if workload.averaging else 1,
                         workload.val_chars, saves)
         left = workload.seconds - workload.spent_s - workload.probe_s
-        evaluated = _training(speed, settings, workload, max(
-            left - end.reserve_s(rescoring=end.evaluations(workload.seconds)[1] is not None), 0.0)
-            * (1 - BUDGET_EVALUATION_SHARE))
-        evaluates = workload.scheduled or evaluated[1] >= BUDGET_GUARD_EPOCHS * workload.train_chars
-        training_s, chars, affordable, limit = evaluated if evaluates else _training(
-            speed, settings, workload, max(left - end.reserve_s(rescoring=False), 0.0))
+        rescoring = end.evaluations(workload.seconds)[1] is not None
+        training_s = max(left - end.reserve_s(rescoring), 0.0) * (1 - BUDGET_EVALUATION_SHARE)
+        chars, affordable, limit = _training(speed, settings, workload, training_s)
+        evaluates = workload.scheduled or chars >= BUDGET_GUARD_EPOCHS * workload.train_chars
+        if not evaluates:  # the evaluations' time, and the pass kept to rescore their best, train it
+            training_s = max(left - end.reserve_s(rescoring=False), 0.0)
+            chars, affordable, limit = _training(speed, settings, workload, training_s)
         skip = settings.get("skip_connections", False)
         candidates.append(Candidate(
             settings=settings, num_layers=layers, parameters=params, chars_per_s=speed.train_chars_per_s,
@@ -275,9 +283,9 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
 
 
 def _training(speed: Speed, settings: dict[str, Any], workload: Workload,
-              training_s: float) -> tuple[float, float, float, str | None]:
-    """What ``training_s`` seconds train at ``speed``: (those seconds, the characters within the limits,
-    the characters the time alone affords, the limit that ends the run first, if one does)."""
+              training_s: float) -> tuple[float, float, str | None]:
+    """What ``training_s`` seconds train at ``speed``: (the characters within the limits, the characters
+    the time alone affords, the limit that ends the run first, if one does)."""
     step_chars = settings["batch_size"] * workload.seq_len
     affordable = speed.train_chars_per_s * training_s
     epoch_limit = workload.max_epochs if workload.max_epochs is not None else BUDGET_MOST_EPOCHS
@@ -290,7 +298,7 @@ def _training(speed: Speed, settings: dict[str, Any], workload: Workload,
     chars -= chars % step_chars  # whole steps
     if not chars and ends is not None and affordable >= step_chars:
         chars = step_chars  # a limit of less than a step: the run still trains one, as the loop does
-    return training_s, chars, affordable, ends
+    return chars, affordable, ends
 
 
 def _cost_line(points: list[tuple[int, float]]) -> Callable[[float], float]:

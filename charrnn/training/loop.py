@@ -431,10 +431,9 @@ def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: Grace
         reserve, evaluation_points, budget_messages = 0.0, (), []
         if config.time_budget is not None:
             resumed_s = resume_from["elapsed_s"] if resume_from is not None else None
-            choice = plan.budget.choice if plan.budget is not None else None
             config, reserve, evaluation_points, budget_messages = plan_budget_end(
                 run, split.val, group, clock, finish_s, started, resumed_s,
-                choice is None or resume_from is not None or choice.evaluates)
+                plan.budget is None or plan.budget.evaluates)
         run_dir = None
         if group.is_main:
             parameters = sum(p.numel() for p in run.model.parameters())
