@@ -22,7 +22,14 @@ from rich.text import Text
 from tqdm import tqdm
 
 from charrnn.api import TrainObserver
-from charrnn.config import COPY_MIN_CHARS, SCALING_LAW, ModelConfig, TrainConfig, partial_eval_chars
+from charrnn.config import (
+    BUDGET_DROPOUT_SPEED,
+    COPY_MIN_CHARS,
+    SCALING_LAW,
+    ModelConfig,
+    TrainConfig,
+    partial_eval_chars,
+)
 from charrnn.config import split_point as corpus_split_point
 from charrnn.errors import CharrnnError
 from charrnn.utils.terminal import escape_char, is_hidden, one_line, shown_parts, visible_char
@@ -316,6 +323,8 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
                 else "the limit given"
             passes = (f"time for {choice.budget_epochs:.1f} epochs, of which it trains {choice.epochs:.1f} "
                       f"({limit}) and ends early")
+        if choice.dropout:
+            passes += f" with dropout {choice.dropout:g} (about {1 - BUDGET_DROPOUT_SPEED:.0%} slower)"
         lines = [f"{name('time_budget')} {budget.seconds:g} s: {choice.describe()}: this machine {how} "
                  f"{speed} → {passes}, predicted validation {choice.predicted_loss:.3f} nats/char"]
     lower = budget.outranked()

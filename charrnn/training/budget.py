@@ -28,6 +28,7 @@ from charrnn.config import (
     BUDGET_DROPOUT_LEAST,
     BUDGET_DROPOUT_MAX,
     BUDGET_DROPOUT_PER_DOUBLING,
+    BUDGET_DROPOUT_SPEED,
     BUDGET_LADDER,
     BUDGET_MOST_EPOCHS,
     BUDGET_PROBE_SECONDS,
@@ -55,9 +56,8 @@ from charrnn.training.schedule import RunAlreadyFinished, stop_reason
 from charrnn.training.state import TrainingRun
 
 # A shape is timed with a weight average (whatever its decay, the same work), unless the user set their
-# own, and without dropout unless given: a budget's runs of fewer than about 3.4 passes train without it
-# (dropout_for_epochs), and timed with it, 2×256 at 100 s looked 20% slower than it trains. A shape that
-# will make more passes trains with dropout, up to 20% slower than it was timed.
+# own, and without dropout unless given: most budgets' runs train without it, and a shape planned with it
+# is predicted at BUDGET_DROPOUT_SPEED of its timed speed.
 PROBE_AVERAGE_DECAY = 0.99
 # The next shape's measurement is predicted from the last one's speed, scaled by size, and not from what
 # the last one took: a cold start once made the first take 2.1 s instead of 0.3, and scaled up, that
@@ -90,6 +90,7 @@ class Workload:
     max_epochs: float | None = None  # an epoch limit given beside the budget
     scheduled: bool = False  # evaluations on a schedule given beside the budget (eval_every): every shape
     # keeps time for evaluations during training
+    plans_dropout: bool = False  # the plan chooses each shape's dropout (the user gave none)
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ class Candidate:
     settings: dict[str, Any]  # hidden_size, batch_size, learning_rate (and skip_connections) it trains with
     num_layers: int  # stacked LSTM layers
     parameters: int  # its parameter count
-    chars_per_s: float  # training throughput on this machine
+    chars_per_s: float  # training throughput on this machine, as timed (without dropout, unless given)
     eval_chars_per_s: float  # evaluation throughput on this machine
     measured: bool  # False: estimated from the shapes measured before it (the probe's time ran out)
     estimable: bool  # measured, or estimated from measured shapes of its batch; False: not a candidate
@@ -114,6 +115,8 @@ class Candidate:
     # Whether it evaluates during training: when, keeping time for that, it trains BUDGET_GUARD_EPOCHS
     # passes or more, or evaluations on a schedule were given. Otherwise that time trains it.
     evaluates: bool = True
+    dropout: float = 0.0  # the dropout the plan gives it (dropout_for_epochs of the passes it makes with
+    # it, at BUDGET_DROPOUT_SPEED of its timed speed, which its chars and epochs then count)
 
     def describe(self) -> str:
         return f"{self.num_layers}×{self.settings['hidden_size']} LSTM"
@@ -238,7 +241,9 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
     (:meth:`BudgetEnd.reserve_s`) and the evaluations during training
     (:data:`BUDGET_EVALUATION_SHARE`), and no further than the step limit given
     and the epoch limit (the one given, else :data:`~charrnn.config.BUDGET_MOST_EPOCHS`) allow. A shape
-    left no time to train has no prediction.
+    left no time to train has no prediction. Where the plan chooses dropout, a shape takes it only when
+    the passes it makes with it, at :data:`~charrnn.config.BUDGET_DROPOUT_SPEED` of its speed, still call
+    for it (:func:`dropout_for_epochs`), and is then predicted at that speed.
     """
     precisions = precisions if precisions is not None else ["fp32"] * len(shapes)
     kinds = [(settings["batch_size"], precision) for (settings, _, _), precision in zip(shapes, precisions,
@@ -263,13 +268,13 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
         end = BudgetEnd(workload.val_chars / speed.eval_chars_per_s, 2 if workload.averaging else 1,
                         workload.val_chars, saves)
         left = workload.seconds - workload.spent_s - workload.probe_s
-        rescoring = end.evaluations(workload.seconds)[1] is not None
-        training_s = max(left - end.reserve_s(rescoring), 0.0) * (1 - BUDGET_EVALUATION_SHARE)
-        chars, affordable, limit = _training(speed, settings, workload, training_s)
-        evaluates = workload.scheduled or chars >= BUDGET_GUARD_EPOCHS * workload.train_chars
-        if not evaluates:  # the evaluations' time, and the pass kept to rescore their best, train it
-            training_s = max(left - end.reserve_s(rescoring=False), 0.0)
-            chars, affordable, limit = _training(speed, settings, workload, training_s)
+        trained = _trained(speed.train_chars_per_s, settings, workload, left, end)
+        dropout = 0.0
+        if workload.plans_dropout:
+            slowed = _trained(BUDGET_DROPOUT_SPEED * speed.train_chars_per_s, settings, workload, left, end)
+            dropout = dropout_for_epochs(slowed[1] / workload.train_chars)
+            trained = slowed if dropout else trained
+        training_s, chars, affordable, limit, evaluates = trained
         skip = settings.get("skip_connections", False)
         candidates.append(Candidate(
             settings=settings, num_layers=layers, parameters=params, chars_per_s=speed.train_chars_per_s,
@@ -277,17 +282,34 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
             training_s=training_s, chars=chars, epochs=chars / workload.train_chars,
             budget_epochs=affordable / workload.train_chars,
             predicted_loss=law.predict(params, chars, workload.train_chars, skip) if chars else None,
-            limit=limit, precision=kind[1], evaluates=evaluates,
+            limit=limit, precision=kind[1], evaluates=evaluates, dropout=dropout,
         ))
     return tuple(candidates)
 
 
-def _training(speed: Speed, settings: dict[str, Any], workload: Workload,
+def _trained(chars_per_s: float, settings: dict[str, Any], workload: Workload, left_s: float,
+             end: BudgetEnd) -> tuple[float, float, float, str | None, bool]:
+    """What a shape training ``chars_per_s`` makes of the ``left_s`` seconds the budget has left once
+    measured: (its seconds of training, the characters it trains on, the characters the time alone
+    affords, the limit that ends it first if one does, whether it evaluates during training). It evaluates
+    when, keeping time for that, it trains :data:`BUDGET_GUARD_EPOCHS` passes or more, or evaluations on a
+    schedule were given; otherwise their time, and the pass kept to rescore their best, train it."""
+    rescoring = end.evaluations(workload.seconds)[1] is not None
+    training_s = max(left_s - end.reserve_s(rescoring), 0.0) * (1 - BUDGET_EVALUATION_SHARE)
+    chars, affordable, limit = _training(chars_per_s, settings, workload, training_s)
+    evaluates = workload.scheduled or chars >= BUDGET_GUARD_EPOCHS * workload.train_chars
+    if not evaluates:
+        training_s = max(left_s - end.reserve_s(rescoring=False), 0.0)
+        chars, affordable, limit = _training(chars_per_s, settings, workload, training_s)
+    return training_s, chars, affordable, limit, evaluates
+
+
+def _training(chars_per_s: float, settings: dict[str, Any], workload: Workload,
               training_s: float) -> tuple[float, float, str | None]:
-    """What ``training_s`` seconds train at ``speed``: (the characters within the limits, the characters
-    the time alone affords, the limit that ends the run first, if one does)."""
+    """What ``training_s`` seconds train at ``chars_per_s``: (the characters within the limits, the
+    characters the time alone affords, the limit that ends the run first, if one does)."""
     step_chars = settings["batch_size"] * workload.seq_len
-    affordable = speed.train_chars_per_s * training_s
+    affordable = chars_per_s * training_s
     epoch_limit = workload.max_epochs if workload.max_epochs is not None else BUDGET_MOST_EPOCHS
     limits = {"epochs": epoch_limit * workload.train_chars}
     if workload.max_steps is not None:
@@ -383,7 +405,8 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
     shapes = [shape for shape, _, _ in trials]
     workload = Workload(seconds, spent_s, 0.0, len(train_ids), len(val_ids), config.seq_len,
                         averaging=given.get("ema_decay", 1.0) > 0, max_steps=config.max_steps,
-                        max_epochs=config.epochs, scheduled=config.eval_every is not None)
+                        max_epochs=config.epochs, scheduled=config.eval_every is not None,
+                        plans_dropout="dropout" not in given)
     allowance = BUDGET_PROBE_SHARE * seconds
     speeds: list[Speed | None] = [None] * len(shapes)
     if group.is_main:
@@ -421,7 +444,7 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
                                     precisions)
     choice = choose(candidates)
     steps = choice.chars / (choice.settings["batch_size"] * config.seq_len)
-    chosen = {**choice.settings, "dropout": dropout_for_epochs(choice.epochs),
+    chosen = {**choice.settings, "dropout": choice.dropout,
               "weight_decay": BUDGET_WEIGHT_DECAY, "ema_decay": average_decay_for_steps(steps)}
     if config.epochs is None:  # even where the budget ends it sooner: a shape may train faster than timed
         chosen["epochs"] = BUDGET_MOST_EPOCHS
