@@ -438,12 +438,13 @@ BUDGET_DROPOUT_MAX = 0.4
 # 2×256 on two EPYC cores: 38,000 and 26,000 chars/s with dropout 0.1, 48,000 and 34,000 without), more
 # than a weaker regulariser returns in the 2.5 to 3.4 passes that would have drawn 0.05.
 BUDGET_DROPOUT_LEAST = 0.1
-# A shape trains at about this share of its timed speed with dropout (timed without it): 2×256 at 41,000
-# to 42,500 chars/s with dropout 0.1 against 50,500 without on two Xeon cores, 26,000 against 34,000 on two
-# EPYC cores; wider shapes lose less (2×768 9%, 2×1280 in float32 nothing measurable). A budget gives a
-# shape dropout only when the passes it makes at this speed still call for it: planned on its timed
-# passes, 2×256 at 100 s drew 0.1 for 3.6 passes, made 2.97 and scored 0.02 to 0.03 worse than without.
-BUDGET_DROPOUT_SPEED = 0.8
+# Dropout's masks add about this width over a shape's hidden_size to its time per character (elementwise
+# work against the LSTM's hidden_size² products): 25% for 2×256, 8% for 2×768, 5% for 2×1280. Measured with
+# dropout 0.1 against none on two Xeon cores: 2×256 41,000 to 42,500 chars/s against 50,500, 2×768 8,650
+# against 9,500, 2×1280 in float32 nothing measurable; on two EPYC cores 2×256 26,000 against 34,000. A
+# budget gives a shape dropout only when the passes it makes at that cost still call for it: planned on its
+# timed passes, 2×256 at 100 s drew 0.1 for 3.6 passes, made 2.97 and scored 0.02 to 0.03 worse than without.
+BUDGET_DROPOUT_WIDTH = 64
 # Every shape a budget plans trains with this decoupled (AdamW) weight decay. At 100 s's 2,200 steps of
 # 2×256 (2.6 passes) it scored 0.015 better than none over three seeds, and 0.05 as well on two; 0.2 was
 # no better than none, 0.4 0.03 worse. At 600 s's 2×768, 0.005 better (docs/defaults.md, "Weight decay").

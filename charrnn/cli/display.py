@@ -23,7 +23,6 @@ from tqdm import tqdm
 
 from charrnn.api import TrainObserver
 from charrnn.config import (
-    BUDGET_DROPOUT_SPEED,
     COPY_MIN_CHARS,
     SCALING_LAW,
     ModelConfig,
@@ -324,7 +323,7 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
             passes = (f"time for {choice.budget_epochs:.1f} epochs, of which it trains {choice.epochs:.1f} "
                       f"({limit}) and ends early")
         if choice.dropout:
-            passes += f" with dropout {choice.dropout:g} (about {1 - BUDGET_DROPOUT_SPEED:.0%} slower)"
+            passes += f" with dropout {choice.dropout:g} (about {1 - choice.speed_share:.0%} slower)"
         lines = [f"{name('time_budget')} {budget.seconds:g} s: {choice.describe()}: this machine {how} "
                  f"{speed} → {passes}, predicted validation {choice.predicted_loss:.3f} nats/char"]
     lower = budget.outranked()

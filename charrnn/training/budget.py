@@ -28,7 +28,7 @@ from charrnn.config import (
     BUDGET_DROPOUT_LEAST,
     BUDGET_DROPOUT_MAX,
     BUDGET_DROPOUT_PER_DOUBLING,
-    BUDGET_DROPOUT_SPEED,
+    BUDGET_DROPOUT_WIDTH,
     BUDGET_LADDER,
     BUDGET_MOST_EPOCHS,
     BUDGET_PROBE_SECONDS,
@@ -57,7 +57,7 @@ from charrnn.training.state import TrainingRun
 
 # A shape is timed with a weight average (whatever its decay, the same work), unless the user set their
 # own, and without dropout unless given: most budgets' runs train without it, and a shape planned with it
-# is predicted at BUDGET_DROPOUT_SPEED of its timed speed.
+# is predicted at its dropout_speed.
 PROBE_AVERAGE_DECAY = 0.99
 # The next shape's measurement is predicted from the last one's speed, scaled by size, and not from what
 # the last one took: a cold start once made the first take 2.1 s instead of 0.3, and scaled up, that
@@ -116,7 +116,8 @@ class Candidate:
     # passes or more, or evaluations on a schedule were given. Otherwise that time trains it.
     evaluates: bool = True
     dropout: float = 0.0  # the dropout the plan gives it (dropout_for_epochs of the passes it makes with
-    # it, at BUDGET_DROPOUT_SPEED of its timed speed, which its chars and epochs then count)
+    # it, at dropout_speed of its timed speed, which its chars and epochs then count)
+    speed_share: float = 1.0  # of its timed speed, the share it is predicted to train at (with that dropout)
 
     def describe(self) -> str:
         return f"{self.num_layers}×{self.settings['hidden_size']} LSTM"
@@ -218,6 +219,12 @@ def dropout_for_epochs(epochs: float) -> float:
     return dropout if dropout >= BUDGET_DROPOUT_LEAST else 0.0
 
 
+def dropout_speed(hidden_size: int) -> float:
+    """The share of its timed speed (timed without dropout) a shape ``hidden_size`` wide trains at with
+    dropout: its masks add about :data:`~charrnn.config.BUDGET_DROPOUT_WIDTH` to its width's work."""
+    return hidden_size / (hidden_size + BUDGET_DROPOUT_WIDTH)
+
+
 def average_decay_for_steps(steps: float) -> float:
     """The weight average's decay for a run of ``steps``: a span of about a tenth of the run."""
     low, high = BUDGET_AVERAGE_STEPS
@@ -242,8 +249,8 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
     (:data:`BUDGET_EVALUATION_SHARE`), and no further than the step limit given
     and the epoch limit (the one given, else :data:`~charrnn.config.BUDGET_MOST_EPOCHS`) allow. A shape
     left no time to train has no prediction. Where the plan chooses dropout, a shape takes it only when
-    the passes it makes with it, at :data:`~charrnn.config.BUDGET_DROPOUT_SPEED` of its speed, still call
-    for it (:func:`dropout_for_epochs`), and is then predicted at that speed.
+    the passes it makes with it, at :func:`dropout_speed` of its speed, still call for it
+    (:func:`dropout_for_epochs`), and is then predicted at that speed.
     """
     precisions = precisions if precisions is not None else ["fp32"] * len(shapes)
     kinds = [(settings["batch_size"], precision) for (settings, _, _), precision in zip(shapes, precisions,
@@ -269,11 +276,12 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
                         workload.val_chars, saves)
         left = workload.seconds - workload.spent_s - workload.probe_s
         trained = _trained(speed.train_chars_per_s, settings, workload, left, end)
-        dropout = 0.0
+        dropout, share = 0.0, 1.0
         if workload.plans_dropout:
-            slowed = _trained(BUDGET_DROPOUT_SPEED * speed.train_chars_per_s, settings, workload, left, end)
+            slowed_share = dropout_speed(settings["hidden_size"])
+            slowed = _trained(slowed_share * speed.train_chars_per_s, settings, workload, left, end)
             dropout = dropout_for_epochs(slowed[1] / workload.train_chars)
-            trained = slowed if dropout else trained
+            trained, share = (slowed, slowed_share) if dropout else (trained, share)
         training_s, chars, affordable, limit, evaluates = trained
         skip = settings.get("skip_connections", False)
         candidates.append(Candidate(
@@ -283,6 +291,7 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
             budget_epochs=affordable / workload.train_chars,
             predicted_loss=law.predict(params, chars, workload.train_chars, skip) if chars else None,
             limit=limit, precision=kind[1], evaluates=evaluates, dropout=dropout,
+            speed_share=share,
         ))
     return tuple(candidates)
 

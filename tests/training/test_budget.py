@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from charrnn.config import (
-    BUDGET_DROPOUT_SPEED,
     BUDGET_LADDER,
     BUDGET_MOST_EPOCHS,
     BUDGET_PROBE_SHARE,
@@ -27,6 +26,7 @@ from charrnn.training.budget import (
     Workload,
     average_decay_for_steps,
     dropout_for_epochs,
+    dropout_speed,
     measure_speed,
     measuring_seconds,
     plan_budget,
@@ -189,23 +189,29 @@ def test_a_shape_not_measured_is_estimated_on_the_line_through_the_last_two_meas
 
 
 def test_dropout_is_planned_on_the_passes_a_shape_makes_with_it():
-    """A shape timed for about 4 passes would make about 3 with dropout's cost, where none is called for:
-    it trains without (2×256 at 100 s on two Xeon cores drew 0.1, made 2.97 passes and scored worse)."""
-    shapes = [({"hidden_size": 256, "batch_size": 16, "learning_rate": 5e-3}, 2, 10**6)]
+    """A 2×256 timed for about 4 passes would make about 3 at dropout's cost, where none is called for: it
+    trains without (at 100 s on two Xeon cores it drew 0.1, made 2.97 passes and scored worse). A wide
+    shape loses little to dropout's masks, and takes it at the same timed passes."""
     workload = Workload(seconds=100, spent_s=0, probe_s=0, train_chars=10**6, val_chars=10**5, seq_len=50,
                         averaging=True, plans_dropout=True)
 
-    def candidate(chars_per_s, **changes):
+    def candidate(chars_per_s, hidden_size=256, **changes):
+        shapes = [({"hidden_size": hidden_size, "batch_size": 16, "learning_rate": 5e-3}, 2, 10**6)]
         changed = dataclasses.replace(workload, **changes)
         return predict_candidates(shapes, [Speed(chars_per_s, 1e7)], changed)[0]
 
+    assert dropout_speed(256) == 0.8 and dropout_speed(1280) == pytest.approx(0.952, abs=0.001)
     four = candidate(42_000)
     assert four.epochs > 3.36 and dropout_for_epochs(four.epochs) == 0.1  # on its timed passes it would draw
-    assert four.dropout == 0.0 and four.chars == pytest.approx(42_000 * four.training_s, abs=800)
-    assert dropout_for_epochs(BUDGET_DROPOUT_SPEED * four.epochs) == 0.0
+    assert four.dropout == 0.0 and four.speed_share == 1.0
+    assert four.chars == pytest.approx(42_000 * four.training_s, abs=800)
+    assert dropout_for_epochs(0.8 * four.epochs) == 0.0
+    wide = candidate(42_000, hidden_size=1280)
+    assert wide.dropout == 0.1 and wide.speed_share == dropout_speed(1280)
+    assert wide.chars == pytest.approx(dropout_speed(1280) * 42_000 * wide.training_s, abs=800)
     five = candidate(60_000)  # 5.7 passes timed, 4.6 with dropout: it takes 0.1 and is planned at that speed
-    assert five.dropout == 0.1 == dropout_for_epochs(five.epochs)
-    assert five.chars == pytest.approx(BUDGET_DROPOUT_SPEED * 60_000 * five.training_s, abs=800)
+    assert five.dropout == 0.1 == dropout_for_epochs(five.epochs) and five.speed_share == 0.8
+    assert five.chars == pytest.approx(0.8 * 60_000 * five.training_s, abs=800)
     assert five.chars_per_s == 60_000  # as timed
     given = candidate(60_000, plans_dropout=False)  # the user's own dropout was timed with it
     assert given.dropout == 0.0 and given.budget_epochs == pytest.approx(60_000 * given.training_s / 10**6)
