@@ -22,13 +22,7 @@ from rich.text import Text
 from tqdm import tqdm
 
 from charrnn.api import TrainObserver
-from charrnn.config import (
-    COPY_MIN_CHARS,
-    SCALING_LAW,
-    ModelConfig,
-    TrainConfig,
-    partial_eval_chars,
-)
+from charrnn.config import COPY_MIN_CHARS, SCALING_LAW, ModelConfig, TrainConfig, partial_eval_chars
 from charrnn.config import split_point as corpus_split_point
 from charrnn.errors import CharrnnError
 from charrnn.utils.terminal import escape_char, is_hidden, one_line, shown_parts, visible_char
