@@ -207,3 +207,18 @@ def test_the_budget_says_why_a_larger_shape_beat_a_lower_prediction():
                         f"{SCALING_LAW.rms_error:.3f}: of shapes that train alike and tie, the larger "
                         f"measured one is chosen")
     assert lines[2].startswith("--time-budget: a close call: 2×384 LSTM predicts")
+
+
+def test_the_budget_says_what_its_dropout_costs_the_passes():
+    from charrnn.cli.display import budget_lines
+    from charrnn.training.budget import BudgetDecision, Candidate, dropout_speed
+
+    choice = Candidate(settings={"hidden_size": 768, "batch_size": 32}, num_layers=2, parameters=7_340_929,
+                       chars_per_s=9287.0, eval_chars_per_s=50_000.0, measured=True, estimable=True,
+                       training_s=560.0, chars=3.9e6, epochs=3.9, budget_epochs=3.9, predicted_loss=1.421,
+                       precision="bf16", dropout=0.1, speed_share=dropout_speed(768))
+    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, {"dropout": 0.1}, (choice,)),
+                         lambda field: "--" + field.replace("_", "-"))
+    assert lines[0] == ("--time-budget 600 s: 2×768 LSTM: this machine trains it at 9,287 chars/s in bf16 → "
+                        "3.9 epochs in the budget with dropout 0.1 (about 8% slower), predicted validation "
+                        "1.421 nats/char")
