@@ -439,7 +439,9 @@ BUDGET_DROPOUT_MAX = 0.4
 # than a weaker regulariser returns in the 2.5 to 3.4 passes that would have drawn 0.05.
 BUDGET_DROPOUT_LEAST = 0.1
 # Dropout's masks add about this width over a shape's hidden_size to its time per character (elementwise
-# work against the LSTM's hidden_size² products): 25% for 2×256, 8% for 2×768, 5% for 2×1280. Measured with
+# work against the LSTM's hidden_size² products), so it trains 20% slower for 2×256, 8% for 2×768 and 5% for
+# 2×1280; the same share whatever the depth and the machine, a rough rule (only 2×256 was timed on both
+# machines, and a 1-layer model masks only its output). Measured with
 # dropout 0.1 against none on two Xeon cores: 2×256 41,000 to 42,500 chars/s against 50,500, 2×768 8,650
 # against 9,500, 2×1280 in float32 nothing measurable; on two EPYC cores 2×256 26,000 against 34,000. A
 # budget gives a shape dropout only when the passes it makes at that cost still call for it: planned on its

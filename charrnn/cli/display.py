@@ -310,14 +310,14 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
                  f"measured, evaluated and saved: the fastest, {choice.describe()} ({speed}), trains what "
                  f"it can"]
     else:
-        passes = f"{choice.epochs:.1f} epochs in the budget"
+        slowed = f" with dropout {choice.dropout:g} (about {1 - choice.speed_share:.0%} slower)" \
+            if choice.speed_share < 1 else ""
+        passes = f"{choice.epochs:.1f} epochs in the budget{slowed}"
         if choice.limit is not None:  # a limit ends the run before the budget does
             limit = "more passes overfit a corpus" if choice.limit == "epochs" and "epochs" in budget.chosen \
                 else "the limit given"
-            passes = (f"time for {choice.budget_epochs:.1f} epochs, of which it trains {choice.epochs:.1f} "
-                      f"({limit}) and ends early")
-        if choice.dropout:
-            passes += f" with dropout {choice.dropout:g} (about {1 - choice.speed_share:.0%} slower)"
+            passes = (f"time for {choice.budget_epochs:.1f} epochs{slowed}, of which it trains "
+                      f"{choice.epochs:.1f} ({limit}) and ends early")
         lines = [f"{name('time_budget')} {budget.seconds:g} s: {choice.describe()}: this machine {how} "
                  f"{speed} → {passes}, predicted validation {choice.predicted_loss:.3f} nats/char"]
     lower = budget.outranked()

@@ -90,7 +90,8 @@ class Workload:
     max_epochs: float | None = None  # an epoch limit given beside the budget
     scheduled: bool = False  # evaluations on a schedule given beside the budget (eval_every): every shape
     # keeps time for evaluations during training
-    plans_dropout: bool = False  # the plan chooses each shape's dropout (the user gave none)
+    dropout: float | None = None  # the dropout the user gave, every shape timed with it; None: the plan
+    # chooses each shape's
 
 
 @dataclass(frozen=True)
@@ -115,9 +116,10 @@ class Candidate:
     # Whether it evaluates during training: when, keeping time for that, it trains BUDGET_GUARD_EPOCHS
     # passes or more, or evaluations on a schedule were given. Otherwise that time trains it.
     evaluates: bool = True
-    dropout: float = 0.0  # the dropout the plan gives it (dropout_for_epochs of the passes it makes with
-    # it, at dropout_speed of its timed speed, which its chars and epochs then count)
-    speed_share: float = 1.0  # of its timed speed, the share it is predicted to train at (with that dropout)
+    dropout: float = 0.0  # the dropout it trains with: the user's, else the plan's (dropout_for_epochs of
+    # the passes it makes with it, at dropout_speed of its timed speed, which its chars and epochs count)
+    speed_share: float = 1.0  # of its timed speed, the share it is predicted to train at (below 1 only with
+    # the plan's dropout: the user's was timed)
 
     def describe(self) -> str:
         return f"{self.num_layers}×{self.settings['hidden_size']} LSTM"
@@ -276,8 +278,8 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
                         workload.val_chars, saves)
         left = workload.seconds - workload.spent_s - workload.probe_s
         trained = _trained(speed.train_chars_per_s, settings, workload, left, end)
-        dropout, share = 0.0, 1.0
-        if workload.plans_dropout:
+        dropout, share = workload.dropout or 0.0, 1.0
+        if workload.dropout is None:
             slowed_share = dropout_speed(settings["hidden_size"])
             slowed = _trained(slowed_share * speed.train_chars_per_s, settings, workload, left, end)
             dropout = dropout_for_epochs(slowed[1] / workload.train_chars)
@@ -415,7 +417,7 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
     workload = Workload(seconds, spent_s, 0.0, len(train_ids), len(val_ids), config.seq_len,
                         averaging=given.get("ema_decay", 1.0) > 0, max_steps=config.max_steps,
                         max_epochs=config.epochs, scheduled=config.eval_every is not None,
-                        plans_dropout="dropout" not in given)
+                        dropout=given.get("dropout"))
     allowance = BUDGET_PROBE_SHARE * seconds
     speeds: list[Speed | None] = [None] * len(shapes)
     if group.is_main:

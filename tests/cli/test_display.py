@@ -1,5 +1,7 @@
 """How models are described in the run table and by info."""
 
+import dataclasses
+
 from charrnn.cli.display import describe_evaluations, describe_model, describe_split, regularisation
 from charrnn.config import EVAL_SUBSET_CHARS, VAL_MAX_CHARS, ModelConfig, TrainConfig
 
@@ -222,3 +224,13 @@ def test_the_budget_says_what_its_dropout_costs_the_passes():
     assert lines[0] == ("--time-budget 600 s: 2×768 LSTM: this machine trains it at 9,287 chars/s in bf16 → "
                         "3.9 epochs in the budget with dropout 0.1 (about 8% slower), predicted validation "
                         "1.421 nats/char")
+    capped = dataclasses.replace(choice, chars=5e6, epochs=5.0, budget_epochs=6.4, limit="epochs",
+                                 dropout=0.15)
+    chosen = {"dropout": 0.15, "epochs": 5.0}
+    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, chosen, (capped,)),
+                         lambda field: "--" + field.replace("_", "-"))
+    assert "→ time for 6.4 epochs with dropout 0.15 (about 8% slower), of which it trains 5.0 (more passes " \
+           "overfit a corpus) and ends early" in lines[0]
+    given = dataclasses.replace(choice, dropout=0.3, speed_share=1.0)  # the user's, timed with it
+    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, {}, (given,)), lambda field: field)
+    assert "→ 3.9 epochs in the budget, predicted" in lines[0]

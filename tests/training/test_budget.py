@@ -193,7 +193,7 @@ def test_dropout_is_planned_on_the_passes_a_shape_makes_with_it():
     trains without (at 100 s on two Xeon cores it drew 0.1, made 2.97 passes and scored worse). A wide
     shape loses little to dropout's masks, and takes it at the same timed passes."""
     workload = Workload(seconds=100, spent_s=0, probe_s=0, train_chars=10**6, val_chars=10**5, seq_len=50,
-                        averaging=True, plans_dropout=True)
+                        averaging=True)
 
     def candidate(chars_per_s, hidden_size=256, **changes):
         shapes = [({"hidden_size": hidden_size, "batch_size": 16, "learning_rate": 5e-3}, 2, 10**6)]
@@ -213,8 +213,10 @@ def test_dropout_is_planned_on_the_passes_a_shape_makes_with_it():
     assert five.dropout == 0.1 == dropout_for_epochs(five.epochs) and five.speed_share == 0.8
     assert five.chars == pytest.approx(0.8 * 60_000 * five.training_s, abs=800)
     assert five.chars_per_s == 60_000  # as timed
-    given = candidate(60_000, plans_dropout=False)  # the user's own dropout was timed with it
-    assert given.dropout == 0.0 and given.budget_epochs == pytest.approx(60_000 * given.training_s / 10**6)
+    given = candidate(60_000, dropout=0.3)  # the user's own dropout was timed with it
+    assert given.dropout == 0.3 and given.speed_share == 1.0
+    assert given.budget_epochs == pytest.approx(60_000 * given.training_s / 10**6)
+    assert candidate(60_000, dropout=0.0).dropout == 0.0
 
 
 def test_a_shape_is_never_estimated_from_speeds_measured_in_another_precision():
