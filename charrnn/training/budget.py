@@ -277,13 +277,14 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
         end = BudgetEnd(workload.val_chars / speed.eval_chars_per_s, 2 if workload.averaging else 1,
                         workload.val_chars, saves)
         left = workload.seconds - workload.spent_s - workload.probe_s
-        trained = _trained(speed.train_chars_per_s, settings, workload, left, end)
         dropout, share = workload.dropout or 0.0, 1.0
-        if workload.dropout is None:
+        trained = _trained(speed.train_chars_per_s, settings, workload, left, end)
+        if workload.dropout is None:  # the plan's dropout, if the passes made at its cost call for it
             slowed_share = dropout_speed(settings["hidden_size"])
             slowed = _trained(slowed_share * speed.train_chars_per_s, settings, workload, left, end)
-            dropout = dropout_for_epochs(slowed[1] / workload.train_chars)
-            trained, share = (slowed, slowed_share) if dropout else (trained, share)
+            planned = dropout_for_epochs(slowed[1] / workload.train_chars)
+            if planned:
+                dropout, share, trained = planned, slowed_share, slowed
         training_s, chars, affordable, limit, evaluates = trained
         skip = settings.get("skip_connections", False)
         candidates.append(Candidate(
