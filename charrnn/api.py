@@ -235,7 +235,7 @@ class SampleStream:
 
 
 @dataclass(frozen=True)
-class Perplexity:
+class TextScore:
     """How well a model predicts a text (:meth:`Model.perplexity`)."""
 
     text: str  # what was scored: a file's path, "text", or the checkpoint's validation split
@@ -388,9 +388,7 @@ class Model(TrainedModel):
         ``min_length``, ``beam_width``, ``length_penalty`` and ``no_repeat``. The same seed gives
         the same text; without one, a seed is drawn and reported in the result.
         """
-        return self._sample(Decoding.check(prime, length, temperature, prime_file, options))
-
-    def _sample(self, request: Decoding) -> Samples:
+        request = Decoding.check(prime, length, temperature, prime_file, options)
         config = request.config
         self._refuse_an_unwritable_stop(config)
         written = self.write(request.prime, config)
@@ -408,9 +406,7 @@ class Model(TrainedModel):
 
         The prime is checked before this returns; beam search and several samples need :meth:`sample`.
         """
-        return self._stream(Decoding.check(prime, length, temperature, prime_file, options))
-
-    def _stream(self, request: Decoding) -> SampleStream:
+        request = Decoding.check(prime, length, temperature, prime_file, options)
         self._refuse_an_unwritable_stop(request.config)
         chars = self.characters(request.prime, request.config)
         return SampleStream(request.prime, request.config.seed, request.seed_drawn, chars, self.checkpoint)
@@ -426,7 +422,7 @@ class Model(TrainedModel):
     def perplexity(self, text: str | None = None, *, file: PathArg | None = None, skip_unknown: bool = False,
                    dynamic: bool | DynamicConfig = False, dynamic_lr: float | None = None,
                    dynamic_decay: float | None = None, segment_len: int | None = None,
-                   single_stream: bool = False) -> Perplexity:
+                   single_stream: bool = False) -> TextScore:
         """Score ``text``, the text of ``file``, or (with neither) the checkpoint's validation split.
 
         The text is read as many streams side by side, each after a warm-up of the text before it
@@ -436,10 +432,8 @@ class Model(TrainedModel):
         ``skip_unknown`` drops them. ``dynamic`` also scores by dynamic evaluation
         (a copy of the model adapts as it reads; the checkpoint never changes).
         """
-        return self._perplexity(Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay,
-                                              segment_len, single_stream))
-
-    def _perplexity(self, request: Scoring) -> Perplexity:
+        request = Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay, segment_len,
+                                single_stream)
         from charrnn.data.cache import cached_ids, scan_corpus
         from charrnn.data.corpus import checkpoint_validation_ids, corpus_path
 
@@ -467,14 +461,36 @@ class Model(TrainedModel):
             from charrnn.analysis.dynamic import checkpoint_dynamic_score
 
             adapted = checkpoint_dynamic_score(self, ids, request.dynamic)
-        return Perplexity(source, score, skipped, adapted, request.dynamic, time.perf_counter() - started,
+        return TextScore(source, score, skipped, adapted, request.dynamic, time.perf_counter() - started,
                           self.checkpoint)
 
     def inspect(self, text: str | None = None, *, file: PathArg | None = None, **options: Any) -> Inspection:
         """Read ``text`` (or ``file``) and colour it by one unit, and/or rank the units by how well they
         track a feature of it: ``options`` are the fields of :class:`~charrnn.config.InspectConfig`
         (``unit``, ``layer``, ``state``, ``rank``, ``top``, ``max_chars``)."""
-        return self._inspect(Looking.check(text, file, options))
+        request = Looking.check(text, file, options)
+        from charrnn.analysis.neurons import activations, rank_units, text_feature
+        from charrnn.data.vocab import UnknownCharactersError
+
+        model, asked = self.network.config, request.config
+        if asked.layer_index >= model.num_layers:
+            raise ConfigError(f"must be below {model.num_layers}: the model has layers 0 to "
+                              f"{model.num_layers - 1}", "layer")
+        if asked.unit is not None and asked.unit >= model.hidden_size:
+            raise ConfigError(f"must be below {model.hidden_size}: layers have units 0 to "
+                              f"{model.hidden_size - 1}", "unit")
+        try:
+            acts = activations(self.network, self.vocab, request.text, asked.state)
+        except UnknownCharactersError as exc:
+            raise CharrnnError(f"{exc} in the text to inspect") from None
+        ranking = None
+        if asked.rank is not None:
+            ranking = rank_units(acts, text_feature(request.text, asked.rank), asked.units_listed)
+        values = acts[:, asked.layer_index, asked.unit].tolist() if asked.unit is not None else None
+        scale = 1.0 if asked.state == "h" or not values else max(1e-6, max(abs(v) for v in values))
+        return Inspection(request.text, asked.layer_index, asked.unit, asked.state, values, scale, asked.rank,
+                          ranking, self.checkpoint)
+
 
     def writing(self, prime: str | None = None, *, temperature: float | None = None, seed: int | None = None,
                 no_repeat: int | None = None, prime_file: PathArg | None = None, **unused: Any) -> Any:
@@ -515,29 +531,6 @@ class Model(TrainedModel):
         if kept < 2:
             raise CharrnnError("need at least 2 characters to score (the first has no context)")
         return Surprisal(self, whole, top, skip_unknown, single_stream)
-
-    def _inspect(self, request: Looking) -> Inspection:
-        from charrnn.analysis.neurons import activations, rank_units, text_feature
-        from charrnn.data.vocab import UnknownCharactersError
-
-        model, asked = self.network.config, request.config
-        if asked.layer_index >= model.num_layers:
-            raise ConfigError(f"must be below {model.num_layers}: the model has layers 0 to "
-                              f"{model.num_layers - 1}", "layer")
-        if asked.unit is not None and asked.unit >= model.hidden_size:
-            raise ConfigError(f"must be below {model.hidden_size}: layers have units 0 to "
-                              f"{model.hidden_size - 1}", "unit")
-        try:
-            acts = activations(self.network, self.vocab, request.text, asked.state)
-        except UnknownCharactersError as exc:
-            raise CharrnnError(f"{exc} in the text to inspect") from None
-        ranking = None
-        if asked.rank is not None:
-            ranking = rank_units(acts, text_feature(request.text, asked.rank), asked.units_listed)
-        values = acts[:, asked.layer_index, asked.unit].tolist() if asked.unit is not None else None
-        scale = 1.0 if asked.state == "h" or not values else max(1e-6, max(abs(v) for v in values))
-        return Inspection(request.text, asked.layer_index, asked.unit, asked.state, values, scale, asked.rank,
-                          ranking, self.checkpoint)
 
 
 @dataclass(frozen=True)
@@ -648,8 +641,9 @@ def sample(checkpoint: PathArg, prime: str | None = None, length: int | None = N
            threads: int | None = None, **options: Any) -> Samples:
     """``load(checkpoint, device, threads).sample(...)``, every option checked before the checkpoint is
     read."""
-    request = Decoding.check(prime, length, temperature, prime_file, options)
-    return _load(checkpoint, device, "checkpoint", threads)._sample(request)
+    Decoding.check(prime, length, temperature, prime_file, options)
+    return _load(checkpoint, device, "checkpoint", threads).sample(prime, length, temperature,
+                                                                   prime_file=prime_file, **options)
 
 
 def stream(checkpoint: PathArg, prime: str | None = None, length: int | None = None,
@@ -657,28 +651,30 @@ def stream(checkpoint: PathArg, prime: str | None = None, length: int | None = N
            threads: int | None = None, **options: Any) -> SampleStream:
     """``load(checkpoint, device, threads).stream(...)``, every option checked before the checkpoint is
     read."""
-    request = Decoding.check(prime, length, temperature, prime_file, options)
-    return _load(checkpoint, device, "checkpoint", threads)._stream(request)
+    Decoding.check(prime, length, temperature, prime_file, options)
+    return _load(checkpoint, device, "checkpoint", threads).stream(prime, length, temperature,
+                                                                   prime_file=prime_file, **options)
 
 
 def perplexity(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None,
                skip_unknown: bool = False, dynamic: bool | DynamicConfig = False,
                dynamic_lr: float | None = None, dynamic_decay: float | None = None,
                segment_len: int | None = None, single_stream: bool = False,
-               device: str = "auto", threads: int | None = None) -> Perplexity:
+               device: str = "auto", threads: int | None = None) -> TextScore:
     """``load(checkpoint, device, threads).perplexity(...)``, every option checked before the checkpoint
     is read."""
-    request = Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay, segment_len,
-                            single_stream)
-    return _load(checkpoint, device, "checkpoint", threads)._perplexity(request)
+    settings = dict(file=file, skip_unknown=skip_unknown, dynamic=dynamic, dynamic_lr=dynamic_lr,
+                    dynamic_decay=dynamic_decay, segment_len=segment_len, single_stream=single_stream)
+    Scoring.check(text, **settings)
+    return _load(checkpoint, device, "checkpoint", threads).perplexity(text, **settings)
 
 
 def inspect(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None, device: str = "cpu",
             threads: int | None = None, **options: Any) -> Inspection:
     """``load(checkpoint, device, threads).inspect(...)``, every option checked before the checkpoint is
     read."""
-    request = Looking.check(text, file, options)
-    return _load(checkpoint, device, "checkpoint", threads)._inspect(request)
+    Looking.check(text, file, options)
+    return _load(checkpoint, device, "checkpoint", threads).inspect(text, file=file, **options)
 
 
 # ----------------------------------------------------------------- whole-checkpoint work

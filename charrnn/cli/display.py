@@ -377,8 +377,8 @@ def training_summary(result: TrainResult, name: Namer) -> Table:
     })
 
 
-def perplexity_table(result: Any) -> Table:
-    """``charrnn eval-perplexity``'s table (``result``: :class:`charrnn.api.Perplexity`)."""
+def score_table(result: Any) -> Table:
+    """``charrnn eval-perplexity``'s table (``result``: :class:`charrnn.api.TextScore`)."""
     rows = {"text": result.text, "nats/char": f"{result.nats_per_char:.4f}",
             "bits/char": f"{result.bits_per_char:.4f}", "perplexity": f"{result.perplexity:.4f}"}
     if result.dynamic is not None:

@@ -57,9 +57,9 @@ def eval_perplexity_command(checkpoint: str, text_file: str | None, as_json: boo
     if as_json:
         print_json(result.to_dict())
         return
-    from charrnn.cli.display import perplexity_table
+    from charrnn.cli.display import score_table
 
-    show(perplexity_table(result))
+    show(score_table(result))
 
 
 @click.command("compare", cls=GroupedCommand)

@@ -26,6 +26,7 @@ from the same pass (:func:`evaluate_with_prefix`).
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
@@ -38,14 +39,6 @@ from charrnn.models.devices import EVAL_CALL_CHARS, EVAL_CHUNK, EVAL_LOGITS
 from charrnn.models.model import CharRNN, State
 
 
-def perplexity(nats_per_char: float) -> float:
-    """``exp(nats_per_char)``, saturating to infinity where it would overflow a float (above ~709)."""
-    try:
-        return math.exp(nats_per_char)
-    except OverflowError:
-        return math.inf
-
-
 @dataclass(frozen=True)
 class EvalResult:
     nats_per_char: float  # mean NLL of each predicted character, natural log
@@ -56,7 +49,8 @@ class EvalResult:
     @classmethod
     def from_total(cls, total_nll: float, chars: int) -> EvalResult:
         nats = total_nll / chars
-        return cls(nats, nats / math.log(2), perplexity(nats), chars)
+        overflows = nats > math.log(sys.float_info.max)  # exp saturates to infinity instead of raising
+        return cls(nats, nats / math.log(2), math.inf if overflows else math.exp(nats), chars)
 
     def to_dict(self) -> dict[str, float | int]:
         return asdict(self)

@@ -75,7 +75,7 @@ def test_beams_print_their_texts_and_their_scores(fake):
 
 
 def test_eval_perplexity_json_is_the_results_dict(fake):
-    scored = api.Perplexity("held_out.txt", SCORE, {"Ω": 2}, None, None, 0.5, Path("best.pt"))
+    scored = api.TextScore("held_out.txt", SCORE, {"Ω": 2}, None, None, 0.5, Path("best.pt"))
     fake.answer("perplexity", scored)
     result = invoke("eval-perplexity", "best.pt", "held_out.txt", "--json", "--skip-unknown")
     assert result.exit_code == 0, result.output

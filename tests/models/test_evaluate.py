@@ -7,6 +7,7 @@ from charrnn.config import EVAL_SLICE, EVAL_WARMUP, ModelConfig
 from charrnn.errors import CharrnnError
 from charrnn.models import evaluate as evaluation
 from charrnn.models.evaluate import (
+    EvalResult,
     StreamLayout,
     evaluate,
     evaluate_with_prefix,
@@ -146,3 +147,9 @@ def test_on_a_trained_model_many_streams_land_within_the_bound_of_one(data_mirro
     many, one = evaluate(model.network, ids), evaluate(model.network, ids, single_stream=True)
     assert one.nats_per_char < 2.6  # it learned something
     assert abs(many.nats_per_char - one.nats_per_char) <= 1e-4
+
+
+def test_a_score_beyond_a_floats_range_has_an_infinite_perplexity():
+    assert EvalResult.from_total(700.0, 1).perplexity == pytest.approx(math.exp(700.0))
+    huge = EvalResult.from_total(1000.0, 1)
+    assert huge.perplexity == math.inf and huge.nats_per_char == 1000.0
