@@ -13,8 +13,8 @@ import numbers
 import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any, Literal, get_args
 
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict
@@ -188,27 +188,18 @@ def check_field_types(config: Any) -> None:
             object.__setattr__(config, name, stored)
 
 
-@functools.cache
-def _field_comments() -> dict[tuple[str, str], str]:
-    """(class, field) → the comment beside the field in this file, continuation lines included."""
-    comments: dict[tuple[str, str], str] = {}
-    owner, last = "", None
-    for line in Path(__file__).read_text(encoding="utf-8").splitlines():
-        if line.startswith("class "):
-            owner, last = line[6:].split("(")[0].split(":")[0], None
-        elif (found := re.match(r"    (\w+): [^#]*#\s?(.*)$", line)) and owner:
-            last = (owner, found.group(1))
-            comments[last] = found.group(2)
-        elif (more := re.match(r"    #\s?(.*)$", line)) and last is not None:
-            comments[last] += " " + more.group(1)
-        else:
-            last = None
-    return comments
+def option(default: Any = dataclasses.MISSING, about: str = "", *,
+           factory: Callable[[], Any] | None = None) -> Any:
+    """A configuration field that is an option: its default (or ``factory``) and ``about``, what it
+    means, which the command line's ``--help`` shows (:func:`field_help`)."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"about": about})
+    return field(default=default, metadata={"about": about})
 
 
 def field_help(cls: type, name: str) -> str:
-    """The comment documenting field ``name`` of configuration ``cls``, as a sentence (for --help)."""
-    text = _field_comments()[(cls.__name__, name)]
+    """What field ``name`` of configuration ``cls`` means, as a sentence (for --help)."""
+    text = cls.__dataclass_fields__[name].metadata["about"]
     first = text[:1].upper() if text[:1].isascii() else text[:1]
     return first + text[1:] + ("" if text.endswith(".") else ".")
 
@@ -225,24 +216,31 @@ class _DictMixin:
 
 @dataclass(frozen=True)
 class ModelConfig(_DictMixin):
-    vocab_size: int  # number of distinct code points the model reads and predicts
-    cell: CellType = "lstm"  # the recurrent cell: lstm, gru, rnn (Elman) or esn (a frozen random reservoir)
-    num_layers: int = 2  # stacked recurrent layers
-    hidden_size: int = 256  # units per recurrent layer (H)
-    embed_size: int = 64  # size of the character embedding fed to layer 1
-    dropout: float = 0.0  # dropout between layers and before the output layer
-    rnn_activation: str = "tanh"  # the vanilla RNN's nonlinearity: tanh or relu
-    forget_bias: float | None = None  # LSTM: start the effective forget-gate bias b_ih + b_hh here;
-    # none keeps PyTorch's small random biases, which learned faster in 100-second runs
-    init: str = "pytorch"  # weight initialisation: pytorch, textbook, orthogonal or esn
-    spectral_radius: float = 2.5  # echo-state reservoir (esn cell or init): largest |eigenvalue|
-    recurrent_density: float = 1.0  # echo-state reservoir: fraction of recurrent weights that are non-zero
-    layer_norm: bool = False  # layer-normalise each gate's pre-activation (and the LSTM cell state)
-    weight_drop: float = 0.0  # DropConnect on the recurrent matrices W_hh, one mask per training segment
-    locked_dropout: bool = False  # dropout masks drawn once per segment and reused at every time step
-    input_dropout: float = 0.0  # dropout on the embedded characters fed to the first layer
-    embed_dropout: float = 0.0  # drop whole characters from the embedding, one draw per segment
-    skip_connections: bool = False  # the input feeds every layer, and every layer the output (Graves 2013)
+    vocab_size: int = option(about="number of distinct code points the model reads and predicts")
+    cell: CellType = option("lstm", "the recurrent cell: lstm, gru, rnn (Elman) or esn (a frozen random "
+                                    "reservoir)")
+    num_layers: int = option(2, "stacked recurrent layers")
+    hidden_size: int = option(256, "units per recurrent layer (H)")
+    embed_size: int = option(64, "size of the character embedding fed to layer 1")
+    dropout: float = option(0.0, "dropout between layers and before the output layer")
+    rnn_activation: str = option("tanh", "the vanilla RNN's nonlinearity: tanh or relu")
+    forget_bias: float | None = option(None, "LSTM: start the effective forget-gate bias b_ih + b_hh "
+                                             "here; none keeps PyTorch's small random biases, which "
+                                             "learned faster in 100-second runs")
+    init: str = option("pytorch", "weight initialisation: pytorch, textbook, orthogonal or esn")
+    spectral_radius: float = option(2.5, "echo-state reservoir (esn cell or init): largest |eigenvalue|")
+    recurrent_density: float = option(1.0, "echo-state reservoir: fraction of recurrent weights that are "
+                                           "non-zero")
+    layer_norm: bool = option(False, "layer-normalise each gate's pre-activation (and the LSTM cell "
+                                     "state)")
+    weight_drop: float = option(0.0, "DropConnect on the recurrent matrices W_hh, one mask per training "
+                                     "segment")
+    locked_dropout: bool = option(False, "dropout masks drawn once per segment and reused at every time "
+                                         "step")
+    input_dropout: float = option(0.0, "dropout on the embedded characters fed to the first layer")
+    embed_dropout: float = option(0.0, "drop whole characters from the embedding, one draw per segment")
+    skip_connections: bool = option(False, "the input feeds every layer, and every layer the output "
+                                           "(Graves 2013)")
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -272,40 +270,47 @@ class ModelConfig(_DictMixin):
 
 @dataclass
 class TrainConfig(_DictMixin):
-    out_dir: str  # run directory: last.pt, best.pt, metrics.jsonl, config.json
-    val_frac: float = 0.1  # contiguous tail of the corpus held out for validation
-    val_max_chars: int | None = VAL_MAX_CHARS  # the most characters held out for validation (none: all of
-    # val_frac)
-    batch_size: int = 16  # parallel BPTT streams (B)
-    seq_len: int = 50  # characters per truncated-BPTT segment (T)
-    learning_rate: float = 3e-3  # peak Adam learning rate
-    min_lr_ratio: float = 0.1  # the cosine schedule decays to learning_rate * this
-    warmup_steps: int = 50  # linear warm-up from 0 to the peak learning rate
-    weight_decay: float = 0.0  # decoupled (AdamW) weight decay
-    ema_decay: float = 0.0  # keep a moving average of the weights with this decay (e.g. 0.999; 0: off);
-    # each evaluation scores it too, and best.pt holds it when it scores better
-    clip: float = 5.0  # clipping threshold; 0 turns clipping off
-    clip_mode: str = "norm"  # how to clip: norm rescales all gradients by their norm, value clamps each
-    max_bad_steps: int = 10  # stop after this many consecutive steps with a non-finite loss or gradient
-    epochs: float | None = None  # stop after this many passes (DEFAULT_EPOCHS if no limit is set)
-    max_steps: int | None = None  # stop after this many optimiser steps
-    time_budget: float | None = None  # stop after this many wall-clock seconds
-    save_epochs: list[int] = field(default_factory=list)  # keep a checkpoint at the end of these epochs
-    eval_every: int | None = None  # steps between validation passes; None: see evaluation_interval
-    eval_chars: int | None = None  # validation characters (from the split's start) that each evaluation
-    # during training scores; a run's end and its epoch checkpoints score the whole split
-    save_every: int = 1000  # steps between writes of last.pt
-    sample_every: int | None = None  # steps between samples recorded in samples.jsonl (and at every epoch
-    # checkpoint); None: at epoch checkpoints only
-    sample_length: int = 200  # characters in each recorded sample
-    sample_prime: str = ""  # the text every recorded sample starts from ("": a newline, as at a text's start)
-    sample_temperature: float = 0.8  # the temperature of every recorded sample
-    sample_seed: int = 0  # the seed of every recorded sample: the same each time, so the rows compare
-    seed: int = 1337  # seeds torch and Python's RNG for initialisation and dropout
-    device: str = "cpu"  # torch device the run uses (resolved, never "auto")
-    precision: str = "auto"  # fp32; bf16: bfloat16 autocast of the training forward pass; auto: bf16
-    # where it was measured faster, chosen again each time the run starts (models.devices.resolve_precision)
-    init_from: str | None = None  # checkpoint whose weights this run started from (fine-tuning)
+    out_dir: str = option(about="run directory: last.pt, best.pt, metrics.jsonl, config.json")
+    val_frac: float = option(0.1, "contiguous tail of the corpus held out for validation")
+    val_max_chars: int | None = option(VAL_MAX_CHARS, "the most characters held out for validation (none: "
+                                                      "all of val_frac)")
+    batch_size: int = option(16, "parallel BPTT streams (B)")
+    seq_len: int = option(50, "characters per truncated-BPTT segment (T)")
+    learning_rate: float = option(3e-3, "peak Adam learning rate")
+    min_lr_ratio: float = option(0.1, "the cosine schedule decays to learning_rate * this")
+    warmup_steps: int = option(50, "linear warm-up from 0 to the peak learning rate")
+    weight_decay: float = option(0.0, "decoupled (AdamW) weight decay")
+    ema_decay: float = option(0.0, "keep a moving average of the weights with this decay (e.g. 0.999; 0: "
+                                   "off); each evaluation scores it too, and best.pt holds it when it "
+                                   "scores better")
+    clip: float = option(5.0, "clipping threshold; 0 turns clipping off")
+    clip_mode: str = option("norm", "how to clip: norm rescales all gradients by their norm, value clamps "
+                                    "each")
+    max_bad_steps: int = option(10, "stop after this many consecutive steps with a non-finite loss or "
+                                    "gradient")
+    epochs: float | None = option(None, "stop after this many passes (DEFAULT_EPOCHS if no limit is set)")
+    max_steps: int | None = option(None, "stop after this many optimiser steps")
+    time_budget: float | None = option(None, "stop after this many wall-clock seconds")
+    save_epochs: list[int] = option(factory=list, about="keep a checkpoint at the end of these epochs")
+    eval_every: int | None = option(None, "steps between validation passes; None: see evaluation_interval")
+    eval_chars: int | None = option(None, "validation characters (from the split's start) that each "
+                                          "evaluation during training scores; a run's end and its epoch "
+                                          "checkpoints score the whole split")
+    save_every: int = option(1000, "steps between writes of last.pt")
+    sample_every: int | None = option(None, "steps between samples recorded in samples.jsonl (and at "
+                                            "every epoch checkpoint); None: at epoch checkpoints only")
+    sample_length: int = option(200, "characters in each recorded sample")
+    sample_prime: str = option("", "the text every recorded sample starts from (\"\": a newline, as at a "
+                                   "text's start)")
+    sample_temperature: float = option(0.8, "the temperature of every recorded sample")
+    sample_seed: int = option(0, "the seed of every recorded sample: the same each time, so the rows "
+                                 "compare")
+    seed: int = option(1337, "seeds torch and Python's RNG for initialisation and dropout")
+    device: str = option("cpu", "torch device the run uses (resolved, never \"auto\")")
+    precision: str = option("auto", "fp32; bf16: bfloat16 autocast of the training forward pass; auto: "
+                                    "bf16 where it was measured faster, chosen again each time the run "
+                                    "starts (models.devices.resolve_precision)")
+    init_from: str | None = option(None, "checkpoint whose weights this run started from (fine-tuning)")
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -525,20 +530,26 @@ class SampleConfig(_DictMixin):
     """How to decode: sampling (temperature, top-k, top-p, seed), greedy, or beam search (textbook
     notes §4). Options that would be ignored by the decoding chosen are refused, not ignored."""
 
-    length: int = 1000  # characters to generate after the prime
-    temperature: float | None = None  # divide the logits by this (> 0); lower is more conservative
-    top_k: int | None = None  # keep only the k most likely characters
-    top_p: float | None = None  # keep the smallest set whose probability reaches p
-    greedy: bool = False  # always take the most likely character
-    num_samples: int = 1  # independent samples, generated together (with beam search: the best beams)
-    seed: int | None = None  # the same seed gives the same text; without one, a seed is drawn and reported
-    stop_at: str | None = None  # end a sample after this string first appears in its generated text
-    min_length: int = 0  # the stop string ends no sample shorter than this many generated characters
-    beam_width: int | None = None  # beam search (deterministic), keeping this many continuations
-    length_penalty: float | None = None  # beam search with a stop string: rank beams by log-probability /
-    # ((5 + n) / 6) ** this, n their length (0: by total log-probability)
-    no_repeat: int | None = None  # never complete a run of this many characters that the text (prime
-    # included) already holds, which ends loops (16 measured best; every decoding, and --interactive)
+    length: int = option(1000, "characters to generate after the prime")
+    temperature: float | None = option(None, "divide the logits by this (> 0); lower is more conservative")
+    top_k: int | None = option(None, "keep only the k most likely characters")
+    top_p: float | None = option(None, "keep the smallest set whose probability reaches p")
+    greedy: bool = option(False, "always take the most likely character")
+    num_samples: int = option(1, "independent samples, generated together (with beam search: the best "
+                                 "beams)")
+    seed: int | None = option(None, "the same seed gives the same text; without one, a seed is drawn and "
+                                    "reported")
+    stop_at: str | None = option(None, "end a sample after this string first appears in its generated "
+                                       "text")
+    min_length: int = option(0, "the stop string ends no sample shorter than this many generated "
+                                "characters")
+    beam_width: int | None = option(None, "beam search (deterministic), keeping this many continuations")
+    length_penalty: float | None = option(None, "beam search with a stop string: rank beams by "
+                                                "log-probability / ((5 + n) / 6) ** this, n their length "
+                                                "(0: by total log-probability)")
+    no_repeat: int | None = option(None, "never complete a run of this many characters that the text "
+                                         "(prime included) already holds, which ends loops (16 measured "
+                                         "best; every decoding, and --interactive)")
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -596,9 +607,9 @@ class DynamicConfig(_DictMixin):
     """Dynamic evaluation (see :mod:`charrnn.analysis.dynamic`); the defaults were tuned on the first half of
     tiny Shakespeare's validation split (docs/techniques.md, "Dynamic evaluation")."""
 
-    learning_rate: float = 1e-4  # η: size of the RMS-normalised step taken after each segment
-    decay: float = 1e-3  # λ: how far each step pulls the weights back towards the trained ones
-    segment_len: int = 50  # characters scored between two updates
+    learning_rate: float = option(1e-4, "η: size of the RMS-normalised step taken after each segment")
+    decay: float = option(1e-3, "λ: how far each step pulls the weights back towards the trained ones")
+    segment_len: int = option(50, "characters scored between two updates")
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -612,12 +623,12 @@ class DynamicConfig(_DictMixin):
 class InspectConfig(_DictMixin):
     """What ``inspect`` looks at (see :mod:`charrnn.analysis.neurons`)."""
 
-    unit: int | None = None  # colour the text by this unit of the layer, counting from 0
-    layer: int | None = None  # the unit's layer, counting from 0
-    state: str = "h"  # the hidden state (h) or the LSTM's cell state (c)
-    rank: str | None = None  # list the units that best track this feature of the text
-    top: int | None = None  # how many units the ranking lists
-    max_chars: int = 3000  # read at most this many characters of the text
+    unit: int | None = option(None, "colour the text by this unit of the layer, counting from 0")
+    layer: int | None = option(None, "the unit's layer, counting from 0")
+    state: str = option("h", "the hidden state (h) or the LSTM's cell state (c)")
+    rank: str | None = option(None, "list the units that best track this feature of the text")
+    top: int | None = option(None, "how many units the ranking lists")
+    max_chars: int = option(3000, "read at most this many characters of the text")
 
     def __post_init__(self) -> None:
         check_field_types(self)
