@@ -57,7 +57,7 @@ def eval_perplexity_command(checkpoint: str, text_file: str | None, as_json: boo
     if as_json:
         print_json(result.to_dict())
         return
-    from charrnn.cli.display import score_table
+    from charrnn.cli.evaluate_view import score_table
 
     show(score_table(result))
 
@@ -124,7 +124,7 @@ def compare_command(ctx: click.Context, checkpoints: tuple[str, ...], as_json: b
     if as_json:
         print_json(comparison.to_dict(), indent=2)
     else:
-        from charrnn.cli.display import comparison_renderable
+        from charrnn.cli.evaluate_view import comparison_renderable
 
         show(comparison_renderable(comparison.reports, out.width, name))
     if comparison.failures:
@@ -146,7 +146,7 @@ def show_evolution(run_dirs: tuple[str, ...], as_json: bool, markdown_file: str 
     if as_json:
         print_json([each.to_dict() for each in evolutions], indent=2)
         return
-    from charrnn.cli.display import evolution_table
+    from charrnn.cli.evaluate_view import evolution_table
 
     for each in evolutions:
         show(evolution_table(each))

@@ -45,7 +45,7 @@ def info_command(checkpoint: str, as_json: bool) -> None:
     if as_json:
         print_json(result.to_dict())
         return
-    from charrnn.cli.display import info_table
+    from charrnn.cli.inspect_view import info_table
 
     show(info_table(str(result.checkpoint), result.facts))
 
@@ -94,7 +94,7 @@ def inspect_command(ctx: click.Context, checkpoint: str, text_file: str, html_fi
       charrnn inspect best.pt held_out.txt --surprisal --html surprisal.html
     """
     from charrnn.api import check_output, inspect
-    from charrnn.cli.display import coloured_text, ranking_table
+    from charrnn.cli.inspect_view import coloured_text, ranking_table
 
     if html_file is not None:
         check_output(html_file, "html_file", {"checkpoint": checkpoint, "text_file": text_file})
@@ -127,7 +127,7 @@ def show_surprisal(checkpoint: str, text_file: str, html_file: str | None, devic
                    most_surprising: int | None, options: dict[str, Any]) -> None:
     """``inspect --surprisal``: the rows streamed as JSON, the K most surprising, or the coloured text."""
     from charrnn.api import Surprisal, surprisal
-    from charrnn.cli.display import surprisal_text, surprising_table
+    from charrnn.cli.inspect_view import surprisal_text, surprising_table
 
     if most_surprising is not None:
         Surprisal.check_count(most_surprising)

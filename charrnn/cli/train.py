@@ -126,7 +126,7 @@ def train_command(ctx: click.Context, corpus: str | None, as_json: bool, quiet: 
     # A time budget counts from the command's start: the process's, when it was started for it (main).
     started = (ctx.obj or {}).get("started", time.perf_counter())
     from charrnn import api
-    from charrnn.cli.display import ProgressBar
+    from charrnn.cli.train_view import ProgressBar
 
     given = {key: value for key, value in arguments.items()
              if ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
@@ -143,7 +143,7 @@ def train_command(ctx: click.Context, corpus: str | None, as_json: bool, quiet: 
     if as_json:
         print_json(result.to_dict())
         return
-    from charrnn.cli.display import training_summary
+    from charrnn.cli.train_view import training_summary
 
     show(training_summary(result, option_namer(ctx.command)))
 

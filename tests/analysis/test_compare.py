@@ -9,7 +9,7 @@ from rich.console import Console
 
 import charrnn
 from charrnn.analysis.compare import CheckpointReport, CompareSettings, compare_checkpoints, to_markdown
-from charrnn.cli.display import comparison_renderable
+from charrnn.cli.evaluate_view import comparison_renderable
 from charrnn.cli.main import cli
 from charrnn.config import SampleConfig
 from charrnn.data.vocab import Vocab

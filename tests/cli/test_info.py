@@ -41,7 +41,7 @@ def test_info_says_when_a_score_covers_only_the_validation_splits_start(tiny_run
     """A checkpoint saved during a long budget's training holds scores of the split's first characters."""
     from rich.console import Console
 
-    from charrnn.cli.display import info_table
+    from charrnn.cli.inspect_view import info_table
     from charrnn.training.checkpoint import describe_checkpoint, load_checkpoint
 
     facts = describe_checkpoint(load_checkpoint(tiny_run / "best.pt"))

@@ -1,0 +1,340 @@
+"""How ``charrnn train`` looks: the plan, the progress bar and log lines, the summary."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+from tqdm import tqdm
+
+from charrnn.api import TrainObserver
+from charrnn.cli.display import (
+    Namer,
+    clock_time,
+    describe_evaluations,
+    describe_model,
+    describe_split,
+    key_value_table,
+)
+from charrnn.config import SCALING_LAW, ModelConfig, TrainConfig
+from charrnn.errors import CharrnnError
+from charrnn.utils.terminal import one_line
+
+if TYPE_CHECKING:  # result types, named for their readers; importing them would import torch
+    from charrnn.data.corpus import CorpusInfo
+    from charrnn.models.model import CharRNN
+    from charrnn.training.loop import TrainResult
+    from charrnn.training.observer import StepReport
+    from charrnn.training.plan import TrainingPlan
+    from charrnn.training.rundir import EvaluationRecord
+    from charrnn.training.samples import SampleRecord
+    from charrnn.utils.threads import ThreadChoice
+
+
+LOG_EVERY_S = 30.0  # without a terminal, a progress line at least this often
+DUE_LINE_WAIT_S = 5.0  # beyond LOG_EVERY_S, how long the watcher leaves a line to the loop before writing
+
+
+class ProgressBar(TrainObserver):
+    """Prints the run configuration, a tqdm bar with loss, chars/s and ETA, and eval lines.
+
+    Without a terminal on stderr (a log file, a pipe) there is no bar: a plain line at
+    every evaluation and at least every :data:`LOG_EVERY_S` seconds, each with the step,
+    epoch, training loss, chars/s, elapsed and remaining time and the last validation
+    loss, so a long job's log never looks hung. A step gets one line: a line falling due
+    is written at the next step unless an evaluation's line for the step comes first;
+    while one step or evaluation outlasts the interval, a watcher thread says so. The
+    remaining time never exceeds what is left of a time budget.
+    """
+
+    def __init__(self, console: Console, name: Namer = str, draw_bar: bool = True,
+                 quiet: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
+        self.console = console  # where the configuration table goes (stderr)
+        self.name = name  # how to name an option in a note
+        self.draw_bar = draw_bar and not quiet  # False: plain progress lines instead
+        self.quiet = quiet  # notes only: no table, bar or progress lines
+        self.bar: tqdm | None = None
+        self.clock = clock  # the wall clock of the log lines (a test's fake)
+        self.started = self.last_line = 0.0  # when training started and the last line was written
+        self.first_step = 0  # the step this process started from (a resumed run's is not 0)
+        self.first_report: StepReport | None = None  # this process's first step, where its pace starts
+        self.losses: list[float] = []  # training losses since the last line
+        self.last_step: StepReport | None = None  # the latest step's report
+        self.last_val: float | None = None  # the latest validation loss
+        self.threads: ThreadChoice | None = None  # the plan's CPU threads, for the table
+        self.precision = ""  # the precision the plan trains in (fp32 or bf16), for the table
+        self.line_due: float | None = None  # when a line fell due at the latest step (written at the next)
+        self.logged_step: int | None = None  # the step the latest progress line was for
+        self.writing = threading.Lock()  # the watcher thread and the loop write lines in turn
+        self.finished = threading.Event()  # set when the run ends: the watcher stops
+
+    def on_message(self, text: str) -> None:
+        """Notes and warnings, quiet or not, each option named as the command line writes it."""
+        self._say(CharrnnError(text, names_options=True).render(self.name))
+
+    def _say(self, text: str) -> None:
+        self.console.print(Text(one_line(text)), soft_wrap=True)
+
+    def on_plan(self, plan: TrainingPlan) -> None:
+        """Say what the plan decided that the user did not ask for in so many words."""
+        name, budget = self.name, plan.budget
+        self.threads = plan.threads
+        self.precision = plan.precision
+        if budget is not None and not budget.planned:
+            self._say(f"{name('time_budget')} {budget.seconds:g} s: {budget.unplanned_because}")
+        elif budget is not None:
+            for line in budget_lines(budget, name):
+                self._say(line)
+        resume = plan.resume
+        if resume is not None:
+            for key, old, new in resume.changes:
+                self._say(f"resuming with {key}: {old!r} → {new!r}")
+            where = f" into a new branch {plan.config.out_dir}" if resume.branch else ""
+            self._say(f"resuming {resume.checkpoint} at step {resume.step:,} (epoch {resume.epoch:.2f})"
+                            f"{where}")
+
+    def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
+                 corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None, first_step: int) -> None:
+        if self.quiet:
+            return
+        parameters = sum(p.numel() for p in model.parameters())
+        trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        frozen_note = f" ({trained:,} trained, the rest frozen)" if trained != parameters else ""
+        self.started = self.last_line = self.clock()
+        self.first_step = first_step
+        rows = {
+            "corpus": f"{corpus.path} ({corpus.chars:,} chars, vocabulary {model_config.vocab_size})",
+            "split": describe_split(corpus.chars, corpus.split_point, corpus.val_frac),
+            "model": describe_model(model_config.to_dict()),
+            "parameters": f"{parameters:,}{frozen_note}",
+            "batches": f"{config.batch_size} streams × {config.seq_len} chars, "
+                       f"{steps_per_epoch:,} steps per epoch",
+            "optimiser": f"Adam lr {config.learning_rate:g} (warm-up {config.warmup_steps}, cosine to "
+                         f"×{config.min_lr_ratio:g}), weight decay {config.weight_decay:g}, "
+                         f"clip {config.clip_mode} {config.clip:g}"
+                         f"{f', weight average (EMA {config.ema_decay:g})' if config.ema_decay else ''}",
+            "stop": ", ".join(filter(None, [
+                config.epochs and f"{config.epochs:g} epochs",
+                config.max_steps and f"{config.max_steps:,} steps",
+                config.time_budget and f"{config.time_budget:g} s",
+            ])),
+            "validation": describe_evaluations(config, corpus.chars - corpus.split_point - 1),
+            "epoch checkpoints": ", ".join(map(str, config.save_epochs)) or "none",
+            "device": f"{config.device}, {self.precision}{' (auto)' if config.precision == 'auto' else ''}",
+            **({"threads": self.threads.describe()} if self.threads is not None and config.device == "cpu"
+               else {}),
+            "seed": str(config.seed),
+            "out": config.out_dir,
+        }
+        self.console.print(key_value_table("charrnn train", rows))
+        if self.draw_bar:
+            self.bar = tqdm(total=total_steps, initial=first_step, unit="step", dynamic_ncols=True,
+                            file=sys.stderr)
+        else:
+            threading.Thread(target=self._watch, name="charrnn-progress", daemon=True).start()
+
+    def _watch(self) -> None:
+        """While the run goes on: when no line has been written for :data:`LOG_EVERY_S` (one step or an
+        evaluation takes that long), say what the run is waiting for."""
+        while not self.finished.wait(1.0):
+            self.say_if_quiet()
+
+    def say_if_quiet(self) -> None:
+        """The watcher's look: a line due a while, or a line saying the run is still at work."""
+        with self.writing:
+            now = self.clock()
+            quiet_for = now - self.last_line
+            # The loop writes a line due at a step when the next one ends: the watcher steps in only once
+            # that is overdue, so a run of quick steps always gets its ordinary lines.
+            if quiet_for < LOG_EVERY_S + DUE_LINE_WAIT_S or self.finished.is_set():
+                return
+            if self.line_due is not None:
+                self._log_line()
+                self.last_line = now
+                return
+            done = "no step done yet" if self.last_step is None else f"step {self.last_step.step:,} done"
+            tqdm.write(f"{done}; still at work (evaluating, saving or a slow step) for "
+                       f"{clock_time(quiet_for)}", file=sys.stderr)
+            self.last_line = now
+
+    def on_step(self, report: StepReport) -> None:
+        if self.first_report is None:
+            self.first_report = report
+        if self.bar is None:
+            with self.writing:
+                if self.line_due is not None:  # the previous step's line: no evaluation wrote one for it
+                    self._log_line()
+                self.last_step = report
+                if not self.quiet:
+                    self.losses.append(report.loss)
+                    now = self.clock()
+                    self.line_due = now if now - self.last_line >= LOG_EVERY_S else None
+            return
+        self.last_step = report
+        to_go = self._steps_to_go(report)
+        if to_go is not None:
+            # Whichever limit is nearest (a time budget included) sets the bar's end and so its ETA.
+            self.bar.total = report.step + round(to_go)
+        postfix = {"loss": f"{report.loss:.3f}", "chars/s": f"{report.chars_per_s:,.0f}",
+                   "lr": f"{report.learning_rate:.2e}"}
+        if report.skipped_steps:
+            postfix["skipped"] = report.skipped_steps
+        self.bar.set_postfix(postfix, refresh=False)
+        self.bar.update(1)
+
+    def _steps_to_go(self, report: StepReport) -> float | None:
+        """Steps left at the pace progress has made since this process's first step: a time budget's
+        progress starts above 0 (what planning took, and the reserve for its end, count in it)."""
+        first = self.first_report
+        if not report.progress or first is None or first.progress is None:
+            return None
+        gained = report.progress - first.progress
+        if gained <= 0:
+            return None
+        return max(0.0, (1 - report.progress) * (report.step - first.step) / gained)
+
+    def _log_line(self, evaluation: str = "", train_loss: float | None = None) -> None:
+        """One plain line for a log: where the run is, how fast, how long to go. The training loss is
+        the mean since the last line, else ``train_loss``."""
+        report = self.last_step
+        now = self.clock() if self.line_due is None else self.line_due  # a line as of when it fell due
+        if report is None:
+            return
+        val = f"{self.last_val:.4f}" if self.last_val is not None else "n/a"
+        if report.step == self.logged_step:  # the step has its line: this one adds the evaluation alone
+            tqdm.write(f"step {report.step:,}  val {val}{evaluation}", file=sys.stderr)
+            self.last_line, self.line_due = now, None
+            return
+        elapsed = now - self.started
+        done = report.step - self.first_step
+        to_go = self._steps_to_go(report)
+        estimate = to_go * elapsed / done if to_go is not None and done > 0 else None
+        if report.seconds_left is not None:
+            estimate = report.seconds_left if estimate is None else min(estimate, report.seconds_left)
+        remaining = "?" if estimate is None else clock_time(estimate)
+        finite = [loss for loss in self.losses if math.isfinite(loss)]
+        mean = sum(finite) / len(finite) if finite else train_loss
+        train = "n/a" if mean is None else f"{mean:.4f}"
+        tqdm.write(f"step {report.step:,}  epoch {report.epoch:.3f}  train {train}  "
+                   f"{report.chars_per_s:,.0f} chars/s  elapsed {clock_time(elapsed)}  "
+                   f"remaining {remaining}  val {val}{evaluation}", file=sys.stderr)
+        self.losses, self.last_line, self.line_due, self.logged_step = [], now, None, report.step
+
+    def on_eval(self, record: EvaluationRecord, improved: bool) -> None:
+        self.last_val = record.val_loss if record.val_loss is not None else self.last_val
+        if self.quiet:
+            return
+        if self.bar is None and self.last_step is not None:
+            marker = "  (best)" if improved else ""
+            saved = f"  saved {record.epoch_checkpoint}" if record.epoch_checkpoint else ""
+            details = "".join([
+                "" if record.val_chars is None else f" on the first {record.val_chars:,} chars",
+                "" if record.averaged_val_loss is None else f", averaged {record.averaged_val_loss:.4f}"])
+            with self.writing:
+                self._log_line(f" (evaluated{details}){marker}{saved}", record.train_loss)
+            return
+        train_part = f"train {record.train_loss:.4f}" if record.train_loss is not None else "train n/a"
+        marker = "  (best)" if improved else ""
+        if record.epoch_checkpoint:
+            marker += f"  saved {record.epoch_checkpoint}"
+        averaged = "" if record.averaged_val_loss is None else f"  averaged {record.averaged_val_loss:.4f}"
+        if record.val_chars is not None:
+            averaged += f"  (first {record.val_chars:,} validation chars)"
+        tqdm.write(
+            f"step {record.step:>6}  epoch {record.epoch:>7.3f}  {train_part}  "
+            f"val {record.val_loss:.4f} nats/char ({record.val_bits_per_char:.3f} bits){averaged}{marker}",
+            file=sys.stderr,
+        )
+
+    def on_sample(self, record: SampleRecord) -> None:
+        """One line: the step and the start of the sample, its line breaks shown as ⏎, cut to the width."""
+        if self.quiet:
+            return
+        head = f"sample @ step {record.step}: "
+        width = max(20, shutil.get_terminal_size().columns - len(head) - 1)
+        text = one_line((record.prime + record.text).replace("\n", "⏎"))
+        tqdm.write(head + (text if len(text) <= width else text[: width - 1] + "…"), file=sys.stderr)
+
+    def on_end(self, completed: bool) -> None:
+        with self.writing:
+            self.finished.set()
+            if self.line_due is not None:
+                self._log_line()
+        if self.bar is not None:
+            if completed:  # a time budget's estimated end was approximate: show where it really ended
+                self.bar.total = self.bar.n
+                self.bar.refresh()
+            self.bar.close()
+
+
+def budget_lines(budget: Any, name: Namer) -> list[str]:
+    """What a time budget chose and why (a :class:`~charrnn.training.budget.BudgetDecision`): the shape
+    with its measured throughput and predicted score, every shape considered, and the settings made."""
+    choice = budget.choice
+    how = "trains it at" if choice.measured else "would train it at about"
+    speed = f"{choice.chars_per_s:,.0f} chars/s in {budget.precision}"
+    if choice.predicted_loss is None:
+        lines = [f"{name('time_budget')} {budget.seconds:g} s leaves no shape time to train once it is "
+                 f"measured, evaluated and saved: the fastest, {choice.describe()} ({speed}), trains what "
+                 f"it can"]
+    else:
+        slowed = f" with dropout {choice.dropout:g} (about {1 - choice.speed_share:.0%} slower)" \
+            if choice.speed_share < 1 else ""
+        passes = f"{choice.epochs:.1f} epochs in the budget{slowed}"
+        if choice.limit is not None:  # a limit ends the run before the budget does
+            limit = "more passes overfit a corpus" if choice.limit == "epochs" and "epochs" in budget.chosen \
+                else "the limit given"
+            passes = (f"time for {choice.budget_epochs:.1f} epochs{slowed}, of which it trains "
+                      f"{choice.epochs:.1f} ({limit}) and ends early")
+        lines = [f"{name('time_budget')} {budget.seconds:g} s: {choice.describe()}: this machine {how} "
+                 f"{speed} → {passes}, predicted validation {choice.predicted_loss:.3f} nats/char"]
+    lower = budget.outranked()
+    if lower is not None:
+        lines.append(f"{name('time_budget')}: {lower.describe()} predicts {lower.predicted_loss:.3f}, within "
+                     f"the rule's error of {SCALING_LAW.rms_error:.3f}: of shapes that train alike and tie, "
+                     f"the larger measured one is chosen")
+    close = budget.close_call()
+    if close is not None:
+        lines.append(f"{name('time_budget')}: a close call: {close.describe()} predicts "
+                     f"{close.predicted_loss:.3f}, within the rule's error, so another run's speeds may "
+                     f"choose it instead")
+    considered = ", ".join(
+        f"{c.describe()} not timed (no shape timed with its batch of {c.settings['batch_size']} in "
+        f"{c.precision})"
+        if not c.estimable else
+        f"{c.describe()} {'' if c.measured else '~'}{c.chars_per_s:,.0f} chars/s"
+        f"{'' if c.precision == budget.precision else f' in {c.precision}'} → "
+        f"{'no time left to train' if c.predicted_loss is None else f'{c.predicted_loss:.3f}'}"
+        for c in budget.candidates)
+    lines.append(f"{name('time_budget')}: shapes timed in {budget.probe_s:.1f} s of the budget (~: estimated "
+                 f"from those timed): {considered}")
+    if budget.chosen:
+        chosen = " ".join(name(key) if value is True else f"{name(key)} {value:g}"
+                          for key, value in budget.chosen.items())
+        lines.append(f"{name('time_budget')}: {chosen} (give any of them to override)")
+    return lines
+
+
+def training_summary(result: TrainResult, name: Namer) -> Table:
+    """``charrnn train``'s closing table."""
+    best = result.best
+    return key_value_table("training finished", {
+        "stopped": result.stop_reason.describe(name),
+        "steps": f"{result.steps:,} ({result.epoch:.2f} epochs)",
+        "wall time": f"{result.elapsed_s:.1f} s",
+        "best validation": f"{best.nats_per_char:.4f} nats/char, {best.bits_per_char:.4f} bits/char, "
+                           f"perplexity {best.perplexity:.3f}"
+                           f"{' (averaged weights)' if result.best_is_average else ''}",
+        "skipped steps": str(result.skipped_steps),
+        "checkpoints": f"{result.out_dir / 'best.pt'}, {result.out_dir / 'last.pt'}",
+        **({"epoch checkpoints": ", ".join(path.name for path in result.epoch_checkpoints)}
+           if result.epoch_checkpoints else {}),
+    })

@@ -1,0 +1,200 @@
+"""The train command's view: progress lines without a terminal, the watcher, the budget's lines."""
+
+import dataclasses
+
+
+def test_without_a_terminal_a_log_gets_a_line_every_30_seconds_and_at_each_evaluation(capsys):
+    """A time-budgeted run logging to a file: never silent for long, every line self-contained."""
+    from rich.console import Console
+
+    from charrnn.cli.train_view import ProgressBar
+    from charrnn.training.observer import StepReport
+    from charrnn.training.rundir import EvaluationRecord
+
+    now = [100.0]
+    bar = ProgressBar(Console(stderr=True), draw_bar=False, clock=lambda: now[0])
+    bar.started = bar.last_line = now[0]
+    for step in range(1, 101):  # a step every second: 100 s of training, 0% to 50% of the run
+        now[0] += 1.0
+        bar.on_step(StepReport(step=step, epoch=step / 40, loss=2.0, learning_rate=1e-3,
+                               chars_per_s=800.0, progress=step / 200, skipped_steps=0))
+        if step == 45:
+            bar.on_eval(EvaluationRecord(step=45, epoch=1.125, train_loss=2.0, val_loss=1.9,
+                                         val_bits_per_char=2.7, learning_rate=1e-3, chars_per_s=800.0,
+                                         elapsed_s=45.0), improved=True)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split()[1] for line in lines] == ["30", "45", "75"]
+    assert lines[0] == ("step 30  epoch 0.750  train 2.0000  800 chars/s  elapsed 0:30  remaining 2:50  "
+                        "val n/a")
+    assert lines[1].endswith("val 1.9000 (evaluated)  (best)") and "remaining 2:35" in lines[1]
+    assert lines[2].endswith("val 1.9000") and "elapsed 1:15" in lines[2]
+
+
+def logged_steps(steps: int, progress_before: float):
+    """A progress display without a terminal, after ``steps`` one-second steps, each 1% of the run, the
+    run already ``progress_before`` done when they began."""
+    from rich.console import Console
+
+    from charrnn.cli.train_view import ProgressBar
+    from charrnn.training.observer import StepReport
+
+    now = [0.0]
+    bar = ProgressBar(Console(stderr=True), draw_bar=False, clock=lambda: now[0])
+    bar.started = bar.last_line = now[0]
+    for step in range(1, steps + 1):
+        now[0] += 1.0
+        bar.on_step(StepReport(step=step, epoch=step / 40, loss=2.0, learning_rate=1e-3,
+                               chars_per_s=800.0, progress=progress_before + step / 100, skipped_steps=0))
+    return bar
+
+
+def test_a_log_line_at_an_evaluation_says_what_it_scored(capsys):
+    """An evaluation of the validation split's start, of both weights, right after a timed line: the
+    line says so, with the training loss the record averaged (none came since the timed line)."""
+    from charrnn.training.rundir import EvaluationRecord
+
+    record = EvaluationRecord(step=30, epoch=0.75, train_loss=2.25, val_loss=1.9, val_bits_per_char=2.7,
+                              learning_rate=1e-3, chars_per_s=800.0, elapsed_s=30.0, averaged_val_loss=1.8,
+                              val_chars=12_000)
+    logged_steps(30, 0.0).on_eval(record, improved=True)
+    evaluated, = capsys.readouterr().err.splitlines()  # one line for the step: the timed one waited
+    assert evaluated.startswith("step 30 ") and "train 2.0000" in evaluated
+    assert evaluated.endswith("val 1.9000 (evaluated on the first 12,000 chars, averaged 1.8000)  (best)")
+
+
+def test_a_step_whose_line_was_written_gets_an_evaluation_only_line(capsys):
+    """The watcher wrote step 30's line while its evaluation ran: the evaluation adds a line of its own,
+    with no second training loss to contradict the first."""
+    from charrnn.training.rundir import EvaluationRecord
+
+    bar = logged_steps(30, 0.0)
+    bar.clock = lambda: 36.0  # the evaluation took longer than the watcher waits for a due line
+    bar.say_if_quiet()
+    bar.on_eval(EvaluationRecord(step=30, epoch=0.75, train_loss=2.25, val_loss=1.9, val_bits_per_char=2.7,
+                                 learning_rate=1e-3, chars_per_s=800.0, elapsed_s=30.0), improved=False)
+    timed, evaluated = capsys.readouterr().err.splitlines()
+    assert timed.startswith("step 30 ") and "train 2.0000" in timed and "elapsed 0:30" in timed
+    assert evaluated == "step 30  val 1.9000 (evaluated)"
+
+
+def test_a_long_silence_is_broken_by_the_watcher(capsys):
+    bar = logged_steps(20, 0.0)  # 20 one-second steps, no line yet: the last was at 0 s
+    bar.clock = lambda: 31.0  # a line is due, but the loop's next step writes it: the watcher waits
+    bar.say_if_quiet()
+    assert capsys.readouterr().err == ""
+    bar.clock = lambda: 36.0
+    bar.say_if_quiet()
+    line, = capsys.readouterr().err.splitlines()
+    assert line == "step 20 done; still at work (evaluating, saving or a slow step) for 0:36"
+    bar.finished.set()
+    bar.clock = lambda: 500.0
+    bar.say_if_quiet()
+    assert capsys.readouterr().err == ""
+
+
+def test_quick_steps_get_their_ordinary_line_every_30_seconds_however_the_watcher_is_timed(capsys):
+    """The watcher wakes once a second; with 0.1-s steps its look at 30 s must not take the place of the
+    loop's own line at the next step."""
+    from rich.console import Console
+
+    from charrnn.cli.train_view import ProgressBar
+    from charrnn.training.observer import StepReport
+
+    now = [0.0]
+    bar = ProgressBar(Console(stderr=True), draw_bar=False, clock=lambda: now[0])
+    for step in range(1, 951):
+        now[0] = step * 0.1
+        bar.on_step(StepReport(step=step, epoch=step / 1000, loss=2.0, learning_rate=1e-3, chars_per_s=800.0,
+                               progress=step / 1000, skipped_steps=0))
+        if step % 10 == 0:
+            bar.say_if_quiet()  # the watcher's once-a-second look
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split()[1] for line in lines] == ["300", "600", "900"]
+    assert all("train 2.0000" in line for line in lines)
+
+
+def test_a_first_step_slower_than_30_seconds_is_not_silent(capsys):
+    from rich.console import Console
+
+    from charrnn.cli.train_view import ProgressBar
+
+    bar = ProgressBar(Console(stderr=True), draw_bar=False, clock=lambda: 40.0)
+    bar.say_if_quiet()
+    expected = "no step done yet; still at work (evaluating, saving or a slow step) for 0:40\n"
+    assert capsys.readouterr().err == expected
+
+
+def test_the_remaining_time_never_exceeds_what_is_left_of_the_budget(capsys):
+    """Steps slowing down make the pace's estimate grow; the budget's own clock caps it."""
+    from rich.console import Console
+
+    from charrnn.cli.train_view import ProgressBar
+    from charrnn.training.observer import StepReport
+
+    now = [0.0]
+    bar = ProgressBar(Console(stderr=True), draw_bar=False, clock=lambda: now[0])
+    for step in range(1, 41):
+        now[0] += 1.0 if step < 20 else 4.0  # a machine that got busy
+        bar.on_step(StepReport(step=step, epoch=step / 40, loss=2.0, learning_rate=1e-3, chars_per_s=800.0,
+                               progress=0.1 + step / 200, skipped_steps=0, seconds_left=120.0 - now[0]))
+    bar.on_end(True)
+    for line in capsys.readouterr().err.splitlines():
+        elapsed, remaining = (line.split(f"{key} ")[1].split()[0] for key in ("elapsed", "remaining"))
+        minutes, seconds = map(int, remaining.split(":"))
+        elapsed_minutes, elapsed_seconds = map(int, elapsed.split(":"))
+        assert 60 * minutes + seconds <= 120 - (60 * elapsed_minutes + elapsed_seconds)
+
+
+def test_a_budgets_remaining_time_counts_from_where_its_progress_started(capsys):
+    """A 100-s budget that keeps 20 s for its end starts at 20% progress: after 30 one-second steps,
+    50 remain, not the 30 that progress/step alone would suggest."""
+    logged_steps(30, 0.2).on_end(True)  # the line due at step 30, written when the run ends
+    line, = capsys.readouterr().err.splitlines()
+    assert "elapsed 0:30  remaining 0:50" in line
+
+
+def test_the_budget_says_why_a_larger_shape_beat_a_lower_prediction():
+    from charrnn.cli.train_view import budget_lines
+    from charrnn.config import SCALING_LAW
+    from charrnn.training.budget import BudgetDecision, Candidate
+
+    def shape(hidden: int, loss: float, batch: int = 16) -> Candidate:
+        settings = {"hidden_size": hidden, "batch_size": batch, "skip_connections": batch == 16}
+        return Candidate(settings=settings, num_layers=2, parameters=hidden * 1000, chars_per_s=1000.0,
+                         eval_chars_per_s=1000.0, measured=True, estimable=True, training_s=90.0,
+                         chars=90_000.0, epochs=2.0, budget_epochs=2.0, predicted_loss=loss)
+
+    tie = SCALING_LAW.rms_error / 2
+    decision = BudgetDecision(100, "cpu", "bf16", True, {}, (shape(192, 1.478), shape(256, 1.478 + tie),
+                                                             shape(384, 1.478 + tie, batch=32)))
+    lines = budget_lines(decision, lambda field: "--" + field.replace("_", "-"))
+    assert lines[0].startswith("--time-budget 100 s: 2×256 LSTM: this machine trains it at 1,000 chars/s")
+    assert lines[1] == (f"--time-budget: 2×192 LSTM predicts 1.478, within the rule's error of "
+                        f"{SCALING_LAW.rms_error:.3f}: of shapes that train alike and tie, the larger "
+                        f"measured one is chosen")
+    assert lines[2].startswith("--time-budget: a close call: 2×384 LSTM predicts")
+
+
+def test_the_budget_says_what_its_dropout_costs_the_passes():
+    from charrnn.cli.train_view import budget_lines
+    from charrnn.training.budget import BudgetDecision, Candidate, dropout_speed
+
+    choice = Candidate(settings={"hidden_size": 768, "batch_size": 32}, num_layers=2, parameters=7_340_929,
+                       chars_per_s=9287.0, eval_chars_per_s=50_000.0, measured=True, estimable=True,
+                       training_s=560.0, chars=3.9e6, epochs=3.9, budget_epochs=3.9, predicted_loss=1.421,
+                       precision="bf16", dropout=0.1, speed_share=dropout_speed(768))
+    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, {"dropout": 0.1}, (choice,)),
+                         lambda field: "--" + field.replace("_", "-"))
+    assert lines[0] == ("--time-budget 600 s: 2×768 LSTM: this machine trains it at 9,287 chars/s in bf16 → "
+                        "3.9 epochs in the budget with dropout 0.1 (about 8% slower), predicted validation "
+                        "1.421 nats/char")
+    capped = dataclasses.replace(choice, chars=5e6, epochs=5.0, budget_epochs=6.4, limit="epochs",
+                                 dropout=0.15)
+    chosen = {"dropout": 0.15, "epochs": 5.0}
+    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, chosen, (capped,)),
+                         lambda field: "--" + field.replace("_", "-"))
+    assert "→ time for 6.4 epochs with dropout 0.15 (about 8% slower), of which it trains 5.0 (more passes " \
+           "overfit a corpus) and ends early" in lines[0]
+    given = dataclasses.replace(choice, dropout=0.3, speed_share=1.0)  # the user's, timed with it
+    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, {}, (given,)), lambda field: field)
+    assert "→ 3.9 epochs in the budget, predicted" in lines[0]
