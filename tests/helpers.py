@@ -33,11 +33,13 @@ def make_model(cell: str, layers: int = 2, seed: int = 0) -> CharRNN:
 
 
 def plan_run(corpus: Path | None, out: Path | None, *, overwrite: bool = False, resume: Path | None = None,
-             **options: Any) -> TrainingPlan:
+             finish_s: float = 0.0, **options: Any) -> TrainingPlan:
     """The plan of a tiny run on ``corpus`` into ``out``: :data:`TINY_RUN` overridden by ``options``
-    (fields of ModelConfig and TrainConfig); with ``resume``, only the options given change."""
+    (fields of ModelConfig and TrainConfig); with ``resume``, only the options given change. A time budget
+    keeps ``finish_s`` seconds at its end for the caller."""
     given = options if resume is not None else {**TINY_RUN, **options}
-    return plan_training(TrainingRequest(corpus, given, out, overwrite=overwrite, resume=resume))
+    return plan_training(TrainingRequest(corpus, given, out, overwrite=overwrite, resume=resume),
+                         finish_s=finish_s)
 
 
 def repeated_runs(text: str, n: int) -> list[str]:

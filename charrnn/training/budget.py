@@ -47,7 +47,7 @@ from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
 from charrnn.models.devices import check_model_fits, resolve_precision, too_wide_for_bf16
 from charrnn.models.evaluate import scoring_seconds
-from charrnn.models.model import parameter_count
+from charrnn.models.model import CharRNN, parameter_count
 from charrnn.training.distributed import ProcessGroup
 from charrnn.training.request import split_options
 from charrnn.training.rundir import checkpoint_bytes
@@ -586,46 +586,60 @@ def evenly_spaced(count: int) -> tuple[float, ...]:
     return tuple(k / (count + 1) for k in range(1, count + 1))
 
 
-def final_work_seconds(run: TrainingRun, val_ids: torch.Tensor, clock: Callable[[], float]) -> BudgetEnd:
-    """What a time-budgeted run's evaluations cost (:func:`~charrnn.models.evaluate.scoring_seconds`),
-    with the saves of best.pt and last.pt and a recorded sample when the run records them (timed on a
-    few characters)."""
+def final_work_seconds(model: CharRNN, vocab: Vocab, config: TrainConfig, val_ids: torch.Tensor,
+                       clock: Callable[[], float]) -> BudgetEnd:
+    """What the evaluations of a time-budgeted run of ``model``'s shape cost
+    (:func:`~charrnn.models.evaluate.scoring_seconds`), with the saves of best.pt and last.pt and a
+    recorded sample when the run records them (timed on a few characters)."""
+    weight_sets = 2 if config.ema_decay > 0 else 1
     if len(val_ids) < 2:
-        return BudgetEnd(0.0, 1, 0)
-    pass_s = scoring_seconds(run.model, val_ids, clock)
-    parameters = sum(p.numel() for p in run.model.parameters())
-    saving = 2 * checkpoint_bytes(parameters, averaging=run.average is not None) / SAVE_BYTES_PER_S
+        return BudgetEnd(0.0, weight_sets, 0)
+    pass_s = scoring_seconds(model, val_ids, clock)
+    parameters = sum(p.numel() for p in model.parameters())
+    saving = 2 * checkpoint_bytes(parameters, averaging=weight_sets == 2) / SAVE_BYTES_PER_S
     sampling = 0.0
-    if run.config.sample_every is not None or run.config.save_epochs:  # a recorded sample ends the run too
+    if config.sample_every is not None or config.save_epochs:  # a recorded sample ends the run too
         started = clock()
-        draw_sample(run.model, run.vocab, dataclasses.replace(run.config, sample_length=CALIBRATION_SAMPLE),
-                    0, 0.0, 0.0, None)
-        sampling = (clock() - started) * run.config.sample_length / CALIBRATION_SAMPLE
-    return BudgetEnd(pass_s, 2 if run.average is not None else 1, len(val_ids) - 1,
-                     saving + sampling)
+        draw_sample(model, vocab, dataclasses.replace(config, sample_length=CALIBRATION_SAMPLE), 0, 0.0, 0.0,
+                    None)
+        sampling = (clock() - started) * config.sample_length / CALIBRATION_SAMPLE
+    return BudgetEnd(pass_s, weight_sets, len(val_ids) - 1, saving + sampling)
 
 
-def plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: ProcessGroup,
-                    clock: Callable[[], float], finish_s: float, started: float | None = None,
-                    resumed_s: float | None = None, evaluates: bool = True
-                    ) -> tuple[TrainConfig, float, tuple[float, ...], list[str]]:
-    """A time-budgeted run's end and evaluations: its configuration (with the validation characters its
-    evaluations during training score, unless given), the seconds kept for the end (``finish_s`` for the
-    caller included), when to evaluate (fractions of the run) and what to tell the user. Sets the run's
-    configuration. Without ``evaluates`` (:attr:`Candidate.evaluates`) it evaluates only at its end,
-    unless given ``eval_every``; so does a resumed run whose best.pt was scored on other validation
-    characters than its evaluations would score (it evaluated only at its end), since they could not
-    replace it, and a run whose share of the budget pays for fewer than the fewest evaluations.
+@dataclass(frozen=True)
+class BudgetEnding:
+    """How a time-budgeted run ends, and when it evaluates before that (:func:`plan_budget_end`)."""
+
+    config: TrainConfig  # the run's configuration, with the validation characters its evaluations score
+    reserve_s: float  # seconds kept at the end: the final evaluation and saves, and the caller's finish_s
+    points: tuple[float, ...]  # when to evaluate during training, as fractions of the run
+    messages: tuple[str, ...]  # what to tell the user of it
+
+
+def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab, val_ids: torch.Tensor,
+                    group: ProcessGroup, clock: Callable[[], float], finish_s: float,
+                    started: float | None = None, resumed: dict[str, Any] | None = None,
+                    evaluates: bool = True) -> BudgetEnding:
+    """A time-budgeted run's end and evaluations, measured on a model of its shape: its configuration
+    (with the validation characters its evaluations during training score, unless given), the seconds
+    kept for the end (``finish_s`` for the caller included), when to evaluate (fractions of the run) and
+    what to tell the user. Without ``evaluates`` (:attr:`Candidate.evaluates`) it evaluates only at its
+    end, unless given ``eval_every``; so does a run ``resumed`` from a checkpoint whose best.pt was scored
+    on other validation characters than its evaluations would score (it evaluated only at its end), since
+    they could not replace it, and a run whose share of the budget pays for fewer than the fewest
+    evaluations.
 
     A new run whose budget, counted from ``started`` (a ``clock`` reading; default: now), cannot pay for
-    its end is refused (:func:`refuse_an_end_past_the_budget`); a run resumed after ``resumed_s`` seconds
-    that stopped to keep this reserve has no time to go on (:class:`RunAlreadyFinished`)."""
-    config = run.config
+    its end is refused (:func:`refuse_an_end_past_the_budget`); a resumed run that stopped to keep this
+    reserve has no time to go on (:class:`RunAlreadyFinished`)."""
     budget = config.time_budget
     assert budget is not None
-    measured = final_work_seconds(run, val_ids, clock) if group.is_main else BudgetEnd(0.0, 1, 0)
-    pass_s, other_s = group.reduce([measured.pass_s, measured.other_s], run.device, op="max")
-    end = BudgetEnd(pass_s, 2 if run.average is not None else 1, len(val_ids) - 1, other_s)
+    device = torch.device(config.device)
+    model = CharRNN(model_config).to(device) if group.is_main else None
+    measured = final_work_seconds(model, vocab, config, val_ids, clock) if model is not None else \
+        BudgetEnd(0.0, 1, 0)
+    pass_s, other_s = group.reduce([measured.pass_s, measured.other_s], device, op="max")
+    end = BudgetEnd(pass_s, 2 if config.ema_decay > 0 else 1, len(val_ids) - 1, other_s)
     points: tuple[float, ...] = ()
     given = config
     none_because = None if evaluates else (
@@ -638,7 +652,8 @@ def plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: ProcessGroup
             config = dataclasses.replace(config, eval_chars=chars)
     subset = partial_eval_chars(config, end.val_chars)
     partial = subset is not None
-    compared = run.best_subset.chars if resumed_s is not None and run.best_subset is not None else None
+    best = resumed and (resumed.get("best_subset") or resumed.get("best"))
+    compared = best["chars"] if best else None
     if points and compared is not None and compared != (subset if partial else end.val_chars):
         points, partial = (), False
         none_because = "best.pt was scored on other validation characters than they would score"
@@ -646,8 +661,8 @@ def plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: ProcessGroup
     # character: its own cost is timed, and the evaluations cut to what the share pays for.
     each_s = end.weight_sets * pass_s
     if partial and (points or config.eval_every is not None):
-        timed = scoring_seconds(run.model, val_ids[: subset + 1], clock) if group.is_main else 0.0
-        each_s = end.weight_sets * group.reduce([timed], run.device, op="max")[0]
+        timed = scoring_seconds(model, val_ids[: subset + 1], clock) if model is not None else 0.0
+        each_s = end.weight_sets * group.reduce([timed], device, op="max")[0]
     if points:
         count = int(min(BUDGET_EVALUATION_SHARE * budget / max(each_s, 1e-9), BUDGET_EVALUATIONS[1]))
         if count < len(points):
@@ -657,7 +672,6 @@ def plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: ProcessGroup
                         f"{BUDGET_EVALUATIONS[0]}")
     if not points and given.eval_every is None:
         config = given  # no evaluation during training: no subset for them to score
-    run.config = config
     reserve = end.reserve_s(rescoring=partial and (bool(points) or config.eval_every is not None)) + finish_s
     if config.eval_every is not None:  # an evaluation on schedule may start just before training stops
         reserve += FINAL_WORK_MARGIN * each_s
@@ -677,14 +691,15 @@ def plan_budget_end(run: TrainingRun, val_ids: torch.Tensor, group: ProcessGroup
         if getattr(config, other) is not None:
             messages.append(f"{{time_budget}} {budget:g} s and {{{other}}} {getattr(config, other):g}: the "
                             f"run stops at whichever comes first")
-    if resumed_s is not None:
-        finished = stop_reason(config, run.step, run.epoch, resumed_s + reserve)
+    if resumed is not None:
+        finished = stop_reason(config, resumed["step"], resumed["progress_epochs"],
+                               resumed["elapsed_s"] + reserve)
         if finished is not None:
             raise RunAlreadyFinished(finished)
     else:
-        refuse_an_end_past_the_budget(config, len(val_ids) - 1, run.average is not None,
+        refuse_an_end_past_the_budget(config, len(val_ids) - 1, config.ema_decay > 0,
                                       clock() - (clock() if started is None else started), reserve)
-    return config, reserve, points, messages
+    return BudgetEnding(config, reserve, points, tuple(messages))
 
 
 def refuse_an_end_past_the_budget(config: TrainConfig, val_chars: int, averaging: bool, spent_s: float,

@@ -24,11 +24,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from charrnn.config import ModelConfig, TrainConfig, partial_eval_chars
-from charrnn.data.corpus import Split, StreamBatches, split_ids
+from charrnn.data.corpus import StreamBatches, split_ids
 from charrnn.errors import CharrnnError, TrainingInterrupted, escape
-from charrnn.models.devices import check_generation_fits, check_model_fits, precision_warning
+from charrnn.models.devices import precision_warning
 from charrnn.models.evaluate import EvalResult, evaluate, evaluate_with_prefix
-from charrnn.training.budget import plan_budget_end
 from charrnn.training.checkpoint import load_checkpoint
 from charrnn.training.distributed import ProcessGroup
 from charrnn.training.observer import StepReport, TrainObserver
@@ -40,7 +39,7 @@ from charrnn.training.rundir import (
     held_run_directory,
     new_run_id,
 )
-from charrnn.training.samples import check_sample_prime, draw_sample
+from charrnn.training.samples import draw_sample
 from charrnn.training.schedule import (
     StopReason,
     learning_rate_at,
@@ -53,6 +52,7 @@ from charrnn.utils.interrupt import GracefulStop
 from charrnn.utils.threads import ThreadChoice
 
 if TYPE_CHECKING:  # the plan is made above the engine, and imports it
+    from charrnn.training.budget import BudgetEnding
     from charrnn.training.plan import TrainingPlan
 
 
@@ -127,7 +127,7 @@ class TrainingLoop:
     def __init__(self, run: TrainingRun, val_ids: torch.Tensor, observer: TrainObserver,
                  stop: GracefulStop | None, run_dir: RunDirectory | None, elapsed_before: float,
                  clock: Callable[[], float] = time.perf_counter, started: float | None = None,
-                 reserve: float = 0.0, evaluation_points: tuple[float, ...] = ()):
+                 ending: BudgetEnding | None = None):
         self.clock = clock  # seconds, for the time budget and the throughput figures
         self.run = run
         self.config = run.config
@@ -138,7 +138,9 @@ class TrainingLoop:
         # A resumed run continues its clock; a budget counts from when training was asked for.
         self.start = (clock() if started is None else started) - elapsed_before
         self.elapsed = elapsed_before  # rank 0's clock, agreed by every rank
-        self.reserve = reserve  # seconds of a time budget kept for the final evaluation and saves
+        # Seconds of a time budget kept for the final evaluation and saves.
+        self.reserve = ending.reserve_s if ending is not None else 0.0
+        evaluation_points = ending.points if ending is not None else ()
         # A long budget's evaluations during training, spread evenly over what is left of it (as fractions
         # of the run, ascending; a budget's run starts part-done: the time spent before training and kept
         # for the end count in it): its best weights are kept.
@@ -374,29 +376,9 @@ def out_of_memory(exc: BaseException) -> bool:
     return "can't allocate memory" in text or "out of memory" in text.lower()
 
 
-def _checked_data(plan: TrainingPlan) -> tuple[Split, StreamBatches]:
-    """The plan's validation split and training batches, once what cannot run is refused (before any
-    write): a split too short to score, a model or a recorded sample too large for memory, a sample
-    prime the model cannot read."""
-    config, model_config = plan.config, plan.model_config
-    split = split_ids(plan.ids, plan.corpus.split_point)
-    if len(split.val) < 2:
-        raise CharrnnError(
-            f"the validation split has {len(split.val)} character(s); it needs at least 2 "
-            f"(use a longer corpus, a larger {{val_frac}} or a larger {{val_max_chars}})", names_options=True
-        )
-    check_model_fits(model_config, config.device, config.batch_size, config.seq_len)
-    check_sample_prime(config, plan.vocab)
-    if config.sample_every is not None or config.save_epochs:
-        check_generation_fits(1, config.sample_length, model_config, config.device, "num_samples",
-                              "sample_length")
-    # The ids stay in host memory (memory-mapped from the corpus cache); each step moves one batch.
-    return split, StreamBatches(split.train, config.batch_size, config.seq_len)
-
-
 def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: GracefulStop | None = None,
           group: ProcessGroup | None = None, clock: Callable[[], float] = time.perf_counter,
-          started: float | None = None, finish_s: float = 0.0) -> TrainResult:
+          started: float | None = None) -> TrainResult:
     """Train ``plan`` (made and checked by :func:`charrnn.training.plan.plan_training`) and write the run
     to its ``config.out_dir``.
 
@@ -411,15 +393,16 @@ def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: Grace
     touches ``config.out_dir`` and reports to ``observer``. ``clock`` measures the run's wall time (tests
     give a fake one); ``started`` (a ``clock`` reading) is when training was asked for, from which a time
     budget counts (default: now). A time-budgeted run stops training early enough to evaluate, average and
-    save inside the budget, and to leave ``finish_s`` seconds for the caller
-    (:func:`~charrnn.training.budget.final_work_seconds` measures what the end will take).
+    save inside the budget, and evaluates during training where its plan says (``plan.ending``).
     """
     model_config, config, vocab, corpus = plan.model_config, plan.config, plan.vocab, plan.corpus
     resume_from, branch_from = plan.resume_from, plan.branch_from
     group = group if group is not None else ProcessGroup()
     observer = observer if observer is not None and group.is_main else TrainObserver()
     out_dir = Path(config.out_dir)
-    split, batches = _checked_data(plan)
+    split = split_ids(plan.ids, plan.corpus.split_point)
+    # The ids stay in host memory (memory-mapped from the corpus cache); each step moves one batch.
+    batches = StreamBatches(split.train, config.batch_size, config.seq_len)
     with held_run_directory(out_dir, plan.overwrite or resume_from is not None, writer=group.is_main):
         run = TrainingRun(model_config, config, vocab, corpus, batches, plan.initial_weights, group)
         if resume_from is not None:
@@ -428,12 +411,6 @@ def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: Grace
         if branching:
             run.run_id = new_run_id()
             run.best = None
-        reserve, evaluation_points, budget_messages = 0.0, (), []
-        if config.time_budget is not None:
-            resumed_s = resume_from["elapsed_s"] if resume_from is not None else None
-            config, reserve, evaluation_points, budget_messages = plan_budget_end(
-                run, split.val, group, clock, finish_s, started, resumed_s,
-                plan.budget is None or plan.budget.evaluates)
         run_dir = None
         if group.is_main:
             parameters = sum(p.numel() for p in run.model.parameters())
@@ -449,11 +426,10 @@ def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: Grace
             observer.on_message(warning)
         observer.on_start(run.model, model_config, config, corpus, len(batches),
                           planned_steps(config, len(batches)), run.step)
-        for message in budget_messages:
+        for message in plan.ending.messages if plan.ending is not None else ():
             observer.on_message(message)
         loop = TrainingLoop(run, split.val, observer, stop, run_dir,
-                            resume_from["elapsed_s"] if resume_from else 0.0, clock, started, reserve,
-                            evaluation_points)
+                            resume_from["elapsed_s"] if resume_from else 0.0, clock, started, plan.ending)
         try:
             reason, elapsed_s = loop.run_until_stopped()
         except BaseException:

@@ -27,12 +27,20 @@ from typing import Any
 import torch
 
 from charrnn.config import REGULARISATION_FIELDS, ModelConfig, TrainConfig
-from charrnn.data.corpus import CorpusInfo, EncodedCorpus, corpus_name, encode_corpus, split_ids
+from charrnn.data.corpus import (
+    CorpusInfo,
+    EncodedCorpus,
+    Split,
+    StreamBatches,
+    corpus_name,
+    encode_corpus,
+    split_ids,
+)
 from charrnn.data.vocab import UnknownCharactersError, Vocab
 from charrnn.errors import CharrnnError, ConfigError, OptionConflict, escape
-from charrnn.models.devices import resolve_precision
+from charrnn.models.devices import check_generation_fits, check_model_fits, resolve_precision
 from charrnn.models.pretrained import shipped_name
-from charrnn.training.budget import BudgetDecision, plan_budget
+from charrnn.training.budget import BudgetDecision, BudgetEnding, plan_budget, plan_budget_end
 from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_model
 from charrnn.training.distributed import ProcessGroup
 from charrnn.training.loop import TrainResult, train
@@ -45,6 +53,7 @@ from charrnn.training.request import (
     split_options,
 )
 from charrnn.training.rundir import check_out_dir, resume_checkpoint, resume_target
+from charrnn.training.samples import check_sample_prime
 from charrnn.training.schedule import RunAlreadyFinished, stop_reason
 from charrnn.training.state import RESUME_FIELDS
 from charrnn.utils.interrupt import GracefulStop
@@ -80,6 +89,7 @@ class TrainingPlan:
     branch_from: Path | None = None  # a branch: the run directory whose logs it starts with, up to its step
     initial_weights: dict[str, torch.Tensor] | None = None  # a fine-tuned run's starting weights
     budget: BudgetDecision | None = None  # what the time budget chose, when one was given
+    ending: BudgetEnding | None = None  # a time budget's end, and its evaluations during training
     threads: ThreadChoice | None = None  # the CPU threads it runs with, and why (None: torch's default)
 
     @property
@@ -100,9 +110,23 @@ def plan_training(request: TrainingRequest, group: ProcessGroup | None = None,
 
     A time budget measures this machine's throughput here (:func:`charrnn.training.budget.plan_budget`),
     counting from ``started`` (a ``time.perf_counter()`` reading; default: now) and keeping ``finish_s``
-    seconds at its end for the caller (:func:`charrnn.api.train`); under torchrun,
+    seconds at its end for the caller (:func:`charrnn.api.train`), and what its end and its evaluations
+    during training will cost (:func:`charrnn.training.budget.plan_budget_end`); under torchrun,
     ``group`` lets every rank take rank 0's measurements.
     """
+    group = group if group is not None else ProcessGroup()
+    plan = _plan(request, group, started, finish_s)
+    split = _refuse_what_cannot_run(plan)
+    if plan.config.time_budget is None:
+        return plan
+    evaluates = plan.budget is None or plan.budget.evaluates
+    ending = plan_budget_end(plan.model_config, plan.config, plan.vocab, split.val, group,
+                             time.perf_counter, finish_s, started, plan.resume_from, evaluates)
+    return dataclasses.replace(plan, config=ending.config, ending=ending)
+
+
+def _plan(request: TrainingRequest, group: ProcessGroup, started: float | None,
+          finish_s: float) -> TrainingPlan:
     model_options, train_options = split_options(request.options)
     if request.resume is not None:
         return _plan_resume(request, model_options, train_options)
@@ -174,6 +198,26 @@ def _unplanned(config: TrainConfig, model: ModelConfig, because: str) -> BudgetD
     device = config.device.split(":")[0]
     return BudgetDecision(config.time_budget, device, resolve_precision(config.precision, device, model),
                           planned=False, chosen={}, unplanned_because=because)
+
+
+def _refuse_what_cannot_run(plan: TrainingPlan) -> Split:
+    """The plan's split, once what cannot run is refused (before any write or measurement): a validation
+    split too short to score, a model or a recorded sample too large for memory, a sample prime the model
+    cannot read, a corpus too short for one batch."""
+    config, model_config = plan.config, plan.model_config
+    split = split_ids(plan.ids, plan.corpus.split_point)
+    if len(split.val) < 2:
+        raise CharrnnError(
+            f"the validation split has {len(split.val)} character(s); it needs at least 2 "
+            f"(use a longer corpus, a larger {{val_frac}} or a larger {{val_max_chars}})", names_options=True
+        )
+    check_model_fits(model_config, config.device, config.batch_size, config.seq_len)
+    check_sample_prime(config, plan.vocab)
+    if config.sample_every is not None or config.save_epochs:
+        check_generation_fits(1, config.sample_length, model_config, config.device, "num_samples",
+                              "sample_length")
+    StreamBatches(split.train, config.batch_size, config.seq_len)
+    return split
 
 
 def fine_tune_config(source: ModelConfig, model_options: dict[str, Any], vocab_size: int) -> ModelConfig:

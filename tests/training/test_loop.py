@@ -89,7 +89,8 @@ class FakeClock(TrainObserver):
         self.now += self.step_seconds
 
 
-def test_time_budget_stops_cleanly_and_evaluates_only_at_the_end(repeated_corpus, tmp_path):
+def test_time_budget_stops_cleanly_and_evaluates_only_at_the_end(repeated_corpus, tmp_path, monkeypatch):
+    measured_end(monkeypatch, pass_s=0.0)  # a clock that stood still: an end that costs nothing
     clock = FakeClock(step_seconds=0.125)  # exact in binary: no rounding at the boundary
     plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=1.5, save_every=10)
     result = plan.run(clock, clock=clock)
@@ -242,8 +243,9 @@ def measured_end(monkeypatch, pass_s: float, other_s: float = 0.0) -> None:
     and the saves ``other_s``."""
     import charrnn.training.budget as budget_module
 
-    monkeypatch.setattr(budget_module, "final_work_seconds", lambda run, val, clock: budget_module.BudgetEnd(
-        pass_s, 2 if run.average is not None else 1, len(val) - 1, other_s))
+    monkeypatch.setattr(budget_module, "final_work_seconds",
+                        lambda model, vocab, config, val, clock: budget_module.BudgetEnd(
+                            pass_s, 2 if config.ema_decay > 0 else 1, len(val) - 1, other_s))
 
 
 def test_a_time_budget_keeps_time_for_the_final_evaluation_and_saves(repeated_corpus, tmp_path, monkeypatch):
@@ -257,8 +259,8 @@ def test_a_time_budget_keeps_time_for_the_final_evaluation_and_saves(repeated_co
     assert result.steps == 9  # step 9 sees 8 × 0.125 = 1.0 s, and 1.0 + 0.5 reaches the budget
     assert any("stops about 0.5 s before the end" in message for message in messages)
     # A caller that needs a quarter second once training returns (the command line: its exit) gets it.
-    finishing = plan_run(repeated_corpus, tmp_path / "finishing", **OPTIONS, time_budget=1.5).run(
-        clock, clock=clock, finish_s=0.25)
+    finishing = plan_run(repeated_corpus, tmp_path / "finishing", **OPTIONS, time_budget=1.5,
+                         finish_s=0.25).run(clock, clock=clock)
     assert finishing.steps == 7 and any("stops about 0.8 s before the end" in message for message in messages)
 
 
@@ -274,7 +276,7 @@ def test_the_final_work_is_timed_on_a_part_of_the_first_batch_and_scaled(small_c
                       StreamBatches(plan.ids[:5000], 4, 16))
     readings = iter([10.0, 12.0])  # the timed steps take 2 s
     val = plan.ids.repeat(8)[: 3 * EVAL_SLICE + 1]  # 3 streams
-    end = final_work_seconds(run, val, lambda: next(readings))
+    end = final_work_seconds(run.model, run.vocab, run.config, val, lambda: next(readings))
     layout = stream_layout(run.model, len(val))
     assert layout.streams == 3
     assert end.pass_s == pytest.approx(2.0 * layout.positions / (3 * SCORING_PROBE_STEPS))
@@ -305,11 +307,14 @@ def test_a_long_budget_evaluates_during_training_and_keeps_the_best_weights(repe
     assert result.best.nats_per_char == min(record["val_loss"] for record in records)
 
 
-def planned_evaluations(plan, evaluates: bool):
-    """``plan`` with its budget's every shape planned to evaluate during training, or not (which its
-    passes decide: a tiny corpus makes many)."""
-    return dataclasses.replace(plan, budget=dataclasses.replace(plan.budget, candidates=tuple(
-        dataclasses.replace(candidate, evaluates=evaluates) for candidate in plan.budget.candidates)))
+def planned_evaluations(monkeypatch, evaluates: bool) -> None:
+    """Have a time budget plan its every shape to evaluate during training, or not (which its passes
+    decide: a tiny corpus makes many)."""
+    import charrnn.training.budget as budget_module
+
+    predict = budget_module.predict_candidates
+    monkeypatch.setattr(budget_module, "predict_candidates", lambda *args, **kwargs: tuple(
+        dataclasses.replace(candidate, evaluates=evaluates) for candidate in predict(*args, **kwargs)))
 
 
 def test_a_budget_planned_for_few_passes_evaluates_only_at_its_end(repeated_corpus, tmp_path, monkeypatch):
@@ -324,8 +329,10 @@ def test_a_budget_planned_for_few_passes_evaluates_only_at_its_end(repeated_corp
     clock = FakeClock(step_seconds=0.5)
     messages = []
     clock.on_message = messages.append
-    planned_evaluations(plan, False).run(clock, clock=clock)
-    records = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    planned_evaluations(monkeypatch, False)
+    plan = plan_run(repeated_corpus, tmp_path / "few", **OPTIONS, time_budget=100, epochs=1000)
+    plan.run(clock, clock=clock)
+    records = (tmp_path / "few" / "metrics.jsonl").read_text().splitlines()
     assert len(records) == 1
     assert any("no evaluations during training (with them its shape would train under 3 epochs" in message
                for message in messages)
@@ -333,7 +340,7 @@ def test_a_budget_planned_for_few_passes_evaluates_only_at_its_end(repeated_corp
     scheduled = plan_run(repeated_corpus, tmp_path / "scheduled", **OPTIONS, time_budget=100, epochs=1000,
                          eval_every=50)
     clock = FakeClock(step_seconds=0.5)
-    planned_evaluations(scheduled, False).run(clock, clock=clock)
+    scheduled.run(clock, clock=clock)
     assert len((tmp_path / "scheduled" / "metrics.jsonl").read_text().splitlines()) > 1
 
 
@@ -363,8 +370,8 @@ def test_a_budget_whose_share_pays_for_no_evaluation_keeps_no_subset(tmp_path, m
     clock = FakeClock(step_seconds=0.5)
     messages = []
     clock.on_message = messages.append
-    plan = plan_run(corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000)
-    planned_evaluations(plan, True).run(clock, clock=clock)
+    planned_evaluations(monkeypatch, True)
+    plan_run(corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000).run(clock, clock=clock)
     assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["eval_chars"] is None
     assert not any("evaluations during training, evenly" in message for message in messages)
     assert any("no evaluations during training (5% of the budget pays for fewer than 3)" in message
@@ -482,9 +489,10 @@ def test_a_resumed_run_that_evaluated_only_at_its_end_makes_no_evaluations_it_co
 
     monkeypatch.setattr(budget_module, "BUDGET_EVAL_CHARS_MIN", 40)
     measured_end(monkeypatch, pass_s=0.5)  # as subset_budget: 5% of 40 s pays for ten of a fifth of the split
+    planned_evaluations(monkeypatch, False)
     plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=20, epochs=1000)
     clock = FakeClock(step_seconds=0.5)
-    planned_evaluations(plan, False).run(clock, clock=clock)
+    plan.run(clock, clock=clock)
     messages = []
     clock.on_message = messages.append
     plan_run(None, None, resume=tmp_path / "run", time_budget=60).run(clock, clock=clock)
@@ -566,7 +574,7 @@ def test_a_budget_that_records_samples_keeps_time_for_one(small_corpus, tmp_path
     run = TrainingRun(plan.model_config, plan.config, plan.vocab, plan.corpus,
                       StreamBatches(plan.ids[:5000], 4, 16))
     readings = iter([0.0, 0.0, 5.0, 6.0])  # evaluation free; CALIBRATION_SAMPLE characters take 1 s
-    end = final_work_seconds(run, plan.ids[:100], lambda: next(readings))
+    end = final_work_seconds(run.model, run.vocab, run.config, plan.ids[:100], lambda: next(readings))
     assert end.reserve_s(rescoring=False) >= FINAL_WORK_MARGIN * 320 / CALIBRATION_SAMPLE
 
 

@@ -8,7 +8,7 @@ from charrnn.config import BUDGET_LADDER, ModelConfig
 from charrnn.errors import CharrnnError, ConfigError, OptionConflict
 from charrnn.models.devices import BF16_LARGEST_HIDDEN, resolve_precision
 from charrnn.models.model import parameter_count
-from charrnn.training.budget import Speed
+from charrnn.training.budget import BudgetEnding, Speed
 from charrnn.training.checkpoint import load_checkpoint
 from charrnn.training.plan import RunAlreadyFinished, fine_tune_config, plan_training, resume_config
 from charrnn.training.request import TrainingRequest
@@ -123,6 +123,10 @@ def test_a_time_budget_on_a_gpu_plans_from_that_device_s_own_measurements(monkey
 
     monkeypatch.setattr("charrnn.training.budget.measure_speed", measure)
     monkeypatch.setattr("charrnn.training.budget.check_model_fits", lambda *args: None)
+    # This machine has no such GPU to check the chosen shape's fit on, or to time its end with.
+    monkeypatch.setattr("charrnn.training.plan.check_model_fits", lambda *args: None)
+    monkeypatch.setattr("charrnn.training.plan.plan_budget_end", lambda model, config, *args: BudgetEnding(
+        config, 0.0, (), ()))
     plan = plan_training(TrainingRequest(small_corpus, {"time_budget": 100, "precision": "fp32"},
                                          device="cuda:1"))
     assert devices == {"cuda:1"} and plan.budget.device == "cuda" and plan.budget.planned
