@@ -23,7 +23,8 @@ from charrnn.config import COMPARE_LENGTH, COMPARE_SEED
 from charrnn.errors import CharrnnError
 
 
-@click.command("eval-perplexity", cls=GroupedCommand)
+@click.command("eval-perplexity", cls=GroupedCommand,
+               short_help="Score a text (default: the checkpoint's validation split).")
 @reads_checkpoints
 @click.argument("checkpoint", type=click.Path())
 @click.argument("text_file", required=False, type=click.Path())
@@ -62,7 +63,8 @@ def eval_perplexity_command(checkpoint: str, text_file: str | None, as_json: boo
     show(score_table(result))
 
 
-@click.command("compare", cls=GroupedCommand)
+@click.command("compare", cls=GroupedCommand,
+               short_help="Checkpoints side by side; --evolution: a run's samples.")
 @reads_checkpoints
 @click.argument("checkpoints", nargs=-1, required=True, type=click.Path())
 @sampling_options(COMPARE_LENGTH, seed=str(COMPARE_SEED))

@@ -8,7 +8,7 @@ from charrnn.cli.options import GroupedCommand, json_option, option, reads_check
 from charrnn.cli.output import message, print_json, say_checkpoint
 
 
-@click.command("export", cls=GroupedCommand)
+@click.command("export", cls=GroupedCommand, short_help="Write a model as a web page that generates text.")
 @reads_checkpoints
 @click.argument("checkpoint", type=click.Path())
 @option("--output", required=True, type=click.Path(), group="output",

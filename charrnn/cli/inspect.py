@@ -22,7 +22,7 @@ from charrnn.utils.files import json_text
 from charrnn.utils.terminal import stream_stdout
 
 
-@click.command("info", cls=GroupedCommand)
+@click.command("info", cls=GroupedCommand, short_help="Describe a checkpoint without building its model.")
 @reads_checkpoints
 @click.argument("checkpoint", type=click.Path())
 @json_option()
@@ -50,7 +50,8 @@ def info_command(checkpoint: str, as_json: bool) -> None:
     show(info_table(str(result.checkpoint), result.facts))
 
 
-@click.command("inspect", cls=GroupedCommand)
+@click.command("inspect", cls=GroupedCommand,
+               short_help="Look at units; --surprisal: each character's surprisal.")
 @reads_checkpoints
 @click.argument("checkpoint", type=click.Path())
 @click.argument("text_file", type=click.Path())
@@ -162,7 +163,7 @@ def json_lines(rows: Any, batch: int = 512) -> Any:
     yield "".join(lines)
 
 
-@click.command("plot")
+@click.command("plot", short_help="Plot runs' training and validation loss.")
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path())
 @click.option("--output", type=click.Path(), default="curves.png", show_default=True,
               help="Image to write; the suffix picks the format (png, svg, pdf).")

@@ -30,7 +30,8 @@ def render_samples(texts: list[str], kind: str) -> str:
     return "".join(f"=== {kind} {i} ===\n{text}\n" for i, text in enumerate(texts, start=1))
 
 
-@click.command("sample", cls=GroupedCommand)
+@click.command("sample", cls=GroupedCommand,
+               short_help="Generate text; --interactive: write it with the model.")
 @reads_checkpoints
 @click.argument("checkpoint", type=click.Path())
 @sampling_options(DEFAULTS.length)

@@ -47,7 +47,7 @@ def _parse_epochs(ctx: click.Context, param: click.Parameter, value: str | None)
         raise click.BadParameter(f"{value!r} is not a comma-separated list of epochs") from None
 
 
-@click.command("train", cls=GroupedCommand)
+@click.command("train", cls=GroupedCommand, short_help="Train a model (default corpus: tiny Shakespeare).")
 @click.argument("corpus", required=False, type=click.Path())
 @config_option("--time-budget", TrainConfig, "time_budget", "stopping", type=float,
                help="Stop after this many wall-clock seconds, then evaluate and save. An LSTM's size, batch, "

@@ -289,10 +289,6 @@ class RunDirectory:
             kept = None if self.fresh else read_manifest(self.path)
             self.manifest = kept if kept is not None and kept.run_id == run_id else Manifest(run_id)
 
-    @property
-    def metrics_path(self) -> Path:
-        return self.path / "metrics.jsonl"
-
     def save(self, name: str, payload: dict[str, Any]) -> None:
         """Save checkpoint ``name``, then record it in the manifest (so the manifest never names a
         state that is not on disk)."""

@@ -775,3 +775,14 @@ def test_bf16_asked_for_an_lstm_too_wide_for_it_warns(runner, small_corpus):
                     "--device", "cpu")
     assert result.exit_code == 0, result.output
     assert "warning: --precision bf16 trains a 2×800 LSTM" in " ".join(result.stderr.split())
+
+
+def test_the_command_list_names_every_mode_whole_on_one_line(runner):
+    """A mode that is a flag of a command (--evolution, --surprisal, --interactive) is found in
+    ``charrnn --help``'s list, and no entry is cut short."""
+    result = runner.invoke(cli, ["--help"], terminal_width=80)
+    commands = result.output.split("Commands:\n")[1].splitlines()
+    assert len(commands) == len(cli.commands) and not any(line.endswith("...") for line in commands)
+    listed = {line.split()[0]: line for line in commands}
+    assert "--evolution" in listed["compare"] and "--surprisal" in listed["inspect"]
+    assert "--interactive" in listed["sample"]
