@@ -49,6 +49,7 @@ from charrnn.utils.threads import check_threads, use_threads
 if TYPE_CHECKING:  # torch is imported only once the options are checked and there is work to do
     from charrnn.models.evaluate import EvalResult
     from charrnn.training.loop import TrainResult
+    from charrnn.training.request import TrainingRequest
 
 PathArg = str | PathLike[str]
 
@@ -921,6 +922,22 @@ def end_torchrun_worker(exit_code: int) -> None:
         end_process(exit_code)
 
 
+def _fetch_the_builtin_corpus(request: TrainingRequest, say: Callable[[str], None]) -> None:
+    """Give a new run that names no corpus tiny Shakespeare, downloaded (once) and verified; what can be
+    refused without it (the run directory, the checkpoint to fine-tune) is refused before the download.
+    From here on the run is one on a corpus like any other."""
+    from charrnn.training.checkpoint import checkpoint_in, load_checkpoint
+    from charrnn.training.rundir import check_out_dir
+
+    check_out_dir(request.out_dir or Path("checkpoints") / DEFAULT_DATASET, request.overwrite)
+    if request.init_from is not None:
+        load_checkpoint(checkpoint_in(request.init_from, "best.pt"))
+    dataset = get_dataset(DEFAULT_DATASET, request.data_dir)
+    verb = "downloaded and verified" if dataset.downloaded else "verified cached copy of"
+    say(f"{verb} {dataset.name}: {escape(str(dataset.path))} ({dataset.chars:,} characters)")
+    request.corpus, request.corpus_name, request.data_dir = dataset.path, dataset.name, None
+
+
 def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, overwrite: bool = False,
           resume: PathArg | None = None, init_from: PathArg | None = None, extend_vocab: bool = False,
           device: str = "auto", threads: int | None = None, data_dir: PathArg | None = None,
@@ -994,18 +1011,7 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
             if given is not None and find(given) != given:
                 say(f"using {escape(str(find(given)))}")
         if request.resume is None and request.corpus is None:
-            # What can be refused without the built-in corpus is refused before it is downloaded.
-            from charrnn.training.checkpoint import load_checkpoint
-            from charrnn.training.rundir import check_out_dir
-
-            check_out_dir(request.out_dir or Path("checkpoints") / DEFAULT_DATASET, request.overwrite)
-            if request.init_from is not None:
-                load_checkpoint(checkpoint_in(request.init_from, "best.pt"))
-            dataset = get_dataset(DEFAULT_DATASET, request.data_dir)
-            verb = "downloaded and verified" if dataset.downloaded else "verified cached copy of"
-            say(f"{verb} {dataset.name}: {escape(str(dataset.path))} ({dataset.chars:,} characters)")
-            # The built-in corpus, fetched: from here on the run is one on a corpus like any other.
-            request.corpus, request.corpus_name, request.data_dir = dataset.path, dataset.name, None
+            _fetch_the_builtin_corpus(request, say)
         plan = dataclasses.replace(plan_training(request, group, started=called, finish_s=finish_s),
                                    threads=threads)
         if group.is_main:
