@@ -92,13 +92,14 @@ def _require_path(value: PathArg, name: str) -> Path:
     return path
 
 
-def _one_text(text: str | None, file: PathArg | None) -> str:
-    """The text to look at: ``text`` itself or the contents of ``file``, exactly one of them."""
+def _one_text(text: str | None, file: PathArg | None, read: bool = True) -> str:
+    """The text to look at: ``text`` itself or the contents of ``file``, exactly one of them (unless
+    ``read``, the file is only looked for: "")."""
     path = _text_file(file, "file")
     if (text is None) == (path is None):
         raise OptionConflict("give one of {text} and {file}")
     if path is not None:
-        return _read_text(path)
+        return _read_text(path) if read else ""
     return require_valid_text(checked(text, str, "text"), "{text}")
 
 
@@ -138,15 +139,16 @@ def writing_request(prime: str | None = None, *, temperature: float | None = Non
     return Decoding.check(prime, None, temperature, prime_file, {"seed": seed, "no_repeat": no_repeat})
 
 
-def read_prime(prime: str | None, prime_file: PathArg | None) -> str:
-    """The prime: ``prime``, or the text of ``prime_file``, or nothing; giving both is a conflict."""
+def read_prime(prime: str | None, prime_file: PathArg | None, read: bool = True) -> str:
+    """The prime: ``prime``, or the text of ``prime_file``, or nothing; giving both is a conflict (unless
+    ``read``, the file is only looked for: "")."""
     if prime is not None:
         checked(prime, str, "prime")
     path = _text_file(prime_file, "prime_file")
     if prime is not None and path is not None:
         raise OptionConflict("give {prime} or {prime_file}, not both")
     if path is not None:
-        return _read_text(path)
+        return _read_text(path) if read else ""
     try:
         return require_valid_text(prime or "", "{prime}")
     except CharrnnError as exc:
@@ -283,6 +285,9 @@ class TextScore:
         return record
 
 
+Perplexity = TextScore  # its earlier name, so that code written against it still runs
+
+
 @dataclass(frozen=True)
 class Inspection:
     """A unit's activations over a text, and the units that best track a feature (:meth:`Model.inspect`)."""
@@ -325,12 +330,17 @@ class Decoding:
 
     @classmethod
     def check(cls, prime: str | None, length: int | None, temperature: float | None,
-              prime_file: PathArg | None, options: dict[str, Any]) -> Decoding:
-        """Check every option and read the prime; draw a fresh seed (reported, so that any text worth
-        keeping can be drawn again) when sampling needs one and none was given."""
+              prime_file: PathArg | None, options: dict[str, Any], *, stream: bool = False,
+              read: bool = True) -> Decoding:
+        """Check every option (for one text delivered as it is generated, with ``stream``) and read the
+        prime (unless ``read``: a check before any model is loaded, which reads it only once); draw a
+        fresh seed (reported, so that any text worth keeping can be drawn again) when sampling needs one
+        and none was given."""
         lengths = {} if length is None else {"length": length}
         config = SampleConfig(temperature=temperature, **_known(options, SampleConfig), **lengths)
-        prime_text = read_prime(prime, prime_file)
+        if stream and (config.beam_width is not None or config.num_samples != 1):
+            raise OptionConflict("a stream is one sampled text: {beam_width} and {num_samples} need sample()")
+        prime_text = read_prime(prime, prime_file, read)
         drawn = seeded(config)
         return cls(drawn, prime_text, drawn is not config)
 
@@ -371,9 +381,10 @@ class Looking:
     config: InspectConfig  # the unit, layer, state and ranking asked for
 
     @classmethod
-    def check(cls, text: str | None, file: PathArg | None, options: dict[str, Any]) -> Looking:
+    def check(cls, text: str | None, file: PathArg | None, options: dict[str, Any],
+              read: bool = True) -> Looking:
         config = InspectConfig(**_known(options, InspectConfig))
-        return cls(_one_text(text, file)[: config.max_chars], config)
+        return cls(_one_text(text, file, read)[: config.max_chars], config)
 
 
 class Model(TrainedModel):
@@ -407,7 +418,7 @@ class Model(TrainedModel):
 
         The prime is checked before this returns; beam search and several samples need :meth:`sample`.
         """
-        request = Decoding.check(prime, length, temperature, prime_file, options)
+        request = Decoding.check(prime, length, temperature, prime_file, options, stream=True)
         self._refuse_an_unwritable_stop(request.config)
         chars = self.characters(request.prime, request.config)
         return SampleStream(request.prime, request.config.seed, request.seed_drawn, chars, self.checkpoint)
@@ -642,7 +653,7 @@ def sample(checkpoint: PathArg, prime: str | None = None, length: int | None = N
            threads: int | None = None, **options: Any) -> Samples:
     """``load(checkpoint, device, threads).sample(...)``, every option checked before the checkpoint is
     read."""
-    Decoding.check(prime, length, temperature, prime_file, options)
+    Decoding.check(prime, length, temperature, prime_file, options, read=False)
     return _load(checkpoint, device, "checkpoint", threads).sample(prime, length, temperature,
                                                                    prime_file=prime_file, **options)
 
@@ -652,7 +663,7 @@ def stream(checkpoint: PathArg, prime: str | None = None, length: int | None = N
            threads: int | None = None, **options: Any) -> SampleStream:
     """``load(checkpoint, device, threads).stream(...)``, every option checked before the checkpoint is
     read."""
-    Decoding.check(prime, length, temperature, prime_file, options)
+    Decoding.check(prime, length, temperature, prime_file, options, stream=True, read=False)
     return _load(checkpoint, device, "checkpoint", threads).stream(prime, length, temperature,
                                                                    prime_file=prime_file, **options)
 
@@ -674,7 +685,7 @@ def inspect(checkpoint: PathArg, text: str | None = None, *, file: PathArg | Non
             threads: int | None = None, **options: Any) -> Inspection:
     """``load(checkpoint, device, threads).inspect(...)``, every option checked before the checkpoint is
     read."""
-    Looking.check(text, file, options)
+    Looking.check(text, file, options, read=False)
     return _load(checkpoint, device, "checkpoint", threads).inspect(text, file=file, **options)
 
 
@@ -859,14 +870,14 @@ def export(checkpoint: PathArg, output: PathArg, *, title: str | None = None, pr
     """Write ``checkpoint``'s model as one self-contained HTML page that generates text in a browser
     with no Python, server or network (see :mod:`charrnn.generation.webpage`); ``prime`` fills the
     page's prime box; ``threads``: as :func:`load`'s."""
-    from charrnn.generation.webpage import ENCODING, export_page
-    from charrnn.utils.files import atomic_write_text
-
     if title is not None:
         require_valid_text(checked(title, str, "title"), "{title}")
     require_valid_text(checked(prime, str, "prime"), "{prime}")
     check_threads(threads)
     target = check_output(output, "output", {"checkpoint": checkpoint})
+    from charrnn.generation.webpage import ENCODING, export_page
+    from charrnn.utils.files import atomic_write_text
+
     model = _load(checkpoint, "cpu", "checkpoint", threads)
     unknown = model.vocab.outside(Counter(prime))
     if unknown:

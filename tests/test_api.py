@@ -437,3 +437,28 @@ def test_the_time_kept_for_the_caller_must_be_a_finite_number_of_seconds(small_c
 def test_a_wrong_type_among_the_dynamic_settings_is_a_type_error(tiny_checkpoint):
     with pytest.raises(ConfigTypeError, match="dynamic_lr must be a number, not bool True"):
         charrnn.perplexity(tiny_checkpoint, dynamic=True, dynamic_lr=True)
+
+
+def test_a_stream_refuses_several_texts_before_the_checkpoint_is_read(tmp_path):
+    for option in ({"beam_width": 3}, {"num_samples": 2}):
+        with pytest.raises(OptionConflict, match="a stream is one sampled text"):
+            charrnn.stream(tmp_path / "missing.pt", **option)
+
+
+def test_each_module_function_reads_its_text_once(tiny_checkpoint, tmp_path, monkeypatch):
+    import charrnn.api as api
+
+    (tmp_path / "prime.txt").write_text("Ca", encoding="utf-8")
+    (tmp_path / "text.txt").write_text("Café line 3 of the tiny play.\n", encoding="utf-8")
+    reads = []
+    read = api._read_text
+    monkeypatch.setattr(api, "_read_text", lambda path: reads.append(path.name) or read(path))
+    prime = tmp_path / "prime.txt"
+    assert charrnn.sample(tiny_checkpoint, prime_file=prime, length=5, seed=1).text[:2] == "Ca"
+    assert charrnn.stream(tiny_checkpoint, prime_file=prime, length=5, seed=1).prime == "Ca"
+    assert charrnn.inspect(tiny_checkpoint, file=tmp_path / "text.txt", unit=0).text.startswith("Café line")
+    assert reads == ["prime.txt", "prime.txt", "text.txt"]
+
+
+def test_a_text_score_keeps_its_earlier_name():
+    assert charrnn.api.Perplexity is charrnn.api.TextScore

@@ -714,8 +714,8 @@ def refuse_an_end_past_the_budget(config: TrainConfig, val_chars: int, averaging
     weights = " of the trained and the averaged weights" if averaging else ""
     raise CharrnnError(
         f"{{time_budget}} {budget:g} s cannot pay for this run's end: scoring the {val_chars:,} validation "
-        f"characters{weights} and saving take about {reserve_s:.0f} s on this machine, and "
-        f"{spent_s:.0f} s have gone on loading and measuring; give a budget well above "
-        f"{spent_s + reserve_s:.0f} s, or hold out less text with {{val_max_chars}} or {{val_frac}} (now "
-        f"{config.val_max_chars or 'none'} and {config.val_frac:g})",
+        f"characters{weights} and saving take about {reserve_s:.1f} s on this machine, and "
+        f"{spent_s:.1f} s have gone on loading and measuring; give a budget well above "
+        f"{math.ceil(spent_s + reserve_s):d} s, or hold out less text with {{val_max_chars}} or {{val_frac}} "
+        f"(now {config.val_max_chars or 'none'} and {config.val_frac:g})",
         names_options=True)

@@ -187,7 +187,7 @@ def _budget_decision(config: TrainConfig, encoded: EncodedCorpus, model_options:
         return _unplanned(config, model, f"the scaling rule covers plain LSTMs, so this {model.cell}"
                                          f"{' with layer norm' if model.layer_norm else ''} keeps the plain "
                                          f"defaults")
-    split = split_ids(encoded.ids, encoded.info.split_point)
+    split = _scorable_split(encoded.ids, encoded.info)  # refused before the shapes are timed
     return plan_budget(config.time_budget, {**model_options, **train_options}, config,
                        encoded.vocab, encoded.info, split.train, split.val, group, started=started)
 
@@ -200,17 +200,23 @@ def _unplanned(config: TrainConfig, model: ModelConfig, because: str) -> BudgetD
                           planned=False, chosen={}, unplanned_because=because)
 
 
-def _refuse_what_cannot_run(plan: TrainingPlan) -> Split:
-    """The plan's split, once what cannot run is refused (before any write or measurement): a validation
-    split too short to score, a model or a recorded sample too large for memory, a sample prime the model
-    cannot read, a corpus too short for one batch."""
-    config, model_config = plan.config, plan.model_config
-    split = split_ids(plan.ids, plan.corpus.split_point)
+def _scorable_split(ids: torch.Tensor, corpus: CorpusInfo) -> Split:
+    """The corpus's split, when its validation split has the 2 characters scoring needs."""
+    split = split_ids(ids, corpus.split_point)
     if len(split.val) < 2:
         raise CharrnnError(
             f"the validation split has {len(split.val)} character(s); it needs at least 2 "
             f"(use a longer corpus, a larger {{val_frac}} or a larger {{val_max_chars}})", names_options=True
         )
+    return split
+
+
+def _refuse_what_cannot_run(plan: TrainingPlan) -> Split:
+    """The plan's split, once what cannot run is refused (before any write or measurement): a validation
+    split too short to score, a model or a recorded sample too large for memory, a sample prime the model
+    cannot read, a corpus too short for one batch."""
+    config, model_config = plan.config, plan.model_config
+    split = _scorable_split(plan.ids, plan.corpus)
     check_model_fits(model_config, config.device, config.batch_size, config.seq_len)
     check_sample_prime(config, plan.vocab)
     if config.sample_every is not None or config.save_epochs:

@@ -501,6 +501,7 @@ def test_the_command_line_starts_without_importing_torch():
     ["compare", "shakespeare", "--evolution", "--greedy"],
     ["sample", "shakespeare", "--interactive", "--json"],
     ["sample", "shakespeare", "--threads", "0"], ["eval-perplexity", "shakespeare", "--threads", "2000"],
+    ["export", "shakespeare", "--output", "page.html", "--threads", "0"],
     ["plot", ".", "--output", "."], ["OMP_NUM_THREADS=abc", "sample", "shakespeare"],
     ["OMP_NUM_THREADS=0", "train", "text.txt"],
 ])

@@ -190,3 +190,12 @@ def test_a_budget_choosing_a_rung_too_wide_for_bf16_says_it_trains_in_float32(mo
     plan = plan_training(TrainingRequest(small_corpus, {"time_budget": 600, "batch_size": 4}, device="cpu"))
     assert widest > BF16_LARGEST_HIDDEN and plan.model_config.hidden_size == widest
     assert plan.budget.precision == "fp32" == seen[widest] and seen[BUDGET_LADDER[0].hidden_size] == "bf16"
+
+
+def test_a_budget_on_a_split_too_short_to_score_says_so_before_timing_shapes(monkeypatch, small_corpus):
+    def measure(*args):
+        raise AssertionError("no shape is timed")
+
+    monkeypatch.setattr("charrnn.training.budget.measure_speed", measure)
+    with pytest.raises(CharrnnError, match=r"the validation split has 1 character\(s\).*val_max_chars"):
+        plan_training(TrainingRequest(small_corpus, {"time_budget": 30, "val_max_chars": 1}))
