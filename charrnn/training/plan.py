@@ -13,7 +13,11 @@ through it, so every caller gets the same checks:
   :data:`RESUME_MAY_CHANGE`, needs the very corpus the run was trained on, and
   writes where :func:`charrnn.training.rundir.resume_target` allows;
 - fine-tuning keeps the source model's shape (only its dropouts may change) and its
-  vocabulary, extended on request.
+  vocabulary, extended on request;
+- what cannot run (a validation split too short to score, a model too large for
+  memory) is refused, and a time budget's end is measured and planned
+  (:func:`charrnn.training.budget.plan_budget_end`): nothing after the plan
+  changes its configuration.
 """
 
 from __future__ import annotations
@@ -127,6 +131,7 @@ def plan_training(request: TrainingRequest, group: ProcessGroup | None = None,
 
 def _plan(request: TrainingRequest, group: ProcessGroup, started: float | None,
           finish_s: float) -> TrainingPlan:
+    """The plan of a new run, a fine-tune or a resumed run, before its checks and a budget's end."""
     model_options, train_options = split_options(request.options)
     if request.resume is not None:
         return _plan_resume(request, model_options, train_options)
