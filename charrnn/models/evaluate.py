@@ -229,7 +229,9 @@ SCORING_PROBE_STEPS = 64  # time steps of the batch timed to predict a pass's co
 def scoring_seconds(model: CharRNN, ids: torch.Tensor, clock: Callable[[], float],
                     single_stream: bool = False) -> float:
     """What scoring all of ``ids`` would take on this machine: a few steps of its first batch's width,
-    timed after an untimed step that pays for allocation, scaled to every character the pass reads.
+    timed after an untimed run of the same steps that pays for allocation and the kernels' first calls
+    (a one-step warm-up left them to the timed run, which then read up to three times too slow), scaled
+    to every character the pass reads.
     A text no longer than the timed part is scored whole instead."""
     layout = stream_layout(model, len(ids), single_stream)
     rows = len(next(layout.batches()))
@@ -244,7 +246,7 @@ def scoring_seconds(model: CharRNN, ids: torch.Tensor, clock: Callable[[], float
     was_training = model.training
     model.eval()
     try:
-        model(inputs[:, :1])
+        model(inputs)
         started = clock()
         logits, _ = model(inputs)
         F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="sum").item()

@@ -119,6 +119,18 @@ def test_the_cost_of_a_pass_is_timed_on_a_few_steps_and_scaled(toy_model):
     assert scoring_seconds(toy_model, ids[:50], lambda: next(short)) == 0.25
 
 
+def test_the_timed_steps_are_run_once_untimed_first(toy_model, monkeypatch):
+    # A kernel's first call at a width is slow: timed, it read a pass three times too slow.
+    events = []
+    forward = toy_model.forward
+    monkeypatch.setattr(toy_model, "forward", lambda idx, *rest: events.append(tuple(idx.shape)) or
+                        forward(idx, *rest))
+    scoring_seconds(toy_model, torch.randint(0, 4, (40 * EVAL_SLICE + 1,)), lambda: events.append("clock")
+                    or 0.0)
+    shape = (40, evaluation.SCORING_PROBE_STEPS)
+    assert events == [shape, "clock", shape, "clock"]
+
+
 def test_restores_training_mode(toy_model):
     toy_model.train()
     evaluate(toy_model, torch.tensor([0, 1, 2]))
