@@ -54,7 +54,8 @@ def default_cache_dir() -> Path:
 
 
 def corpus_files(path: Path) -> list[Path]:
-    """The files a corpus consists of: the file itself, or a directory's ``*.txt`` in sorted order.
+    """The files a corpus (or a prime, or a text to score) consists of: the file itself, or a directory's
+    ``*.txt`` in sorted order. Errors name the path, not its role: the caller's option says that.
 
     Only regular files are read: a FIFO, a terminal or ``/dev/zero`` would hang or never
     end, and a stream cannot be read twice (once to scan, once to encode).
@@ -62,26 +63,26 @@ def corpus_files(path: Path) -> list[Path]:
     try:
         info = os.stat(path)
     except FileNotFoundError:
-        raise CharrnnError(f"corpus {path} does not exist") from None
+        raise CharrnnError(f"{path} does not exist") from None
     except OSError as exc:
         raise unreadable_corpus_error(path, exc) from None
     if stat.S_ISDIR(info.st_mode):
         files = sorted(p for p in path.glob("*.txt") if p.is_file())
         if not files:
-            raise CharrnnError(f"corpus directory {path} holds no *.txt files")
+            raise CharrnnError(f"directory {path} holds no *.txt files")
         return files
     if not stat.S_ISREG(info.st_mode):
-        raise CharrnnError(f"corpus {path} is not a regular file (a pipe or a device); "
+        raise CharrnnError(f"{path} is not a regular file (a pipe or a device); "
                            f"save the text to a file and give that")
     return [path]
 
 
 def unreadable_corpus_error(file: Path, exc: OSError) -> CharrnnError:
-    return CharrnnError(f"cannot read corpus {file}: {reason(exc)}")
+    return CharrnnError(f"cannot read {file}: {reason(exc)}")
 
 
 def not_utf8_error(file: Path, byte: int, offset: int) -> CharrnnError:
-    return CharrnnError(f"corpus {file} is not UTF-8 text (invalid byte 0x{byte:02x} at offset {offset})")
+    return CharrnnError(f"{file} is not UTF-8 text (invalid byte 0x{byte:02x} at offset {offset})")
 
 
 def _largest_id(ids: torch.Tensor) -> int:
@@ -259,7 +260,7 @@ def _encode_into(scan: CorpusScan, vocab: Vocab, out: torch.Tensor, chunk_bytes:
         out[position : position + len(ids)] = ids
         position += len(ids)
     if position != len(out) or digest.hexdigest() != scan.sha256:
-        raise CharrnnError(f"corpus {scan.files[0]} changed while it was being read; "
+        raise CharrnnError(f"{scan.files[0]} changed while it was being read; "
                            f"nothing was cached, so run again once it stays unchanged")
 
 

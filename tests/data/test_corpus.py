@@ -80,3 +80,15 @@ def test_encode_corpus_records_split(small_corpus: Path):
     capped = encode_corpus(small_corpus, "small", 0.25, val_max_chars=100)
     assert capped.info.split_point == len(encoded.ids) - 100
     assert encode_corpus(small_corpus, "small", 0.25, val_max_chars=100, split_at=7).info.split_point == 7
+
+
+def test_a_file_that_cannot_be_read_as_text_is_named_by_its_path_not_a_role(tmp_path):
+    """The same reader takes corpora, primes and texts to score: its errors name the file, and the
+    caller's option says what it was for."""
+    bad = tmp_path / "prime.txt"
+    bad.write_bytes(b"ok\xff")
+    not_text = r"^\S*prime\.txt is not UTF-8 text \(invalid byte 0xff at offset 2\)$"
+    with pytest.raises(CharrnnError, match=not_text):
+        read_corpus(bad)
+    with pytest.raises(CharrnnError, match=r"^\S*missing\.txt does not exist$"):
+        read_corpus(tmp_path / "missing.txt")
