@@ -79,6 +79,14 @@ def surprising_table(positions: list[Any]) -> Table:
     return table
 
 
+def _setting(value: Any) -> str:
+    """A training setting in info's list: a text that would not read as one word (empty, spaced, with a
+    comma) in quotes."""
+    if isinstance(value, str) and (not value or any(mark in value for mark in " ,\n\t")):
+        return repr(value)
+    return str(value)
+
+
 def info_table(name: str, facts: dict[str, Any]) -> Table:
     """``charrnn info``'s table of what a checkpoint holds."""
     model = facts["model"]
@@ -106,6 +114,6 @@ def info_table(name: str, facts: dict[str, Any]) -> Table:
     }
     training = facts["training"]
     if training:
-        rows["training"] = ", ".join(f"{key} {value}" for key, value in sorted(training.items())
+        rows["training"] = ", ".join(f"{key} {_setting(value)}" for key, value in sorted(training.items())
                                      if key != "out_dir" and value not in (None, [], False))
     return key_value_table(name, rows, fold=True)

@@ -6,6 +6,7 @@ import json
 import shutil
 
 from click.testing import CliRunner
+from rich.console import Console
 
 from charrnn.cli.main import cli
 
@@ -54,3 +55,15 @@ def test_info_says_when_a_score_covers_only_the_validation_splits_start(tiny_run
     facts["latest_eval"] = {**facts["latest_eval"], "chars": 40}
     console.print(info_table("best.pt", facts))
     assert console.export_text().count("on the first 40 validation chars") == 2
+
+
+def test_a_text_setting_that_is_empty_or_spaced_is_shown_in_quotes(tiny_run):
+    from charrnn.cli.inspect_view import info_table
+    from charrnn.training.checkpoint import describe_checkpoint, load_checkpoint
+
+    facts = describe_checkpoint(load_checkpoint(tiny_run / "best.pt"))
+    facts["training"] = {**facts["training"], "sample_prime": "", "precision": "auto", "device": "a, b"}
+    console = Console(width=1000, record=True)
+    console.print(info_table("x", facts))
+    table = console.export_text()
+    assert "sample_prime ''" in table and "precision auto" in table and "device 'a, b'" in table
