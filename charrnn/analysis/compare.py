@@ -29,7 +29,7 @@ from charrnn.generation.trained import TrainedModel
 from charrnn.models.pretrained import run_name
 from charrnn.training.checkpoint import load_model
 from charrnn.utils.terminal import shown
-from charrnn.utils.text import checkpoint_labels, format_score
+from charrnn.utils.text import checkpoint_labels, format_epoch, format_score
 
 
 @dataclass(frozen=True)
@@ -298,7 +298,7 @@ def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note
     lines += [header, rule]
     labels = checkpoint_labels(reports)
     for r, label in zip(reports, labels, strict=True):
-        epoch = "n/a" if r.epoch is None else f"{r.epoch:g}"
+        epoch = format_epoch(r.epoch)
         scores = " | ".join([format_score(r.nats_per_char), format_score(r.bits_per_char),
                              format_score(r.perplexity, 3)])
         row = f"| {label} | {r.run} | {epoch} | {r.step} | {scores} |"

@@ -12,7 +12,7 @@ from rich.text import Text
 from charrnn.cli.display import Namer, key_value_table, shown_text
 from charrnn.config import COPY_MIN_CHARS
 from charrnn.utils.terminal import one_line
-from charrnn.utils.text import checkpoint_labels, format_score
+from charrnn.utils.text import checkpoint_labels, format_epoch, format_score
 
 if TYPE_CHECKING:  # result types, named for their readers; importing them would import torch
     from charrnn.analysis.compare import CheckpointReport
@@ -51,10 +51,6 @@ def score_table(result: Any) -> Table:
     return key_value_table("perplexity", rows)
 
 
-def _format_epoch(report: CheckpointReport) -> str:
-    return "n/a" if report.epoch is None else f"{report.epoch:.2f}".rstrip("0").rstrip(".")
-
-
 def memorisation_rows(figures: dict[str, Any]) -> dict[str, str]:
     """The memorisation figures as table rows, the longest copied passage quoted."""
     known = figures["known_word_fraction"]
@@ -71,7 +67,7 @@ def memorisation_rows(figures: dict[str, Any]) -> dict[str, str]:
 def _report_rows(report: CheckpointReport, name: Namer) -> dict[str, str]:
     rows = {
         "run": report.run,
-        "epoch": _format_epoch(report),
+        "epoch": format_epoch(report.epoch),
         "steps": f"{report.step:,}" if report.step is not None else "n/a",
         "nats/char": format_score(report.nats_per_char),
         "bits/char": format_score(report.bits_per_char),

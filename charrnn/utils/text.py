@@ -40,6 +40,11 @@ def format_score(value: float | None, digits: int = 4) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def format_epoch(epoch: float | None) -> str:
+    """Passes over the training split to two decimals, trailing zeros dropped (2.71, 5), or "n/a"."""
+    return "n/a" if epoch is None else f"{epoch:.2f}".rstrip("0").rstrip(".")
+
+
 def checkpoint_labels(reports: list[Any]) -> list[str]:
     """The shortest of file name, run/file name and full path that tells the checkpoints apart (each
     report has ``checkpoint``, a path, and ``run``, its run directory's name)."""

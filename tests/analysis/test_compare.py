@@ -254,3 +254,12 @@ def test_markdown_names_the_reference_of_memorisation_only_when_all_share_it():
     assert "Memorisation measured against the training split of one.txt." in shared
     mixed = to_markdown([report("a", "one.txt"), report("b", "two.txt")], settings, None)
     assert "Memorisation measured against each checkpoint's own training split." in mixed
+
+
+def test_markdown_and_the_terminal_write_an_epoch_alike(tiny_run):
+    import dataclasses
+
+    reports, note = compare_checkpoints([tiny_run / "best.pt"], settings(prime=""))
+    reports = [dataclasses.replace(reports[0], epoch=2.711111)]
+    assert "| 2.71 |" in to_markdown(reports, settings(prime=""), note)
+    assert "2.71 " in render(reports, 160) and "2.711" not in render(reports, 160)
