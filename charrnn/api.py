@@ -39,7 +39,7 @@ from charrnn.config import (
 )
 from charrnn.data.datasets import DATASETS, DEFAULT_DATASET, Dataset, fetch
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, escape
-from charrnn.generation.trained import TrainedModel, seeded
+from charrnn.generation.trained import TrainedModel, refuse_several_texts_in_a_stream, seeded
 from charrnn.models.pretrained import resolve_shipped, run_name
 from charrnn.training.observer import TrainObserver
 from charrnn.utils.terminal import shown
@@ -338,8 +338,8 @@ class Decoding:
         and none was given."""
         lengths = {} if length is None else {"length": length}
         config = SampleConfig(temperature=temperature, **_known(options, SampleConfig), **lengths)
-        if stream and (config.beam_width is not None or config.num_samples != 1):
-            raise OptionConflict("a stream is one sampled text: {beam_width} and {num_samples} need sample()")
+        if stream:
+            refuse_several_texts_in_a_stream(config)
         prime_text = read_prime(prime, prime_file, read)
         drawn = seeded(config)
         return cls(drawn, prime_text, drawn is not config)

@@ -25,6 +25,12 @@ if TYPE_CHECKING:  # torch is imported when a model is made, not when charrnn.ap
     from charrnn.models.model import CharRNN
 
 
+def refuse_several_texts_in_a_stream(config: SampleConfig) -> None:
+    """A stream delivers one text as it is generated: beam search and several samples are refused."""
+    if config.beam_width is not None or config.num_samples != 1:
+        raise OptionConflict("a stream is one sampled text: {beam_width} and {num_samples} need sample()")
+
+
 @dataclass(frozen=True)
 class Written:
     """What :meth:`TrainedModel.write` wrote: texts after the prime (the prime not included)."""
@@ -66,8 +72,7 @@ class TrainedModel:
         before this returns."""
         from charrnn.generation.sample import generate
 
-        if config.beam_width is not None or config.num_samples != 1:
-            raise OptionConflict("a stream is one sampled text: {beam_width} and {num_samples} need sample()")
+        refuse_several_texts_in_a_stream(config)
         if config.seed is None and not config.deterministic:
             raise ConfigError("a streamed sample needs a seed, so that its text can be drawn again", "seed")
         self._check_memory(config)
