@@ -372,9 +372,9 @@ class BudgetShape:
 
 
 # The shapes a time budget measures and predicts, smallest first. Batch and learning rate per size come
-# from the sweeps (benchmarks/sweep, benchmarks/scaling, and for 2×1024 and 2×1280, the learning curves of
-# benchmarks/long_curves.sh); which size wins is decided per run, from this machine's measured throughput
-# and SCALING_LAW.
+# from the sweeps (benchmarks/sweep, benchmarks/scaling, and from 2×1024 up, the learning curves of
+# benchmarks/long_curves.sh, the widest that SCALING_LAW was fitted on); which size wins is decided per
+# run, from this machine's measured throughput and SCALING_LAW.
 BUDGET_LADDER: tuple[BudgetShape, ...] = (
     BudgetShape(hidden_size=128, batch_size=16, learning_rate=5e-3, skip_connections=True),
     BudgetShape(hidden_size=192, batch_size=16, learning_rate=5e-3, skip_connections=True),
@@ -384,6 +384,8 @@ BUDGET_LADDER: tuple[BudgetShape, ...] = (
     BudgetShape(hidden_size=768, batch_size=32, learning_rate=4e-3),
     BudgetShape(hidden_size=1024, batch_size=32, learning_rate=3e-3),
     BudgetShape(hidden_size=1280, batch_size=32, learning_rate=3e-3),
+    BudgetShape(hidden_size=1536, batch_size=32, learning_rate=2.5e-3),
+    BudgetShape(hidden_size=2048, batch_size=32, learning_rate=2e-3),
 )
 
 
@@ -408,7 +410,8 @@ class ScalingLaw:
         if chars <= corpus_chars:
             return chars
         repeats = chars / corpus_chars - 1
-        return corpus_chars * (1 + self.repeat_scale * (1 - math.exp(-repeats / self.repeat_scale)))
+        scale = self.repeat_scale * smaller_corpus_factor(corpus_chars)
+        return corpus_chars * (1 + scale * (1 - math.exp(-repeats / scale)))
 
     def predict(self, parameters: float, chars: float, corpus_chars: float,
                 skip_connections: bool = False) -> float:
@@ -418,16 +421,35 @@ class ScalingLaw:
                 - (self.skip_gain if skip_connections else 0.0))
 
 
+# A time budget trains no shape for more passes over tiny Shakespeare than this (unless given --epochs):
+# more, however regularised, scored worse (docs/defaults.md). A smaller corpus allows more:
+# most_epochs(). A budget that affords more trains the largest shape that many passes and ends early.
+BUDGET_MOST_EPOCHS = 5.0
+# The training split SCALING_LAW and BUDGET_MOST_EPOCHS were fitted on: tiny Shakespeare's first 90%.
+LAW_CORPUS_CHARS = 1_003_854
+# On a corpus k times smaller, a repeated pass is worth more, as if repeats were counted in characters
+# seen: the law's repeat scale and the pass limit grow k ** this (fitted on the first 100,000 characters
+# of tiny Shakespeare: docs/defaults.md, "Small corpora"). A larger corpus keeps the fitted values.
+SMALLER_CORPUS_EXPONENT = 1.0
+
+
+def smaller_corpus_factor(corpus_chars: float) -> float:
+    """How much more a repeated pass over a training split of ``corpus_chars`` is worth, and how many more
+    passes a budget allows, than over the split the law was fitted on (:data:`SMALLER_CORPUS_EXPONENT`)."""
+    return max(1.0, LAW_CORPUS_CHARS / max(corpus_chars, 1.0)) ** SMALLER_CORPUS_EXPONENT
+
+
+def most_epochs(corpus_chars: float) -> float:
+    """The most passes a time budget plans over a training split of ``corpus_chars``: 5 over tiny
+    Shakespeare's, more over a smaller one (:func:`smaller_corpus_factor`), to a tenth of a pass."""
+    return round(BUDGET_MOST_EPOCHS * smaller_corpus_factor(corpus_chars), 1)
+
+
 # benchmarks/scaling/fit.json, rounded to four figures (benchmarks/scaling_fit.py --check compares them).
 SCALING_LAW = ScalingLaw(irreducible=0.7663, size_coefficient=0.3485, size_exponent=0.1028,
                          data_coefficient=0.4798, data_exponent=0.4282, repeat_scale=0.8404,
                          skip_gain=0.0325, rms_error=0.0152)
 
-# A time budget trains no shape for more passes than this (unless given --epochs): in the sweeps every
-# shape scored its best within 2 to 5 passes over tiny Shakespeare, and runs of 9 to 20 passes scored
-# worse than shorter ones of the same shape (docs/defaults.md). A budget that affords more trains the
-# largest shape this many passes and ends early.
-BUDGET_MOST_EPOCHS = 5.0
 # Of a time budget, at most this much measures the ladder's throughput. At 100 s, 3% (3 s) measured only
 # 2×128 when a cold start made its measurement take 1.4 s instead of 0.3 s, and that run scored 1.5165
 # where 2×256 scores about 1.46; measuring four shapes takes 2.6 to 2.8 s on two EPYC cores.

@@ -290,7 +290,7 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
             if choice.speed_share < 1 else ""
         passes = f"{choice.epochs:.1f} epochs in the budget{slowed}"
         if choice.limit is not None:  # a limit ends the run before the budget does
-            limit = "more passes overfit a corpus" if choice.limit == "epochs" and "epochs" in budget.chosen \
+            limit = "more passes over a corpus this size scored worse" if budget.ends_early() \
                 else "the limit given"
             passes = (f"time for {choice.budget_epochs:.1f} epochs{slowed}, of which it trains "
                       f"{choice.epochs:.1f} ({limit}) and ends early")
@@ -301,6 +301,14 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
         lines.append(f"{name('time_budget')}: {lower.describe()} predicts {lower.predicted_loss:.3f}, within "
                      f"the rule's error of {SCALING_LAW.rms_error:.3f}: of shapes that train alike and tie, "
                      f"the larger measured one is chosen")
+    longer = budget.longer_plan()
+    if longer is not None:
+        lines.append(f"{name('time_budget')}: the best shape that trains to the budget's end, "
+                     f"{longer.describe()} for {longer.epochs:.1f} epochs, predicts {longer.predicted_loss:.3f}: "
+                     f"no better, so this run ends early")
+    elif budget.ends_early():
+        lines.append(f"{name('time_budget')}: no shape of the ladder trains to the budget's end: each "
+                     f"reaches its pass limit first")
     close = budget.close_call()
     if close is not None:
         lines.append(f"{name('time_budget')}: a close call: {close.describe()} predicts "

@@ -30,7 +30,6 @@ from charrnn.config import (
     BUDGET_DROPOUT_PER_DOUBLING,
     BUDGET_DROPOUT_WIDTH,
     BUDGET_LADDER,
-    BUDGET_MOST_EPOCHS,
     BUDGET_PROBE_SECONDS,
     BUDGET_PROBE_SHARE,
     BUDGET_PROBE_STEPS,
@@ -40,6 +39,7 @@ from charrnn.config import (
     ModelConfig,
     ScalingLaw,
     TrainConfig,
+    most_epochs,
     partial_eval_chars,
 )
 from charrnn.data.corpus import CorpusInfo, StreamBatches
@@ -107,7 +107,7 @@ class Candidate:
     estimable: bool  # measured, or estimated from measured shapes of its batch; False: not a candidate
     training_s: float  # seconds left to train once the probe, the final evaluation and saves are paid for
     chars: float  # training characters it would train on: what the budget affords, within the step limit
-    # given and the epoch limit (the one given, else BUDGET_MOST_EPOCHS)
+    # given and the epoch limit (the one given, else most_epochs of the corpus)
     epochs: float  # passes over the training split that makes
     budget_epochs: float  # passes the budget's time alone would afford
     predicted_loss: float | None  # validation nats/char the scaling law expects; None: no time to train
@@ -172,13 +172,30 @@ class BudgetDecision:
             return None
         return runner_up
 
+    def ends_early(self) -> bool:
+        """Whether the choice reaches the plan's own pass limit (:func:`~charrnn.config.most_epochs`)
+        before the budget's end; a limit the user gave is theirs to lift."""
+        choice = self.choice
+        return choice is not None and choice.limit == "epochs" and "epochs" in self.chosen
+
+    def longer_plan(self) -> Candidate | None:
+        """When the choice ends before the budget does at the plan's own pass limit, the best shape that
+        would train to the budget's end (None when none would): what the plan weighed against ending
+        early."""
+        if not self.ends_early():
+            return None
+        spending = [c for c in self.candidates if c.limit is None and c.predicted_loss is not None]
+        return min(spending, key=lambda c: c.predicted_loss) if spending else None
+
     def to_dict(self) -> dict[str, Any]:
-        """Every field, and which candidates (their indices) were chosen, outranked and a close call."""
+        """Every field, and which candidates (their indices) were chosen, outranked, a close call and the
+        longer plan weighed against ending early."""
         def index(candidate: Candidate | None) -> int | None:
             return None if candidate is None else self.candidates.index(candidate)
 
         return {**dataclasses.asdict(self), "choice": index(self.choice),
-                "outranked": index(self.outranked()), "close_call": index(self.close_call())}
+                "outranked": index(self.outranked()), "close_call": index(self.close_call()),
+                "ends_early": self.ends_early(), "longer_plan": index(self.longer_plan())}
 
 
 def choose(candidates: tuple[Candidate, ...]) -> Candidate:
@@ -187,22 +204,30 @@ def choose(candidates: tuple[Candidate, ...]) -> Candidate:
     another shape is larger still and predicts lower. The fastest when none has time to train.
 
     Within the rule's error the prediction cannot rank two shapes, and the probe's timings, which wobble
-    by 15% from run to run, would: at 100 s on two EPYC cores they chose 2×192 over 2×256 in three runs
-    of three, and 2×256 scored about 0.02 nats/char better (docs/defaults.md, "Measured with the rule").
-    Where two such shapes tied in the recorded runs, the larger scored better (2×256 over 2×192 at
-    100 s, 2×768 over 2×512 at 600 s, 2×1280 over 2×1024 in the hour's learning curves); a tie-break
-    toward the smaller was tried and scored 0.022 worse at 100 s. A shape only estimated from others'
-    speeds takes no part: its estimate is not a measurement that wobbles."""
+    by 15% from run to run, would (docs/defaults.md, "Measured with the rule"); where two such shapes tied
+    in the recorded runs, the larger scored better. So a shape that ends before the budget does (at its
+    pass limit) yields to a measured one within that error that trains to the budget's end: the wobble
+    never decides how much of the budget trains. A shape only estimated from others' speeds takes no
+    part in a tie: its estimate is not a measurement that wobbles."""
     best = _lowest(candidates)
     if best is None:
         return candidates[0]
-    tied = [c for c in candidates if c is best or (
-        c.measured and c.predicted_loss is not None and _alike(c.settings, best.settings)
-        and c.predicted_loss - best.predicted_loss < SCALING_LAW.rms_error)]
+    spending = [c for c in _within_error(candidates, best) if c.limit is None]
+    if best.limit is not None and spending:
+        best = min(spending, key=lambda c: c.predicted_loss)
+    tied = [c for c in _within_error(candidates, best) if _alike(c.settings, best.settings)
+            and (c.limit is None or best.limit is not None)]
     undominated = [c for c in tied if not any(
         other.parameters > c.parameters and other.predicted_loss is not None
         and other.predicted_loss < c.predicted_loss for other in candidates)]
     return max(undominated, key=lambda c: c.parameters)
+
+
+def _within_error(candidates: tuple[Candidate, ...], best: Candidate) -> list[Candidate]:
+    """``best`` and the measured candidates that predict within the rule's error of it."""
+    return [c for c in candidates if c is best or (
+        c.measured and c.predicted_loss is not None
+        and c.predicted_loss - best.predicted_loss < SCALING_LAW.rms_error)]
 
 
 def _lowest(candidates: tuple[Candidate, ...]) -> Candidate | None:
@@ -249,7 +274,7 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
     spent before planning, the probe, its own final work
     (:meth:`BudgetEnd.reserve_s`) and the evaluations during training
     (:data:`BUDGET_EVALUATION_SHARE`), and no further than the step limit given
-    and the epoch limit (the one given, else :data:`~charrnn.config.BUDGET_MOST_EPOCHS`) allow. A shape
+    and the epoch limit (the one given, else :func:`~charrnn.config.most_epochs` of the corpus) allow. A shape
     left no time to train has no prediction. Where the plan chooses dropout, a shape takes it only when
     the passes it makes with it, at :func:`dropout_speed` of its speed, still call for it
     (:func:`dropout_for_epochs`), and is then predicted at that speed.
@@ -322,7 +347,7 @@ def _training(chars_per_s: float, settings: dict[str, Any], workload: Workload,
     characters the time alone affords, the limit that ends the run first, if one does)."""
     step_chars = settings["batch_size"] * workload.seq_len
     affordable = chars_per_s * training_s
-    epoch_limit = workload.max_epochs if workload.max_epochs is not None else BUDGET_MOST_EPOCHS
+    epoch_limit = workload.max_epochs if workload.max_epochs is not None else most_epochs(workload.train_chars)
     limits = {"epochs": epoch_limit * workload.train_chars}
     if workload.max_steps is not None:
         limits["max_steps"] = workload.max_steps * step_chars
@@ -459,7 +484,7 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
     chosen = {**choice.settings, "dropout": choice.dropout,
               "weight_decay": BUDGET_WEIGHT_DECAY, "ema_decay": average_decay_for_steps(steps)}
     if config.epochs is None:  # even where the budget ends it sooner: a shape may train faster than timed
-        chosen["epochs"] = BUDGET_MOST_EPOCHS
+        chosen["epochs"] = most_epochs(len(train_ids))
     chosen = {key: value for key, value in chosen.items() if key not in given}
     return BudgetDecision(seconds, device, choice.precision, planned=True, chosen=chosen,
                           candidates=candidates, probe_s=probe_s)

@@ -194,7 +194,16 @@ def test_the_budget_says_what_its_dropout_costs_the_passes():
     lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, chosen, (capped,)),
                          lambda field: "--" + field.replace("_", "-"))
     assert "→ time for 6.4 epochs with dropout 0.15 (about 8% slower), of which it trains 5.0 (more passes " \
-           "overfit a corpus) and ends early" in lines[0]
+           "over a corpus this size scored worse) and ends early" in lines[0]
+    assert lines[1] == ("--time-budget: no shape of the ladder trains to the budget's end: each reaches its "
+                        "pass limit first")
+    # A larger shape that would train to the end, and predicts worse: the plan names it.
+    wider = dataclasses.replace(choice, settings={"hidden_size": 1024, "batch_size": 32}, epochs=2.1,
+                                predicted_loss=1.452)
+    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, chosen, (capped, wider)),
+                         lambda field: "--" + field.replace("_", "-"))
+    assert lines[1] == ("--time-budget: the best shape that trains to the budget's end, 2×1024 LSTM for 2.1 "
+                        "epochs, predicts 1.452: no better, so this run ends early")
     given = dataclasses.replace(choice, dropout=0.3, speed_share=1.0)  # the user's, timed with it
     lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, {}, (given,)), lambda field: field)
     assert "→ 3.9 epochs in the budget, predicted" in lines[0]

@@ -11,9 +11,12 @@ from charrnn.config import (
     BUDGET_MOST_EPOCHS,
     BUDGET_PROBE_SHARE,
     BUDGET_WEIGHT_DECAY,
+    LAW_CORPUS_CHARS,
     SCALING_LAW,
+    SMALLER_CORPUS_EXPONENT,
     ModelConfig,
     TrainConfig,
+    most_epochs,
 )
 from charrnn.data.corpus import encode_corpus, split_ids
 from charrnn.errors import CharrnnError
@@ -93,7 +96,8 @@ def test_the_law_improves_with_size_and_characters_and_repeats_count_for_less():
     law = SCALING_LAW
     assert law.effective_chars(5e5, 1e6) == 5e5 and law.effective_chars(1e6, 1e6) == 1e6
     assert law.effective_chars(1e6 + 1, 1e6) == pytest.approx(1e6 + 1, rel=1e-6)  # continuous at one pass
-    assert law.effective_chars(1e9, 1e6) == pytest.approx(1e6 * (1 + law.repeat_scale))  # saturates
+    fitted = LAW_CORPUS_CHARS  # the training split the law was fitted on
+    assert law.effective_chars(1e9, fitted) == pytest.approx(fitted * (1 + law.repeat_scale))  # saturates
     sizes = [law.predict(n, 5e6, 1e6) for n in (1e5, 1e6, 1e7)]
     passes = [law.predict(1e6, d, 1e6) for d in (1e5, 1e6, 1e7, 1e8)]
     assert sizes == sorted(sizes, reverse=True) and passes == sorted(passes, reverse=True)
@@ -135,6 +139,19 @@ def test_the_fit_is_checked_against_runs_with_charrnns_own_threads():
     assert len(default) >= 10 and {p["name"].split("-")[0] for p in default} >= {"s100", "s600"}
     assert fit["default_threads_rms_error"] < 0.03
     assert max(abs(p["predicted"] - p["loss"]) for p in default) < 0.05
+
+
+def test_a_smaller_corpus_makes_repeats_worth_more_and_allows_more_passes():
+    """Repeats saturate as if counted in characters seen: a corpus k times smaller than the law's has a
+    repeat scale and a pass limit k ** SMALLER_CORPUS_EXPONENT times larger; a larger one keeps both."""
+    law, fitted = SCALING_LAW, LAW_CORPUS_CHARS
+    factor = 10 ** SMALLER_CORPUS_EXPONENT
+    assert law.effective_chars(1e12, fitted / 10) == pytest.approx(fitted / 10 * (1 + law.repeat_scale * factor))
+    assert law.effective_chars(1e12, fitted * 10) == pytest.approx(fitted * 10 * (1 + law.repeat_scale))
+    assert most_epochs(fitted) == most_epochs(fitted * 10) == BUDGET_MOST_EPOCHS
+    assert most_epochs(fitted / 10) == round(BUDGET_MOST_EPOCHS * factor, 1) > BUDGET_MOST_EPOCHS
+    # The same characters predict better on the smaller corpus once they repeat there, never worse.
+    assert law.predict(1e6, 5e6, fitted / 10) < SCALING_LAW.predict(1e6, 5e6, fitted / 10 + 1) + 1e-3
 
 
 @pytest.mark.parametrize(("epochs", "dropout"), [
@@ -538,3 +555,59 @@ def test_the_same_speeds_give_the_same_choice_whichever_wins_by_a_hair(shakespea
         lowest.add(min((c for c in decision.candidates if c.predicted_loss is not None),
                        key=lambda c: c.predicted_loss).settings["hidden_size"])
     assert lowest == {192, 256} and choices == {256}
+
+
+@pytest.fixture(scope="module")
+def small_corpus_encoded(tmp_path_factory):
+    """A corpus of 100,000 characters, a tenth of tiny Shakespeare: the text hardly matters here."""
+    path = tmp_path_factory.mktemp("corpus") / "small.txt"
+    line = "First Citizen: Before we proceed any further, hear me speak.\n"
+    path.write_text((line * (100_000 // len(line) + 1))[:100_000], encoding="utf-8")
+    return encode_corpus(path, "small", 0.1)
+
+
+def test_a_small_corpus_trains_to_its_deadline_with_more_passes_and_more_dropout(small_corpus_encoded):
+    """On a corpus a tenth of tiny Shakespeare's size, a budget whose every shape affords more than five
+    passes trains one to its end: more passes, dropout grown for them."""
+    decision = plan(small_corpus_encoded, 300, work_per_s=3e10)
+    choice = decision.choice
+    assert choice.limit is None and not decision.ends_early() and decision.longer_plan() is None
+    assert choice.epochs > BUDGET_MOST_EPOCHS and decision.chosen["epochs"] == most_epochs(90_000)
+    assert decision.chosen["dropout"] == dropout_for_epochs(choice.epochs) > dropout_for_epochs(5)
+    assert choice.training_s > 0.85 * 300
+
+
+def test_a_ten_times_faster_machine_plans_beyond_the_old_ladder_and_trains_to_its_deadline(shakespeare_like):
+    """Ten times the fake CPU: no early end, and at 600 s a shape wider than 2×1280 (the old ladder's
+    top), which would have trained five passes and stopped at about 60% of the budget."""
+    for seconds in (100, 600):
+        assert plan(shakespeare_like, seconds, work_per_s=3e11).choice.limit is None
+    assert plan(shakespeare_like, 600, work_per_s=3e11).choice.settings["hidden_size"] > 1280
+
+
+def test_a_hundred_times_faster_machine_trains_the_widest_shape_and_says_why_it_ends_early(shakespeare_like):
+    """A hundred times the fake CPU: at 100 s the widest shape trains to its deadline; at 600 s even it
+    has time for more than five passes over tiny Shakespeare, where more scored worse, so the run ends
+    early and the plan says so."""
+    short = plan(shakespeare_like, 100, work_per_s=3e12)
+    assert short.choice.settings["hidden_size"] == BUDGET_LADDER[-1].hidden_size and not short.ends_early()
+    long = plan(shakespeare_like, 600, work_per_s=3e12)
+    assert long.choice.settings["hidden_size"] == BUDGET_LADDER[-1].hidden_size
+    assert long.ends_early() and long.longer_plan() is None and long.to_dict()["ends_early"]
+    assert long.choice.epochs == pytest.approx(BUDGET_MOST_EPOCHS, abs=0.01)
+
+
+def test_a_close_call_never_decides_how_much_of_the_budget_trains():
+    """The lowest prediction ends at its pass limit; a shape trained otherwise predicts within the rule's
+    error and trains to the budget's end: it is chosen, and the probe's wobble between them no longer
+    decides whether 60% or all of the budget trains."""
+    error = SCALING_LAW.rms_error
+    early = dataclasses.replace(candidate(1, 1.45, batch_size=24), limit="epochs")
+    spending = candidate(2, 1.45 + error / 2, batch_size=32)
+    decision = budget.BudgetDecision(600, "cpu", "fp32", True, {"epochs": 5.0}, (early, spending))
+    assert decision.choice is spending and not decision.ends_early()
+    assert budget.choose((early, dataclasses.replace(spending, predicted_loss=1.45 + error))) is early
+    # Past the rule's error the early end stands, and the plan names the longer plan it weighed.
+    alone = budget.BudgetDecision(600, "cpu", "fp32", True, {"epochs": 5.0},
+                                  (early, dataclasses.replace(spending, predicted_loss=1.50)))
+    assert alone.ends_early() and alone.longer_plan().parameters == 2 and alone.to_dict()["longer_plan"] == 1
