@@ -304,8 +304,8 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
     longer = budget.longer_plan()
     if longer is not None:
         lines.append(f"{name('time_budget')}: the best shape that trains to the budget's end, "
-                     f"{longer.describe()} for {longer.epochs:.1f} epochs, predicts {longer.predicted_loss:.3f}: "
-                     f"no better, so this run ends early")
+                     f"{longer.describe()} for {longer.epochs:.1f} epochs, predicts "
+                     f"{longer.predicted_loss:.3f}: no better, so this run ends early")
     elif budget.ends_early():
         lines.append(f"{name('time_budget')}: no shape of the ladder trains to the budget's end: each "
                      f"reaches its pass limit first")

@@ -347,7 +347,7 @@ def _training(chars_per_s: float, settings: dict[str, Any], workload: Workload,
     characters the time alone affords, the limit that ends the run first, if one does)."""
     step_chars = settings["batch_size"] * workload.seq_len
     affordable = chars_per_s * training_s
-    epoch_limit = workload.max_epochs if workload.max_epochs is not None else most_epochs(workload.train_chars)
+    epoch_limit = most_epochs(workload.train_chars) if workload.max_epochs is None else workload.max_epochs
     limits = {"epochs": epoch_limit * workload.train_chars}
     if workload.max_steps is not None:
         limits["max_steps"] = workload.max_steps * step_chars

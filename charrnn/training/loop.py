@@ -74,11 +74,14 @@ class TrainResult:
     budget: Any = None  # charrnn.training.plan.BudgetDecision: what a time budget chose, if one was given
     rank: int = 0  # this process's rank under torchrun; rank 0 alone wrote the run and reports it
     threads: ThreadChoice | None = None  # the CPU threads it ran with, and why (None: torch's own)
+    trained_s: float | None = None  # wall time when training stopped, before the final evaluation and saves
+    # (counted, like elapsed_s, from the run's start, its earlier sessions included when resumed)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "stopped": str(self.stop_reason), "steps": self.steps, "epoch": self.epoch,
-            "elapsed_s": self.elapsed_s, "best": self.best.to_dict(), "best_is_average": self.best_is_average,
+            "elapsed_s": self.elapsed_s, "trained_s": self.trained_s, "best": self.best.to_dict(),
+            "best_is_average": self.best_is_average,
             "skipped_steps": self.skipped_steps, "out_dir": str(self.out_dir),
             "best_checkpoint": str(self.out_dir / "best.pt"),
             "last_checkpoint": str(self.out_dir / "last.pt"),
@@ -170,8 +173,9 @@ class TrainingLoop:
     def progress(self) -> float | None:
         return run_progress(self.config, self.run.step, self.run.epoch, self.elapsed + self.reserve)
 
-    def run_until_stopped(self) -> tuple[StopReason, float]:
-        """Train until a stopping criterion or a signal; return why, and the run's wall time."""
+    def run_until_stopped(self) -> tuple[StopReason, float, float]:
+        """Train until a stopping criterion or a signal; return why, the run's wall time when training
+        stopped (before its final evaluation and saves), and its wall time at the end."""
         run, config = self.run, self.config
         reason: StopReason | None = None
         while reason is None:
@@ -199,7 +203,7 @@ class TrainingLoop:
             ))
             with self._saving_if_memory_runs_out():
                 self.evaluate_and_save(reason, learning_rate, self.chars_per_s(now))
-        return reason, self.clock() - self.start
+        return reason, self.elapsed, self.clock() - self.start
 
     @contextlib.contextmanager
     def _saving_if_memory_runs_out(self) -> Iterator[None]:
@@ -431,7 +435,7 @@ def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: Grace
         loop = TrainingLoop(run, split.val, observer, stop, run_dir,
                             resume_from["elapsed_s"] if resume_from else 0.0, clock, started, plan.ending)
         try:
-            reason, elapsed_s = loop.run_until_stopped()
+            reason, trained_s, elapsed_s = loop.run_until_stopped()
         except BaseException:
             observer.on_end(completed=False)
             raise
@@ -442,7 +446,7 @@ def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: Grace
     assert best is not None  # a run that was not interrupted ends with an evaluation
     return TrainResult(
         out_dir=out_dir, steps=run.step, epoch=run.epoch, best=best, best_is_average=best_is_average,
-        elapsed_s=elapsed_s,
+        elapsed_s=elapsed_s, trained_s=trained_s,
         stop_reason=reason, skipped_steps=run.skipped,
         epoch_checkpoints=run_dir.epoch_checkpoints() if run_dir is not None else [],
         model_config=model_config, config=plan.config, budget=plan.budget, rank=group.rank,

@@ -146,7 +146,8 @@ def test_a_smaller_corpus_makes_repeats_worth_more_and_allows_more_passes():
     repeat scale and a pass limit k ** SMALLER_CORPUS_EXPONENT times larger; a larger one keeps both."""
     law, fitted = SCALING_LAW, LAW_CORPUS_CHARS
     factor = 10 ** SMALLER_CORPUS_EXPONENT
-    assert law.effective_chars(1e12, fitted / 10) == pytest.approx(fitted / 10 * (1 + law.repeat_scale * factor))
+    small = fitted / 10
+    assert law.effective_chars(1e12, small) == pytest.approx(small * (1 + law.repeat_scale * factor))
     assert law.effective_chars(1e12, fitted * 10) == pytest.approx(fitted * 10 * (1 + law.repeat_scale))
     assert most_epochs(fitted) == most_epochs(fitted * 10) == BUDGET_MOST_EPOCHS
     assert most_epochs(fitted / 10) == round(BUDGET_MOST_EPOCHS * factor, 1) > BUDGET_MOST_EPOCHS

@@ -257,6 +257,7 @@ def test_a_time_budget_keeps_time_for_the_final_evaluation_and_saves(repeated_co
     result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=1.5).run(clock, clock=clock)
     assert result.stop_reason == StopReason("time_budget", 1.5)
     assert result.steps == 9  # step 9 sees 8 × 0.125 = 1.0 s, and 1.0 + 0.5 reaches the budget
+    assert result.trained_s == 1.0 and result.to_dict()["trained_s"] == 1.0  # when training stopped
     assert any("stops about 0.5 s before the end" in message for message in messages)
     # A caller that needs a quarter second once training returns (the command line: its exit) gets it.
     finishing = plan_run(repeated_corpus, tmp_path / "finishing", **OPTIONS, time_budget=1.5,
@@ -396,18 +397,23 @@ def test_a_budgets_evaluations_are_spread_over_what_is_left_once_training_starts
 
 def test_a_budget_that_affords_more_passes_than_the_rule_trusts_ends_early(repeated_corpus, tmp_path,
                                                                            monkeypatch):
-    from charrnn.config import BUDGET_MOST_EPOCHS
+    from charrnn.config import most_epochs
 
+    limit = most_epochs(2430)  # the passes a budget plans over this corpus's training split, at most
     measured_end(monkeypatch, pass_s=0.5)
     clock = FakeClock(step_seconds=0.5)
-    result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100).run(clock, clock=clock)
-    assert result.stop_reason == StopReason("epochs", BUDGET_MOST_EPOCHS)
-    assert result.epoch == BUDGET_MOST_EPOCHS
-    assert result.config.epochs == BUDGET_MOST_EPOCHS and result.elapsed_s < 30
+    budget = 10 * limit * 2  # time for twice the limit's steps (ten a pass)
+    plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=budget)
+    result = plan.run(clock, clock=clock)
+    assert result.stop_reason == StopReason("epochs", limit)
+    assert result.epoch == pytest.approx(limit, abs=0.1)  # in whole steps
+    assert result.config.epochs == limit and result.trained_s < 0.6 * budget
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    # Its evaluations are spread over the passes it makes (ten steps each): near 5 × k / 6, never before.
-    assert len(records) == 6 and records[-1]["epoch"] == BUDGET_MOST_EPOCHS
-    assert all(0 <= record["epoch"] - 5 * k / 6 <= 0.2 for k, record in enumerate(records[:-1], start=1))
+    # Its evaluations are spread over the passes it makes (near limit × k / (n + 1)), never before.
+    evaluations = len(records) - 1
+    assert evaluations >= 3 and records[-1]["epoch"] == result.epoch
+    assert all(0 <= record["epoch"] - limit * k / (evaluations + 1) <= 0.2
+               for k, record in enumerate(records[:-1], start=1))
 
 
 def subset_budget(monkeypatch, repeated_corpus, tmp_path, wreck_after: int | None = None):
