@@ -567,15 +567,21 @@ def small_corpus_encoded(tmp_path_factory):
     return encode_corpus(path, "small", 0.1)
 
 
-def test_a_small_corpus_trains_to_its_deadline_with_more_passes_and_more_dropout(small_corpus_encoded):
-    """On a corpus a tenth of tiny Shakespeare's size, a budget whose every shape affords more than five
-    passes trains one to its end: more passes, dropout grown for them."""
+def test_a_small_corpus_trains_more_passes_of_a_smaller_shape_to_its_deadline(small_corpus_encoded,
+                                                                            monkeypatch):
+    """On a corpus a tenth of tiny Shakespeare's size, repeated passes are worth more than the law fitted
+    there credits: the plan trains a smaller shape for more passes, with more dropout, to its end."""
+    from charrnn import config
+
     decision = plan(small_corpus_encoded, 300, work_per_s=3e10)
     choice = decision.choice
     assert choice.limit is None and not decision.ends_early() and decision.longer_plan() is None
-    assert choice.epochs > BUDGET_MOST_EPOCHS and decision.chosen["epochs"] == most_epochs(90_000)
-    assert decision.chosen["dropout"] == dropout_for_epochs(choice.epochs) > dropout_for_epochs(5)
-    assert choice.training_s > 0.85 * 300
+    assert decision.chosen["epochs"] == most_epochs(90_000) > BUDGET_MOST_EPOCHS
+    assert decision.chosen["dropout"] == dropout_for_epochs(choice.epochs) and choice.training_s > 0.85 * 300
+    monkeypatch.setattr(config, "SMALLER_CORPUS_EXPONENT", 0.0)  # the law as fitted on tiny Shakespeare
+    fitted = plan(small_corpus_encoded, 300, work_per_s=3e10).choice
+    assert choice.parameters < fitted.parameters and choice.epochs > fitted.epochs
+    assert choice.dropout > fitted.dropout
 
 
 def test_a_ten_times_faster_machine_plans_beyond_the_old_ladder_and_trains_to_its_deadline(shakespeare_like):
