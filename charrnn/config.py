@@ -430,7 +430,7 @@ LAW_CORPUS_CHARS = 1_003_854
 # On a corpus k times smaller, a repeated pass is worth more, as if repeats were counted in characters
 # seen: the law's repeat scale and the pass limit grow k ** this (fitted on the first 100,000 characters
 # of tiny Shakespeare: docs/defaults.md, "Small corpora"). A larger corpus keeps the fitted values.
-SMALLER_CORPUS_EXPONENT = 0.4
+SMALLER_CORPUS_EXPONENT = 0.45
 
 
 def smaller_corpus_factor(corpus_chars: float) -> float:

@@ -298,9 +298,11 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
                  f"{speed} → {passes}, predicted validation {choice.predicted_loss:.3f} nats/char"]
     lower = budget.outranked()
     if lower is not None:
+        why = ("it stops at its pass limit, and of shapes that tie, one that trains to the budget's end is "
+               "chosen") if lower.limit is not None and choice.limit is None else \
+            "of shapes that train alike and tie, the larger measured one is chosen"
         lines.append(f"{name('time_budget')}: {lower.describe()} predicts {lower.predicted_loss:.3f}, within "
-                     f"the rule's error of {SCALING_LAW.rms_error:.3f}: of shapes that train alike and tie, "
-                     f"the larger measured one is chosen")
+                     f"the rule's error of {SCALING_LAW.rms_error:.3f}: {why}")
     longer = budget.longer_plan()
     if longer is not None:
         lines.append(f"{name('time_budget')}: the best shape that trains to the budget's end, "

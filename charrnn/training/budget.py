@@ -154,7 +154,8 @@ class BudgetDecision:
         return choice is None or choice.evaluates
 
     def outranked(self) -> Candidate | None:
-        """The shape with the lowest prediction, when :func:`choose` took a larger one that ties with it."""
+        """The shape with the lowest prediction, when :func:`choose` took another that ties with it: a larger
+        one that trains alike, or one that trains to the budget's end where it stops at its pass limit."""
         lowest = _lowest(self.candidates)
         return lowest if lowest is not None and lowest is not self.choice else None
 

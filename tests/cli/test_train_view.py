@@ -204,6 +204,14 @@ def test_the_budget_says_what_its_dropout_costs_the_passes():
                          lambda field: "--" + field.replace("_", "-"))
     assert lines[1] == ("--time-budget: the best shape that trains to the budget's end, 2×1024 LSTM for 2.1 "
                         "epochs, predicts 1.452: no better, so this run ends early")
+    # Within the rule's error, the shape that trains to the end is chosen, and the plan says why.
+    tied = dataclasses.replace(wider, predicted_loss=1.425)
+    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, chosen, (capped, tied)),
+                         lambda field: "--" + field.replace("_", "-"))
+    assert lines[0].startswith("--time-budget 600 s: 2×1024 LSTM: this machine trains it at 9,287")
+    assert lines[1] == ("--time-budget: 2×768 LSTM predicts 1.421, within the rule's error of 0.015: it "
+                        "stops at its pass limit, and of shapes that tie, one that trains to the budget's "
+                        "end is chosen")
     given = dataclasses.replace(choice, dropout=0.3, speed_share=1.0)  # the user's, timed with it
     lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, {}, (given,)), lambda field: field)
     assert "→ 3.9 epochs in the budget, predicted" in lines[0]
