@@ -427,16 +427,19 @@ class ScalingLaw:
 BUDGET_MOST_EPOCHS = 5.0
 # The training split SCALING_LAW and BUDGET_MOST_EPOCHS were fitted on: tiny Shakespeare's first 90%.
 LAW_CORPUS_CHARS = 1_003_854
-# On a corpus k times smaller, a repeated pass is worth more, as if repeats were counted in characters
-# seen: the law's repeat scale and the pass limit grow k ** this (fitted on the first 100,000 characters
-# of tiny Shakespeare: docs/defaults.md, "Small corpora"). A larger corpus keeps the fitted values.
+# On a corpus k times smaller, a repeated pass is worth more: the law's repeat scale and the pass limit
+# grow k ** this (docs/defaults.md, "Past the ladder"). A larger corpus keeps the fitted values.
 SMALLER_CORPUS_EXPONENT = 0.45
+# The training split the exponent was fitted on (tiny Shakespeare's first 100,000 characters, less the
+# validation tenth): a smaller corpus is planned as if it were this size, never extrapolated below it.
+SMALLEST_FITTED_CHARS = 90_000
 
 
 def smaller_corpus_factor(corpus_chars: float) -> float:
     """How much more a repeated pass over a training split of ``corpus_chars`` is worth, and how many more
-    passes a budget allows, than over the split the law was fitted on (:data:`SMALLER_CORPUS_EXPONENT`)."""
-    return max(1.0, LAW_CORPUS_CHARS / max(corpus_chars, 1.0)) ** SMALLER_CORPUS_EXPONENT
+    passes a budget allows, than over the split the law was fitted on (:data:`SMALLER_CORPUS_EXPONENT`),
+    no more than at :data:`SMALLEST_FITTED_CHARS`."""
+    return max(1.0, LAW_CORPUS_CHARS / max(corpus_chars, SMALLEST_FITTED_CHARS)) ** SMALLER_CORPUS_EXPONENT
 
 
 def most_epochs(corpus_chars: float) -> float:

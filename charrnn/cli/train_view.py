@@ -309,8 +309,8 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
                      f"{longer.describe()} for {longer.epochs:.1f} epochs, predicts "
                      f"{longer.predicted_loss:.3f}: no better, so this run ends early")
     elif budget.ends_early():
-        lines.append(f"{name('time_budget')}: no shape of the ladder trains to the budget's end: each "
-                     f"reaches its pass limit first")
+        lines.append(f"{name('time_budget')}: of the shapes it could predict, none trains to the budget's "
+                     f"end: each reaches its pass limit first")
     close = budget.close_call()
     if close is not None:
         lines.append(f"{name('time_budget')}: a close call: {close.describe()} predicts "

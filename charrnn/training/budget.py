@@ -166,8 +166,9 @@ class BudgetDecision:
         choice, lowest = self.choice, _lowest(self.candidates)
         if choice is None or lowest is None:
             return None
-        others = [c for c in self.candidates
-                  if c.predicted_loss is not None and not _alike(c.settings, choice.settings)]
+        outranked = self.outranked()  # already named, with why it was passed over
+        others = [c for c in self.candidates if c.predicted_loss is not None and c is not outranked
+                  and not _alike(c.settings, choice.settings)]
         runner_up = min(others, key=lambda c: c.predicted_loss) if others else None
         if runner_up is None or runner_up.predicted_loss - lowest.predicted_loss >= SCALING_LAW.rms_error:
             return None
@@ -207,28 +208,25 @@ def choose(candidates: tuple[Candidate, ...]) -> Candidate:
     Within the rule's error the prediction cannot rank two shapes, and the probe's timings, which wobble
     by 15% from run to run, would (docs/defaults.md, "Measured with the rule"); where two such shapes tied
     in the recorded runs, the larger scored better. So a shape that ends before the budget does (at its
-    pass limit) yields to a measured one within that error that trains to the budget's end: the wobble
-    never decides how much of the budget trains. A shape only estimated from others' speeds takes no
-    part in a tie: its estimate is not a measurement that wobbles."""
-    best = _lowest(candidates)
-    if best is None:
+    pass limit) yields to the best one within that error that trains to the budget's end, and the tie is
+    then broken among those: the wobble never decides how much of the budget trains. A shape only
+    estimated from others' speeds is never taken for a larger one that ties: its estimate is not a
+    measurement that wobbles."""
+    lowest = _lowest(candidates)
+    if lowest is None:
         return candidates[0]
-    spending = [c for c in _within_error(candidates, best) if c.limit is None]
-    if best.limit is not None and spending:
-        best = min(spending, key=lambda c: c.predicted_loss)
-    tied = [c for c in _within_error(candidates, best) if _alike(c.settings, best.settings)
-            and (c.limit is None or best.limit is not None)]
+    spending = tuple(c for c in candidates if c.limit is None and c.predicted_loss is not None
+                     and c.predicted_loss - lowest.predicted_loss < SCALING_LAW.rms_error)
+    eligible = spending if lowest.limit is not None and spending else candidates
+    best = _lowest(eligible)
+    assert best is not None
+    tied = [c for c in eligible if c is best or (
+        c.measured and c.predicted_loss is not None and _alike(c.settings, best.settings)
+        and c.predicted_loss - best.predicted_loss < SCALING_LAW.rms_error)]
     undominated = [c for c in tied if not any(
         other.parameters > c.parameters and other.predicted_loss is not None
-        and other.predicted_loss < c.predicted_loss for other in candidates)]
+        and other.predicted_loss < c.predicted_loss for other in eligible)]
     return max(undominated, key=lambda c: c.parameters)
-
-
-def _within_error(candidates: tuple[Candidate, ...], best: Candidate) -> list[Candidate]:
-    """``best`` and the measured candidates that predict within the rule's error of it."""
-    return [c for c in candidates if c is best or (
-        c.measured and c.predicted_loss is not None
-        and c.predicted_loss - best.predicted_loss < SCALING_LAW.rms_error)]
 
 
 def _lowest(candidates: tuple[Candidate, ...]) -> Candidate | None:

@@ -14,6 +14,7 @@ from charrnn.config import (
     LAW_CORPUS_CHARS,
     SCALING_LAW,
     SMALLER_CORPUS_EXPONENT,
+    SMALLEST_FITTED_CHARS,
     ModelConfig,
     TrainConfig,
     most_epochs,
@@ -151,6 +152,10 @@ def test_a_smaller_corpus_makes_repeats_worth_more_and_allows_more_passes():
     assert law.effective_chars(1e12, fitted * 10) == pytest.approx(fitted * 10 * (1 + law.repeat_scale))
     assert most_epochs(fitted) == most_epochs(fitted * 10) == BUDGET_MOST_EPOCHS
     assert most_epochs(fitted / 10) == round(BUDGET_MOST_EPOCHS * factor, 1) > BUDGET_MOST_EPOCHS
+    # Below the smallest corpus it was fitted on, the rule is not extrapolated.
+    assert most_epochs(SMALLEST_FITTED_CHARS) == most_epochs(2_000) == most_epochs(1) < 3 * BUDGET_MOST_EPOCHS
+    assert law.effective_chars(1e12, 2_000) / 2_000 == law.effective_chars(1e12, SMALLEST_FITTED_CHARS) / \
+        SMALLEST_FITTED_CHARS
     # The same characters predict better on the smaller corpus once they repeat there, never worse.
     assert law.predict(1e6, 5e6, fitted / 10) < SCALING_LAW.predict(1e6, 5e6, fitted / 10 + 1) + 1e-3
 
@@ -618,3 +623,30 @@ def test_a_close_call_never_decides_how_much_of_the_budget_trains():
     alone = budget.BudgetDecision(600, "cpu", "fp32", True, {"epochs": 5.0},
                                   (early, dataclasses.replace(spending, predicted_loss=1.50)))
     assert alone.ends_early() and alone.longer_plan().parameters == 2 and alone.to_dict()["longer_plan"] == 1
+
+
+def test_a_tie_broken_toward_the_budgets_end_always_chooses():
+    """Two-core speeds on a 90,000-character split at 100 s: 2×256 predicts lowest but stops at its pass
+    limit; 2×384, measured, trains to the end; 2×512, estimated and larger, predicts lower than 2×384
+    and trains to the end too. The choice is among those that train to the end: never none."""
+    shapes = budget._shapes({}, 65)
+    speeds = [Speed(rate, 5 * rate) for rate in (86_846, 37_249, 27_546, 15_986)] + [None] * (len(shapes) - 4)
+    candidates = predict_candidates(shapes, speeds, Workload(100, 1.0, 1.0, 90_000, 10_000, 50, True))
+    choice = budget.choose(candidates)
+    assert choice.limit is None and choice.predicted_loss is not None
+    assert min(c.predicted_loss for c in candidates if c.limit is not None) < choice.predicted_loss
+
+
+def test_the_choice_is_always_one_of_the_candidates_whatever_their_predictions_and_limits():
+    import random
+
+    generator = random.Random(0)
+    for _ in range(3000):
+        candidates = tuple(dataclasses.replace(
+            candidate(size, generator.choice([None, 1.4 + generator.random() * 0.05]),
+                      batch_size=generator.choice([16, 32])),
+            measured=generator.random() < 0.7, limit=generator.choice([None, "epochs"]))
+            for size in range(1, generator.randint(1, 6) + 1))
+        decision = budget.BudgetDecision(100, "cpu", "fp32", True, {"epochs": 5.0}, candidates)
+        assert decision.choice in candidates
+        decision.to_dict()
