@@ -12,7 +12,7 @@ from charrnn.data.cache import CACHE_DIR_ENV
 from charrnn.data.datasets import MIRROR_ENV
 from charrnn.training.loop import TrainResult
 
-from helpers import plan_run
+from helpers import TEST_DEVICE, plan_run
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -41,6 +41,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("cuda"):
             item.add_marker(no_gpu)
+
+
+@pytest.fixture
+def device() -> str:
+    """The device a test trains, samples and scores on: a CUDA GPU where present, else the CPU."""
+    return TEST_DEVICE
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -20,6 +20,15 @@ CELLS = ["lstm", "gru", "rnn"]
 INSTALLED = Path(sys.executable).with_name("charrnn")
 needs_installed = pytest.mark.skipif(not INSTALLED.exists(), reason="charrnn is not installed here")
 
+# The device tests train, sample and score on: a CUDA GPU where one is present, so that a GPU machine runs
+# the whole suite on it, else the CPU. Tests of CPU-only behaviour name "cpu" themselves.
+TEST_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+# How closely two scores of the same text agree when computed in batches of different sizes: to float32's
+# rounding on a CPU; on a GPU, cuDNN's float32 RNN kernels may round as TF32, differently for each batch size
+# (many streams against one stream agree there within 1e-4 a character).
+SCORE_TOLERANCE = 1e-6 if TEST_DEVICE == "cpu" else 1e-4
+
 # A run small enough to train in a fraction of a second; tests override what they measure.
 TINY_RUN: dict[str, Any] = {"num_layers": 1, "hidden_size": 32, "embed_size": 8, "batch_size": 4,
                             "seq_len": 16, "learning_rate": 1e-2}
@@ -33,13 +42,13 @@ def make_model(cell: str, layers: int = 2, seed: int = 0) -> CharRNN:
 
 
 def plan_run(corpus: Path | None, out: Path | None, *, overwrite: bool = False, resume: Path | None = None,
-             finish_s: float = 0.0, **options: Any) -> TrainingPlan:
-    """The plan of a tiny run on ``corpus`` into ``out``: :data:`TINY_RUN` overridden by ``options``
-    (fields of ModelConfig and TrainConfig); with ``resume``, only the options given change. A time budget
-    keeps ``finish_s`` seconds at its end for the caller."""
+             finish_s: float = 0.0, device: str = TEST_DEVICE, **options: Any) -> TrainingPlan:
+    """The plan of a tiny run on ``corpus`` into ``out`` on ``device``: :data:`TINY_RUN` overridden by
+    ``options`` (fields of ModelConfig and TrainConfig); with ``resume``, only the options given change. A
+    time budget keeps ``finish_s`` seconds at its end for the caller."""
     given = options if resume is not None else {**TINY_RUN, **options}
-    return plan_training(TrainingRequest(corpus, given, out, overwrite=overwrite, resume=resume),
-                         finish_s=finish_s)
+    request = TrainingRequest(corpus, given, out, overwrite=overwrite, resume=resume, device=device)
+    return plan_training(request, finish_s=finish_s)
 
 
 def repeated_runs(text: str, n: int) -> list[str]:

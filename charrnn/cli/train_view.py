@@ -310,7 +310,9 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
                      f"{longer.predicted_loss:.3f}: no better, so this run ends early")
     elif budget.ends_early():
         lines.append(f"{name('time_budget')}: of the shapes it could predict, none trains to the budget's "
-                     f"end: each reaches its pass limit first")
+                     f"end: each reaches its pass limit first. The longer plan, {choice.describe()} for "
+                     f"{choice.budget_epochs:.1f} epochs with more dropout, is not taken: past the limit, "
+                     f"runs with more dropout scored worse (docs/defaults.md)")
     close = budget.close_call()
     if close is not None:
         lines.append(f"{name('time_budget')}: a close call: {close.describe()} predicts "

@@ -68,6 +68,9 @@ class CharRNN(nn.Module):
         # always does: no multi-layer kernel feeds the input to every layer).
         self.layerwise_in_training = not config.layer_norm and (
             config.weight_drop > 0 or (config.locked_dropout and between_layers > 0))
+        # cuDNN draws the fused kernel's masks between layers from a generator of its own, which no
+        # checkpoint can save: on a GPU such a model trains a layer at a time, so that a resume is exact.
+        self.layerwise_on_gpu = not config.layer_norm and not config.skip_connections and between_layers > 0
         self.head = nn.Linear(config.hidden_size * (config.num_layers if config.skip_connections else 1),
                               config.vocab_size)
         if initialise_weights:
@@ -104,7 +107,8 @@ class CharRNN(nn.Module):
         x = embedding_dropout(self.embedding, idx, config.embed_dropout, self.training)  # (B, T, E)
         x = sequence_dropout(x, config.input_dropout, self.training, config.locked_dropout)
         rnn_state = state if config.cell == "lstm" else state[0]
-        if config.skip_connections or (self.training and self.layerwise_in_training):
+        layerwise = self.layerwise_in_training or (self.layerwise_on_gpu and x.is_cuda)
+        if config.skip_connections or (self.training and layerwise):
             out, new_state = layerwise_recurrence(self.rnn, x, rnn_state, self.training, config.weight_drop,
                                                   self.rnn.dropout, config.locked_dropout,
                                                   config.skip_connections)  # (B, T, H), or (B, T, L·H)

@@ -15,6 +15,8 @@ from charrnn.analysis.surprisal import surprisals
 from charrnn.cli.main import cli
 from charrnn.errors import CharrnnError, OptionConflict
 
+from helpers import SCORE_TOLERANCE
+
 TEXT = SMALL_TEXT[:12_000]  # longer than one slice of an evaluation's streams (EVAL_SLICE characters)
 
 
@@ -24,7 +26,7 @@ def test_the_mean_surprisal_is_eval_perplexitys_nats_per_char(tiny_checkpoint, s
     assert [row.index for row in rows] == list(range(1, len(TEXT)))  # the first character has no context
     mean = math.fsum(row.nats for row in rows) / len(rows)
     scored = charrnn.perplexity(tiny_checkpoint, TEXT, single_stream=single_stream).nats_per_char
-    assert mean == pytest.approx(scored, abs=1e-6)
+    assert mean == pytest.approx(scored, abs=SCORE_TOLERANCE)
 
 
 def test_many_streams_and_one_agree_character_by_character_past_the_warm_up(tiny_checkpoint):

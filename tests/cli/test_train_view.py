@@ -196,7 +196,9 @@ def test_the_budget_says_what_its_dropout_costs_the_passes():
     assert "→ time for 6.4 epochs with dropout 0.15 (about 8% slower), of which it trains 5.0 (more passes " \
            "over a corpus this size scored worse) and ends early" in lines[0]
     assert lines[1] == ("--time-budget: of the shapes it could predict, none trains to the budget's end: "
-                        "each reaches its pass limit first")
+                        "each reaches its pass limit first. The longer plan, 2×768 LSTM for 6.4 epochs with "
+                        "more dropout, is not taken: past the limit, runs with more dropout scored worse "
+                        "(docs/defaults.md)")
     # A larger shape that would train to the end, and predicts worse: the plan names it.
     wider = dataclasses.replace(choice, settings={"hidden_size": 1024, "batch_size": 32}, epochs=2.1,
                                 predicted_loss=1.452)

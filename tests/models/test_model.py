@@ -50,6 +50,22 @@ def test_dropout_only_in_training():
     assert not torch.equal(a, c)
 
 
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_dropout_between_layers_follows_torchs_generator_on_every_device(cell, device):
+    """A checkpoint saves torch's generators, not cuDNN's own: the masks must come from torch's for a
+    resume to be exact (on a GPU the layers then run one fused kernel at a time)."""
+    torch.manual_seed(0)
+    model = CharRNN(ModelConfig(vocab_size=11, cell=cell, num_layers=2, hidden_size=16, embed_size=6,
+                                dropout=0.5)).to(device).train()
+    idx = torch.randint(0, 11, (3, 9), device=device)
+    outputs = []
+    for _ in range(2):
+        torch.manual_seed(1)
+        outputs.append(model(idx)[0])
+    assert torch.equal(outputs[0], outputs[1])
+    assert not torch.equal(outputs[0], model(idx)[0])  # and the masks do change from draw to draw
+
+
 def test_load_pretrained_copies_weights_and_keeps_new_vocabulary_rows_fresh():
     torch.manual_seed(0)
     small = CharRNN(ModelConfig(vocab_size=5, num_layers=2, hidden_size=8, embed_size=4))

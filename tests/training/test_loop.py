@@ -13,7 +13,7 @@ from charrnn.training.checkpoint import load_model
 from charrnn.training.observer import TrainObserver
 from charrnn.training.schedule import StopReason
 
-from helpers import plan_run
+from helpers import TEST_DEVICE, plan_run
 
 PHRASE = "the quick brown fox jumps over the lazy dog. "
 
@@ -446,13 +446,14 @@ def subset_budget(monkeypatch, repeated_corpus, tmp_path, wreck_after: int | Non
 
 
 def whole_score(checkpoint: Path, corpus: Path) -> tuple[dict, float]:
-    """A checkpoint's recorded best, and its weights' score on the whole validation split, recomputed."""
+    """A checkpoint's recorded best, and its weights' score on the whole validation split, recomputed on the
+    device the run trained and scored on."""
     from charrnn.data.corpus import encode_corpus, split_ids
     from charrnn.models.evaluate import evaluate
 
     payload = torch.load(checkpoint, weights_only=True)
     encoded = encode_corpus(corpus, "repeat", 0.1)
-    model = load_model(checkpoint).network
+    model = load_model(checkpoint).network.to(TEST_DEVICE)
     val = split_ids(encoded.ids, encoded.info.split_point).val
     return payload["best"], evaluate(model, val).nats_per_char
 
