@@ -30,8 +30,12 @@ demo: setup
 lint: setup
 	$(BIN)/ruff check .
 
+# The whole suite, then the quick tests again as on a processor of the other kind (with native bfloat16
+# or without: CHARRNN_CPU_BF16), so that both paths pass on any machine.
 test: lint
 	$(BIN)/python -m pytest -q
+	CHARRNN_CPU_BF16=$$($(BIN)/python -c "from charrnn.utils.hardware import cpu_has_native_bf16 as native; \
+	print(int(not native()))") $(BIN)/python -m pytest -q -m "not slow"
 
 # Everything but the tests marked slow (real subprocesses, torchrun, fuzzing): for the edit-test loop.
 test-fast: lint

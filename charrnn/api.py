@@ -466,13 +466,19 @@ class Model(TrainedModel):
             except CharrnnError as exc:
                 raise CharrnnError(f"{exc}; give a text to score instead") from None
             source = f"validation split of {corpus_path(corpus)}"  # the copy read, where it was elsewhere
+        if len(ids) < 2:
+            named = "the text" if request.text is not None else escape(source)
+            known = " the model knows" if skipped else ""
+            raise CharrnnError(f"{named} holds {len(ids)} character{'' if len(ids) == 1 else 's'}{known}; "
+                               f"scoring needs at least 2 (the first has no context)")
         started = time.perf_counter()
         score = self.score(ids, request.single_stream)
         adapted = None
         if request.dynamic is not None:
             from charrnn.analysis.dynamic import checkpoint_dynamic_score
 
-            adapted = checkpoint_dynamic_score(self, ids, request.dynamic)
+            with self.computing():
+                adapted = checkpoint_dynamic_score(self, ids, request.dynamic)
         return TextScore(source, score, skipped, adapted, request.dynamic, time.perf_counter() - started,
                           self.checkpoint)
 
@@ -492,12 +498,14 @@ class Model(TrainedModel):
             raise ConfigError(f"must be below {model.hidden_size}: layers have units 0 to "
                               f"{model.hidden_size - 1}", "unit")
         try:
-            acts = activations(self.network, self.vocab, request.text, asked.state)
+            with self.computing():
+                acts = activations(self.network, self.vocab, request.text, asked.state)
         except UnknownCharactersError as exc:
             raise CharrnnError(f"{exc} in the text to inspect") from None
         ranking = None
         if asked.rank is not None:
-            ranking = rank_units(acts, text_feature(request.text, asked.rank), asked.units_listed)
+            with self.computing():
+                ranking = rank_units(acts, text_feature(request.text, asked.rank), asked.units_listed)
         values = acts[:, asked.layer_index, asked.unit].tolist() if asked.unit is not None else None
         scale = 1.0 if asked.state == "h" or not values else max(1e-6, max(abs(v) for v in values))
         return Inspection(request.text, asked.layer_index, asked.unit, asked.state, values, scale, asked.rank,
@@ -541,7 +549,10 @@ class Model(TrainedModel):
                                f"{{skip_unknown}} to drop them", names_options=True)
         kept = len(whole) - sum(outside.values()) if skip_unknown else len(whole)
         if kept < 2:
-            raise CharrnnError("need at least 2 characters to score (the first has no context)")
+            named = "the text" if file is None else escape(str(file))
+            known = " the model knows" if skip_unknown and outside else ""
+            raise CharrnnError(f"{named} holds {kept} character{'' if kept == 1 else 's'}{known}; scoring "
+                               f"needs at least 2 (the first has no context)")
         return Surprisal(self, whole, top, skip_unknown, single_stream)
 
 
@@ -563,8 +574,8 @@ class Surprisal:
     def __iter__(self) -> Iterator[Any]:
         from charrnn.analysis.surprisal import surprisals
 
-        return surprisals(self.model.network, self.model.vocab, self.text, self.top, self.skip_unknown,
-                          self.single_stream)
+        return self.model.paced(surprisals(self.model.network, self.model.vocab, self.text, self.top,
+                                           self.skip_unknown, self.single_stream))
 
     def most_surprising(self, count: int) -> list[Any]:
         """The ``count`` most surprising characters, highest first, each with its context
@@ -627,13 +638,14 @@ def load(path: PathArg, device: str = "cpu", threads: int | None = None) -> Mode
 def _load(path: PathArg, device: str, name: str, threads: int | None = None) -> Model:
     """:func:`load`, naming the path parameter as the caller's function does; ``threads`` is checked
     (and set) before the checkpoint is looked for."""
-    use_threads(threads)
+    choice = use_threads(threads)
     from charrnn.models.devices import resolve_device
     from charrnn.training.checkpoint import checkpoint_in, load_model
 
     checkpoint = checkpoint_in(_require_path(path, name), "best.pt")
     loaded = load_model(checkpoint, resolve_device(_device(device)))
-    return Model(loaded.network, loaded.vocab, loaded.payload, checkpoint)
+    return Model(loaded.network, loaded.vocab, loaded.payload, checkpoint,
+                 threads=choice.count if choice is not None else None)
 
 
 DEVICES = ("auto", "cpu", "cuda", "mps")  # auto: cuda when a GPU is present, else cpu

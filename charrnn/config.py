@@ -10,15 +10,17 @@ import dataclasses
 import functools
 import math
 import numbers
+import os
 import re
 import types
 import typing
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict
-from charrnn.utils.hardware import cpu_has_native_bf16
+from charrnn.utils.hardware import CPU_BF16_ENV, cpu_has_native_bf16
 from charrnn.utils.text import require_valid_text
 
 CellType = Literal["lstm", "gru", "rnn", "esn"]
@@ -47,7 +49,12 @@ MAX_SPECTRAL_RADIUS = 1e3  # far beyond any useful reservoir; 1e308 overflows th
 REGULARISATION_RATES = ("dropout", "weight_drop", "input_dropout", "embed_dropout")  # probabilities in [0, 1)
 # What a fine-tuning run may set afresh: the rest of the model is the checkpoint's.
 REGULARISATION_FIELDS = (*REGULARISATION_RATES, "locked_dropout")
+# The folder of the models that come with charrnn (charrnn.models.pretrained): nothing ever writes there.
+SHIPPED_FOLDER = Path(__file__).parent / "models" / "weights"
 MAX_LAYERS = 128  # far deeper than any character model needs; nn.LSTM takes minutes to build 10,000
+# Wider than any machine can train (an LSTM this wide has 4·W² weights a layer), yet small enough that the
+# size of every weight matrix is a number torch can compute: a billion overflowed it.
+MAX_WIDTH = 2**24
 MAX_LEARNING_RATE = 1e3  # far above any useful rate; larger ones overflow float32 updates
 
 
@@ -259,6 +266,9 @@ class ModelConfig(_DictMixin):
         require_at_least(self, 1, "vocab_size", "num_layers", "hidden_size", "embed_size")
         require(self.num_layers <= MAX_LAYERS, "num_layers",
                 f"must be at most {MAX_LAYERS} (a deeper stack takes minutes just to build)")
+        for name in ("hidden_size", "embed_size"):
+            require(getattr(self, name) <= MAX_WIDTH, name,
+                    f"must be at most {MAX_WIDTH:,} (no machine holds a model that wide)")
         for name in REGULARISATION_RATES:
             require(0.0 <= getattr(self, name) < 1.0, name, "must be in [0, 1)")
         if self.skip_connections and (self.cell == "esn" or self.layer_norm):
@@ -332,8 +342,9 @@ class TrainConfig(_DictMixin):
         require(self.precision in PRECISIONS, "precision", f"must be one of {', '.join(PRECISIONS)}")
         if self.precision == "bf16" and not (self.device.startswith("cuda") or
                                              (self.device == "cpu" and cpu_has_native_bf16())):
+            forced = f" ({CPU_BF16_ENV}=0 says this one has none)" if os.environ.get(CPU_BF16_ENV) else ""
             raise ConfigError("{precision} bf16 needs a CUDA device or a CPU with native bfloat16 "
-                              "(AVX512-BF16 or AMX); train in fp32 here")
+                              f"(AVX512-BF16 or AMX){forced}; train in fp32 here")
         require(all(epoch >= 1 for epoch in self.save_epochs), "save_epochs",
                 "must list whole epochs of 1 or more")
         check_seed(self.seed)
@@ -482,6 +493,9 @@ BUDGET_DROPOUT_WIDTH = 64
 # no better than none, 0.4 0.03 worse. At 600 s's 2×768, 0.005 better (docs/defaults.md, "Weight decay").
 # It costs no time.
 BUDGET_WEIGHT_DECAY = 0.1
+# A plan warms its learning rate up over at most this share of its steps: the default 50 steps of warm-up
+# in a plan of 20 (a short budget on a tiny corpus) never reached the peak rate, let alone decayed from it.
+BUDGET_WARMUP_SHARE = 0.1
 # The weight average spans about this share of the run's steps, within these bounds (in steps).
 BUDGET_AVERAGE_SHARE = 0.1
 BUDGET_AVERAGE_STEPS = (200, 1000)

@@ -88,10 +88,14 @@ class OptionConflict(ConfigError):
 
 class TrainingInterrupted(KeyboardInterrupt):
     """A signal stopped the run after a step; ``checkpoint`` holds a resumable state (pass it as
-    ``resume``). A ``KeyboardInterrupt``, so that code which stops on Ctrl-C still does."""
+    ``resume``), unless ``trained_out``: the run had reached its end and only its final evaluation was
+    stopped, so there is nothing to resume (a best.pt keeps the best weights evaluated before, if any
+    were). A ``KeyboardInterrupt``, so that code which stops on Ctrl-C still does."""
 
-    def __init__(self, signal_name: str, checkpoint: Path, step: int):
-        super().__init__(f"interrupted by {signal_name} after step {step:,}; saved {checkpoint}")
+    def __init__(self, signal_name: str, checkpoint: Path, step: int, trained_out: bool = False):
+        during = " during the final evaluation, after the last step" if trained_out else " after step"
+        super().__init__(f"interrupted by {signal_name}{during} {step:,}; saved {checkpoint}")
         self.signal_name = signal_name
         self.checkpoint = checkpoint
         self.step = step
+        self.trained_out = trained_out

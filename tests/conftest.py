@@ -11,6 +11,7 @@ import torch
 from charrnn.data.cache import CACHE_DIR_ENV
 from charrnn.data.datasets import MIRROR_ENV
 from charrnn.training.loop import TrainResult
+from charrnn.utils.hardware import CPU_BF16_ENV
 
 from helpers import TEST_DEVICE, plan_run
 
@@ -47,6 +48,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def device() -> str:
     """The device a test trains, samples and scores on: a CUDA GPU where present, else the CPU."""
     return TEST_DEVICE
+
+
+@pytest.fixture
+def cpu_bf16(monkeypatch: pytest.MonkeyPatch):
+    """``cpu_bf16(True)`` makes this test's CPU one with native bfloat16, ``cpu_bf16(False)`` one without,
+    whatever the machine (emulated bfloat16 is slow, never wrong): the two paths are tested everywhere."""
+    def simulate(native: bool) -> None:
+        monkeypatch.setenv(CPU_BF16_ENV, "1" if native else "0")
+
+    return simulate
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from conftest import SMALL_TEXT
 
 import charrnn
 from charrnn.api import TrainObserver
@@ -462,3 +463,50 @@ def test_each_module_function_reads_its_text_once(tiny_checkpoint, tmp_path, mon
 
 def test_a_text_score_keeps_its_earlier_name():
     assert charrnn.api.Perplexity is charrnn.api.TextScore
+
+
+def test_a_text_too_short_to_score_names_its_file(tiny_checkpoint, tmp_path):
+    one = tmp_path / "one.txt"
+    one.write_text("R", encoding="utf-8")
+    model = charrnn.load(tiny_checkpoint)
+    for call in (lambda: model.perplexity(file=one), lambda: list(model.surprisal(file=one))):
+        with pytest.raises(CharrnnError, match=f"^{one} holds 1 character; scoring needs at least 2"):
+            call()
+    with pytest.raises(CharrnnError, match="^the text holds 0 characters the model knows"):
+        model.perplexity("\x01\x02", skip_unknown=True)
+
+
+def test_each_loaded_model_keeps_its_own_thread_count(tiny_checkpoint, monkeypatch):
+    """torch's thread count is the process's: a model loaded later with another count must not change
+    the count an earlier model's work runs with."""
+    import charrnn.generation.sample as sampling
+
+    seen = []
+
+    def counting(original):
+        def wrapped(*args, **kwargs):
+            seen.append(torch.get_num_threads())
+            return original(*args, **kwargs)
+        return wrapped
+
+    def generating(*args, **kwargs):
+        for step in original_generate(*args, **kwargs):
+            seen.append(torch.get_num_threads())
+            yield step
+
+    original_generate = sampling.generate
+    monkeypatch.setattr(sampling, "generate", generating)
+    before = torch.get_num_threads()
+    one = charrnn.load(tiny_checkpoint, threads=1)
+    two = charrnn.load(tiny_checkpoint, threads=2)
+    network = one.network
+    network.forward = counting(network.forward)
+    one.sample("R", 5, seed=1)
+    assert seen
+    one.perplexity(SMALL_TEXT[:200])
+    list(one.stream("R", 5, seed=1))
+    list(one.surprisal(SMALL_TEXT[:200]))
+    assert seen and set(seen) == {1}
+    two.sample("R", 5, seed=1)
+    assert torch.get_num_threads() == 2  # what loading the second model set, restored after each call
+    torch.set_num_threads(before)

@@ -6,14 +6,14 @@ from charrnn.config import TrainConfig
 from charrnn.errors import ConfigError
 
 
-def test_bf16_needs_cuda_or_a_cpu_with_native_bf16(monkeypatch):
-    monkeypatch.setattr(config, "cpu_has_native_bf16", lambda: False)
+def test_bf16_needs_cuda_or_a_cpu_with_native_bf16(cpu_bf16):
+    cpu_bf16(False)
     with pytest.raises(ConfigError, match="needs a CUDA device or a CPU with native bfloat16"):
         TrainConfig(out_dir=".", precision="bf16")
     with pytest.raises(ConfigError, match="native bfloat16"):
         TrainConfig(out_dir=".", precision="bf16", device="mps")
     assert TrainConfig(out_dir=".", precision="bf16", device="cuda:1").precision == "bf16"
-    monkeypatch.setattr(config, "cpu_has_native_bf16", lambda: True)
+    cpu_bf16(True)
     assert TrainConfig(out_dir=".", precision="bf16").precision == "bf16"
 
 
@@ -41,3 +41,14 @@ def test_a_value_is_stored_in_its_fields_own_type():
     assert type(config.ModelConfig(vocab_size=3, cell=Name("gru")).cell) is str
     with pytest.raises(ConfigError, match="cell must be one of lstm, gru, rnn, esn$"):
         config.ModelConfig(vocab_size=3, cell="transformer")
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("num_layers", 129, "must be at most 128"),
+    ("hidden_size", 1_000_000_000, "must be at most 16,777,216"),
+    ("embed_size", 2**24 + 1, "must be at most 16,777,216"),
+])
+def test_sizes_no_machine_could_hold_are_refused_as_options_not_as_torch_errors(field, value, message):
+    with pytest.raises(ConfigError, match=f"{field} {message}"):
+        config.ModelConfig(vocab_size=65, **{field: value})
+    config.ModelConfig(vocab_size=65, **{field: value - 1 if field == "num_layers" else 2**24})

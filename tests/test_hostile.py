@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import torch
 from click.testing import CliRunner
+from conftest import SMALL_TEXT
 
 import charrnn
 from charrnn.cli.main import cli
@@ -228,7 +229,9 @@ BAD_INPUTS = [
     ("hidden_of_a_million", _write("c.txt", "abc " * 500), ["train", "c.txt", "--hidden", "1000000"],
      "GiB (weights, gradients"),
     ("embedding_of_a_billion", _write("c.txt", "abc " * 500), ["train", "c.txt", "--embed", "1000000000"],
-     "GiB (weights, gradients"),
+     "must be at most 16,777,216"),
+    ("hidden_of_a_billion", _write("c.txt", "abc " * 500), ["train", "c.txt", "--hidden", "1000000000"],
+     "must be at most 16,777,216"),
     ("spectral_radius_1e308", _write("c.txt", "abc " * 500),
      ["train", "c.txt", "-o", "init", "esn", "-o", "spectral_radius", "1e308"],
      "'-o spectral_radius': must be in"),
@@ -484,15 +487,24 @@ def test_stdout_on_a_full_device_is_one_error_line(tiny_checkpoint, command):
 
 @pytest.mark.slow
 @needs_installed
-@pytest.mark.parametrize("command", ["sample", "eval_perplexity_json", "compare"])
-def test_closed_stdout_is_one_error_line_not_a_lost_result(tiny_checkpoint, command):
+@pytest.mark.parametrize(("command", "advice"), [
+    ("sample", " (or use --output)"), ("eval_perplexity_json", ""), ("compare", "")])
+def test_closed_stdout_is_one_error_line_not_a_lost_result(tiny_checkpoint, command, advice, tmp_path):
+    """The advice names --output only where the command has it, and following it works."""
     args = STDOUT_COMMANDS[command](tiny_checkpoint)
     result = subprocess.run([sys.executable, "-c", "import os, sys; os.close(1); "
                              "os.execv(sys.argv[1], sys.argv[1:])", str(INSTALLED), *map(str, args)],
                             stderr=subprocess.PIPE, text=True, timeout=120)
     assert result.returncode == 1, result.stderr
-    assert result.stderr.strip().splitlines() == ["Error: standard output is closed; redirect it to a file "
-                                                  "(or use --output)"]
+    assert result.stderr.strip().splitlines() == [f"Error: standard output is closed; redirect it to a file"
+                                                  f"{advice}"]
+    if advice:
+        followed = subprocess.run([sys.executable, "-c", "import os, sys; os.close(1); "
+                                   "os.execv(sys.argv[1], sys.argv[1:])", str(INSTALLED), *map(str, args),
+                                   "--output", str(tmp_path / "out.txt")],
+                                  stderr=subprocess.PIPE, text=True, timeout=120)
+        assert followed.returncode == 0, followed.stderr
+        assert (tmp_path / "out.txt").read_text(encoding="utf-8")
 
 
 @pytest.mark.slow
@@ -691,3 +703,36 @@ def test_a_directory_at_a_run_files_name_is_refused_before_training(small_run):
     (small_run / "metrics.jsonl").mkdir()
     result = run_cli("train", "--resume", small_run, "--max-steps", "9")
     assert_one_line_error(result, "is a directory where the run keeps its metrics.jsonl")
+
+
+@pytest.mark.slow
+@needs_installed
+@pytest.mark.parametrize("columns", ["0", "5"])
+def test_a_terminal_said_to_be_narrow_still_gets_the_results(tiny_checkpoint, columns):
+    for args in (["info", tiny_checkpoint], ["eval-perplexity", tiny_checkpoint, "--device", "cpu"]):
+        result = run_installed(*args, env={"COLUMNS": columns})
+        assert result.returncode == 0, result.stderr
+        assert "parameters" in result.stdout or "nats/char" in result.stdout, result.stdout
+        assert max(map(len, result.stdout.splitlines())) >= 40
+
+
+@pytest.mark.slow
+@needs_installed
+@pytest.mark.parametrize("environment", [{"NO_COLOR": "1"}, {"TERM": "dumb"}, {}],
+                         ids=["NO_COLOR", "dumb", "pipe"])
+def test_where_colour_carries_a_result_and_none_is_shown_the_output_says_so(tiny_checkpoint, tmp_path,
+                                                                            environment):
+    """stdout is a pipe in every case here (no colour); NO_COLOR and TERM=dumb are what a terminal says."""
+    text = tmp_path / "text.txt"
+    text.write_text(SMALL_TEXT[:400], encoding="utf-8")
+    for mode in (["--surprisal"], ["--unit", "0"]):
+        result = run_installed("inspect", tiny_checkpoint, text, *mode, env=environment)
+        assert result.returncode == 0, result.stderr
+        assert "note: colour carries" in result.stderr and "--json or --html keep it" in result.stderr
+        assert "nats and beyond" not in result.stdout  # no legend of shades nobody sees
+    result = run_installed("inspect", tiny_checkpoint, text, "--surprisal", "--most-surprising", "3",
+                           env=environment)
+    assert result.returncode == 0 and result.stdout.count("[") >= 3, result.stdout  # each marked
+    with_page = run_installed("inspect", tiny_checkpoint, text, "--surprisal", "--html", tmp_path / "p.html",
+                              env=environment)
+    assert "note: colour" not in with_page.stderr  # the page keeps the colours

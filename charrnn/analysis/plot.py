@@ -107,6 +107,7 @@ def learning_curves(run_dirs: list[Path]) -> Any:
     epochs = [r.epoch for _, records in runs for r in records if r.epoch > 0]
     log_epochs = bool(epochs) and max(epochs) / min(epochs) > LOG_AXIS_SPAN
     labels_by_axis = []
+    drawn = {"epoch checkpoint": False, "best.pt": False}  # what the legend's markers may name
     for axis, x_key, x_label in ((axes[0], "epoch", "epoch"), (axes[1], "elapsed_s", "wall time (s)")):
         labels = []
         labels_by_axis.append(labels)
@@ -126,11 +127,12 @@ def learning_curves(run_dirs: list[Path]) -> Any:
                           label=f"{name} validation, first {chars:,} chars (another measure)")
             train_points = [(xi, r.train_loss) for xi, r in zip(x, records, strict=True)
                             if r.train_loss is not None]
-            if train_points:
-                axis.plot(*zip(*train_points, strict=True), "--", color=colour, alpha=0.6,
-                          label=f"{name} training")
+            if train_points:  # one point has no line to draw: it is marked instead
+                axis.plot(*zip(*train_points, strict=True), "--" if len(train_points) > 1 else "x",
+                          color=colour, alpha=0.6, label=f"{name} training")
             for xi, record in zip(x, records, strict=True):
                 if record.epoch_checkpoint and record.val_loss is not None:
+                    drawn["epoch checkpoint"] = True
                     axis.plot(xi, record.val_loss, "*", color=colour, markersize=12)
                     labels.append(axis.annotate(
                         f"epoch {round(record.epoch)}", (xi, record.val_loss), textcoords="offset points",
@@ -138,6 +140,7 @@ def learning_curves(run_dirs: list[Path]) -> Any:
                         arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.6}))
             best = best_point(run_dir, records, x)
             if best is not None:
+                drawn["best.pt"] = True
                 axis.plot(*best, "o", markersize=11, markerfacecolor="none", markeredgecolor=colour,
                           markeredgewidth=1.6)
         if x_key == "epoch" and log_epochs:
@@ -148,10 +151,13 @@ def learning_curves(run_dirs: list[Path]) -> Any:
     titles = [run_title(run_dir, name) for (run_dir, _), name in zip(runs, names, strict=True)]
     figure.suptitle(", ".join(titles))
     handles, texts = axes[0].get_legend_handles_labels()
-    handles += [plt.Line2D([], [], linestyle="none", marker="*", markersize=10, color="0.3"),
-                plt.Line2D([], [], linestyle="none", marker="o", markersize=9, markerfacecolor="none",
-                           markeredgecolor="0.3")]
-    texts += ["epoch checkpoint (--save-epochs)", "best.pt (lowest validation loss)"]
+    if drawn["epoch checkpoint"]:
+        handles.append(plt.Line2D([], [], linestyle="none", marker="*", markersize=10, color="0.3"))
+        texts.append("epoch checkpoint (--save-epochs)")
+    if drawn["best.pt"]:
+        handles.append(plt.Line2D([], [], linestyle="none", marker="o", markersize=9, markerfacecolor="none",
+                                  markeredgecolor="0.3"))
+        texts.append("best.pt (lowest validation loss)")
     axes[0].legend(handles, texts, fontsize=8)
     figure.tight_layout()
     figure.canvas.draw()  # the layout settles where each label would land

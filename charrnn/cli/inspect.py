@@ -16,7 +16,7 @@ from charrnn.cli.options import (
     single_stream_option,
     skip_unknown_option,
 )
-from charrnn.cli.output import print_json, say_checkpoint, show, write_file
+from charrnn.cli.output import colour_lost, print_json, say_checkpoint, show, shows_colour, write_file
 from charrnn.config import INSPECT_FEATURES, INSPECT_TOP, InspectConfig
 from charrnn.utils.files import json_text
 from charrnn.utils.terminal import stream_stdout
@@ -120,6 +120,8 @@ def inspect_command(ctx: click.Context, checkpoint: str, text_file: str, html_fi
         show(ranking_table(seen.ranking, f"units tracking {seen.feature} ({seen.state} state)"))
     if seen.values is not None and not as_json:
         show(coloured_text(seen.text, seen.values, seen.scale), soft_wrap=True)
+        if html_file is None:
+            colour_lost("the unit's activation at each character")
     if html_file is not None and page is not None:
         write_file(html_file, page)
 
@@ -139,14 +141,16 @@ def show_surprisal(checkpoint: str, text_file: str, html_file: str | None, devic
         if as_json:
             print_json([position.to_dict() for position in positions])
         else:
-            show(surprising_table(positions))
+            show(surprising_table(positions, marked=not shows_colour()))
     elif as_json:
         stream_stdout(json_lines(scores))
     else:
         rows = list(scores)
-        show(surprisal_text(scores.text, rows), soft_wrap=True)
+        show(surprisal_text(scores.text, rows, legend=shows_colour()), soft_wrap=True)
         if html_file is not None:
             write_file(html_file, scores.to_html(rows=rows))
+        else:
+            colour_lost("each character's surprisal")
         return
     if html_file is not None:
         write_file(html_file, scores.to_html())

@@ -40,8 +40,9 @@ def coloured_text(text: str, values: list[float], scale: float) -> Text:
     return rendered
 
 
-def surprisal_text(text: str, rows: list[Any]) -> Group:
-    """The text shaded by surprisal (white to red), a legend, and the mean over the scored characters."""
+def surprisal_text(text: str, rows: list[Any], legend: bool = True) -> Group:
+    """The text shaded by surprisal (white to red), a legend of the shades (where ``legend``: a console
+    without colour shows none), and the mean over the scored characters."""
 
     scored = {row.index: row.nats for row in rows}
     rendered = Text()
@@ -52,18 +53,20 @@ def surprisal_text(text: str, rows: list[Any]) -> Group:
             continue
         red, green, blue = heat(nats)
         append_shown(rendered, char, f"black on rgb({red},{green},{blue})")
-    legend = Text("surprisal: ")
-    for level in range(int(SATURATION_NATS) + 1):
+    summary = Text("surprisal: " if legend else "")
+    for level in range(int(SATURATION_NATS) + 1 if legend else 0):
         red, green, blue = heat(level)
-        legend.append(f" {level} ", style=f"black on rgb({red},{green},{blue})")
+        summary.append(f" {level} ", style=f"black on rgb({red},{green},{blue})")
     mean = sum(scored.values()) / len(scored)
-    legend.append(f" nats and beyond; {len(scored):,} characters scored, {mean:.4f} nats/char on average "
-                  f"(the first character has no context and is not scored)")
-    return Group(rendered, Text(), legend)
+    summary.append(f"{' nats and beyond; ' if legend else ''}{len(scored):,} characters scored, {mean:.4f} "
+                   f"nats/char on average (the first character has no context and is not scored)")
+    return Group(rendered, Text(), summary)
 
 
-def surprising_table(positions: list[Any]) -> Table:
-    """``inspect --most-surprising``: each position, its surprisal, its context and the model's guesses."""
+def surprising_table(positions: list[Any], marked: bool = False) -> Table:
+    """``inspect --most-surprising``: each position, its surprisal, its context and the model's guesses.
+    The surprising character is highlighted in its context, and also bracketed where ``marked`` (a console
+    without colour)."""
     table = Table(title="the most surprising characters")
     for column, justify in (("#", "right"), ("index", "right"), ("char", "center"), ("nats", "right"),
                             ("p", "right"), ("in context", "left"), ("the model expected", "left")):
@@ -71,7 +74,8 @@ def surprising_table(positions: list[Any]) -> Table:
     for rank, position in enumerate(positions, start=1):
         row = position.row
         context = Text(escaped(position.before), style="dim")
-        context.append(escaped(row.char), style="bold black on rgb(255,115,0)")
+        shown = f"[{escaped(row.char)}]" if marked else escaped(row.char)
+        context.append(shown, style="bold black on rgb(255,115,0)")
         context.append(escaped(position.after), style="dim")
         guesses = "  ".join(f"{visible_char(char)} {probability:.0%}" for char, probability in row.top)
         table.add_row(str(rank), f"{row.index:,}", visible_char(row.char), f"{row.nats:.2f}",

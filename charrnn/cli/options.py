@@ -82,8 +82,14 @@ def option_namer(command: click.Command | None) -> Callable[[str], str]:
     """How the command line names a library parameter: its flag (``max_steps`` → ``--max-steps``),
     an argument's metavar, or ``-o name`` for an advanced setting."""
     flags = {param.name: param.opts[0] if isinstance(param, click.Option) else param.human_readable_name
-             for param in (command.params if command is not None else [])}
+             for param in (_params(command) if command is not None else [])}
     return lambda name: flags.get(name) or (f"-o {name}" if "advanced" in flags else name)
+
+
+def _params(command: click.Command) -> list[click.Parameter]:
+    """A command's parameters; a group's (``charrnn data``) are its commands' too, which it ran."""
+    nested = command.commands.values() if isinstance(command, click.Group) else ()
+    return [*command.params, *(param for each in nested for param in _params(each))]
 
 
 class GroupedOption(click.Option):

@@ -11,8 +11,31 @@ from rich.console import Console
 from charrnn.utils.files import atomic_write_text, json_text
 from charrnn.utils.terminal import one_line, stdout_guard, write_stdout
 
-out = Console()
-err = Console(stderr=True)
+# A narrower console (COLUMNS=0 or 5) lays a table out a character or none to a column, losing the result.
+NARROWEST_CONSOLE = 40
+
+
+def _console(stderr: bool = False) -> Console:
+    console = Console(stderr=stderr)
+    if console.width < NARROWEST_CONSOLE:
+        console.width = NARROWEST_CONSOLE
+    return console
+
+
+out = _console()
+err = _console(stderr=True)
+
+
+def shows_colour() -> bool:
+    """Whether stdout shows colour: not under NO_COLOR or TERM=dumb, nor into a pipe or a file."""
+    return out.color_system is not None and not out.no_color
+
+
+def colour_lost(what: str) -> None:
+    """Say, where stdout shows no colour, that ``what`` the colours carried was lost, and where to find it."""
+    if not shows_colour():
+        message(f"note: colour carries {what}, and standard output shows none here (NO_COLOR, TERM=dumb, "
+                f"a pipe or a file); --json or --html keep it")
 
 
 def message(text: str) -> None:

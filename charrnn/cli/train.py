@@ -136,7 +136,13 @@ def train_command(ctx: click.Context, corpus: str | None, as_json: bool, quiet: 
         result = api.train(corpus, observer=observer, started=started, finish_s=PROCESS_EXIT_S, **given)
     except TrainingInterrupted as interrupted:
         message(str(interrupted))
-        message(f"resume with: charrnn train --resume {shlex.quote(str(interrupted.checkpoint))}")
+        if interrupted.trained_out:  # nothing left to resume
+            kept = "best.pt keeps the best weights evaluated before; " \
+                if interrupted.checkpoint.with_name("best.pt").is_file() else ""
+            message(f"{kept}score the last ones with: charrnn eval-perplexity "
+                    f"{shlex.quote(str(interrupted.checkpoint))}")
+        else:
+            message(f"resume with: charrnn train --resume {shlex.quote(str(interrupted.checkpoint))}")
         ctx.exit(EXIT_CODES[interrupted.signal_name])
     if result.rank != 0:  # torchrun's other processes: the first one reports
         return

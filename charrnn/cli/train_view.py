@@ -64,6 +64,8 @@ class ProgressBar(TrainObserver):
         self.bar: tqdm | None = None
         self.clock = clock  # the wall clock of the log lines (a test's fake)
         self.started = self.last_line = 0.0  # when training started and the last line was written
+        self.quiet_since = 0.0  # when the last progress line was written: a note that the run is at work
+        # counts from here
         self.first_step = 0  # the step this process started from (a resumed run's is not 0)
         self.first_report: StepReport | None = None  # this process's first step, where its pace starts
         self.losses: list[float] = []  # training losses since the last line
@@ -108,7 +110,7 @@ class ProgressBar(TrainObserver):
         parameters = sum(p.numel() for p in model.parameters())
         trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
         frozen_note = f" ({trained:,} trained, the rest frozen)" if trained != parameters else ""
-        self.started = self.last_line = self.clock()
+        self.started = self.last_line = self.quiet_since = self.clock()
         self.first_step = first_step
         rows = {
             "corpus": f"{corpus.path} ({corpus.chars:,} chars, vocabulary {model_config.vocab_size})",
@@ -158,11 +160,11 @@ class ProgressBar(TrainObserver):
                 return
             if self.line_due is not None:
                 self._log_line()
-                self.last_line = now
+                self.last_line = self.quiet_since = now
                 return
             done = "no step done yet" if self.last_step is None else f"step {self.last_step.step:,} done"
             tqdm.write(f"{done}; still at work (evaluating, saving or a slow step) for "
-                       f"{clock_time(quiet_for)}", file=sys.stderr)
+                       f"{clock_time(now - self.quiet_since)}", file=sys.stderr)
             self.last_line = now
 
     def on_step(self, report: StepReport) -> None:
@@ -203,7 +205,7 @@ class ProgressBar(TrainObserver):
 
     def _log_line(self, evaluation: str = "", train_loss: float | None = None) -> None:
         """One plain line for a log: where the run is, how fast, how long to go. The training loss is
-        the mean since the last line, else ``train_loss``."""
+        ``train_loss`` (an evaluation's, as metrics.jsonl records it), else the mean since the last line."""
         report = self.last_step
         now = self.clock() if self.line_due is None else self.line_due  # a line as of when it fell due
         if report is None:
@@ -211,22 +213,27 @@ class ProgressBar(TrainObserver):
         val = f"{self.last_val:.4f}" if self.last_val is not None else "n/a"
         if report.step == self.logged_step:  # the step has its line: this one adds the evaluation alone
             tqdm.write(f"step {report.step:,}  val {val}{evaluation}", file=sys.stderr)
-            self.last_line, self.line_due = now, None
+            self.last_line, self.quiet_since, self.line_due = now, now, None
             return
-        elapsed = now - self.started
+        training = now - self.started
+        # Shown on the run's own clock, as the summary's wall time counts (a budget's planning included).
+        elapsed = report.elapsed_s if report.elapsed_s is not None else training
         done = report.step - self.first_step
         to_go = self._steps_to_go(report)
-        estimate = to_go * elapsed / done if to_go is not None and done > 0 else None
+        estimate = to_go * training / done if to_go is not None and done > 0 else None
         if report.seconds_left is not None:
             estimate = report.seconds_left if estimate is None else min(estimate, report.seconds_left)
         remaining = "?" if estimate is None else clock_time(estimate)
         finite = [loss for loss in self.losses if math.isfinite(loss)]
-        mean = sum(finite) / len(finite) if finite else train_loss
+        # An evaluation's line gives metrics.jsonl's figure (the mean since the last evaluation); the others
+        # the mean since the last line.
+        mean = train_loss if train_loss is not None else sum(finite) / len(finite) if finite else None
         train = "n/a" if mean is None else f"{mean:.4f}"
         tqdm.write(f"step {report.step:,}  epoch {report.epoch:.3f}  train {train}  "
                    f"{report.chars_per_s:,.0f} chars/s  elapsed {clock_time(elapsed)}  "
                    f"remaining {remaining}  val {val}{evaluation}", file=sys.stderr)
         self.losses, self.last_line, self.line_due, self.logged_step = [], now, None, report.step
+        self.quiet_since = now
 
     def on_eval(self, record: EvaluationRecord, improved: bool) -> None:
         self.last_val = record.val_loss if record.val_loss is not None else self.last_val

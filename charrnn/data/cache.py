@@ -35,6 +35,7 @@ from charrnn.utils.files import (
     file_sha256,
     read_regular,
     reason,
+    refuse_writing_in_shipped,
     remove_stale_temporaries,
     replace_text,
     replacing,
@@ -205,6 +206,7 @@ def cached_ids(scan: CorpusScan, vocab: Vocab, skip_unknown: bool = False, cache
     if length == 0:
         return torch.empty(0, dtype=vocab.id_dtype)
     cache_dir = cache_dir or default_cache_dir()
+    refuse_writing_in_shipped(cache_dir, CACHE_DIR_ENV, "directory")
     path = cache_dir / cache_name(scan, vocab, dropped_unknown=bool(unknown))
     itemsize = vocab.id_dtype.itemsize
     if _verified(path, length * itemsize):

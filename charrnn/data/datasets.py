@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from charrnn.errors import CharrnnError
-from charrnn.utils.files import NotRegularFile, file_sha256, read_regular, reason, replacing
+from charrnn.utils.files import (
+    NotRegularFile,
+    file_sha256,
+    read_regular,
+    reason,
+    refuse_writing_in_shipped,
+    replacing,
+)
 
 MIRROR_ENV = "CHARRNN_DATA_MIRROR"
 DATA_DIR_ENV = "CHARRNN_DATA_DIR"
@@ -159,7 +166,9 @@ def fetch(name: str, data_dir: Path | None = None, force: bool = False) -> Datas
     if name not in DATASETS:
         raise CharrnnError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
     dataset = DATASETS[name]
-    target = (data_dir or default_data_dir()) / dataset.relative_path
+    base = data_dir or default_data_dir()
+    refuse_writing_in_shipped(base, "{data_dir}" if data_dir is not None else DATA_DIR_ENV, "directory")
+    target = base / dataset.relative_path
     if target.is_dir():
         raise CharrnnError(f"cannot store {dataset.name} at {target}: it is a directory")
     problem = _cached_copy_problem(target, dataset)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from charrnn.config import SampleConfig
 from charrnn.errors import ConfigError, ConfigTypeError, OptionConflict
@@ -23,6 +24,10 @@ if TYPE_CHECKING:  # torch is imported when a model is made, not when charrnn.ap
     from charrnn.data.vocab import Vocab
     from charrnn.models.evaluate import EvalResult
     from charrnn.models.model import CharRNN
+
+
+T = TypeVar("T")
+_END = object()  # what next() gives an iterator that has ended, in TrainedModel.paced
 
 
 def refuse_several_texts_in_a_stream(config: SampleConfig) -> None:
@@ -49,6 +54,32 @@ class TrainedModel:
     vocab: Vocab  # the vocabulary it was trained with
     payload: dict[str, Any]  # the whole checkpoint: step, corpus, configurations, ...
     checkpoint: Path | None = None  # the file it was loaded from
+    threads: int | None = None  # torch's CPU threads for this model's work; None: whatever is set
+
+    @contextmanager
+    def computing(self) -> Iterator[None]:
+        """The block runs with this model's threads, whatever another model set since, and then restores
+        the count before it: torch's thread count is the whole process's."""
+        if self.threads is None:
+            yield
+            return
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+
+    def paced(self, items: Iterator[T]) -> Iterator[T]:
+        """``items``, each computed with this model's threads (:meth:`computing`) as it is asked for."""
+        while True:
+            with self.computing():
+                item = next(items, _END)
+            if item is _END:
+                return
+            yield item
 
     def write(self, prime: str, config: SampleConfig) -> Written:
         """``config.num_samples`` texts of ``config.length`` characters after ``prime``: sampled (from
@@ -59,11 +90,12 @@ class TrainedModel:
 
         config = seeded(config)
         self._check_memory(config)
-        if config.beam_width is not None:
-            beams = beams_for(self.network, self.vocab, prime, config)[: config.num_samples]
-            return Written([beam.text for beam in beams], None, [beam.log_prob for beam in beams],
-                           [beam.stopped for beam in beams])
-        texts = collect_samples(generate(self.network, self.vocab, config, prime), "", config.num_samples)
+        with self.computing():
+            if config.beam_width is not None:
+                beams = beams_for(self.network, self.vocab, prime, config)[: config.num_samples]
+                return Written([beam.text for beam in beams], None, [beam.log_prob for beam in beams],
+                               [beam.stopped for beam in beams])
+            texts = collect_samples(generate(self.network, self.vocab, config, prime), "", config.num_samples)
         return Written(texts, config.seed)
 
     def characters(self, prime: str, config: SampleConfig) -> Iterator[str]:
@@ -76,7 +108,7 @@ class TrainedModel:
         if config.seed is None and not config.deterministic:
             raise ConfigError("a streamed sample needs a seed, so that its text can be drawn again", "seed")
         self._check_memory(config)
-        return (step[0] for step in generate(self.network, self.vocab, config, prime))
+        return self.paced(step[0] for step in generate(self.network, self.vocab, config, prime))
 
     def score(self, ids: torch.Tensor, single_stream: bool = False) -> EvalResult:
         """Nats/char of the text ``ids`` ((N,) integer character ids of this vocabulary), as many streams
@@ -95,7 +127,8 @@ class TrainedModel:
         if len(ids) and not wide_cache and not 0 <= int(ids.min()) <= int(ids.max()) < len(self.vocab):
             raise ConfigError(f"must hold ids from 0 to {len(self.vocab) - 1}, this model's vocabulary",
                               "ids")
-        return evaluate(self.network, ids, single_stream)
+        with self.computing():
+            return evaluate(self.network, ids, single_stream)
 
     def _check_memory(self, config: SampleConfig) -> None:
         """Refuse, before any generation, more texts at once than memory holds."""

@@ -129,7 +129,8 @@ def check_model_fits(model_config: ModelConfig, device_name: str, batch_size: in
     if available is None or state + activations <= available:
         return
     count = parameter_count(model_config)
-    if activations > state:
+    # Lowering the batch helps only where the model fits with the smallest one (1 × 1 characters).
+    if state + training_bytes(model_config, 1, 1)[1] <= available:
         raise CharrnnError(
             f"a training step needs about {activations / 2**30:,.1f} GiB of activations ({batch_size:,} × "
             f"{seq_len:,} characters, each with {model_config.vocab_size:,} vocabulary scores) on top of "

@@ -33,6 +33,7 @@ from charrnn.config import (
     BUDGET_PROBE_SECONDS,
     BUDGET_PROBE_SHARE,
     BUDGET_PROBE_STEPS,
+    BUDGET_WARMUP_SHARE,
     BUDGET_WEIGHT_DECAY,
     EVAL_SUBSET_CHARS,
     SCALING_LAW,
@@ -484,6 +485,8 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
               "weight_decay": BUDGET_WEIGHT_DECAY, "ema_decay": average_decay_for_steps(steps)}
     if config.epochs is None:  # even where the budget ends it sooner: a shape may train faster than timed
         chosen["epochs"] = most_epochs(len(train_ids))
+    if steps * BUDGET_WARMUP_SHARE < config.warmup_steps:
+        chosen["warmup_steps"] = max(1, int(steps * BUDGET_WARMUP_SHARE))
     chosen = {key: value for key, value in chosen.items() if key not in given}
     return BudgetDecision(seconds, device, choice.precision, planned=True, chosen=chosen,
                           candidates=candidates, probe_s=probe_s)

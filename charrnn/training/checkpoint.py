@@ -29,7 +29,7 @@ import typing
 import warnings
 from dataclasses import MISSING, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -90,7 +90,37 @@ def _to_cpu(value: Any) -> Any:
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     """Save ``payload`` (see module docstring) atomically, tensors moved to the CPU."""
     payload = {"format_version": FORMAT_VERSION, **_to_cpu(payload)}
-    replace_file(path, lambda handle: torch.save(payload, handle))
+    replace_file(path, lambda handle: _torch_save(payload, handle))
+
+
+class _KeepingWriteErrors:
+    """A file for torch.save that keeps the OSError a write raised (a full disk, a file-size limit):
+    torch turns it into a RuntimeError that no longer says why."""
+
+    def __init__(self, handle: BinaryIO):
+        self.handle = handle
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.handle.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
+def _torch_save(payload: dict[str, Any], handle: BinaryIO) -> None:
+    """``torch.save``, raising the OSError of a failed write as such, so the caller names its cause."""
+    writer = _KeepingWriteErrors(handle)
+    try:
+        torch.save(payload, writer)
+    except RuntimeError:
+        if writer.error is not None:
+            raise writer.error from None
+        raise
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
@@ -102,6 +132,9 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if path.is_symlink() and not path.exists():
         raise CharrnnError(f"checkpoint {path} is a link to {os.readlink(path)}, which leads to no file")
     if not path.is_file():
+        if path.exists():  # a pipe, a device or a socket: there, but nothing a checkpoint can be read from
+            raise CharrnnError(f"checkpoint {path} is not a regular file (a pipe or a device); give a "
+                               f"checkpoint file or a run directory")
         raise CharrnnError(f"checkpoint {path} does not exist")
     try:
         with open(path, "rb") as handle:

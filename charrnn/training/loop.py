@@ -48,7 +48,7 @@ from charrnn.training.schedule import (
     stop_reason,
 )
 from charrnn.training.state import TrainingRun
-from charrnn.utils.interrupt import GracefulStop
+from charrnn.utils.interrupt import GracefulStop, StopRequested
 from charrnn.utils.threads import ThreadChoice
 
 if TYPE_CHECKING:  # the plan is made above the engine, and imports it
@@ -178,6 +178,7 @@ class TrainingLoop:
         stopped (before its final evaluation and saves), and its wall time at the end."""
         run, config = self.run, self.config
         reason: StopReason | None = None
+        self.trained_out = False
         while reason is None:
             learning_rate = learning_rate_at(config, run.step, self.progress())
             with self._saving_if_memory_runs_out():
@@ -199,10 +200,13 @@ class TrainingLoop:
             self.observer.on_step(StepReport(
                 step=run.step, epoch=run.epoch, loss=loss, learning_rate=learning_rate,
                 chars_per_s=self.chars_per_s(now), progress=self.progress(), skipped_steps=run.skipped,
-                seconds_left=budget_left,
+                seconds_left=budget_left, elapsed_s=now - self.start,
             ))
             with self._saving_if_memory_runs_out():
-                self.evaluate_and_save(reason, learning_rate, self.chars_per_s(now))
+                dropped = self.evaluate_and_save(reason, learning_rate, self.chars_per_s(now))
+            if dropped is not None:  # a stop asked for while scoring: last.pt holds this step
+                self.trained_out = reason is not None  # the final evaluation's: nothing left to train
+                reason = StopReason("signal", signal_name=dropped)
         return reason, self.elapsed, self.clock() - self.start
 
     @contextlib.contextmanager
@@ -251,9 +255,15 @@ class TrainingLoop:
             return StopReason("signal", signal_name=signal.Signals(int(number)).name)
         return stop_reason(self.config, self.run.step, self.run.epoch, self.elapsed + self.reserve)
 
-    def evaluate_and_save(self, reason: StopReason | None, learning_rate: float, chars_per_s: float) -> None:
+    def _droppable(self) -> contextlib.AbstractContextManager:
+        """A block (scoring) that a stop signal ends at once with :class:`StopRequested`."""
+        return self.stop.raising() if self.stop is not None else contextlib.nullcontext()
+
+    def evaluate_and_save(self, reason: StopReason | None, learning_rate: float,
+                          chars_per_s: float) -> str | None:
         """Evaluate on schedule, at the end and at a listed epoch's end; save last.pt on schedule and
-        at the end (an interrupted run saves at once, without evaluating: the user is waiting)."""
+        at the end (an interrupted run saves at once, without evaluating: the user is waiting). A stop
+        asked for while scoring drops the evaluation, saves last.pt and returns the signal's name."""
         run, config = self.run, self.config
         epoch_end = run.position == 0 and run.epochs_done in config.save_epochs
         interval = config.evaluation_interval
@@ -270,17 +280,22 @@ class TrainingLoop:
             epoch_end or (config.sample_every is not None
                           and (run.step % config.sample_every == 0 or reason is not None)))
         if not (evaluating or saving or sampling):
-            return
+            return None
         val_loss = None
         carried = run.carried_state()  # a collective: every rank gathers
         if evaluating and self.run_dir is not None:
             whole = reason is not None or epoch_end or self.eval_chars is None
-            trained, averaged = self._scores(run.model, whole)
+            try:
+                trained, averaged = self._scores(run.model, whole)
+                use_average = averaged is not None and averaged.reported.nats_per_char < \
+                    trained.reported.nats_per_char
+                candidate = averaged if use_average else trained
+                improved = self._improves(candidate, whole)
+            except StopRequested as stopped:
+                self.run_dir.save("last.pt", run.payload(self.elapsed, carried))
+                return stopped.signal_name
             run.latest_eval = {"step": run.step, **trained.reported.to_dict()}
             val_loss = trained.reported.nats_per_char
-            use_average = averaged is not None and averaged.reported.nats_per_char < val_loss
-            candidate = averaged if use_average else trained
-            improved = self._improves(candidate, whole)
             if improved:
                 run.best, run.best_subset = candidate.reported, candidate.subset
                 run.best_is_average = use_average
@@ -311,17 +326,19 @@ class TrainingLoop:
             self._start_window()
         if saving and self.run_dir is not None:
             self.run_dir.save("last.pt", run.payload(self.elapsed, carried))
+        return None
 
     def _scores(self, model: torch.nn.Module, whole: bool) -> tuple[Scores, Scores | None]:
         """The scores of the trained weights and of the averaged ones (None without an average): on the
         whole validation split (with the evaluation subset's from the same pass), or on the subset alone.
         In float32 whatever the precision: exact scores."""
         def score() -> Scores:
-            if self.eval_chars is None or not whole:
-                scored = evaluate(model, self.val_ids[: self.subset_chars + 1])
-                return Scores(scored, scored)
-            subset, everything = evaluate_with_prefix(model, self.val_ids, self.subset_chars)
-            return Scores(everything, subset)
+            with self._droppable():
+                if self.eval_chars is None or not whole:
+                    scored = evaluate(model, self.val_ids[: self.subset_chars + 1])
+                    return Scores(scored, scored)
+                subset, everything = evaluate_with_prefix(model, self.val_ids, self.subset_chars)
+                return Scores(everything, subset)
 
         trained = score()
         if self.run.average is None:
@@ -356,7 +373,8 @@ class TrainingLoop:
         payload = load_checkpoint(path)
         scratch = copy.deepcopy(self.run.model)
         scratch.load_state_dict(payload["model_state"])
-        subset, whole = evaluate_with_prefix(scratch, self.val_ids, self.subset_chars)
+        with self._droppable():
+            subset, whole = evaluate_with_prefix(scratch, self.val_ids, self.subset_chars)
         del scratch
         self.run.best, self.run.best_subset = whole, subset
         self.run_dir.save("best.pt", {**payload, "best": whole.to_dict(),
@@ -441,7 +459,7 @@ def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: Grace
             raise
         observer.on_end(completed=not reason.interrupted)
     if reason.interrupted:
-        raise TrainingInterrupted(reason.signal_name, out_dir / "last.pt", run.step)
+        raise TrainingInterrupted(reason.signal_name, out_dir / "last.pt", run.step, loop.trained_out)
     best, best_is_average = group.from_main((run.best, run.best_is_average))
     assert best is not None  # a run that was not interrupted ends with an evaluation
     return TrainResult(

@@ -27,6 +27,7 @@ class StepReport:
     progress: float | None  # fraction of the run done, when a stopping criterion is set
     skipped_steps: int  # steps skipped so far for a non-finite loss or gradient
     seconds_left: float | None = None  # a time budget's seconds left, its end included; None without one
+    elapsed_s: float | None = None  # the run's wall time at this step, from where its summary counts
 
 
 

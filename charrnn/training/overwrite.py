@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from charrnn.errors import OptionConflict, escape
-from charrnn.models.pretrained import refuse_writing_in_shipped, resolve_shipped
+from charrnn.models.pretrained import resolve_shipped
 from charrnn.training.manifest import EPOCH_CHECKPOINT_GLOB, read_header
 from charrnn.training.rundir import RUN_FILES
 from charrnn.training.runlock import LOCK_NAME
-from charrnn.utils.files import TEMPORARY_GLOB, TEMPORARY_PREFIX, same_file
+from charrnn.utils.files import TEMPORARY_GLOB, TEMPORARY_PREFIX, refuse_writing_in_shipped, same_file
 
 RESERVED = (*RUN_FILES, LOCK_NAME)  # the names a run directory keeps for its own files
 
@@ -34,7 +34,7 @@ def refuse_writing_over_reads(target: Path, name: str, reads: dict[str, Any],
     run). Nothing is ever written in the folder of the models that come with charrnn.
     """
     what = "run directory" if run_directory else "file"
-    refuse_writing_in_shipped(target, name, what)
+    refuse_writing_in_shipped(target, f"{{{name}}}", what)
     writes = _run_files(target) if run_directory else [target]
     corpora_of: dict[Path, Path | None] = {}  # each checkpoint's corpus, its header read once
     for read_name, given in reads.items():

@@ -232,9 +232,12 @@ def _refuse_what_cannot_run(plan: TrainingPlan) -> Split:
 
 
 def fine_tune_config(source: ModelConfig, model_options: dict[str, Any], vocab_size: int) -> ModelConfig:
-    """The checkpoint's model, with a larger vocabulary if extended; only its regularisation
-    (:data:`~charrnn.config.REGULARISATION_FIELDS`) may be changed."""
-    values = source.to_dict() | {"vocab_size": vocab_size}
+    """The checkpoint's model, with a larger vocabulary if extended. Its regularisation
+    (:data:`~charrnn.config.REGULARISATION_FIELDS`) is a training setting, not the shape: the plain
+    defaults unless given, as for every other setting of a fine-tune."""
+    plain = {field.name: field.default for field in dataclasses.fields(ModelConfig)
+             if field.name in REGULARISATION_FIELDS}
+    values = source.to_dict() | {"vocab_size": vocab_size} | plain
     for key, value in model_options.items():
         if value == values[key]:
             continue

@@ -102,10 +102,12 @@ def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
                            f"directory for the run", names_options=True)
     existing = existing_run_files(out_dir) if info is not None else []
     if existing and not overwrite:
+        # Only a last.pt can be resumed: advising --resume where there is none would fail in turn.
+        resume = f"continue it with {{resume}} {escape(str(out_dir / 'last.pt'))}, " \
+            if (out_dir / "last.pt").is_file() else ""
         raise CharrnnError(
             f"{{out_dir}} {escape(str(out_dir))} already holds a training run ({', '.join(existing)}); "
-            f"continue it with {{resume}} {escape(str(out_dir / 'last.pt'))}, pass {{overwrite}} to replace "
-            f"it, or choose another {{out_dir}}", names_options=True
+            f"{resume}pass {{overwrite}} to replace it, or choose another {{out_dir}}", names_options=True
         )
 
 

@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, OptionConflict, escape
 
 TEMPORARY_PREFIX = ".charrnn-"
 TEMPORARY_GLOB = f"{TEMPORARY_PREFIX}*.tmp"
@@ -314,3 +314,28 @@ def same_file(first: Path, second: Path) -> bool:
         return Path(first).resolve() == Path(second).resolve()
     except (OSError, RuntimeError):  # a symbolic link loop: it leads to no file at all
         return os.path.abspath(first) == os.path.abspath(second)
+
+
+def real_path(path: Path) -> Path:
+    """``path`` with every link followed, as far as they lead (a loop of links ends the following rather
+    than raising, as ``Path.resolve`` does)."""
+    return Path(os.path.realpath(path))
+
+
+def within_folder(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is ``folder`` or anything in it, through links too."""
+    folder, resolved = real_path(folder), real_path(path)
+    return resolved == folder or folder in resolved.parents
+
+
+def refuse_writing_in_shipped(path: Path, named: str, instead: str) -> None:
+    """Refuse ``path`` (``named``: an option, as ``{data_dir}``, or a variable) when it is in the folder of
+    the models charrnn ships with, which nothing writes; ``instead`` says what to choose."""
+    from charrnn import config  # read when called: config imports this module's neighbours
+
+    if within_folder(path, config.SHIPPED_FOLDER):
+        message = (f"{named} {escape(str(path))} is in the folder of the model that comes with charrnn, "
+                   f"which is never written; choose another {instead}")
+        if named.startswith("{"):  # an option: a usage error
+            raise OptionConflict(message)
+        raise CharrnnError(message)

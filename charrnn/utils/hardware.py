@@ -6,6 +6,8 @@ import os
 from functools import cache
 from pathlib import Path
 
+from charrnn.errors import CharrnnError
+
 # Either flag means bfloat16 arithmetic in hardware, which oneDNN's CPU LSTM/GRU kernels use under
 # autocast; without them bfloat16 is emulated and slower than float32.
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
@@ -48,9 +50,25 @@ def processor_name() -> str:
         return "unknown"
 
 
-@cache
 def cpu_has_native_bf16() -> bool:
-    """True when this machine's processor has AVX512-BF16 or AMX-BF16 (Linux only; False elsewhere)."""
+    """True when this machine's processor has AVX512-BF16 or AMX-BF16 (Linux only; False elsewhere), or
+    as :data:`CPU_BF16_ENV` says: "0" treats the processor as one without, "1" as one with."""
+    forced = os.environ.get(CPU_BF16_ENV)
+    if forced is None or forced == "":
+        return _cpuinfo_has_bf16()
+    if forced not in ("0", "1"):
+        raise CharrnnError(f"{CPU_BF16_ENV} must be 0 (no native bfloat16) or 1 (native bfloat16), "
+                           f"not {forced!r}; unset it to detect the processor's")
+    return forced == "1"
+
+
+# Set to "0", charrnn treats the processor as one without native bfloat16 (--precision auto trains in
+# float32, and bf16 is refused); "1", as one with it. For comparing the two, and testing both on one machine.
+CPU_BF16_ENV = "CHARRNN_CPU_BF16"
+
+
+@cache
+def _cpuinfo_has_bf16() -> bool:
     try:
         cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:

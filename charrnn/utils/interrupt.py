@@ -2,12 +2,15 @@
 
 In training, the first signal only records that a stop was asked for
 (:class:`GracefulStop`); the loop finishes its current step, writes a resumable
-checkpoint and stops. A second SIGINT raises ``KeyboardInterrupt`` at once for a
-user who will not wait; the checkpoint from before stays intact because every write
-is atomic. Everywhere else (encoding a corpus, sampling, scoring),
-:func:`raise_on_termination` turns SIGTERM and SIGHUP into :class:`Terminated`, as
-Python already turns SIGINT into ``KeyboardInterrupt``, so that cleanups run and no
-temporary file outlives the process.
+checkpoint and stops. Work that can be dropped half-done, such as scoring the
+validation split, runs inside :meth:`GracefulStop.raising`, where the signal
+raises :class:`StopRequested` at once instead of waiting for its end. A second
+SIGINT raises ``KeyboardInterrupt`` at once for a user who will not wait; the
+checkpoint from before stays intact because every write is atomic. Everywhere
+else (encoding a corpus, sampling, scoring), :func:`raise_on_termination` turns
+SIGTERM and SIGHUP into :class:`Terminated`, as Python already turns SIGINT into
+``KeyboardInterrupt``, so that cleanups run and no temporary file outlives the
+process.
 """
 
 from __future__ import annotations
@@ -49,6 +52,14 @@ def raise_on_termination() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+class StopRequested(BaseException):
+    """A stop signal arrived inside :meth:`GracefulStop.raising`: the work in the block is dropped."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
 class GracefulStop:
     """A context manager that turns the first SIGINT/SIGTERM/SIGHUP into a stop request.
 
@@ -59,11 +70,27 @@ class GracefulStop:
     def __init__(self) -> None:
         self.signal_name: str | None = None
         self._previous: dict[int, object] = {}
+        self._raising = False
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signal_name is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.signal_name = signal.Signals(signum).name
+        if self._raising:
+            self._raising = False  # raised once: the handler of the work dropped runs undisturbed
+            raise StopRequested(self.signal_name)
+
+    @contextmanager
+    def raising(self) -> Iterator[None]:
+        """Within the block a stop signal, or one received before it, raises :class:`StopRequested` at
+        once: for work that can be dropped (an evaluation), which a stop would otherwise wait for."""
+        if self.signal_name is not None:
+            raise StopRequested(self.signal_name)
+        self._raising = True
+        try:
+            yield
+        finally:
+            self._raising = False
 
     def __enter__(self) -> GracefulStop:
         for signum in STOP_SIGNALS:

@@ -37,7 +37,7 @@ def silence_stdout() -> None:
 def stdout_guard() -> Iterator[None]:
     """Turn a failure to write stdout inside the block into a one-line error (or a quiet stop)."""
     if sys.stdout is None:
-        raise CharrnnError("standard output is closed; redirect it to a file (or use --output)")
+        raise CharrnnError(f"standard output is closed; redirect it to a file{_file_option_advice()}")
     try:
         yield
         sys.stdout.flush()
@@ -53,6 +53,16 @@ def stdout_guard() -> Iterator[None]:
     except OSError as exc:
         silence_stdout()
         raise CharrnnError(f"cannot write to standard output: {reason(exc)}") from None
+
+
+def _file_option_advice() -> str:
+    """" (or use --output)" where the running command has --output, which writes its result instead of
+    standard output, else nothing: advice names only an option the command has."""
+    import click  # only the command line runs a command; the library's callers have no stdout advice
+
+    context = click.get_current_context(silent=True)
+    names = {param.name for param in context.command.params} if context is not None else set()
+    return " (or use --output)" if "output" in names else ""
 
 
 def write_stdout(text: str) -> None:

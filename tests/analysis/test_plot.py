@@ -118,7 +118,8 @@ def test_an_exercise_run_reads_at_a_glance(tmp_path):
         assert len(boxes) == 5
         assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
     legend = [text.get_text() for text in epoch_axis.get_legend().get_texts()]
-    assert "epoch checkpoint (--save-epochs)" in legend and "best.pt (lowest validation loss)" in legend
+    # These records come with no best.pt to ring, so the legend does not name one.
+    assert "epoch checkpoint (--save-epochs)" in legend and "best.pt (lowest validation loss)" not in legend
 
 
 def test_a_short_run_keeps_a_linear_epoch_axis(tmp_path):
@@ -127,6 +128,23 @@ def test_a_short_run_keeps_a_linear_epoch_axis(tmp_path):
 
     figure = learning_curves([fake_run(tmp_path, "lstm", 5)])
     assert figure.axes[0].get_xscale() == "linear" and figure._suptitle.get_text() == "lstm"
+
+
+def test_the_legend_names_only_what_is_drawn(tmp_path):
+    """A run of one evaluation: its training loss is a marker (a one-point line draws nothing), and the
+    legend names no epoch checkpoint or best.pt that is not on the figure."""
+    pytest.importorskip("matplotlib")
+    from charrnn.analysis.plot import learning_curves
+
+    run = tmp_path / "short"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 3, "epoch": 0.5, "train_loss": 3.1,
+                                                   "val_loss": 3.3, "elapsed_s": 1.0}) + "\n")
+    epoch_axis = learning_curves([run]).axes[0]
+    legend = [text.get_text() for text in epoch_axis.get_legend().get_texts()]
+    assert legend == ["short validation", "short training"]
+    training = next(line for line in epoch_axis.get_lines() if line.get_label() == "short training")
+    assert training.get_marker() not in ("None", "", None)
 
 
 def test_the_exercise_figure_redraws_from_the_kept_records(tmp_path):

@@ -19,7 +19,6 @@ from charrnn.cli.main import cli
 from charrnn.config import TrainConfig
 from charrnn.models.evaluate import evaluate
 from charrnn.training.checkpoint import load_model
-from charrnn.utils.hardware import cpu_has_native_bf16
 
 from helpers import INSTALLED, needs_installed
 
@@ -448,11 +447,10 @@ def test_a_time_budget_picks_the_settings_not_given(runner, small_corpus, monkey
     assert config["train"]["learning_rate"] == 5e-3
 
 
-@pytest.mark.parametrize("native", [False, pytest.param(True, marks=pytest.mark.skipif(
-    not cpu_has_native_bf16(), reason="trains in bfloat16, which this CPU cannot"))])
-def test_a_budget_says_which_shape_this_machine_affords_and_why(runner, small_corpus, monkeypatch, native):
-    for module in ("config", "models.devices"):
-        monkeypatch.setattr(f"charrnn.{module}.cpu_has_native_bf16", lambda: native)
+@pytest.mark.parametrize("native", [False, True])
+def test_a_budget_says_which_shape_this_machine_affords_and_why(runner, small_corpus, monkeypatch, cpu_bf16,
+                                                                native):
+    cpu_bf16(native)
     slow_machine(monkeypatch, work_per_s=1e9)
     result = invoke(runner, "train", small_corpus, "--out", "run", "--time-budget", "5", "--json",
                     "--device", "cpu")  # about the CPU's precision: with a GPU present, auto trains there
@@ -646,13 +644,13 @@ def test_sample_reports_the_seed_it_drew_so_the_text_can_be_drawn_again(runner, 
     assert again.stdout == first.stdout and "seed " not in again.stderr
 
 
-def test_the_run_table_says_which_precision_auto_chose(runner, small_corpus):
-    from charrnn.utils.hardware import cpu_has_native_bf16
-
+@pytest.mark.parametrize("native", [False, True])
+def test_the_run_table_says_which_precision_auto_chose(runner, small_corpus, cpu_bf16, native):
+    cpu_bf16(native)
     on_cpu = [*TINY_TRAIN, "--device", "cpu"]  # what auto chooses on a CPU, on a machine with a GPU too
     chosen = invoke(runner, "train", small_corpus, *on_cpu, "--max-steps", "2", "--out", "a")
     assert chosen.exit_code == 0, chosen.output
-    expected = "bf16 (auto)" if cpu_has_native_bf16() else "fp32 (auto)"
+    expected = "bf16 (auto)" if native else "fp32 (auto)"
     assert f"cpu, {expected}" in chosen.stderr
     forced = invoke(runner, "train", small_corpus, *on_cpu, "--max-steps", "2", "--out", "f",
                     "--precision", "fp32")
@@ -770,7 +768,8 @@ def test_a_run_file_nested_too_deeply_is_named_in_one_line(runner, small_corpus,
     assert damaged in errors[0] and "unexpected" not in errors[0]
 
 
-def test_bf16_asked_for_an_lstm_too_wide_for_it_warns(runner, small_corpus):
+def test_bf16_asked_for_an_lstm_too_wide_for_it_warns(runner, small_corpus, cpu_bf16):
+    cpu_bf16(True)
     result = invoke(runner, "train", small_corpus, "--out", "run", "--hidden", "800", "--embed", "8",
                     "--batch-size", "2", "--seq-len", "8", "--max-steps", "1", "--precision", "bf16",
                     "--device", "cpu")

@@ -50,7 +50,8 @@ def logged_steps(steps: int, progress_before: float):
 
 def test_a_log_line_at_an_evaluation_says_what_it_scored(capsys):
     """An evaluation of the validation split's start, of both weights, right after a timed line: the
-    line says so, with the training loss the record averaged (none came since the timed line)."""
+    line says so, with the training loss the record averaged, as metrics.jsonl gives it for this step
+    (the steps since the last line averaged 2.0)."""
     from charrnn.training.rundir import EvaluationRecord
 
     record = EvaluationRecord(step=30, epoch=0.75, train_loss=2.25, val_loss=1.9, val_bits_per_char=2.7,
@@ -58,7 +59,7 @@ def test_a_log_line_at_an_evaluation_says_what_it_scored(capsys):
                               val_chars=12_000)
     logged_steps(30, 0.0).on_eval(record, improved=True)
     evaluated, = capsys.readouterr().err.splitlines()  # one line for the step: the timed one waited
-    assert evaluated.startswith("step 30 ") and "train 2.0000" in evaluated
+    assert evaluated.startswith("step 30 ") and "train 2.2500" in evaluated
     assert evaluated.endswith("val 1.9000 (evaluated on the first 12,000 chars, averaged 1.8000)  (best)")
 
 
@@ -86,6 +87,10 @@ def test_a_long_silence_is_broken_by_the_watcher(capsys):
     bar.say_if_quiet()
     line, = capsys.readouterr().err.splitlines()
     assert line == "step 20 done; still at work (evaluating, saving or a slow step) for 0:36"
+    bar.clock = lambda: 72.0  # the next note, 36 s on, counts from the last progress line still
+    bar.say_if_quiet()
+    later = capsys.readouterr().err.strip()
+    assert later == "step 20 done; still at work (evaluating, saving or a slow step) for 1:12"
     bar.finished.set()
     bar.clock = lambda: 500.0
     bar.say_if_quiet()
@@ -217,3 +222,21 @@ def test_the_budget_says_what_its_dropout_costs_the_passes():
     given = dataclasses.replace(choice, dropout=0.3, speed_share=1.0)  # the user's, timed with it
     lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, {}, (given,)), lambda field: field)
     assert "→ 3.9 epochs in the budget, predicted" in lines[0]
+
+
+def test_a_log_line_gives_the_runs_own_elapsed_time_as_its_summary_counts(capsys):
+    """A budget's planning comes before training starts: the summary's wall time counts it, so the line
+    does too (the step's report carries the run's clock)."""
+    from rich.console import Console
+
+    from charrnn.cli.train_view import ProgressBar
+    from charrnn.training.observer import StepReport
+
+    bar = ProgressBar(Console(stderr=True), draw_bar=False, clock=lambda: 40.0)
+    bar.started = bar.last_line = 0.0
+    bar.on_step(StepReport(step=1, epoch=0.1, loss=2.0, learning_rate=1e-3, chars_per_s=800.0, progress=0.5,
+                           skipped_steps=0, elapsed_s=52.0))
+    bar.on_step(StepReport(step=2, epoch=0.2, loss=2.0, learning_rate=1e-3, chars_per_s=800.0, progress=0.6,
+                           skipped_steps=0, elapsed_s=53.0))
+    line, = capsys.readouterr().err.splitlines()
+    assert "elapsed 0:52" in line

@@ -41,9 +41,9 @@ def test_a_model_too_large_for_the_gpu_is_refused_before_allocating(monkeypatch)
     (True, "cuda", {}, "fp32"),  # not measured on a GPU yet
     (False, "cpu", {}, "fp32"),
 ])
-def test_auto_precision_picks_bf16_only_where_it_was_measured_faster(monkeypatch, native, device, options,
+def test_auto_precision_picks_bf16_only_where_it_was_measured_faster(cpu_bf16, native, device, options,
                                                                       expected):
-    monkeypatch.setattr("charrnn.models.devices.cpu_has_native_bf16", lambda: native)
+    cpu_bf16(native)
     model_config = ModelConfig(vocab_size=5, **options)
     assert resolve_precision("auto", device, model_config) == expected
     assert resolve_precision("fp32", device, model_config) == "fp32"  # a given precision is kept
@@ -59,12 +59,22 @@ def test_a_step_whose_activations_cannot_fit_names_batch_and_sequence(monkeypatc
     check_model_fits(wide, "cpu", batch_size=16, seq_len=50)
 
 
+def test_a_model_that_cannot_fit_even_with_one_character_a_step_names_the_model_not_the_batch(monkeypatch):
+    """Lowering the batch cannot help a model whose weights alone overflow: that advice would fail."""
+    monkeypatch.setattr("charrnn.models.devices.available_host_memory", lambda: 20 << 20)
+    wide = ModelConfig(vocab_size=20_000, hidden_size=64)  # about 40 MiB of weights, gradients and moments
+    with pytest.raises(CharrnnError, match=r"Choose a smaller hidden_size, embed_size or num_layers"):
+        check_model_fits(wide, "cpu", batch_size=4096, seq_len=1000)
+    with pytest.raises(CharrnnError, match=r"Choose a smaller hidden_size"):
+        check_model_fits(wide, "cpu", batch_size=1, seq_len=1)  # the advice not given, followed: no help
+
+
 def test_the_api_names_the_options_to_lower_before_writing(tmp_path, monkeypatch, small_corpus):
     import charrnn
 
-    monkeypatch.setattr("charrnn.models.devices.available_host_memory", lambda: 2 << 20)
+    monkeypatch.setattr("charrnn.models.devices.available_host_memory", lambda: 64 << 20)
     with pytest.raises(CharrnnError, match="Lower batch_size or seq_len"):
-        charrnn.train(small_corpus, out_dir=tmp_path / "run", batch_size=64, seq_len=128, max_steps=1,
+        charrnn.train(small_corpus, out_dir=tmp_path / "run", batch_size=1024, seq_len=512, max_steps=1,
                       hidden_size=8, embed_size=8, num_layers=1, device="cpu")
     assert not (tmp_path / "run").exists()
 

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 import charrnn
 from charrnn.cli.main import cli as main
-from charrnn.data.datasets import DATASETS, DEFAULT_DATASET, fetch
+from charrnn.data.cache import CACHE_DIR_ENV
+from charrnn.data.datasets import DATA_DIR_ENV, DATASETS, DEFAULT_DATASET, fetch
 from charrnn.errors import CharrnnError
 from charrnn.models.pretrained import SHIPPED_MODELS, resolve_shipped, run_name, shipped_path
 from charrnn.training.checkpoint import checkpoint_in, load_checkpoint
@@ -138,12 +139,12 @@ def test_the_installed_command_samples_the_shipped_model_in_a_bare_directory(els
 @pytest.fixture
 def package_copy(tmp_path, monkeypatch) -> Path:
     """The shipped model's folder, copied: a test of the guards never risks the real file."""
-    import charrnn.models.pretrained as pretrained
+    from charrnn import config
 
     folder = tmp_path / "package" / "weights"
     folder.mkdir(parents=True)
     (folder / SHIPPED.name).write_bytes(SHIPPED.read_bytes())
-    monkeypatch.setattr(pretrained, "_FOLDER", folder)
+    monkeypatch.setattr(config, "SHIPPED_FOLDER", folder)
     monkeypatch.chdir(tmp_path)
     return folder / SHIPPED.name
 
@@ -182,6 +183,23 @@ def test_no_plot_or_run_lands_in_the_shipped_models_folder(package_copy, tiny_ru
                                            str(package_copy.parent), *extra])
         assert result.exit_code == 2 and "never written" in result.stderr, result.output
     assert package_copy.read_bytes() == before and sorted(package_copy.parent.iterdir()) == [package_copy]
+
+
+def test_no_corpus_cache_or_download_lands_in_the_shipped_models_folder(package_copy, small_corpus,
+                                                                          monkeypatch):
+    """Naming the folder as the cache (CHARRNN_CACHE_DIR) or the data directory (--data-dir,
+    CHARRNN_DATA_DIR) is refused before anything is written there."""
+    folder = package_copy.parent
+    monkeypatch.setenv(CACHE_DIR_ENV, str(folder))
+    result = CliRunner().invoke(main, ["train", str(small_corpus), "--max-steps", "1", "--out", "run"])
+    assert result.exit_code == 1 and f"{CACHE_DIR_ENV} {folder} is in the folder" in result.stderr
+    monkeypatch.delenv(CACHE_DIR_ENV)
+    result = CliRunner().invoke(main, ["data", "get", "tinyshakespeare", "--data-dir", str(folder)])
+    assert result.exit_code == 2 and f"--data-dir {folder} is in the folder" in result.stderr
+    monkeypatch.setenv(DATA_DIR_ENV, str(package_copy.parent / "data"))
+    result = CliRunner().invoke(main, ["data", "get", "tinyshakespeare"])
+    assert result.exit_code == 1 and f"{DATA_DIR_ENV} {package_copy.parent / 'data'}" in result.stderr
+    assert sorted(package_copy.parent.iterdir()) == [package_copy]
 
 
 def test_the_shipped_model_is_never_resumed_and_says_how_to_fine_tune(elsewhere):

@@ -10,6 +10,7 @@ from charrnn.config import (
     BUDGET_LADDER,
     BUDGET_MOST_EPOCHS,
     BUDGET_PROBE_SHARE,
+    BUDGET_WARMUP_SHARE,
     BUDGET_WEIGHT_DECAY,
     LAW_CORPUS_CHARS,
     SCALING_LAW,
@@ -406,7 +407,7 @@ def test_the_probe_never_changes_the_run_that_follows(small_corpus, tmp_path):
 
     options = {"max_steps": 3, "precision": "fp32", "hidden_size": 16, "num_layers": 1, "embed_size": 8,
                "batch_size": 4, "seq_len": 16, "dropout": 0.0, "learning_rate": 5e-3,
-               "weight_decay": 0.0}
+               "weight_decay": 0.0, "warmup_steps": 50}
     budgeted = charrnn.train(small_corpus, out_dir=tmp_path / "b", time_budget=30, ema_decay=0.0,
                              skip_connections=False, **options)
     charrnn.train(small_corpus, out_dir=tmp_path / "p", **options)
@@ -587,6 +588,17 @@ def test_a_small_corpus_trains_more_passes_of_a_smaller_shape_to_its_deadline(sm
     fitted = plan(small_corpus_encoded, 300, work_per_s=3e10).choice
     assert choice.parameters < fitted.parameters and choice.epochs > fitted.epochs
     assert choice.dropout > fitted.dropout
+
+
+def test_a_short_plan_warms_up_over_a_tenth_of_its_steps_and_a_long_one_keeps_the_default(
+        small_corpus_encoded, shakespeare_like):
+    """A 50-step warm-up in a plan of 20 steps would never reach the peak rate nor decay from it."""
+    short = plan(small_corpus_encoded, 3, work_per_s=3e8)
+    steps = short.choice.chars / (short.choice.settings["batch_size"] * 50)
+    assert steps < 500 and short.chosen["warmup_steps"] == max(1, int(steps * BUDGET_WARMUP_SHARE))
+    assert "warmup_steps" not in plan(shakespeare_like, 600).chosen  # thousands of steps: the default 50
+    given = plan(small_corpus_encoded, 3, work_per_s=3e8, given={"warmup_steps": 30})
+    assert "warmup_steps" not in given.chosen  # the user's stays
 
 
 def test_a_ten_times_faster_machine_plans_beyond_the_old_ladder_and_trains_to_its_deadline(shakespeare_like):

@@ -1,5 +1,7 @@
 import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,14 @@ def test_checkpoint_is_plain_data(tiny_checkpoint):
 def test_missing(tmp_path):
     with pytest.raises(CharrnnError, match="does not exist"):
         load_checkpoint(tmp_path / "none.pt")
+
+
+def test_a_path_that_is_there_but_no_file_is_not_called_missing(tmp_path):
+    os.mkfifo(tmp_path / "pipe.pt")
+    for path in (tmp_path / "pipe.pt", Path(os.devnull)):
+        with pytest.raises(CharrnnError, match="is not a regular file .*give a checkpoint file or a run "
+                                               "directory"):
+            load_checkpoint(path)
 
 
 def test_truncated(tiny_checkpoint, tmp_path):
@@ -97,3 +107,21 @@ def test_the_module_docstring_names_every_checkpoint_field():
 
     missing = [name for name in checkpoint.PAYLOAD_FIELDS if f"``{name}``" not in checkpoint.__doc__]
     assert missing == []
+
+
+def test_a_save_past_the_file_size_limit_names_the_cause_and_keeps_the_old_file(tmp_path):
+    """torch.save turns a failed write into a RuntimeError that says nothing of why; the save says why."""
+    old = tmp_path / "last.pt"
+    old.write_bytes(b"the previous checkpoint")
+    script = ("import resource, sys, torch\n"
+              "from charrnn.errors import CharrnnError\n"
+              "from charrnn.training.checkpoint import save_checkpoint\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+              "try:\n"
+              "    save_checkpoint(sys.argv[1], {'model_state': {'w': torch.zeros(100_000)}})\n"
+              "except CharrnnError as exc:\n"
+              "    print(exc)\n")
+    result = subprocess.run([sys.executable, "-c", script, str(old)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.stdout.strip() == f"could not write {old}: File too large; any previous last.pt is intact"
+    assert old.read_bytes() == b"the previous checkpoint" and os.listdir(tmp_path) == ["last.pt"]

@@ -80,9 +80,8 @@ def test_a_run_saved_before_the_cap_resumes_with_none_and_evaluating_its_whole_s
 @pytest.mark.parametrize(("native", "precision", "expected"), [
     (False, "auto", "fp32"), (True, "fp32", "fp32"), (True, "auto", "bf16"), (True, "bf16", "bf16")])
 def test_a_time_budget_times_the_ladder_in_the_precision_training_will_use_and_fills_what_was_not_given(
-        monkeypatch, small_corpus, native, precision, expected):
-    for module in ("config", "models.devices"):
-        monkeypatch.setattr(f"charrnn.{module}.cpu_has_native_bf16", lambda: native)
+        monkeypatch, cpu_bf16, small_corpus, native, precision, expected):
+    cpu_bf16(native)
     seen = {}
 
     def measure(model_config, config, *args):
@@ -153,6 +152,14 @@ def test_fine_tuning_keeps_the_shape_and_may_change_only_the_regularisation():
         fine_tune_config(source, {"hidden_size": 64}, 10)
 
 
+def test_a_fine_tune_trains_with_the_plain_regularisation_unless_given():
+    """The run's own line says every setting not given keeps its plain default: the checkpoint's dropout
+    (the shipped model's 0.15) is how it was trained, not part of its shape."""
+    source = ModelConfig(vocab_size=10, hidden_size=32, dropout=0.15, weight_drop=0.2, locked_dropout=True)
+    assert fine_tune_config(source, {}, 10) == ModelConfig(vocab_size=10, hidden_size=32)
+    assert fine_tune_config(source, {"dropout": 0.15}, 10).dropout == 0.15
+
+
 def test_a_fine_tuning_plan_reads_the_source_vocabulary(tiny_run, small_corpus, tmp_path):
     novel = tmp_path / "novel.txt"
     novel.write_text("ROMEO: Ωmega\n" * 100, encoding="utf-8")
@@ -175,9 +182,9 @@ def test_locked_dropout_without_any_dropout_is_refused(small_corpus, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_a_budget_choosing_a_rung_too_wide_for_bf16_says_it_trains_in_float32(monkeypatch, small_corpus):
-    for module in ("config", "models.devices"):
-        monkeypatch.setattr(f"charrnn.{module}.cpu_has_native_bf16", lambda: True)
+def test_a_budget_choosing_a_rung_too_wide_for_bf16_says_it_trains_in_float32(monkeypatch, cpu_bf16,
+                                                                             small_corpus):
+    cpu_bf16(True)
     widest = BUDGET_LADDER[-1].hidden_size
     seen = {}
 

@@ -20,16 +20,17 @@ from charrnn.training.checkpoint import load_checkpoint
 from charrnn.training.observer import TrainObserver
 from charrnn.training.runlock import LOCK_NAME
 from charrnn.utils.files import TEMPORARY_PREFIX
+from charrnn.utils.interrupt import GracefulStop
 
 from helpers import INSTALLED, needs_installed, plan_run
 
 
-class StopAt:
-    """A stand-in for GracefulStop that 'receives' SIGINT after a given step."""
+class StopAt(GracefulStop):
+    """A GracefulStop, never entered (no handlers), that 'receives' SIGINT after a given step."""
 
     def __init__(self, step: int):
+        super().__init__()
         self.step = step
-        self.signal_name: str | None = None
 
 
 class SignalAfter(TrainObserver):
@@ -305,3 +306,18 @@ def test_a_branch_refused_before_it_starts_leaves_no_directory(tiny_run, tmp_pat
         charrnn.train(resume=tiny_run / "last.pt", out_dir=branch, max_steps=60, sample_every=10,
                       sample_prime="Ω", device="cpu")
     assert not (tmp_path / "branches").exists()
+
+
+def test_a_run_directory_without_last_pt_is_not_advised_for_resume(small_corpus, tmp_path):
+    """--resume needs a last.pt: the refusal advises it only where one is, and then following it works."""
+    from charrnn.training.rundir import check_out_dir
+
+    plan_run(small_corpus, tmp_path / "run", max_steps=2).run()
+    with pytest.raises(CharrnnError, match="continue it with resume ") as refused:
+        check_out_dir(tmp_path / "run")
+    assert str(tmp_path / "run" / "last.pt") in str(refused.value)
+    plan_run(None, None, resume=tmp_path / "run" / "last.pt", max_steps=3).run()  # the advice, followed
+    (tmp_path / "run" / "last.pt").unlink()
+    with pytest.raises(CharrnnError, match="already holds a training run") as refused:
+        check_out_dir(tmp_path / "run")
+    assert "continue it" not in str(refused.value) and "pass overwrite" in str(refused.value)

@@ -6,7 +6,6 @@ import torch
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data.corpus import StreamBatches, encode_corpus, split_ids
 from charrnn.training.state import TrainingRun, restore_cuda_rng
-from charrnn.utils.hardware import cpu_has_native_bf16
 
 
 @pytest.fixture
@@ -47,11 +46,8 @@ def test_cuda_generator_states_are_restored_onto_the_gpus_present(monkeypatch):
     assert restored == []
 
 
-needs_native_bf16 = pytest.mark.skipif(not cpu_has_native_bf16(), reason="this CPU has no native bfloat16")
-
-
-@needs_native_bf16
-def test_auto_precision_trains_an_lstm_in_bf16_here_with_float32_weights(repeated_corpus, tmp_path):
+def test_auto_precision_trains_an_lstm_in_bf16_here_with_float32_weights(repeated_corpus, tmp_path, cpu_bf16):
+    cpu_bf16(True)
     encoded = encode_corpus(repeated_corpus, "repeat", 0.1)
     model_config = ModelConfig(vocab_size=len(encoded.vocab), hidden_size=32, embed_size=8)
     batches = StreamBatches(split_ids(encoded.ids, encoded.info.split_point).train, 8, 32)
