@@ -493,6 +493,16 @@ BUDGET_DROPOUT_WIDTH = 64
 # no better than none, 0.4 0.03 worse. At 600 s's 2×768, 0.005 better (docs/defaults.md, "Weight decay").
 # It costs no time.
 BUDGET_WEIGHT_DECAY = 0.1
+# A budget's run judges its training speed over at least this share of the budget; slower than the plan
+# measured, it keeps more time for its end (the final evaluation slows too), and past SLOWDOWN_NOTICED
+# says so. Under load, a 120-s budget measured 5,991 chars/s, trained at 2,663 to 2,944, and ran 137 s.
+SLOWDOWN_WINDOW_SHARE = 0.05
+SLOWDOWN_NOTICED = 1.25
+SLOWDOWN_RESTATED = 1.5  # said again once the time kept for the end has grown by half since
+# The end slows more than training: with two busy loops beside a 60-s budget's run on two EPYC cores,
+# training ran 2.5 and 2.7 times slower than timed, and the final evaluation and saves 3.0 and 3.4 times.
+# The time kept for the end grows by the slowdown to this power (3.1 and 3.5 there).
+SLOWDOWN_END_EXPONENT = 1.25
 # A plan warms its learning rate up over at most this share of its steps: the default 50 steps of warm-up
 # in a plan of 20 (a short budget on a tiny corpus) never reached the peak rate, let alone decayed from it.
 BUDGET_WARMUP_SHARE = 0.1

@@ -608,6 +608,13 @@ class BudgetEnd:
         return FINAL_WORK_MARGIN * (passes * self.pass_s + self.other_s)
 
 
+def planned_speed(budget: BudgetDecision | None) -> float | None:
+    """The training speed a planned budget's choice was timed at on this machine's wall clock, dropout's
+    cost included: what the run should see (None where nothing was timed)."""
+    choice = budget.choice if budget is not None and budget.planned else None
+    return choice.chars_per_s * choice.speed_share if choice is not None and choice.measured else None
+
+
 def evenly_spaced(count: int) -> tuple[float, ...]:
     """``count`` moments evenly through a run, as fractions of it, neither at its start nor its end."""
     return tuple(k / (count + 1) for k in range(1, count + 1))
@@ -641,6 +648,8 @@ class BudgetEnding:
     reserve_s: float  # seconds kept at the end: the final evaluation and saves, and the caller's finish_s
     points: tuple[float, ...]  # when to evaluate during training, as fractions of the run
     messages: tuple[str, ...]  # what to tell the user of it
+    finish_s: float = 0.0  # of reserve_s, the caller's: what a slower machine does not lengthen
+    chars_per_s: float | None = None  # the training speed the plan measured (None: none measured)
 
 
 def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab, val_ids: torch.Tensor,
@@ -726,7 +735,7 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
     else:
         refuse_an_end_past_the_budget(config, len(val_ids) - 1, config.ema_decay > 0,
                                       clock() - (clock() if started is None else started), reserve)
-    return BudgetEnding(config, reserve, points, tuple(messages))
+    return BudgetEnding(config, reserve, points, tuple(messages), finish_s)
 
 
 def refuse_an_end_past_the_budget(config: TrainConfig, val_chars: int, averaging: bool, spent_s: float,

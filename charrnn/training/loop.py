@@ -14,6 +14,7 @@ import copy
 import dataclasses
 import gc
 import math
+import os
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from charrnn.config import ModelConfig, TrainConfig, partial_eval_chars
+from charrnn.config import (
+    SLOWDOWN_END_EXPONENT,
+    SLOWDOWN_NOTICED,
+    SLOWDOWN_RESTATED,
+    SLOWDOWN_WINDOW_SHARE,
+    ModelConfig,
+    TrainConfig,
+    partial_eval_chars,
+)
 from charrnn.data.corpus import StreamBatches, split_ids
 from charrnn.errors import CharrnnError, TrainingInterrupted, escape
 from charrnn.models.devices import precision_warning
@@ -49,7 +58,7 @@ from charrnn.training.schedule import (
 )
 from charrnn.training.state import TrainingRun
 from charrnn.utils.interrupt import GracefulStop, StopRequested
-from charrnn.utils.threads import ThreadChoice
+from charrnn.utils.threads import LoadWatch, ThreadChoice
 
 if TYPE_CHECKING:  # the plan is made above the engine, and imports it
     from charrnn.training.budget import BudgetEnding
@@ -130,7 +139,7 @@ class TrainingLoop:
     def __init__(self, run: TrainingRun, val_ids: torch.Tensor, observer: TrainObserver,
                  stop: GracefulStop | None, run_dir: RunDirectory | None, elapsed_before: float,
                  clock: Callable[[], float] = time.perf_counter, started: float | None = None,
-                 ending: BudgetEnding | None = None):
+                 ending: BudgetEnding | None = None, threads: ThreadChoice | None = None):
         self.clock = clock  # seconds, for the time budget and the throughput figures
         self.run = run
         self.config = run.config
@@ -143,6 +152,11 @@ class TrainingLoop:
         self.elapsed = elapsed_before  # rank 0's clock, agreed by every rank
         # Seconds of a time budget kept for the final evaluation and saves.
         self.reserve = ending.reserve_s if ending is not None else 0.0
+        self.ending = ending
+        self.slowdown = 1.0  # how much slower than planned the machine has trained (kept at its worst)
+        self.stated_reserve = self.reserve  # the time kept for the end that the user was last told of
+        # Other programs' use of the cores, watched where charrnn chose the threads (never the user's).
+        self.load = LoadWatch() if threads is not None and not threads.given and threads.count > 1 else None
         evaluation_points = ending.points if ending is not None else ()
         # A long budget's evaluations during training, spread evenly over what is left of it (as fractions
         # of the run, ascending; a budget's run starts part-done: the time spent before training and kept
@@ -195,6 +209,7 @@ class TrainingLoop:
                 self.loss_count += 1
             self.window_chars += chars
             now = self.clock()
+            self._keep_time_for_the_end(now)
             reason = self._agreed_stop(now)
             budget_left = None if config.time_budget is None else max(config.time_budget - self.elapsed, 0.0)
             self.observer.on_step(StepReport(
@@ -208,6 +223,46 @@ class TrainingLoop:
                 self.trained_out = reason is not None  # the final evaluation's: nothing left to train
                 reason = StopReason("signal", signal_name=dropped)
         return reason, self.elapsed, self.clock() - self.start
+
+    def _keep_time_for_the_end(self, now: float) -> None:
+        """A machine slower than the plan measured (another program busy on it) takes longer over the
+        end's evaluation and saves as well: the time kept for them grows by the factor training slowed,
+        and the user is told once, so that the run still ends inside its budget (one process only: the
+        ranks of torchrun would each see their own speed)."""
+        ending = self.ending
+        window = now - self.window_start
+        if ending is None or ending.chars_per_s is None or self.run.group.world_size > 1 or \
+                window < SLOWDOWN_WINDOW_SHARE * (self.config.time_budget or 0.0):
+            return
+        slowdown = ending.chars_per_s / max(self.chars_per_s(now), 1e-9)
+        if slowdown <= self.slowdown:
+            return
+        self.slowdown = slowdown
+        kept = ending.finish_s + (ending.reserve_s - ending.finish_s) * slowdown ** SLOWDOWN_END_EXPONENT
+        # Said when first noticed, and again whenever the time kept has grown by half since.
+        if slowdown >= SLOWDOWN_NOTICED and kept >= SLOWDOWN_RESTATED * self.stated_reserve:
+            self._leave_the_busy_cores()
+            self.observer.on_message(
+                f"this machine slowed: training runs at {self.chars_per_s(now):,.0f} chars/s, not the "
+                f"{ending.chars_per_s:,.0f} the plan measured; to evaluate and save inside the budget, "
+                f"training now stops {kept:.1f} s before its end, not {ending.reserve_s:.1f}")
+            self.stated_reserve = kept
+        self.reserve = kept
+
+    def _leave_the_busy_cores(self) -> None:
+        """Other programs keep cores busy: a thread there runs a fraction of the time and torch's others
+        wait for it at every operation (:mod:`charrnn.utils.threads`), so the run trains, and ends, on
+        the cores left."""
+        if self.load is None:
+            return
+        others = self.load.others_busy()
+        self.load.start()
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        left = max(1, cores - others)
+        if left < torch.get_num_threads():
+            torch.set_num_threads(left)
+            self.observer.on_message(f"other programs keep {others} of this machine's {cores} cores busy: "
+                                     f"training goes on with {left} thread{'s' if left > 1 else ''}")
 
     @contextlib.contextmanager
     def _saving_if_memory_runs_out(self) -> Iterator[None]:
@@ -451,7 +506,8 @@ def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: Grace
         for message in plan.ending.messages if plan.ending is not None else ():
             observer.on_message(message)
         loop = TrainingLoop(run, split.val, observer, stop, run_dir,
-                            resume_from["elapsed_s"] if resume_from else 0.0, clock, started, plan.ending)
+                            resume_from["elapsed_s"] if resume_from else 0.0, clock, started, plan.ending,
+                            plan.threads)
         try:
             reason, trained_s, elapsed_s = loop.run_until_stopped()
         except BaseException:

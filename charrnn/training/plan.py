@@ -44,7 +44,7 @@ from charrnn.data.vocab import UnknownCharactersError, Vocab
 from charrnn.errors import CharrnnError, ConfigError, OptionConflict, escape
 from charrnn.models.devices import check_generation_fits, check_model_fits, resolve_precision
 from charrnn.models.pretrained import shipped_name
-from charrnn.training.budget import BudgetDecision, BudgetEnding, plan_budget, plan_budget_end
+from charrnn.training.budget import BudgetDecision, BudgetEnding, plan_budget, plan_budget_end, planned_speed
 from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_model
 from charrnn.training.distributed import ProcessGroup
 from charrnn.training.loop import TrainResult, train
@@ -126,6 +126,7 @@ def plan_training(request: TrainingRequest, group: ProcessGroup | None = None,
     evaluates = plan.budget is None or plan.budget.evaluates
     ending = plan_budget_end(plan.model_config, plan.config, plan.vocab, split.val, group,
                              time.perf_counter, finish_s, started, plan.resume_from, evaluates)
+    ending = dataclasses.replace(ending, chars_per_s=planned_speed(plan.budget))
     return dataclasses.replace(plan, config=ending.config, ending=ending)
 
 

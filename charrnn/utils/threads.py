@@ -33,6 +33,7 @@ class ThreadChoice:
 
     count: int  # torch's intra-op threads
     reason: str  # what chose it, for the run table: "--threads", "OMP_NUM_THREADS", or the cores seen
+    given: bool = False  # the user's own count (--threads, threads=, OMP_NUM_THREADS): never changed
 
     def describe(self) -> str:
         return f"{self.count} ({self.reason})"
@@ -106,11 +107,11 @@ def choose_threads(requested: int | None = None, processes: int = 1,
     cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
     more = f", more than the {_cores(len(cores))} this process may use"
     if requested is not None:
-        return ThreadChoice(requested, "--threads" + (more if requested > len(cores) else ""))
+        return ThreadChoice(requested, "--threads" + (more if requested > len(cores) else ""), given=True)
     from_environment = _from_environment()
     if from_environment is not None:
         beyond = more if from_environment > len(cores) else ""
-        return ThreadChoice(from_environment, "OMP_NUM_THREADS" + beyond)
+        return ThreadChoice(from_environment, "OMP_NUM_THREADS" + beyond, given=True)
     try:
         before = core_times(read_stat())
         sleep(BUSY_LOOK_S)
@@ -138,3 +139,35 @@ def use_threads(requested: int | None = None, processes: int = 1) -> ThreadChoic
 
         torch.set_num_threads(choice.count)
     return choice
+
+
+class LoadWatch:
+    """How many cores other programs keep busy while this process works: the cores' busy time over a
+    stretch (``/proc/stat``), less this process's own CPU time. A training run that slows uses it to run
+    on the cores left (module docstring); a watch with no ``/proc/stat`` sees nothing."""
+
+    def __init__(self, read_stat: Callable[[], str] = _read_stat,
+                 own_cpu_s: Callable[[], float] = time.process_time,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.read_stat, self.own_cpu_s, self.clock = read_stat, own_cpu_s, clock
+        self.start()
+
+    def start(self) -> None:
+        """Begin a new stretch."""
+        self.began = (self._busy_s(), self.own_cpu_s(), self.clock())
+
+    def _busy_s(self) -> float | None:
+        try:
+            ticks = sum(busy for busy, _ in core_times(self.read_stat()).values())
+        except (OSError, ValueError):
+            return None
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+    def others_busy(self) -> int:
+        """Cores' worth of work other programs did since the stretch began, rounded."""
+        busy, own, now = self._busy_s(), self.own_cpu_s(), self.clock()
+        began_busy, began_own, began = self.began
+        if busy is None or began_busy is None or now <= began:
+            return 0
+        others = (busy - began_busy) - (own - began_own)
+        return max(0, round(others / (now - began)))

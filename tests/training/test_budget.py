@@ -590,6 +590,16 @@ def test_a_small_corpus_trains_more_passes_of_a_smaller_shape_to_its_deadline(sm
     assert choice.dropout > fitted.dropout
 
 
+def test_the_run_is_told_the_speed_its_shape_was_timed_at_with_dropouts_cost(small_corpus_encoded):
+    from charrnn.training.budget import planned_speed
+
+    decision = plan(small_corpus_encoded, 300, work_per_s=3e10)  # many passes: dropout
+    choice = decision.choice
+    assert planned_speed(decision) == choice.chars_per_s * choice.speed_share and choice.speed_share < 1
+    assert planned_speed(None) is None
+    assert planned_speed(dataclasses.replace(decision, planned=False)) is None
+
+
 def test_a_short_plan_warms_up_over_a_tenth_of_its_steps_and_a_long_one_keeps_the_default(
         small_corpus_encoded, shakespeare_like):
     """A 50-step warm-up in a plan of 20 steps would never reach the peak rate nor decay from it."""

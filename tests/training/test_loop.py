@@ -29,6 +29,13 @@ def repeated_corpus(tmp_path: Path) -> Path:
 OPTIONS = {"hidden_size": 64, "embed_size": 16, "batch_size": 8, "seq_len": 32, "warmup_steps": 10}
 
 
+@pytest.fixture(autouse=True)
+def the_fake_clocks_are_the_planned_machine(monkeypatch):
+    """A budget's probe times this machine on the wall clock, while a FakeClock makes a machine of its
+    own: its runs see the speed their plan expects, unless a test says otherwise."""
+    monkeypatch.setattr("charrnn.training.plan.planned_speed", lambda budget: None)
+
+
 def train_tiny(make_run, corpus: Path, out: Path, **options):
     return make_run(corpus, out, **{**OPTIONS, **options})
 
@@ -263,6 +270,56 @@ def test_a_time_budget_keeps_time_for_the_final_evaluation_and_saves(repeated_co
     finishing = plan_run(repeated_corpus, tmp_path / "finishing", **OPTIONS, time_budget=1.5,
                          finish_s=0.25).run(clock, clock=clock)
     assert finishing.steps == 7 and any("stops about 0.8 s before the end" in message for message in messages)
+
+
+def test_a_machine_slower_than_planned_keeps_more_time_for_the_end_and_says_so(repeated_corpus, tmp_path,
+                                                                             monkeypatch):
+    """The plan measured twice the speed the run sees (another program took the machine): the end's
+    evaluation and saves will be slower too, so training stops earlier than the plan said."""
+    measured_end(monkeypatch, pass_s=0.2)
+    clock = FakeClock(step_seconds=0.125)  # 8 × 32 characters a step: 2,048 chars/s on this clock
+    messages = []
+    clock.on_message = messages.append
+    plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=1.5)
+    assert plan.ending.reserve_s == pytest.approx(0.5)
+    slowed = dataclasses.replace(plan, ending=dataclasses.replace(plan.ending, chars_per_s=4096.0))
+    result = slowed.run(clock, clock=clock)
+    assert result.stop_reason == StopReason("time_budget", 1.5)
+    assert result.steps < 9  # the planned speed's run trains 9 steps (the test above)
+    noticed = [message for message in messages if message.startswith("this machine slowed")]
+    assert noticed and all("not the 4,096 the plan measured" in message for message in noticed)
+    kept = [float(message.split("training now stops ")[1].split(" s")[0]) for message in noticed]
+    assert kept == sorted(kept) and kept[0] > 0.5  # each says the time kept has grown again
+    assert result.trained_s <= 1.5 - kept[-1] + 1e-9
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_a_slowed_run_leaves_the_cores_other_programs_keep_busy_unless_its_threads_were_given(
+        repeated_corpus, tmp_path, monkeypatch, given):
+    """A thread on a busy core slows torch's others at every operation: the run trains, and ends, on the
+    cores left; a thread count the user gave stays."""
+    from charrnn.utils.threads import LoadWatch, ThreadChoice
+
+    measured_end(monkeypatch, pass_s=0.2)
+    monkeypatch.setattr(LoadWatch, "others_busy", lambda self: 1)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    clock = FakeClock(step_seconds=0.125)
+    messages = []
+    clock.on_message = messages.append
+    plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=1.5)
+    threads = ThreadChoice(2, "--threads" if given else "2 cores, all free", given)
+    slowed = dataclasses.replace(plan, ending=dataclasses.replace(plan.ending, chars_per_s=4096.0),
+                                 threads=threads)
+    try:
+        slowed.run(clock, clock=clock)
+        assert torch.get_num_threads() == (2 if given else 1)
+    finally:
+        torch.set_num_threads(before)
+    left = [message for message in messages if message.startswith("other programs keep")]
+    said = "other programs keep 1 of this machine's 2 cores busy: training goes on with 1 thread"
+    assert left == ([] if given else [said])
 
 
 def test_the_final_work_is_timed_on_a_part_of_the_first_batch_and_scaled(small_corpus, tmp_path):

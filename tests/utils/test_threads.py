@@ -70,9 +70,9 @@ def test_the_users_choice_wins_and_is_not_watched(auto, monkeypatch):
     def never() -> str:
         raise AssertionError("the cores were watched")
 
-    assert choose_threads(2, read_stat=never) == threads_module.ThreadChoice(2, "--threads")
+    assert choose_threads(2, read_stat=never) == threads_module.ThreadChoice(2, "--threads", given=True)
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    assert choose_threads(read_stat=never) == threads_module.ThreadChoice(2, "OMP_NUM_THREADS")
+    assert choose_threads(read_stat=never) == threads_module.ThreadChoice(2, "OMP_NUM_THREADS", given=True)
 
 
 def test_no_proc_stat_leaves_torchs_default(auto):
@@ -127,3 +127,22 @@ def test_use_threads_sets_torch():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_load_watch_counts_the_cores_other_programs_kept_busy(auto):
+    """Two cores for 10 s: 2,000 ticks of which 1,500 busy; this process used 5 s of CPU time itself,
+    so other programs kept one core busy. A user's own thread count is marked as given."""
+    import os
+
+    from charrnn.utils.threads import LoadWatch
+
+    hertz = os.sysconf("SC_CLK_TCK")
+    stats = iter([f"cpu0 0 0 0 {10 * hertz} 0\ncpu1 0 0 0 {10 * hertz} 0\n",
+                  f"cpu0 {10 * hertz} 0 0 {10 * hertz} 0\ncpu1 {5 * hertz} 0 0 {15 * hertz} 0\n"])
+    own, clock = iter([1.0, 6.0]), iter([100.0, 110.0])
+    watch = LoadWatch(read_stat=lambda: next(stats), own_cpu_s=lambda: next(own), clock=lambda: next(clock))
+    assert watch.others_busy() == 1
+    unreadable = LoadWatch(read_stat=lambda: (_ for _ in ()).throw(OSError("no /proc")))
+    assert unreadable.others_busy() == 0
+    assert choose_threads(3).given
+    assert not choose_threads(None, read_stat=lambda: "cpu0 0 0 0 1 0\n", sleep=lambda s: None).given
