@@ -173,8 +173,8 @@ def _plan(request: TrainingRequest, group: ProcessGroup, started: float | None,
     model_config = fine_tune_config(source.network.config, model_options, len(encoded.vocab))
     # The checkpoint fixed the shape, and the rule predicts training from scratch: nothing to plan.
     budget = None if config.time_budget is None else _unplanned(
-        config, model_config, "a fine-tune keeps its checkpoint's shape, and every setting not given keeps "
-                              "its plain default")
+        config, model_config, "a fine-tune keeps its checkpoint's shape and regularisation, and every "
+                              "other setting not given keeps its plain default")
     return TrainingPlan(model_config, config, encoded.vocab, encoded.ids, encoded.info,
                         overwrite=request.overwrite, initial_weights=source.network.state_dict(),
                         budget=budget)
@@ -233,12 +233,11 @@ def _refuse_what_cannot_run(plan: TrainingPlan) -> Split:
 
 
 def fine_tune_config(source: ModelConfig, model_options: dict[str, Any], vocab_size: int) -> ModelConfig:
-    """The checkpoint's model, with a larger vocabulary if extended. Its regularisation
-    (:data:`~charrnn.config.REGULARISATION_FIELDS`) is a training setting, not the shape: the plain
-    defaults unless given, as for every other setting of a fine-tune."""
-    plain = {field.name: field.default for field in dataclasses.fields(ModelConfig)
-             if field.name in REGULARISATION_FIELDS}
-    values = source.to_dict() | {"vocab_size": vocab_size} | plain
+    """The checkpoint's model, with a larger vocabulary if extended; only its regularisation
+    (:data:`~charrnn.config.REGULARISATION_FIELDS`) may be changed, and it is kept unless given: the
+    shipped model fine-tuned with its dropout of 0.15 scored 1.3739 on a licence corpus, without it
+    1.4057 (docs/shipped-model.md)."""
+    values = source.to_dict() | {"vocab_size": vocab_size}
     for key, value in model_options.items():
         if value == values[key]:
             continue

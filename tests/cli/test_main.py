@@ -215,8 +215,8 @@ def test_a_time_budget_says_what_it_leaves_to_the_defaults(runner, tiny_checkpoi
     tuned = invoke(runner, "train", small_corpus, "--init-from", tiny_checkpoint, "--time-budget", "30",
                    "--max-steps", "1", "--batch-size", "4", "--seq-len", "16", "--out", "tuned")
     assert tuned.exit_code == 0, tuned.output
-    assert ("--time-budget 30 s: a fine-tune keeps its checkpoint's shape, and every setting not given "
-            "keeps its plain default") in tuned.stderr
+    assert ("--time-budget 30 s: a fine-tune keeps its checkpoint's shape and regularisation, and every "
+            "other setting not given keeps its plain default") in tuned.stderr
     saved = json.loads(Path("tuned/config.json").read_text())["train"]
     assert saved["weight_decay"] == 0.0 and saved["learning_rate"] == TrainConfig.learning_rate
     gru = invoke(runner, "train", small_corpus, "--model", "gru", "--time-budget", "30", "--max-steps", "1",

@@ -1,5 +1,6 @@
 """Planning a run: defaults, time-budget shapes, resuming and fine-tuning, checked without click."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -152,12 +153,11 @@ def test_fine_tuning_keeps_the_shape_and_may_change_only_the_regularisation():
         fine_tune_config(source, {"hidden_size": 64}, 10)
 
 
-def test_a_fine_tune_trains_with_the_plain_regularisation_unless_given():
-    """The run's own line says every setting not given keeps its plain default: the checkpoint's dropout
-    (the shipped model's 0.15) is how it was trained, not part of its shape."""
+def test_a_fine_tune_keeps_the_checkpoints_regularisation_unless_given():
+    """The run's own line says so: the shipped model fine-tuned better with its dropout than without."""
     source = ModelConfig(vocab_size=10, hidden_size=32, dropout=0.15, weight_drop=0.2, locked_dropout=True)
-    assert fine_tune_config(source, {}, 10) == ModelConfig(vocab_size=10, hidden_size=32)
-    assert fine_tune_config(source, {"dropout": 0.15}, 10).dropout == 0.15
+    assert fine_tune_config(source, {}, 10) == dataclasses.replace(source, vocab_size=10)
+    assert fine_tune_config(source, {"dropout": 0.0}, 12).dropout == 0.0
 
 
 def test_a_fine_tuning_plan_reads_the_source_vocabulary(tiny_run, small_corpus, tmp_path):
