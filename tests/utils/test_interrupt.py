@@ -16,6 +16,10 @@ from charrnn.training.checkpoint import load_checkpoint
 from charrnn.utils.interrupt import EXIT_CODES
 
 LONG = "1000000"
+# A stop is honoured "within moments": on a quiet machine every command here stops in under 1.5 s; the
+# margin is for a loaded one, where inspect --surprisal once took 2.7 s. A command that ignored the
+# signal would run on for minutes.
+STOP_WITHIN_S = 5.0
 
 
 def commands(checkpoint: Path, text: Path, out: Path) -> dict[str, list[str]]:
@@ -82,7 +86,7 @@ def test_a_long_command_stops_within_moments_when_asked(tiny_checkpoint, long_te
     returncode, stderr, waited = stop_when_ready(commands(tiny_checkpoint, long_text, tmp_path)[command],
                                                  signum)
     assert returncode == EXIT_CODES[signal.Signals(signum).name], stderr
-    assert waited < 2.5, f"{command} took {waited:.1f} s to stop"
+    assert waited < STOP_WITHIN_S, f"{command} took {waited:.1f} s to stop"
     assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("Error: ")
     assert not list(tmp_path.iterdir())  # no partial output under its final name, and no temporary
 
@@ -114,7 +118,7 @@ def test_train_stops_within_moments_in_every_phase(split_text, tmp_path, phase, 
                  "--seq-len", "16", "-o", "val_frac", "0.5", "--out", str(run), *TRAIN_PHASES[phase]]
     returncode, stderr, waited = stop_when_ready(arguments, signum, ready="└")  # the run table's end
     assert returncode == EXIT_CODES[signal.Signals(signum).name], stderr
-    assert waited < 2.5, f"train took {waited:.1f} s to stop while {phase}"
+    assert waited < STOP_WITHIN_S, f"train took {waited:.1f} s to stop while {phase}"
     assert "Traceback" not in stderr
     assert not [path.name for path in run.iterdir() if path.name.startswith(".")]  # no temporary left
     advice = stderr.strip().splitlines()[-1]
