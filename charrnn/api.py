@@ -1009,7 +1009,8 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
         if given is not None and what != "corpus":
             given = resolve_shipped(given)
         if given is not None and not os.path.lexists(given):  # a broken link is reported where it is read
-            raise CharrnnError(f"{{{what}}} {escape(str(given))} does not exist", names_options=True)
+            hint = " (shakespeare names the model that comes with charrnn)" if what == "init_from" else ""
+            raise CharrnnError(f"{{{what}}} {escape(str(given))} does not exist{hint}", names_options=True)
     if observer is not None and not isinstance(observer, TrainObserver):
         raise ConfigTypeError(f"must be a charrnn.api.TrainObserver, not {type(observer).__name__}",
                               "observer")

@@ -708,12 +708,18 @@ def test_a_directory_at_a_run_files_name_is_refused_before_training(small_run):
 @pytest.mark.slow
 @needs_installed
 @pytest.mark.parametrize("columns", ["0", "5"])
-def test_a_terminal_said_to_be_narrow_still_gets_the_results(tiny_checkpoint, columns):
+def test_a_terminal_said_to_be_narrow_still_gets_the_results(tiny_checkpoint, tmp_path, columns):
     for args in (["info", tiny_checkpoint], ["eval-perplexity", tiny_checkpoint, "--device", "cpu"]):
         result = run_installed(*args, env={"COLUMNS": columns})
         assert result.returncode == 0, result.stderr
         assert "parameters" in result.stdout or "nats/char" in result.stdout, result.stdout
         assert max(map(len, result.stdout.splitlines())) >= 40
+    text = tmp_path / "surprising.txt"
+    text.write_text(SMALL_TEXT[:300], encoding="utf-8")
+    ranked = run_installed("inspect", tiny_checkpoint, text, "--surprisal", "--most-surprising", "2",
+                           env={"COLUMNS": columns})
+    assert ranked.returncode == 0 and "…" not in ranked.stdout, ranked.stdout  # every figure whole
+    assert ranked.stdout.count("[") >= 2  # and each character marked
 
 
 @pytest.mark.slow

@@ -113,9 +113,15 @@ def _scored_ids(loaded: TrainedModel, settings: CompareSettings) -> torch.Tensor
     """The ids a checkpoint is scored on: the shared text, or its own validation split."""
     if settings.text is not None:
         try:
-            return loaded.vocab.encode(settings.text, skip_unknown=settings.skip_unknown)
+            ids = loaded.vocab.encode(settings.text, skip_unknown=settings.skip_unknown)
         except UnknownCharactersError as exc:
             raise UnknownCharactersError(exc.unknown, "{skip_unknown} drops them") from None
+        if len(ids) < 2:
+            known = " this model knows" if settings.skip_unknown and len(ids) < len(settings.text) else ""
+            plural = "" if len(ids) == 1 else "s"
+            raise CharrnnError(f"the {{text_file}} text holds {len(ids)} character{plural}{known}; scoring "
+                               f"needs at least 2 (the first has no context)", names_options=True)
+        return ids
     return checkpoint_validation_ids(loaded.payload.get("corpus"), loaded.vocab)
 
 

@@ -20,7 +20,7 @@ from charrnn.cli.options import option_namer
 from charrnn.cli.output import message
 from charrnn.errors import CharrnnError, ConfigError, OptionConflict
 from charrnn.utils.files import reason
-from charrnn.utils.hardware import process_age_s
+from charrnn.utils.hardware import cpu_bf16_setting, process_age_s
 from charrnn.utils.interrupt import EXIT_CODES, Terminated, raise_on_termination
 from charrnn.utils.terminal import ReaderGone, fill_closed_descriptors, one_line, silence_stdout
 
@@ -48,6 +48,7 @@ class CharrnnGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             with raise_on_termination():
+                cpu_bf16_setting()  # a mistyped CHARRNN_CPU_BF16 is refused by every command
                 return super().invoke(ctx)
         except ConfigError as exc:  # a refused option value: a usage error, exit 2
             raise OneLineUsageError(self._config_error_message(ctx, exc)) from None

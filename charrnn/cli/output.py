@@ -11,8 +11,9 @@ from rich.console import Console
 from charrnn.utils.files import atomic_write_text, json_text
 from charrnn.utils.terminal import one_line, stdout_guard, write_stdout
 
-# A narrower console (COLUMNS=0 or 5) lays a table out a character or none to a column, losing the result.
-NARROWEST_CONSOLE = 40
+# A narrower console (COLUMNS=0 or 5) lays a table out a character or none to a column, losing the result:
+# results are laid out for 80 columns at least, and a narrower terminal wraps them.
+NARROWEST_CONSOLE = 80
 
 
 def _console(stderr: bool = False) -> Console:

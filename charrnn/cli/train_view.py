@@ -24,7 +24,7 @@ from charrnn.cli.display import (
     describe_split,
     key_value_table,
 )
-from charrnn.config import SCALING_LAW, ModelConfig, TrainConfig
+from charrnn.config import REGULARISATION_RATES, SCALING_LAW, ModelConfig, TrainConfig
 from charrnn.errors import CharrnnError
 from charrnn.utils.terminal import one_line
 
@@ -95,6 +95,15 @@ class ProgressBar(TrainObserver):
         elif budget is not None:
             for line in budget_lines(budget, name):
                 self._say(line)
+        tuned = plan.fine_tune
+        if tuned is not None:
+            model = plan.model_config
+            kept = ", ".join(f"{field} {getattr(model, field):g}" for field in REGULARISATION_RATES
+                             if getattr(model, field)) or "no dropout"
+            grown = f"; the vocabulary grows from {tuned.vocab_before} to {len(plan.vocab)} characters" \
+                if len(plan.vocab) > tuned.vocab_before else ""
+            self._say(f"fine-tuning {tuned.checkpoint}: its shape and regularisation ({kept}) are kept "
+                      f"unless given{grown}")
         resume = plan.resume
         if resume is not None:
             for key, old, new in resume.changes:
@@ -203,9 +212,11 @@ class ProgressBar(TrainObserver):
             return None
         return max(0.0, (1 - report.progress) * (report.step - first.step) / gained)
 
-    def _log_line(self, evaluation: str = "", train_loss: float | None = None) -> None:
-        """One plain line for a log: where the run is, how fast, how long to go. The training loss is
-        ``train_loss`` (an evaluation's, as metrics.jsonl records it), else the mean since the last line."""
+    def _log_line(self, evaluation: str = "", train_loss: float | None = None,
+                  elapsed_s: float | None = None) -> None:
+        """One plain line for a log: where the run is, how fast, how long to go. The training loss and
+        elapsed time are ``train_loss`` and ``elapsed_s`` (an evaluation's, as metrics.jsonl records
+        them), else the mean since the last line and the step's time."""
         report = self.last_step
         now = self.clock() if self.line_due is None else self.line_due  # a line as of when it fell due
         if report is None:
@@ -217,7 +228,7 @@ class ProgressBar(TrainObserver):
             return
         training = now - self.started
         # Shown on the run's own clock, as the summary's wall time counts (a budget's planning included).
-        elapsed = report.elapsed_s if report.elapsed_s is not None else training
+        elapsed = next((given for given in (elapsed_s, report.elapsed_s) if given is not None), training)
         done = report.step - self.first_step
         to_go = self._steps_to_go(report)
         estimate = to_go * training / done if to_go is not None and done > 0 else None
@@ -246,7 +257,7 @@ class ProgressBar(TrainObserver):
                 "" if record.val_chars is None else f" on the first {record.val_chars:,} chars",
                 "" if record.averaged_val_loss is None else f", averaged {record.averaged_val_loss:.4f}"])
             with self.writing:
-                self._log_line(f" (evaluated{details}){marker}{saved}", record.train_loss)
+                self._log_line(f" (evaluated{details}){marker}{saved}", record.train_loss, record.elapsed_s)
             return
         train_part = f"train {record.train_loss:.4f}" if record.train_loss is not None else "train n/a"
         marker = "  (best)" if improved else ""

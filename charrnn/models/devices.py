@@ -130,15 +130,18 @@ def check_model_fits(model_config: ModelConfig, device_name: str, batch_size: in
         return
     count = parameter_count(model_config)
     # Lowering the batch helps only where the model fits with the smallest one (1 × 1 characters).
-    if state + training_bytes(model_config, 1, 1)[1] <= available:
+    smallest = training_bytes(model_config, 1, 1)[1]
+    if state + smallest <= available:
         raise CharrnnError(
             f"a training step needs about {activations / 2**30:,.1f} GiB of activations ({batch_size:,} × "
             f"{seq_len:,} characters, each with {model_config.vocab_size:,} vocabulary scores) on top of "
             f"{state / 2**30:,.1f} GiB for the model; {device_name} has {available / 2**30:,.1f} GiB "
             f"available. Lower {{batch_size}} or {{seq_len}}", names_options=True)
+    # Activations past what the device holds would refuse the smaller model next: both are named at once.
+    batch = ", and lower {batch_size} or {seq_len}" if activations > max(available, smallest) else ""
     raise CharrnnError(
         f"the model has {count:,} parameters, and training it needs about {state / 2**30:,.1f} GiB "
         f"(weights, gradients and Adam's moments) and {activations / 2**30:,.1f} GiB of activations; "
         f"{device_name} has {available / 2**30:,.1f} GiB available. Choose a smaller {{hidden_size}}, "
-        f"{{embed_size}} or {{num_layers}}", names_options=True
+        f"{{embed_size}} or {{num_layers}}{batch}", names_options=True
     )

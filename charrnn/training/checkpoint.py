@@ -123,6 +123,14 @@ def _torch_save(payload: dict[str, Any], handle: BinaryIO) -> None:
         raise
 
 
+def saved_by_torch(path: Path) -> bool:
+    """Whether ``path`` begins as torch.save's files do (its zip, or a legacy pickle): a cheap look, no
+    promise that it loads."""
+    with open(path, "rb") as handle:
+        magic = handle.read(4)
+    return magic[:4] == b"PK\x03\x04" or magic[:1] == b"\x80"
+
+
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load a checkpoint safely onto the CPU and check it (see :func:`validate_payload`).
 
@@ -135,13 +143,13 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         if path.exists():  # a pipe, a device or a socket: there, but nothing a checkpoint can be read from
             raise CharrnnError(f"checkpoint {path} is not a regular file (a pipe or a device); give a "
                                f"checkpoint file or a run directory")
-        raise CharrnnError(f"checkpoint {path} does not exist")
+        raise CharrnnError(f"checkpoint {path} does not exist (charrnn train writes one; shakespeare names "
+                           f"the model that comes with charrnn)")
     try:
-        with open(path, "rb") as handle:
-            magic = handle.read(4)
+        written = saved_by_torch(path)
     except OSError as exc:
         raise CharrnnError(f"cannot read checkpoint {path}: {exc.strerror or exc}") from None
-    if magic[:4] != b"PK\x03\x04" and magic[:1] != b"\x80":  # torch.save's zip, or a legacy pickle
+    if not written:
         raise CharrnnError(f"{path} is not a charrnn checkpoint (not a file that torch.save wrote)")
     try:
         with warnings.catch_warnings():

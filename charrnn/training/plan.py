@@ -68,6 +68,14 @@ RESUME_MAY_CHANGE = ("epochs", "max_steps", "time_budget", "learning_rate", "min
                      "clip", "clip_mode", "max_bad_steps", "save_epochs", "eval_every", "save_every",
                      "device", "precision", "sample_every", *SAMPLE_SETTINGS)
 @dataclass(frozen=True)
+class FineTuneFacts:
+    """Where a fine-tune starts, for the user."""
+
+    checkpoint: Path  # the checkpoint whose weights it starts from
+    vocab_before: int  # that checkpoint's vocabulary size (the run's is larger with extend_vocab)
+
+
+@dataclass(frozen=True)
 class ResumeFacts:
     """What continuing a checkpoint means for this run."""
 
@@ -92,6 +100,7 @@ class TrainingPlan:
     resume: ResumeFacts | None = None  # what resuming means, for the user
     branch_from: Path | None = None  # a branch: the run directory whose logs it starts with, up to its step
     initial_weights: dict[str, torch.Tensor] | None = None  # a fine-tuned run's starting weights
+    fine_tune: FineTuneFacts | None = None  # where a fine-tune starts, for the user
     budget: BudgetDecision | None = None  # what the time budget chose, when one was given
     ending: BudgetEnding | None = None  # a time budget's end, and its evaluations during training
     threads: ThreadChoice | None = None  # the CPU threads it runs with, and why (None: torch's default)
@@ -162,7 +171,8 @@ def _plan(request: TrainingRequest, group: ProcessGroup, started: float | None,
         model_config = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
         return TrainingPlan(model_config, config, encoded.vocab, encoded.ids, encoded.info,
                             overwrite=request.overwrite, budget=budget)
-    source = load_model(checkpoint_in(request.init_from, "best.pt"))
+    source_path = checkpoint_in(request.init_from, "best.pt")
+    source = load_model(source_path)
     try:
         encoded = encode_corpus(request.corpus, name, config.val_frac, source.vocab, request.extend_vocab,
                                 val_max_chars=config.val_max_chars)
@@ -177,7 +187,7 @@ def _plan(request: TrainingRequest, group: ProcessGroup, started: float | None,
                               "other setting not given keeps its plain default")
     return TrainingPlan(model_config, config, encoded.vocab, encoded.ids, encoded.info,
                         overwrite=request.overwrite, initial_weights=source.network.state_dict(),
-                        budget=budget)
+                        fine_tune=FineTuneFacts(source_path, len(source.vocab)), budget=budget)
 
 
 def _budget_decision(config: TrainConfig, encoded: EncodedCorpus, model_options: dict[str, Any],

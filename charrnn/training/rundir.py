@@ -30,7 +30,7 @@ from typing import Any
 
 from charrnn.errors import CharrnnError, OptionConflict, escape
 from charrnn.models.pretrained import resolve_shipped
-from charrnn.training.checkpoint import checkpoint_in, save_checkpoint
+from charrnn.training.checkpoint import checkpoint_in, save_checkpoint, saved_by_torch
 from charrnn.training.manifest import (
     EPOCH_CHECKPOINT_GLOB,
     MANIFEST_NAME,
@@ -102,13 +102,21 @@ def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
                            f"directory for the run", names_options=True)
     existing = existing_run_files(out_dir) if info is not None else []
     if existing and not overwrite:
-        # Only a last.pt can be resumed: advising --resume where there is none would fail in turn.
-        resume = f"continue it with {{resume}} {escape(str(out_dir / 'last.pt'))}, " \
-            if (out_dir / "last.pt").is_file() else ""
+        # Only a last.pt can be resumed: advising --resume where there is none (or an empty or foreign
+        # file of that name) would fail in turn.
+        last = out_dir / "last.pt"
+        resume = f"continue it with {{resume}} {escape(str(last))}, " if _resumable(last) else ""
         raise CharrnnError(
             f"{{out_dir}} {escape(str(out_dir))} already holds a training run ({', '.join(existing)}); "
             f"{resume}pass {{overwrite}} to replace it, or choose another {{out_dir}}", names_options=True
         )
+
+
+def _resumable(last: Path) -> bool:
+    try:
+        return last.is_file() and saved_by_torch(last)
+    except OSError:
+        return False
 
 
 def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> list[Path]:

@@ -57,9 +57,15 @@ def current_umask() -> int:
     return mask
 
 
+# What to do about an error whose own words do not say it, after them.
+ADVICE = {errno.EFBIG: "the shell's file-size limit stops it (ulimit -f): raise it and run it again"}
+
+
 def reason(exc: OSError) -> str:
-    """An OSError as the few words a user needs (``No space left on device``)."""
-    return exc.strerror or str(exc)
+    """An OSError as the few words a user needs (``No space left on device``), with what to do where
+    that is known (:data:`ADVICE`)."""
+    said = exc.strerror or str(exc)
+    return f"{said} ({ADVICE[exc.errno]})" if exc.errno in ADVICE else said
 
 
 class NotRegularFile(OSError):

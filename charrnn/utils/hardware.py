@@ -53,9 +53,16 @@ def processor_name() -> str:
 def cpu_has_native_bf16() -> bool:
     """True when this machine's processor has AVX512-BF16 or AMX-BF16 (Linux only; False elsewhere), or
     as :data:`CPU_BF16_ENV` says: "0" treats the processor as one without, "1" as one with."""
+    forced = cpu_bf16_setting()
+    return _cpuinfo_has_bf16() if forced is None else forced
+
+
+def cpu_bf16_setting() -> bool | None:
+    """What :data:`CPU_BF16_ENV` says (None: unset or empty), refused unless 0 or 1. Every command checks
+    it first, so that a mistyped value is never ignored by a command that has no use for it."""
     forced = os.environ.get(CPU_BF16_ENV)
     if forced is None or forced == "":
-        return _cpuinfo_has_bf16()
+        return None
     if forced not in ("0", "1"):
         raise CharrnnError(f"{CPU_BF16_ENV} must be 0 (no native bfloat16) or 1 (native bfloat16), "
                            f"not {forced!r}; unset it to detect the processor's")

@@ -145,7 +145,8 @@ def test_cli_table_and_missing_checkpoint(tiny_run, tmp_path, monkeypatch):
     shown = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "--length", "10"])
     assert shown.exit_code == 0 and "nats/char" in shown.stdout
     missing = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "nope.pt"])
-    assert missing.exit_code == 1 and missing.stderr.strip() == "Error: checkpoint nope.pt does not exist"
+    assert missing.exit_code == 1 and missing.stderr.strip() == ("Error: checkpoint nope.pt does not exist "
+        "(charrnn train writes one; shakespeare names the model that comes with charrnn)")
 
 
 def test_labels_fall_back_to_full_paths(tiny_run, tmp_path):

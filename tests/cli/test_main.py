@@ -667,7 +667,7 @@ def test_the_run_table_says_how_many_threads_and_why(runner, small_corpus, monke
     inherited = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "1", "--out", "u", "--json",
                        "--device", "cpu")
     assert "1 (OMP_NUM_THREADS)" in inherited.stderr  # the test suite's own setting (conftest)
-    assert json.loads(inherited.stdout)["threads"] == {"count": 1, "reason": "OMP_NUM_THREADS"}
+    assert json.loads(inherited.stdout)["threads"] == {"count": 1, "reason": "OMP_NUM_THREADS", "given": True}
 
 
 def test_the_run_table_and_summary_name_the_regularisation_and_the_average(runner, small_corpus):
@@ -786,3 +786,26 @@ def test_the_command_list_names_every_mode_whole_on_one_line(runner):
     listed = {line.split()[0]: line for line in commands}
     assert "--evolution" in listed["compare"] and "--surprisal" in listed["inspect"]
     assert "--interactive" in listed["sample"]
+
+
+@pytest.mark.parametrize("value", ["2", "yes", " 1"])
+def test_a_mistyped_cpu_bf16_setting_is_refused_by_every_command(runner, tiny_checkpoint, value):
+    """Even by a command that has no use for it: a setting the user made is never silently ignored."""
+    for args in (["info", str(tiny_checkpoint)], ["sample", str(tiny_checkpoint), "--length", "3"]):
+        result = runner.invoke(cli, args, env={"CHARRNN_CPU_BF16": value})
+        assert result.exit_code == 1
+        assert result.stderr.strip() == (f"Error: CHARRNN_CPU_BF16 must be 0 (no native bfloat16) or 1 "
+                                         f"(native bfloat16), not {value!r}; unset it to detect the "
+                                         f"processor's")
+
+
+def test_a_fine_tune_says_what_it_keeps_and_how_its_vocabulary_grows(runner, tiny_checkpoint, small_corpus,
+                                                                     tmp_path):
+    novel = tmp_path / "novel.txt"
+    novel.write_text(small_corpus.read_text(encoding="utf-8") + "{~|}\n" * 20, encoding="utf-8")
+    for extra, said in ((["--dropout", "0.2"], "dropout 0.2"), ([], "no dropout")):
+        result = invoke(runner, "train", novel, "--init-from", tiny_checkpoint, "--extend-vocab",
+                        "--max-steps", "1", "--quiet", "--out", f"tuned{len(extra)}", *extra)
+        assert result.exit_code == 0, result.output
+        assert (f"fine-tuning {tiny_checkpoint}: its shape and regularisation ({said}) are kept unless "
+                f"given; the vocabulary grows from") in result.stderr

@@ -63,9 +63,10 @@ def test_a_model_that_cannot_fit_even_with_one_character_a_step_names_the_model_
     """Lowering the batch cannot help a model whose weights alone overflow: that advice would fail."""
     monkeypatch.setattr("charrnn.models.devices.available_host_memory", lambda: 20 << 20)
     wide = ModelConfig(vocab_size=20_000, hidden_size=64)  # about 40 MiB of weights, gradients and moments
-    with pytest.raises(CharrnnError, match=r"Choose a smaller hidden_size, embed_size or num_layers"):
+    with pytest.raises(CharrnnError, match=r"Choose a smaller hidden_size, embed_size or num_layers, and "
+                                           r"lower batch_size or seq_len$"):  # both would be refused
         check_model_fits(wide, "cpu", batch_size=4096, seq_len=1000)
-    with pytest.raises(CharrnnError, match=r"Choose a smaller hidden_size"):
+    with pytest.raises(CharrnnError, match=r"Choose a smaller hidden_size, embed_size or num_layers$"):
         check_model_fits(wide, "cpu", batch_size=1, seq_len=1)  # the advice not given, followed: no help
 
 

@@ -123,5 +123,7 @@ def test_a_save_past_the_file_size_limit_names_the_cause_and_keeps_the_old_file(
               "    print(exc)\n")
     result = subprocess.run([sys.executable, "-c", script, str(old)], capture_output=True, text=True,
                             timeout=120)
-    assert result.stdout.strip() == f"could not write {old}: File too large; any previous last.pt is intact"
+    said = result.stdout.strip()
+    assert said == (f"could not write {old}: File too large (the shell's file-size limit stops it "
+                    f"(ulimit -f): raise it and run it again); any previous last.pt is intact")
     assert old.read_bytes() == b"the previous checkpoint" and os.listdir(tmp_path) == ["last.pt"]

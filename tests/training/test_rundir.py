@@ -317,7 +317,10 @@ def test_a_run_directory_without_last_pt_is_not_advised_for_resume(small_corpus,
         check_out_dir(tmp_path / "run")
     assert str(tmp_path / "run" / "last.pt") in str(refused.value)
     plan_run(None, None, resume=tmp_path / "run" / "last.pt", max_steps=3).run()  # the advice, followed
-    (tmp_path / "run" / "last.pt").unlink()
-    with pytest.raises(CharrnnError, match="already holds a training run") as refused:
-        check_out_dir(tmp_path / "run")
-    assert "continue it" not in str(refused.value) and "pass overwrite" in str(refused.value)
+    for last in (b"", b"not a checkpoint", None):  # empty, foreign, gone: nothing to resume
+        (tmp_path / "run" / "last.pt").unlink(missing_ok=True)
+        if last is not None:
+            (tmp_path / "run" / "last.pt").write_bytes(last)
+        with pytest.raises(CharrnnError, match="already holds a training run") as refused:
+            check_out_dir(tmp_path / "run")
+        assert "continue it" not in str(refused.value) and "pass overwrite" in str(refused.value)
