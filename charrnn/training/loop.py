@@ -14,7 +14,6 @@ import copy
 import dataclasses
 import gc
 import math
-import os
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -58,7 +57,7 @@ from charrnn.training.schedule import (
 )
 from charrnn.training.state import TrainingRun
 from charrnn.utils.interrupt import GracefulStop, StopRequested
-from charrnn.utils.threads import LoadWatch, ThreadChoice
+from charrnn.utils.threads import LoadWatch, ThreadChoice, usable_cores
 
 if TYPE_CHECKING:  # the plan is made above the engine, and imports it
     from charrnn.training.budget import BudgetEnding
@@ -226,9 +225,9 @@ class TrainingLoop:
 
     def _keep_time_for_the_end(self, now: float) -> None:
         """A machine slower than the plan measured (another program busy on it) takes longer over the
-        end's evaluation and saves as well: the time kept for them grows by the factor training slowed,
-        and the user is told once, so that the run still ends inside its budget (one process only: the
-        ranks of torchrun would each see their own speed)."""
+        end's evaluation and saves as well: the time kept for them grows with the slowdown (to the power
+        SLOWDOWN_END_EXPONENT), and the user is told, so that the run still ends inside its budget (one
+        process only: the ranks of torchrun would each see their own speed)."""
         ending = self.ending
         window = now - self.window_start
         if ending is None or ending.chars_per_s is None or self.run.group.world_size > 1 or \
@@ -257,7 +256,7 @@ class TrainingLoop:
             return
         others = self.load.others_busy()
         self.load.start()
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        cores = len(usable_cores())
         left = max(1, cores - others)
         if left < torch.get_num_threads():
             torch.set_num_threads(left)

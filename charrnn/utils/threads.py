@@ -96,6 +96,11 @@ def _read_stat() -> str:
     return Path("/proc/stat").read_text()
 
 
+def usable_cores() -> set[int]:
+    """The cores this process may run on."""
+    return os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+
+
 def choose_threads(requested: int | None = None, processes: int = 1,
                    read_stat: Callable[[], str] = _read_stat,
                    sleep: Callable[[float], None] = time.sleep) -> ThreadChoice | None:
@@ -104,7 +109,7 @@ def choose_threads(requested: int | None = None, processes: int = 1,
     ``processes`` (torchrun's processes on this machine), at least 1. None where the cores cannot be
     watched (no ``/proc/stat``): torch's own default stands."""
     requested = check_threads(requested)
-    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+    cores = usable_cores()
     more = f", more than the {_cores(len(cores))} this process may use"
     if requested is not None:
         return ThreadChoice(requested, "--threads" + (more if requested > len(cores) else ""), given=True)
