@@ -60,17 +60,17 @@ def score_row(checkpoint: Path, corpus_name: str, kind: str, slice_chars: int) -
     loaded = load_model(checkpoint)
     ids = checkpoint_validation_ids(loaded.payload.get("corpus"), Vocab.from_list(loaded.payload["vocab"]))
     model = loaded.network
-    (_, _), (exact_total, chars) = layout_nll(model, ids, StreamLayout.for_text(len(ids), single_stream=True))
+    exact_total, chars = layout_nll(model, ids, StreamLayout.for_text(len(ids), single_stream=True))
     exact = exact_total / chars
     row = {"corpus": corpus_name, "kind": kind, "val_chars": chars, "exact": exact, "slice": slice_chars,
            "differences": {}}
     for warmup in WARMUPS:
         layout = StreamLayout(chars, slice_chars, warmup, 128)
-        total = layout_nll(model, ids, layout)[1][0]
+        total = layout_nll(model, ids, layout)[0]
         row["differences"][str(warmup)] = total / chars - exact
     # The training precision: bfloat16 autocast, on the first 20,000 characters, against float32.
     sample = ids[:20_001]
-    full = layout_nll(model, sample, StreamLayout.for_text(len(sample)))[1][0] / (len(sample) - 1)
+    full = layout_nll(model, sample, StreamLayout.for_text(len(sample)))[0] / (len(sample) - 1)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         model.eval()
         halved = sum(torch.nn.functional.cross_entropy(chunk_logits.float(), targets, reduction="sum").item()

@@ -578,15 +578,15 @@ def evaluation_share(quick: bool, workdir: Path) -> list[Result]:
                 spent[0] += time.perf_counter() - started
         return wrapper
 
-    originals = loop.evaluate, loop.evaluate_with_prefix
-    loop.evaluate, loop.evaluate_with_prefix = (timed(function) for function in originals)
+    original = loop.evaluate
+    loop.evaluate = timed(original)
     try:
         with fresh_cache():
             started = time.perf_counter()
             result = charrnn.train(corpus, out_dir=workdir / "large-run", max_steps=steps)
             wall = time.perf_counter() - started
     finally:
-        loop.evaluate, loop.evaluate_with_prefix = originals
+        loop.evaluate = original
     share = spent[0] / wall
     return [Result(f"evaluating in a {megabytes} MB corpus's {steps:,}-step run with defaults "
                    f"({result.best.chars:,} validation chars), share of its {wall:.0f}-s wall time", "s",

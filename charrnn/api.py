@@ -1041,7 +1041,7 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
         if group.is_main:
             observer.on_plan(plan)
         with GracefulStop() as stop:
-            result = plan.run(observer, stop, group, started=called)
+            result = plan.run(observer, stop, group)
     finally:
         leave(group)
     return result

@@ -38,9 +38,8 @@ EVAL_SLICE = 8192
 EVAL_WARMUP = 512
 EVAL_STREAMS = 128
 # The validation split (docs/performance.md, "How much text is held out"): the tail val_frac of the corpus,
-# at most VAL_MAX_CHARS characters; evaluations during training score its first EVAL_SUBSET_CHARS.
+# at most VAL_MAX_CHARS characters.
 VAL_MAX_CHARS = 300_000
-EVAL_SUBSET_CHARS = 200_000
 INSPECT_FEATURES: tuple[str, ...] = ("quotes", "line-position", "indent")  # what inspect --rank tracks
 INSPECT_TOP = 10  # how many units inspect --rank lists unless told
 COPY_MIN_CHARS = 32  # a copied passage at least this long counts towards copied_fraction
@@ -73,11 +72,9 @@ def split_point(num_chars: int, val_frac: float, val_max_chars: int | None = Non
 
 
 def partial_eval_chars(config: TrainConfig, val_chars: int) -> int | None:
-    """The validation characters an evaluation during training scores when that is only the split's
-    start (TrainConfig.eval_chars, by default EVAL_SUBSET_CHARS, below its ``val_chars``); None when it
-    is all of it."""
-    subset = EVAL_SUBSET_CHARS if config.eval_chars is None else config.eval_chars
-    return subset if subset < val_chars else None
+    """The validation characters every evaluation scores when that is only the split's start
+    (TrainConfig.eval_chars, below its ``val_chars``); None when it is all of it."""
+    return config.eval_chars if config.eval_chars is not None and config.eval_chars < val_chars else None
 
 
 def require(condition: bool, field: str, problem: str) -> None:
@@ -303,9 +300,8 @@ class TrainConfig(_DictMixin):
     time_budget: float | None = option(None, "stop after this many wall-clock seconds")
     save_epochs: list[int] = option(factory=list, about="keep a checkpoint at the end of these epochs")
     eval_every: int | None = option(None, "steps between validation passes; None: see evaluation_interval")
-    eval_chars: int | None = option(None, "validation characters (from the split's start) that each "
-                                          "evaluation during training scores; a run's end and its epoch "
-                                          "checkpoints score the whole split")
+    eval_chars: int | None = option(None, "validation characters (from the split's start) that every "
+                                          "evaluation scores (none: the whole split)")
     save_every: int = option(1000, "steps between writes of last.pt")
     sample_every: int | None = option(None, "steps between samples recorded in samples.jsonl (and at "
                                             "every epoch checkpoint); None: at epoch checkpoints only")

@@ -96,18 +96,15 @@ def describe_split(chars: int, split_point: int, val_frac: float) -> str:
 def describe_evaluations(config: TrainConfig, val_chars: int) -> str:
     """When the run evaluates, and what each evaluation scores."""
     subset = partial_eval_chars(config, val_chars)
+    scored = f", each on the first {subset:,} validation chars" if subset else ""
     if config.evaluation_interval:
-        if subset:
-            return (f"every {config.evaluation_interval:,} steps on the first {subset:,} validation chars, "
-                    f"on the whole split at the end")
-        return f"every {config.evaluation_interval:,} steps and at the end"
-    during = f", on the first {subset:,} validation chars" if subset else ""
-    return f"at the end, and during training as the time budget says below{during}"
+        return f"every {config.evaluation_interval:,} steps and at the end{scored}"
+    return f"at the end, and during training as the time budget says below{scored}"
 
 
 def part_scored(result: dict[str, Any] | None, corpus: dict[str, Any] | None) -> str:
-    """", on the first N validation chars" for a score of only the validation split's start (an evaluation
-    during a long budget's training), else nothing."""
+    """", on the first N validation chars" for a score of only the validation split's start
+    (TrainConfig.eval_chars), else nothing."""
     if not result or not corpus or "chars" not in result:
         return ""
     whole = corpus["chars"] - corpus["split_point"] - 1

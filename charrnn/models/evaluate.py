@@ -17,10 +17,6 @@ score is their summed NLL divided by N − 1. Two ways read the text:
   chunks, with the state carried from each chunk to the next, so every character is
   predicted from the whole text before it: the exact definition (earlier versions'
   only one; the sums now run in float64, so the last digits may differ).
-
-Slices have a fixed length, so the first P predicted characters of a text are scored
-exactly as the text's first P + 1 characters alone would be: a prefix's score is read
-from the same pass (:func:`evaluate_with_prefix`).
 """
 
 from __future__ import annotations
@@ -164,62 +160,39 @@ def scored_chunks(model: CharRNN, ids: torch.Tensor, layout: StreamLayout,
         yield ScoredChunk(positions, logits, columns(start + 1, stop + 1))
 
 
-def prefix_and_total_nll(model: CharRNN, ids: torch.Tensor, prefix: int | None = None,
-                         single_stream: bool = False) -> tuple[tuple[float, int], tuple[float, int]]:
-    """(summed NLL in nats, characters scored) of the first ``prefix`` predicted characters, and of all of
-    ``ids[1:]``, in one pass (see the module docstring).
-
-    ids: (N,) integer ids, N >= 2; ``prefix`` (default: all) is clipped to [1, N - 1].
-    """
-    return layout_nll(model, ids, stream_layout(model, len(ids), single_stream), prefix)
-
-
 @torch.no_grad()
-def layout_nll(model: CharRNN, ids: torch.Tensor, layout: StreamLayout,
-               prefix: int | None = None) -> tuple[tuple[float, int], tuple[float, int]]:
-    """:func:`prefix_and_total_nll` with the streams laid out as given. Runs in eval mode, in float32, and
-    restores the model's mode."""
-    prefix = layout.scored if prefix is None else max(1, min(prefix, layout.scored))
+def layout_nll(model: CharRNN, ids: torch.Tensor, layout: StreamLayout) -> tuple[float, int]:
+    """:func:`total_nll` with the streams laid out as given. Runs in eval mode, in float32, and restores
+    the model's mode."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     total = torch.zeros((), dtype=torch.float64, device=device)
-    prefix_total = torch.zeros((), dtype=torch.float64, device=device)
     try:
         with torch.autocast(device_type=device.type, enabled=False):
             for batch in layout.batches():
                 for chunk in scored_chunks(model, ids, layout, batch):
                     losses = F.cross_entropy(chunk.logits.flatten(0, 1).float(), chunk.targets.flatten(),
                                              reduction="none").view_as(chunk.targets).double()  # (b, T)
-                    losses = losses.masked_fill(chunk.positions < 0, 0.0)
-                    total += losses.sum()
-                    if prefix < layout.scored:
-                        prefix_total += losses.masked_fill(chunk.positions > prefix, 0.0).sum()
+                    total += losses.masked_fill(chunk.positions < 0, 0.0).sum()
     finally:
         model.train(was_training)
-    prefix_total = prefix_total if prefix < layout.scored else total
-    return (float(prefix_total), prefix), (float(total), layout.scored)
+    return float(total), layout.scored
 
 
 def total_nll(model: CharRNN, ids: torch.Tensor, single_stream: bool = False) -> tuple[float, int]:
-    """Summed NLL (nats) of ``ids[1:]`` given the text before each, and how many were scored.
+    """Summed NLL (nats) of ``ids[1:]`` given the text before each, and how many were scored (see the
+    module docstring).
 
     ids: (N,) integer ids, N >= 2.
     """
-    return prefix_and_total_nll(model, ids, single_stream=single_stream)[1]
+    return layout_nll(model, ids, stream_layout(model, len(ids), single_stream))
 
 
 def evaluate(model: CharRNN, ids: torch.Tensor, single_stream: bool = False) -> EvalResult:
     """NLL per character, bits per character and perplexity of ``ids`` under ``model``."""
     total, chars = total_nll(model, ids, single_stream)
     return EvalResult.from_total(total, chars)
-
-
-def evaluate_with_prefix(model: CharRNN, ids: torch.Tensor, prefix: int,
-                         single_stream: bool = False) -> tuple[EvalResult, EvalResult]:
-    """The scores of the first ``prefix`` predicted characters and of all of ``ids``, in one pass."""
-    (prefix_total, prefix_chars), (total, chars) = prefix_and_total_nll(model, ids, prefix, single_stream)
-    return EvalResult.from_total(prefix_total, prefix_chars), EvalResult.from_total(total, chars)
 
 
 SCORING_PROBE_STEPS = 64  # time steps of the batch timed to predict a pass's cost

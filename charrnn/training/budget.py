@@ -35,7 +35,6 @@ from charrnn.config import (
     BUDGET_PROBE_STEPS,
     BUDGET_WARMUP_SHARE,
     BUDGET_WEIGHT_DECAY,
-    EVAL_SUBSET_CHARS,
     SCALING_LAW,
     ModelConfig,
     ScalingLaw,
@@ -330,13 +329,12 @@ def _trained(chars_per_s: float, settings: dict[str, Any], workload: Workload, l
     measured: (its seconds of training, the characters it trains on, the characters the time alone
     affords, the limit that ends it first if one does, whether it evaluates during training). It evaluates
     when, keeping time for that, it trains :data:`BUDGET_GUARD_EPOCHS` passes or more, or evaluations on a
-    schedule were given; otherwise their time, and the pass kept to rescore their best, train it."""
-    rescoring = end.evaluations(workload.seconds)[1] is not None
-    training_s = max(left_s - end.reserve_s(rescoring), 0.0) * (1 - BUDGET_EVALUATION_SHARE)
+    schedule were given; otherwise their time trains it."""
+    training_s = max(left_s - end.reserve_s(), 0.0) * (1 - BUDGET_EVALUATION_SHARE)
     chars, affordable, limit = _training(chars_per_s, settings, workload, training_s)
     evaluates = workload.scheduled or chars >= BUDGET_GUARD_EPOCHS * workload.train_chars
     if not evaluates:
-        training_s = max(left_s - end.reserve_s(rescoring=False), 0.0)
+        training_s = max(left_s - end.reserve_s(), 0.0)
         chars, affordable, limit = _training(chars_per_s, settings, workload, training_s)
     return training_s, chars, affordable, limit, evaluates
 
@@ -556,14 +554,10 @@ SAVE_BYTES_PER_S = 100e6  # a conservative disk: what writing (and fsyncing) a c
 FINAL_WORK_MARGIN = 1.25  # the estimate's safety factor
 BUDGET_EVALUATION_SHARE = 0.05  # of a time budget, at most this much goes to evaluations during training
 BUDGET_EVALUATIONS = (3, 10)  # evaluations during a budgeted run: at least this many (else none), at most
-# An evaluation during a budgeted run scores at least this many validation characters (the whole split
-# when it is shorter): fewer would rank nearby weights by noise.
-BUDGET_EVAL_CHARS_MIN = 10_000
 # A budget that plans fewer passes than this evaluates only at its end. Evaluations during training guard
 # best.pt against overfitting, and no run planned for fewer passes (its schedule decaying over them)
 # overfit: every curve of up to 4 passes on a GPU was best at its end, 2×1536's 3 among them, while the
-# hours' 2×1280, planned for 3.8 and 3.9, peaked at 3.19 and 2.91. At 600 s the evaluations and the pass
-# kept to rescore their best took 2×768 about 40 s of its training.
+# hours' 2×1280, planned for 3.8 and 3.9, peaked at 3.19 and 2.91.
 BUDGET_GUARD_EPOCHS = 3.0
 
 
@@ -576,36 +570,20 @@ class BudgetEnd:
     val_chars: int  # characters a pass over the whole validation split scores
     other_s: float = 0.0  # the saves of best.pt and last.pt, and a recorded sample when the run records them
 
-    def evaluations(self, budget: float, eval_chars: int | None = None) -> tuple[int, int | None]:
-        """How many evaluations during training :data:`BUDGET_EVALUATION_SHARE` of ``budget`` pays for,
-        and how many validation characters each scores (None: all of them).
-
-        As many as :data:`BUDGET_EVALUATIONS` allows, each of the split's first :data:`EVAL_SUBSET_CHARS`
-        (all of a shorter split) when the share pays for that, else of fewer, never fewer than
-        :data:`BUDGET_EVAL_CHARS_MIN`; with ``eval_chars`` (the run's own, TrainConfig.eval_chars) each
-        scores exactly that many. None when even the fewest evaluations of that size do not fit (a
-        short budget ends at its best: its schedule decays to the end and it has no time to overfit).
-        """
-        if self.pass_s <= 0 or self.val_chars <= 0:  # not measured (a clock that stood still)
-            return 0, None
-        per_char = self.weight_sets * self.pass_s / self.val_chars
-        limit = min(self.val_chars, EVAL_SUBSET_CHARS if eval_chars is None else eval_chars)
+    def evaluations(self, budget: float) -> int:
+        """How many evaluations during training :data:`BUDGET_EVALUATION_SHARE` of ``budget`` pays for:
+        up to :data:`BUDGET_EVALUATIONS`'s most, and none when fewer than its fewest fit."""
+        each_s = self.weight_sets * self.pass_s
+        if each_s <= 0:  # not measured (a clock that stood still)
+            return 0
         fewest, most = BUDGET_EVALUATIONS
-        for count in range(most, fewest - 1, -1):
-            affordable = BUDGET_EVALUATION_SHARE * budget / (count * per_char)  # a float: budgets may be vast
-            if eval_chars is None and affordable >= min(limit, BUDGET_EVAL_CHARS_MIN):
-                chars = int(min(affordable, limit))
-                return count, None if chars >= self.val_chars else chars
-            if eval_chars is not None and affordable >= limit:
-                return count, None if limit >= self.val_chars else limit
-        return 0, None
+        count = min(BUDGET_EVALUATION_SHARE * budget / each_s, most)  # a float: budgets may be vast
+        return int(count) if count >= fewest else 0
 
-    def reserve_s(self, rescoring: bool) -> float:
-        """The time kept for the end, with :data:`FINAL_WORK_MARGIN`: the final evaluation of the whole
-        split, the saves, a recorded sample, and with ``rescoring`` (evaluations during training that
-        score a part of the split) one more pass, to score the best weights they kept on all of it."""
-        passes = self.weight_sets + (1 if rescoring else 0)
-        return FINAL_WORK_MARGIN * (passes * self.pass_s + self.other_s)
+    def reserve_s(self) -> float:
+        """The time kept for the end, with :data:`FINAL_WORK_MARGIN`: the final evaluation, the saves and
+        a recorded sample."""
+        return FINAL_WORK_MARGIN * (self.weight_sets * self.pass_s + self.other_s)
 
 
 def planned_speed(budget: BudgetDecision | None) -> float | None:
@@ -644,7 +622,6 @@ def final_work_seconds(model: CharRNN, vocab: Vocab, config: TrainConfig, val_id
 class BudgetEnding:
     """How a time-budgeted run ends, and when it evaluates before that (:func:`plan_budget_end`)."""
 
-    config: TrainConfig  # the run's configuration, with the validation characters its evaluations score
     reserve_s: float  # seconds kept at the end: the final evaluation and saves, and the caller's finish_s
     points: tuple[float, ...]  # when to evaluate during training, as fractions of the run
     messages: tuple[str, ...]  # what to tell the user of it
@@ -656,14 +633,10 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
                     group: ProcessGroup, clock: Callable[[], float], finish_s: float,
                     started: float | None = None, resumed: dict[str, Any] | None = None,
                     evaluates: bool = True) -> BudgetEnding:
-    """A time-budgeted run's end and evaluations, measured on a model of its shape: its configuration
-    (with the validation characters its evaluations during training score, unless given), the seconds
-    kept for the end (``finish_s`` for the caller included), when to evaluate (fractions of the run) and
-    what to tell the user. Without ``evaluates`` (:attr:`Candidate.evaluates`) it evaluates only at its
-    end, unless given ``eval_every``; so does a run ``resumed`` from a checkpoint whose best.pt was scored
-    on other validation characters than its evaluations would score (it evaluated only at its end), since
-    they could not replace it, and a run whose share of the budget pays for fewer than the fewest
-    evaluations.
+    """A time-budgeted run's end and evaluations, measured on a model of its shape: the seconds kept
+    for the end (``finish_s`` for the caller included), when to evaluate during training (fractions of
+    the run; none without ``evaluates``, :attr:`Candidate.evaluates`, or with ``eval_every``) and what to
+    tell the user.
 
     A new run whose budget, counted from ``started`` (a ``clock`` reading; default: now), cannot pay for
     its end is refused (:func:`refuse_an_end_past_the_budget`); a resumed run that stopped to keep this
@@ -671,57 +644,30 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
     budget = config.time_budget
     assert budget is not None
     device = torch.device(config.device)
+    scored = partial_eval_chars(config, len(val_ids) - 1)
+    val_ids = val_ids if scored is None else val_ids[: scored + 1]  # what every evaluation scores
     model = CharRNN(model_config).to(device) if group.is_main else None
     measured = final_work_seconds(model, vocab, config, val_ids, clock) if model is not None else \
         BudgetEnd(0.0, 1, 0)
     pass_s, other_s = group.reduce([measured.pass_s, measured.other_s], device, op="max")
     end = BudgetEnd(pass_s, 2 if config.ema_decay > 0 else 1, len(val_ids) - 1, other_s)
-    points: tuple[float, ...] = ()
-    given = config
-    none_because = None if evaluates else (
-        f"with them its shape would train under {BUDGET_GUARD_EPOCHS:g} epochs, and no run that short was "
-        f"seen to overfit; their time trains it")
-    if config.eval_every is None and evaluates:
-        count, chars = end.evaluations(budget, config.eval_chars)
-        points = evenly_spaced(count)
-        if points and config.eval_chars is None and chars is not None:
-            config = dataclasses.replace(config, eval_chars=chars)
-    subset = partial_eval_chars(config, end.val_chars)
-    partial = subset is not None
-    best = resumed and (resumed.get("best_subset") or resumed.get("best"))
-    compared = best["chars"] if best else None
-    if points and compared is not None and compared != (subset if partial else end.val_chars):
-        points, partial = (), False
-        none_because = "best.pt was scored on other validation characters than they would score"
-    # A subset runs fewer streams side by side than the whole split, which on a CPU costs far more per
-    # character: its own cost is timed, and the evaluations cut to what the share pays for.
     each_s = end.weight_sets * pass_s
-    if partial and (points or config.eval_every is not None):
-        timed = scoring_seconds(model, val_ids[: subset + 1], clock) if model is not None else 0.0
-        each_s = end.weight_sets * group.reduce([timed], device, op="max")[0]
-    if points:
-        count = int(min(BUDGET_EVALUATION_SHARE * budget / max(each_s, 1e-9), BUDGET_EVALUATIONS[1]))
-        if count < len(points):
-            points = evenly_spaced(count) if count >= BUDGET_EVALUATIONS[0] else ()
-    if evaluates and not points and none_because is None:
-        none_because = (f"{BUDGET_EVALUATION_SHARE:.0%} of the budget pays for fewer than "
-                        f"{BUDGET_EVALUATIONS[0]}")
-    if not points and given.eval_every is None:
-        config = given  # no evaluation during training: no subset for them to score
-    reserve = end.reserve_s(rescoring=partial and (bool(points) or config.eval_every is not None)) + finish_s
+    count = end.evaluations(budget) if config.eval_every is None and evaluates else 0
+    reserve = end.reserve_s() + finish_s
     if config.eval_every is not None:  # an evaluation on schedule may start just before training stops
         reserve += FINAL_WORK_MARGIN * each_s
     messages = [f"{{time_budget}} {budget:g} s: training stops about {reserve:.1f} s before the end, to "
                 f"evaluate and save inside it"]
-    if points:
-        scored = f"the first {subset:,} validation characters" if subset else \
-            "the whole validation split"
+    scores = "the whole validation split" if scored is None else f"the first {scored:,} validation characters"
+    if count:
         each = f"about {each_s:.1f} s" if each_s >= 0.05 else "under 0.1 s"
-        messages.append(f"{{time_budget}} {budget:g} s: {len(points)} evaluations during training, evenly "
-                        f"through it ({scored}, {each} each); best.pt keeps the best weights seen"
-                        + (", scored on the whole split at the end" if partial else ""))
+        messages.append(f"{{time_budget}} {budget:g} s: {count} evaluations during training, evenly through "
+                        f"it ({scores}, {each} each); best.pt keeps the best weights seen")
     elif config.eval_every is None:
-        messages.append(f"{{time_budget}} {budget:g} s: no evaluations during training ({none_because}); "
+        because = (f"{BUDGET_EVALUATION_SHARE:.0%} of the budget pays for fewer than {BUDGET_EVALUATIONS[0]}"
+                   if evaluates else f"with them its shape would train under {BUDGET_GUARD_EPOCHS:g} epochs, "
+                   f"and no run that short was seen to overfit; their time trains it")
+        messages.append(f"{{time_budget}} {budget:g} s: no evaluations during training ({because}); "
                         f"best.pt is scored at the end")
     for other in ("max_steps", "epochs"):
         if getattr(config, other) is not None:
@@ -735,7 +681,7 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
     else:
         refuse_an_end_past_the_budget(config, len(val_ids) - 1, config.ema_decay > 0,
                                       clock() - (clock() if started is None else started), reserve)
-    return BudgetEnding(config, reserve, points, tuple(messages), finish_s)
+    return BudgetEnding(reserve, evenly_spaced(count), tuple(messages), finish_s)
 
 
 def refuse_an_end_past_the_budget(config: TrainConfig, val_chars: int, averaging: bool, spent_s: float,

@@ -12,8 +12,8 @@ characters) and ``model_state``. One written by training also holds ``vocab_dige
 state that resuming needs: ``run_id`` (the run directory it belongs to),
 ``train_config``, ``optimizer_state``, ``step``, ``epoch``, ``epoch_step``,
 ``progress_epochs`` (fractional), ``best_val_loss``, ``best``, ``best_is_average``
-(whether ``model_state`` holds the averaged weights), ``best_subset`` (its score on the
-validation subset that evaluations during training compare), ``latest_eval`` (the last
+(whether ``model_state`` holds the averaged weights; earlier versions also wrote
+``best_subset``), ``latest_eval`` (the last
 validation result and its step), ``skipped_steps``, ``elapsed_s``, ``carried_state``,
 ``rng``, ``weight_average`` (the moving average of the weights, or None) and, in a
 ``best.pt`` of averaged weights, ``training_weights`` (the trained ones, to resume from).
@@ -70,7 +70,7 @@ PAYLOAD_FIELDS: dict[str, tuple[Any, bool]] = {
     "carried_state": (list[torch.Tensor], False),
     "rng": (dict, False),
     "best_is_average": (bool, False),
-    "best_subset": (EvalResult | None, False),
+    "best_subset": (EvalResult | None, False),  # written by earlier versions, no longer read
     "weight_average": (dict | None, False),
     "training_weights": (dict, False),
 }

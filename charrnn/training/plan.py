@@ -104,6 +104,7 @@ class TrainingPlan:
     budget: BudgetDecision | None = None  # what the time budget chose, when one was given
     ending: BudgetEnding | None = None  # a time budget's end, and its evaluations during training
     threads: ThreadChoice | None = None  # the CPU threads it runs with, and why (None: torch's default)
+    started: float | None = None  # when training was asked for (a time.perf_counter() reading; None: at run)
 
     @property
     def precision(self) -> str:
@@ -128,7 +129,7 @@ def plan_training(request: TrainingRequest, group: ProcessGroup | None = None,
     ``group`` lets every rank take rank 0's measurements.
     """
     group = group if group is not None else ProcessGroup()
-    plan = _plan(request, group, started, finish_s)
+    plan = dataclasses.replace(_plan(request, group, started, finish_s), started=started)
     split = _refuse_what_cannot_run(plan)
     if plan.config.time_budget is None:
         return plan
@@ -136,7 +137,7 @@ def plan_training(request: TrainingRequest, group: ProcessGroup | None = None,
     ending = plan_budget_end(plan.model_config, plan.config, plan.vocab, split.val, group,
                              time.perf_counter, finish_s, started, plan.resume_from, evaluates)
     ending = dataclasses.replace(ending, chars_per_s=planned_speed(plan.budget))
-    return dataclasses.replace(plan, config=ending.config, ending=ending)
+    return dataclasses.replace(plan, ending=ending)
 
 
 def _plan(request: TrainingRequest, group: ProcessGroup, started: float | None,
@@ -278,13 +279,14 @@ def resume_config(
             )
     # Runs saved before the precision option trained in float32, whatever "auto" would choose now;
     # those saved before weight averaging kept no average; those saved before the validation split's cap
-    # held out all of val_frac, and evaluated all of it unless told otherwise.
-    saved = {"precision": "fp32", "ema_decay": 0.0, **payload["train_config"]}
-    if "val_max_chars" not in saved:
-        corpus = payload.get("corpus") or {}
-        whole = corpus["chars"] - corpus["split_point"] - 1 if "split_point" in corpus else None
-        saved["val_max_chars"] = None
-        saved["eval_chars"] = saved.get("eval_chars") or whole
+    # held out all of val_frac. Every evaluation scores the text best.pt was scored on, to compare with it
+    # (earlier versions scored a part of the split during training and all of it at the end).
+    saved = {"precision": "fp32", "ema_decay": 0.0, "val_max_chars": None, **payload["train_config"]}
+    corpus, best = payload.get("corpus") or {}, payload.get("best")
+    if best and "split_point" in corpus:
+        whole, given = corpus["chars"] - corpus["split_point"] - 1, saved.get("eval_chars")
+        if best["chars"] != min(given or whole, whole):
+            saved["eval_chars"] = best["chars"] if best["chars"] < whole else None
     changes = []
     for key, value in train_options.items():
         if saved.get(key) == value:

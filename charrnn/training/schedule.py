@@ -1,14 +1,25 @@
-"""When a run stops, how far along it is, and its learning rate at each step."""
+"""When a run stops, how far along it is, its learning rate at each step, and when it evaluates,
+samples and saves: :class:`Schedule`, which the training loop follows."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from charrnn.config import TrainConfig
+from charrnn.config import (
+    SLOWDOWN_END_EXPONENT,
+    SLOWDOWN_NOTICED,
+    SLOWDOWN_RESTATED,
+    SLOWDOWN_WINDOW_SHARE,
+    TrainConfig,
+)
 from charrnn.errors import CharrnnError, option_placeholder
+
+if TYPE_CHECKING:  # the budget plans with this module's stopping rules
+    from charrnn.training.budget import BudgetEnding
+    from charrnn.training.state import TrainingRun
 
 StopCriterion = Literal["max_steps", "epochs", "time_budget", "signal"]
 
@@ -95,3 +106,95 @@ def learning_rate_at(config: TrainConfig, step: int, progress: float | None) -> 
         return peak
     floor = peak * config.min_lr_ratio
     return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+
+@dataclass(frozen=True)
+class Due:
+    """What the run does after a step."""
+
+    evaluate: bool  # score the validation text (and keep best.pt)
+    save: bool  # write last.pt
+    sample: bool  # record a sample
+    epoch_end: bool  # a save_epochs epoch has just ended: keep its checkpoint
+
+
+class Schedule:
+    """A run's timetable, as its plan decided it: when training stops, the learning rate, and when to
+    evaluate, sample and save. The loop asks it after every step, with the run and its agreed wall time.
+
+    A time budget's run (``ending``, from :func:`charrnn.training.budget.plan_budget_end`) stops
+    ``reserve`` seconds before its budget, to evaluate and save inside it, and evaluates at the moments
+    its plan chose, spread over what is left of the run when training starts.
+    """
+
+    def __init__(self, config: TrainConfig, ending: BudgetEnding | None = None):
+        self.config = config
+        self.ending = ending
+        self.reserve = ending.reserve_s if ending is not None else 0.0  # seconds kept for the end
+        self.told_reserve = self.reserve  # the time kept for the end that the user was last told of
+        self.slowdown = 1.0  # how much slower than planned training has run (kept at its worst)
+        self.points: list[float] = []  # evaluations still due during training, as fractions of the run
+        self.gap = 1.0  # the distance between them
+
+    def begin(self, run: TrainingRun, elapsed: float) -> None:
+        """Spread the planned evaluations over what is left of the run: a budget's run starts part-done
+        (the time spent before training and kept for the end count in it)."""
+        planned = self.ending.points if self.ending is not None else ()
+        done = (self.progress(run, elapsed) or 0.0) if planned else 0.0
+        self.points = [done + (1.0 - done) * point for point in planned]
+        self.gap = (1.0 - done) / (len(planned) + 1)
+
+    def progress(self, run: TrainingRun, elapsed: float) -> float | None:
+        """How much of the run is done (None without a limit): the end's reserved time counts as spent."""
+        return run_progress(self.config, run.step, run.epoch, elapsed + self.reserve)
+
+    def learning_rate(self, run: TrainingRun, elapsed: float) -> float:
+        return learning_rate_at(self.config, run.step, self.progress(run, elapsed))
+
+    def seconds_left(self, elapsed: float) -> float | None:
+        """What is left of a time budget (None without one)."""
+        return None if self.config.time_budget is None else max(self.config.time_budget - elapsed, 0.0)
+
+    def stop(self, run: TrainingRun, elapsed: float) -> StopReason | None:
+        return stop_reason(self.config, run.step, run.epoch, elapsed + self.reserve)
+
+    def due(self, run: TrainingRun, elapsed: float, reason: StopReason | None) -> Due:
+        """What to do after the step just taken; ``reason`` is why the run stops there, if it does.
+        An interrupted run saves at once, without evaluating or sampling: the user is waiting."""
+        config, ending = self.config, reason is not None
+        interrupted = ending and reason.interrupted
+        epoch_end = run.position == 0 and run.epochs_done in config.save_epochs
+        progress = self.progress(run, elapsed) or 0.0
+        timed = bool(self.points) and progress >= self.points[0]
+        if timed:  # a slow step may pass a moment: one evaluation for all passed, none just before the end
+            self.points = [point for point in self.points if point > progress]
+            timed = 1.0 - progress >= self.gap / 2
+        interval = config.evaluation_interval
+        evaluate = (ending or epoch_end or timed or (interval is not None and run.step % interval == 0))
+        sample = epoch_end or (config.sample_every is not None
+                               and (ending or run.step % config.sample_every == 0))
+        return Due(evaluate and not interrupted, ending or run.step % config.save_every == 0,
+                   sample and not interrupted, epoch_end)
+
+    def slowed(self, chars_per_s: float, window_s: float, alone: bool) -> str | None:
+        """Follow the training speed (``chars_per_s`` over the last ``window_s`` seconds): a machine slower
+        than the plan measured (another program busy on it) is slower over the end too, so the time kept
+        for it grows with the slowdown (to the power SLOWDOWN_END_EXPONENT) and the run still ends inside
+        its budget. Returns what to tell the user, when first noticed and whenever the time kept has grown
+        by half since. Only a process training ``alone``: torchrun's ranks would each see their own."""
+        ending = self.ending
+        if ending is None or ending.chars_per_s is None or not alone or \
+                window_s < SLOWDOWN_WINDOW_SHARE * (self.config.time_budget or 0.0):
+            return None
+        slowdown = ending.chars_per_s / max(chars_per_s, 1e-9)
+        if slowdown <= self.slowdown:
+            return None
+        self.slowdown = slowdown
+        own = ending.reserve_s - ending.finish_s  # the run's own end, which slows with the machine
+        self.reserve = ending.finish_s + own * slowdown ** SLOWDOWN_END_EXPONENT
+        if slowdown < SLOWDOWN_NOTICED or self.reserve < SLOWDOWN_RESTATED * self.told_reserve:
+            return None
+        self.told_reserve = self.reserve
+        return (f"this machine slowed: training runs at {chars_per_s:,.0f} chars/s, not the "
+                f"{ending.chars_per_s:,.0f} the plan measured; to evaluate and save inside the budget, "
+                f"training now stops {self.reserve:.1f} s before its end, not {ending.reserve_s:.1f}")

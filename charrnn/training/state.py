@@ -109,9 +109,6 @@ class TrainingRun:
         self.state = self.model.initial_state(self.local_batch, self.device)
         self.best: EvalResult | None = None
         self.best_is_average = False  # whether best.pt holds the averaged weights
-        # best.pt's score on the evaluation subset (TrainConfig.eval_chars), which evaluations during
-        # training compare; ``best`` is the whole split's once the run's end has scored it
-        self.best_subset: EvalResult | None = None
         self.skipped = 0  # steps skipped for a non-finite loss or gradient
         self.bad_streak = 0  # consecutive skipped steps up to now
         self.run_id = new_run_id()  # names the run directory's run in config.json and every checkpoint
@@ -196,7 +193,6 @@ class TrainingRun:
         self.state = tuple(s[:, self.rows].to(self.device) for s in carried)
         self.best = EvalResult(**payload["best"]) if payload.get("best") else None
         self.best_is_average = bool(payload.get("best_is_average"))
-        self.best_subset = EvalResult(**payload["best_subset"]) if payload.get("best_subset") else self.best
         if self.average is not None:
             try:
                 self.average.load_state(payload["weight_average"])
@@ -247,7 +243,6 @@ class TrainingRun:
             "best_val_loss": self.best.nats_per_char if self.best else None,
             "best": self.best.to_dict() if self.best else None,
             "best_is_average": self.best_is_average,
-            "best_subset": self.best_subset.to_dict() if self.best_subset else None,
             "latest_eval": self.latest_eval,
             "skipped_steps": self.skipped,
             "elapsed_s": elapsed_s,

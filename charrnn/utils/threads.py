@@ -176,3 +176,19 @@ class LoadWatch:
             return 0
         others = (busy - began_busy) - (own - began_own)
         return max(0, round(others / (now - began)))
+
+    def leave_busy_cores(self) -> str | None:
+        """Train on the cores other programs leave free, when that is fewer threads than torch runs: a
+        thread on a busy core runs a fraction of the time and torch's others wait for it at every
+        operation (module docstring). Returns what to tell the user, if the threads changed."""
+        import torch
+
+        others = self.others_busy()
+        self.start()
+        cores = len(usable_cores())
+        left = max(1, cores - others)
+        if left >= torch.get_num_threads():
+            return None
+        torch.set_num_threads(left)
+        return (f"other programs keep {others} of this machine's {cores} cores busy: training goes on with "
+                f"{left} thread{'s' if left > 1 else ''}")

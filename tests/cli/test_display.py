@@ -2,7 +2,7 @@
 
 
 from charrnn.cli.display import describe_evaluations, describe_model, describe_split, regularisation
-from charrnn.config import EVAL_SUBSET_CHARS, VAL_MAX_CHARS, ModelConfig, TrainConfig
+from charrnn.config import VAL_MAX_CHARS, ModelConfig, TrainConfig
 
 
 def test_the_description_names_each_dropout_that_is_set():
@@ -30,9 +30,10 @@ def test_the_run_table_says_what_was_held_out_and_what_each_evaluation_scores():
     assert describe_split(3_000_005, 2_700_005, 0.1).endswith("(the last 300,000 characters: 10%, capped)")
     config = TrainConfig(out_dir="unused")
     assert describe_evaluations(config, 111_539) == "every 1,000 steps and at the end"
-    assert describe_evaluations(config, VAL_MAX_CHARS - 1) == \
-        f"every 1,000 steps on the first {EVAL_SUBSET_CHARS:,} validation chars, on the whole split at the " \
-        f"end"
+    assert describe_evaluations(config, VAL_MAX_CHARS) == "every 1,000 steps and at the end"
+    assert describe_evaluations(TrainConfig(out_dir="unused", eval_chars=20_000), 111_539) == \
+        "every 1,000 steps and at the end, each on the first 20,000 validation chars"
     budgeted = TrainConfig(out_dir="unused", time_budget=100, eval_chars=20_000)
     assert describe_evaluations(budgeted, 111_539) == \
-        "at the end, and during training as the time budget says below, on the first 20,000 validation chars"
+        "at the end, and during training as the time budget says below, each on the first 20,000 " \
+        "validation chars"

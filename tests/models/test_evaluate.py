@@ -10,7 +10,6 @@ from charrnn.models.evaluate import (
     EvalResult,
     StreamLayout,
     evaluate,
-    evaluate_with_prefix,
     layout_nll,
     scoring_seconds,
     stream_layout,
@@ -58,9 +57,8 @@ def test_many_streams_score_each_slice_after_its_warm_up_computed_by_hand(toy_mo
     expected = nll_by_hand(toy_model, ids, 1, 6, 0)
     for first in (7, 13, 19):
         expected += nll_by_hand(toy_model, ids, first, min(first + 5, 20), first - 1 - 3)
-    (prefix_total, prefix_chars), (total, chars) = layout_nll(toy_model, ids, layout, prefix=8)
+    total, chars = layout_nll(toy_model, ids, layout)
     assert chars == 20 and total == pytest.approx(sum(expected), rel=1e-6)
-    assert prefix_chars == 8 and prefix_total == pytest.approx(sum(expected[:8]), rel=1e-6)
 
 
 def test_a_text_within_one_slice_scores_as_one_stream(toy_model):
@@ -80,17 +78,6 @@ def test_many_streams_land_close_to_one_stream_and_chunking_changes_nothing(toy_
     assert evaluate(toy_model, ids).nats_per_char == pytest.approx(many.nats_per_char, rel=1e-6)
     assert evaluate(toy_model, ids, single_stream=True).nats_per_char == pytest.approx(one.nats_per_char,
                                                                                        rel=1e-6)
-
-
-def test_a_prefix_scores_as_the_prefix_alone(toy_model):
-    torch.manual_seed(2)
-    ids = torch.randint(0, 4, (3 * EVAL_SLICE + 50,))
-    for prefix in (1, 100, EVAL_SLICE, EVAL_SLICE + 1, 2 * EVAL_SLICE + 7, len(ids) - 1, 10**9):
-        start, whole = evaluate_with_prefix(toy_model, ids, prefix)
-        alone = evaluate(toy_model, ids[: min(prefix, len(ids) - 1) + 1])
-        assert start.chars == alone.chars
-        assert start.nats_per_char == pytest.approx(alone.nats_per_char, rel=1e-6)
-        assert whole == evaluate(toy_model, ids)
 
 
 def test_an_echo_state_reservoir_is_always_read_as_one_stream():

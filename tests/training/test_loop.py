@@ -13,7 +13,7 @@ from charrnn.training.checkpoint import load_model
 from charrnn.training.observer import TrainObserver
 from charrnn.training.schedule import StopReason
 
-from helpers import TEST_DEVICE, plan_run
+from helpers import SCORE_TOLERANCE, TEST_DEVICE, plan_run
 
 PHRASE = "the quick brown fox jumps over the lazy dog. "
 
@@ -338,9 +338,7 @@ def test_the_final_work_is_timed_on_a_part_of_the_first_batch_and_scaled(small_c
     layout = stream_layout(run.model, len(val))
     assert layout.streams == 3
     assert end.pass_s == pytest.approx(2.0 * layout.positions / (3 * SCORING_PROBE_STEPS))
-    reserve = end.reserve_s(rescoring=False)
-    assert end.pass_s * FINAL_WORK_MARGIN < reserve < (end.pass_s + 1.0) * FINAL_WORK_MARGIN
-    assert end.reserve_s(rescoring=True) == pytest.approx(reserve + end.pass_s * FINAL_WORK_MARGIN)
+    assert end.pass_s * FINAL_WORK_MARGIN < end.reserve_s() < (end.pass_s + 1.0) * FINAL_WORK_MARGIN
 
 
 def test_a_long_budget_evaluates_during_training_and_keeps_the_best_weights(repeated_corpus, tmp_path,
@@ -377,8 +375,7 @@ def planned_evaluations(monkeypatch, evaluates: bool) -> None:
 
 def test_a_budget_planned_for_few_passes_evaluates_only_at_its_end(repeated_corpus, tmp_path, monkeypatch):
     # The same run as above, but its budget planned under 3 passes: it cannot overfit, so nothing is spent on
-    # evaluations during training, and the end keeps no pass to rescore their best. A given --eval-every
-    # still evaluates on its schedule.
+    # evaluations during training. A given --eval-every still evaluates on its schedule.
     from charrnn.training.budget import BUDGET_GUARD_EPOCHS
 
     measured_end(monkeypatch, pass_s=0.5)
@@ -415,27 +412,20 @@ def test_an_evaluation_a_slow_step_carried_to_the_end_is_left_to_the_ends_own(re
     assert len(steps) == 5 and steps[-1] - steps[-2] >= 2  # the end's evaluation stands alone
 
 
-def test_a_budget_whose_share_pays_for_no_evaluation_keeps_no_subset(tmp_path, monkeypatch):
-    # 20,000 validation characters, a pass of them 1 s: the share pays for 3 evaluations of 16,666 at the
-    # whole split's pace, but a subset scores far slower (fewer streams side by side): none are left, and
-    # neither the configuration nor the run table may speak of a subset they would have scored.
-    import charrnn.training.budget as budget_module
-
-    corpus = tmp_path / "long.txt"
-    corpus.write_text(PHRASE * (200_000 // len(PHRASE)), encoding="utf-8")
+def test_a_budget_whose_share_pays_for_fewer_than_three_evaluations_makes_none(repeated_corpus, tmp_path,
+                                                                                monkeypatch):
+    # An evaluation (of the trained and the averaged weights) costs 2 s: 5% of 100 s pays for 2.5.
     measured_end(monkeypatch, pass_s=1.0)
-    monkeypatch.setattr(budget_module, "scoring_seconds", lambda model, ids, clock: 100.0)
     clock = FakeClock(step_seconds=0.5)
     messages = []
     clock.on_message = messages.append
     planned_evaluations(monkeypatch, True)
-    plan_run(corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000).run(clock, clock=clock)
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["eval_chars"] is None
+    plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000)
+    plan.run(clock, clock=clock)
     assert not any("evaluations during training, evenly" in message for message in messages)
     assert any("no evaluations during training (5% of the budget pays for fewer than 3)" in message
                for message in messages)
-    records = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-    assert len(records) == 1
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1
 
 
 def test_a_budgets_evaluations_are_spread_over_what_is_left_once_training_starts(repeated_corpus, tmp_path,
@@ -443,8 +433,8 @@ def test_a_budgets_evaluations_are_spread_over_what_is_left_once_training_starts
     # 20 s of the 100 went before training (loading, measuring): five evaluations share the 78.75 s left.
     measured_end(monkeypatch, pass_s=0.5)
     clock = FakeClock(step_seconds=0.5)
-    plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000).run(
-        clock, clock=clock, started=clock.now - 20)
+    plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000)
+    dataclasses.replace(plan, started=clock.now - 20).run(clock, clock=clock)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     planned = [20 + 78.75 * k / 6 for k in range(1, 6)]
     assert len(records) == 6 and records[0]["step"] > 1
@@ -473,38 +463,9 @@ def test_a_budget_that_affords_more_passes_than_the_rule_trusts_ends_early(repea
                for k, record in enumerate(records[:-1], start=1))
 
 
-def subset_budget(monkeypatch, repeated_corpus, tmp_path, wreck_after: int | None = None):
-    """A 40-s budget whose whole evaluations cost 1 s: 5 % of it pays for ten of a fifth of the split.
-    With ``wreck_after``, every step from that one on adds noise to the weights, so the run ends worse
-    than it was."""
-    import charrnn.training.budget as budget_module
-    from charrnn.training.state import TrainingRun
-
-    monkeypatch.setattr(budget_module, "BUDGET_EVAL_CHARS_MIN", 40)
-    measured_end(monkeypatch, pass_s=0.5)
-    if wreck_after is not None:
-        train_step = TrainingRun.train_step
-
-        def wrecking(run, learning_rate):
-            result = train_step(run, learning_rate)
-            if run.step >= wreck_after:
-                with torch.no_grad():
-                    for parameter in run.model.parameters():
-                        parameter.add_(torch.randn_like(parameter))
-            return result
-
-        monkeypatch.setattr(TrainingRun, "train_step", wrecking)
-    clock = FakeClock(step_seconds=0.5)
-    messages = []
-    clock.on_message = messages.append
-    result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=40).run(clock, clock=clock)
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    return result, records, messages
-
-
-def whole_score(checkpoint: Path, corpus: Path) -> tuple[dict, float]:
-    """A checkpoint's recorded best, and its weights' score on the whole validation split, recomputed on the
-    device the run trained and scored on."""
+def whole_score(checkpoint: Path, corpus: Path, chars: int | None = None) -> tuple[dict, float]:
+    """A checkpoint's recorded best, and its weights' score on the validation split (its first ``chars``),
+    recomputed on the device the run trained and scored on."""
     from charrnn.data.corpus import encode_corpus, split_ids
     from charrnn.models.evaluate import evaluate
 
@@ -512,58 +473,37 @@ def whole_score(checkpoint: Path, corpus: Path) -> tuple[dict, float]:
     encoded = encode_corpus(corpus, "repeat", 0.1)
     model = load_model(checkpoint).network.to(TEST_DEVICE)
     val = split_ids(encoded.ids, encoded.info.split_point).val
-    return payload["best"], evaluate(model, val).nats_per_char
+    return payload["best"], evaluate(model, val if chars is None else val[: chars + 1]).nats_per_char
 
 
-def test_a_budget_that_cannot_afford_whole_evaluations_scores_the_splits_start_during_training(
-        repeated_corpus, tmp_path, monkeypatch):
-    result, records, messages = subset_budget(monkeypatch, repeated_corpus, tmp_path)
-    val_chars = result.best.chars
-    subset = int(0.05 * 40 / (10 * 1.0 / val_chars))
-    assert len(records) == 11 and all(record["val_chars"] == subset for record in records[:-1])
-    assert "val_chars" not in records[-1]  # the end scores the whole split
-    config = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert config["train"]["eval_chars"] == subset  # a resumed run compares on the same characters
-    assert any(f"10 evaluations during training, evenly through it (the first {subset:,} validation "
-               f"characters" in message for message in messages)
-    recorded, recomputed = whole_score(tmp_path / "run" / "best.pt", repeated_corpus)
-    assert recorded["chars"] == val_chars and recorded["nats_per_char"] == pytest.approx(recomputed, abs=1e-6)
+def test_best_pt_keeps_the_best_weights_a_budget_evaluated_when_the_run_ends_worse(repeated_corpus, tmp_path,
+                                                                                   monkeypatch):
+    # Five evaluations during a 100-s budget (as above); every step from the 100th adds noise to the weights.
+    from charrnn.training.state import TrainingRun
 
+    measured_end(monkeypatch, pass_s=0.5)
+    train_step = TrainingRun.train_step
 
-def test_best_pt_never_loses_to_an_earlier_evaluation_scored_on_a_subset(repeated_corpus, tmp_path,
-                                                                         monkeypatch):
-    result, records, _ = subset_budget(monkeypatch, repeated_corpus, tmp_path, wreck_after=35)
+    def wrecking(run, learning_rate):
+        result = train_step(run, learning_rate)
+        if run.step >= 100:
+            with torch.no_grad():
+                for parameter in run.model.parameters():
+                    parameter.add_(torch.randn_like(parameter))
+        return result
+
+    monkeypatch.setattr(TrainingRun, "train_step", wrecking)
+    clock = FakeClock(step_seconds=0.5)
+    result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000).run(
+        clock, clock=clock)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     scores = [min(record["val_loss"], record["averaged_val_loss"]) for record in records]
     best_during = min(range(len(records) - 1), key=scores.__getitem__)
-    assert scores[-1] > scores[best_during]  # the run ends worse than it was
-    recorded, recomputed = whole_score(tmp_path / "run" / "best.pt", repeated_corpus)
-    # best.pt kept the earlier weights, scored on the whole split at the end: an exact record.
+    assert len(records) == 6 and scores[-1] > scores[best_during]  # the run ends worse than it was
     assert torch.load(tmp_path / "run" / "best.pt", weights_only=True)["step"] == records[best_during]["step"]
-    assert recorded["chars"] == result.best.chars and recorded["nats_per_char"] == pytest.approx(recomputed,
-                                                                                               abs=1e-6)
-    assert result.best.nats_per_char == pytest.approx(recomputed, abs=1e-6)
-    assert recomputed < scores[-1]
-
-
-def test_a_resumed_run_that_evaluated_only_at_its_end_makes_no_evaluations_it_could_not_compare(
-        repeated_corpus, tmp_path, monkeypatch):
-    """Its best.pt was scored on the whole split; evaluations of the split's start could never replace it
-    (best.pt compares on the same characters), so a resumed budget spends no time on them."""
-    import charrnn.training.budget as budget_module
-
-    monkeypatch.setattr(budget_module, "BUDGET_EVAL_CHARS_MIN", 40)
-    measured_end(monkeypatch, pass_s=0.5)  # as subset_budget: 5% of 40 s pays for ten of a fifth of the split
-    planned_evaluations(monkeypatch, False)
-    plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=20, epochs=1000)
-    clock = FakeClock(step_seconds=0.5)
-    plan.run(clock, clock=clock)
-    messages = []
-    clock.on_message = messages.append
-    plan_run(None, None, resume=tmp_path / "run", time_budget=60).run(clock, clock=clock)
-    records = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-    assert len(records) == 2  # each run's end
-    assert any("no evaluations during training (best.pt was scored on other validation characters than "
-               "they would score)" in message for message in messages)
+    recorded, recomputed = whole_score(tmp_path / "run" / "best.pt", repeated_corpus)
+    assert recorded["nats_per_char"] == pytest.approx(recomputed, abs=SCORE_TOLERANCE)
+    assert result.best.nats_per_char == recorded["nats_per_char"] == scores[best_during]
 
 
 def test_a_budget_whose_end_needs_the_time_left_cannot_be_resumed(repeated_corpus, tmp_path, monkeypatch):
@@ -639,29 +579,26 @@ def test_a_budget_that_records_samples_keeps_time_for_one(small_corpus, tmp_path
                       StreamBatches(plan.ids[:5000], 4, 16))
     readings = iter([0.0, 0.0, 5.0, 6.0])  # evaluation free; CALIBRATION_SAMPLE characters take 1 s
     end = final_work_seconds(run.model, run.vocab, run.config, plan.ids[:100], lambda: next(readings))
-    assert end.reserve_s(rescoring=False) >= FINAL_WORK_MARGIN * 320 / CALIBRATION_SAMPLE
+    assert end.reserve_s() >= FINAL_WORK_MARGIN * 320 / CALIBRATION_SAMPLE
 
 
-def test_by_default_evaluations_during_training_score_a_fixed_start_of_a_large_split(
-        make_run, repeated_corpus, tmp_path, monkeypatch):
-    # The corpus's 270 validation characters stand for a large split: the default subset is 100 of them.
-    monkeypatch.setattr("charrnn.config.EVAL_SUBSET_CHARS", 100)
-    result = train_tiny(make_run, repeated_corpus, tmp_path / "run", max_steps=30, eval_every=10)
+def test_every_evaluation_scores_the_same_start_of_the_split_when_told(make_run, repeated_corpus, tmp_path):
+    result = train_tiny(make_run, repeated_corpus, tmp_path / "run", max_steps=30, eval_every=10,
+                        eval_chars=100)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [record.get("val_chars") for record in records] == [100, 100, None]  # the end: the whole split
-    recorded, recomputed = whole_score(tmp_path / "run" / "best.pt", repeated_corpus)
-    assert recorded["chars"] == result.best.chars == 269
-    assert recorded["nats_per_char"] == pytest.approx(recomputed, abs=1e-6)
+    assert [record.get("val_chars") for record in records] == [100, 100, 100]  # the end's too
+    recorded, recomputed = whole_score(tmp_path / "run" / "best.pt", repeated_corpus, chars=100)
+    assert recorded["chars"] == result.best.chars == 100
+    assert recorded["nats_per_char"] == pytest.approx(recomputed, abs=SCORE_TOLERANCE)
 
 
-def test_a_budget_plans_its_evaluations_for_the_characters_each_scores():
-    from charrnn.config import EVAL_SUBSET_CHARS
+def test_a_budget_plans_as_many_evaluations_as_its_share_pays_for():
     from charrnn.training.budget import BudgetEnd
 
-    # A pass over 1,000,000 validation characters costs 10 s: 5% of a 1,000-s budget is 50 s.
+    # A pass over the validation split costs 10 s: 5% of a 1,000-s budget (50 s) pays for five.
     end = BudgetEnd(pass_s=10.0, weight_sets=1, val_chars=1_000_000)
-    assert end.evaluations(1000) == (10, EVAL_SUBSET_CHARS)  # 2 s each: the default subset, ten times
-    assert end.evaluations(1000, eval_chars=1_000_000) == (5, None)  # whole passes: five fit
-    assert end.evaluations(1000, eval_chars=2_000_000) == (5, None)
-    assert end.evaluations(500, eval_chars=1_000_000) == (0, None)  # 25 s pays for fewer than three
-    assert end.evaluations(100) == (10, 50_000)  # the share pays for less than the subset
+    assert end.evaluations(1000) == 5
+    assert end.evaluations(10**6) == 10  # never more than ten
+    assert end.evaluations(500) == 0  # 25 s pays for fewer than three: none
+    assert dataclasses.replace(end, weight_sets=2).evaluations(1000) == 0  # each scores two sets of weights
+    assert dataclasses.replace(end, pass_s=0.0).evaluations(1000) == 0  # a clock that stood still

@@ -71,11 +71,25 @@ def test_a_run_saved_before_the_cap_resumes_with_none_and_evaluating_its_whole_s
     payload = load_checkpoint(tiny_run / "last.pt")
     del payload["train_config"]["val_max_chars"]
     _, config, changes = resume_config(payload, {}, {"max_steps": 80})
-    whole = payload["corpus"]["chars"] - payload["corpus"]["split_point"] - 1
-    assert config.val_max_chars is None and config.eval_chars == whole and changes == [("max_steps", 40, 80)]
+    assert config.val_max_chars is None and config.eval_chars is None and changes == [("max_steps", 40, 80)]
     refused = r"val_max_chars 10 contradicts the checkpoint \(val_max_chars none\)"
     with pytest.raises(CharrnnError, match=refused):
         resume_config(payload, {}, {"max_steps": 80, "val_max_chars": 10})
+
+
+def test_a_resumed_run_scores_the_text_its_best_pt_was_scored_on(tiny_run):
+    # Earlier versions scored a part of the split during training and all of it at the run's end.
+    payload = load_checkpoint(tiny_run / "last.pt")
+    whole = payload["corpus"]["chars"] - payload["corpus"]["split_point"] - 1
+    assert payload["best"]["chars"] == whole
+    payload["train_config"]["eval_chars"] = 100
+    assert resume_config(payload, {}, {"max_steps": 80})[1].eval_chars is None  # best.pt: the whole split
+    payload["best"]["chars"] = 100
+    payload["train_config"]["eval_chars"] = None
+    assert resume_config(payload, {}, {"max_steps": 80})[1].eval_chars == 100  # best.pt: its start
+    payload["train_config"]["eval_chars"] = 10 * whole  # scores all of it, as best.pt was: kept as given
+    payload["best"]["chars"] = whole
+    assert resume_config(payload, {}, {"max_steps": 80, "eval_chars": 10 * whole})[1].eval_chars == 10 * whole
 
 
 @pytest.mark.parametrize(("native", "precision", "expected"), [
