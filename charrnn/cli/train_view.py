@@ -24,7 +24,7 @@ from charrnn.cli.display import (
     describe_split,
     key_value_table,
 )
-from charrnn.config import REGULARISATION_RATES, SCALING_LAW, ModelConfig, TrainConfig
+from charrnn.config import REGULARISATION_RATES, ModelConfig, TrainConfig
 from charrnn.errors import CharrnnError
 from charrnn.utils.terminal import one_line
 
@@ -320,7 +320,7 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
                "chosen") if lower.limit is not None and choice.limit is None else \
             "of shapes that train alike and tie, the larger measured one is chosen"
         lines.append(f"{name('time_budget')}: {lower.describe()} predicts {lower.predicted_loss:.3f}, within "
-                     f"the rule's error of {SCALING_LAW.rms_error:.3f}: {why}")
+                     f"the rule's error of {budget.tie_error:.3f}: {why}")
     longer = budget.longer_plan()
     if longer is not None:
         lines.append(f"{name('time_budget')}: the best shape that trains to the budget's end, "

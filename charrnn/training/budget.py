@@ -4,8 +4,8 @@ and how it ends: the time kept for the final evaluation and saves, and the evalu
 the budget pays for (:func:`plan_budget_end`).
 
 The throughput is measured, never looked up: a few real training steps of each shape, smallest first,
-inside a small share of the budget (:data:`~charrnn.config.BUDGET_PROBE_SHARE`). From chars/s and the
-budget follow the characters each shape would see, and from those :data:`~charrnn.config.SCALING_LAW`
+inside a small share of the budget (:data:`BUDGET_PROBE_SHARE`). From chars/s and the
+budget follow the characters each shape would see, and from those :data:`SCALING_LAW`
 predicts its validation loss. A faster machine, a GPU, a larger corpus or a longer budget each move the
 choice, with no table to update.
 """
@@ -21,7 +21,14 @@ from typing import Any
 
 import torch
 
-from charrnn.config import (
+from charrnn.config import ModelConfig, TrainConfig, partial_eval_chars
+from charrnn.data.corpus import CorpusInfo, StreamBatches
+from charrnn.data.vocab import Vocab
+from charrnn.errors import CharrnnError
+from charrnn.models.devices import check_model_fits, resolve_precision, too_wide_for_bf16
+from charrnn.models.evaluate import scoring_seconds
+from charrnn.models.model import CharRNN, parameter_count
+from charrnn.training.budget_rules import (
     BUDGET_AVERAGE_SHARE,
     BUDGET_AVERAGE_STEPS,
     BUDGET_DROPOUT_FREE_EPOCHS,
@@ -29,41 +36,30 @@ from charrnn.config import (
     BUDGET_DROPOUT_MAX,
     BUDGET_DROPOUT_PER_DOUBLING,
     BUDGET_DROPOUT_WIDTH,
+    BUDGET_EVALUATION_SHARE,
+    BUDGET_EVALUATIONS,
+    BUDGET_GUARD_EPOCHS,
     BUDGET_LADDER,
     BUDGET_PROBE_SECONDS,
     BUDGET_PROBE_SHARE,
     BUDGET_PROBE_STEPS,
     BUDGET_WARMUP_SHARE,
     BUDGET_WEIGHT_DECAY,
+    CALIBRATION_SAMPLE,
+    FINAL_WORK_MARGIN,
+    PROBE_AVERAGE_DECAY,
+    PROBE_COST_MARGIN,
+    SAVE_BYTES_PER_S,
     SCALING_LAW,
-    ModelConfig,
     ScalingLaw,
-    TrainConfig,
     most_epochs,
-    partial_eval_chars,
 )
-from charrnn.data.corpus import CorpusInfo, StreamBatches
-from charrnn.data.vocab import Vocab
-from charrnn.errors import CharrnnError
-from charrnn.models.devices import check_model_fits, resolve_precision, too_wide_for_bf16
-from charrnn.models.evaluate import scoring_seconds
-from charrnn.models.model import CharRNN, parameter_count
 from charrnn.training.distributed import ProcessGroup
 from charrnn.training.request import split_options
 from charrnn.training.rundir import checkpoint_bytes
 from charrnn.training.samples import draw_sample
 from charrnn.training.schedule import RunAlreadyFinished, stop_reason
 from charrnn.training.state import TrainingRun
-
-# A shape is timed with a weight average (whatever its decay, the same work), unless the user set their
-# own, and without dropout unless given: most budgets' runs train without it, and a shape planned with it
-# is predicted at its dropout_speed.
-PROBE_AVERAGE_DECAY = 0.99
-# The next shape's measurement is predicted from the last one's speed, scaled by size, and not from what
-# the last one took: a cold start once made the first take 2.1 s instead of 0.3, and scaled up, that
-# stopped the measuring after one shape. Setting up and timing a few steps of scoring, which the
-# prediction leaves out, took under a tenth of a measurement on two EPYC cores; this covers them.
-PROBE_COST_MARGIN = 1.25
 
 
 @dataclass(frozen=True)
@@ -153,6 +149,11 @@ class BudgetDecision:
         choice = self.choice
         return choice is None or choice.evaluates
 
+    @property
+    def tie_error(self) -> float:
+        """Predictions closer than this (nats/char, the rule's error) tie."""
+        return SCALING_LAW.rms_error
+
     def outranked(self) -> Candidate | None:
         """The shape with the lowest prediction, when :func:`choose` took another that ties with it: a larger
         one that trains alike, or one that trains to the budget's end where it stops at its pass limit."""
@@ -175,7 +176,7 @@ class BudgetDecision:
         return runner_up
 
     def ends_early(self) -> bool:
-        """Whether the choice reaches the plan's own pass limit (:func:`~charrnn.config.most_epochs`)
+        """Whether the choice reaches the plan's own pass limit (:func:`most_epochs`)
         before the budget's end; a limit the user gave is theirs to lift."""
         choice = self.choice
         return choice is not None and choice.limit == "epochs" and "epochs" in self.chosen
@@ -237,7 +238,7 @@ def _lowest(candidates: tuple[Candidate, ...]) -> Candidate | None:
 
 def dropout_for_epochs(epochs: float) -> float:
     """Dropout for a run of ``epochs`` passes: none for a short run, more with every doubling, and none
-    while that is less than :data:`~charrnn.config.BUDGET_DROPOUT_LEAST`."""
+    while that is less than :data:`BUDGET_DROPOUT_LEAST`."""
     if epochs <= BUDGET_DROPOUT_FREE_EPOCHS:
         return 0.0
     grown = BUDGET_DROPOUT_PER_DOUBLING * math.log2(epochs / BUDGET_DROPOUT_FREE_EPOCHS)
@@ -247,7 +248,7 @@ def dropout_for_epochs(epochs: float) -> float:
 
 def dropout_speed(hidden_size: int) -> float:
     """The share of its timed speed (timed without dropout) a shape ``hidden_size`` wide trains at with
-    dropout: its masks add about :data:`~charrnn.config.BUDGET_DROPOUT_WIDTH` to its width's work."""
+    dropout: its masks add about :data:`BUDGET_DROPOUT_WIDTH` to its width's work."""
     return hidden_size / (hidden_size + BUDGET_DROPOUT_WIDTH)
 
 
@@ -273,7 +274,7 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
     spent before planning, the probe, its own final work
     (:meth:`BudgetEnd.reserve_s`) and the evaluations during training
     (:data:`BUDGET_EVALUATION_SHARE`), and no further than the step limit given
-    and the epoch limit (the one given, else :func:`~charrnn.config.most_epochs` of the corpus) allow. A shape
+    and the epoch limit (the one given, else :func:`most_epochs` of the corpus) allow. A shape
     left no time to train has no prediction. Where the plan chooses dropout, a shape takes it only when
     the passes it makes with it, at :func:`dropout_speed` of its speed, still call for it
     (:func:`dropout_for_epochs`), and is then predicted at that speed.
@@ -549,16 +550,6 @@ def _shapes(given: dict[str, Any], vocab_size: int) -> list[tuple[dict[str, Any]
 # ---------------------------------------------------------------------------- the budget's end
 
 
-CALIBRATION_SAMPLE = 32  # characters of a recorded sample timed to predict a whole sample's cost
-SAVE_BYTES_PER_S = 100e6  # a conservative disk: what writing (and fsyncing) a checkpoint costs
-FINAL_WORK_MARGIN = 1.25  # the estimate's safety factor
-BUDGET_EVALUATION_SHARE = 0.05  # of a time budget, at most this much goes to evaluations during training
-BUDGET_EVALUATIONS = (3, 10)  # evaluations during a budgeted run: at least this many (else none), at most
-# A budget that plans fewer passes than this evaluates only at its end. Evaluations during training guard
-# best.pt against overfitting, and no run planned for fewer passes (its schedule decaying over them)
-# overfit: every curve of up to 4 passes on a GPU was best at its end, 2×1536's 3 among them, while the
-# hours' 2×1280, planned for 3.8 and 3.9, peaked at 3.19 and 2.91.
-BUDGET_GUARD_EPOCHS = 3.0
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from charrnn.config import (
+from charrnn.config import TrainConfig
+from charrnn.errors import CharrnnError, option_placeholder
+from charrnn.training.budget_rules import (
     SLOWDOWN_END_EXPONENT,
     SLOWDOWN_NOTICED,
     SLOWDOWN_RESTATED,
     SLOWDOWN_WINDOW_SHARE,
-    TrainConfig,
 )
-from charrnn.errors import CharrnnError, option_placeholder
 
 if TYPE_CHECKING:  # the budget plans with this module's stopping rules
     from charrnn.training.budget import BudgetEnding

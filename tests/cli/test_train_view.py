@@ -160,8 +160,8 @@ def test_a_budgets_remaining_time_counts_from_where_its_progress_started(capsys)
 
 def test_the_budget_says_why_a_larger_shape_beat_a_lower_prediction():
     from charrnn.cli.train_view import budget_lines
-    from charrnn.config import SCALING_LAW
     from charrnn.training.budget import BudgetDecision, Candidate
+    from charrnn.training.budget_rules import SCALING_LAW
 
     def shape(hidden: int, loss: float, batch: int = 16) -> Candidate:
         settings = {"hidden_size": hidden, "batch_size": batch, "skip_connections": batch == 16}

@@ -6,20 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from charrnn.config import (
-    BUDGET_LADDER,
-    BUDGET_MOST_EPOCHS,
-    BUDGET_PROBE_SHARE,
-    BUDGET_WARMUP_SHARE,
-    BUDGET_WEIGHT_DECAY,
-    LAW_CORPUS_CHARS,
-    SCALING_LAW,
-    SMALLER_CORPUS_EXPONENT,
-    SMALLEST_FITTED_CHARS,
-    ModelConfig,
-    TrainConfig,
-    most_epochs,
-)
+from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data.corpus import encode_corpus, split_ids
 from charrnn.errors import CharrnnError
 from charrnn.models.evaluate import SCORING_PROBE_STEPS, StreamLayout
@@ -36,6 +23,18 @@ from charrnn.training.budget import (
     measuring_seconds,
     plan_budget,
     predict_candidates,
+)
+from charrnn.training.budget_rules import (
+    BUDGET_LADDER,
+    BUDGET_MOST_EPOCHS,
+    BUDGET_PROBE_SHARE,
+    BUDGET_WARMUP_SHARE,
+    BUDGET_WEIGHT_DECAY,
+    LAW_CORPUS_CHARS,
+    SCALING_LAW,
+    SMALLER_CORPUS_EXPONENT,
+    SMALLEST_FITTED_CHARS,
+    most_epochs,
 )
 from charrnn.training.rundir import checkpoint_bytes
 
@@ -577,7 +576,7 @@ def test_a_small_corpus_trains_more_passes_of_a_smaller_shape_to_its_deadline(sm
                                                                             monkeypatch):
     """On a corpus a tenth of tiny Shakespeare's size, repeated passes are worth more than the law fitted
     there credits: the plan trains a smaller shape for more passes, with more dropout, to its end."""
-    from charrnn import config
+    from charrnn.training import budget_rules as config
 
     decision = plan(small_corpus_encoded, 300, work_per_s=3e10)
     choice = decision.choice

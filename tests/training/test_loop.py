@@ -444,7 +444,7 @@ def test_a_budgets_evaluations_are_spread_over_what_is_left_once_training_starts
 
 def test_a_budget_that_affords_more_passes_than_the_rule_trusts_ends_early(repeated_corpus, tmp_path,
                                                                            monkeypatch):
-    from charrnn.config import most_epochs
+    from charrnn.training.budget_rules import most_epochs
 
     limit = most_epochs(2430)  # the passes a budget plans over this corpus's training split, at most
     measured_end(monkeypatch, pass_s=0.5)
