@@ -947,14 +947,11 @@ def end_torchrun_worker(exit_code: int) -> None:
 
 def _fetch_the_builtin_corpus(request: TrainingRequest, say: Callable[[str], None]) -> None:
     """Give a new run that names no corpus tiny Shakespeare, downloaded (once) and verified; what can be
-    refused without it (the run directory, the checkpoint to fine-tune) is refused before the download.
-    From here on the run is one on a corpus like any other."""
-    from charrnn.training.checkpoint import checkpoint_in, load_checkpoint
+    refused without it (the run directory; the checkpoint to fine-tune, read before) is refused before the
+    download. From here on the run is one on a corpus like any other."""
     from charrnn.training.rundir import check_out_dir
 
     check_out_dir(request.out_dir or Path("checkpoints") / DEFAULT_DATASET, request.overwrite)
-    if request.init_from is not None:
-        load_checkpoint(checkpoint_in(request.init_from, "best.pt"))
     dataset = get_dataset(DEFAULT_DATASET, request.data_dir)
     verb = "downloaded and verified" if dataset.downloaded else "verified cached copy of"
     say(f"{verb} {dataset.name}: {escape(str(dataset.path))} ({dataset.chars:,} characters)")
@@ -1016,9 +1013,8 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
                               "observer")
 
     from charrnn.models.devices import resolve_device
-    from charrnn.training.checkpoint import checkpoint_in
     from charrnn.training.distributed import join_from_environment, leave, local_processes
-    from charrnn.training.plan import plan_training
+    from charrnn.training.plan import plan_training, read_sources
     from charrnn.utils.interrupt import GracefulStop
 
     observer = observer if observer is not None else TrainObserver()
@@ -1029,15 +1025,13 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
         if group.world_size > 1:
             say(f"training with {group.world_size} processes (DistributedDataParallel, "
                 f"{'nccl' if request.device.startswith('cuda') else 'gloo'})")
-        from charrnn.training.rundir import resume_checkpoint
-
-        for given, find in ((request.resume, resume_checkpoint), (request.init_from, checkpoint_in)):
-            if given is not None and find(given) != given:
-                say(f"using {escape(str(find(given)))}")
+        sources = read_sources(request)
+        for given, found in ((request.resume, sources.resume), (request.init_from, sources.init_from)):
+            if given is not None and found != given:
+                say(f"using {escape(str(found))}")
         if request.resume is None and request.corpus is None:
             _fetch_the_builtin_corpus(request, say)
-        plan = dataclasses.replace(plan_training(request, group, started=called, finish_s=finish_s),
-                                   threads=threads)
+        plan = dataclasses.replace(plan_training(request, group, called, finish_s, sources), threads=threads)
         if group.is_main:
             observer.on_plan(plan)
         with GracefulStop() as stop:

@@ -26,7 +26,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -63,10 +63,35 @@ from charrnn.training.state import RESUME_FIELDS
 from charrnn.utils.interrupt import GracefulStop
 from charrnn.utils.threads import ThreadChoice
 
+if TYPE_CHECKING:  # a loaded model's type lives above training
+    from charrnn.generation.trained import TrainedModel
+
 # What a resumed run may change; anything else would not fit the checkpoint's weights or place in the data.
 RESUME_MAY_CHANGE = ("epochs", "max_steps", "time_budget", "learning_rate", "min_lr_ratio", "warmup_steps",
                      "clip", "clip_mode", "max_bad_steps", "save_epochs", "eval_every", "save_every",
                      "device", "precision", "sample_every", *SAMPLE_SETTINGS)
+@dataclass(frozen=True)
+class Sources:
+    """The checkpoint a request continues or fine-tunes from, found and loaded once (:func:`read_sources`)."""
+
+    resume: Path | None = None  # the checkpoint a resumed run continues
+    resume_payload: dict[str, Any] | None = None  # its contents
+    init_from: Path | None = None  # the checkpoint a fine-tune starts from
+    init_model: TrainedModel | None = None  # its model
+
+
+def read_sources(request: TrainingRequest) -> Sources:
+    """Find the checkpoint ``request`` continues (a run directory's newest state) or fine-tunes from (a run
+    directory's best.pt; ``shakespeare``, the shipped model), and load it: once for the whole request."""
+    if request.resume is not None:
+        path = resume_checkpoint(request.resume)
+        return Sources(resume=path, resume_payload=load_checkpoint(path))
+    if request.init_from is not None:
+        path = checkpoint_in(request.init_from, "best.pt")
+        return Sources(init_from=path, init_model=load_model(path))
+    return Sources()
+
+
 @dataclass(frozen=True)
 class FineTuneFacts:
     """Where a fine-tune starts, for the user."""
@@ -118,7 +143,8 @@ class TrainingPlan:
 
 
 def plan_training(request: TrainingRequest, group: ProcessGroup | None = None,
-                  started: float | None = None, finish_s: float = 0.0) -> TrainingPlan:
+                  started: float | None = None, finish_s: float = 0.0,
+                  sources: Sources | None = None) -> TrainingPlan:
     """Decide everything about the run ``request`` asks for (checked as it was made); nothing is written
     yet.
 
@@ -126,10 +152,12 @@ def plan_training(request: TrainingRequest, group: ProcessGroup | None = None,
     counting from ``started`` (a ``time.perf_counter()`` reading; default: now) and keeping ``finish_s``
     seconds at its end for the caller (:func:`charrnn.api.train`), and what its end and its evaluations
     during training will cost (:func:`charrnn.training.budget.plan_budget_end`); under torchrun,
-    ``group`` lets every rank take rank 0's measurements.
+    ``group`` lets every rank take rank 0's measurements. ``sources``: the checkpoints the request reads,
+    if the caller has read them already (:func:`read_sources`).
     """
     group = group if group is not None else ProcessGroup()
-    plan = dataclasses.replace(_plan(request, group, started, finish_s), started=started)
+    sources = sources if sources is not None else read_sources(request)
+    plan = dataclasses.replace(_plan(request, sources, group, started, finish_s), started=started)
     split = _refuse_what_cannot_run(plan)
     if plan.config.time_budget is None:
         return plan
@@ -140,12 +168,12 @@ def plan_training(request: TrainingRequest, group: ProcessGroup | None = None,
     return dataclasses.replace(plan, ending=ending)
 
 
-def _plan(request: TrainingRequest, group: ProcessGroup, started: float | None,
+def _plan(request: TrainingRequest, sources: Sources, group: ProcessGroup, started: float | None,
           finish_s: float) -> TrainingPlan:
     """The plan of a new run, a fine-tune or a resumed run, before its checks and a budget's end."""
     model_options, train_options = split_options(request.options)
-    if request.resume is not None:
-        return _plan_resume(request, model_options, train_options)
+    if sources.resume is not None:
+        return _plan_resume(request, sources, model_options, train_options)
     if request.corpus is None:
         raise ConfigError("a new run needs a corpus")
     name = request.corpus_name or corpus_name(request.corpus)
@@ -155,11 +183,11 @@ def _plan(request: TrainingRequest, group: ProcessGroup, started: float | None,
         "device": request.device,
         "init_from": request.init_from and str(request.init_from),
     })
-    init_from = request.init_from and checkpoint_in(request.init_from, "best.pt")
-    reads = {"corpus": request.corpus, "init_from": init_from}
+    reads = {"corpus": request.corpus, "init_from": sources.init_from}
     refuse_writing_over_reads(Path(config.out_dir), "out_dir", reads, run_directory=True)
     check_out_dir(Path(config.out_dir), request.overwrite)  # before a time budget's measuring
-    if request.init_from is None:
+    source, source_path = sources.init_model, sources.init_from
+    if source is None or source_path is None:
         encoded = encode_corpus(request.corpus, name, config.val_frac, val_max_chars=config.val_max_chars)
         budget = None
         if config.time_budget is not None:
@@ -172,8 +200,6 @@ def _plan(request: TrainingRequest, group: ProcessGroup, started: float | None,
         model_config = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
         return TrainingPlan(model_config, config, encoded.vocab, encoded.ids, encoded.info,
                             overwrite=request.overwrite, budget=budget)
-    source_path = checkpoint_in(request.init_from, "best.pt")
-    source = load_model(source_path)
     try:
         encoded = encode_corpus(request.corpus, name, config.val_frac, source.vocab, request.extend_vocab,
                                 val_max_chars=config.val_max_chars)
@@ -311,10 +337,10 @@ def _shown(value: Any) -> str:
     return "none" if value is None else repr(value)
 
 
-def _plan_resume(request: TrainingRequest, model_options: dict[str, Any],
+def _plan_resume(request: TrainingRequest, sources: Sources, model_options: dict[str, Any],
                  train_options: dict[str, Any]) -> TrainingPlan:
-    checkpoint = resume_checkpoint(request.resume)
-    payload = load_checkpoint(checkpoint)
+    checkpoint, payload = sources.resume, sources.resume_payload
+    assert checkpoint is not None and payload is not None
     shipped = shipped_name(checkpoint)
     if shipped is not None:
         raise CharrnnError(f"{shipped} is the model that comes with charrnn: it holds weights only, so it "
