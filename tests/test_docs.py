@@ -197,3 +197,24 @@ def test_the_command_line_reference_is_what_the_code_generates():
                              capture_output=True, text=True)
     assert checked.returncode == 0, checked.stderr
     assert "## `charrnn train`" in (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+
+
+def test_the_readme_and_the_budget_page_read_at_a_breath():
+    """No sentence of the README or docs/defaults.md runs past 40 words, and neither page sprawls."""
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "prose_check.py"), "README.md",
+                             "docs/defaults.md"], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 250
+    assert len((ROOT / "docs" / "defaults.md").read_text().splitlines()) <= 400
+
+
+def test_the_prose_check_splits_sentences_and_skips_code_and_tables():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from prose_check import long_sentences
+    finally:
+        sys.path.pop(0)
+    long = " ".join(["word"] * 41)
+    text = f"{long}. Short one.\n\n```\n{long}\n```\n\n| {long} |\n\n    {long}\n\n- Two. X{' x' * 40}\n"
+    assert [(line, count) for line, count, _ in long_sentences(text)] == [(1, 41), (11, 41)]
+    assert long_sentences(f"See `{long}` here. Done.") == []  # inline code is one word
