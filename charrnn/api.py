@@ -963,27 +963,15 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
           device: str = "auto", threads: int | None = None, data_dir: PathArg | None = None,
           observer: TrainObserver | None = None, started: float | None = None, finish_s: float = 0.0,
           **options: Any) -> TrainResult:
-    """Train on ``corpus`` (a UTF-8 file or a directory of *.txt); without one, on tiny Shakespeare,
-    downloaded (once) into ``data_dir``.
-
-    ``options`` are fields of :class:`~charrnn.config.ModelConfig` and
-    :class:`~charrnn.config.TrainConfig` (``hidden_size=128``, ``epochs=5``,
-    ``time_budget=120``, ...); those not given take their defaults, or for a
-    time-budgeted run what this machine's measured speed and the scaling rule
-    choose (``result.budget`` says what and why). A time budget counts from
-    ``started`` (a ``time.perf_counter()`` reading; default: this call), so a
-    caller that did work of its own first can count it in, and keeps ``finish_s``
-    seconds at its end for what the caller does once this returns (the command
-    line: its interpreter's exit). ``resume``
-    continues the run that wrote a checkpoint (or a run directory's last.pt)
-    exactly; ``init_from`` fine-tunes from one. Under torchrun, every process
-    calls this and they train together. ``threads``: CPU threads (default: the cores no other program
-    is busy on, shared among torchrun's processes on this machine; :mod:`charrnn.utils.threads`).
-
-    Ctrl-C (or SIGTERM, SIGHUP) finishes the current step, saves last.pt and
-    raises :class:`~charrnn.errors.TrainingInterrupted`, whose
-    ``checkpoint`` resumes the run. ``observer`` receives the plan, notes and
-    progress (see :class:`~charrnn.api.TrainObserver`).
+    """Train on ``corpus`` (a UTF-8 file or a directory of *.txt; default: tiny Shakespeare, downloaded
+    once into ``data_dir``). ``options`` are :class:`~charrnn.config.ModelConfig` and
+    :class:`~charrnn.config.TrainConfig` fields (``hidden_size=128``, ``time_budget=120``, ...); a time
+    budget chooses those not given (``result.budget`` says what and why) and counts from ``started`` (a
+    ``time.perf_counter()`` reading; default: this call), keeping ``finish_s`` seconds for the caller's
+    own end. ``resume`` continues a run exactly; ``init_from`` fine-tunes from a checkpoint. ``threads``:
+    CPU threads (default: the idle cores). Ctrl-C saves last.pt and raises
+    :class:`~charrnn.errors.TrainingInterrupted`; ``observer`` receives the plan, notes and progress.
+    Under torchrun every process calls this and they train together.
     """
     from charrnn.training.request import TrainingRequest
 

@@ -32,16 +32,8 @@ BF16_LARGEST_HIDDEN = 768  # the widest LSTM that "auto" trains in bf16: 2×768 
 def resolve_precision(precision: str, device: str, model_config: ModelConfig) -> str:
     """``auto`` → ``bf16`` where it was measured faster, else ``fp32``; explicit choices are kept.
 
-    bf16 autocast is chosen for the fused LSTM on a CPU with native bfloat16
-    (AVX512-BF16 or AMX), where it trained 1.4× (2×256) to 1.9× (2×512) faster than
-    float32 with no visible loss in quality (docs/performance.md). On the same CPU
-    the GRU and the vanilla RNN were slower in bf16 at 2×256, and the layer-normalised
-    cells (a Python loop of small products) slower at every size measured, so they
-    keep float32; so do GPUs (on an H200, bf16 trained 2×512 and 3×1024 LSTMs at 0.93×
-    float32's speed, which already runs on the tensor cores through TF32), and LSTMs wider
-    than :data:`BF16_LARGEST_HIDDEN`: a 2×1024 LSTM stayed on the unigram plateau in
-    bf16 (3.1 to 3.3 nats/char after 150 steps at learning rates 1e-3 to 3e-3) where
-    float32 reached 2.04.
+    bf16 autocast is chosen for the fused LSTM up to :data:`BF16_LARGEST_HIDDEN` wide on a CPU with native
+    bfloat16 (AVX512-BF16 or AMX); other cells, wider LSTMs and GPUs keep float32 (docs/performance.md).
     """
     if precision != "auto":
         return precision

@@ -202,17 +202,11 @@ class BudgetDecision:
 
 
 def choose(candidates: tuple[Candidate, ...]) -> Candidate:
-    """The shape with the lowest prediction, or a larger one that was measured, trains alike with it (the
-    same batch and skip connections) and predicts within the rule's error of it: the largest such, unless
-    another shape is larger still and predicts lower. The fastest when none has time to train.
-
-    Within the rule's error the prediction cannot rank two shapes, and the probe's timings, which wobble
-    by 15% from run to run, would (docs/defaults.md, "Measured with the rule"); where two such shapes tied
-    in the recorded runs, the larger scored better. So a shape that ends before the budget does (at its
-    pass limit) yields to the best one within that error that trains to the budget's end, and the tie is
-    then broken among those: the wobble never decides how much of the budget trains. A shape only
-    estimated from others' speeds is never taken for a larger one that ties: its estimate is not a
-    measurement that wobbles."""
+    """The shape with the lowest prediction, or the largest measured one that trains alike (the same batch
+    and skip connections) and predicts within the rule's error of it, unless a larger one predicts lower;
+    the fastest when none has time to train. Within that error a shape stopping at its pass limit yields
+    to the best one that trains to the budget's end, so the probe's wobble never decides how much of the
+    budget trains (docs/defaults.md, "Choose")."""
     lowest = _lowest(candidates)
     if lowest is None:
         return candidates[0]
@@ -264,20 +258,12 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
                        law: ScalingLaw = SCALING_LAW) -> tuple[Candidate, ...]:
     """Each shape's candidate: measured speeds where given, else estimated from the measured ones.
 
-    ``shapes`` are (settings, layers, parameters), smallest first, and ``precisions`` the precision each
-    trains in (default: all fp32). A shape not measured costs a + b·parameters seconds per character, in
-    training and in evaluation, on a line through the last two measured shapes that train with its batch
-    and precision (through the origin from just one): per-step overheads stay, the arithmetic grows with
-    the weights. Another batch runs at another speed per character (a larger one may be faster), and
-    bfloat16 at another than float32, so a shape no measured shape shares both with is not estimated: it
-    is no candidate (no prediction). Each shape trains for what is left of the budget after what was
-    spent before planning, the probe, its own final work
-    (:meth:`BudgetEnd.reserve_s`) and the evaluations during training
-    (:data:`BUDGET_EVALUATION_SHARE`), and no further than the step limit given
-    and the epoch limit (the one given, else :func:`most_epochs` of the corpus) allow. A shape
-    left no time to train has no prediction. Where the plan chooses dropout, a shape takes it only when
-    the passes it makes with it, at :func:`dropout_speed` of its speed, still call for it
-    (:func:`dropout_for_epochs`), and is then predicted at that speed.
+    ``shapes`` are (settings, layers, parameters), smallest first, and ``precisions`` each one's precision
+    (default: all fp32). An unmeasured shape's seconds per character lie on a line through the last two
+    measured shapes of its batch and precision (through the origin from one); with none, it is no
+    candidate. Each trains for what is left after the probe, its end (:meth:`BudgetEnd.reserve_s`) and
+    any evaluations, within the step and epoch limits; dropout is taken only where the passes made at
+    :func:`dropout_speed` still call for it.
     """
     precisions = precisions if precisions is not None else ["fp32"] * len(shapes)
     kinds = [(settings["batch_size"], precision) for (settings, _, _), precision in zip(shapes, precisions,
@@ -405,21 +391,11 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
                 corpus: CorpusInfo, train_ids: torch.Tensor, val_ids: torch.Tensor,
                 group: ProcessGroup | None = None, clock: Callable[[], float] = time.perf_counter,
                 started: float | None = None, measure: Callable[..., Speed] | None = None) -> BudgetDecision:
-    """Measure the ladder (smallest first, within :data:`BUDGET_PROBE_SHARE` of ``seconds``), predict each
-    shape's loss, and choose the best. ``given`` holds the model and training options the user gave: they
-    stay as given, in every shape measured. ``started`` (a ``clock`` reading, default now) is when the
-    budget began: what went before planning is not there to train.
-
-    Shapes that do not fit the device's memory or the corpus are left out before anything is measured
-    (when none fits, the smallest one's reason is the error), and so, when bf16 is asked for and no size
-    given, are those wider than :data:`~charrnn.models.devices.BF16_LARGEST_HIDDEN`, which did not learn
-    in it. Each shape is timed in the precision it would train in. The smallest is always measured; each
-    next one only if its measurement (:func:`measuring_seconds`, at the previous one's speed scaled by
-    size) still fits the probe's share. Measuring stops early once a measured shape predicts worse than
-    the one before it, and the three train alike (the same batch and skip connections): larger ones,
-    slower still, would predict worse too. A larger batch may be faster per character, and skip
-    connections count in the prediction, so a shape that trains otherwise than the one before it is
-    measured. Under torchrun, rank 0 measures and every rank takes its figures, so all choose alike.
+    """Time the ladder (smallest first, within :data:`BUDGET_PROBE_SHARE` of ``seconds``), predict each
+    shape's loss, and choose (docs/defaults.md, "Time budgets"). ``given``: the options the user gave, kept
+    in every shape. ``started`` (a ``clock`` reading; default now): when the budget began. Shapes that
+    cannot fit the device, the corpus or bf16 are left out first; timing stops at a shape that predicts
+    worse than the last that trains alike. Under torchrun rank 0 times and every rank takes its figures.
     ``measure`` times one shape (default :func:`measure_speed`).
     """
     group = group if group is not None else ProcessGroup()
