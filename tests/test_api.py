@@ -231,6 +231,7 @@ def test_torch_is_imported_only_once_the_options_are_checked_and_there_is_work()
         charrnn.lod  # noqa: B018
 
 
+@pytest.mark.slow
 def test_the_readme_example_runs(tmp_path, monkeypatch, data_mirror):
     """The README's Python example, as written but for its training's size, in a directory where the
     quickstart ran (its ./data holds tiny Shakespeare)."""

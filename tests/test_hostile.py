@@ -593,6 +593,7 @@ def test_an_output_inside_a_directory_corpus_is_refused(tmp_path):
     assert not (corpus / "sample.txt").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["config.json", "manifest.json", "metrics.jsonl", "last.pt"])
 def test_a_fifo_at_a_name_the_run_keeps_never_blocks(small_run, name):
     """Refused in one line, or (a log the run rewrites anyway) replaced: never waited on."""

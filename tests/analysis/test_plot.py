@@ -31,6 +31,7 @@ def png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
+@pytest.mark.slow
 def test_draws_each_runs_curves_from_its_records_into_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     from matplotlib.colors import to_rgb
@@ -57,6 +58,7 @@ def test_draws_each_runs_curves_from_its_records_into_a_png(tmp_path):
         assert (distance < 0.02).sum() > 100
 
 
+@pytest.mark.slow
 def test_cli_plot_from_a_real_run(tiny_run, tmp_path):
     pytest.importorskip("matplotlib")
     output = tmp_path / "out.png"

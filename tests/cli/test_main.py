@@ -447,6 +447,7 @@ def test_a_time_budget_picks_the_settings_not_given(runner, small_corpus, monkey
     assert config["train"]["learning_rate"] == 5e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("native", [False, True])
 def test_a_budget_says_which_shape_this_machine_affords_and_why(runner, small_corpus, monkeypatch, cpu_bf16,
                                                                 native):
@@ -703,6 +704,7 @@ def test_a_skip_connection_model_samples_scores_and_beam_searches(runner, small_
     assert "with skip connections" in " ".join(described.stdout.replace("│", " ").split())
 
 
+@pytest.mark.slow
 def test_a_budgets_skip_connections_can_be_turned_off(runner, small_corpus, monkeypatch):
     slow_machine(monkeypatch, work_per_s=1e9)
     result = invoke(runner, "train", small_corpus, "--out", "run", "--time-budget", "3",
@@ -768,6 +770,7 @@ def test_a_run_file_nested_too_deeply_is_named_in_one_line(runner, small_corpus,
     assert damaged in errors[0] and "unexpected" not in errors[0]
 
 
+@pytest.mark.slow
 def test_bf16_asked_for_an_lstm_too_wide_for_it_warns(runner, small_corpus, cpu_bf16):
     cpu_bf16(True)
     result = invoke(runner, "train", small_corpus, "--out", "run", "--hidden", "800", "--embed", "8",

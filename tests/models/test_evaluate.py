@@ -68,6 +68,7 @@ def test_a_text_within_one_slice_scores_as_one_stream(toy_model):
         evaluate(toy_model, ids, single_stream=True).nats_per_char, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_many_streams_land_close_to_one_stream_and_chunking_changes_nothing(toy_model, monkeypatch):
     torch.manual_seed(1)
     ids = torch.randint(0, 4, (5 * EVAL_SLICE + 100,))

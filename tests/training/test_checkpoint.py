@@ -109,6 +109,7 @@ def test_the_module_docstring_names_every_checkpoint_field():
     assert missing == []
 
 
+@pytest.mark.slow
 def test_a_save_past_the_file_size_limit_names_the_cause_and_keeps_the_old_file(tmp_path):
     """torch.save turns a failed write into a RuntimeError that says nothing of why; the save says why."""
     old = tmp_path / "last.pt"

@@ -373,6 +373,7 @@ def planned_evaluations(monkeypatch, evaluates: bool) -> None:
         dataclasses.replace(candidate, evaluates=evaluates) for candidate in predict(*args, **kwargs)))
 
 
+@pytest.mark.slow
 def test_a_budget_planned_for_few_passes_evaluates_only_at_its_end(repeated_corpus, tmp_path, monkeypatch):
     # The same run as above, but its budget planned under 3 passes: it cannot overfit, so nothing is spent on
     # evaluations during training. A given --eval-every still evaluates on its schedule.

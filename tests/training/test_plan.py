@@ -197,6 +197,7 @@ def test_locked_dropout_without_any_dropout_is_refused(small_corpus, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_a_budget_choosing_a_rung_too_wide_for_bf16_says_it_trains_in_float32(monkeypatch, cpu_bf16,
                                                                              small_corpus):
     cpu_bf16(True)

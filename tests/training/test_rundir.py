@@ -258,6 +258,7 @@ def test_a_second_ctrl_c_aborts_at_once_and_leaves_a_whole_checkpoint(small_corp
     assert not list((tmp_path / "run").glob(".*.tmp"))
 
 
+@pytest.mark.slow
 def test_overwrite_retires_the_whole_older_run_before_the_new_one_writes(small_corpus, tmp_path):
     """An older run's samples, best.pt and scores never pass for a new run's: not when the new run
     records no samples, nor when it is interrupted before its first evaluation."""

@@ -161,6 +161,7 @@ def test_the_evolutions_markdown_shows_markup_as_text(tmp_path):
     assert "&#42;bold&#42; &#95;it&#95; &#96;code&#96; a&#124;b &lt;b&gt;" in markdown
 
 
+@pytest.mark.slow
 def test_a_stop_during_a_long_recorded_sample_is_honoured_within_moments(small_corpus, tmp_path):
     """A sample of a million characters would take minutes: SIGINT abandons it, and the run saves
     last.pt and stops as after any step."""

@@ -74,6 +74,7 @@ def test_tables_and_views_show_hidden_characters_as_escapes(hostile_run):
         assert "\\x1b" in result.stdout, arguments
 
 
+@pytest.mark.slow
 def test_the_product_stays_exact_and_its_views_do_not(hostile_run, tmp_path):
     run = hostile_run / "run"
     product = subprocess.run([sys.executable, "-m", "charrnn", "sample", str(run / "best.pt"), "--prime",
@@ -93,6 +94,7 @@ def test_the_product_stays_exact_and_its_views_do_not(hostile_run, tmp_path):
     assert "\r" not in written and '<span class="hidden">\\r</span>' in written
 
 
+@pytest.mark.slow
 def test_sample_previews_while_training_stay_one_escaped_line(tmp_path):
     corpus = tmp_path / "hostile.txt"
     corpus.write_text(("To be\r\n" + HOSTILE + "\n") * 200, encoding="utf-8", newline="")
