@@ -419,34 +419,13 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
                         averaging=given.get("ema_decay", 1.0) > 0, max_steps=config.max_steps,
                         max_epochs=config.epochs, scheduled=config.eval_every is not None,
                         dropout=given.get("dropout"))
-    allowance = BUDGET_PROBE_SHARE * seconds
     speeds: list[Speed | None] = [None] * len(shapes)
     if group.is_main:
-        previous_loss = math.inf
-        for index, ((settings, _, params), trial_model, trial) in enumerate(trials):
-            spent = clock() - now
-            limit_s = min(BUDGET_PROBE_SECONDS, max(allowance - spent, 0.0))
-            if index:
-                previous = speeds[index - 1]
-                assert previous is not None
-                speed = previous.train_chars_per_s * shapes[index - 1][2] / params
-                step_chars = trial.batch_size * trial.seq_len
-                # Timed for what is left of the share: with its untimed step and the timed step that may
-                # run past the limit, and the margin, the measurement then fits, if its fewest steps do.
-                limit_s = min(BUDGET_PROBE_SECONDS, max(
-                    (allowance - spent) / PROBE_COST_MARGIN - 2 * step_chars / speed, 0.0))
-                if spent + measuring_seconds(speed, step_chars, limit_s) > allowance:
-                    break
-            speeds[index] = measure(trial_model, trial, vocab, corpus, train_ids, val_ids, limit_s, clock)
-            estimate = predict_candidates(shapes[: index + 1], speeds[: index + 1],
-                                          dataclasses.replace(workload, probe_s=clock() - now),
-                                          precisions[: index + 1])[-1]
-            following = shapes[index + 1][0] if index + 1 < len(shapes) else settings
-            loss = estimate.predicted_loss if estimate.predicted_loss is not None else math.inf
-            alike_before = index > 0 and _alike(shapes[index - 1][0], settings)
-            if alike_before and loss > previous_loss and _alike(following, settings):
-                break
-            previous_loss = loss
+        def timed(model: ModelConfig, trial: TrainConfig, limit_s: float) -> Speed:
+            return measure(model, trial, vocab, corpus, train_ids, val_ids, limit_s, clock)
+
+        allowance = BUDGET_PROBE_SHARE * seconds
+        speeds = _time_the_ladder(trials, precisions, workload, allowance, timed, clock, now)
     figures = [value for speed in speeds for value in (
         (speed.train_chars_per_s, speed.eval_chars_per_s) if speed else (0.0, 0.0))]
     *figures, probe_s = group.reduce([*figures, clock() - now], torch.device(config.device), op="max")
@@ -455,16 +434,61 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
     candidates = predict_candidates(shapes, speeds, dataclasses.replace(workload, probe_s=probe_s),
                                     precisions)
     choice = choose(candidates)
+    return BudgetDecision(seconds, device, choice.precision, planned=True,
+                          chosen=_chosen_settings(choice, given, config, len(train_ids)),
+                          candidates=candidates, probe_s=probe_s)
+
+
+def _time_the_ladder(trials: list[tuple[tuple[dict[str, Any], int, int], ModelConfig, TrainConfig]],
+                     precisions: list[str], workload: Workload, allowance: float,
+                     measure: Callable[[ModelConfig, TrainConfig, float], Speed],
+                     clock: Callable[[], float], started: float) -> list[Speed | None]:
+    """Each shape's measured speed, smallest first, while the next one's timing (predicted from the last
+    one's speed, scaled by size) fits ``allowance`` seconds from ``started``; None for those left untimed.
+    Timing stops at a shape that predicts worse than the one before it when all three train alike: larger
+    ones would too."""
+    shapes = [shape for shape, _, _ in trials]
+    speeds: list[Speed | None] = [None] * len(trials)
+    previous_loss = math.inf
+    for index, ((settings, _, params), trial_model, trial) in enumerate(trials):
+        spent = clock() - started
+        limit_s = min(BUDGET_PROBE_SECONDS, max(allowance - spent, 0.0))
+        if index:
+            previous = speeds[index - 1]
+            assert previous is not None
+            speed = previous.train_chars_per_s * shapes[index - 1][2] / params
+            step_chars = trial.batch_size * trial.seq_len
+            # Timed for what is left of the share: with its untimed step and the timed step that may run
+            # past the limit, and the margin, the measurement then fits, if its fewest steps do.
+            limit_s = min(BUDGET_PROBE_SECONDS, max(
+                (allowance - spent) / PROBE_COST_MARGIN - 2 * step_chars / speed, 0.0))
+            if spent + measuring_seconds(speed, step_chars, limit_s) > allowance:
+                break
+        speeds[index] = measure(trial_model, trial, limit_s)
+        estimate = predict_candidates(shapes[: index + 1], speeds[: index + 1],
+                                      dataclasses.replace(workload, probe_s=clock() - started),
+                                      precisions[: index + 1])[-1]
+        following = shapes[index + 1][0] if index + 1 < len(shapes) else settings
+        loss = estimate.predicted_loss if estimate.predicted_loss is not None else math.inf
+        alike_before = index > 0 and _alike(shapes[index - 1][0], settings)
+        if alike_before and loss > previous_loss and _alike(following, settings):
+            break
+        previous_loss = loss
+    return speeds
+
+
+def _chosen_settings(choice: Candidate, given: dict[str, Any], config: TrainConfig,
+                     train_chars: int) -> dict[str, Any]:
+    """What the budget sets for the options not given: the shape's, its regularisation, the pass limit and
+    a warm-up within a tenth of its steps."""
     steps = choice.chars / (choice.settings["batch_size"] * config.seq_len)
     chosen = {**choice.settings, "dropout": choice.dropout,
               "weight_decay": BUDGET_WEIGHT_DECAY, "ema_decay": average_decay_for_steps(steps)}
     if config.epochs is None:  # even where the budget ends it sooner: a shape may train faster than timed
-        chosen["epochs"] = most_epochs(len(train_ids))
+        chosen["epochs"] = most_epochs(train_chars)
     if steps * BUDGET_WARMUP_SHARE < config.warmup_steps:
         chosen["warmup_steps"] = max(1, int(steps * BUDGET_WARMUP_SHARE))
-    chosen = {key: value for key, value in chosen.items() if key not in given}
-    return BudgetDecision(seconds, device, choice.precision, planned=True, chosen=chosen,
-                          candidates=candidates, probe_s=probe_s)
+    return {key: value for key, value in chosen.items() if key not in given}
 
 
 def _alike(settings: dict[str, Any], other: dict[str, Any]) -> bool:
