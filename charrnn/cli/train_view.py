@@ -356,13 +356,16 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
 def training_summary(result: TrainResult, name: Namer) -> Table:
     """``charrnn train``'s closing table."""
     best = result.best
+    # -o eval_chars N below the split's length: every score, best.pt's too, is of its first N characters.
+    part = result.config is not None and result.config.eval_chars == best.chars
     return key_value_table("training finished", {
         "stopped": result.stop_reason.describe(name),
         "steps": f"{result.steps:,} ({result.epoch:.2f} epochs)",
         "wall time": f"{result.elapsed_s:.1f} s",
         "best validation": f"{best.nats_per_char:.4f} nats/char, {best.bits_per_char:.4f} bits/char, "
                            f"perplexity {best.perplexity:.3f}"
-                           f"{' (averaged weights)' if result.best_is_average else ''}",
+                           f"{' (averaged weights)' if result.best_is_average else ''}"
+                           f"{f', on the first {best.chars:,} validation chars' if part else ''}",
         "skipped steps": str(result.skipped_steps),
         "checkpoints": f"{result.out_dir / 'best.pt'}, {result.out_dir / 'last.pt'}",
         **({"epoch checkpoints": ", ".join(path.name for path in result.epoch_checkpoints)}

@@ -84,8 +84,7 @@ class Workload:
     averaging: bool  # whether the run keeps a weight average, which the final evaluation scores too
     max_steps: int | None = None  # a step limit given beside the budget
     max_epochs: float | None = None  # an epoch limit given beside the budget
-    scheduled: bool = False  # evaluations on a schedule given beside the budget (eval_every): every shape
-    # keeps time for evaluations during training
+    eval_every: int | None = None  # steps between evaluations, given beside the budget: paid from it
     dropout: float | None = None  # the dropout the user gave, every shape timed with it; None: the plan
     # chooses each shape's
 
@@ -316,12 +315,19 @@ def _trained(chars_per_s: float, settings: dict[str, Any], workload: Workload, l
     measured: (its seconds of training, the characters it trains on, the characters the time alone
     affords, the limit that ends it first if one does, whether it evaluates during training). It evaluates
     when, keeping time for that, it trains :data:`BUDGET_GUARD_EPOCHS` passes or more, or evaluations on a
-    schedule were given; otherwise their time trains it."""
-    training_s = max(left_s - end.reserve_s(), 0.0) * (1 - BUDGET_EVALUATION_SHARE)
+    schedule were given (each ``eval_every`` steps takes one evaluation's time); otherwise their time
+    trains it."""
+    available = max(left_s - end.reserve_s(), 0.0)
+    if workload.eval_every is not None:
+        evaluation_per_char = end.weight_sets * end.pass_s / (settings["batch_size"] * workload.seq_len
+                                                              * workload.eval_every)
+        training_s = available / (1 + chars_per_s * evaluation_per_char)
+        return training_s, *_training(chars_per_s, settings, workload, training_s), True
+    training_s = available * (1 - BUDGET_EVALUATION_SHARE)
     chars, affordable, limit = _training(chars_per_s, settings, workload, training_s)
-    evaluates = workload.scheduled or chars >= BUDGET_GUARD_EPOCHS * workload.train_chars
+    evaluates = chars >= BUDGET_GUARD_EPOCHS * workload.train_chars
     if not evaluates:
-        training_s = max(left_s - end.reserve_s(), 0.0)
+        training_s = available
         chars, affordable, limit = _training(chars_per_s, settings, workload, training_s)
     return training_s, chars, affordable, limit, evaluates
 
@@ -417,7 +423,7 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
     shapes = [shape for shape, _, _ in trials]
     workload = Workload(seconds, spent_s, 0.0, len(train_ids), len(val_ids), config.seq_len,
                         averaging=given.get("ema_decay", 1.0) > 0, max_steps=config.max_steps,
-                        max_epochs=config.epochs, scheduled=config.eval_every is not None,
+                        max_epochs=config.epochs, eval_every=config.eval_every,
                         dropout=given.get("dropout"))
     speeds: list[Speed | None] = [None] * len(shapes)
     if group.is_main:
@@ -644,6 +650,8 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
     end = BudgetEnd(pass_s, 2 if config.ema_decay > 0 else 1, len(val_ids) - 1, other_s)
     each_s = end.weight_sets * pass_s
     count = end.evaluations(budget) if config.eval_every is None and evaluates else 0
+    left_s = budget - resumed["elapsed_s"] if resumed is not None else budget
+    count = int(count * max(left_s, 0.0) / budget)  # a resumed run: what is left gets its share of them
     reserve = end.reserve_s() + finish_s
     if config.eval_every is not None:  # an evaluation on schedule may start just before training stops
         reserve += FINAL_WORK_MARGIN * each_s
@@ -655,7 +663,8 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
         messages.append(f"{{time_budget}} {budget:g} s: {count} evaluations during training, evenly through "
                         f"it ({scores}, {each} each); best.pt keeps the best weights seen")
     elif config.eval_every is None:
-        because = (f"{BUDGET_EVALUATION_SHARE:.0%} of the budget pays for fewer than {BUDGET_EVALUATIONS[0]}"
+        because = ("too little of the budget is left" if left_s < budget and end.evaluations(budget) else
+                   f"{BUDGET_EVALUATION_SHARE:.0%} of the budget pays for fewer than {BUDGET_EVALUATIONS[0]}"
                    if evaluates else f"with them its shape would train under {BUDGET_GUARD_EPOCHS:g} epochs, "
                    f"and no run that short was seen to overfit; their time trains it")
         messages.append(f"{{time_budget}} {budget:g} s: no evaluations during training ({because}); "

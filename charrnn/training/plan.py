@@ -309,9 +309,13 @@ def resume_config(
     # (earlier versions scored a part of the split during training and all of it at the end).
     saved = {"precision": "fp32", "ema_decay": 0.0, "val_max_chars": None, **payload["train_config"]}
     corpus, best = payload.get("corpus") or {}, payload.get("best")
-    if best and "split_point" in corpus:
-        whole, given = corpus["chars"] - corpus["split_point"] - 1, saved.get("eval_chars")
-        if best["chars"] != min(given or whole, whole):
+    if "split_point" in corpus:  # eval_chars past the split's end means the whole split, as none does
+        whole = corpus["chars"] - corpus["split_point"] - 1
+        train_options = {key: None if key == "eval_chars" and value is not None and value >= whole else value
+                         for key, value in train_options.items()}
+        given = saved.get("eval_chars")
+        saved["eval_chars"] = given if given is not None and given < whole else None
+        if best and best["chars"] != min(given or whole, whole):
             saved["eval_chars"] = best["chars"] if best["chars"] < whole else None
     changes = []
     for key, value in train_options.items():

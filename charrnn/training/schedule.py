@@ -133,16 +133,30 @@ class Schedule:
         self.reserve = ending.reserve_s if ending is not None else 0.0  # seconds kept for the end
         self.told_reserve = self.reserve  # the time kept for the end that the user was last told of
         self.slowdown = 1.0  # how much slower than planned training has run (kept at its worst)
-        self.points: list[float] = []  # evaluations still due during training, as fractions of the run
+        self.points: list[float] = []  # evaluations still due during training, as fractions of it
         self.gap = 1.0  # the distance between them
+        self.began = (0, 0.0, 0.0)  # the step, epoch and spent seconds (reserve included) at its start
 
     def begin(self, run: TrainingRun, elapsed: float) -> None:
-        """Spread the planned evaluations over what is left of the run: a budget's run starts part-done
-        (the time spent before training and kept for the end count in it)."""
-        planned = self.ending.points if self.ending is not None else ()
-        done = (self.progress(run, elapsed) or 0.0) if planned else 0.0
-        self.points = [done + (1.0 - done) * point for point in planned]
-        self.gap = (1.0 - done) / (len(planned) + 1)
+        """Start the planned evaluations' clock where training starts: a budget's run starts part-done (the
+        time spent before training and kept for the end count in it), and a resumed one further still."""
+        self.points = list(self.ending.points) if self.ending is not None else []
+        self.gap = 1.0 / (len(self.points) + 1)
+        self.began = (run.step, run.epoch, elapsed + self.reserve)
+
+    def _along(self, run: TrainingRun, elapsed: float) -> float:
+        """How much of its training the run has done since it began, by whichever limit it is nearest:
+        the evaluations are spread along this, so they fall evenly through the training whichever limit
+        ends it (a budget's, or the passes of one that ends early)."""
+        step, epoch, spent = self.began
+        config, fractions = self.config, [0.0]
+        if config.max_steps is not None and config.max_steps > step:
+            fractions.append((run.step - step) / (config.max_steps - step))
+        if config.epochs is not None and config.epochs > epoch:
+            fractions.append((run.epoch - epoch) / (config.epochs - epoch))
+        if config.time_budget is not None and config.time_budget > spent:
+            fractions.append((elapsed + self.reserve - spent) / (config.time_budget - spent))
+        return max(fractions)
 
     def progress(self, run: TrainingRun, elapsed: float) -> float | None:
         """How much of the run is done (None without a limit): the end's reserved time counts as spent."""
@@ -164,7 +178,7 @@ class Schedule:
         config, ending = self.config, reason is not None
         interrupted = ending and reason.interrupted
         epoch_end = run.position == 0 and run.epochs_done in config.save_epochs
-        progress = self.progress(run, elapsed) or 0.0
+        progress = self._along(run, elapsed)
         timed = bool(self.points) and progress >= self.points[0]
         if timed:  # a slow step may pass a moment: one evaluation for all passed, none just before the end
             self.points = [point for point in self.points if point > progress]

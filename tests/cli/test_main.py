@@ -583,6 +583,8 @@ def test_every_evaluation_may_score_the_validation_splits_start(runner, small_co
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in Path("run/metrics.jsonl").read_text().splitlines()]
     assert [record.get("val_chars") for record in records] == [50, 50]  # the end's too
+    summary = " ".join(word for word in result.output.split() if word != "│")
+    assert "perplexity" in summary and "on the first 50 validation chars" in summary  # the summary says so
     assert json.loads(Path("run/config.json").read_text())["train"]["eval_chars"] == 50
 
 

@@ -464,6 +464,41 @@ def test_a_budget_that_affords_more_passes_than_the_rule_trusts_ends_early(repea
                for k, record in enumerate(records[:-1], start=1))
 
 
+def test_a_budget_ending_at_its_pass_limit_spreads_its_evaluations_over_its_passes(repeated_corpus,
+                                                                                  tmp_path, monkeypatch):
+    # As above, but 40% of the budget went before training: the evaluations still fall evenly through
+    # the passes it trains, not crowded into the second half.
+    from charrnn.training.budget_rules import most_epochs
+
+    limit = most_epochs(2430)
+    measured_end(monkeypatch, pass_s=0.5)
+    clock = FakeClock(step_seconds=0.5)
+    budget = 10 * limit * 2
+    plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=budget)
+    result = dataclasses.replace(plan, started=clock.now - 0.4 * budget).run(clock, clock=clock)
+    assert result.stop_reason == StopReason("epochs", limit)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    evaluations = len(records) - 1
+    assert evaluations >= 3
+    assert all(0 <= record["epoch"] - limit * k / (evaluations + 1) <= 0.2
+               for k, record in enumerate(records[:-1], start=1))
+
+
+def test_a_resumed_budget_plans_evaluations_for_what_is_left_of_it(repeated_corpus, tmp_path, monkeypatch):
+    # Five evaluations in 100 s (as above); resumed with 10 s more, its share pays for none.
+    measured_end(monkeypatch, pass_s=0.5)
+    clock = FakeClock(step_seconds=0.5)
+    first = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000)
+    first.run(clock, clock=clock)
+    messages = []
+    clock.on_message = messages.append
+    plan_run(None, None, resume=tmp_path / "run", time_budget=110).run(clock, clock=clock)
+    records = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert len(records) == 7  # five during the first session, its end's, and the resumed session's end
+    assert any("no evaluations during training (too little of the budget is left)" in message
+               for message in messages)
+
+
 def whole_score(checkpoint: Path, corpus: Path, chars: int | None = None) -> tuple[dict, float]:
     """A checkpoint's recorded best, and its weights' score on the validation split (its first ``chars``),
     recomputed on the device the run trained and scored on."""

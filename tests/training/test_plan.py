@@ -88,9 +88,12 @@ def test_a_resumed_run_scores_the_text_its_best_pt_was_scored_on(tiny_run):
     payload["best"]["chars"] = 100
     payload["train_config"]["eval_chars"] = None
     assert resume_config(payload, {}, {"max_steps": 80})[1].eval_chars == 100  # best.pt: its start
-    payload["train_config"]["eval_chars"] = 10 * whole  # scores all of it, as best.pt was: kept as given
+    payload["train_config"]["eval_chars"] = 10 * whole  # past the split's end: the whole split, as none is
     payload["best"]["chars"] = whole
-    assert resume_config(payload, {}, {"max_steps": 80, "eval_chars": 10 * whole})[1].eval_chars == 10 * whole
+    for given in (10 * whole, whole, None):
+        assert resume_config(payload, {}, {"max_steps": 80, "eval_chars": given})[1].eval_chars is None
+    with pytest.raises(CharrnnError, match=r"eval_chars 100 contradicts the checkpoint \(eval_chars none\)"):
+        resume_config(payload, {}, {"max_steps": 80, "eval_chars": 100})  # another text: refused
 
 
 @pytest.mark.parametrize(("native", "precision", "expected"), [
