@@ -6,6 +6,9 @@ VENV ?= .venv
 # The CPU wheel; override (e.g. TORCH_SPEC='torch>=2.2,<3') for a CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
+# The tests run in one process per core (pytest-xdist), at most four: most of their time is single-threaded
+# (subprocesses starting, files written and read).
+PYTEST := $(BIN)/python -m pytest -q -n auto --maxprocesses 4
 
 .PHONY: setup demo test test-fast lint
 
@@ -33,10 +36,10 @@ lint: setup
 # The whole suite, then the quick tests again as on a processor of the other kind (with native bfloat16
 # or without: CHARRNN_CPU_BF16), so that both paths pass on any machine.
 test: lint
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 	CHARRNN_CPU_BF16=$$($(BIN)/python -c "from charrnn.utils.hardware import cpu_has_native_bf16 as native; \
-	print(int(not native()))") $(BIN)/python -m pytest -q -m "not slow"
+	print(int(not native()))") $(PYTEST) -m "not slow"
 
 # Everything but the tests marked slow (real subprocesses, torchrun, fuzzing): for the edit-test loop.
 test-fast: lint
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"

@@ -97,9 +97,11 @@ class ProgressBar(TrainObserver):
                 self._say(line)
         tuned = plan.fine_tune
         if tuned is not None:
-            model = plan.model_config
-            kept = ", ".join(f"{field} {getattr(model, field):g}" for field in REGULARISATION_RATES
-                             if getattr(model, field)) or "no dropout"
+            now, before = plan.model_config.to_dict(), tuned.model_before.to_dict()
+            kept = ", ".join(
+                f"{field} {now[field]:g}" + ("" if now[field] == before[field] else
+                                             f" (given; the checkpoint's {before[field]:g})")
+                for field in REGULARISATION_RATES if now[field] or before[field]) or "no dropout"
             grown = f"; the vocabulary grows from {tuned.vocab_before} to {len(plan.vocab)} characters" \
                 if len(plan.vocab) > tuned.vocab_before else ""
             self._say(f"fine-tuning {tuned.checkpoint}: its shape and regularisation ({kept}) are kept "

@@ -98,6 +98,7 @@ class FineTuneFacts:
 
     checkpoint: Path  # the checkpoint whose weights it starts from
     vocab_before: int  # that checkpoint's vocabulary size (the run's is larger with extend_vocab)
+    model_before: ModelConfig  # that checkpoint's model (the run may change its regularisation)
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,8 @@ def _plan(request: TrainingRequest, sources: Sources, group: ProcessGroup, start
                               "other setting not given keeps its plain default")
     return TrainingPlan(model_config, config, encoded.vocab, encoded.ids, encoded.info,
                         overwrite=request.overwrite, initial_weights=source.network.state_dict(),
-                        fine_tune=FineTuneFacts(source_path, len(source.vocab)), budget=budget)
+                        fine_tune=FineTuneFacts(source_path, len(source.vocab), source.network.config),
+                        budget=budget)
 
 
 def _budget_decision(config: TrainConfig, encoded: EncodedCorpus, model_options: dict[str, Any],

@@ -808,7 +808,8 @@ def test_a_fine_tune_says_what_it_keeps_and_how_its_vocabulary_grows(runner, tin
                                                                      tmp_path):
     novel = tmp_path / "novel.txt"
     novel.write_text(small_corpus.read_text(encoding="utf-8") + "{~|}\n" * 20, encoding="utf-8")
-    for extra, said in ((["--dropout", "0.2"], "dropout 0.2"), ([], "no dropout")):
+    for extra, said in ((["--dropout", "0.2"], "dropout 0.2 (given; the checkpoint's 0)"),
+                        ([], "no dropout")):
         result = invoke(runner, "train", novel, "--init-from", tiny_checkpoint, "--extend-vocab",
                         "--max-steps", "1", "--quiet", "--out", f"tuned{len(extra)}", *extra)
         assert result.exit_code == 0, result.output
