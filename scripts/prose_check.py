@@ -3,7 +3,7 @@
     python scripts/prose_check.py README.md docs/defaults.md
 
 Prints each long sentence with its file, line and length; exits 1 if there is one. Code blocks,
-tables and headings are skipped, and so are link targets and inline code's inner spaces.
+tables and headings are skipped, and so are link targets.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 MAX_WORDS = 40
-# A sentence ends at . ! or ? followed by a space and a capital, a digit, a quote or a bracket.
-SENTENCE_END = re.compile(r"(?<=[.!?])[)\"'”’]*\s+(?=[A-Z0-9(\"'“`*\[])")
+# A sentence ends at . ! or ? (and any closing bracket or quote) followed by a space.
+SENTENCE_END = re.compile(r"(?<=[.!?])[)\"'”’]*\s+")
 
 
 def prose_blocks(text: str) -> list[tuple[int, str]]:
@@ -47,9 +47,7 @@ def prose_blocks(text: str) -> list[tuple[int, str]]:
 
 
 def words(sentence: str) -> int:
-    sentence = re.sub(r"\]\([^)]*\)", "]", sentence)  # a link counts by its text
-    sentence = re.sub(r"`[^`]*`", "code", sentence)  # inline code is one word
-    return len(sentence.split())
+    return len(re.sub(r"\]\([^)]*\)", "]", sentence).split())  # a link counts by its text
 
 
 def long_sentences(text: str, limit: int = MAX_WORDS) -> list[tuple[int, int, str]]:
