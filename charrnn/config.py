@@ -71,10 +71,10 @@ def split_point(num_chars: int, val_frac: float, val_max_chars: int | None = Non
     return point if val_max_chars is None else max(point, num_chars - val_max_chars)
 
 
-def partial_eval_chars(config: TrainConfig, val_chars: int) -> int | None:
+def partial_eval_chars(eval_chars: int | None, val_chars: int) -> int | None:
     """The validation characters every evaluation scores when that is only the split's start
-    (TrainConfig.eval_chars, below its ``val_chars``); None when it is all of it."""
-    return config.eval_chars if config.eval_chars is not None and config.eval_chars < val_chars else None
+    (TrainConfig.eval_chars, below the split's ``val_chars``); None when it is all of it."""
+    return eval_chars if eval_chars is not None and eval_chars < val_chars else None
 
 
 def require(condition: bool, field: str, problem: str) -> None:

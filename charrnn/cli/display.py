@@ -95,7 +95,7 @@ def describe_split(chars: int, split_point: int, val_frac: float) -> str:
 
 def describe_evaluations(config: TrainConfig, val_chars: int) -> str:
     """When the run evaluates, and what each evaluation scores."""
-    subset = partial_eval_chars(config, val_chars)
+    subset = partial_eval_chars(config.eval_chars, val_chars)
     scored = f", each on the first {subset:,} validation chars" if subset else ""
     if config.evaluation_interval:
         return f"every {config.evaluation_interval:,} steps and at the end{scored}"

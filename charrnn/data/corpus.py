@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from charrnn.config import split_point
+from charrnn.config import partial_eval_chars, split_point
 from charrnn.data.cache import (
     cached_ids,
     corpus_files,
@@ -62,6 +62,13 @@ class Split:
 
 def split_ids(ids: torch.Tensor, first_val_index: int) -> Split:
     return Split(train=ids[:first_val_index], val=ids[first_val_index:])
+
+
+def scored_validation(val_ids: torch.Tensor, eval_chars: int | None) -> tuple[torch.Tensor, int | None]:
+    """The validation text every evaluation scores, and how many characters it predicts when that is only
+    the split's start (TrainConfig.eval_chars; None: all of it)."""
+    part = partial_eval_chars(eval_chars, len(val_ids) - 1)
+    return (val_ids if part is None else val_ids[: part + 1]), part
 
 
 @dataclass(frozen=True)

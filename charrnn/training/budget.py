@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from charrnn.config import ModelConfig, TrainConfig, partial_eval_chars
-from charrnn.data.corpus import CorpusInfo, StreamBatches
+from charrnn.config import ModelConfig, TrainConfig
+from charrnn.data.corpus import CorpusInfo, StreamBatches, scored_validation
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
 from charrnn.models.devices import check_model_fits, resolve_precision, too_wide_for_bf16
@@ -641,17 +641,16 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
     budget = config.time_budget
     assert budget is not None
     device = torch.device(config.device)
-    scored = partial_eval_chars(config, len(val_ids) - 1)
-    val_ids = val_ids if scored is None else val_ids[: scored + 1]  # what every evaluation scores
+    val_ids, scored = scored_validation(val_ids, config.eval_chars)  # what every evaluation scores
     model = CharRNN(model_config).to(device) if group.is_main else None
     measured = final_work_seconds(model, vocab, config, val_ids, clock) if model is not None else \
         BudgetEnd(0.0, 1, 0)
     pass_s, other_s = group.reduce([measured.pass_s, measured.other_s], device, op="max")
     end = BudgetEnd(pass_s, 2 if config.ema_decay > 0 else 1, len(val_ids) - 1, other_s)
     each_s = end.weight_sets * pass_s
-    count = end.evaluations(budget) if config.eval_every is None and evaluates else 0
+    whole_run = end.evaluations(budget) if config.eval_every is None and evaluates else 0
     left_s = budget - resumed["elapsed_s"] if resumed is not None else budget
-    count = int(count * max(left_s, 0.0) / budget)  # a resumed run: what is left gets its share of them
+    count = int(whole_run * max(left_s, 0.0) / budget)  # a resumed run: what is left gets its share
     reserve = end.reserve_s() + finish_s
     if config.eval_every is not None:  # an evaluation on schedule may start just before training stops
         reserve += FINAL_WORK_MARGIN * each_s
@@ -663,10 +662,14 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
         messages.append(f"{{time_budget}} {budget:g} s: {count} evaluations during training, evenly through "
                         f"it ({scores}, {each} each); best.pt keeps the best weights seen")
     elif config.eval_every is None:
-        because = ("too little of the budget is left" if left_s < budget and end.evaluations(budget) else
-                   f"{BUDGET_EVALUATION_SHARE:.0%} of the budget pays for fewer than {BUDGET_EVALUATIONS[0]}"
-                   if evaluates else f"with them its shape would train under {BUDGET_GUARD_EPOCHS:g} epochs, "
-                   f"and no run that short was seen to overfit; their time trains it")
+        if whole_run:
+            because = "too little of the budget is left"
+        elif evaluates:
+            because = (f"{BUDGET_EVALUATION_SHARE:.0%} of the budget pays for fewer than "
+                       f"{BUDGET_EVALUATIONS[0]}")
+        else:
+            because = (f"with them its shape would train under {BUDGET_GUARD_EPOCHS:g} epochs, and no run "
+                       f"that short was seen to overfit; their time trains it")
         messages.append(f"{{time_budget}} {budget:g} s: no evaluations during training ({because}); "
                         f"best.pt is scored at the end")
     for other in ("max_steps", "epochs"):

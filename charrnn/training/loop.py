@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from charrnn.config import ModelConfig, TrainConfig, partial_eval_chars
-from charrnn.data.corpus import StreamBatches, split_ids
+from charrnn.config import ModelConfig, TrainConfig
+from charrnn.data.corpus import StreamBatches, scored_validation, split_ids
 from charrnn.errors import CharrnnError, TrainingInterrupted, escape
 from charrnn.models.devices import precision_warning
 from charrnn.models.evaluate import EvalResult, evaluate
@@ -123,8 +123,7 @@ class TrainingLoop:
                  clock: Callable[[], float] = time.perf_counter, threads: ThreadChoice | None = None):
         self.run, self.config, self.schedule = run, run.config, schedule
         # Every evaluation scores the same text: the validation split, or its start (TrainConfig.eval_chars).
-        self.val_chars = partial_eval_chars(self.config, len(val_ids) - 1)  # None: all of it
-        self.val_ids = val_ids if self.val_chars is None else val_ids[: self.val_chars + 1]  # (N,) ids
+        self.val_ids, self.val_chars = scored_validation(val_ids, self.config.eval_chars)  # (N,) ids
         self.observer, self.stop, self.run_dir, self.clock = observer, stop, run_dir, clock
         self.start = start  # the clock's reading at the run's start (a resumed run's earlier sessions too)
         # Other programs' use of the cores, watched where charrnn chose the threads (never the user's).

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from charrnn.config import REGULARISATION_FIELDS, ModelConfig, TrainConfig
+from charrnn.config import REGULARISATION_FIELDS, ModelConfig, TrainConfig, partial_eval_chars
 from charrnn.data.corpus import (
     CorpusInfo,
     EncodedCorpus,
@@ -313,12 +313,12 @@ def resume_config(
     corpus, best = payload.get("corpus") or {}, payload.get("best")
     if "split_point" in corpus:  # eval_chars past the split's end means the whole split, as none does
         whole = corpus["chars"] - corpus["split_point"] - 1
-        train_options = {key: None if key == "eval_chars" and value is not None and value >= whole else value
-                         for key, value in train_options.items()}
-        given = saved.get("eval_chars")
-        saved["eval_chars"] = given if given is not None and given < whole else None
-        if best and best["chars"] != min(given or whole, whole):
-            saved["eval_chars"] = best["chars"] if best["chars"] < whole else None
+        if "eval_chars" in train_options:
+            given = partial_eval_chars(train_options["eval_chars"], whole)
+            train_options = {**train_options, "eval_chars": given}
+        saved["eval_chars"] = partial_eval_chars(saved.get("eval_chars"), whole)
+        if best and best["chars"] != (saved["eval_chars"] or whole):
+            saved["eval_chars"] = partial_eval_chars(best["chars"], whole)
     changes = []
     for key, value in train_options.items():
         if saved.get(key) == value:

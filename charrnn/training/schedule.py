@@ -133,15 +133,14 @@ class Schedule:
         self.reserve = ending.reserve_s if ending is not None else 0.0  # seconds kept for the end
         self.told_reserve = self.reserve  # the time kept for the end that the user was last told of
         self.slowdown = 1.0  # how much slower than planned training has run (kept at its worst)
-        self.points: list[float] = []  # evaluations still due during training, as fractions of it
-        self.gap = 1.0  # the distance between them
+        # The planned evaluations still due during training (fractions of it), and the distance between them.
+        self.points = list(ending.points) if ending is not None else []
+        self.gap = 1.0 / (len(self.points) + 1)
         self.began = (0, 0.0, 0.0)  # the step, epoch and spent seconds (reserve included) at its start
 
     def begin(self, run: TrainingRun, elapsed: float) -> None:
         """Start the planned evaluations' clock where training starts: a budget's run starts part-done (the
         time spent before training and kept for the end count in it), and a resumed one further still."""
-        self.points = list(self.ending.points) if self.ending is not None else []
-        self.gap = 1.0 / (len(self.points) + 1)
         self.began = (run.step, run.epoch, elapsed + self.reserve)
 
     def _along(self, run: TrainingRun, elapsed: float) -> float:
@@ -175,8 +174,8 @@ class Schedule:
     def due(self, run: TrainingRun, elapsed: float, reason: StopReason | None) -> Due:
         """What to do after the step just taken; ``reason`` is why the run stops there, if it does.
         An interrupted run saves at once, without evaluating or sampling: the user is waiting."""
-        config, ending = self.config, reason is not None
-        interrupted = ending and reason.interrupted
+        config, last = self.config, reason is not None
+        interrupted = last and reason.interrupted
         epoch_end = run.position == 0 and run.epochs_done in config.save_epochs
         progress = self._along(run, elapsed)
         timed = bool(self.points) and progress >= self.points[0]
@@ -184,10 +183,10 @@ class Schedule:
             self.points = [point for point in self.points if point > progress]
             timed = 1.0 - progress >= self.gap / 2
         interval = config.evaluation_interval
-        evaluate = (ending or epoch_end or timed or (interval is not None and run.step % interval == 0))
+        evaluate = last or epoch_end or timed or (interval is not None and run.step % interval == 0)
         sample = epoch_end or (config.sample_every is not None
-                               and (ending or run.step % config.sample_every == 0))
-        return Due(evaluate and not interrupted, ending or run.step % config.save_every == 0,
+                               and (last or run.step % config.sample_every == 0))
+        return Due(evaluate and not interrupted, last or run.step % config.save_every == 0,
                    sample and not interrupted, epoch_end)
 
     def slowed(self, chars_per_s: float, window_s: float, alone: bool) -> str | None:
