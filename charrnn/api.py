@@ -448,6 +448,7 @@ class Model(TrainedModel):
                                 single_stream)
         from charrnn.data.cache import cached_ids, scan_corpus
         from charrnn.data.corpus import checkpoint_validation_ids, corpus_path
+        from charrnn.models.evaluate import require_scorable
 
         skipped: dict[str, int] = {}
         if request.file is not None:
@@ -466,11 +467,7 @@ class Model(TrainedModel):
             except CharrnnError as exc:
                 raise CharrnnError(f"{exc}; give a text to score instead") from None
             source = f"validation split of {corpus_path(corpus)}"  # the copy read, where it was elsewhere
-        if len(ids) < 2:
-            named = "the text" if request.text is not None else escape(source)
-            known = " the model knows" if skipped else ""
-            raise CharrnnError(f"{named} holds {len(ids)} character{'' if len(ids) == 1 else 's'}{known}; "
-                               f"scoring needs at least 2 (the first has no context)")
+        require_scorable(len(ids), "the text" if request.text is not None else escape(source), bool(skipped))
         started = time.perf_counter()
         score = self.score(ids, request.single_stream)
         adapted = None
@@ -538,6 +535,7 @@ class Model(TrainedModel):
         vocabulary (as :meth:`perplexity` does), which are otherwise refused here.
         """
         from charrnn.data.vocab import describe_chars
+        from charrnn.models.evaluate import require_scorable
 
         _check_surprisal_settings(top, max_chars, skip_unknown, single_stream)
         whole = _one_text(text, file)
@@ -548,11 +546,8 @@ class Model(TrainedModel):
             raise CharrnnError(f"the text has characters the model never saw: {unknown}; pass "
                                f"{{skip_unknown}} to drop them", names_options=True)
         kept = len(whole) - sum(outside.values()) if skip_unknown else len(whole)
-        if kept < 2:
-            named = "the text" if file is None else escape(str(file))
-            known = " the model knows" if skip_unknown and outside else ""
-            raise CharrnnError(f"{named} holds {kept} character{'' if kept == 1 else 's'}{known}; scoring "
-                               f"needs at least 2 (the first has no context)")
+        named = "the text" if file is None else escape(str(file))
+        require_scorable(kept, named, skip_unknown and bool(outside))
         return Surprisal(self, whole, top, skip_unknown, single_stream)
 
 

@@ -26,6 +26,7 @@ from charrnn.data.corpus import checkpoint_validation_ids, corpus_path, read_cor
 from charrnn.data.vocab import UnknownCharactersError
 from charrnn.errors import CharrnnError, escape
 from charrnn.generation.trained import TrainedModel
+from charrnn.models.evaluate import require_scorable
 from charrnn.models.pretrained import run_name
 from charrnn.training.checkpoint import load_model
 from charrnn.utils.terminal import shown
@@ -116,11 +117,8 @@ def _scored_ids(loaded: TrainedModel, settings: CompareSettings) -> torch.Tensor
             ids = loaded.vocab.encode(settings.text, skip_unknown=settings.skip_unknown)
         except UnknownCharactersError as exc:
             raise UnknownCharactersError(exc.unknown, "{skip_unknown} drops them") from None
-        if len(ids) < 2:
-            known = " this model knows" if settings.skip_unknown and len(ids) < len(settings.text) else ""
-            plural = "" if len(ids) == 1 else "s"
-            raise CharrnnError(f"the {{text_file}} text holds {len(ids)} character{plural}{known}; scoring "
-                               f"needs at least 2 (the first has no context)", names_options=True)
+        dropped = settings.skip_unknown and len(ids) < len(settings.text)
+        require_scorable(len(ids), "the {text_file} text", dropped)
         return ids
     return checkpoint_validation_ids(loaded.payload.get("corpus"), loaded.vocab)
 

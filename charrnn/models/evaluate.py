@@ -180,6 +180,16 @@ def layout_nll(model: CharRNN, ids: torch.Tensor, layout: StreamLayout) -> tuple
     return float(total), layout.scored
 
 
+def require_scorable(chars: int, named: str, known: bool = False) -> None:
+    """Refuse a text of fewer than 2 characters, which has nothing to score: ``named`` is how the message
+    names it (a template: ``{option}`` names an option, paths escaped), ``known`` says the count is of
+    the characters the model knows."""
+    if chars < 2:
+        raise CharrnnError(f"{named} holds {chars} character{'' if chars == 1 else 's'}"
+                           f"{' the model knows' if known else ''}; scoring needs at least 2 (the first has "
+                           f"no context)", names_options=True)
+
+
 def total_nll(model: CharRNN, ids: torch.Tensor, single_stream: bool = False) -> tuple[float, int]:
     """Summed NLL (nats) of ``ids[1:]`` given the text before each, and how many were scored (see the
     module docstring).
