@@ -38,7 +38,7 @@ from charrnn.config import (
     checked,
 )
 from charrnn.data.datasets import DATASETS, DEFAULT_DATASET, Dataset, fetch
-from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, escape
+from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, option
 from charrnn.generation.trained import TrainedModel, refuse_several_texts_in_a_stream, seeded
 from charrnn.models.pretrained import resolve_shipped, run_name
 from charrnn.training.observer import TrainObserver
@@ -79,9 +79,9 @@ def _text_file(value: PathArg | None, name: str) -> Path | None:
     """A path parameter that names a text file to read: it must exist and not be a directory."""
     path = _path(value, name)
     if path is not None and path.is_dir():
-        raise ConfigError(f"must be a text file, not a directory ({escape(str(path))})", name)
+        raise ConfigError(f"must be a text file, not a directory ({path})", name)
     if path is not None and not path.exists():
-        raise CharrnnError(f"{{{name}}} {escape(str(path))} does not exist", names_options=True)
+        raise CharrnnError(f"{option(name)} {path} does not exist")
     return path
 
 
@@ -97,10 +97,10 @@ def _one_text(text: str | None, file: PathArg | None, read: bool = True) -> str:
     ``read``, the file is only looked for: "")."""
     path = _text_file(file, "file")
     if (text is None) == (path is None):
-        raise OptionConflict("give one of {text} and {file}")
+        raise OptionConflict(f"give one of {option('text')} and {option('file')}")
     if path is not None:
         return _read_text(path) if read else ""
-    return require_valid_text(checked(text, str, "text"), "{text}")
+    return require_valid_text(checked(text, str, "text"), option("text"))
 
 
 def _read_text(path: Path) -> str:
@@ -115,10 +115,9 @@ def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
     :func:`charrnn.training.overwrite.refuse_writing_over_reads`)."""
     target = _require_path(output, name)
     if target.is_dir() or str(output).endswith(("/", os.sep)):
-        raise ConfigError(f"must name a file, not a directory ({escape(str(target))})", name)
+        raise ConfigError(f"must name a file, not a directory ({target})", name)
     if not target.parent.is_dir():
-        raise CharrnnError(f"{{{name}}} {escape(str(target))}: there is no directory "
-                           f"{escape(str(target.parent))}", names_options=True)
+        raise CharrnnError(f"{option(name)} {target}: there is no directory {target.parent}")
     from charrnn.training.overwrite import refuse_writing_over_reads
 
     reads = {key: [_require_path(each, key) for each in (given if isinstance(given, list | tuple)
@@ -134,8 +133,8 @@ def writing_request(prime: str | None = None, *, temperature: float | None = Non
                     **unused: Any) -> Decoding:
     """The checked settings of :meth:`Model.writing`, before any model is loaded."""
     if unused:
-        raise OptionConflict(f"writing interactively takes a prime, a temperature, a seed and the "
-                             f"no-repeat rule: {{{sorted(unused)[0]}}} does not apply")
+        raise OptionConflict(f"writing interactively takes a prime, a temperature, a seed and the no-repeat "
+                             f"rule: {option(sorted(unused)[0])} does not apply")
     return Decoding.check(prime, None, temperature, prime_file, {"seed": seed, "no_repeat": no_repeat})
 
 
@@ -146,13 +145,13 @@ def read_prime(prime: str | None, prime_file: PathArg | None, read: bool = True)
         checked(prime, str, "prime")
     path = _text_file(prime_file, "prime_file")
     if prime is not None and path is not None:
-        raise OptionConflict("give {prime} or {prime_file}, not both")
+        raise OptionConflict(f"give {option('prime')} or {option('prime_file')}, not both")
     if path is not None:
         return _read_text(path) if read else ""
     try:
-        return require_valid_text(prime or "", "{prime}")
+        return require_valid_text(prime or "", option("prime"))
     except CharrnnError as exc:
-        raise ConfigError(exc.as_template()) from None
+        raise ConfigError(exc) from None
 
 
 # DynamicConfig's fields as the functions that score take them (its learning rate is not training's)
@@ -168,14 +167,16 @@ def dynamic_settings(dynamic: bool | DynamicConfig, learning_rate: float | None 
              if value is not None}
     if isinstance(dynamic, DynamicConfig):
         if given:
-            raise OptionConflict("give the dynamic settings in {dynamic} or as parameters, not both")
+            raise OptionConflict(f"give the dynamic settings in {option('dynamic')} or as parameters, not "
+                                 f"both")
         return dynamic
     if not isinstance(dynamic, bool):
         raise ConfigTypeError(f"must be True, False or a DynamicConfig, not {type(dynamic).__name__}",
                               "dynamic")
     if given and not dynamic:
         first = DYNAMIC_PARAMETERS[next(iter(given))]
-        raise OptionConflict(f"{{{first}}} is a setting of dynamic evaluation: it goes with {{dynamic}}")
+        raise OptionConflict(f"{option(first)} is a setting of dynamic evaluation: it goes with "
+                             f"{option('dynamic')}")
     if not dynamic:
         return None
     try:
@@ -310,7 +311,7 @@ class Inspection:
         from charrnn.analysis.neurons import html_page
 
         if self.values is None:
-            raise OptionConflict("a page shows one unit's values: give {unit}")
+            raise OptionConflict(f"a page shows one unit's values: give {option('unit')}")
         where = "" if self.checkpoint is None else f"{run_name(self.checkpoint)}/{self.checkpoint.name}: "
         state = "cell state" if self.state == "c" else "hidden state"
         title = f"{where}layer {self.layer}, unit {self.unit}, {state}"
@@ -363,13 +364,13 @@ class Scoring:
         checked(skip_unknown, bool, "skip_unknown")
         checked(single_stream, bool, "single_stream")
         if text is not None:
-            require_valid_text(checked(text, str, "text"), "{text}")
+            require_valid_text(checked(text, str, "text"), option("text"))
         path = _text_file(file, "file")
         if text is not None and path is not None:
-            raise OptionConflict("give {text} or {file}, not both")
+            raise OptionConflict(f"give {option('text')} or {option('file')}, not both")
         if skip_unknown and text is None and path is None:
-            raise OptionConflict("{skip_unknown} goes with a text to score: the validation split holds only "
-                                 "the model's own characters")
+            raise OptionConflict(f"{option('skip_unknown')} goes with a text to score: the validation split "
+                                 f"holds only the model's own characters")
         return cls(text, path, skip_unknown, settings, single_stream)
 
 
@@ -467,7 +468,7 @@ class Model(TrainedModel):
             except CharrnnError as exc:
                 raise CharrnnError(f"{exc}; give a text to score instead") from None
             source = f"validation split of {corpus_path(corpus)}"  # the copy read, where it was elsewhere
-        require_scorable(len(ids), "the text" if request.text is not None else escape(source), bool(skipped))
+        require_scorable(len(ids), "the text" if request.text is not None else source, bool(skipped))
         started = time.perf_counter()
         score = self.score(ids, request.single_stream)
         adapted = None
@@ -544,9 +545,9 @@ class Model(TrainedModel):
         if outside and not skip_unknown:
             unknown = describe_chars(outside)
             raise CharrnnError(f"the text has characters the model never saw: {unknown}; pass "
-                               f"{{skip_unknown}} to drop them", names_options=True)
+                               f"{option('skip_unknown')} to drop them")
         kept = len(whole) - sum(outside.values()) if skip_unknown else len(whole)
-        named = "the text" if file is None else escape(str(file))
+        named = "the text" if file is None else str(file)
         require_scorable(kept, named, skip_unknown and bool(outside))
         return Surprisal(self, whole, top, skip_unknown, single_stream)
 
@@ -619,7 +620,7 @@ def _unknown(outside: dict[str, int], skip_unknown: bool) -> dict[str, int]:
     from charrnn.data.vocab import UnknownCharactersError
 
     if outside and not skip_unknown:
-        raise UnknownCharactersError(outside, "use {skip_unknown} to score the rest")
+        raise UnknownCharactersError(outside, f"use {option('skip_unknown')} to score the rest")
     return outside
 
 
@@ -737,11 +738,11 @@ class Comparison:
         return [(path, lacking) for path, report in zip(self.checkpoints, self.reports, strict=True)
                 if (lacking := report.missing(self.settings))]
 
-    def to_markdown(self, name: Callable[[str], str] = str) -> str:
-        """The comparison as Markdown; ``name`` names the options its notes mention (as Python does)."""
+    def to_markdown(self) -> str:
+        """The comparison as Markdown."""
         from charrnn.analysis.compare import to_markdown
 
-        return to_markdown(self.reports, self.settings, self.note, name)
+        return to_markdown(self.reports, self.settings, self.note)
 
 
 def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_file: PathArg | None = None,
@@ -768,7 +769,7 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
         raise ConfigError("must name at least one checkpoint", "checkpoints")
     for name in ("num_samples", "min_length", "length_penalty"):
         if name in sampling:
-            raise OptionConflict(f"compare draws one text per checkpoint: {{{name}}} does not apply")
+            raise OptionConflict(f"compare draws one text per checkpoint: {option(name)} does not apply")
     decoding = SampleConfig(length=length, **_known(sampling, SampleConfig))
     if decoding.seed is None and not decoding.deterministic:
         decoding = SampleConfig(**{**decoding.to_dict(), "seed": COMPARE_SEED})
@@ -777,8 +778,8 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
     checked(skip_unknown, bool, "skip_unknown")
     check_threads(threads)
     if skip_unknown and text_file is None:
-        raise OptionConflict("{skip_unknown} goes with {text_file}: each validation split holds only its "
-                             "own model's characters")
+        raise OptionConflict(f"{option('skip_unknown')} goes with {option('text_file')}: each validation "
+                             f"split holds only its own model's characters")
     if against is not None and not isinstance(against, str | PathLike):
         raise ConfigTypeError(f"must be 'train' or a path, not {type(against).__name__}", "against")
     text_path = _text_file(text_file, "text_file")
@@ -835,10 +836,10 @@ def evolution(run_dir: PathArg, **unused: Any) -> Evolution:
     """
     if unused:
         raise OptionConflict(f"the evolution shows the samples recorded while training: "
-                             f"{{{sorted(unused)[0]}}} does not apply")
+                             f"{option(sorted(unused)[0])} does not apply")
     directory = _require_path(run_dir, "run_dir")
     if not directory.is_dir():
-        raise CharrnnError(f"{escape(str(directory))} is not a run directory")
+        raise CharrnnError(f"{directory} is not a run directory")
     from charrnn.training.samples import read_samples
 
     return Evolution(directory, read_samples(directory))
@@ -851,7 +852,7 @@ def surprisal(checkpoint: PathArg, text: str | None = None, *, file: PathArg | N
     """``load(checkpoint, device, threads).surprisal(...)``. Settings of :func:`inspect` that look at one
     unit or rank units (``unit``, ``layer``, ``state``, ``rank``) do not apply and are refused."""
     if unused:
-        raise OptionConflict(f"surprisal scores every character: {{{sorted(unused)[0]}}} does not apply")
+        raise OptionConflict(f"surprisal scores every character: {option(sorted(unused)[0])} does not apply")
     _check_surprisal_settings(top, max_chars, skip_unknown, single_stream)  # before the model is loaded
     model = _load(checkpoint, device, "checkpoint", threads)
     return model.surprisal(text, file=file, top=top, skip_unknown=skip_unknown, max_chars=max_chars,
@@ -878,8 +879,8 @@ def export(checkpoint: PathArg, output: PathArg, *, title: str | None = None, pr
     with no Python, server or network (see :mod:`charrnn.generation.webpage`); ``prime`` fills the
     page's prime box; ``threads``: as :func:`load`'s."""
     if title is not None:
-        require_valid_text(checked(title, str, "title"), "{title}")
-    require_valid_text(checked(prime, str, "prime"), "{prime}")
+        require_valid_text(checked(title, str, "title"), option("title"))
+    require_valid_text(checked(prime, str, "prime"), option("prime"))
     check_threads(threads)
     target = check_output(output, "output", {"checkpoint": checkpoint})
     from charrnn.generation.webpage import ENCODING, export_page
@@ -949,7 +950,7 @@ def _fetch_the_builtin_corpus(request: TrainingRequest, say: Callable[[str], Non
     check_out_dir(request.out_dir or Path("checkpoints") / DEFAULT_DATASET, request.overwrite)
     dataset = get_dataset(DEFAULT_DATASET, request.data_dir)
     verb = "downloaded and verified" if dataset.downloaded else "verified cached copy of"
-    say(f"{verb} {dataset.name}: {escape(str(dataset.path))} ({dataset.chars:,} characters)")
+    say(f"{verb} {dataset.name}: {dataset.path} ({dataset.chars:,} characters)")
     request.corpus, request.corpus_name, request.data_dir = dataset.path, dataset.name, None
 
 
@@ -990,7 +991,7 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
             given = resolve_shipped(given)
         if given is not None and not os.path.lexists(given):  # a broken link is reported where it is read
             hint = " (shakespeare names the model that comes with charrnn)" if what == "init_from" else ""
-            raise CharrnnError(f"{{{what}}} {escape(str(given))} does not exist{hint}", names_options=True)
+            raise CharrnnError(f"{option(what)} {given} does not exist{hint}")
     if observer is not None and not isinstance(observer, TrainObserver):
         raise ConfigTypeError(f"must be a charrnn.api.TrainObserver, not {type(observer).__name__}",
                               "observer")
@@ -1011,7 +1012,7 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
         sources = read_sources(request)
         for given, found in ((request.resume, sources.resume), (request.init_from, sources.init_from)):
             if given is not None and found != given:
-                say(f"using {escape(str(found))}")
+                say(f"using {found}")
         if request.resume is None and request.corpus is None:
             _fetch_the_builtin_corpus(request, say)
         plan = dataclasses.replace(plan_training(request, group, called, finish_s, sources), threads=threads)

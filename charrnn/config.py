@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict
+from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, option
 from charrnn.utils.hardware import CPU_BF16_ENV, cpu_has_native_bf16
 from charrnn.utils.text import require_valid_text
 
@@ -192,8 +192,8 @@ def check_field_types(config: Any) -> None:
             object.__setattr__(config, name, stored)
 
 
-def option(default: Any = dataclasses.MISSING, about: str = "", *,
-           factory: Callable[[], Any] | None = None) -> Any:
+def setting(default: Any = dataclasses.MISSING, about: str = "", *,
+            factory: Callable[[], Any] | None = None) -> Any:
     """A configuration field that is an option: its default (or ``factory``) and ``about``, what it
     means, which the command line's ``--help`` shows (:func:`field_help`)."""
     if factory is not None:
@@ -220,30 +220,30 @@ class _DictMixin:
 
 @dataclass(frozen=True)
 class ModelConfig(_DictMixin):
-    vocab_size: int = option(about="number of distinct code points the model reads and predicts")
-    cell: CellType = option("lstm", "the recurrent cell: lstm, gru, rnn (Elman) or esn (a frozen random "
+    vocab_size: int = setting(about="number of distinct code points the model reads and predicts")
+    cell: CellType = setting("lstm", "the recurrent cell: lstm, gru, rnn (Elman) or esn (a frozen random "
                                     "reservoir)")
-    num_layers: int = option(2, "stacked recurrent layers")
-    hidden_size: int = option(256, "units per recurrent layer (H)")
-    embed_size: int = option(64, "size of the character embedding fed to layer 1")
-    dropout: float = option(0.0, "dropout between layers and before the output layer")
-    rnn_activation: str = option("tanh", "the vanilla RNN's nonlinearity: tanh or relu")
-    forget_bias: float | None = option(None, "LSTM: start the effective forget-gate bias b_ih + b_hh "
+    num_layers: int = setting(2, "stacked recurrent layers")
+    hidden_size: int = setting(256, "units per recurrent layer (H)")
+    embed_size: int = setting(64, "size of the character embedding fed to layer 1")
+    dropout: float = setting(0.0, "dropout between layers and before the output layer")
+    rnn_activation: str = setting("tanh", "the vanilla RNN's nonlinearity: tanh or relu")
+    forget_bias: float | None = setting(None, "LSTM: start the effective forget-gate bias b_ih + b_hh "
                                              "here; none keeps PyTorch's small random biases, which "
                                              "learned faster in 100-second runs")
-    init: str = option("pytorch", "weight initialisation: pytorch, textbook, orthogonal or esn")
-    spectral_radius: float = option(2.5, "echo-state reservoir (esn cell or init): largest |eigenvalue|")
-    recurrent_density: float = option(1.0, "echo-state reservoir: fraction of recurrent weights that are "
+    init: str = setting("pytorch", "weight initialisation: pytorch, textbook, orthogonal or esn")
+    spectral_radius: float = setting(2.5, "echo-state reservoir (esn cell or init): largest |eigenvalue|")
+    recurrent_density: float = setting(1.0, "echo-state reservoir: fraction of recurrent weights that are "
                                            "non-zero")
-    layer_norm: bool = option(False, "layer-normalise each gate's pre-activation (and the LSTM cell "
+    layer_norm: bool = setting(False, "layer-normalise each gate's pre-activation (and the LSTM cell "
                                      "state)")
-    weight_drop: float = option(0.0, "DropConnect on the recurrent matrices W_hh, one mask per training "
+    weight_drop: float = setting(0.0, "DropConnect on the recurrent matrices W_hh, one mask per training "
                                      "segment")
-    locked_dropout: bool = option(False, "dropout masks drawn once per segment and reused at every time "
+    locked_dropout: bool = setting(False, "dropout masks drawn once per segment and reused at every time "
                                          "step")
-    input_dropout: float = option(0.0, "dropout on the embedded characters fed to the first layer")
-    embed_dropout: float = option(0.0, "drop whole characters from the embedding, one draw per segment")
-    skip_connections: bool = option(False, "the input feeds every layer, and every layer the output "
+    input_dropout: float = setting(0.0, "dropout on the embedded characters fed to the first layer")
+    embed_dropout: float = setting(0.0, "drop whole characters from the embedding, one draw per segment")
+    skip_connections: bool = setting(False, "the input feeds every layer, and every layer the output "
                                            "(Graves 2013)")
 
     def __post_init__(self) -> None:
@@ -251,9 +251,11 @@ class ModelConfig(_DictMixin):
         require(self.rnn_activation in RNN_ACTIVATIONS, "rnn_activation",
                 f"must be one of {', '.join(RNN_ACTIVATIONS)}")
         if self.rnn_activation != "tanh" and self.cell != "rnn":
-            raise OptionConflict("{rnn_activation} applies to {cell} rnn only (an esn reservoir is tanh)")
+            raise OptionConflict(f"{option('rnn_activation')} applies to {option('cell')} rnn only (an esn "
+                                 f"reservoir is tanh)")
         if self.layer_norm and self.cell == "esn":
-            raise OptionConflict("{layer_norm} does not apply to {cell} esn (its reservoir is plain tanh)")
+            raise OptionConflict(f"{option('layer_norm')} does not apply to {option('cell')} esn (its "
+                                 f"reservoir is plain tanh)")
         require(self.init in INIT_SCHEMES, "init", f"must be one of {', '.join(INIT_SCHEMES)}")
         require(abs(self.forget_bias or 0.0) <= MAX_FORGET_BIAS, "forget_bias",
                 f"must be within ±{MAX_FORGET_BIAS:g} (the gate saturates long before)")
@@ -269,54 +271,55 @@ class ModelConfig(_DictMixin):
         for name in REGULARISATION_RATES:
             require(0.0 <= getattr(self, name) < 1.0, name, "must be in [0, 1)")
         if self.skip_connections and (self.cell == "esn" or self.layer_norm):
-            raise OptionConflict("{skip_connections} applies to the fused lstm, gru and rnn cells, not to "
-                                 "{cell} esn or {layer_norm}")
+            raise OptionConflict(f"{option('skip_connections')} applies to the fused lstm, gru and rnn "
+                                 f"cells, not to {option('cell')} esn or {option('layer_norm')}")
         if self.weight_drop and self.cell == "esn":
-            raise OptionConflict("{weight_drop} does not apply to {cell} esn (its reservoir is not trained)")
+            raise OptionConflict(f"{option('weight_drop')} does not apply to {option('cell')} esn (its "
+                                 f"reservoir is not trained)")
 
 
 @dataclass
 class TrainConfig(_DictMixin):
-    out_dir: str = option(about="run directory: last.pt, best.pt, metrics.jsonl, config.json")
-    val_frac: float = option(0.1, "contiguous tail of the corpus held out for validation")
-    val_max_chars: int | None = option(VAL_MAX_CHARS, "the most characters held out for validation (none: "
+    out_dir: str = setting(about="run directory: last.pt, best.pt, metrics.jsonl, config.json")
+    val_frac: float = setting(0.1, "contiguous tail of the corpus held out for validation")
+    val_max_chars: int | None = setting(VAL_MAX_CHARS, "the most characters held out for validation (none: "
                                                       "all of val_frac)")
-    batch_size: int = option(16, "parallel BPTT streams (B)")
-    seq_len: int = option(50, "characters per truncated-BPTT segment (T)")
-    learning_rate: float = option(3e-3, "peak Adam learning rate")
-    min_lr_ratio: float = option(0.1, "the cosine schedule decays to learning_rate * this")
-    warmup_steps: int = option(50, "linear warm-up from 0 to the peak learning rate")
-    weight_decay: float = option(0.0, "decoupled (AdamW) weight decay")
-    ema_decay: float = option(0.0, "keep a moving average of the weights with this decay (e.g. 0.999; 0: "
+    batch_size: int = setting(16, "parallel BPTT streams (B)")
+    seq_len: int = setting(50, "characters per truncated-BPTT segment (T)")
+    learning_rate: float = setting(3e-3, "peak Adam learning rate")
+    min_lr_ratio: float = setting(0.1, "the cosine schedule decays to learning_rate * this")
+    warmup_steps: int = setting(50, "linear warm-up from 0 to the peak learning rate")
+    weight_decay: float = setting(0.0, "decoupled (AdamW) weight decay")
+    ema_decay: float = setting(0.0, "keep a moving average of the weights with this decay (e.g. 0.999; 0: "
                                    "off); each evaluation scores it too, and best.pt holds it when it "
                                    "scores better")
-    clip: float = option(5.0, "clipping threshold; 0 turns clipping off")
-    clip_mode: str = option("norm", "how to clip: norm rescales all gradients by their norm, value clamps "
+    clip: float = setting(5.0, "clipping threshold; 0 turns clipping off")
+    clip_mode: str = setting("norm", "how to clip: norm rescales all gradients by their norm, value clamps "
                                     "each")
-    max_bad_steps: int = option(10, "stop after this many consecutive steps with a non-finite loss or "
+    max_bad_steps: int = setting(10, "stop after this many consecutive steps with a non-finite loss or "
                                     "gradient")
-    epochs: float | None = option(None, "stop after this many passes (DEFAULT_EPOCHS if no limit is set)")
-    max_steps: int | None = option(None, "stop after this many optimiser steps")
-    time_budget: float | None = option(None, "stop after this many wall-clock seconds")
-    save_epochs: list[int] = option(factory=list, about="keep a checkpoint at the end of these epochs")
-    eval_every: int | None = option(None, "steps between validation passes; None: see evaluation_interval")
-    eval_chars: int | None = option(None, "validation characters (from the split's start) that every "
+    epochs: float | None = setting(None, "stop after this many passes (DEFAULT_EPOCHS if no limit is set)")
+    max_steps: int | None = setting(None, "stop after this many optimiser steps")
+    time_budget: float | None = setting(None, "stop after this many wall-clock seconds")
+    save_epochs: list[int] = setting(factory=list, about="keep a checkpoint at the end of these epochs")
+    eval_every: int | None = setting(None, "steps between validation passes; None: see evaluation_interval")
+    eval_chars: int | None = setting(None, "validation characters (from the split's start) that every "
                                           "evaluation scores (none: the whole split)")
-    save_every: int = option(1000, "steps between writes of last.pt")
-    sample_every: int | None = option(None, "steps between samples recorded in samples.jsonl (and at "
+    save_every: int = setting(1000, "steps between writes of last.pt")
+    sample_every: int | None = setting(None, "steps between samples recorded in samples.jsonl (and at "
                                             "every epoch checkpoint); None: at epoch checkpoints only")
-    sample_length: int = option(200, "characters in each recorded sample")
-    sample_prime: str = option("", "the text every recorded sample starts from (\"\": a newline, as at a "
+    sample_length: int = setting(200, "characters in each recorded sample")
+    sample_prime: str = setting("", "the text every recorded sample starts from (\"\": a newline, as at a "
                                    "text's start)")
-    sample_temperature: float = option(0.8, "the temperature of every recorded sample")
-    sample_seed: int = option(0, "the seed of every recorded sample: the same each time, so the rows "
+    sample_temperature: float = setting(0.8, "the temperature of every recorded sample")
+    sample_seed: int = setting(0, "the seed of every recorded sample: the same each time, so the rows "
                                  "compare")
-    seed: int = option(1337, "seeds torch and Python's RNG for initialisation and dropout")
-    device: str = option("cpu", "torch device the run uses (resolved, never \"auto\")")
-    precision: str = option("auto", "fp32; bf16: bfloat16 autocast of the training forward pass; auto: "
+    seed: int = setting(1337, "seeds torch and Python's RNG for initialisation and dropout")
+    device: str = setting("cpu", "torch device the run uses (resolved, never \"auto\")")
+    precision: str = setting("auto", "fp32; bf16: bfloat16 autocast of the training forward pass; auto: "
                                     "bf16 where it was measured faster, chosen again each time the run "
                                     "starts (models.devices.resolve_precision)")
-    init_from: str | None = option(None, "checkpoint whose weights this run started from (fine-tuning)")
+    init_from: str | None = setting(None, "checkpoint whose weights this run started from (fine-tuning)")
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -339,7 +342,7 @@ class TrainConfig(_DictMixin):
         if self.precision == "bf16" and not (self.device.startswith("cuda") or
                                              (self.device == "cpu" and cpu_has_native_bf16())):
             forced = f" ({CPU_BF16_ENV}=0 says this one has none)" if os.environ.get(CPU_BF16_ENV) else ""
-            raise ConfigError("{precision} bf16 needs a CUDA device or a CPU with native bfloat16 "
+            raise ConfigError(f"{option('precision')} bf16 needs a CUDA device or a CPU with native bfloat16 "
                               f"(AVX512-BF16 or AMX){forced}; train in fp32 here")
         require(all(epoch >= 1 for epoch in self.save_epochs), "save_epochs",
                 "must list whole epochs of 1 or more")
@@ -381,7 +384,13 @@ class SettingRule:
     low: int | float  # the smallest value allowed (or, with low_open, the bound it must exceed)
     high: int | float | None  # the largest value allowed; None: no bound
     low_open: bool  # low itself is refused
-    refusal: str  # the refusal, after the setting's name; {name} stands for another option
+    refusal: str  # the refusal, after the setting's name
+    greedy_hint: bool = False  # the refusal ends by pointing to greedy decoding
+
+    def refused(self, greedy: str) -> str:
+        """The refusal, naming the greedy option as ``greedy`` (each door spells it its own way)."""
+        hint = f" (for the most likely character every time, use {greedy})" if self.greedy_hint else ""
+        return self.refusal + hint
 
     def to_dict(self) -> dict[str, Any]:
         """For the exported page: the grammar as a pattern, whole-number bounds as text (beyond 2**53 a
@@ -392,13 +401,13 @@ class SettingRule:
             return str(value) if whole and value is not None else value
 
         return {"pattern": SETTING_GRAMMARS[self.grammar], "whole": whole, "low": bound(self.low),
-                "high": bound(self.high), "low_open": self.low_open, "refusal": self.refusal}
+                "high": bound(self.high), "low_open": self.low_open, "refusal": self.refused("greedy")}
 
 
 SAMPLING_RULES: dict[str, SettingRule] = {
     "length": SettingRule("whole", 0, None, False, "must be a whole number of 0 or more"),
-    "temperature": SettingRule("decimal", 0.0, None, True, "must be a number greater than 0 (for the most "
-                               "likely character every time, use {greedy})"),
+    "temperature": SettingRule("decimal", 0.0, None, True, "must be a number greater than 0",
+                               greedy_hint=True),
     "top_k": SettingRule("whole", 1, None, False, "must be a whole number of at least 1"),
     "top_p": SettingRule("decimal", 0.0, 1.0, True, "must be a number in (0, 1]"),
     "seed": SettingRule("whole", SEED_RANGE[0], SEED_RANGE[1], False,
@@ -412,14 +421,14 @@ def check_setting(name: str, value: int | float) -> None:
     rule = SAMPLING_RULES[name]
     inside = math.isfinite(value) and (value > rule.low if rule.low_open else value >= rule.low) and (
         rule.high is None or value <= rule.high)
-    require(inside, name, rule.refusal)
+    require(inside, name, rule.refused(option("greedy")))
 
 
 def read_setting(name: str, text: str) -> int | float:
     """A sampling setting written as text (an option's value), read and checked by its rule."""
     rule = SAMPLING_RULES[name]
     if re.fullmatch(SETTING_GRAMMARS[rule.grammar], text.strip()) is None:
-        raise ConfigError(rule.refusal, name)
+        raise ConfigError(rule.refused(option("greedy")), name)
     value = int(text) if rule.grammar == "whole" else float(text)
     check_setting(name, value)
     return value
@@ -430,24 +439,24 @@ class SampleConfig(_DictMixin):
     """How to decode: sampling (temperature, top-k, top-p, seed), greedy, or beam search (textbook
     notes §4). Options that would be ignored by the decoding chosen are refused, not ignored."""
 
-    length: int = option(1000, "characters to generate after the prime")
-    temperature: float | None = option(None, "divide the logits by this (> 0); lower is more conservative")
-    top_k: int | None = option(None, "keep only the k most likely characters")
-    top_p: float | None = option(None, "keep the smallest set whose probability reaches p")
-    greedy: bool = option(False, "always take the most likely character")
-    num_samples: int = option(1, "independent samples, generated together (with beam search: the best "
+    length: int = setting(1000, "characters to generate after the prime")
+    temperature: float | None = setting(None, "divide the logits by this (> 0); lower is more conservative")
+    top_k: int | None = setting(None, "keep only the k most likely characters")
+    top_p: float | None = setting(None, "keep the smallest set whose probability reaches p")
+    greedy: bool = setting(False, "always take the most likely character")
+    num_samples: int = setting(1, "independent samples, generated together (with beam search: the best "
                                  "beams)")
-    seed: int | None = option(None, "the same seed gives the same text; without one, a seed is drawn and "
+    seed: int | None = setting(None, "the same seed gives the same text; without one, a seed is drawn and "
                                     "reported")
-    stop_at: str | None = option(None, "end a sample after this string first appears in its generated "
+    stop_at: str | None = setting(None, "end a sample after this string first appears in its generated "
                                        "text")
-    min_length: int = option(0, "the stop string ends no sample shorter than this many generated "
+    min_length: int = setting(0, "the stop string ends no sample shorter than this many generated "
                                 "characters")
-    beam_width: int | None = option(None, "beam search (deterministic), keeping this many continuations")
-    length_penalty: float | None = option(None, "beam search with a stop string: rank beams by "
+    beam_width: int | None = setting(None, "beam search (deterministic), keeping this many continuations")
+    length_penalty: float | None = setting(None, "beam search with a stop string: rank beams by "
                                                 "log-probability / ((5 + n) / 6) ** this, n their length "
                                                 "(0: by total log-probability)")
-    no_repeat: int | None = option(None, "never complete a run of this many characters that the text "
+    no_repeat: int | None = setting(None, "never complete a run of this many characters that the text "
                                          "(prime included) already holds, which ends loops (16 measured "
                                          "best; every decoding, and --interactive)")
 
@@ -463,34 +472,36 @@ class SampleConfig(_DictMixin):
         require(self.stop_at != "", "stop_at", "must not be empty (an empty string would end nothing)")
         if self.stop_at is not None:
             try:
-                require_valid_text(self.stop_at, "{stop_at}")
+                require_valid_text(self.stop_at, option("stop_at"))
             except CharrnnError as exc:
-                raise ConfigError(exc.as_template()) from None
+                raise ConfigError(exc) from None
         deterministic = "beam_width" if self.beam_width is not None else "greedy" if self.greedy else None
         if deterministic is not None:
             ignored = [name for name in DECODING_CHOICES if getattr(self, name) is not None]
             if self.beam_width is not None and self.greedy:
                 ignored.insert(0, "greedy")
             if ignored:
-                raise OptionConflict(f"{{{deterministic}}} is deterministic; "
-                                     f"{', '.join('{' + name + '}' for name in ignored)} does not apply")
+                raise OptionConflict(f"{option(deterministic)} is deterministic; "
+                                     f"{', '.join(option(name) for name in ignored)} does not apply")
         if self.length_penalty is not None and self.beam_width is None:
-            raise OptionConflict("{length_penalty} ranks beams: it goes with {beam_width}")
+            raise OptionConflict(f"{option('length_penalty')} ranks beams: it goes with "
+                                 f"{option('beam_width')}")
         if self.min_length > self.length:
-            raise OptionConflict(f"{{min_length}} {self.min_length} is longer than the whole text "
-                                 f"({{length}} {self.length}): the stop string could never act")
+            raise OptionConflict(f"{option('min_length')} {self.min_length} is longer than the whole text "
+                                 f"({option('length')} {self.length}): the stop string could never act")
         # Without a stop string every text runs to its full length: these would change nothing.
         stopping = {"min_length": self.min_length > 0, "length_penalty": self.length_penalty is not None}
         for name, given in stopping.items():
             if given and self.stop_at is None:
-                raise OptionConflict(f"{{{name}}} matters only for texts that a stop string ends: it goes "
-                                     f"with {{stop_at}}")
+                raise OptionConflict(f"{option(name)} matters only for texts that a stop string ends: it "
+                                     f"goes with {option('stop_at')}")
         if self.beam_width is not None and self.num_samples > self.beam_width:
-            raise OptionConflict(f"{{num_samples}} {self.num_samples} exceeds "
-                                 f"{{beam_width}} {self.beam_width}")
+            raise OptionConflict(f"{option('num_samples')} {self.num_samples} exceeds {option('beam_width')} "
+                                 f"{self.beam_width}")
         if self.beam_width is None and self.greedy and self.num_samples > 1:
-            raise OptionConflict(f"{{greedy}} gives one text; {{num_samples}} {self.num_samples} would "
-                                 f"repeat it (use {{beam_width}} for several deterministic texts)")
+            raise OptionConflict(f"{option('greedy')} gives one text; {option('num_samples')} "
+                                 f"{self.num_samples} would repeat it (use {option('beam_width')} for "
+                                 f"several deterministic texts)")
 
     @property
     def deterministic(self) -> bool:
@@ -507,9 +518,9 @@ class DynamicConfig(_DictMixin):
     """Dynamic evaluation (see :mod:`charrnn.analysis.dynamic`); the defaults were tuned on the first half of
     tiny Shakespeare's validation split (docs/techniques.md, "Dynamic evaluation")."""
 
-    learning_rate: float = option(1e-4, "η: size of the RMS-normalised step taken after each segment")
-    decay: float = option(1e-3, "λ: how far each step pulls the weights back towards the trained ones")
-    segment_len: int = option(50, "characters scored between two updates")
+    learning_rate: float = setting(1e-4, "η: size of the RMS-normalised step taken after each segment")
+    decay: float = setting(1e-3, "λ: how far each step pulls the weights back towards the trained ones")
+    segment_len: int = setting(50, "characters scored between two updates")
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -523,12 +534,12 @@ class DynamicConfig(_DictMixin):
 class InspectConfig(_DictMixin):
     """What ``inspect`` looks at (see :mod:`charrnn.analysis.neurons`)."""
 
-    unit: int | None = option(None, "colour the text by this unit of the layer, counting from 0")
-    layer: int | None = option(None, "the unit's layer, counting from 0")
-    state: str = option("h", "the hidden state (h) or the LSTM's cell state (c)")
-    rank: str | None = option(None, "list the units that best track this feature of the text")
-    top: int | None = option(None, "how many units the ranking lists")
-    max_chars: int = option(3000, "read at most this many characters of the text")
+    unit: int | None = setting(None, "colour the text by this unit of the layer, counting from 0")
+    layer: int | None = setting(None, "the unit's layer, counting from 0")
+    state: str = setting("h", "the hidden state (h) or the LSTM's cell state (c)")
+    rank: str | None = setting(None, "list the units that best track this feature of the text")
+    top: int | None = setting(None, "how many units the ranking lists")
+    max_chars: int = setting(3000, "read at most this many characters of the text")
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -538,11 +549,13 @@ class InspectConfig(_DictMixin):
         require(self.rank is None or self.rank in INSPECT_FEATURES, "rank",
                 f"must be one of {', '.join(INSPECT_FEATURES)}")
         if self.unit is None and self.rank is None:
-            raise OptionConflict("give {unit} to colour the text, or {rank} to find units")
+            raise OptionConflict(f"give {option('unit')} to colour the text, or {option('rank')} to find "
+                                 f"units")
         if self.layer is not None and self.unit is None:
-            raise OptionConflict("{layer} picks the layer of {unit}: it goes with it")
+            raise OptionConflict(f"{option('layer')} picks the layer of {option('unit')}: it goes with it")
         if self.top is not None and self.rank is None:
-            raise OptionConflict("{top} says how many units {rank} lists: it goes with it")
+            raise OptionConflict(f"{option('top')} says how many units {option('rank')} lists: it goes with "
+                                 f"it")
 
     @property
     def layer_index(self) -> int:

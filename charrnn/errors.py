@@ -2,78 +2,50 @@
 
 Library code raises :class:`CharrnnError` with a one-line, human-readable message;
 the command line turns it into ``Error: <message>`` and a non-zero exit, never a
-traceback. A refused option value is a :class:`ConfigError`, which names each
-option it concerns the way the caller wrote it: ``max_steps`` from Python,
-``--max-steps`` on the command line (see :meth:`ConfigError.render`).
+traceback. A message names each option the way its caller spells it (:func:`option`):
+``max_steps`` from Python, ``--max-steps`` on the command line.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
-_NAME = re.compile(r"\{\{|\}\}|\{([a-z_]+)\}")  # {name} names an option; {{ and }} are literal braces
+_SPELLING: ContextVar[Callable[[str], str]] = ContextVar("charrnn_option_spelling", default=str)
 
 
-def _substitute(template: str, name: Callable[[str], str]) -> str:
-    return _NAME.sub(lambda match: name(match.group(1)) if match.group(1) else match.group(0)[0], template)
+def option(name: str) -> str:
+    """The option ``name`` as the caller spells it: the parameter itself, or the command line's flag."""
+    return _SPELLING.get()(name)
 
 
-def option_placeholder(name: str) -> str:
-    """Names an option ``{name}``: a message built with it still names options for either door."""
-    return "{" + name + "}"
-
-
-def escape(text: str) -> str:
-    """``text`` (a path, a character the user gave) as it must stand in a message that names options."""
-    return text.replace("{", "{{").replace("}", "}}")
+@contextmanager
+def options_spelled(spell: Callable[[str], str]) -> Iterator[None]:
+    """Within the block, :func:`option` names each option by ``spell`` (the command line's flags)."""
+    token = _SPELLING.set(spell)
+    try:
+        yield
+    finally:
+        _SPELLING.reset(token)
 
 
 class CharrnnError(Exception):
-    """A user-facing failure: bad input, a missing file, an invalid option.
-
-    With ``names_options``, ``{name}`` in the message stands for the option ``name``
-    (see :meth:`render`): a failure that another option would avoid says which.
-    """
-
-    def __init__(self, message: str = "", *, names_options: bool = False):
-        self.template = message if names_options else None
-        super().__init__(_substitute(message, str) if names_options else message)
-
-    def as_template(self) -> str:
-        """The message with ``{option}`` still standing for each option, to pass on in another message."""
-        template = getattr(self, "template", None)
-        return template if template is not None else escape(str(self))
-
-    def render(self, name: Callable[[str], str] = str) -> str:
-        """The message, each option named by ``name(option)`` (by default the option itself)."""
-        template = getattr(self, "template", None)
-        if template is None:
-            return str(self)
-        return _substitute(template, name)
+    """A user-facing failure: bad input, a missing file, an invalid option."""
 
 
 class ConfigError(CharrnnError, ValueError):
     """An option value the library refuses, raised before anything is read, trained or written.
 
-    ``problem`` is the message, in which ``{name}`` stands for the option ``name``:
-    Python callers see the name itself, the command line its flag. With ``field``,
-    the message is ``"{field} " + problem``. ``field`` is the first option the
-    message concerns (None for a message about no option in particular).
+    With ``field``, the message is the option's name, then ``problem``; ``field`` is the option
+    the message is about (None for a message about no option in particular).
     """
 
     def __init__(self, problem: str, field: str | None = None):
-        template = problem if field is None or "{" + field + "}" in problem else f"{{{field}}} {problem}"
-        names = [found for found in _NAME.findall(template) if found]
-        self.field = field if field is not None else (names[0] if names else None)
+        super().__init__(problem if field is None else f"{option(field)} {problem}")
+        self.field = field
         self.problem = problem
-        self.about_value = field is not None and template != problem  # "{field} " + what is wrong with it
-        super().__init__(template, names_options=True)
-
-    def render_problem(self, name: Callable[[str], str] = str) -> str:
-        """What is wrong, without the field in front (the command line puts the flag elsewhere)."""
-        return _substitute(self.problem, name)
 
 
 class ConfigTypeError(ConfigError, TypeError):

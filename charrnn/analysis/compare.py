@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from charrnn.analysis.memorisation import Reference, measure
 from charrnn.config import COPY_MIN_CHARS, DynamicConfig, SampleConfig
 from charrnn.data.corpus import checkpoint_validation_ids, corpus_path, read_corpus
 from charrnn.data.vocab import UnknownCharactersError
-from charrnn.errors import CharrnnError, escape
+from charrnn.errors import CharrnnError, option
 from charrnn.generation.trained import TrainedModel
 from charrnn.models.evaluate import require_scorable
 from charrnn.models.pretrained import run_name
@@ -63,12 +62,9 @@ class CheckpointReport:
     memorisation: dict[str, Any] | None = None  # Memorisation.to_dict() of the generated text, if asked
     against: str | None = None  # what the memorisation figures were measured against
     dynamic: dict[str, Any] | None = None  # EvalResult.to_dict() of dynamic evaluation, if asked
-    error_template: str | None = field(default=None, repr=False)  # error, with {option} for each option named
 
     def to_dict(self) -> dict[str, Any]:
-        record = asdict(self)
-        del record["error_template"]
-        return record
+        return asdict(self)
 
     def missing(self, settings: CompareSettings) -> list[str]:
         """What was asked of this checkpoint and is not in its report."""
@@ -78,12 +74,6 @@ class CheckpointReport:
         if settings.against is not None:
             wanted["memorisation figures"] = self.memorisation
         return [what for what, value in wanted.items() if value is None]
-
-    def render_error(self, name: Callable[[str], str] = str) -> str | None:
-        """``error``, each option it mentions named by ``name(option)`` (the command line gives flags)."""
-        if self.error_template is None:
-            return self.error
-        return CharrnnError(self.error_template, names_options=True).render(name)
 
 
 def _score(loaded: TrainedModel, settings: CompareSettings
@@ -102,9 +92,8 @@ def _score(loaded: TrainedModel, settings: CompareSettings
             raise
         stored = loaded.payload.get("latest_eval")
         if stored is None:
-            raise CharrnnError(f"{escape(str(exc))}; give {{text_file}} FILE to score every checkpoint on "
-                               f"one text",
-                               names_options=True) from None
+            raise CharrnnError(f"{exc}; give {option('text_file')} FILE to score every checkpoint on one "
+                               f"text") from None
         when = "" if stored["step"] == loaded.payload.get("step") else f", from step {stored['step']:,}"
         scores = {key: stored[key] for key in ("nats_per_char", "bits_per_char", "perplexity", "chars")}
         return scores, f"validation score stored at training time{when} (the corpus cannot be re-read)", None
@@ -116,9 +105,9 @@ def _scored_ids(loaded: TrainedModel, settings: CompareSettings) -> torch.Tensor
         try:
             ids = loaded.vocab.encode(settings.text, skip_unknown=settings.skip_unknown)
         except UnknownCharactersError as exc:
-            raise UnknownCharactersError(exc.unknown, "{skip_unknown} drops them") from None
+            raise UnknownCharactersError(exc.unknown, f"{option('skip_unknown')} drops them") from None
         dropped = settings.skip_unknown and len(ids) < len(settings.text)
-        require_scorable(len(ids), "the {text_file} text", dropped)
+        require_scorable(len(ids), f"the {option('text_file')} text", dropped)
         return ids
     return checkpoint_validation_ids(loaded.payload.get("corpus"), loaded.vocab)
 
@@ -146,20 +135,18 @@ class References:
             return self._cache[key]
         corpus = loaded.payload.get("corpus")
         if corpus is None:
-            raise CharrnnError("the checkpoint records no training corpus; give {against} FILE",
-                               names_options=True)
+            raise CharrnnError(f"the checkpoint records no training corpus; give {option('against')} FILE")
         key = ("train", corpus["sha256"])
         if key not in self._cache:
             try:
                 path = corpus_path(corpus)
             except CharrnnError as exc:
-                raise CharrnnError(f"{exc.as_template()}; give {{against}} FILE",
-                                   names_options=True) from None
+                raise CharrnnError(f"{exc}; give {option('against')} FILE") from None
             text = read_corpus(path)
             # The recorded hash is of the corpus's UTF-8 bytes: the text just read, encoded again.
             if hashlib.sha256(text.encode("utf-8")).hexdigest() != corpus["sha256"]:
-                raise CharrnnError(f"the training corpus {escape(str(path))} has changed since training; "
-                                   f"give {{against}} FILE", names_options=True)
+                raise CharrnnError(f"the training corpus {path} has changed since training; give "
+                                   f"{option('against')} FILE")
             self._cache[key] = (Reference(text[: corpus["split_point"]]), f"training split of {path}")
         return self._cache[key]
 
@@ -176,25 +163,25 @@ def compare_checkpoint(loaded: TrainedModel, path: Path, settings: CompareSettin
         if stored_note:
             errors.append(stored_note)
     except CharrnnError as exc:
-        errors.append(f"not scored: {exc.as_template()}")
+        errors.append(f"not scored: {exc}")
     dynamic = None
     if settings.dynamic is not None and ids is not None:
         try:
             dynamic = checkpoint_dynamic_score(loaded, ids, settings.dynamic).to_dict()
         except CharrnnError as exc:
-            errors.append(f"no dynamic score: {exc.as_template()}")
+            errors.append(f"no dynamic score: {exc}")
     sample, log_prob = None, None
     try:
         sample, log_prob = _sample(loaded, settings)
     except CharrnnError as exc:
-        errors.append(f"no sample: {exc.as_template()}")
+        errors.append(f"no sample: {exc}")
     memorisation, against = None, None
     if settings.against is not None and sample is not None:
         try:
             reference, against = (references or References()).for_checkpoint(loaded, settings.against)
             memorisation = measure(sample[len(settings.prime):], reference).to_dict()
         except CharrnnError as exc:
-            errors.append(f"no memorisation figures: {exc.as_template()}")
+            errors.append(f"no memorisation figures: {exc}")
     return CheckpointReport(
         checkpoint=str(path),
         run=run_name(Path(path)),
@@ -204,8 +191,7 @@ def compare_checkpoint(loaded: TrainedModel, path: Path, settings: CompareSettin
         scored_on=settings.text_name or "validation split",
         sample=sample,
         log_prob=log_prob,
-        error=CharrnnError("; ".join(errors), names_options=True).render() if errors else None,
-        error_template="; ".join(errors) or None,
+        error="; ".join(errors) or None,
         memorisation=memorisation,
         against=against,
         dynamic=dynamic,
@@ -269,8 +255,7 @@ def _memorisation_cells(figures: dict[str, Any] | None) -> str:
     return f" {known_text} | {figures['longest_copied_chars']}{line} | {figures['copied_fraction']:.1%} |"
 
 
-def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note: str | None,
-                name: Callable[[str], str] = str) -> str:
+def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note: str | None) -> str:
     """The comparison as a Markdown document: a table of scores, then each sample."""
     decoding = describe_decoding(settings)
     lines = [
@@ -314,7 +299,7 @@ def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note
     for r, label in zip(reports, labels, strict=True):
         lines += ["", f"## {label}", ""]
         if r.error:
-            lines += [f"*{r.render_error(name)}*", ""]
+            lines += [f"*{r.error}*", ""]
         if r.sample is not None:
             sample = shown(r.sample)
             fence = _fence(sample)

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from charrnn.config import DynamicConfig
 from charrnn.data.corpus import StreamBatches, checkpoint_split
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, option
 from charrnn.generation.trained import TrainedModel
 from charrnn.models.evaluate import EvalResult
 from charrnn.models.model import CharRNN, detach_state
@@ -54,8 +54,7 @@ def gradient_rms(model: CharRNN, train_ids: torch.Tensor, segment_len: int,
     streams = max(1, min(STATISTICS_STREAMS, (min(len(train_ids), max_chars) - 1) // segment_len))
     if len(train_ids) < streams * segment_len + 1:
         raise CharrnnError(f"the training split has {len(train_ids)} characters; gradient statistics need "
-                           f"more than one segment of {segment_len} (lower {{segment_len}})",
-                           names_options=True)
+                           f"more than one segment of {segment_len} (lower {option('segment_len')})")
     work = copy.deepcopy(model).eval()
     params = [p for p in work.parameters() if p.requires_grad]
     squares = [torch.zeros_like(p) for p in params]

@@ -15,7 +15,7 @@ import torch
 
 from charrnn.config import INSPECT_FEATURES
 from charrnn.data.vocab import Vocab
-from charrnn.errors import CharrnnError, ConfigError
+from charrnn.errors import CharrnnError, ConfigError, option
 from charrnn.models.model import CharRNN
 from charrnn.models.stepper import make_stepper
 from charrnn.utils.text import HIDDEN_CHAR_STYLE, colour, html_text
@@ -32,7 +32,7 @@ def activations(model: CharRNN, vocab: Vocab, text: str, state: str = "h") -> to
     zero state, one character at a time through the fast step path.
     """
     if state not in ("h", "c"):
-        raise CharrnnError("{state} must be h or c", names_options=True)
+        raise CharrnnError(f"{option('state')} must be h or c")
     if state == "c" and model.config.cell != "lstm":
         raise ConfigError(f"c needs an LSTM; this model is a {model.config.cell.upper()}", "state")
     device = next(model.parameters()).device

@@ -8,7 +8,6 @@ and samples containing ``[brackets]`` are shown as they are.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from rich.table import Table
@@ -17,8 +16,6 @@ from rich.text import Text
 from charrnn.config import TrainConfig, partial_eval_chars
 from charrnn.config import split_point as corpus_split_point
 from charrnn.utils.terminal import escape_char, is_hidden, one_line, shown_parts
-
-Namer = Callable[[str], str]  # how the command line names a library parameter (max_steps → --max-steps)
 
 
 def key_value_table(title: str, rows: dict[str, str], fold: bool = False) -> Table:

@@ -12,7 +12,6 @@ from charrnn.cli.options import (
     dynamic_options,
     json_option,
     option,
-    option_namer,
     reads_checkpoints,
     sampling_options,
     single_stream_option,
@@ -116,19 +115,18 @@ def compare_command(ctx: click.Context, checkpoints: tuple[str, ...], as_json: b
         check_output(markdown_file, "markdown_file", {"checkpoints": checkpoints, **{
             name: settings.get(name) for name in ("prime_file", "text_file", "against")}})
     comparison = compare(list(checkpoints), **settings)
-    name = option_namer(click.get_current_context().command)
     for given, used in zip(checkpoints, comparison.checkpoints, strict=True):
         say_checkpoint(given, used)
     if comparison.note:
         message(f"note: {comparison.note}")
     if markdown_file is not None:
-        write_file(markdown_file, comparison.to_markdown(name))
+        write_file(markdown_file, comparison.to_markdown())
     if as_json:
         print_json(comparison.to_dict(), indent=2)
     else:
         from charrnn.cli.evaluate_view import comparison_renderable
 
-        show(comparison_renderable(comparison.reports, out.width, name))
+        show(comparison_renderable(comparison.reports, out.width))
     if comparison.failures:
         lacking = "; ".join(f"{path}: no {', no '.join(what)}" for path, what in comparison.failures)
         raise CharrnnError(f"not everything asked could be done ({lacking}); each checkpoint's problem "

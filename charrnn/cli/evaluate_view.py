@@ -9,7 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from charrnn.cli.display import Namer, key_value_table, shown_text
+from charrnn.cli.display import key_value_table, shown_text
 from charrnn.config import COPY_MIN_CHARS
 from charrnn.utils.terminal import one_line
 from charrnn.utils.text import checkpoint_labels, format_epoch, format_score
@@ -64,7 +64,7 @@ def memorisation_rows(figures: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def _report_rows(report: CheckpointReport, name: Namer) -> dict[str, str]:
+def _report_rows(report: CheckpointReport) -> dict[str, str]:
     rows = {
         "run": report.run,
         "epoch": format_epoch(report.epoch),
@@ -80,11 +80,11 @@ def _report_rows(report: CheckpointReport, name: Namer) -> dict[str, str]:
     if report.memorisation is not None:
         rows.update(memorisation_rows(report.memorisation))
     if report.error:
-        rows["problem"] = report.render_error(name) or ""
+        rows["problem"] = report.error
     return rows
 
 
-def comparison_renderable(reports: list[CheckpointReport], width: int, name: Namer = str):
+def comparison_renderable(reports: list[CheckpointReport], width: int):
     """A side-by-side table, or stacked panels when the terminal is too narrow for one."""
     labels = checkpoint_labels(reports)
     if width >= 14 + SIDE_BY_SIDE_MIN_COLUMN * len(reports):
@@ -92,14 +92,14 @@ def comparison_renderable(reports: list[CheckpointReport], width: int, name: Nam
         table.add_column("", style="bold")
         for label in labels:
             table.add_column(Text(label), overflow="fold")
-        all_rows = [_report_rows(report, name) for report in reports]
+        all_rows = [_report_rows(report) for report in reports]
         for key in dict.fromkeys(key for rows in all_rows for key in rows):
             table.add_row(key, *(Text(rows.get(key, "")) for rows in all_rows))
         table.add_row("sample", *(shown_text(report.sample or "") for report in reports))
         return table
     panels = []
     for report, label in zip(reports, labels, strict=True):
-        summary = "  ".join(f"{key} {value}" for key, value in _report_rows(report, name).items())
+        summary = "  ".join(f"{key} {value}" for key, value in _report_rows(report).items())
         panels.append(Panel(Group(Text(summary, style="bold"), Text(""), shown_text(report.sample or "")),
                             title=Text(label), title_align="left"))
     return Group(*panels)

@@ -102,7 +102,7 @@ def inspect_command(ctx: click.Context, checkpoint: str, text_file: str, html_fi
     if (skip_unknown or single_stream) and not (surprisal or most_surprising is not None):
         from charrnn.errors import OptionConflict
 
-        flag = "{skip_unknown} drops characters from" if skip_unknown else "{single_stream} sets how it reads"
+        flag = "--skip-unknown drops characters from" if skip_unknown else "--single-stream sets how it reads"
         raise OptionConflict(f"{flag} the text --surprisal scores: it goes with --surprisal or "
                              f"--most-surprising")
     if surprisal or most_surprising is not None:

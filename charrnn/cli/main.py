@@ -18,7 +18,7 @@ import click
 from charrnn import __version__
 from charrnn.cli.options import option_namer
 from charrnn.cli.output import message
-from charrnn.errors import CharrnnError, ConfigError, OptionConflict
+from charrnn.errors import CharrnnError, ConfigError, OptionConflict, option, options_spelled
 from charrnn.utils.files import reason
 from charrnn.utils.hardware import cpu_bf16_setting, process_age_s
 from charrnn.utils.interrupt import EXIT_CODES, Terminated, raise_on_termination
@@ -46,6 +46,11 @@ class CharrnnGroup(click.Group):
     """Turns every user-facing failure into one line, ``Error: ...``, and a non-zero exit."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        # Every message names an option as this command spells it; the command is known once parsed.
+        with options_spelled(lambda name: option_namer(self._command(ctx))(name)):
+            return self._invoke(ctx)
+
+    def _invoke(self, ctx: click.Context) -> Any:
         try:
             with raise_on_termination():
                 cpu_bf16_setting()  # a mistyped CHARRNN_CPU_BF16 is refused by every command
@@ -53,7 +58,7 @@ class CharrnnGroup(click.Group):
         except ConfigError as exc:  # a refused option value: a usage error, exit 2
             raise OneLineUsageError(self._config_error_message(ctx, exc)) from None
         except CharrnnError as exc:
-            raise click.ClickException(one_line(exc.render(option_namer(self._command(ctx))))) from None
+            raise click.ClickException(one_line(str(exc))) from None
         except ReaderGone:
             raise SystemExit(1) from None
         except KeyboardInterrupt:
@@ -72,11 +77,10 @@ class CharrnnGroup(click.Group):
     def _config_error_message(self, ctx: click.Context, exc: ConfigError) -> str:
         """The library's complaint, in the words of the options that set the values."""
         command = self._command(ctx)
-        name = option_namer(command)
         see = f" (see '{ctx.command_path} {command.name} --help')" if command is not None else ""
-        if isinstance(exc, OptionConflict) or not exc.about_value:
-            return exc.render(name) + see
-        return f"Invalid value for '{name(exc.field)}': {exc.render_problem(name)}{see}"
+        if isinstance(exc, OptionConflict) or exc.field is None:
+            return f"{exc}{see}"
+        return f"Invalid value for '{option(exc.field)}': {exc.problem}{see}"
 
 
 @click.group(cls=CharrnnGroup)

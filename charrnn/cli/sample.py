@@ -113,7 +113,7 @@ def write_with_the_model(checkpoint: str, prime: str | None, prime_file: str | N
     from charrnn.errors import ConfigError, OptionConflict
 
     if not interactive:
-        raise OptionConflict("{top} says how many guesses {interactive} shows: it goes with it")
+        raise OptionConflict("--top says how many guesses --interactive shows: it goes with it")
     if not 1 <= top <= MOST_GUESSES:
         raise ConfigError(f"must be from 1 to {MOST_GUESSES} (one digit picks each guess)", "top")
     api.writing_request(prime, prime_file=prime_file, **given)  # refused before the model is loaded

@@ -15,7 +15,6 @@ from charrnn.cli.options import (
     device_option,
     json_option,
     option,
-    option_namer,
     parse_advanced,
 )
 from charrnn.cli.output import err, message, print_json, show
@@ -131,7 +130,7 @@ def train_command(ctx: click.Context, corpus: str | None, as_json: bool, quiet: 
     given = {key: value for key, value in arguments.items()
              if ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
     given.update(parse_advanced(advanced))
-    observer = ProgressBar(err, option_namer(ctx.command), draw_bar=sys.stderr.isatty(), quiet=quiet)
+    observer = ProgressBar(err, draw_bar=sys.stderr.isatty(), quiet=quiet)
     try:
         result = api.train(corpus, observer=observer, started=started, finish_s=PROCESS_EXIT_S, **given)
     except TrainingInterrupted as interrupted:
@@ -151,7 +150,7 @@ def train_command(ctx: click.Context, corpus: str | None, as_json: bool, quiet: 
         return
     from charrnn.cli.train_view import training_summary
 
-    show(training_summary(result, option_namer(ctx.command)))
+    show(training_summary(result))
 
 
 COMMANDS = [train_command]

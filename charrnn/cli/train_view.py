@@ -17,7 +17,6 @@ from tqdm import tqdm
 
 from charrnn.api import TrainObserver
 from charrnn.cli.display import (
-    Namer,
     clock_time,
     describe_evaluations,
     describe_model,
@@ -25,7 +24,7 @@ from charrnn.cli.display import (
     key_value_table,
 )
 from charrnn.config import REGULARISATION_RATES, ModelConfig, TrainConfig
-from charrnn.errors import CharrnnError
+from charrnn.errors import option
 from charrnn.utils.terminal import one_line
 
 if TYPE_CHECKING:  # result types, named for their readers; importing them would import torch
@@ -55,10 +54,9 @@ class ProgressBar(TrainObserver):
     remaining time never exceeds what is left of a time budget.
     """
 
-    def __init__(self, console: Console, name: Namer = str, draw_bar: bool = True,
+    def __init__(self, console: Console, draw_bar: bool = True,
                  quiet: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
         self.console = console  # where the configuration table goes (stderr)
-        self.name = name  # how to name an option in a note
         self.draw_bar = draw_bar and not quiet  # False: plain progress lines instead
         self.quiet = quiet  # notes only: no table, bar or progress lines
         self.bar: tqdm | None = None
@@ -79,21 +77,21 @@ class ProgressBar(TrainObserver):
         self.finished = threading.Event()  # set when the run ends: the watcher stops
 
     def on_message(self, text: str) -> None:
-        """Notes and warnings, quiet or not, each option named as the command line writes it."""
-        self._say(CharrnnError(text, names_options=True).render(self.name))
+        """Notes and warnings, quiet or not."""
+        self._say(text)
 
     def _say(self, text: str) -> None:
         self.console.print(Text(one_line(text)), soft_wrap=True)
 
     def on_plan(self, plan: TrainingPlan) -> None:
         """Say what the plan decided that the user did not ask for in so many words."""
-        name, budget = self.name, plan.budget
+        budget = plan.budget
         self.threads = plan.threads
         self.precision = plan.precision
         if budget is not None and not budget.planned:
-            self._say(f"{name('time_budget')} {budget.seconds:g} s: {budget.unplanned_because}")
+            self._say(f"{option('time_budget')} {budget.seconds:g} s: {budget.unplanned_because}")
         elif budget is not None:
-            for line in budget_lines(budget, name):
+            for line in budget_lines(budget):
                 self._say(line)
         tuned = plan.fine_tune
         if tuned is not None:
@@ -295,16 +293,16 @@ class ProgressBar(TrainObserver):
             self.bar.close()
 
 
-def budget_lines(budget: Any, name: Namer) -> list[str]:
+def budget_lines(budget: Any) -> list[str]:
     """What a time budget chose and why (a :class:`~charrnn.training.budget.BudgetDecision`): the shape
     with its measured throughput and predicted score, every shape considered, and the settings made."""
     choice = budget.choice
     how = "trains it at" if choice.measured else "would train it at about"
     speed = f"{choice.chars_per_s:,.0f} chars/s in {budget.precision}"
     if choice.predicted_loss is None:
-        lines = [f"{name('time_budget')} {budget.seconds:g} s leaves no shape time to train once it is "
-                 f"measured, evaluated and saved: the fastest, {choice.describe()} ({speed}), trains what "
-                 f"it can"]
+        lines = [f"{option('time_budget')} {budget.seconds:g} s leaves no shape time to train once it is "
+                 f"measured, evaluated and saved: the fastest, {choice.describe()} ({speed}), trains what it "
+                 f"can"]
     else:
         slowed = f" with dropout {choice.dropout:g} (about {1 - choice.speed_share:.0%} slower)" \
             if choice.speed_share < 1 else ""
@@ -314,28 +312,28 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
                 else "the limit given"
             passes = (f"time for {choice.budget_epochs:.1f} epochs{slowed}, of which it trains "
                       f"{choice.epochs:.1f} ({limit}) and ends early")
-        lines = [f"{name('time_budget')} {budget.seconds:g} s: {choice.describe()}: this machine {how} "
+        lines = [f"{option('time_budget')} {budget.seconds:g} s: {choice.describe()}: this machine {how} "
                  f"{speed} → {passes}, predicted validation {choice.predicted_loss:.3f} nats/char"]
     lower = budget.outranked()
     if lower is not None:
         why = ("it stops at its pass limit, and of shapes that tie, one that trains to the budget's end is "
                "chosen") if lower.limit is not None and choice.limit is None else \
             "of shapes that train alike and tie, the larger measured one is chosen"
-        lines.append(f"{name('time_budget')}: {lower.describe()} predicts {lower.predicted_loss:.3f}, within "
-                     f"the rule's error of {budget.tie_error:.3f}: {why}")
+        lines.append(f"{option('time_budget')}: {lower.describe()} predicts {lower.predicted_loss:.3f}, "
+                     f"within the rule's error of {budget.tie_error:.3f}: {why}")
     longer = budget.longer_plan()
     if longer is not None:
-        lines.append(f"{name('time_budget')}: the best shape that trains to the budget's end, "
+        lines.append(f"{option('time_budget')}: the best shape that trains to the budget's end, "
                      f"{longer.describe()} for {longer.epochs:.1f} epochs, predicts "
                      f"{longer.predicted_loss:.3f}: no better, so this run ends early")
     elif budget.ends_early():
-        lines.append(f"{name('time_budget')}: of the shapes it could predict, none trains to the budget's "
+        lines.append(f"{option('time_budget')}: of the shapes it could predict, none trains to the budget's "
                      f"end: each reaches its pass limit first. The longer plan, {choice.describe()} for "
                      f"{choice.budget_epochs:.1f} epochs with more dropout, is not taken: past the limit, "
                      f"runs with more dropout scored worse (docs/defaults.md)")
     close = budget.close_call()
     if close is not None:
-        lines.append(f"{name('time_budget')}: a close call: {close.describe()} predicts "
+        lines.append(f"{option('time_budget')}: a close call: {close.describe()} predicts "
                      f"{close.predicted_loss:.3f}, within the rule's error, so another run's speeds may "
                      f"choose it instead")
     considered = ", ".join(
@@ -346,22 +344,22 @@ def budget_lines(budget: Any, name: Namer) -> list[str]:
         f"{'' if c.precision == budget.precision else f' in {c.precision}'} → "
         f"{'no time left to train' if c.predicted_loss is None else f'{c.predicted_loss:.3f}'}"
         for c in budget.candidates)
-    lines.append(f"{name('time_budget')}: shapes timed in {budget.probe_s:.1f} s of the budget (~: estimated "
-                 f"from those timed): {considered}")
+    lines.append(f"{option('time_budget')}: shapes timed in {budget.probe_s:.1f} s of the budget (~: "
+                 f"estimated from those timed): {considered}")
     if budget.chosen:
-        chosen = " ".join(name(key) if value is True else f"{name(key)} {value:g}"
+        chosen = " ".join(option(key) if value is True else f"{option(key)} {value:g}"
                           for key, value in budget.chosen.items())
-        lines.append(f"{name('time_budget')}: {chosen} (give any of them to override)")
+        lines.append(f"{option('time_budget')}: {chosen} (give any of them to override)")
     return lines
 
 
-def training_summary(result: TrainResult, name: Namer) -> Table:
+def training_summary(result: TrainResult) -> Table:
     """``charrnn train``'s closing table."""
     best = result.best
     # -o eval_chars N below the split's length: every score, best.pt's too, is of its first N characters.
     part = result.config is not None and result.config.eval_chars == best.chars
     return key_value_table("training finished", {
-        "stopped": result.stop_reason.describe(name),
+        "stopped": result.stop_reason.describe(),
         "steps": f"{result.steps:,} ({result.epoch:.2f} epochs)",
         "wall time": f"{result.elapsed_s:.1f} s",
         "best validation": f"{best.nats_per_char:.4f} nats/char, {best.bits_per_char:.4f} bits/char, "

@@ -206,7 +206,7 @@ def cached_ids(scan: CorpusScan, vocab: Vocab, skip_unknown: bool = False, cache
     if length == 0:
         return torch.empty(0, dtype=vocab.id_dtype)
     cache_dir = cache_dir or default_cache_dir()
-    refuse_writing_in_shipped(cache_dir, CACHE_DIR_ENV, "directory")
+    refuse_writing_in_shipped(cache_dir, CACHE_DIR_ENV, "directory", by_option=False)
     path = cache_dir / cache_name(scan, vocab, dropped_unknown=bool(unknown))
     itemsize = vocab.id_dtype.itemsize
     if _verified(path, length * itemsize):

@@ -24,7 +24,7 @@ from charrnn.data.cache import (
 )
 from charrnn.data.datasets import DATA_DIR_ENV, local_copy
 from charrnn.data.vocab import Vocab
-from charrnn.errors import CharrnnError, escape
+from charrnn.errors import CharrnnError, option
 
 
 def corpus_name(path: Path) -> str:
@@ -139,15 +139,14 @@ def corpus_path(corpus: dict[str, Any]) -> Path:
     recorded, known = _located(corpus)
     if known is None:
         if not recorded.exists():
-            raise CharrnnError(f"the training corpus {escape(corpus['path'])} is gone")
+            raise CharrnnError(f"the training corpus {corpus['path']} is gone")
         return recorded
     name, path = known
     fetch = f"`charrnn data get {name}` fetches it (the data directory is ./data, or ${DATA_DIR_ENV})"
     if not path.is_file():
-        raise CharrnnError(f"the training corpus, {name}, is not at {escape(str(path))}: {fetch}")
+        raise CharrnnError(f"the training corpus, {name}, is not at {path}: {fetch}")
     if scan_corpus(path).sha256 != corpus["sha256"]:
-        raise CharrnnError(f"{escape(str(path))} is not the text of {name} (it was changed): {fetch} again "
-                           f"with --force")
+        raise CharrnnError(f"{path} is not the text of {name} (it was changed): {fetch} again with --force")
     return path
 
 
@@ -194,9 +193,9 @@ class StreamBatches:
         minimum = batch_size * seq_len + 1
         if len(ids) < minimum:
             raise CharrnnError(
-                f"the training split has {len(ids):,} characters; one batch of "
-                f"{{batch_size}} {batch_size} × {{seq_len}} {seq_len} needs at least {minimum:,} "
-                f"(use a longer corpus or smaller {{batch_size}}/{{seq_len}})", names_options=True
+                f"the training split has {len(ids):,} characters; one batch of {option('batch_size')} "
+                f"{batch_size} × {option('seq_len')} {seq_len} needs at least {minimum:,} (use a longer "
+                f"corpus or smaller {option('batch_size')}/{option('seq_len')})"
             )
         self.batch_size = batch_size
         self.seq_len = seq_len

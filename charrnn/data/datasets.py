@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, option
 from charrnn.utils.files import (
     NotRegularFile,
     file_sha256,
@@ -167,7 +167,8 @@ def fetch(name: str, data_dir: Path | None = None, force: bool = False) -> Datas
         raise CharrnnError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
     dataset = DATASETS[name]
     base = data_dir or default_data_dir()
-    refuse_writing_in_shipped(base, "{data_dir}" if data_dir is not None else DATA_DIR_ENV, "directory")
+    given = data_dir is not None
+    refuse_writing_in_shipped(base, option("data_dir") if given else DATA_DIR_ENV, "directory", given)
     target = base / dataset.relative_path
     if target.is_dir():
         raise CharrnnError(f"cannot store {dataset.name} at {target}: it is a directory")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from charrnn.errors import CharrnnError, escape
+from charrnn.errors import CharrnnError
 
 
 def code_points(text: str) -> torch.Tensor:
@@ -48,13 +48,12 @@ class UnknownCharactersError(CharrnnError):
     """The text holds characters the vocabulary does not."""
 
     def __init__(self, unknown: dict[str, int], hint: str | None = None):
-        """``hint``: what would avoid the error, naming an option as ``{name}``."""
+        """``hint``: what would avoid the error, naming options by :func:`~charrnn.errors.option`."""
         self.unknown = unknown
         total = sum(unknown.values())
         super().__init__(
             f"{total} character(s) of {len(unknown)} kind(s) are not in the model's vocabulary: "
-            f"{escape(describe_chars(unknown))}" + (f" ({hint})" if hint else ""),
-            names_options=True,
+            f"{describe_chars(unknown)}" + (f" ({hint})" if hint else ""),
         )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from charrnn.config import SampleConfig
-from charrnn.errors import ConfigError, ConfigTypeError, OptionConflict
+from charrnn.errors import ConfigError, ConfigTypeError, OptionConflict, option
 
 if TYPE_CHECKING:  # torch is imported when a model is made, not when charrnn.api is
     import torch
@@ -33,7 +33,8 @@ _END = object()  # what next() gives an iterator that has ended, in TrainedModel
 def refuse_several_texts_in_a_stream(config: SampleConfig) -> None:
     """A stream delivers one text as it is generated: beam search and several samples are refused."""
     if config.beam_width is not None or config.num_samples != 1:
-        raise OptionConflict("a stream is one sampled text: {beam_width} and {num_samples} need sample()")
+        raise OptionConflict(f"a stream is one sampled text: {option('beam_width')} and "
+                             f"{option('num_samples')} need sample()")
 
 
 @dataclass(frozen=True)
@@ -134,10 +135,10 @@ class TrainedModel:
         """Refuse, before any generation, more texts at once than memory holds."""
         from charrnn.models.devices import check_generation_fits
 
-        rows, option = ((config.beam_width, "beam_width") if config.beam_width
-                        else (config.num_samples, "num_samples"))
+        rows, count_option = ((config.beam_width, "beam_width") if config.beam_width
+                              else (config.num_samples, "num_samples"))
         device = str(next(self.network.parameters()).device)
-        check_generation_fits(rows, config.length, self.network.config, device, option)
+        check_generation_fits(rows, config.length, self.network.config, device, count_option)
 
 
 def seeded(config: SampleConfig) -> SampleConfig:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from charrnn.config import ModelConfig
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, option
 from charrnn.models.model import parameter_count
 from charrnn.utils.hardware import available_host_memory, cpu_has_native_bf16
 
@@ -20,9 +20,9 @@ def resolve_device(name: str) -> str:
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
-        raise CharrnnError("{device} cuda was requested but no CUDA GPU is available", names_options=True)
+        raise CharrnnError(f"{option('device')} cuda was requested but no CUDA GPU is available")
     if name == "mps" and not torch.backends.mps.is_available():
-        raise CharrnnError("{device} mps was requested but MPS is not available", names_options=True)
+        raise CharrnnError(f"{option('device')} mps was requested but MPS is not available")
     return name
 
 
@@ -58,9 +58,9 @@ def precision_warning(precision: str, model_config: ModelConfig) -> str | None:
     if precision != "bf16" or not too_wide_for_bf16(model_config):
         return None
     shape = f"{model_config.num_layers}×{model_config.hidden_size}"
-    return (f"warning: {{precision}} bf16 trains a {shape} LSTM, and LSTMs wider than {BF16_LARGEST_HIDDEN} "
-            f"did not learn in bf16 (a 2×1024 stayed at the loss of single-character frequencies); "
-            f"{{precision}} auto trains them in fp32")
+    return (f"warning: {option('precision')} bf16 trains a {shape} LSTM, and LSTMs wider than "
+            f"{BF16_LARGEST_HIDDEN} did not learn in bf16 (a 2×1024 stayed at the loss of single-character "
+            f"frequencies); {option('precision')} auto trains them in fp32")
 
 
 def autocast(device: torch.device, precision: str):
@@ -79,19 +79,18 @@ def _available(device_name: str) -> int | None:
 
 
 def check_generation_fits(rows: int, length: int, model_config: ModelConfig, device_name: str,
-                          option: str, length_option: str = "length") -> None:
+                          count_option: str, length_option: str = "length") -> None:
     """Refuse, before allocating anything, a generation of ``rows`` texts at once (samples or beams) whose
-    logits, probabilities, states and history cannot fit; ``option`` names the count to lower,
+    logits, probabilities, states and history cannot fit; ``count_option`` names the count to lower,
     ``length_option`` the length."""
     per_row = 4 * (4 * model_config.vocab_size + 8 * model_config.num_layers * model_config.hidden_size)
     needed = rows * (per_row + 16 * length)
     available = _available(device_name)
     if available is not None and needed > available:
         what = "a text of" if rows == 1 else f"{rows:,} texts at once, each of"
-        lower = f"{{{length_option}}}" if rows == 1 else f"{{{option}}} or {{{length_option}}}"
+        lower = option(length_option) if rows == 1 else f"{option(count_option)} or {option(length_option)}"
         raise CharrnnError(f"generating {what} {length:,} characters needs about {needed / 2**30:,.1f} GiB; "
-                           f"{device_name} has {available / 2**30:,.1f} GiB available. Lower {lower}",
-                           names_options=True)
+                           f"{device_name} has {available / 2**30:,.1f} GiB available. Lower {lower}")
 
 
 def training_bytes(model_config: ModelConfig, batch_size: int, seq_len: int) -> tuple[int, int]:
@@ -128,12 +127,13 @@ def check_model_fits(model_config: ModelConfig, device_name: str, batch_size: in
             f"a training step needs about {activations / 2**30:,.1f} GiB of activations ({batch_size:,} × "
             f"{seq_len:,} characters, each with {model_config.vocab_size:,} vocabulary scores) on top of "
             f"{state / 2**30:,.1f} GiB for the model; {device_name} has {available / 2**30:,.1f} GiB "
-            f"available. Lower {{batch_size}} or {{seq_len}}", names_options=True)
+            f"available. Lower {option('batch_size')} or {option('seq_len')}")
     # Activations past what the device holds would refuse the smaller model next: both are named at once.
-    batch = ", and lower {batch_size} or {seq_len}" if activations > max(available, smallest) else ""
+    batch = f", and lower {option('batch_size')} or {option('seq_len')}" \
+        if activations > max(available, smallest) else ""
     raise CharrnnError(
-        f"the model has {count:,} parameters, and training it needs about {state / 2**30:,.1f} GiB "
-        f"(weights, gradients and Adam's moments) and {activations / 2**30:,.1f} GiB of activations; "
-        f"{device_name} has {available / 2**30:,.1f} GiB available. Choose a smaller {{hidden_size}}, "
-        f"{{embed_size}} or {{num_layers}}{batch}", names_options=True
+        f"the model has {count:,} parameters, and training it needs about {state / 2**30:,.1f} GiB (weights, "
+        f"gradients and Adam's moments) and {activations / 2**30:,.1f} GiB of activations; {device_name} has "
+        f"{available / 2**30:,.1f} GiB available. Choose a smaller {option('hidden_size')}, "
+        f"{option('embed_size')} or {option('num_layers')}{batch}"
     )

@@ -182,12 +182,11 @@ def layout_nll(model: CharRNN, ids: torch.Tensor, layout: StreamLayout) -> tuple
 
 def require_scorable(chars: int, named: str, known: bool = False) -> None:
     """Refuse a text of fewer than 2 characters, which has nothing to score: ``named`` is how the message
-    names it (a template: ``{option}`` names an option, paths escaped), ``known`` says the count is of
-    the characters the model knows."""
+    names it, ``known`` says the count is of the characters the model knows."""
     if chars < 2:
-        raise CharrnnError(f"{named} holds {chars} character{'' if chars == 1 else 's'}"
-                           f"{' the model knows' if known else ''}; scoring needs at least 2 (the first has "
-                           f"no context)", names_options=True)
+        raise CharrnnError(f"{named} holds {chars} "
+                           f"character{'' if chars == 1 else 's'}{' the model knows' if known else ''}; "
+                           f"scoring needs at least 2 (the first has no context)")
 
 
 def total_nll(model: CharRNN, ids: torch.Tensor, single_stream: bool = False) -> tuple[float, int]:

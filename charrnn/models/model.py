@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from charrnn.config import ModelConfig
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, option
 from charrnn.models.layernorm import LayerNormRNN
 from charrnn.models.regularise import SkipStack, embedding_dropout, layerwise_recurrence, sequence_dropout
 
@@ -76,8 +76,7 @@ class CharRNN(nn.Module):
         if initialise_weights:
             initialise(self)
             if not all(bool(torch.isfinite(p).all()) for p in self.parameters()):
-                raise CharrnnError("the initial weights are not finite; lower {spectral_radius}",
-                                   names_options=True)
+                raise CharrnnError(f"the initial weights are not finite; lower {option('spectral_radius')}")
         if config.cell == "esn":
             # An echo-state network trains only its read-out; the reservoir stays as drawn.
             for param in [*self.embedding.parameters(), *self.rnn.parameters()]:

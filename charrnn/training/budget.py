@@ -24,7 +24,7 @@ import torch
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data.corpus import CorpusInfo, StreamBatches, scored_validation
 from charrnn.data.vocab import Vocab
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, option
 from charrnn.models.devices import check_model_fits, resolve_precision, too_wide_for_bf16
 from charrnn.models.evaluate import scoring_seconds
 from charrnn.models.model import CharRNN, parameter_count
@@ -654,13 +654,13 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
     reserve = end.reserve_s() + finish_s
     if config.eval_every is not None:  # an evaluation on schedule may start just before training stops
         reserve += FINAL_WORK_MARGIN * each_s
-    messages = [f"{{time_budget}} {budget:g} s: training stops about {reserve:.1f} s before the end, to "
-                f"evaluate and save inside it"]
+    messages = [f"{option('time_budget')} {budget:g} s: training stops about {reserve:.1f} s before the end, "
+                f"to evaluate and save inside it"]
     scores = "the whole validation split" if scored is None else f"the first {scored:,} validation characters"
     if count:
         each = f"about {each_s:.1f} s" if each_s >= 0.05 else "under 0.1 s"
-        messages.append(f"{{time_budget}} {budget:g} s: {count} evaluations during training, evenly through "
-                        f"it ({scores}, {each} each); best.pt keeps the best weights seen")
+        messages.append(f"{option('time_budget')} {budget:g} s: {count} evaluations during training, evenly "
+                        f"through it ({scores}, {each} each); best.pt keeps the best weights seen")
     elif config.eval_every is None:
         if whole_run:
             because = "too little of the budget is left"
@@ -670,12 +670,12 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
         else:
             because = (f"with them its shape would train under {BUDGET_GUARD_EPOCHS:g} epochs, and no run "
                        f"that short was seen to overfit; their time trains it")
-        messages.append(f"{{time_budget}} {budget:g} s: no evaluations during training ({because}); "
+        messages.append(f"{option('time_budget')} {budget:g} s: no evaluations during training ({because}); "
                         f"best.pt is scored at the end")
     for other in ("max_steps", "epochs"):
         if getattr(config, other) is not None:
-            messages.append(f"{{time_budget}} {budget:g} s and {{{other}}} {getattr(config, other):g}: the "
-                            f"run stops at whichever comes first")
+            messages.append(f"{option('time_budget')} {budget:g} s and {option(other)} "
+                            f"{getattr(config, other):g}: the run stops at whichever comes first")
     if resumed is not None:
         finished = stop_reason(config, resumed["step"], resumed["progress_epochs"],
                                resumed["elapsed_s"] + reserve)
@@ -698,9 +698,8 @@ def refuse_an_end_past_the_budget(config: TrainConfig, val_chars: int, averaging
         return
     weights = " of the trained and the averaged weights" if averaging else ""
     raise CharrnnError(
-        f"{{time_budget}} {budget:g} s cannot pay for this run's end: scoring the {val_chars:,} validation "
-        f"characters{weights} and saving take about {reserve_s:.1f} s on this machine, and "
+        f"{option('time_budget')} {budget:g} s cannot pay for this run's end: scoring the {val_chars:,} "
+        f"validation characters{weights} and saving take about {reserve_s:.1f} s on this machine, and "
         f"{spent_s:.1f} s have gone on loading and measuring; give a budget well above "
-        f"{math.ceil(spent_s + reserve_s):d} s, or hold out less text with {{val_max_chars}} or {{val_frac}} "
-        f"(now {config.val_max_chars or 'none'} and {config.val_frac:g})",
-        names_options=True)
+        f"{math.ceil(spent_s + reserve_s):d} s, or hold out less text with {option('val_max_chars')} or "
+        f"{option('val_frac')} (now {config.val_max_chars or 'none'} and {config.val_frac:g})")

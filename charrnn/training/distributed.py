@@ -28,7 +28,7 @@ from typing import NoReturn, TypeVar
 import torch
 import torch.distributed as dist
 
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, option
 
 T = TypeVar("T")
 
@@ -85,8 +85,8 @@ class TorchrunGroup(ProcessGroup):
         """This rank's block of the ``batch_size`` streams."""
         if batch_size % self.world_size:
             raise CharrnnError(
-                f"{{batch_size}} {batch_size} does not split evenly over {self.world_size} processes; "
-                f"use a multiple of {self.world_size}", names_options=True
+                f"{option('batch_size')} {batch_size} does not split evenly over {self.world_size} "
+                f"processes; use a multiple of {self.world_size}"
             )
         per_rank = batch_size // self.world_size
         return slice(self.rank * per_rank, (self.rank + 1) * per_rank)

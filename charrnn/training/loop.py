@@ -24,7 +24,7 @@ import torch
 
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data.corpus import StreamBatches, scored_validation, split_ids
-from charrnn.errors import CharrnnError, TrainingInterrupted, escape
+from charrnn.errors import CharrnnError, TrainingInterrupted, option, options_spelled
 from charrnn.models.devices import precision_warning
 from charrnn.models.evaluate import EvalResult, evaluate
 from charrnn.training.distributed import ProcessGroup
@@ -69,8 +69,10 @@ class TrainResult:
     # (counted, like elapsed_s, from the run's start, its earlier sessions included when resumed)
 
     def to_dict(self) -> dict[str, Any]:
+        with options_spelled(str):  # a record reads the same from either door
+            stopped = str(self.stop_reason)
         return {
-            "stopped": str(self.stop_reason), "steps": self.steps, "epoch": self.epoch,
+            "stopped": stopped, "steps": self.steps, "epoch": self.epoch,
             "elapsed_s": self.elapsed_s, "trained_s": self.trained_s, "best": self.best.to_dict(),
             "best_is_average": self.best_is_average,
             "skipped_steps": self.skipped_steps, "out_dir": str(self.out_dir),
@@ -99,15 +101,15 @@ def schedule_warnings(config: TrainConfig, steps_per_epoch: int, total_steps: in
     end = "" if total_steps is None else \
         f"({total_steps:,} steps, {total_steps / steps_per_epoch:.2f} epochs)"
     if unreachable:
-        warnings.append(f"warning: {{save_epochs}} {','.join(map(str, unreachable))} lies beyond this run's "
-                        f"end {end}: no checkpoint will be kept for it")
+        warnings.append(f"warning: {option('save_epochs')} {','.join(map(str, unreachable))} lies beyond "
+                        f"this run's end {end}: no checkpoint will be kept for it")
     elif config.save_epochs and config.time_budget is not None:
-        warnings.append("note: with {time_budget}, epoch checkpoints are kept only for the epochs the budget "
-                        "reaches")
+        warnings.append(f"note: with {option('time_budget')}, epoch checkpoints are kept only for the epochs "
+                        f"the budget reaches")
     for name, meaning in SCHEDULES.items():
         every, default = getattr(config, name), TrainConfig.__dataclass_fields__[name].default
         if total_steps is not None and every is not None and every != default and every > total_steps:
-            warnings.append(f"warning: {{{name}}} {every:,} lies beyond this run's end {end}: {meaning}")
+            warnings.append(f"warning: {option(name)} {every:,} lies beyond this run's end {end}: {meaning}")
     return warnings
 
 
@@ -154,9 +156,8 @@ class TrainingLoop:
             if run.bad_streak >= self.config.max_bad_steps:
                 raise CharrnnError(
                     f"training stopped at step {run.step:,}: {run.bad_streak} consecutive steps had a "
-                    f"non-finite loss or gradient; the checkpoints in {escape(self.config.out_dir)} keep the "
-                    f"last good state; try a lower {{learning_rate}} (now {self.config.learning_rate:g})",
-                    names_options=True)
+                    f"non-finite loss or gradient; the checkpoints in {self.config.out_dir} keep the last "
+                    f"good state; try a lower {option('learning_rate')} (now {self.config.learning_rate:g})")
             if math.isfinite(loss):
                 self.loss_sum, self.loss_count = self.loss_sum + loss, self.loss_count + 1
             self.window_chars += chars
@@ -279,12 +280,12 @@ def saving_if_memory_runs_out(run: TrainingRun, run_dir: RunDirectory | None,
     if run_dir is not None:
         try:
             run_dir.save("last.pt", run.payload(elapsed, run.carried_state()))
-            kept = (f"saved last.pt at step {run.step:,}; resume with {{resume}} {escape(str(run_dir.path))} "
-                    f"once memory is free")
+            kept = (f"saved last.pt at step {run.step:,}; resume with {option('resume')} {run_dir.path} once "
+                    f"memory is free")
         except (MemoryError, RuntimeError, CharrnnError):
             pass
     raise CharrnnError(f"out of memory after step {run.step:,}; {kept}, or start again with a smaller "
-                       f"{{batch_size}}, {{seq_len}} or {{hidden_size}}", names_options=True) from None
+                       f"{option('batch_size')}, {option('seq_len')} or {option('hidden_size')}") from None
 
 
 def out_of_memory(exc: BaseException) -> bool:

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from charrnn.errors import CharrnnError, escape
+from charrnn.errors import CharrnnError
 from charrnn.utils.files import file_sha256, parse_json, read_regular, reason, same_file, write_json
 
 MANIFEST_NAME = "manifest.json"
@@ -83,7 +83,7 @@ def read_manifest(out_dir: Path) -> Manifest | None:
         return None
     except (OSError, UnicodeDecodeError) as exc:
         why = reason(exc) if isinstance(exc, OSError) else "not UTF-8"
-        raise CharrnnError(f"cannot read the run's manifest {escape(str(path))}: {why}") from None
+        raise CharrnnError(f"cannot read the run's manifest {path}: {why}") from None
     try:
         value = parse_json(text)
         states = {name: SavedState(**entry) for name, entry in value["states"].items()}
@@ -92,8 +92,8 @@ def read_manifest(out_dir: Path) -> Manifest | None:
             raise ValueError
         return Manifest(value.get("run_id"), states)
     except (ValueError, TypeError, KeyError, AttributeError):
-        raise CharrnnError(f"the run's manifest {escape(str(path))} is damaged (not a charrnn manifest); "
-                           f"it is what tells which saved state is newest") from None
+        raise CharrnnError(f"the run's manifest {path} is damaged (not a charrnn manifest); it is what tells "
+                           f"which saved state is newest") from None
 
 
 def checkpoint_files(out_dir: Path) -> list[Path]:

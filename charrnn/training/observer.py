@@ -37,8 +37,7 @@ class TrainObserver:
 
     def on_message(self, text: str) -> None:
         """A note or warning before training starts (the checkpoint a directory stands for, a download, the
-        processes, epoch checkpoints the run will not reach); ``{name}`` in it names an option (see
-        :meth:`charrnn.errors.CharrnnError.render`), ``{{`` and ``}}`` are braces."""
+        processes, epoch checkpoints the run will not reach), each option named as the caller spells it."""
 
     def on_plan(self, plan: Any) -> None:
         """The :class:`~charrnn.training.plan.TrainingPlan`, made and checked, before anything is written."""

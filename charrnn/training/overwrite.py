@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from charrnn.errors import OptionConflict, escape
+from charrnn.errors import OptionConflict, option
 from charrnn.models.pretrained import resolve_shipped
 from charrnn.training.manifest import EPOCH_CHECKPOINT_GLOB, read_header
 from charrnn.training.rundir import RUN_FILES
@@ -34,7 +34,7 @@ def refuse_writing_over_reads(target: Path, name: str, reads: dict[str, Any],
     run). Nothing is ever written in the folder of the models that come with charrnn.
     """
     what = "run directory" if run_directory else "file"
-    refuse_writing_in_shipped(target, f"{{{name}}}", what)
+    refuse_writing_in_shipped(target, option(name), what)
     writes = _run_files(target) if run_directory else [target]
     corpora_of: dict[Path, Path | None] = {}  # each checkpoint's corpus, its header read once
     for read_name, given in reads.items():
@@ -42,25 +42,25 @@ def refuse_writing_over_reads(target: Path, name: str, reads: dict[str, Any],
             if each is None:
                 continue
             path = resolve_shipped(Path(each))  # the shipped model is read too
-            read = f"{{{read_name}}} {escape(str(path))}"
+            read = f"{option(read_name)} {path}"
             parts = _stands_for(path, corpora_of)
             for file, part in parts.items():
                 replaced = next((write for write in writes if same_file(write, file)), None)
                 if replaced is None:
                     continue
-                shown = read if file == path else f"{escape(str(file))}, {part.format(read)}"
+                shown = read if file == path else f"{file}, {part.format(read)}"
                 if run_directory:
-                    raise OptionConflict(f"{{{name}}} {escape(str(target))} would replace "
-                                         f"{escape(str(replaced))}, which is {shown}: choose another {what}")
-                raise OptionConflict(f"{{{name}}} {escape(str(target))} is {shown}: writing it would destroy "
-                                     f"what is read; choose another {what}")
+                    raise OptionConflict(f"{option(name)} {target} would replace {replaced}, which is "
+                                         f"{shown}: choose another {what}")
+                raise OptionConflict(f"{option(name)} {target} is {shown}: writing it would destroy what is "
+                                     f"read; choose another {what}")
             corpora = [file for file, part in parts.items() if part == CORPUS and file.is_dir()]
             inside = next((corpus for corpus in corpora if _within(target, corpus)), None)
             if inside is not None:
                 whose = "" if inside == path else f" that {read} was trained on"
-                raise OptionConflict(f"{{{name}}} {escape(str(target))} is inside the corpus directory "
-                                     f"{escape(str(inside))}{whose}: writing there would change what is "
-                                     f"read; choose another {what}")
+                raise OptionConflict(f"{option(name)} {target} is inside the corpus directory "
+                                     f"{inside}{whose}: writing there would change what is read; choose "
+                                     f"another {what}")
     if not run_directory:
         _refuse_a_run_directorys_name(target, name)
 
@@ -129,6 +129,5 @@ def _refuse_a_run_directorys_name(target: Path, name: str) -> None:
         if not any((folder / reserved).exists() for reserved in RESERVED):
             continue
         if landing.suffix == ".pt" or landing.name in RESERVED or landing.name.startswith(TEMPORARY_PREFIX):
-            raise OptionConflict(f"{{{name}}} {escape(str(target))} would be {escape(str(landing))}, a name "
-                                 f"the run directory {escape(str(folder))} keeps for its own files; choose "
-                                 f"another file")
+            raise OptionConflict(f"{option(name)} {target} would be {landing}, a name the run directory "
+                                 f"{folder} keeps for its own files; choose another file")

@@ -41,7 +41,7 @@ from charrnn.data.corpus import (
     split_ids,
 )
 from charrnn.data.vocab import UnknownCharactersError, Vocab
-from charrnn.errors import CharrnnError, ConfigError, OptionConflict, escape
+from charrnn.errors import CharrnnError, ConfigError, OptionConflict, option
 from charrnn.models.devices import check_generation_fits, check_model_fits, resolve_precision
 from charrnn.models.pretrained import shipped_name
 from charrnn.training.budget import BudgetDecision, BudgetEnding, plan_budget, plan_budget_end, planned_speed
@@ -205,9 +205,7 @@ def _plan(request: TrainingRequest, sources: Sources, group: ProcessGroup, start
         encoded = encode_corpus(request.corpus, name, config.val_frac, source.vocab, request.extend_vocab,
                                 val_max_chars=config.val_max_chars)
     except UnknownCharactersError as exc:
-        raise CharrnnError(f"{escape(str(request.corpus))}: {escape(str(exc))}; pass {{extend_vocab}} to add "
-                           f"them",
-                           names_options=True) from None
+        raise CharrnnError(f"{request.corpus}: {exc}; pass {option('extend_vocab')} to add them") from None
     model_config = fine_tune_config(source.network.config, model_options, len(encoded.vocab))
     # The checkpoint fixed the shape, and the rule predicts training from scratch: nothing to plan.
     budget = None if config.time_budget is None else _unplanned(
@@ -250,8 +248,8 @@ def _scorable_split(ids: torch.Tensor, corpus: CorpusInfo) -> Split:
     split = split_ids(ids, corpus.split_point)
     if len(split.val) < 2:
         raise CharrnnError(
-            f"the validation split has {len(split.val)} character(s); it needs at least 2 "
-            f"(use a longer corpus, a larger {{val_frac}} or a larger {{val_max_chars}})", names_options=True
+            f"the validation split has {len(split.val)} character(s); it needs at least 2 (use a longer "
+            f"corpus, a larger {option('val_frac')} or a larger {option('val_max_chars')})"
         )
     return split
 
@@ -281,8 +279,8 @@ def fine_tune_config(source: ModelConfig, model_options: dict[str, Any], vocab_s
         if value == values[key]:
             continue
         if key not in REGULARISATION_FIELDS:
-            raise OptionConflict(f"{{{key}}} {value!r} contradicts the {{init_from}} checkpoint "
-                               f"({key} {values[key]!r}); fine-tuning keeps the model's shape")
+            raise OptionConflict(f"{option(key)} {value!r} contradicts the {option('init_from')} checkpoint "
+                                 f"({key} {values[key]!r}); fine-tuning keeps the model's shape")
         values[key] = value
     return ModelConfig(**values)
 
@@ -302,7 +300,7 @@ def resume_config(
     for key, value in model_options.items():
         if getattr(model_config, key) != value:
             raise OptionConflict(
-                f"{{{key}}} {value!r} contradicts the checkpoint ({key} {getattr(model_config, key)!r}); "
+                f"{option(key)} {value!r} contradicts the checkpoint ({key} {getattr(model_config, key)!r}); "
                 f"a resumed run keeps its model"
             )
     # Runs saved before the precision option trained in float32, whatever "auto" would choose now;
@@ -324,9 +322,9 @@ def resume_config(
         if saved.get(key) == value:
             continue
         if key not in RESUME_MAY_CHANGE:
-            may_change = ", ".join("{" + name + "}" for name in RESUME_MAY_CHANGE if name != "device")
+            may_change = ", ".join(option(name) for name in RESUME_MAY_CHANGE if name != "device")
             raise OptionConflict(
-                f"{{{key}}} {_shown(value)} contradicts the checkpoint ({key} {_shown(saved.get(key))}); "
+                f"{option(key)} {_shown(value)} contradicts the checkpoint ({key} {_shown(saved.get(key))}); "
                 f"resuming may change only {may_change} and the device"
             )
         changes.append((key, saved.get(key), value))
@@ -350,8 +348,7 @@ def _plan_resume(request: TrainingRequest, sources: Sources, model_options: dict
     shipped = shipped_name(checkpoint)
     if shipped is not None:
         raise CharrnnError(f"{shipped} is the model that comes with charrnn: it holds weights only, so it "
-                           f"cannot be resumed; fine-tune it with {{init_from}} {shipped}",
-                           names_options=True)
+                           f"cannot be resumed; fine-tune it with {option('init_from')} {shipped}")
     missing = [name for name in RESUME_FIELDS if name not in payload]
     if missing:
         raise CharrnnError(f"{checkpoint} cannot be resumed (it holds no training state: {missing[0]} "

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from charrnn.config import ModelConfig, TrainConfig
-from charrnn.errors import ConfigError, OptionConflict
+from charrnn.errors import ConfigError, OptionConflict, option
 from charrnn.utils.threads import check_threads
 
 SAMPLE_SETTINGS = ("sample_length", "sample_prime", "sample_temperature", "sample_seed")
@@ -52,11 +52,13 @@ def _check(request: TrainingRequest) -> None:
                           f"ModelConfig and TrainConfig except {', '.join(sorted(NOT_OPTIONS))}")
     check_threads(request.threads)
     if request.init_from is not None and request.resume is not None:
-        raise OptionConflict("{init_from} starts a new run and {resume} continues one: give one of them")
+        raise OptionConflict(f"{option('init_from')} starts a new run and {option('resume')} continues one: "
+                             f"give one of them")
     if request.extend_vocab and request.init_from is None:
-        raise OptionConflict("{extend_vocab} goes with {init_from}")
+        raise OptionConflict(f"{option('extend_vocab')} goes with {option('init_from')}")
     if request.data_dir is not None and (request.corpus is not None or request.resume is not None):
-        raise OptionConflict("{data_dir} keeps the built-in corpus, used only when no corpus is given")
+        raise OptionConflict(f"{option('data_dir')} keeps the built-in corpus, used only when no corpus is "
+                             f"given")
     # Each value is checked by its dataclass now, before a download, a checkpoint or a corpus is read.
     model_options, train_options = split_options(request.options)
     model = ModelConfig(vocab_size=1, **model_options)
@@ -67,8 +69,8 @@ def _check(request: TrainingRequest) -> None:
     if request.resume is None and config.sample_every is None and not config.save_epochs:
         for name in SAMPLE_SETTINGS:
             if name in request.options:
-                raise OptionConflict(f"{{{name}}} shapes the samples recorded while training: it goes with "
-                                     f"{{sample_every}} (or {{save_epochs}})")
+                raise OptionConflict(f"{option(name)} shapes the samples recorded while training: it goes "
+                                     f"with {option('sample_every')} (or {option('save_epochs')})")
 
 
 def _refuse_ignored(given: dict[str, Any], model: ModelConfig, config: TrainConfig) -> None:
@@ -78,27 +80,29 @@ def _refuse_ignored(given: dict[str, Any], model: ModelConfig, config: TrainConf
     default cell unless one is given, and the checkpoint's own checks follow in the plan.
     """
     if "rnn_activation" in given and model.cell != "rnn":
-        raise OptionConflict("{rnn_activation} is the nonlinearity of {cell} rnn; " + model.cell +
-                             " has its own")
+        raise OptionConflict(f"{option('rnn_activation')} is the nonlinearity of {option('cell')} rnn; "
+                             f"{model.cell} has its own")
     if "init" in given and model.cell == "esn" and model.init != "esn":
-        raise OptionConflict("{cell} esn draws its reservoir with the esn scheme: {init} " + model.init +
-                             " does not apply")
+        raise OptionConflict(f"{option('cell')} esn draws its reservoir with the esn scheme: "
+                             f"{option('init')} {model.init} does not apply")
     if given.get("skip_connections") and model.num_layers == 1:
-        raise OptionConflict("{skip_connections} links the layers of a stack: one layer ({num_layers} 1) has "
-                             "none to link")
+        raise OptionConflict(f"{option('skip_connections')} links the layers of a stack: one layer "
+                             f"({option('num_layers')} 1) has none to link")
     if "forget_bias" in given and model.cell != "lstm":
-        raise OptionConflict("{forget_bias} sets the LSTM's forget gate; {cell} " + model.cell + " has none")
+        raise OptionConflict(f"{option('forget_bias')} sets the LSTM's forget gate; {option('cell')} "
+                             f"{model.cell} has none")
     esn = model.cell == "esn" or model.init == "esn"
     for name in ("spectral_radius", "recurrent_density"):
         if name in given and not esn:
-            raise OptionConflict(f"{{{name}}} shapes an echo-state reservoir: it goes with {{cell}} esn or "
-                                 f"{{init}} esn")
+            raise OptionConflict(f"{option(name)} shapes an echo-state reservoir: it goes with "
+                                 f"{option('cell')} esn or {option('init')} esn")
     if given.get("locked_dropout") and model.dropout == 0 and model.input_dropout == 0 and \
             config.time_budget is None:  # (a budget may choose a dropout)
-        raise OptionConflict("{locked_dropout} locks the dropout masks across time: with {dropout} 0 and "
-                             "{input_dropout} 0 there is no dropout to lock")
+        raise OptionConflict(f"{option('locked_dropout')} locks the dropout masks across time: with "
+                             f"{option('dropout')} 0 and {option('input_dropout')} 0 there is no dropout to "
+                             f"lock")
     if "clip_mode" in given and config.clip == 0:
-        raise OptionConflict("{clip_mode} does nothing with {clip} 0 (clipping off)")
+        raise OptionConflict(f"{option('clip_mode')} does nothing with {option('clip')} 0 (clipping off)")
 
 
 def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -28,7 +28,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
-from charrnn.errors import CharrnnError, OptionConflict, escape
+from charrnn.errors import CharrnnError, OptionConflict, option
 from charrnn.models.pretrained import resolve_shipped
 from charrnn.training.checkpoint import checkpoint_in, save_checkpoint, saved_by_torch
 from charrnn.training.manifest import (
@@ -82,8 +82,8 @@ def check_free_space(out_dir: Path, needed: int) -> None:
     free = shutil.disk_usage(out_dir).free
     if free < needed:
         raise CharrnnError(
-            f"only {free / 2**20:,.1f} MiB free under {{out_dir}} {escape(str(out_dir))}; a run needs about "
-            f"{needed / 2**20:,.1f} MiB for its checkpoints", names_options=True
+            f"only {free / 2**20:,.1f} MiB free under {option('out_dir')} {out_dir}; a run needs about "
+            f"{needed / 2**20:,.1f} MiB for its checkpoints"
         )
 
 
@@ -98,17 +98,17 @@ def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
     (unless ``overwrite``): an earlier run's checkpoints are never replaced by accident."""
     info = stat_or_none(out_dir, f"cannot use the run directory {out_dir}")
     if info is not None and not stat.S_ISDIR(info.st_mode):
-        raise CharrnnError(f"{{out_dir}} {escape(str(out_dir))} is a file, not a directory; choose a "
-                           f"directory for the run", names_options=True)
+        raise CharrnnError(f"{option('out_dir')} {out_dir} is a file, not a directory; choose a directory "
+                           f"for the run")
     existing = existing_run_files(out_dir) if info is not None else []
     if existing and not overwrite:
         # Only a last.pt can be resumed: advising --resume where there is none (or an empty or foreign
         # file of that name) would fail in turn.
         last = out_dir / "last.pt"
-        resume = f"continue it with {{resume}} {escape(str(last))}, " if _resumable(last) else ""
+        resume = f"continue it with {option('resume')} {last}, " if _resumable(last) else ""
         raise CharrnnError(
-            f"{{out_dir}} {escape(str(out_dir))} already holds a training run ({', '.join(existing)}); "
-            f"{resume}pass {{overwrite}} to replace it, or choose another {{out_dir}}", names_options=True
+            f"{option('out_dir')} {out_dir} already holds a training run ({', '.join(existing)}); "
+            f"{resume}pass {option('overwrite')} to replace it, or choose another {option('out_dir')}"
         )
 
 
@@ -126,16 +126,15 @@ def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> list[Path]:
     created = [path for path in (out_dir, *out_dir.parents) if not os.path.lexists(path)]
     for name in (*RUN_FILES, LOCK_NAME):
         if (out_dir / name).is_dir() and not (out_dir / name).is_symlink():
-            raise CharrnnError(f"{escape(str(out_dir / name))} is a directory where the run keeps its "
-                               f"{name}; move it away or choose another {{out_dir}}", names_options=True)
+            raise CharrnnError(f"{out_dir / name} is a directory where the run keeps its {name}; move it "
+                               f"away or choose another {option('out_dir')}")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         probe = out_dir / f".charrnn-{os.getpid()}-write-test.tmp"
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
-        raise CharrnnError(f"cannot write to {{out_dir}} {escape(str(out_dir))}: {escape(reason(exc))}",
-                           names_options=True) from None
+        raise CharrnnError(f"cannot write to {option('out_dir')} {out_dir}: {reason(exc)}") from None
     return created
 
 
@@ -229,41 +228,36 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
         check_out_dir(out_dir, overwrite)  # made when the run starts (held_run_directory), not before
         return ResumeTarget(out_dir, branch=True)
     if overwrite:
-        raise OptionConflict("{overwrite} with {resume} replaces nothing in the run's own directory; "
-                             "give it with {out_dir} NEW_DIR to replace a run there")
+        raise OptionConflict(f"{option('overwrite')} with {option('resume')} replaces nothing in the run's "
+                             f"own directory; give it with {option('out_dir')} NEW_DIR to replace a run "
+                             f"there")
     if not belongs_to(own_dir, payload):
         raise CharrnnError(
-            f"{escape(str(own_dir))} is not the run that wrote {escape(checkpoint.name)} (its config.json is "
-            f"missing or "
-            f"belongs to another run), so resuming there could overwrite its files; continue it "
-            f"elsewhere with {{out_dir}} NEW_DIR", names_options=True
+            f"{own_dir} is not the run that wrote {checkpoint.name} (its config.json is missing or belongs "
+            f"to another run), so resuming there could overwrite its files; continue it elsewhere with "
+            f"{option('out_dir')} NEW_DIR"
         )
-    branch = f"branch from it with {{resume}} {escape(str(checkpoint))} {{out_dir}} NEW_DIR"
+    branch = f"branch from it with {option('resume')} {checkpoint} {option('out_dir')} NEW_DIR"
     try:
         saved = saved_steps(own_dir, payload.get("run_id"), ignore=checkpoint)
     except CharrnnError as exc:
-        raise CharrnnError(f"{exc.as_template()}, so resuming in {escape(str(own_dir))} could replace newer "
-                           f"results; {branch}", names_options=True) from None
+        raise CharrnnError(f"{exc}, so resuming in {own_dir} could replace newer results; {branch}") from None
     if saved.newest is not None and saved.newest.step > payload["step"]:
         newest = own_dir / saved.newest.name
         if read_header(newest) is None:  # gone, or damaged: resuming the run directory cannot reach it
             state = "is missing" if not newest.exists() and not newest.is_symlink() else "cannot be read"
             raise CharrnnError(
-                f"{escape(str(newest))} {state}: the run's manifest records it at step "
-                f"{saved.newest.step:,}, and resuming in {escape(str(own_dir))} from "
-                f"{escape(checkpoint.name)} (step {payload['step']:,}) would go back over that work; put it "
-                f"back, or {branch}",
-                names_options=True)
+                f"{newest} {state}: the run's manifest records it at step {saved.newest.step:,}, and "
+                f"resuming in {own_dir} from {checkpoint.name} (step {payload['step']:,}) would go back over "
+                f"that work; put it back, or {branch}")
         raise CharrnnError(
-            f"{escape(str(own_dir))} has newer results ({escape(saved.newest.name)} was saved at step "
-            f"{saved.newest.step:,}; {escape(checkpoint.name)} is at step {payload['step']:,}), which "
-            f"resuming here would replace; resume the newest with {{resume}} {escape(str(own_dir))}, or "
-            f"{branch}", names_options=True)
+            f"{own_dir} has newer results ({saved.newest.name} was saved at step {saved.newest.step:,}; "
+            f"{checkpoint.name} is at step {payload['step']:,}), which resuming here would replace; resume "
+            f"the newest with {option('resume')} {own_dir}, or {branch}")
     if saved.unreadable:
         raise CharrnnError(
-            f"cannot tell whether {escape(str(saved.unreadable[0]))} holds newer results than "
-            f"{escape(checkpoint.name)}: it cannot be read as a checkpoint, and resuming in "
-            f"{escape(str(own_dir))} would replace it; {branch}", names_options=True)
+            f"cannot tell whether {saved.unreadable[0]} holds newer results than {checkpoint.name}: it "
+            f"cannot be read as a checkpoint, and resuming in {own_dir} would replace it; {branch}")
     return ResumeTarget(own_dir, branch=False)
 
 
@@ -362,8 +356,8 @@ def retire_run(out_dir: Path) -> None:
             if path.is_symlink() or path.is_file():
                 path.unlink()
         except OSError as exc:
-            raise CharrnnError(f"cannot remove {escape(str(path))} of the run {{overwrite}} replaces: "
-                               f"{escape(reason(exc))}", names_options=True) from None
+            raise CharrnnError(f"cannot remove {path} of the run {option('overwrite')} replaces: "
+                               f"{reason(exc)}") from None
 
 
 @dataclass(frozen=True)

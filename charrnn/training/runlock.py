@@ -20,7 +20,7 @@ import os
 import stat
 from pathlib import Path
 
-from charrnn.errors import CharrnnError, escape
+from charrnn.errors import CharrnnError, option
 from charrnn.utils.files import reason
 
 LOCK_NAME = ".charrnn.lock"
@@ -60,8 +60,8 @@ class RunLock:
                 os.close(fd)
                 who = f" (PID {holder})" if holder.isdigit() else ""
                 raise CharrnnError(
-                    f"another training{who} is writing to {escape(str(self.path.parent))} and holds its lock "
-                    f"{escape(str(self.path))}; wait for it or choose another {{out_dir}}", names_options=True
+                    f"another training{who} is writing to {self.path.parent} and holds its lock {self.path}; "
+                    f"wait for it or choose another {option('out_dir')}"
                 ) from None
             # The holder before us may have removed the file while we waited to lock it: a lock
             # on that removed file guards nothing, so start again on the file now at the path.
@@ -75,14 +75,13 @@ class RunLock:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or not _holds_a_lock_record(fd, info.st_size):
             os.close(fd)
-            raise CharrnnError(f"{escape(str(self.path))} is not a charrnn run lock (another file, or a link "
-                               f"to one, has its name); move it away or choose another {{out_dir}}",
-                               names_options=True)
+            raise CharrnnError(f"{self.path} is not a charrnn run lock (another file, or a link to one, has "
+                               f"its name); move it away or choose another {option('out_dir')}")
         try:
             os.pwrite(fd, f"{os.getpid():<{PID_RECORD_BYTES - 1}}\n".encode("ascii"), 0)
         except OSError as exc:
             os.close(fd)
-            raise CharrnnError(f"cannot write the run lock {escape(str(self.path))}: {reason(exc)}") from None
+            raise CharrnnError(f"cannot write the run lock {self.path}: {reason(exc)}") from None
         self._fd = fd
         return self
 

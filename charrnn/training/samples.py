@@ -15,7 +15,7 @@ from pathlib import Path
 
 from charrnn.config import SampleConfig, TrainConfig
 from charrnn.data.vocab import UnknownCharactersError, Vocab, describe_chars
-from charrnn.errors import CharrnnError, escape
+from charrnn.errors import CharrnnError, option
 from charrnn.generation.sample import default_warmup, generate
 from charrnn.models.model import CharRNN
 from charrnn.utils.files import json_text, log_lines, parse_json, read_regular, reason
@@ -46,8 +46,8 @@ def check_sample_prime(config: TrainConfig, vocab: Vocab) -> None:
         vocab.encode(config.sample_prime)
     except UnknownCharactersError as exc:
         unknown = describe_chars(exc.unknown)
-        raise CharrnnError(f"{{sample_prime}} has characters the corpus does not: {unknown}",
-                           names_options=True) from None
+        raise CharrnnError(f"{option('sample_prime')} has characters the corpus does not: "
+                           f"{unknown}") from None
 
 
 def draw_sample(model: CharRNN, vocab: Vocab, config: TrainConfig, step: int, epoch: float, seconds: float,
@@ -76,8 +76,8 @@ def read_samples(run_dir: Path) -> list[SampleRecord]:
     """The samples a run recorded, oldest first; a malformed row is an error naming its line."""
     path = Path(run_dir) / SAMPLES_NAME
     if not path.is_file():
-        raise CharrnnError(f"{escape(str(run_dir))} has no {SAMPLES_NAME}: record samples as a run goes with "
-                           f"charrnn train --sample-every N (sample_every in Python) or --save-epochs")
+        raise CharrnnError(f"{run_dir} has no {SAMPLES_NAME}: record samples as a run goes with charrnn "
+                           f"train --sample-every N (sample_every in Python) or --save-epochs")
     try:
         lines = log_lines(read_regular(path).decode("utf-8"))
     except (OSError, UnicodeDecodeError) as exc:

@@ -4,12 +4,11 @@ samples and saves: :class:`Schedule`, which the training loop follows."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from charrnn.config import TrainConfig
-from charrnn.errors import CharrnnError, option_placeholder
+from charrnn.errors import CharrnnError, option
 from charrnn.training.budget_rules import (
     SLOWDOWN_END_EXPONENT,
     SLOWDOWN_NOTICED,
@@ -36,15 +35,15 @@ class StopReason:
     def interrupted(self) -> bool:
         return self.criterion == "signal"
 
-    def describe(self, name: Callable[[str], str] = str) -> str:
-        """Why the run stopped, each option named by ``name(option)`` (the command line gives flags)."""
+    def describe(self) -> str:
+        """Why the run stopped."""
         if self.interrupted:
             return f"interrupted by {self.signal_name}"
         if self.criterion == "time_budget":
-            return f"used the {name('time_budget')} of {self.limit:g} s"
+            return f"used the {option('time_budget')} of {self.limit:g} s"
         if self.criterion == "max_steps":
-            return f"reached {name('max_steps')} {self.limit}"
-        return f"reached {name('epochs')} {self.limit:g}"
+            return f"reached {option('max_steps')} {self.limit}"
+        return f"reached {option('epochs')} {self.limit:g}"
 
     def __str__(self) -> str:
         return self.describe()
@@ -55,8 +54,8 @@ class RunAlreadyFinished(CharrnnError):
 
     def __init__(self, reason: StopReason):
         # Every limit it was given still applies: a larger other limit would not let it go on.
-        super().__init__(f"this run already {reason.describe(option_placeholder)}; give a larger "
-                         f"{option_placeholder(reason.criterion)} to continue it", names_options=True)
+        super().__init__(f"this run already {reason.describe()}; give a larger {option(reason.criterion)} to "
+                         f"continue it")
         self.reason = reason  # the StopReason it reached
 
 

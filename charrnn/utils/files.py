@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from charrnn.errors import CharrnnError, OptionConflict, escape
+from charrnn.errors import CharrnnError, OptionConflict
 
 TEMPORARY_PREFIX = ".charrnn-"
 TEMPORARY_GLOB = f"{TEMPORARY_PREFIX}*.tmp"
@@ -334,14 +334,14 @@ def within_folder(path: Path, folder: Path) -> bool:
     return resolved == folder or folder in resolved.parents
 
 
-def refuse_writing_in_shipped(path: Path, named: str, instead: str) -> None:
-    """Refuse ``path`` (``named``: an option, as ``{data_dir}``, or a variable) when it is in the folder of
-    the models charrnn ships with, which nothing writes; ``instead`` says what to choose."""
+def refuse_writing_in_shipped(path: Path, named: str, instead: str, by_option: bool = True) -> None:
+    """Refuse ``path`` (``named``: the option, or else the variable, that gave it) when it is in the
+    folder of the models charrnn ships with, which nothing writes; ``instead`` says what to choose."""
     from charrnn import config  # read when called: config imports this module's neighbours
 
     if within_folder(path, config.SHIPPED_FOLDER):
-        message = (f"{named} {escape(str(path))} is in the folder of the model that comes with charrnn, "
-                   f"which is never written; choose another {instead}")
-        if named.startswith("{"):  # an option: a usage error
+        message = (f"{named} {path} is in the folder of the model that comes with charrnn, which is never "
+                   f"written; choose another {instead}")
+        if by_option:  # a usage error
             raise OptionConflict(message)
         raise CharrnnError(message)

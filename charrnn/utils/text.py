@@ -12,7 +12,7 @@ from charrnn.utils.terminal import shown_parts
 
 
 def require_valid_text(text: str, what: str) -> str:
-    """Return ``text``, or say which byte made it invalid UTF-8; ``what`` may name an option as ``{name}``.
+    """Return ``text``, or say which byte made it invalid UTF-8; ``what`` names the text.
 
     Command-line arguments that are not UTF-8 arrive with each bad byte as a lone
     surrogate (Python's surrogateescape); such text has no code points to look up.
@@ -20,7 +20,7 @@ def require_valid_text(text: str, what: str) -> str:
     for position, char in enumerate(text):
         if "\ud800" <= char <= "\udfff":
             byte = f" (byte 0x{ord(char) - 0xDC00:02x})" if ord(char) >= 0xDC80 else ""
-            raise CharrnnError(f"{what} is not valid UTF-8{byte} at character {position}", names_options=True)
+            raise CharrnnError(f"{what} is not valid UTF-8{byte} at character {position}")
     return text
 
 

@@ -138,5 +138,5 @@ def test_against_a_vanished_training_corpus_is_reported_in_the_entry(tiny_run, t
                                       "--length", "5"])
     assert result.exit_code == 1, result.output  # what was asked could not all be done
     entry = json.loads(result.stdout)[0]
-    assert entry["memorisation"] is None and "give against FILE" in entry["error"]
+    assert entry["memorisation"] is None and "give --against FILE" in entry["error"]
     assert "no memorisation figures" in result.stderr.strip().splitlines()[-1]

@@ -633,7 +633,7 @@ def test_train_json_quiet_and_a_log_without_a_progress_bar(runner, small_corpus)
     assert quiet.exit_code == 0, quiet.output
     summary = json.loads(quiet.stdout)
     assert summary["steps"] == 10 and summary["best"]["nats_per_char"] > 0
-    assert summary["stopped"] == "reached max_steps 10"  # the API's result, as Python names it
+    assert summary["stopped"] == "reached max_steps 10"  # the API's record, as Python names it
     assert quiet.stderr == ""
     logged = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "10", "--out", "log")
     assert "step/s" not in logged.stderr  # stderr is no terminal here: no bar, only evaluation lines

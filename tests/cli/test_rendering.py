@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from charrnn import api
 from charrnn.cli.main import cli
 from charrnn.cli.train import PROCESS_EXIT_S
 from charrnn.config import ModelConfig, TrainConfig
-from charrnn.errors import ConfigError, OptionConflict
+from charrnn.errors import ConfigError, OptionConflict, option
 from charrnn.models.evaluate import EvalResult
 from charrnn.training.loop import TrainResult
 from charrnn.training.schedule import StopReason
@@ -28,11 +29,11 @@ class FakeAPI:
         self.calls: list[tuple[str, tuple, dict]] = []
         self.monkeypatch = monkeypatch
 
-    def answer(self, name: str, result=None, error: Exception | None = None) -> None:
+    def answer(self, name: str, result=None, error: Callable[[], Exception] | None = None) -> None:
         def call(*args, **kwargs):
             self.calls.append((name, args, kwargs))
             if error is not None:
-                raise error
+                raise error()  # made when raised, as the library makes its errors
             return result() if callable(result) else result
 
         self.monkeypatch.setattr(api, name, call)
@@ -108,12 +109,13 @@ def test_train_passes_only_what_was_given_and_prints_the_results_dict(fake, tmp_
 
 
 @pytest.mark.parametrize(("error", "shown"), [
-    (ConfigError("must be at least 1", "max_steps"),
+    (lambda: ConfigError("must be at least 1", "max_steps"),
      "Error: Invalid value for '--max-steps': must be at least 1 (see 'charrnn train --help')"),
-    (OptionConflict("{init_from} starts a new run and {resume} continues one: give one of them"),
+    (lambda: OptionConflict(f"{option('init_from')} starts a new run and {option('resume')} continues one: "
+                            f"give one of them"),
      "Error: --init-from starts a new run and --resume continues one: give one of them "
      "(see 'charrnn train --help')"),
-    (ConfigError("must be a number", "warmup_steps"),
+    (lambda: ConfigError("must be a number", "warmup_steps"),
      "Error: Invalid value for '-o warmup_steps': must be a number (see 'charrnn train --help')"),
 ])
 def test_library_refusals_name_the_options_as_the_command_line_writes_them(fake, error, shown):

@@ -2,6 +2,17 @@
 
 import dataclasses
 
+import pytest
+
+from charrnn.errors import options_spelled
+
+
+@pytest.fixture
+def flags():
+    """Options named as the command line names them, as they are while a command runs."""
+    with options_spelled(lambda field: "--" + field.replace("_", "-")):
+        yield
+
 
 def test_without_a_terminal_a_log_gets_a_line_every_30_seconds_and_at_each_evaluation(capsys):
     """A time-budgeted run logging to a file: never silent for long, every line self-contained."""
@@ -158,7 +169,7 @@ def test_a_budgets_remaining_time_counts_from_where_its_progress_started(capsys)
     assert "elapsed 0:30  remaining 0:50" in line
 
 
-def test_the_budget_says_why_a_larger_shape_beat_a_lower_prediction():
+def test_the_budget_says_why_a_larger_shape_beat_a_lower_prediction(flags):
     from charrnn.cli.train_view import budget_lines
     from charrnn.training.budget import BudgetDecision, Candidate
     from charrnn.training.budget_rules import SCALING_LAW
@@ -172,7 +183,7 @@ def test_the_budget_says_why_a_larger_shape_beat_a_lower_prediction():
     tie = SCALING_LAW.rms_error / 2
     decision = BudgetDecision(100, "cpu", "bf16", True, {}, (shape(192, 1.478), shape(256, 1.478 + tie),
                                                              shape(384, 1.478 + tie, batch=32)))
-    lines = budget_lines(decision, lambda field: "--" + field.replace("_", "-"))
+    lines = budget_lines(decision)
     assert lines[0].startswith("--time-budget 100 s: 2×256 LSTM: this machine trains it at 1,000 chars/s")
     assert lines[1] == (f"--time-budget: 2×192 LSTM predicts 1.478, within the rule's error of "
                         f"{SCALING_LAW.rms_error:.3f}: of shapes that train alike and tie, the larger "
@@ -180,7 +191,7 @@ def test_the_budget_says_why_a_larger_shape_beat_a_lower_prediction():
     assert lines[2].startswith("--time-budget: a close call: 2×384 LSTM predicts")
 
 
-def test_the_budget_says_what_its_dropout_costs_the_passes():
+def test_the_budget_says_what_its_dropout_costs_the_passes(flags):
     from charrnn.cli.train_view import budget_lines
     from charrnn.training.budget import BudgetDecision, Candidate, dropout_speed
 
@@ -188,16 +199,14 @@ def test_the_budget_says_what_its_dropout_costs_the_passes():
                        chars_per_s=9287.0, eval_chars_per_s=50_000.0, measured=True, estimable=True,
                        training_s=560.0, chars=3.9e6, epochs=3.9, budget_epochs=3.9, predicted_loss=1.421,
                        precision="bf16", dropout=0.1, speed_share=dropout_speed(768))
-    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, {"dropout": 0.1}, (choice,)),
-                         lambda field: "--" + field.replace("_", "-"))
+    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, {"dropout": 0.1}, (choice,)))
     assert lines[0] == ("--time-budget 600 s: 2×768 LSTM: this machine trains it at 9,287 chars/s in bf16 → "
                         "3.9 epochs in the budget with dropout 0.1 (about 8% slower), predicted validation "
                         "1.421 nats/char")
     capped = dataclasses.replace(choice, chars=5e6, epochs=5.0, budget_epochs=6.4, limit="epochs",
                                  dropout=0.15)
     chosen = {"dropout": 0.15, "epochs": 5.0}
-    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, chosen, (capped,)),
-                         lambda field: "--" + field.replace("_", "-"))
+    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, chosen, (capped,)))
     assert "→ time for 6.4 epochs with dropout 0.15 (about 8% slower), of which it trains 5.0 (more passes " \
            "over a corpus this size scored worse) and ends early" in lines[0]
     assert lines[1] == ("--time-budget: of the shapes it could predict, none trains to the budget's end: "
@@ -207,20 +216,18 @@ def test_the_budget_says_what_its_dropout_costs_the_passes():
     # A larger shape that would train to the end, and predicts worse: the plan names it.
     wider = dataclasses.replace(choice, settings={"hidden_size": 1024, "batch_size": 32}, epochs=2.1,
                                 predicted_loss=1.452)
-    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, chosen, (capped, wider)),
-                         lambda field: "--" + field.replace("_", "-"))
+    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, chosen, (capped, wider)))
     assert lines[1] == ("--time-budget: the best shape that trains to the budget's end, 2×1024 LSTM for 2.1 "
                         "epochs, predicts 1.452: no better, so this run ends early")
     # Within the rule's error, the shape that trains to the end is chosen, and the plan says why.
     tied = dataclasses.replace(wider, predicted_loss=1.425)
-    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, chosen, (capped, tied)),
-                         lambda field: "--" + field.replace("_", "-"))
+    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, chosen, (capped, tied)))
     assert lines[0].startswith("--time-budget 600 s: 2×1024 LSTM: this machine trains it at 9,287")
     assert lines[1] == ("--time-budget: 2×768 LSTM predicts 1.421, within the rule's error of 0.015: it "
                         "stops at its pass limit, and of shapes that tie, one that trains to the budget's "
                         "end is chosen")
     given = dataclasses.replace(choice, dropout=0.3, speed_share=1.0)  # the user's, timed with it
-    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, {}, (given,)), lambda field: field)
+    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, {}, (given,)))
     assert "→ 3.9 epochs in the budget, predicted" in lines[0]
 
 

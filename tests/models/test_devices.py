@@ -83,7 +83,7 @@ def test_the_api_names_the_options_to_lower_before_writing(tmp_path, monkeypatch
 def test_bf16_asked_for_a_wide_lstm_warns_that_auto_keeps_it_in_float32():
     wide = ModelConfig(vocab_size=5, hidden_size=1280)
     warning = precision_warning("bf16", wide)
-    assert warning.startswith("warning: {precision} bf16 trains a 2×1280 LSTM") and "auto" in warning
+    assert warning.startswith("warning: precision bf16 trains a 2×1280 LSTM") and "auto" in warning
     assert precision_warning("auto", wide) is None and precision_warning("fp32", wide) is None
     assert precision_warning("bf16", ModelConfig(vocab_size=5, hidden_size=768)) is None
     assert precision_warning("bf16", ModelConfig(vocab_size=5, hidden_size=1280, cell="gru")) is None

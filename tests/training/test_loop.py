@@ -590,7 +590,7 @@ def test_a_budget_and_a_step_limit_stop_at_whichever_comes_first_and_say_so(repe
     result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, max_steps=5).run(
         clock, clock=clock)
     assert result.stop_reason == StopReason("max_steps", 5)
-    assert "{time_budget} 100 s and {max_steps} 5: the run stops at whichever comes first" in messages
+    assert "time_budget 100 s and max_steps 5: the run stops at whichever comes first" in messages
 
 
 def test_an_every_n_steps_schedule_beyond_the_runs_end_is_named():
@@ -599,9 +599,9 @@ def test_an_every_n_steps_schedule_beyond_the_runs_end_is_named():
     config = TrainConfig(out_dir=".", max_steps=300, eval_every=500, save_every=400, sample_every=1000)
     warnings = schedule_warnings(config, steps_per_epoch=100, total_steps=300)
     end = "lies beyond this run's end (300 steps, 3.00 epochs)"
-    assert warnings == [f"warning: {{eval_every}} 500 {end}: it evaluates only at the end",
-                        f"warning: {{save_every}} 400 {end}: last.pt is written only at the end",
-                        f"warning: {{sample_every}} 1,000 {end}: it records a sample only at the end"]
+    assert warnings == [f"warning: eval_every 500 {end}: it evaluates only at the end",
+                        f"warning: save_every 400 {end}: last.pt is written only at the end",
+                        f"warning: sample_every 1,000 {end}: it records a sample only at the end"]
     assert schedule_warnings(TrainConfig(out_dir=".", max_steps=300), 100, 300) == []  # defaults say nothing
 
 

@@ -3,6 +3,7 @@ import math
 import pytest
 
 from charrnn.config import TrainConfig
+from charrnn.errors import options_spelled
 from charrnn.training.schedule import StopReason, learning_rate_at, planned_steps, run_progress, stop_reason
 
 
@@ -37,10 +38,10 @@ def test_planned_steps_take_the_nearer_of_steps_and_epochs():
     assert planned_steps(TrainConfig(out_dir="x", time_budget=60), steps_per_epoch=30) is None
 
 
-def test_a_stop_reason_says_what_it_is_without_command_line_words():
+def test_a_stop_reason_names_its_limit_as_the_caller_spells_it():
     assert str(StopReason("max_steps", 40)) == "reached max_steps 40"
-    assert StopReason("time_budget", 60.0).describe(lambda name: "--" + name) == \
-        "used the --time_budget of 60 s"
+    with options_spelled(lambda name: "--" + name):
+        assert StopReason("time_budget", 60.0).describe() == "used the --time_budget of 60 s"
     assert str(StopReason("signal", signal_name="SIGTERM")) == "interrupted by SIGTERM"
     assert StopReason("signal", signal_name="SIGINT").interrupted
     assert not StopReason("epochs", 2.0).interrupted

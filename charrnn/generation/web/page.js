@@ -29,7 +29,7 @@
   let urlProblem = null;
 
   function refusal(name, rule) {
-    return new Error(`${name} ${rule.refusal.replace(/\{(\w+)\}/g, "$1")}`);
+    return new Error(`${name} ${rule.refusal}`);
   }
 
   function readSetting(name, text) {

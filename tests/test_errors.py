@@ -1,0 +1,65 @@
+"""Messages are final where they are raised, each option named as the caller spells it."""
+
+import threading
+
+import pytest
+from click.testing import CliRunner
+
+import charrnn
+from charrnn.cli.main import cli
+from charrnn.errors import CharrnnError, ConfigError, OptionConflict, option, options_spelled
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def test_python_names_an_option_by_its_parameter_and_a_block_by_its_own_spelling():
+    assert option("max_steps") == "max_steps"
+    with options_spelled(flag):
+        assert option("max_steps") == "--max-steps"
+        with options_spelled(str.upper):
+            assert option("max_steps") == "MAX_STEPS"
+        assert option("max_steps") == "--max-steps"
+    assert option("max_steps") == "max_steps"
+
+
+def test_a_failure_inside_the_block_restores_the_spelling():
+    with pytest.raises(CharrnnError), options_spelled(flag):
+        raise CharrnnError(f"{option('out_dir')} is bad")
+    assert option("out_dir") == "out_dir"
+
+
+def test_the_message_is_spelled_when_raised_and_braces_are_plain_text():
+    with options_spelled(flag):
+        error = ConfigError("must be at least 1", "max_steps")
+        conflict = OptionConflict(f"{option('greedy')} is deterministic; {{seed}} in a path stays {{seed}}")
+    assert str(error) == "--max-steps must be at least 1" and error.problem == "must be at least 1"
+    assert error.field == "max_steps"
+    assert str(conflict) == "--greedy is deterministic; {seed} in a path stays {seed}"
+    assert conflict.field is None
+
+
+def test_another_thread_names_options_as_python_does():
+    seen = []
+    with options_spelled(flag):
+        worker = threading.Thread(target=lambda: seen.append(option("max_steps")))
+        worker.start()
+        worker.join()
+    assert seen == ["max_steps"]
+
+
+def test_a_path_with_braces_is_shown_as_it_is_through_either_door(small_corpus, tmp_path):
+    missing = tmp_path / "{out_dir}" / "{{x}}.txt"
+    printed = CliRunner().invoke(cli, ["train", str(missing), "--max-steps", "1"])
+    assert printed.exit_code != 0 and str(missing) in printed.stderr
+    with pytest.raises(CharrnnError) as raised:
+        charrnn.train(missing, max_steps=1)
+    assert str(missing) in str(raised.value)
+
+
+def test_the_command_line_leaves_python_callers_their_own_names(small_corpus, tmp_path):
+    printed = CliRunner().invoke(cli, ["train", str(small_corpus), "--max-steps", "0"])
+    assert "'--max-steps': must be at least 1" in printed.stderr
+    with pytest.raises(ConfigError, match="^max_steps must be at least 1$"):
+        charrnn.train(small_corpus, out_dir=tmp_path / "run", max_steps=0)
