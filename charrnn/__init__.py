@@ -2,9 +2,8 @@
 
 import warnings
 
-# The CPU wheel of torch works without NumPy but warns about it the first time a
-# submodule touches tensor conversion; charrnn never converts to NumPy, so the
-# warning would only confuse users.
+# The CPU wheel of torch warns when NumPy is missing; charrnn never converts to NumPy, so the warning
+# would only confuse users.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
 
 __version__ = "0.1.0"
@@ -15,8 +14,7 @@ __all__ = ["load", "train", "sample", "stream", "perplexity", "compare", "evolut
 
 
 def __getattr__(name: str):
-    """The API's functions (see :mod:`charrnn.api`), imported on first use so that the command line
-    starts without importing torch."""
+    """The API's functions (:mod:`charrnn.api`), imported on first use so the CLI starts without torch."""
     if name in __all__:
         from charrnn import api
 

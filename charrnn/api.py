@@ -1,19 +1,7 @@
-"""The Python API, and the command line's only way into the library.
-
-    >>> import charrnn
-    >>> run = charrnn.train("my_corpus.txt", hidden_size=128, epochs=5, out_dir="runs/mine")
-    >>> model = charrnn.load("runs/mine")               # a checkpoint, or a run directory's best.pt
-    >>> model.sample("ROMEO:", 200, temperature=0.8, seed=1).text   # the prime, then 200 characters
-    >>> model.perplexity().nats_per_char                # the validation split; or text=..., file=...
-
-Every ``charrnn`` command calls one function here (or a method of :class:`Model`)
-and renders the typed result it returns; ``--json`` prints that result's
-``to_dict()``. Options are checked once, by the configuration dataclasses of
-:mod:`charrnn.config`, before anything is downloaded, trained or written: a
-refusal is a :class:`~charrnn.errors.ConfigError` (a ``ValueError``; a
-``TypeError`` for a value of the wrong type) that names the parameter as the
-caller wrote it. Other failures raise :class:`~charrnn.errors.CharrnnError`.
-"""
+"""The Python API, and the command line's only way into the library: each command calls one function
+here (or a :class:`Model` method) and renders its typed result (``--json``: its ``to_dict()``). Options
+are checked before any work; a refusal is a :class:`~charrnn.errors.ConfigError` (a ``TypeError`` too
+for a wrong type) naming the parameter as written. Other failures raise ``CharrnnError``."""
 
 from __future__ import annotations
 
@@ -110,8 +98,8 @@ def _read_text(path: Path) -> str:
 
 
 def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
-    """Refuse, before any work, an output file that cannot be written whole or that would destroy one of
-    the command's ``inputs`` (name → a path, a list of paths, or None; see
+    """Refuse, before any work, an output file that cannot be written whole or would destroy one of the
+    ``inputs`` (name → a path, a list of paths, or None; see
     :func:`charrnn.training.overwrite.refuse_writing_over_reads`)."""
     target = _require_path(output, name)
     if target.is_dir() or str(output).endswith(("/", os.sep)):
@@ -333,10 +321,9 @@ class Decoding:
     def check(cls, prime: str | None, length: int | None, temperature: float | None,
               prime_file: PathArg | None, options: dict[str, Any], *, stream: bool = False,
               read: bool = True) -> Decoding:
-        """Check every option (for one text delivered as it is generated, with ``stream``) and read the
-        prime (unless ``read``: a check before any model is loaded, which reads it only once); draw a
-        fresh seed (reported, so that any text worth keeping can be drawn again) when sampling needs one
-        and none was given."""
+        """Check every option (``stream``: for one text delivered as generated) and read the prime
+        (unless ``read`` is False: a check before loading); draw a seed when sampling needs one and none
+        was given."""
         lengths = {} if length is None else {"length": length}
         config = SampleConfig(temperature=temperature, **_known(options, SampleConfig), **lengths)
         if stream:
@@ -394,13 +381,10 @@ class Model(TrainedModel):
 
     def sample(self, prime: str | None = None, length: int | None = None, temperature: float | None = None,
                *, prime_file: PathArg | None = None, **options: Any) -> Samples:
-        """Generate ``length`` characters after ``prime`` (or the text of ``prime_file``).
-
-        ``options`` are the other fields of :class:`~charrnn.config.SampleConfig`:
-        ``top_k``, ``top_p``, ``greedy``, ``seed``, ``num_samples``, ``stop_at``,
-        ``min_length``, ``beam_width``, ``length_penalty`` and ``no_repeat``. The same seed gives
-        the same text; without one, a seed is drawn and reported in the result.
-        """
+        """Generate ``length`` characters after ``prime`` (or the text of ``prime_file``). ``options``: the
+        other :class:`~charrnn.config.SampleConfig` fields (``top_k``, ``top_p``, ``greedy``, ``seed``,
+        ``num_samples``, ``stop_at``, ``min_length``, ``beam_width``, ``length_penalty``, ``no_repeat``).
+        The same seed gives the same text; without one, a seed is drawn and reported in the result."""
         request = Decoding.check(prime, length, temperature, prime_file, options)
         config = request.config
         self._refuse_an_unwritable_stop(config)
@@ -416,9 +400,7 @@ class Model(TrainedModel):
     def stream(self, prime: str | None = None, length: int | None = None, temperature: float | None = None,
                *, prime_file: PathArg | None = None, **options: Any) -> SampleStream:
         """One sample, character by character, as :meth:`sample` would generate it (same seed, same text).
-
-        The prime is checked before this returns; beam search and several samples need :meth:`sample`.
-        """
+        The prime is checked before this returns; beam search and several samples need :meth:`sample`."""
         request = Decoding.check(prime, length, temperature, prime_file, options, stream=True)
         self._refuse_an_unwritable_stop(request.config)
         chars = self.characters(request.prime, request.config)
@@ -436,15 +418,11 @@ class Model(TrainedModel):
                    dynamic: bool | DynamicConfig = False, dynamic_lr: float | None = None,
                    dynamic_decay: float | None = None, segment_len: int | None = None,
                    single_stream: bool = False) -> TextScore:
-        """Score ``text``, the text of ``file``, or (with neither) the checkpoint's validation split.
-
-        The text is read as many streams side by side, each after a warm-up of the text before it
-        (within 1e-4 nats/char of the exact score, :mod:`charrnn.models.evaluate`); ``single_stream``
-        reads it as one stream with the state carried across chunks, the exact definition.
-        Characters outside the vocabulary are an error naming them, unless
-        ``skip_unknown`` drops them. ``dynamic`` also scores by dynamic evaluation
-        (a copy of the model adapts as it reads; the checkpoint never changes).
-        """
+        """Score ``text``, the text of ``file``, or (with neither) the checkpoint's validation split. It is
+        read as many streams, each warmed up on the text before it (:mod:`charrnn.models.evaluate`);
+        ``single_stream`` reads it as one, the exact definition. Characters outside the vocabulary are an
+        error naming them unless ``skip_unknown`` drops them. ``dynamic`` also scores by dynamic
+        evaluation (a copy of the model adapts as it reads; the checkpoint never changes)."""
         request = Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay, segment_len,
                                 single_stream)
         from charrnn.data.cache import cached_ids, scan_corpus
@@ -512,11 +490,10 @@ class Model(TrainedModel):
 
     def writing(self, prime: str | None = None, *, temperature: float | None = None, seed: int | None = None,
                 no_repeat: int | None = None, prime_file: PathArg | None = None, **unused: Any) -> Any:
-        """A :class:`~charrnn.generation.writing.WritingSession`: a text after ``prime`` written
-        character by character by a person or the model (``sample --interactive``), undoable exactly.
-        The model continues at ``temperature``, under the no-repeat rule when ``no_repeat`` is given;
-        ``seed`` (drawn when not given) makes its choices repeatable. Other decoding settings do not
-        apply and are refused."""
+        """A :class:`~charrnn.generation.writing.WritingSession`: a text after ``prime`` written character
+        by character by a person or the model (``sample --interactive``), undoable exactly. The model
+        writes at ``temperature``, under ``no_repeat`` if given; ``seed`` (drawn if not given) makes its
+        choices repeatable. Other decoding settings are refused."""
         from charrnn.generation.writing import WritingSession
 
         request = writing_request(prime, temperature=temperature, seed=seed, no_repeat=no_repeat,
@@ -529,12 +506,9 @@ class Model(TrainedModel):
                   skip_unknown: bool = False, max_chars: int | None = None,
                   single_stream: bool = False) -> Surprisal:
         """The surprisal of each character of ``text`` (or ``file``) and the model's ``top`` guesses there;
-        the mean over the scored characters is :meth:`perplexity`'s nats/char on the same text, read the
-        same way (as many streams, or with ``single_stream`` as one).
-
-        ``max_chars`` reads only the start of the text; ``skip_unknown`` drops characters outside the
-        vocabulary (as :meth:`perplexity` does), which are otherwise refused here.
-        """
+        their mean is :meth:`perplexity`'s nats/char on the same text, read the same way. ``max_chars``
+        reads only the start of the text; characters outside the vocabulary are refused unless
+        ``skip_unknown`` drops them."""
         from charrnn.data.vocab import describe_chars
         from charrnn.models.evaluate import require_scorable
 
@@ -554,12 +528,9 @@ class Model(TrainedModel):
 
 @dataclass(frozen=True)
 class Surprisal:
-    """Per-character surprisal of a text under a model (:meth:`Model.surprisal`).
-
-    Iterating yields one :class:`~charrnn.analysis.surprisal.CharSurprisal` per scored
-    character (every character after the first), computed chunk by chunk as it is
-    read: a long text streams in bounded memory. Each pass recomputes.
-    """
+    """Per-character surprisal of a text under a model (:meth:`Model.surprisal`). Iterating yields one
+    :class:`~charrnn.analysis.surprisal.CharSurprisal` per character after the first, computed chunk by
+    chunk, so a long text streams in bounded memory; each pass recomputes."""
 
     model: Model  # the model that reads the text
     text: str  # the text (at most max_chars of it)
@@ -659,8 +630,7 @@ def _device(device: Any) -> str:
 def sample(checkpoint: PathArg, prime: str | None = None, length: int | None = None,
            temperature: float | None = None, *, prime_file: PathArg | None = None, device: str = "cpu",
            threads: int | None = None, **options: Any) -> Samples:
-    """``load(checkpoint, device, threads).sample(...)``, every option checked before the checkpoint is
-    read."""
+    """``load(checkpoint, device, threads).sample(...)``, every option checked before the load."""
     Decoding.check(prime, length, temperature, prime_file, options, read=False)
     return _load(checkpoint, device, "checkpoint", threads).sample(prime, length, temperature,
                                                                    prime_file=prime_file, **options)
@@ -669,8 +639,7 @@ def sample(checkpoint: PathArg, prime: str | None = None, length: int | None = N
 def stream(checkpoint: PathArg, prime: str | None = None, length: int | None = None,
            temperature: float | None = None, *, prime_file: PathArg | None = None, device: str = "cpu",
            threads: int | None = None, **options: Any) -> SampleStream:
-    """``load(checkpoint, device, threads).stream(...)``, every option checked before the checkpoint is
-    read."""
+    """``load(checkpoint, device, threads).stream(...)``, every option checked before the load."""
     Decoding.check(prime, length, temperature, prime_file, options, stream=True, read=False)
     return _load(checkpoint, device, "checkpoint", threads).stream(prime, length, temperature,
                                                                    prime_file=prime_file, **options)
@@ -681,8 +650,7 @@ def perplexity(checkpoint: PathArg, text: str | None = None, *, file: PathArg | 
                dynamic_lr: float | None = None, dynamic_decay: float | None = None,
                segment_len: int | None = None, single_stream: bool = False,
                device: str = "auto", threads: int | None = None) -> TextScore:
-    """``load(checkpoint, device, threads).perplexity(...)``, every option checked before the checkpoint
-    is read."""
+    """``load(checkpoint, device, threads).perplexity(...)``, every option checked before the load."""
     settings = dict(file=file, skip_unknown=skip_unknown, dynamic=dynamic, dynamic_lr=dynamic_lr,
                     dynamic_decay=dynamic_decay, segment_len=segment_len, single_stream=single_stream)
     Scoring.check(text, **settings)
@@ -691,8 +659,7 @@ def perplexity(checkpoint: PathArg, text: str | None = None, *, file: PathArg | 
 
 def inspect(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None, device: str = "cpu",
             threads: int | None = None, **options: Any) -> Inspection:
-    """``load(checkpoint, device, threads).inspect(...)``, every option checked before the checkpoint is
-    read."""
+    """``load(checkpoint, device, threads).inspect(...)``, every option checked before the load."""
     Looking.check(text, file, options, read=False)
     return _load(checkpoint, device, "checkpoint", threads).inspect(text, file=file, **options)
 
@@ -751,17 +718,12 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
             dynamic_decay: float | None = None, segment_len: int | None = None, single_stream: bool = False,
             skip_unknown: bool = False, device: str = "cpu", threads: int | None = None,
             **sampling: Any) -> Comparison:
-    """Score every checkpoint and sample each with the same prime, seed and decoding settings.
-
-    Scores are on each checkpoint's own validation split, or on ``text_file`` for
-    all. ``sampling`` takes the fields of :class:`~charrnn.config.SampleConfig`;
-    the seed is ``COMPARE_SEED`` unless given, the same for every checkpoint.
-    ``against`` (``"train"`` or a file) also measures how much of each sample is
-    copied from that reference. ``skip_unknown`` drops the characters of ``text_file`` outside a
-    checkpoint's vocabulary instead of leaving it unscored. A problem with one checkpoint is reported
-    in its entry instead of stopping the comparison (:attr:`Comparison.failures` lists them).
-    ``threads``: as :func:`load`'s.
-    """
+    """Score every checkpoint (on its own validation split, or all on ``text_file``) and sample each with
+    the same prime, seed (``COMPARE_SEED`` unless given) and ``sampling`` settings (SampleConfig fields).
+    ``against`` (``"train"`` or a file) also measures how much of each sample is copied from it.
+    ``skip_unknown`` drops ``text_file``'s characters a checkpoint lacks instead of leaving it unscored.
+    A problem with one checkpoint goes in its entry (:attr:`Comparison.failures`), not stopping the rest.
+    ``threads``: as :func:`load`'s."""
     if isinstance(checkpoints, str | PathLike):
         raise ConfigTypeError("must be a list of paths, not one path", "checkpoints")
     paths = [_require_path(path, "checkpoints") for path in checkpoints]
@@ -829,11 +791,8 @@ class Evolution:
 
 
 def evolution(run_dir: PathArg, **unused: Any) -> Evolution:
-    """The samples ``run_dir`` recorded while training (``sample_every``, epoch checkpoints): the text
-    improving step by step, with the validation loss where it was measured.
-
-    Settings of :func:`compare` (a prime, a temperature, a text) do not apply here and are refused.
-    """
+    """The samples ``run_dir`` recorded while training (``sample_every``, epoch checkpoints), with the
+    validation loss where it was measured. Settings of :func:`compare` do not apply and are refused."""
     if unused:
         raise OptionConflict(f"the evolution shows the samples recorded while training: "
                              f"{option(sorted(unused)[0])} does not apply")
@@ -917,10 +876,8 @@ def plot(run_dirs: Sequence[PathArg], output: PathArg = "curves.png") -> Path:
 
 def get_dataset(name: str = DEFAULT_DATASET, data_dir: PathArg | None = None, force: bool = False) -> Dataset:
     """Make sure the built-in dataset ``name`` is downloaded and verified (SHA-256) in ``data_dir``
-    (default: ``$CHARRNN_DATA_DIR`` or ./data). ``$CHARRNN_DATA_MIRROR`` replaces the download's origin.
-
-    A different file already at the dataset's path is refused, never replaced; ``force`` keeps it
-    under a new name (``Dataset.kept``) and downloads."""
+    (default: ``$CHARRNN_DATA_DIR`` or ./data); ``$CHARRNN_DATA_MIRROR`` replaces the origin. A different
+    file at the dataset's path is refused, never replaced; ``force`` keeps it aside (``Dataset.kept``)."""
     if checked(name, str, "name") not in DATASETS:
         raise ConfigError(f"must be one of {', '.join(sorted(DATASETS))}, not {name!r}", "name")
     checked(force, bool, "force")
@@ -942,9 +899,8 @@ def end_torchrun_worker(exit_code: int) -> None:
 
 
 def _fetch_the_builtin_corpus(request: TrainingRequest, say: Callable[[str], None]) -> None:
-    """Give a new run that names no corpus tiny Shakespeare, downloaded (once) and verified; what can be
-    refused without it (the run directory; the checkpoint to fine-tune, read before) is refused before the
-    download. From here on the run is one on a corpus like any other."""
+    """Give a new run that names no corpus tiny Shakespeare, downloaded once and verified; a bad run
+    directory is refused before the download."""
     from charrnn.training.rundir import check_out_dir
 
     check_out_dir(request.out_dir or Path("checkpoints") / DEFAULT_DATASET, request.overwrite)
@@ -959,16 +915,12 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
           device: str = "auto", threads: int | None = None, data_dir: PathArg | None = None,
           observer: TrainObserver | None = None, started: float | None = None, finish_s: float = 0.0,
           **options: Any) -> TrainResult:
-    """Train on ``corpus`` (a UTF-8 file or a directory of *.txt; default: tiny Shakespeare, downloaded
-    once into ``data_dir``). ``options`` are :class:`~charrnn.config.ModelConfig` and
-    :class:`~charrnn.config.TrainConfig` fields (``hidden_size=128``, ``time_budget=120``, ...); a time
-    budget chooses those not given (``result.budget`` says what and why) and counts from ``started`` (a
-    ``time.perf_counter()`` reading; default: this call), keeping ``finish_s`` seconds for the caller's
-    own end. ``resume`` continues a run exactly; ``init_from`` fine-tunes from a checkpoint. ``threads``:
-    CPU threads (default: the idle cores). Ctrl-C saves last.pt and raises
-    :class:`~charrnn.errors.TrainingInterrupted`; ``observer`` receives the plan, notes and progress.
-    Under torchrun every process calls this and they train together.
-    """
+    """Train on ``corpus`` (a UTF-8 file or a directory of *.txt; default: tiny Shakespeare, fetched into
+    ``data_dir``). ``options``: ModelConfig and TrainConfig fields (``hidden_size=128``, ...); a time
+    budget picks those not given (``result.budget`` says why), counting from ``started`` (a
+    ``time.perf_counter()`` reading) and keeping ``finish_s`` seconds for the caller. ``resume`` continues
+    a run; ``init_from`` fine-tunes; ``threads``: as :func:`load`'s; ``observer`` gets plan and progress.
+    Ctrl-C saves last.pt and raises ``TrainingInterrupted``. Under torchrun every process calls this."""
     from charrnn.training.request import TrainingRequest
 
     # A time budget counts from here: loading and planning are inside it.

@@ -1,8 +1,7 @@
-"""Typed configuration for the model, training and sampling.
+"""Typed configuration for the model, training and sampling, with every default and range check.
 
-Each dataclass round-trips through plain dicts (``asdict`` / ``from_dict``) so that
-checkpoints and ``config.json`` hold nothing but JSON-compatible values.
-"""
+Each dataclass round-trips through plain dicts (``asdict`` / ``from_dict``), so that checkpoints and
+``config.json`` hold only JSON-compatible values."""
 
 from __future__ import annotations
 
@@ -31,28 +30,26 @@ CLIP_MODES: tuple[str, ...] = ("norm", "value")
 PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16")
 DEFAULT_EPOCHS = 10.0  # how long a run lasts when no stopping criterion is given
 DEFAULT_EVAL_EVERY = 1000  # steps between validation passes of a run without a time budget
-# How a text is scored (charrnn.models.evaluate; the measurements behind them: docs/performance.md,
-# "Scoring a text"): slices of EVAL_SLICE predicted characters, each read as its own stream after a
-# warm-up of the EVAL_WARMUP characters before it, EVAL_STREAMS of them at once.
+# How a text is scored (charrnn.models.evaluate; docs/performance.md, "Scoring a text"): slices of EVAL_SLICE
+# predicted characters, each its own stream after EVAL_WARMUP characters of warm-up, EVAL_STREAMS at once.
 EVAL_SLICE = 8192
 EVAL_WARMUP = 512
 EVAL_STREAMS = 128
-# The validation split (docs/performance.md, "How much text is held out"): the tail val_frac of the corpus,
-# at most VAL_MAX_CHARS characters.
+# The validation split: the corpus's tail val_frac, at most VAL_MAX_CHARS characters (docs/performance.md,
+# "How much text is held out").
 VAL_MAX_CHARS = 300_000
 INSPECT_FEATURES: tuple[str, ...] = ("quotes", "line-position", "indent")  # what inspect --rank tracks
 INSPECT_TOP = 10  # how many units inspect --rank lists unless told
 COPY_MIN_CHARS = 32  # a copied passage at least this long counts towards copied_fraction
 MAX_FORGET_BIAS = 1e3  # the gate is saturated far below this; beyond float32 it would overflow
-MAX_SPECTRAL_RADIUS = 1e3  # far beyond any useful reservoir; 1e308 overflows the weights to infinity
+MAX_SPECTRAL_RADIUS = 1e3  # far beyond any useful reservoir; huge radii overflow the weights to infinity
 REGULARISATION_RATES = ("dropout", "weight_drop", "input_dropout", "embed_dropout")  # probabilities in [0, 1)
 # What a fine-tuning run may set afresh: the rest of the model is the checkpoint's.
 REGULARISATION_FIELDS = (*REGULARISATION_RATES, "locked_dropout")
 # The folder of the models that come with charrnn (charrnn.models.pretrained): nothing ever writes there.
 SHIPPED_FOLDER = Path(__file__).parent / "models" / "weights"
-MAX_LAYERS = 128  # far deeper than any character model needs; nn.LSTM takes minutes to build 10,000
-# Wider than any machine can train (an LSTM this wide has 4·W² weights a layer), yet small enough that the
-# size of every weight matrix is a number torch can compute: a billion overflowed it.
+MAX_LAYERS = 128  # far deeper than any character model needs; a very deep nn.LSTM takes minutes to build
+# Wider than any machine can train, yet small enough that torch can compute each weight matrix's size.
 MAX_WIDTH = 2**24
 MAX_LEARNING_RATE = 1e3  # far above any useful rate; larger ones overflow float32 updates
 
@@ -62,11 +59,7 @@ SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
 
 def split_point(num_chars: int, val_frac: float, val_max_chars: int | None = None) -> int:
     """Index of the first validation character: the tail ``val_frac`` is held out, at most
-    ``val_max_chars`` characters of it.
-
-    ``int(n * (1 - val_frac))`` reproduces nanoGPT's split exactly: for tiny
-    Shakespeare and 0.1, 1,003,854 training and 111,540 validation characters.
-    """
+    ``val_max_chars`` characters of it. ``int(n * (1 - val_frac))`` reproduces nanoGPT's split exactly."""
     point = int(num_chars * (1.0 - val_frac))
     return point if val_max_chars is None else max(point, num_chars - val_max_chars)
 
@@ -147,10 +140,9 @@ def _named(hint: Any) -> str:
 
 
 def checked(value: Any, hint: Any, name: str) -> Any:
-    """``value`` as a field of type ``hint``: a number in the type that field holds (5 → 5.0 for a float);
-    refused with a :class:`ConfigTypeError` when it is not of that type (:func:`expected_type`; "0.1" is
-    not a number), with a :class:`ConfigError` when a float is NaN or infinite or a string is not one of
-    a choice's values."""
+    """``value`` as a field of type ``hint``, a number in the field's own type (5 → 5.0 for a float).
+    A value of another type (:func:`expected_type`; "0.1" is not a number) is a :class:`ConfigTypeError`;
+    a NaN or infinite float, or a string not among a choice's values, a :class:`ConfigError`."""
     declared, (origin, args) = hint, (typing.get_origin(hint), typing.get_args(hint))
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
@@ -353,24 +345,20 @@ class TrainConfig(_DictMixin):
 
     @property
     def evaluation_interval(self) -> int | None:
-        """Steps between validation passes, or None for none before the end of the run.
-
-        Unless ``eval_every`` is given: every DEFAULT_EVAL_EVERY steps, except in a
-        time-budgeted run, which plans its evaluations by time instead (at its end, at
-        ``save_epochs``, and a few times during training when the budget plans them:
-        :func:`charrnn.training.budget.plan_budget_end`).
-        """
+        """Steps between validation passes, or None for none before the end of the run: ``eval_every``,
+        else DEFAULT_EVAL_EVERY, except in a time-budgeted run, which plans its evaluations by time
+        (:func:`charrnn.training.budget.plan_budget_end`)."""
         if self.eval_every is not None:
             return self.eval_every
         return None if self.time_budget is not None else DEFAULT_EVAL_EVERY
 
 
 SURPRISAL_TOP = 5  # guesses listed for each character by inspect --surprisal
-DEFAULT_LENGTH_PENALTY = 1.0  # measured: lower lets the shortest stop win, 1.2 and up let endless loops win
+DEFAULT_LENGTH_PENALTY = 1.0  # lower lets the earliest stop win, higher endless loops (docs/techniques.md)
 DECODING_CHOICES = ("temperature", "top_k", "top_p", "seed")  # what beam search and greedy decoding never use
 
 
-# How a sampling setting is written as text, in an option or in an exported page's address: a whole number
+# How a sampling setting is written as text (an option, an exported page's address): a whole number
 # (an optional sign, then digits), or a finite decimal number (1e-3 too; never nan or inf).
 SETTING_GRAMMARS = {"whole": r"[-+]?[0-9]+", "decimal": r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?"}
 
@@ -378,7 +366,7 @@ SETTING_GRAMMARS = {"whole": r"[-+]?[0-9]+", "decimal": r"[-+]?([0-9]+\.?[0-9]*|
 @dataclass(frozen=True)
 class SettingRule:
     """What one sampling setting accepts: the grammar of its text and its range. The command line, the
-    Python API (:class:`SampleConfig`) and the exported page all read and check it by this table."""
+    Python API (:class:`SampleConfig`) and the exported page all check settings by this table."""
 
     grammar: str  # a key of SETTING_GRAMMARS: what its text must look like, surrounding spaces aside
     low: int | float  # the smallest value allowed (or, with low_open, the bound it must exceed)
@@ -393,8 +381,8 @@ class SettingRule:
         return self.refusal + hint
 
     def to_dict(self) -> dict[str, Any]:
-        """For the exported page: the grammar as a pattern, whole-number bounds as text (beyond 2**53 a
-        JavaScript number is not exact, so the page compares them as BigInt)."""
+        """For the exported page: the grammar as a pattern, whole-number bounds as text (the page compares
+        them as BigInt: a JavaScript number is not exact beyond 2**53)."""
         whole = self.grammar == "whole"
 
         def bound(value: int | float | None) -> int | float | str | None:

@@ -1,10 +1,7 @@
-"""The exceptions for failures a user can fix.
+"""The exceptions for failures a user can fix, each with a one-line message.
 
-Library code raises :class:`CharrnnError` with a one-line, human-readable message;
-the command line turns it into ``Error: <message>`` and a non-zero exit, never a
-traceback. A message names each option the way its caller spells it (:func:`option`):
-``max_steps`` from Python, ``--max-steps`` on the command line.
-"""
+The command line prints one as ``Error: <message>`` with a non-zero exit, never a traceback. A message
+names each option as its caller spells it (:func:`option`): ``max_steps`` in Python, ``--max-steps``."""
 
 from __future__ import annotations
 
@@ -36,11 +33,8 @@ class CharrnnError(Exception):
 
 
 class ConfigError(CharrnnError, ValueError):
-    """An option value the library refuses, raised before anything is read, trained or written.
-
-    With ``field``, the message is the option's name, then ``problem``; ``field`` is the option
-    the message is about (None for a message about no option in particular).
-    """
+    """An option value refused before anything is read, trained or written. ``field``: the option the
+    message is about, named before ``problem`` (None: no option in particular)."""
 
     def __init__(self, problem: str, field: str | None = None):
         super().__init__(problem if field is None else f"{option(field)} {problem}")
@@ -49,20 +43,18 @@ class ConfigError(CharrnnError, ValueError):
 
 
 class ConfigTypeError(ConfigError, TypeError):
-    """An option value of the wrong type: a bool where a number belongs, 5.5 for a count, a string for
-    a number."""
+    """An option value of the wrong type: a bool for a number, 5.5 for a count, a string for a number."""
 
 
 class OptionConflict(ConfigError):
-    """Options that cannot be given together, or one that does nothing beside another (a usage error on
-    the command line)."""
+    """Options that cannot go together, or one that does nothing beside another (a CLI usage error)."""
 
 
 class TrainingInterrupted(KeyboardInterrupt):
     """A signal stopped the run after a step; ``checkpoint`` holds a resumable state (pass it as
-    ``resume``), unless ``trained_out``: the run had reached its end and only its final evaluation was
-    stopped, so there is nothing to resume (a best.pt keeps the best weights evaluated before, if any
-    were). A ``KeyboardInterrupt``, so that code which stops on Ctrl-C still does."""
+    ``resume``). With ``trained_out`` only the final evaluation was stopped: nothing is left to resume
+    (best.pt, if any, keeps the best weights evaluated). A ``KeyboardInterrupt``, so that code which
+    stops on Ctrl-C still does."""
 
     def __init__(self, signal_name: str, checkpoint: Path, step: int, trained_out: bool = False):
         during = " during the final evaluation, after the last step" if trained_out else " after step"

@@ -1,12 +1,7 @@
 """Side-by-side comparison of checkpoints: the textbook's 5 / 50 / 500-epoch experiment.
 
-Each checkpoint is scored (validation nats/char on its own validation split, or on
-one shared text) and asked for a sample with the same prime, seed and decoding
-settings, so the differences come from the weights alone. Checkpoints from runs
-with different hyperparameters or vocabularies can be compared; a problem that
-concerns one checkpoint only (a prime character it never saw, say) is reported
-in its entry instead of stopping the comparison.
-"""
+Each is scored and sampled with the same prime, seed and decoding, so differences come from the weights alone.
+A problem of one checkpoint (a prime character it never saw) goes in its entry and stops nothing."""
 
 from __future__ import annotations
 
@@ -78,12 +73,8 @@ class CheckpointReport:
 
 def _score(loaded: TrainedModel, settings: CompareSettings
            ) -> tuple[dict[str, Any], str | None, torch.Tensor | None]:
-    """The checkpoint's scores, a note when they were read from the checkpoint, not measured, and
-    the ids they were measured on (None then).
-
-    Without the training corpus (gone or changed), the validation result stored in the
-    checkpoint at training time stands in, when there is one.
-    """
+    """The checkpoint's scores, a note when they are the validation result stored at training time (the
+    corpus gone or changed) rather than measured, and the ids they were measured on (None then)."""
     try:
         ids = _scored_ids(loaded, settings)
         return loaded.score(ids, settings.single_stream).to_dict(), None, ids
@@ -217,9 +208,7 @@ def compare_checkpoints(
     paths: list[Path], settings: CompareSettings, device: str = "cpu"
 ) -> tuple[list[CheckpointReport], str | None]:
     """Reports for every checkpoint, in the order given, and a note when vocabularies differ.
-
-    Every checkpoint is loaded before any work starts, so a bad path fails at once.
-    """
+    All are loaded before any work starts, so a bad path fails at once."""
     loaded = [load_model(path, device) for path in paths]
     references = References()
     reports = [compare_checkpoint(model, path, settings, references)

@@ -1,20 +1,7 @@
-"""Dynamic evaluation: the model keeps learning from the text it is scoring.
+"""Dynamic evaluation (Krause et al. 2018; docs/techniques.md): the model learns from the text it scores.
 
-Krause et al. 2018, "Dynamic Evaluation of Neural Sequence Models". The text is
-read in segments of ``segment_len`` characters, the state carried across them.
-Each segment is scored first, with the weights as they are; then one gradient
-step is taken on that segment's mean loss, so later characters benefit from what
-the model has just read (a play's names, its vocabulary, its rhythm). The step is
-normalised per weight by the root-mean-square gradient measured on the training
-split, and each weight is pulled back towards its trained value at a rate
-proportional to that same scale:
-
-    θ ← θ + λ · r ⊙ (θ₀ − θ) − η · g / (RMS + ε),   r = RMS / mean(RMS), clipped at 1/λ
-
-With η = 0 nothing moves and the score is the static one. The model handed in is
-never modified: the updates happen on a copy, so neither the checkpoint nor a
-caller's model changes.
-"""
+Each segment is scored, then one gradient step taken on it, normalised by the training split's RMS gradient:
+θ ← θ + λ·r⊙(θ₀ − θ) − η·g/(RMS + ε), r = RMS / mean(RMS) clipped at 1/λ. The model given never changes."""
 
 from __future__ import annotations
 
@@ -37,20 +24,16 @@ STATISTICS_STREAMS = 32  # streams read in parallel while measuring them
 
 
 def _eval_mode_gradients(device: torch.device) -> contextlib.AbstractContextManager:
-    """Where gradients are taken in eval mode (no dropout): cuDNN's recurrent kernels take them only in
-    training mode, so on a GPU the recurrence runs on PyTorch's own kernels meanwhile (cuDNN is switched
-    off for the whole process until the block ends); elsewhere nothing changes."""
+    """For gradients in eval mode: cuDNN's recurrent kernels give them only in training mode, so on a GPU
+    cuDNN is off (for the whole process) until the block ends; elsewhere nothing changes."""
     return torch.backends.cudnn.flags(enabled=False) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def gradient_rms(model: CharRNN, train_ids: torch.Tensor, segment_len: int,
                  max_chars: int = STATISTICS_CHARS) -> list[torch.Tensor]:
-    """The root-mean-square gradient of each trainable weight over segments of the training text.
-
-    train_ids: (N,) ids. Reads at most ``max_chars`` of them as ``STATISTICS_STREAMS``
-    streams of ``segment_len``-character segments, in eval mode (no dropout), the
-    state carried. Returns one tensor per trainable parameter, shaped like it.
-    """
+    """The root-mean-square gradient of each trainable weight (shaped like it) over training segments.
+    train_ids: (N,) ids, of which at most ``max_chars`` are read as ``STATISTICS_STREAMS`` streams of
+    ``segment_len``-character segments, in eval mode, the state carried."""
     streams = max(1, min(STATISTICS_STREAMS, (min(len(train_ids), max_chars) - 1) // segment_len))
     if len(train_ids) < streams * segment_len + 1:
         raise CharrnnError(f"the training split has {len(train_ids)} characters; gradient statistics need "
@@ -76,9 +59,7 @@ def gradient_rms(model: CharRNN, train_ids: torch.Tensor, segment_len: int,
 def dynamic_evaluate(model: CharRNN, ids: torch.Tensor, rms: list[torch.Tensor],
                      config: DynamicConfig) -> EvalResult:
     """Score ``ids[1:]`` given everything before, adapting a copy of ``model`` after each segment.
-
-    ids: (N,) integer ids, N ≥ 2. ``rms`` is :func:`gradient_rms` of the same model.
-    """
+    ids: (N,) integer ids, N ≥ 2. ``rms`` is :func:`gradient_rms` of the same model."""
     if len(ids) < 2:
         raise CharrnnError("need at least 2 characters to score (the first has no context)")
     with _eval_mode_gradients(next(model.parameters()).device):

@@ -1,23 +1,7 @@
 """How much of a generated text is copied from a reference, and how much of it is spelled right.
 
-Three figures answer "has the model learned to write, or to recite?":
-
-- ``known_word_fraction``: the share of the text's words (maximal runs of letters, with
-  apostrophes allowed inside them: ``o'er``, ``'tis`` counts as ``tis``) that occur as
-  words in the reference, spelled exactly (case included). It measures spelling.
-- ``longest_copied_chars``: the length of the longest substring of the text that occurs
-  verbatim in the reference, with where it occurs (1-based line) and the passage.
-- ``copied_fraction``: the share of the text's characters that lie inside some substring
-  of at least ``COPY_MIN_CHARS`` characters found verbatim in the reference. It
-  measures memorisation: a model that recites scores near 1, one that composes near 0.
-
-Substring look-ups are vectorised: every window of a given length, in the reference
-and in the text, gets a polynomial hash (two moduli, so collisions are negligible; a
-found longest passage is confirmed by a plain string search); the reference's hashes
-are sorted once per length and looked up with a binary search, and the longest copy
-is found by a binary search on the length. A 1 MB reference costs well under a second
-per length on a CPU.
-"""
+Known words (spelled exactly), the longest verbatim copy and the share of characters in copies of at least
+COPY_MIN_CHARS (docs/guide.md). Windows are hashed (two moduli) and binary-searched in the reference's."""
 
 from __future__ import annotations
 
@@ -59,10 +43,8 @@ def _powers(base: int, modulus: int, count: int) -> torch.Tensor:
 
 class WindowHashes:
     """Hashes of every fixed-length window of one text, for any window length.
-
-    For a text ``s`` and modulus ``p``, ``S[k] = sum_{j<k} s[j] * B^-j (mod p)``; the window
-    ``s[i:i+L]`` hashes to ``(S[i+L] - S[i]) * B^i (mod p)``, which depends on its content only.
-    """
+    With ``S[k] = sum_{j<k} s[j] * B^-j (mod p)``, the window ``s[i:i+L]`` hashes to
+    ``(S[i+L] - S[i]) * B^i (mod p)``, which depends on its content only."""
 
     def __init__(self, text: str):
         points = code_points(text).to(torch.int64)  # (n,)
@@ -154,11 +136,8 @@ def longest_copy(text: str, reference: Reference,
 def copied_fraction(text: str, reference: Reference, min_chars: int = COPY_MIN_CHARS,
                     hashes: WindowHashes | None = None) -> float:
     """Share of ``text``'s characters inside a substring of ``min_chars`` or more found in the reference.
-
-    Every copy of at least ``min_chars`` characters is a union of windows of exactly
-    ``min_chars``, so marking the characters under each matching window counts them all.
-    ``hashes``: ``text``'s, when already computed.
-    """
+    Such a copy is a union of ``min_chars`` windows, so marking each matching window's characters counts them
+    all. ``hashes``: ``text``'s, when already computed."""
     if not text:
         return 0.0
     hashes = WindowHashes(text) if hashes is None else hashes

@@ -1,10 +1,7 @@
 """Looking inside the network: one unit's activation over a text, and units that track a feature.
 
-After Karpathy, Johnson & Fei-Fei, "Visualizing and Understanding Recurrent
-Networks": colour each character by a hidden (or, for the LSTM, cell) unit's value
-after reading it, and rank units by how well they follow a simple property of the
-text, which is how the famous "inside a quotation" cell is found.
-"""
+After Karpathy, Johnson & Fei-Fei, "Visualizing and Understanding Recurrent Networks": ranking units by how
+well they follow a property of the text is how the "inside a quotation" cell is found."""
 
 from __future__ import annotations
 
@@ -26,11 +23,8 @@ STEP_SLICE = 4096  # characters unbound at once while stepping through a text
 
 @torch.no_grad()
 def activations(model: CharRNN, vocab: Vocab, text: str, state: str = "h") -> torch.Tensor:
-    """Every unit's value after each character: (T, num_layers, H) float32.
-
-    ``state`` is "h" (hidden) or, for the LSTM, "c" (cell). The text is read from a
-    zero state, one character at a time through the fast step path.
-    """
+    """Every unit's value after each character, read from a zero state: (T, num_layers, H) float32.
+    ``state`` is "h" (hidden) or, for the LSTM, "c" (cell)."""
     if state not in ("h", "c"):
         raise CharrnnError(f"{option('state')} must be h or c")
     if state == "c" and model.config.cell != "lstm":
@@ -41,8 +35,7 @@ def activations(model: CharRNN, vocab: Vocab, text: str, state: str = "h") -> to
     current = model.initial_state(1, device)
     which = 0 if state == "h" else 1
     rows = []
-    # In slices: iterating a tensor unbinds it whole, in one call no signal can interrupt (seconds for a
-    # text of millions of characters).
+    # In slices: iterating a tensor unbinds it whole, in one call that no signal can interrupt.
     for piece in ids.split(STEP_SLICE):
         for index in piece:
             _, current = stepper.step(index.view(1), current)
@@ -87,12 +80,8 @@ _ABSENT = {"quotes": "double-quoted passage", "line-position": "line longer than
 
 
 def text_feature(text: str, feature: str) -> torch.Tensor:
-    """A per-character property of the text: (T,) float32.
-
-    quotes: 1 from an opening double quote up to its closing one, else 0.
-    line-position: characters since the last newline. indent: leading spaces and
-    tabs of the character's line.
-    """
+    """A per-character property of the text, (T,) float32. quotes: 1 from an opening double quote to its
+    closing one, else 0; line-position: characters since the last newline; indent: leading spaces and tabs."""
     if feature not in _FEATURE_FUNCTIONS:
         raise CharrnnError(f"unknown feature {feature!r}; choose one of {', '.join(FEATURES)}")
     values = torch.tensor(_FEATURE_FUNCTIONS[feature](text), dtype=torch.float32)
@@ -105,9 +94,7 @@ def text_feature(text: str, feature: str) -> torch.Tensor:
 
 def rank_units(acts: torch.Tensor, feature: torch.Tensor, top: int = 10) -> list[tuple[int, int, float]]:
     """Units whose activation correlates best with ``feature``: (layer, unit, Pearson r), |r| descending.
-
-    acts: (T, num_layers, H); feature: (T,). A constant feature correlates with nothing.
-    """
+    acts: (T, num_layers, H); feature: (T,). A constant feature correlates with nothing."""
     T, layers, hidden = acts.shape
     flat = acts.reshape(T, layers * hidden).double()
     x = flat - flat.mean(0)

@@ -1,8 +1,6 @@
 """Learning curves from runs' ``metrics.jsonl``: loss against epoch and against wall time.
 
-matplotlib is an optional extra (``pip install 'charrnn-cli[plot]'``); it is imported
-only when a plot is drawn, so the rest of charrnn never needs it.
-"""
+matplotlib is an optional extra (``charrnn-cli[plot]``), imported only when a plot is drawn."""
 
 from __future__ import annotations
 
@@ -91,15 +89,9 @@ def plot_runs(run_dirs: list[Path], output: Path) -> None:
 
 
 def learning_curves(run_dirs: list[Path]) -> Any:
-    """A matplotlib figure of training and validation loss against epoch and against wall time, one
-    colour per run.
-
-    Scores on the whole validation split and on its start (the evaluations during a time budget)
-    are two series, never one curve. ``best.pt`` is ringed where it was saved, at the score it
-    records; epoch checkpoints (``--save-epochs``) are starred and labelled with their epoch, the
-    labels placed so that none overlap. The epoch axis is logarithmic when the evaluations span more
-    than two decades of epochs. The title names the runs and their models' shapes.
-    """
+    """A figure of training and validation loss against epoch and wall time, one colour per run, titled with
+    the runs' shapes. Whole-split and split-start scores are separate series; best.pt is ringed at its score;
+    epoch checkpoints are starred and labelled without overlap; the epoch axis is log past two decades."""
     runs = [(Path(run_dir), read_metrics(run_dir)) for run_dir in run_dirs]
     names = run_labels([run_dir for run_dir, _ in runs])
     plt = _pyplot()
@@ -167,9 +159,8 @@ def learning_curves(run_dirs: list[Path]) -> Any:
 
 
 def best_point(run_dir: Path, records: list[Any], x: list[float]) -> tuple[float, float] | None:
-    """Where best.pt sits on a curve: the evaluation at the step it was saved, with the score it
-    records (on the whole split at a run's end, whichever of the trained and averaged weights it
-    holds); None when best.pt cannot be read or no evaluation is at its step."""
+    """Where best.pt sits on a curve: the evaluation at its step, with the score it records (for whichever
+    of the trained and averaged weights it holds); None when it cannot be read or no evaluation is there."""
     header = read_header(Path(run_dir) / "best.pt")
     if header is None or not isinstance(header.get("step"), int):
         return None

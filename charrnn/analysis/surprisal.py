@@ -1,12 +1,7 @@
-"""Per-character surprisal: where, and how much, the model is surprised (textbook notes §7, exercise 7.5).
+"""Per-character surprisal −ln p(xᵢ | x₀ … xᵢ₋₁) in nats (textbook notes §7, exercise 7.5).
 
-The surprisal of character *i* is −ln p(xᵢ | x₀ … xᵢ₋₁) in nats. It is computed the
-way :mod:`charrnn.models.evaluate` scores a text: as many streams, each read after a
-warm-up (or, with ``single_stream``, as one stream). So the first character, which
-has no context, is not scored, and the mean surprisal of the scored characters is
-``eval-perplexity``'s nats/char on the same text, read the same way. Rows are
-produced one batch of streams at a time, so a long text streams in bounded memory.
-"""
+Read as :mod:`charrnn.models.evaluate` scores a text, so the mean over the scored characters (all but the
+first) is ``eval-perplexity``'s nats/char. Rows come one batch of streams at a time, in bounded memory."""
 
 from __future__ import annotations
 
@@ -69,12 +64,8 @@ def scored_positions(text: str, vocab: Vocab, skip_unknown: bool) -> range | lis
 @torch.no_grad()
 def surprisals(model: CharRNN, vocab: Vocab, text: str, top_k: int, skip_unknown: bool = False,
                single_stream: bool = False) -> Iterator[CharSurprisal]:
-    """Every character of ``text`` after the first read (see the module docstring), in order.
-
-    With ``skip_unknown``, characters outside the vocabulary are dropped first, as
-    ``eval-perplexity --skip-unknown`` drops them; otherwise they are an error
-    (:class:`~charrnn.data.vocab.UnknownCharactersError`) before any row.
-    """
+    """Every character of ``text`` after the first read, in order. Characters outside the vocabulary are
+    dropped with ``skip_unknown`` (as by ``eval-perplexity --skip-unknown``), else an error before any row."""
     ids = vocab.encode(text, skip_unknown=skip_unknown).long()
     positions = scored_positions(text, vocab, skip_unknown)
     if len(ids) < 2:
@@ -89,7 +80,7 @@ def surprisals(model: CharRNN, vocab: Vocab, text: str, top_k: int, skip_unknown
 
     def rows(*scored: torch.Tensor) -> Iterator[CharSurprisal]:
         """Rows of the scores (positions, nats, guesses' ids and probabilities), a block at a time: as
-        Python lists they take ten times the tensors' memory."""
+        Python lists they take far more memory than the tensors."""
         for start in range(0, len(scored[0]), EVAL_CHUNK):
             block = (part[start : start + EVAL_CHUNK].tolist() for part in scored)
             for target, surprise, guesses, probabilities in zip(*block, strict=True):
@@ -119,8 +110,7 @@ def surprisals(model: CharRNN, vocab: Vocab, text: str, top_k: int, skip_unknown
 
 
 def most_surprising(rows: Iterable[CharSurprisal], count: int, text: str) -> list[SurprisingPosition]:
-    """The ``count`` rows of highest surprisal, highest first, each with its context (one pass, bounded
-    memory)."""
+    """The ``count`` rows of highest surprisal, highest first, with context (one pass, bounded memory)."""
     kept = heapq.nlargest(count, rows, key=lambda row: (row.nats, -row.index))
     return [SurprisingPosition(row, text[max(0, row.index - CONTEXT_BEFORE) : row.index],
                                text[row.index + 1 : row.index + 1 + CONTEXT_AFTER]) for row in kept]

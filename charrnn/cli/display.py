@@ -1,10 +1,7 @@
 """How results look in a terminal: what the commands' views share (tables, model text, a model's
 description); each command's own view is beside it (``train_view``, ``evaluate_view``, ``inspect_view``).
-
-The library computes; these modules only arrange what it computed for rich and
-tqdm. Every user-supplied string goes in as ``Text``, never as markup, so paths
-and samples containing ``[brackets]`` are shown as they are.
-"""
+The views only arrange what the library computed. Every user-supplied string goes in as rich ``Text``,
+never as markup, so paths and samples holding ``[brackets]`` show as they are."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""``charrnn sample --interactive``: writing with the model in the terminal.
+"""``charrnn sample --interactive``: writing with the model in the terminal (keys: docs/guide.md).
 
-The screen (on stderr, redrawn after every key) shows the text so far and the
-model's likeliest next characters with their probabilities. Keys: a digit picks
-that guess; any other character the model knows is written as typed; Tab lets the
-model finish the word, Enter the line; Backspace takes back the last character
-(its recurrent state restored exactly); Ctrl-D ends and prints the whole text to
-stdout. Ctrl-C leaves without printing.
-"""
+The screen, on stderr and redrawn after every key, shows the text so far and the model's likeliest next
+characters. Ctrl-D prints the whole text to stdout; Ctrl-C leaves without printing."""
 
 from __future__ import annotations
 

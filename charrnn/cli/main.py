@@ -1,11 +1,7 @@
-"""The ``charrnn`` group: every failure as one line, and the process's start and end.
-
-stdout carries what a command produces (text, scores, result tables, JSON) and
-nothing else; the run's configuration, progress, notes and errors go to stderr,
-so that ``charrnn sample ... > out.txt`` and ``--json`` output stay clean. Heavy
-modules (torch above all) are imported inside the commands that need them, so
-``--help``, ``--version``, shell completion and argument errors answer at once.
-"""
+"""The ``charrnn`` group: every failure as one line, and the process's start and end. stdout carries
+what a command produces and nothing else; configuration, progress, notes and errors go to stderr. Heavy
+modules (torch above all) are imported inside the commands, so ``--help``, ``--version``, completion and
+argument errors answer at once."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
 """Options shared by the commands, help in named groups, and the advanced ``-o NAME VALUE`` settings.
-
-An option bound to a configuration field takes its name, default and help (the field's
-comment) from the dataclass, so they never disagree; the dataclass checks the value.
-Nothing here imports torch.
-"""
+An option bound to a configuration field takes its name, default and help from the dataclass, so they
+never disagree; the dataclass checks the value. Nothing here imports torch."""
 
 from __future__ import annotations
 

@@ -1,21 +1,7 @@
-"""Encoding a corpus once: a streaming, vectorised encoder and a content-addressed id cache.
-
-A corpus is read in chunks of ``CHUNK_BYTES``, never whole. The first pass
-(:func:`scan_corpus`) hashes the bytes, checks they are UTF-8 and counts every
-code point; the vocabulary, the number of characters and any characters a given
-vocabulary lacks all follow from those counts. The second pass
-(:func:`cached_ids`) maps each chunk's code points to ids with one table lookup
-and writes them into a file under the cache directory, named by the content hash
-and the vocabulary, in the smallest integer type that holds the ids. Training
-memory-maps that file once its SHA-256 matches the one recorded beside it
-(``<name>.sha256``): a cache file that is truncated, edited or replaced is rebuilt, never
-trusted by its name or size. The corpus then costs what the pages it touches cost, 1 to
-4 bytes per character, the operating system pages it in and out as needed, and a
-corpus larger than RAM still trains. A later run on the same text finds the file
-and skips the encoding pass.
-
-The cache holds nothing that cannot be rebuilt; deleting it is always safe.
-"""
+"""Encoding a corpus once: a streaming, vectorised encoder and a content-addressed id cache
+(docs/how-it-works.md, "Corpora of any size"). :func:`scan_corpus` hashes and counts the text chunk by
+chunk; :func:`cached_ids` writes its ids to a file named by content and vocabulary, which training
+memory-maps once its SHA-256 matches the one beside it. Deleting the cache is always safe."""
 
 from __future__ import annotations
 
@@ -56,11 +42,8 @@ def default_cache_dir() -> Path:
 
 def corpus_files(path: Path) -> list[Path]:
     """The files a corpus (or a prime, or a text to score) consists of: the file itself, or a directory's
-    ``*.txt`` in sorted order. Errors name the path, not its role: the caller's option says that.
-
-    Only regular files are read: a FIFO, a terminal or ``/dev/zero`` would hang or never
-    end, and a stream cannot be read twice (once to scan, once to encode).
-    """
+    sorted ``*.txt``. Only regular files: a FIFO or device would hang or never end, and a stream cannot be
+    read twice (to scan, then encode). Errors name the path; the caller's option names its role."""
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -94,12 +77,9 @@ def _largest_id(ids: torch.Tensor) -> int:
 
 
 def _file_chunks(file: Path, chunk_bytes: int) -> Iterator[tuple[bytes, torch.Tensor]]:
-    """Each chunk of ``file`` as its raw bytes and the code points it completes.
-
-    A character split across two chunks is held back by the incremental decoder
-    and counted with the chunk that completes it. ASCII chunks skip decoding: their
-    bytes are their code points (``uint8``); others give ``int32`` code points.
-    """
+    """Each chunk of ``file`` as its raw bytes and the code points it completes (a character split
+    across chunks counts in the second). ASCII chunks skip decoding: their bytes are their code points
+    (``uint8``); others give ``int32``."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     offset = 0
     try:
@@ -156,10 +136,7 @@ class CorpusScan:
 
 
 def scan_corpus(path: Path, chunk_bytes: int = CHUNK_BYTES) -> CorpusScan:
-    """One streaming pass over a corpus: hash, UTF-8 check and code-point counts.
-
-    Memory is bounded by the chunk size, whatever the corpus's size.
-    """
+    """One streaming pass over a corpus: hash, UTF-8 check and code-point counts, in bounded memory."""
     files = corpus_files(path)
     digest = hashlib.sha256()
     counts = torch.zeros(128, dtype=torch.int64)
@@ -181,24 +158,17 @@ def scan_corpus(path: Path, chunk_bytes: int = CHUNK_BYTES) -> CorpusScan:
 
 
 def cache_name(scan: CorpusScan, vocab: Vocab, dropped_unknown: bool) -> str:
-    """``<content sha256>-<vocabulary digest>[-known].<dtype>``: one file per text and vocabulary.
-
-    ``dropped_unknown``: the ids leave out characters outside the vocabulary.
-    """
+    """``<content sha256>-<vocabulary digest>[-known].<dtype>``: one file per text and vocabulary
+    (``-known``: characters outside the vocabulary were left out)."""
     dtype = str(vocab.id_dtype).removeprefix("torch.")
     return f"{scan.sha256}-{vocab.digest()[:16]}{'-known' if dropped_unknown else ''}.{dtype}"
 
 
 def cached_ids(scan: CorpusScan, vocab: Vocab, skip_unknown: bool = False, cache_dir: Path | None = None,
                chunk_bytes: int = CHUNK_BYTES) -> torch.Tensor:
-    """The corpus's ids under ``vocab``: a read-only memory map of the cached encoding, ``(N,)``.
-
-    The first call for a text and vocabulary encodes it (a second streaming pass)
-    into ``cache_dir``; later calls map the file at once. A character outside the
-    vocabulary is an error unless ``skip_unknown``, which leaves it out. When the
-    cache cannot be written (a read-only home, say), a text of up to
-    ``IN_MEMORY_LIMIT_BYTES`` of ids is encoded in memory instead.
-    """
+    """The corpus's ids under ``vocab``, ``(N,)``: a read-only memory map of the cached encoding, made
+    on the first call. A character outside the vocabulary is an error unless ``skip_unknown`` leaves it
+    out. Where the cache cannot be written, ids up to ``IN_MEMORY_LIMIT_BYTES`` are kept in memory."""
     unknown = vocab.outside(scan.char_counts())
     if unknown and not skip_unknown:
         raise UnknownCharactersError(unknown)
@@ -244,11 +214,8 @@ class CacheUnwritable(CharrnnError):
 
 
 def _encode_into(scan: CorpusScan, vocab: Vocab, out: torch.Tensor, chunk_bytes: int) -> None:
-    """Fill ``out`` with the corpus's ids, re-reading it; the bytes read must hash to ``scan.sha256``.
-
-    The check makes what is stored match its name: a file edited since the scan (even
-    to the same length) is an error, never a cache entry for the old text.
-    """
+    """Fill ``out`` with the corpus's ids, re-reading it; the bytes must still hash to ``scan.sha256``,
+    so a file edited since the scan is an error, never a cache entry under the old text's name."""
     digest = hashlib.sha256()
     position = 0
     dropping = len(out) < scan.chars  # characters outside the vocabulary are left out
@@ -267,11 +234,8 @@ def _encode_into(scan: CorpusScan, vocab: Vocab, out: torch.Tensor, chunk_bytes:
 
 
 def _encode_to_file(scan: CorpusScan, vocab: Vocab, path: Path, length: int, chunk_bytes: int) -> None:
-    """Encode the corpus into ``path`` through a temporary sibling, so no reader sees half a file.
-
-    The space is reserved before any id is written: filling a memory map on a full
-    disk would kill the process instead of raising an error.
-    """
+    """Encode the corpus into ``path`` through a temporary sibling, so no reader sees half a file. The
+    space is reserved first: filling a memory map on a full disk would kill the process."""
 
     def failure(exc: OSError) -> str:
         return (f"cannot write the corpus cache {path}: {reason(exc)} "

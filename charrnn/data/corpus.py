@@ -1,10 +1,7 @@
 """Corpora: reading, splitting, and truncated-BPTT stream batches.
 
-A corpus is a UTF-8 text file, or a directory whose ``*.txt`` files are read in
-sorted order and concatenated. The validation split is the contiguous tail of the
-corpus, as in nanoGPT's character-level recipe, so the two report comparable
-numbers on the same text.
-"""
+A corpus is a UTF-8 file, or a directory's sorted ``*.txt`` files concatenated. The validation split is
+its contiguous tail, as in nanoGPT's character-level recipe, so the two report comparable numbers."""
 
 from __future__ import annotations
 
@@ -33,11 +30,8 @@ def corpus_name(path: Path) -> str:
 
 
 def read_corpus(path: Path) -> str:
-    """Read a corpus file, or the sorted ``*.txt`` files of a directory, as one string.
-
-    For short texts (primes, texts to inspect); corpora go through :func:`encode_corpus`,
-    which never holds the whole text in memory.
-    """
+    """A corpus file, or a directory's sorted ``*.txt`` files, as one string: for short texts (primes,
+    texts to inspect). Corpora go through :func:`encode_corpus`, which never holds the whole text."""
     parts = []
     for file in corpus_files(path):
         try:
@@ -95,15 +89,10 @@ def encode_corpus(
     path: Path, name: str, val_frac: float, vocab: Vocab | None = None, extend_vocab: bool = False,
     expected_sha256: str | None = None, val_max_chars: int | None = None, split_at: int | None = None,
 ) -> EncodedCorpus:
-    """Encode a corpus (through the id cache, see :mod:`charrnn.data.cache`), recording the split.
-
-    The vocabulary is the corpus's own unless one is given (fine-tuning, resuming).
-    With a given vocabulary, a character outside it is an error that names it, unless
-    ``extend_vocab``, which appends such characters (existing ids never move). With
-    ``expected_sha256`` (resuming), any other text is refused before it is encoded. The split is
-    the tail ``val_frac``, at most ``val_max_chars`` characters, unless ``split_at`` (resuming: the
-    run's own split point) gives it.
-    """
+    """Encode a corpus through the id cache, recording the split: the tail ``val_frac``, at most
+    ``val_max_chars``, unless ``split_at`` gives it. A given ``vocab`` refuses other characters unless
+    ``extend_vocab`` appends them (ids never move); else the corpus's own is used. ``expected_sha256``
+    (resuming) refuses any other text before it is encoded."""
     scan = scan_corpus(path)
     if expected_sha256 is not None and scan.sha256 != expected_sha256:
         raise CharrnnError(f"{path} is not the text this run was trained on; resuming needs the same corpus")
@@ -125,17 +114,16 @@ def _located(corpus: dict[str, Any]) -> tuple[Path, tuple[str, Path] | None]:
 
 
 def corpus_location(corpus: dict[str, Any]) -> Path:
-    """Where a checkpoint's training corpus (its corpus record) would be read on this machine: the path it
-    records, or where nothing is there and the text is a known dataset's (a checkpoint trained on another
-    machine, or the shipped model, which records the dataset's public address), the data directory's
-    place for that dataset, whatever is there."""
+    """Where a checkpoint's corpus record would be read on this machine: its path, or where nothing is
+    there and the text is a known dataset's (another machine's checkpoint, the shipped model), the data
+    directory's place for that dataset, whatever is there."""
     recorded, known = _located(corpus)
     return recorded if known is None else known[1]
 
 
 def corpus_path(corpus: dict[str, Any]) -> Path:
-    """:func:`corpus_location`, checked: there, and for a data directory's copy, the same text (whether
-    a recorded path still holds the same text is the caller's to check, and to say)."""
+    """:func:`corpus_location`, checked to exist, and for a data directory's copy to hold the same text
+    (a recorded path's text is the caller's to check)."""
     recorded, known = _located(corpus)
     if known is None:
         if not recorded.exists():
@@ -151,11 +139,8 @@ def corpus_path(corpus: dict[str, Any]) -> Path:
 
 
 def checkpoint_validation_ids(corpus: dict[str, Any] | None, vocab: Vocab) -> torch.Tensor:
-    """The validation split a checkpoint was trained with, as ids, checking the corpus is unchanged.
-
-    ``corpus`` is the checkpoint's corpus record; None when it has none. The errors
-    say what is missing; callers add how to give a text instead.
-    """
+    """The validation split a checkpoint (``corpus``: its corpus record, or None) was trained with, as
+    ids, checking the corpus is unchanged. Errors say what is missing; callers add what to do instead."""
     return checkpoint_split(corpus, vocab).val
 
 
@@ -172,22 +157,15 @@ def checkpoint_split(corpus: dict[str, Any] | None, vocab: Vocab) -> Split:
 
 
 class StreamBatches:
-    """Truncated-BPTT batches over ``B`` parallel streams (textbook notes §3).
-
-    The training ids are cut into ``B`` contiguous streams of ``L = (N - 1) // B``
-    characters each (the last ``N - 1 - B*L < B`` characters are left out). Row
-    ``b`` of every batch continues stream ``b``, so the hidden state left by one
-    step is the correct initial state of the next. For a text ``a b c … x`` with
-    B = 3, T = 2::
+    """Truncated-BPTT batches over ``B`` parallel streams of ``L = (N - 1) // B`` characters (textbook
+    notes §3). Row ``b`` of every batch continues stream ``b``, so one step's last hidden state is the
+    next step's first. For a text ``a b c … x`` with B = 3, T = 2::
 
         stream 0: a b | c d | e f | g      step 0 takes columns 0-1,
         stream 1: h i | j k | l m | n      step 1 columns 2-3, ...
         stream 2: o p | q r | s t | u      the last step may be shorter.
 
-    Targets are the same layout shifted one character to the right, so the target
-    of ``g`` is ``h``: each stream's last target is the next stream's first
-    input. One epoch is ``ceil(L / T)`` steps, one full pass over the split.
-    """
+    Targets are the inputs shifted by one (``g``'s is ``h``); an epoch is ``ceil(L / T)`` steps."""
 
     def __init__(self, ids: torch.Tensor, batch_size: int, seq_len: int):
         minimum = batch_size * seq_len + 1

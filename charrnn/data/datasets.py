@@ -1,11 +1,7 @@
 """Built-in datasets: download, verify by checksum, and cache under the data directory.
 
-The download origin is overridable with ``CHARRNN_DATA_MIRROR`` (any URL urllib
-understands, ``file://`` included), because many machines that train models have
-no route to the public origin. A file is written under a temporary name, checked,
-and only then moved into place, so a failed or tampered download never leaves a
-file that looks valid, nor an empty directory.
-"""
+``CHARRNN_DATA_MIRROR`` replaces the origin (any URL urllib reads, ``file://`` too): many machines have no
+route to it. A download takes its name only once verified; a failed one leaves no file or new directory."""
 
 from __future__ import annotations
 
@@ -73,9 +69,8 @@ def default_data_dir() -> Path:
 
 
 def local_copy(sha256: str) -> tuple[str, Path] | None:
-    """For the known dataset whose text has ``sha256``: its name, and where the data directory
-    (:func:`default_data_dir`) keeps it (whether or not it is there); None when no known dataset has
-    that hash."""
+    """The name of the known dataset whose text has ``sha256``, and where the data directory keeps it
+    (whether or not it is there); None when no known dataset has that hash."""
     for dataset in DATASETS.values():
         if dataset.sha256 == sha256:
             return dataset.name, default_data_dir() / dataset.relative_path
@@ -155,14 +150,9 @@ def _remove_empty(directories: list[Path]) -> None:
 
 def fetch(name: str, data_dir: Path | None = None, force: bool = False) -> Dataset:
     """Make sure dataset ``name`` is in the cache, verified; say where, whether it was downloaded, and
-    where a differing file that was at the path was set aside (None if none was).
-
-    A file at the dataset's path that is not the dataset (another text, an edited
-    copy) is never replaced: it is refused, or with ``force`` kept under a new name
-    (``input.txt.kept-1``) before the download. A download that fails verification
-    is deleted and reported; a failed download leaves no file and no directory it
-    created behind.
-    """
+    where a differing file at its path was set aside. Such a file is never replaced: it is refused, or
+    with ``force`` kept as ``input.txt.kept-1``. A failed download, or one that fails verification,
+    leaves no file and no directory it created."""
     if name not in DATASETS:
         raise CharrnnError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
     dataset = DATASETS[name]

@@ -1,12 +1,7 @@
-"""The vocabulary: Unicode code points <-> integer ids.
+"""The vocabulary: Unicode code points <-> integer ids; "é", "語" and "🙂" are one symbol each.
 
-A symbol is one code point, never a byte, so "é", "語" and "🙂" are one symbol
-each. A vocabulary built from a text orders its ids by code point, a pure
-function of the set of characters. One extended for fine-tuning keeps every
-existing id and appends the new characters, so ids are not always sorted;
-encoding runs vectorised either way, one lookup per character in a table indexed
-by code point, instead of a Python loop per character.
-"""
+Built from a text, ids follow code-point order; extended for fine-tuning, every existing id stays and
+new characters are appended. Encoding is one vectorised table lookup per character either way."""
 
 from __future__ import annotations
 
@@ -123,11 +118,8 @@ class Vocab:
         return {char: count for char, count in counts.items() if char not in self._index}
 
     def encode(self, text: str, skip_unknown: bool = False) -> torch.Tensor:
-        """Map ``text`` to ids, a ``(len(text),)`` tensor of :attr:`id_dtype`.
-
-        Raises :class:`UnknownCharactersError` naming any character not in the
-        vocabulary, unless ``skip_unknown``, which drops them instead.
-        """
+        """Map ``text`` to ids, a ``(len(text),)`` tensor of :attr:`id_dtype`. A character not in the
+        vocabulary raises :class:`UnknownCharactersError`, unless ``skip_unknown`` drops it."""
         ids = self.lookup(code_points(text))
         found = ids >= 0
         if not bool(found.all()):

@@ -1,18 +1,7 @@
-"""Beam search (textbook notes §4): the B most probable continuations of a prime.
+"""Beam search (textbook notes §4; docs/techniques.md): the B most probable continuations of a prime.
 
-Every step extends each surviving beam by every symbol, scores each candidate by
-its total log-probability, and keeps the best B. All beams advance as one batch
-through :class:`~charrnn.models.stepper.Stepper`; after each selection the recurrent state
-(h, and c for the LSTM) is reordered to follow the surviving beams. Plain text has
-no end symbol, so beams run to ``length`` characters unless ``stop_at`` ends one:
-a stopped beam keeps its score, stops growing, and competes with the rest as is.
-With ``no_repeat`` N, a candidate that would complete a run of N characters its own
-beam's text (prime included) already holds is not a candidate, so the search keeps
-the most probable continuations among those the rule allows.
-
-With B = 1 this is greedy decoding. Like a very low temperature, beam search
-favours safe, high-frequency continuations and often falls into repetition.
-"""
+Beams advance as one batch. With no end symbol, a beam that ``stop_at`` ends keeps its score and competes as
+is. ``no_repeat`` N drops candidates completing a run of N that their beam's text (prime included) holds."""
 
 from __future__ import annotations
 
@@ -60,17 +49,9 @@ def beam_search(
     model: CharRNN, vocab: Vocab, prime: str, width: int, length: int, stop_at: str | None = None,
     length_penalty: float = 0.0, min_length: int = 0, no_repeat: int | None = None,
 ) -> list[Beam]:
-    """The ``width`` most probable continuations of ``prime``, best first.
-
-    Scores are summed in float64 so long beams keep their ranking exact enough to
-    compare with a rescoring of the text. Beams are ranked by their total
-    log-probability divided by :func:`length_normaliser` (``length_penalty`` 0:
-    the plain total), which only matters once ``stop_at`` ends beams at different
-    lengths: a total log-probability always prefers the beam that stopped first.
-    ``stop_at`` ends no beam shorter than ``min_length`` generated characters.
-    ``no_repeat``: see the module docstring; where the rule would leave a beam no character, it
-    allows them all, as sampling does.
-    """
+    """The ``width`` most probable continuations of ``prime``, best first, scored in float64.
+    Ranked by total log-probability over :func:`length_normaliser`; only beams that ``stop_at`` ended (never
+    before ``min_length``) differ in length. Where ``no_repeat`` would ban every character, it bans none."""
     if width < 1:
         raise CharrnnError("beam width must be at least 1")
     if length < 0:
@@ -86,9 +67,8 @@ def beam_search(
     lengths = torch.zeros(1, dtype=torch.long, device=device)  # (n,) characters generated
     tails = [""]  # last len(stop_at) generated characters of each beam
     texts = [prime]  # with no_repeat: each beam's whole text, prime included
-    # Per step, each surviving beam's parent and symbol (-1 after a stop); the texts are
-    # read back once at the end, so a step costs the same at character 10 and 10,000,
-    # and without a stop string it never waits for the device.
+    # Per step, each beam's parent and symbol (-1 after a stop): texts are read back once at the end, so a
+    # step's cost does not grow with the text, and without a stop string it never waits for the device.
     history: list[tuple[torch.Tensor, torch.Tensor]] = []
     for _ in range(length):
         logits, layers = stepper.step_layers(current, layers)  # (n, V)
@@ -104,8 +84,7 @@ def beam_search(
         # A banned candidate is none: never kept, even where fewer than ``width`` remain.
         keep = min(width, candidates.numel() if no_repeat is None else int(torch.isfinite(candidates).sum()))
         if stop_at and length_penalty:
-            # Only stopped beams differ in length: a running beam grows by one character, a stopped
-            # one keeps its own.
+            # A running beam grows by one character, a stopped one keeps its length.
             grown = lengths + (~stopped).long()  # (n,)
             ranks = candidates / length_normaliser(grown, length_penalty).unsqueeze(1)
             _, flat = torch.topk(ranks.view(-1), keep)

@@ -1,9 +1,7 @@
 """Autoregressive generation: temperature, top-k, top-p and greedy (textbook notes §4).
 
-The prime is run through the network once to warm the state; after that each new
-character costs one :meth:`~charrnn.models.stepper.Stepper.step`, the state carried forward, so the prefix
-is never re-run. Several samples advance together as one batch.
-"""
+The prime warms the state once; then each character is one stepper step, the state carried, so the prefix is
+never re-run. Several samples advance together as one batch."""
 
 from __future__ import annotations
 
@@ -46,11 +44,8 @@ def extend_tail(tail: str, char: str, stop_at: str) -> tuple[str, bool]:
 def filter_logits(
     logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None
 ) -> torch.Tensor:
-    """Mask (with -inf) every logit outside the top-k and the top-p nucleus.
-
-    logits: (B, V). top-p keeps the smallest set of most likely symbols whose total
-    probability reaches p (the most likely symbol always survives).
-    """
+    """logits (B, V) with -inf outside the top-k and the top-p nucleus (the fewest likeliest symbols whose
+    total probability reaches p; the likeliest always survives)."""
     if top_k is not None and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -94,13 +89,8 @@ def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torc
 
 @torch.no_grad()
 def warm_state(model: CharRNN, vocab: Vocab, prime: str, batch: int) -> tuple[torch.Tensor, State]:
-    """Run the prime through the network for ``batch`` identical rows.
-
-    Returns the last prime character's ids (B,), still to be fed, and the state
-    before it. Everything but that character goes through the fused module, in
-    chunks of ``PRIME_CHUNK`` characters with the state carried, so memory does not
-    grow with the prime's length. An empty prime feeds :func:`default_warmup`.
-    """
+    """Run the prime (or :func:`default_warmup`) for ``batch`` rows, in ``PRIME_CHUNK`` chunks so memory does
+    not grow with it. Returns the last prime character's ids (B,), still to be fed, and the state before."""
     model.eval()
     device = next(model.parameters()).device
     warmup = encode_prime(vocab, prime or default_warmup(vocab))
@@ -115,14 +105,9 @@ def warm_state(model: CharRNN, vocab: Vocab, prime: str, batch: int) -> tuple[to
 def generate(
     model: CharRNN, vocab: Vocab, config: SampleConfig, prime: str = ""
 ) -> Iterator[list[str]]:
-    """Return an iterator of steps, each one new character for each of ``config.num_samples`` samples.
-
-    The prime is checked and run through the network before this returns, so a bad
-    prime fails here, not halfway through the output. The prime itself is not
-    yielded (callers print it first). Same seed, same text. With ``config.stop_at``
-    a sample ends after the first occurrence of that string in its generated text;
-    finished samples yield ``""`` until all have finished or the length is reached.
-    """
+    """An iterator of steps, each one new character (not the prime) for each of ``config.num_samples``.
+    The prime is checked and read before this returns, so a bad one fails here. Same seed, same text. A sample
+    ends once ``config.stop_at`` occurs in what it generated, then yields ``""`` until all have ended."""
     current, state = warm_state(model, vocab, prime, config.num_samples)
     guards = None
     if config.no_repeat is not None:
@@ -154,13 +139,9 @@ class RepeatGuard:
 
 
 def repeat_followers(text: str, n: int) -> set[str]:
-    """The characters that, after ``text``, would complete a run of ``n`` characters ``text`` already
-    holds: those that followed earlier occurrences of its last ``n - 1``.
-
-    The rule read from a text, for texts that branch (beam search) or shrink (the writer's undo), where
-    a :class:`RepeatGuard` would have to be copied or rebuilt; one scan of a text of thousands of
-    characters costs microseconds.
-    """
+    """The characters that followed earlier occurrences of ``text``'s last ``n - 1``: those that would repeat
+    a run of ``n``. For texts that branch (beam search) or shrink (the writer's undo), where a
+    :class:`RepeatGuard` would have to be copied or rebuilt."""
     width = n - 1
     tail = text[len(text) - width:] if len(text) >= width else None
     followers: set[str] = set()

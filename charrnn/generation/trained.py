@@ -1,10 +1,7 @@
-"""A trained model: the network, its vocabulary and the checkpoint it came from, as one object that
-writes and scores text (torch-rnn's ``LanguageModel``). :func:`charrnn.training.checkpoint.load_model`
-makes one; :class:`charrnn.api.Model` is one, with the checks a caller's options need.
-
-Importing this module imports no torch (the command line refuses a bad option before it does); the
-network's modules are imported when the model first writes or scores.
-"""
+"""A trained model: network, vocabulary and checkpoint as one object that writes and scores text (torch-rnn's
+``LanguageModel``). :func:`charrnn.training.checkpoint.load_model` makes one; charrnn.api.Model is one.
+Importing this module imports no torch, so the command line refuses a bad option first; torch comes when the
+model first writes or scores."""
 
 from __future__ import annotations
 
@@ -59,8 +56,7 @@ class TrainedModel:
 
     @contextmanager
     def computing(self) -> Iterator[None]:
-        """The block runs with this model's threads, whatever another model set since, and then restores
-        the count before it: torch's thread count is the whole process's."""
+        """Run the block with this model's threads, then restore the count (torch's count is process-wide)."""
         if self.threads is None:
             yield
             return

@@ -1,24 +1,7 @@
 """A trained model as one self-contained web page that generates text with no Python, server or network.
 
-The page holds three things, all inline:
-
-- the model: its configuration, its vocabulary as an explicit list (id → character,
-  one code point each, so JavaScript's UTF-16 strings cannot shift it), and every
-  tensor the forward step reads, as little-endian float32 in base64 (4 bytes per
-  parameter, 4/3 more in base64). Float16 would halve the page but change every
-  weight by up to 1 part in 2,000, and greedy text would then part from the
-  command line's after some characters; float32 keeps it identical;
-- ``web/model.js``: charrnn's forward step and decoding in JavaScript, equation for
-  equation the one-character path of :mod:`charrnn.models.stepper`;
-- ``web/page.js``: the controls (prime, length, temperature, top-k, top-p, greedy, no-repeat,
-  seed), which stream the characters into ``<pre id="output">`` as they come, and
-  read the same settings from the URL (``?prime=...&length=...&greedy=1&autorun=1``)
-  for automation, setting ``data-state="done"`` on the output when finished. Every
-  setting is read and checked by :data:`charrnn.config.SAMPLING_RULES`, the table the
-  command line follows, carried into the page as JSON: the same text is accepted, or
-  refused, in both; the prime is used exactly as given (carriage returns, a leading
-  line break).
-"""
+Inline: the model (config, code-point vocabulary, float32 weights so greedy text matches the command line's),
+web/model.js (the stepper's step) and web/page.js (the controls, checked by SAMPLING_RULES; docs/guide.md)."""
 
 from __future__ import annotations
 

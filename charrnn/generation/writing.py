@@ -1,14 +1,7 @@
 """Writing with the model: a text built character by character, by a person or the model, undoable exactly.
 
-A :class:`WritingSession` keeps, for every character written, the recurrent state
-and the scores after it, so undoing a character restores the state exactly (no
-re-reading). At each point it offers the model's likeliest next characters with
-their probabilities: the same numbers ``inspect --surprisal`` shows (the softmax
-of the scores, at temperature 1). The person picks one, types any character the
-model knows, or lets the model continue to the end of the word or line at the
-session's temperature (and under the no-repeat rule, when given, read from the
-text as it stands, so an undo takes its runs back too).
-"""
+A :class:`WritingSession` keeps the state and scores after every character, so an undo restores them without
+re-reading. It offers the likeliest next characters at temperature 1 (as ``inspect --surprisal`` does)."""
 
 from __future__ import annotations
 
@@ -91,9 +84,8 @@ class WritingSession:
         return True
 
     def continue_to(self, ends: str = WORD_ENDS) -> str:
-        """Let the model write, sampling at the session's temperature, until it writes one of ``ends``
-        (included; by default, the end of the word) or :data:`MAX_CONTINUATION` characters; return what it
-        wrote."""
+        """Let the model write at the session's temperature until it writes one of ``ends`` (included; by
+        default the end of the word) or :data:`MAX_CONTINUATION` characters; return what it wrote."""
         if not checked(ends, str, "ends"):
             raise ConfigError("must name at least one character to stop at", "ends")
         wrote = []
@@ -106,7 +98,8 @@ class WritingSession:
         return "".join(wrote)
 
     def _allowed_logits(self) -> torch.Tensor:
-        """The scores of the next character, (1, V), under the no-repeat rule when it is given."""
+        """The scores of the next character, (1, V), under the no-repeat rule when given: read from the text
+        as it stands, so an undo takes its runs back too."""
         logits = self.points[-1].logits
         if self.decoding.no_repeat is None:
             return logits

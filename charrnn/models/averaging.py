@@ -1,17 +1,7 @@
-"""Weight averaging: an exponential moving average (EMA) of a model's weights during training.
+"""Weight averaging: an exponential moving average (EMA) of the weights (Polyak and Juditsky 1992).
 
-Averaging the iterates of a noisy optimiser (Polyak and Juditsky 1992) smooths out
-the last steps' noise; the exponential form weights recent steps most, so it
-follows a model that is still improving. After each applied optimiser step t
-(counted from 1), every weight's average moves towards the weight:
-
-    avg ← r · avg + (1 − r) · w,   r = min(decay, (1 + t) / (10 + t))
-
-The warm-up in r lets the average forget the random initial weights quickly
-instead of dragging them along for about 1 / (1 − decay) steps. The trainer scores
-the averaged weights beside the trained ones at each evaluation (see
-:mod:`charrnn.training.loop`); the averaged ones never feed back into training.
-"""
+After applied optimiser step t (from 1), avg ← r·avg + (1 − r)·w with r = min(decay, (1 + t) / (10 + t)): the
+warm-up forgets the random initial weights fast. The average is scored, never trained (docs/techniques.md)."""
 
 from __future__ import annotations
 

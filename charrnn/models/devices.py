@@ -26,15 +26,13 @@ def resolve_device(name: str) -> str:
     return name
 
 
-BF16_LARGEST_HIDDEN = 768  # the widest LSTM that "auto" trains in bf16: 2×768 learned as in float32
+BF16_LARGEST_HIDDEN = 768  # the widest LSTM that "auto" trains in bf16 (wider ones did not learn in it)
 
 
 def resolve_precision(precision: str, device: str, model_config: ModelConfig) -> str:
-    """``auto`` → ``bf16`` where it was measured faster, else ``fp32``; explicit choices are kept.
-
-    bf16 autocast is chosen for the fused LSTM up to :data:`BF16_LARGEST_HIDDEN` wide on a CPU with native
-    bfloat16 (AVX512-BF16 or AMX); other cells, wider LSTMs and GPUs keep float32 (docs/performance.md).
-    """
+    """``auto`` → ``bf16`` where it was measured faster: the fused LSTM up to :data:`BF16_LARGEST_HIDDEN` wide
+    on a CPU with native bfloat16 (AVX512-BF16 or AMX); else ``fp32``. Explicit choices are kept
+    (docs/performance.md)."""
     if precision != "auto":
         return precision
     if device == "cpu" and _fused_lstm(model_config) and not too_wide_for_bf16(model_config) \
@@ -53,8 +51,7 @@ def too_wide_for_bf16(model_config: ModelConfig) -> bool:
 
 
 def precision_warning(precision: str, model_config: ModelConfig) -> str | None:
-    """A warning for bf16 asked for an LSTM too wide for it (:func:`too_wide_for_bf16`), which "auto"
-    keeps in float32; None otherwise."""
+    """A warning when bf16 is asked for an LSTM too wide for it (:func:`too_wide_for_bf16`); else None."""
     if precision != "bf16" or not too_wide_for_bf16(model_config):
         return None
     shape = f"{model_config.num_layers}×{model_config.hidden_size}"
@@ -65,9 +62,7 @@ def precision_warning(precision: str, model_config: ModelConfig) -> str | None:
 
 def autocast(device: torch.device, precision: str):
     """bfloat16 autocast of the training forward pass for ``precision == "bf16"``; a no-op for fp32.
-
-    Weights, optimiser state and the loss stay float32, so checkpoints are the same either way.
-    """
+    Weights, optimiser state and the loss stay float32, so checkpoints are the same either way."""
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
@@ -80,9 +75,8 @@ def _available(device_name: str) -> int | None:
 
 def check_generation_fits(rows: int, length: int, model_config: ModelConfig, device_name: str,
                           count_option: str, length_option: str = "length") -> None:
-    """Refuse, before allocating anything, a generation of ``rows`` texts at once (samples or beams) whose
-    logits, probabilities, states and history cannot fit; ``count_option`` names the count to lower,
-    ``length_option`` the length."""
+    """Refuse, before allocating, ``rows`` texts at once (samples or beams) whose logits, states and history
+    cannot fit; the message names ``count_option`` and ``length_option`` to lower."""
     per_row = 4 * (4 * model_config.vocab_size + 8 * model_config.num_layers * model_config.hidden_size)
     needed = rows * (per_row + 16 * length)
     available = _available(device_name)
@@ -94,13 +88,9 @@ def check_generation_fits(rows: int, length: int, model_config: ModelConfig, dev
 
 
 def training_bytes(model_config: ModelConfig, batch_size: int, seq_len: int) -> tuple[int, int]:
-    """Roughly the memory a training run needs at its peak: (weights, gradients and Adam's moments;
-    one step's activations, or an evaluation chunk's logits if larger).
-
-    A step keeps, for the backward pass, the logits with their softmax and gradient (3 floats
-    per character and vocabulary entry) and, per layer, the gates, states and masks (about
-    ten floats per unit and character) and the embedded inputs.
-    """
+    """Rough peak memory of a training run: (weights, gradients and Adam's moments; activations).
+    A step keeps logits with softmax and gradient (3 floats each), about ten floats per unit, layer and
+    character (gates, states, masks) and the embedded inputs; an evaluation call's logits count if larger."""
     characters = batch_size * seq_len
     step = 4 * characters * (3 * model_config.vocab_size
                              + 10 * model_config.num_layers * model_config.hidden_size
@@ -113,8 +103,7 @@ def training_bytes(model_config: ModelConfig, batch_size: int, seq_len: int) -> 
 
 def check_model_fits(model_config: ModelConfig, device_name: str, batch_size: int = 1,
                      seq_len: int = 1) -> None:
-    """Refuse, before allocating anything, a run whose model state and activations cannot fit on the
-    device; the message names the options to lower."""
+    """Refuse, before allocating, a run whose model state and activations cannot fit; name what to lower."""
     state, activations = training_bytes(model_config, batch_size, seq_len)
     available = _available(device_name)
     if available is None or state + activations <= available:

@@ -1,23 +1,7 @@
-"""Held-out negative log-likelihood, bits per character and perplexity (textbook notes §5).
-
-A text of N characters has N − 1 predicted characters (the first has no context); the
-score is their summed NLL divided by N − 1. Two ways read the text:
-
-- **Many streams** (the default). The predicted characters are cut into contiguous
-  slices of :data:`EVAL_SLICE` characters. Each slice is read as its own stream,
-  starting :data:`EVAL_WARMUP` characters before it from a zero state; those warm-up
-  characters are read but not scored. Up to :data:`EVAL_STREAMS` slices run at once,
-  as one batch. So every scored character has at least ``EVAL_WARMUP`` characters of
-  context (or all of the text before it, near the text's start), and the score is
-  that of a batched forward pass: 2.4 times one stream's speed on two CPU cores at
-  2×512, more on one core and far more on a GPU. On trained models of every cell kind
-  it lands within 1e-4 nats/char of the one-stream score (docs/performance.md,
-  "Scoring a text").
-- **One stream** (``single_stream``): the text runs through the model in order, in
-  chunks, with the state carried from each chunk to the next, so every character is
-  predicted from the whole text before it: the exact definition (earlier versions'
-  only one; the sums now run in float64, so the last digits may differ).
-"""
+"""Held-out NLL, bits/char and perplexity of a text's N − 1 predicted characters (textbook notes §5).
+By default they are cut into :data:`EVAL_SLICE` slices, each read from a zero state after an unscored warm-up
+of :data:`EVAL_WARMUP`, :data:`EVAL_STREAMS` per batch; ``single_stream`` reads the text in order, the state
+carried: the exact score, which the default lands close to (docs/performance.md, "Scoring a text")."""
 
 from __future__ import annotations
 
@@ -93,10 +77,8 @@ class StreamLayout:
 
 
 def stream_layout(model: CharRNN, length: int, single_stream: bool = False) -> StreamLayout:
-    """How ``model`` scores a text of ``length`` characters: as many streams, unless asked for one, or
-    unless the model never forgets where it started. An echo-state reservoir (spectral radius above 1)
-    is chaotic: its predictions after any warm-up still depend on the state it started from, so it is
-    always read as one stream (docs/performance.md, "Scoring a text")."""
+    """How ``model`` scores a text of ``length`` characters: many streams unless asked for one. An echo-state
+    reservoir is chaotic and never forgets its start, so it is always read as one (docs/performance.md)."""
     return StreamLayout.for_text(length, single_stream or model.config.cell == "esn")
 
 
@@ -110,18 +92,15 @@ class ScoredChunk:
 
 
 def _chunk_len(rows: int, vocab_size: int) -> int:
-    """Time steps per forward call: at most EVAL_CHUNK, EVAL_CALL_CHARS characters in all, and logits of at
-    most EVAL_LOGITS values."""
+    """Time steps per forward call, within EVAL_CHUNK, EVAL_CALL_CHARS characters and EVAL_LOGITS logits."""
     return max(1, min(EVAL_CHUNK, EVAL_CALL_CHARS // rows, EVAL_LOGITS // (rows * vocab_size)))
 
 
 def scored_chunks(model: CharRNN, ids: torch.Tensor, layout: StreamLayout,
                   batch: range) -> Iterator[ScoredChunk]:
     """The logits of one batch of streams' scored characters, chunk by chunk in time.
-
-    ids: (N,) integer ids, N = ``layout.scored + 1``; ``batch``: stream indices from
-    ``layout.batches()``. Runs under the caller's grad mode and model mode.
-    """
+    ids: (N,) integer ids, N = ``layout.scored + 1``; ``batch``: stream indices from ``layout.batches()``.
+    Runs under the caller's grad mode and model mode."""
     device = next(model.parameters()).device
     width, warmup = layout.slice_chars, layout.warmup
     first, rows = batch.start, len(batch)
@@ -162,8 +141,7 @@ def scored_chunks(model: CharRNN, ids: torch.Tensor, layout: StreamLayout,
 
 @torch.no_grad()
 def layout_nll(model: CharRNN, ids: torch.Tensor, layout: StreamLayout) -> tuple[float, int]:
-    """:func:`total_nll` with the streams laid out as given. Runs in eval mode, in float32, and restores
-    the model's mode."""
+    """:func:`total_nll` with the streams laid out as given, in eval mode and float32 (the mode restored)."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -181,8 +159,8 @@ def layout_nll(model: CharRNN, ids: torch.Tensor, layout: StreamLayout) -> tuple
 
 
 def require_scorable(chars: int, named: str, known: bool = False) -> None:
-    """Refuse a text of fewer than 2 characters, which has nothing to score: ``named`` is how the message
-    names it, ``known`` says the count is of the characters the model knows."""
+    """Refuse a text of fewer than 2 characters (nothing to score), called ``named``; ``known``: the count is
+    of the characters the model knows."""
     if chars < 2:
         raise CharrnnError(f"{named} holds {chars} "
                            f"character{'' if chars == 1 else 's'}{' the model knows' if known else ''}; "
@@ -190,11 +168,8 @@ def require_scorable(chars: int, named: str, known: bool = False) -> None:
 
 
 def total_nll(model: CharRNN, ids: torch.Tensor, single_stream: bool = False) -> tuple[float, int]:
-    """Summed NLL (nats) of ``ids[1:]`` given the text before each, and how many were scored (see the
-    module docstring).
-
-    ids: (N,) integer ids, N >= 2.
-    """
+    """Summed NLL (nats) of ``ids[1:]`` given the text before each, and how many were scored.
+    ids: (N,) integer ids, N >= 2."""
     return layout_nll(model, ids, stream_layout(model, len(ids), single_stream))
 
 
@@ -210,10 +185,8 @@ SCORING_PROBE_STEPS = 64  # time steps of the batch timed to predict a pass's co
 @torch.no_grad()
 def scoring_seconds(model: CharRNN, ids: torch.Tensor, clock: Callable[[], float],
                     single_stream: bool = False) -> float:
-    """What scoring all of ``ids`` would take on this machine: a few steps of its first batch's width,
-    timed after an untimed run of the same steps that pays for allocation and the kernels' first calls
-    (a one-step warm-up left them to the timed run, which then read up to three times too slow), scaled
-    to every character the pass reads.
+    """Seconds scoring all of ``ids`` would take here: a few steps of its first batch's width, timed after an
+    untimed run of the same steps (allocation, first kernel calls), scaled to every character the pass reads.
     A text no longer than the timed part is scored whole instead."""
     layout = stream_layout(model, len(ids), single_stream)
     rows = len(next(layout.batches()))

@@ -1,22 +1,7 @@
-"""Layer-normalised recurrent layers (textbook notes §1, "Layer normalisation for RNNs").
+"""Layer-normalised recurrent layers (textbook notes §1, "Layer normalisation for RNNs"; docs/techniques.md).
 
-Each gate's pre-activation ``a_t = W_x x_t + W_h h_{t-1}`` is normalised over its
-own H units, ``LN(a) = γ ⊙ (a − μ) / sqrt(mean(a²) − μ² + ε) + β``, with a learned
-gain γ and bias β per gate, shared across time (β replaces the gate's bias):
-
-    rnn:   h' = act(LN(W_x x + W_h h))
-    lstm:  i, f, o = σ(LN_i(·)), σ(LN_f(·)), σ(LN_o(·));  g = tanh(LN_g(·))
-           c' = f ⊙ c + i ⊙ g;   h' = o ⊙ tanh(LN_c(c'))
-    gru:   z, r = σ(LN_z(·)), σ(LN_r(·))
-           n = tanh(LN_n(W_xn x + W_hn (r ⊙ h)))     (the books' form: reset before the product)
-           h' = z ⊙ h + (1 − z) ⊙ n
-
-The sequence path and the one-step path (used for sampling) run the same step
-function, so they agree to float rounding. These are Python loops over time, so
-they are slower than PyTorch's fused kernels; the benchmark harness measures by
-how much. TorchScript (in maintenance in this torch) was not pursued; torch.compile
-was not tried, since its compile time on a CPU would dominate short runs.
-"""
+Each gate's pre-activation is normalised over its H units, with a gain and shift per gate (its only bias);
+the LSTM also normalises c', the GRU resets h before W_hn. Python loops, slower than fused kernels."""
 
 from __future__ import annotations
 
@@ -31,22 +16,15 @@ _GATES = {"rnn": 1, "gru": 3, "lstm": 4}
 
 
 def layer_norm(a: torch.Tensor, gain: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """Normalise the last dimension: γ (a − μ) / sqrt(mean(a²) − μ² + ε) + β.
-
-    ``F.layer_norm`` computes exactly that normalisation (with the biased variance)
-    in one kernel, about 30% faster here than spelling it out; the gain and shift
-    are applied separately because they are per gate, not per input shape.
-    """
+    """γ (a − μ) / sqrt(mean(a²) − μ² + ε) + β over the last dimension. ``F.layer_norm`` normalises in one
+    kernel; the gain and shift are applied apart because they are per gate, not per input shape."""
     return gain * F.layer_norm(a, a.shape[-1:], eps=EPSILON) + bias
 
 
 class LayerNormRNN(nn.Module):
     """A stack of layer-normalised rnn/gru/lstm layers with nn.RNN's calling convention.
-
-    forward(x: (B, T, E), state) -> (out: (B, T, H), state); the state is a
-    (num_layers, B, H) tensor, or the tuple (h, c) of two for the LSTM, like
-    PyTorch's modules, so CharRNN treats both alike.
-    """
+    forward(x: (B, T, E), state) -> (out: (B, T, H), state); state is (num_layers, B, H), or (h, c) for the
+    LSTM, as PyTorch's modules take it. The sequence path and :meth:`step` share one cell step."""
 
     def __init__(self, cell: str, input_size: int, hidden_size: int, num_layers: int, dropout: float,
                  activation: str = "tanh", weight_drop: float = 0.0, locked_dropout: bool = False):

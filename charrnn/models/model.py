@@ -1,18 +1,7 @@
-"""The character-level recurrent language model (its one-character path: :mod:`charrnn.models.stepper`).
+"""The character-level model: embedding → stacked recurrent layers → dropout → read-out (textbook notes §1).
 
-``CharRNN`` is embedding → stacked fused ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` →
-dropout → linear head. In training, the regularisation of :mod:`charrnn.models.regularise`
-(weight drop, locked, input and embedding dropout) applies when configured; with
-skip connections the layers are a :class:`~charrnn.models.regularise.SkipStack`.
-The cell equations are those of textbook notes §1, with PyTorch's conventions:
-LSTM gates stored in the order i, f, g, o; the GRU weights the *old* state by the
-update gate z and applies the reset gate after the recurrent matrix product,
-``n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn))``.
-
-State is explicit and always a tuple of ``(num_layers, B, H)`` tensors: ``(h, c)``
-for the LSTM, ``(h,)`` for the GRU and RNN. That one shape lets training detach
-it, and sampling and beam search index it, without caring about the cell type.
-"""
+Gates follow PyTorch (LSTM i, f, g, o; GRU reset after W_hn h; docs/how-it-works.md). State is always a tuple
+of (num_layers, B, H) tensors, (h, c) or (h,), so training, sampling and beam search treat all cells alike."""
 
 from __future__ import annotations
 
@@ -38,8 +27,7 @@ class CharRNN(nn.Module):
     def __init__(self, config: ModelConfig, initialise_weights: bool = True):
         super().__init__()
         self.config = config
-        # Drawn here, where nn.Embedding would draw it, unless the weights are about to be replaced: on the
-        # meta device (state_shapes) the draw alone costs a second and a half of torch imports.
+        # Drawn below only if initialised: on the meta device (state_shapes) a draw costs slow torch imports.
         self.embedding = nn.Embedding(config.vocab_size, config.embed_size,
                                       _weight=torch.empty(config.vocab_size, config.embed_size))
         if initialise_weights:
@@ -63,9 +51,8 @@ class CharRNN(nn.Module):
                 batch_first=True,
                 **options,
             )
-        # The fused multi-layer kernel cannot mask W_hh or lock the dropout between its layers; in
-        # training such a model runs its layers one fused kernel at a time instead (as a SkipStack
-        # always does: no multi-layer kernel feeds the input to every layer).
+        # The fused multi-layer kernel cannot mask W_hh or lock the dropout between layers: such a model
+        # trains one fused layer at a time, as a SkipStack always runs.
         self.layerwise_in_training = not config.layer_norm and (
             config.weight_drop > 0 or (config.locked_dropout and between_layers > 0))
         # cuDNN draws the fused kernel's masks between layers from a generator of its own, which no
@@ -94,12 +81,8 @@ class CharRNN(nn.Module):
         return tuple(torch.zeros(shape, device=device) for _ in range(self.state_size))
 
     def forward(self, idx: torch.Tensor, state: State | None = None) -> tuple[torch.Tensor, State]:
-        """Run a batch of sequences.
-
-        idx: (B, T) int64 character ids. state: tuple of (num_layers, B, H), or None
-        for zeros. Returns logits (B, T, V) for the character after each position,
-        and the state after the last position.
-        """
+        """idx: (B, T) int64 ids; state: tuple of (num_layers, B, H), or None for zeros.
+        Returns logits (B, T, V) for the character after each position, and the state after the last."""
         if state is None:
             state = self.initial_state(idx.shape[0], idx.device)
         config = self.config
@@ -119,13 +102,9 @@ class CharRNN(nn.Module):
         return logits, new_state
 
     def load_pretrained(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Start from another model's weights, for fine-tuning.
-
-        Every tensor must match in shape, except that the vocabulary-sized ones
-        (embedding rows, read-out rows and biases) may be shorter: the source
-        vocabulary is then a prefix of this one, its rows are copied, and the rows
-        of the added characters keep their fresh initialisation.
-        """
+        """Start from another model's weights, for fine-tuning. Shapes must match, except that vocabulary
+        tensors may have fewer rows: the source vocabulary is then a prefix of this one, and the added
+        characters' rows keep their fresh initialisation."""
         own = self.state_dict()
         with torch.no_grad():
             for name, source in state_dict.items():
@@ -145,10 +124,7 @@ class CharRNN(nn.Module):
 
 
 def state_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """The name and shape of every tensor in the state dict of a model with ``config``.
-
-    Built on the meta device, so a declared size is checked without allocating it.
-    """
+    """Name and shape of every state-dict tensor of a model with ``config``, built on the meta device."""
     with torch.device("meta"):
         model = CharRNN(config, initialise_weights=False)
     return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
@@ -172,15 +148,9 @@ def _recurrent_blocks(weight: torch.Tensor, hidden_size: int) -> list[torch.Tens
 @torch.no_grad()
 def initialise(model: CharRNN) -> None:
     """Apply ``model.config.init`` and the LSTM forget-gate bias (textbook notes §2), in place.
-
-    pytorch: the modules' own defaults. textbook: every weight matrix of the cells
-    and the read-out uniform in ±1/√r, r its number of columns (fan-in).
-    orthogonal: each gate's recurrent H×H block orthogonal. esn: each recurrent
-    block drawn from N(0, 1), kept with probability ``recurrent_density``, then
-    rescaled so its spectral radius is ``spectral_radius`` (--model esn always uses
-    this). A requested forget-gate bias is the *effective* one: PyTorch adds b_ih
-    and b_hh, so b_ih holds the requested value and b_hh zero.
-    """
+    pytorch: module defaults; textbook: weights uniform in ±1/√fan-in; orthogonal: recurrent gate blocks;
+    esn (always for --model esn): N(0, 1) blocks thinned to recurrent_density, scaled to spectral_radius.
+    The forget-gate bias is the effective one: PyTorch adds b_ih and b_hh, so b_ih holds it and b_hh zero."""
     config = model.config
     scheme = "esn" if config.cell == "esn" else config.init
     H = config.hidden_size

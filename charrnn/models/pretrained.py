@@ -1,11 +1,7 @@
 """The model that comes with charrnn: a small LSTM trained on tiny Shakespeare, named ``shakespeare``.
 
-Every command and API call that reads a checkpoint accepts the name (``charrnn sample shakespeare``,
-``charrnn.load("shakespeare")``, ``--init-from shakespeare``) where nothing of that name exists: a file,
-directory or link called ``shakespeare`` in the current directory is the user's own, and always comes
-first. The file holds 16-bit weights, loaded into float32; ``scripts/retrain_shipped_model.py``
-retrains it from scratch and records the corpus, settings and score in it (docs/shipped-model.md).
-"""
+A checkpoint argument may give the name unless something of that name exists (the user's own comes first).
+Its 16-bit weights load into float32; scripts/retrain_shipped_model.py retrains it (docs/shipped-model.md)."""
 
 from __future__ import annotations
 
@@ -24,8 +20,7 @@ def shipped_path(name: str) -> Path:
 
 
 def resolve_shipped(path: Path) -> Path:
-    """``path`` itself, or the shipped model it names when nothing at all (not even a broken link) is
-    at ``path``."""
+    """``path``, or the shipped model it names when nothing at all (not even a broken link) is there."""
     if str(path) in SHIPPED_MODELS and not os.path.lexists(path):
         return shipped_path(str(path))
     return path

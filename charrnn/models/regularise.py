@@ -1,16 +1,7 @@
-"""Regularisation for longer runs: the AWD-LSTM recipe (Merity et al. 2018, "Regularizing and
-Optimizing LSTM Language Models"), see docs/techniques.md, "Regularisation".
+"""AWD-LSTM regularisation for longer runs (Merity et al. 2018; docs/techniques.md), and skip connections.
 
-- **Weight drop** (DropConnect on the recurrent matrices W_hh): one mask per training
-  segment, shared by every stream and time step, so the recurrence still runs through
-  PyTorch's fused kernels, layer by layer, with the masked matrix in place of W_hh.
-- **Locked (variational) dropout**: one mask per stream per segment, reused at every
-  time step, instead of a fresh mask for every character.
-- **Embedding dropout**: whole characters dropped from the embedding for a segment.
-
-All of them act in training only: in eval mode (evaluation, sampling, the stepper)
-the model is exactly the unregularised network.
-"""
+Weight drop (one DropConnect mask on W_hh per segment, so fused kernels still run, a layer at a time), locked
+and embedding dropout act in training only: in eval mode the model is exactly the plain network."""
 
 from __future__ import annotations
 
@@ -24,30 +15,23 @@ from torch import nn
 # has_biases, num_layers, dropout, train, bidirectional, batch_first).
 _FUSED_LAYERS = {"LSTM": torch.lstm, "GRU": torch.gru, "RNN_TANH": torch.rnn_tanh, "RNN_RELU": torch.rnn_relu}
 
-# On CUDA, cuDNN warns that weights "are not part of single contiguous chunk of memory" when handed one
-# layer's matrices (or a weight-dropped copy) rather than the module's flattened buffer, as the layer-at-a-
-# time recurrence below always does. It then copies them into one buffer per call: for a 2×768 layer,
-# 19 MB, microseconds at a GPU's bandwidth beside the layer's work. Said to a user, it only alarms.
+# cuDNN warns when handed one layer's matrices, as the layer-at-a-time recurrence below always is, and
+# copies them into one buffer per call: a small cost beside the layer's work, a warning that only alarms.
 warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk",
                         category=UserWarning, module=__name__)
 
 
 def dropout_mask_like(x: torch.Tensor, p: float) -> torch.Tensor:
     """A dropout mask of ``x``'s shape: 0 with probability ``p``, else ``1 / (1 - p)``.
-
-    Drawn as ``uniform < 1 - p``, which took half the time of ``bernoulli_`` on the CPU
-    (23 against 44 ms for a 3072 × 768 recurrent matrix, 2 threads), a cost that weight
-    drop pays for every layer at every step.
-    """
+    Drawn as ``uniform < 1 - p``, which takes half the time of ``bernoulli_`` on the CPU; weight drop
+    draws one per layer at every step."""
     keep = 1 - p
     return (torch.rand_like(x) < keep).to(x.dtype).div_(keep)
 
 
 def locked_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """Variational dropout: one mask per stream and feature, the same at every time step.
-
-    x: (B, T, F). Returns x masked along B and F (not T); x itself when not training or p is 0.
-    """
+    x: (B, T, F); x itself when not training or p is 0."""
     if not training or p == 0:
         return x
     return x * dropout_mask_like(x[:, :1], p)
@@ -59,10 +43,8 @@ def sequence_dropout(x: torch.Tensor, p: float, training: bool, locked: bool) ->
 
 
 def embedding_dropout(embedding: nn.Embedding, idx: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """Embed ``idx`` (B, T) with whole rows of the table dropped (all of a character's occurrences).
-
-    Returns (B, T, E); the kept rows are scaled by ``1 / (1 - p)``.
-    """
+    """Embed ``idx`` (B, T) -> (B, T, E) with whole rows dropped (every occurrence of a character) and the
+    kept rows scaled by ``1 / (1 - p)``."""
     if not training or p == 0:
         return embedding(idx)
     weight = embedding.weight * dropout_mask_like(embedding.weight[:, :1], p)
@@ -73,17 +55,10 @@ def layerwise_recurrence(rnn: nn.Module, x: torch.Tensor, state: torch.Tensor | 
                          training: bool, weight_drop: float, between_layers: float, locked: bool,
                          skip_connections: bool = False
                          ) -> tuple[torch.Tensor, torch.Tensor | tuple[torch.Tensor, ...]]:
-    """``rnn(x, state)`` one fused layer at a time, with W_hh weight-dropped in training.
-
-    ``rnn`` is an ``nn.RNNBase`` or a :class:`SkipStack` (their ``mode``, ``num_layers``
-    and per-layer weight names). The dropout between layers (``between_layers``, in
-    training) is locked across time when ``locked``, as in the AWD-LSTM. With
-    ``skip_connections``, layer k ≥ 1 reads ``[x, output of layer k − 1]`` and the
-    output is every layer's output side by side. x: (B, T, input_size); state and
-    the returned state as ``rnn``'s own: (num_layers, B, H), or a pair of them for
-    the LSTM. Returns out (B, T, H), or (B, T, num_layers·H) with skip connections,
-    and the final state.
-    """
+    """``rnn(x, state)`` one fused layer at a time (``rnn``: an ``nn.RNNBase`` or a :class:`SkipStack`), W_hh
+    weight-dropped and the dropout between layers locked when asked, in training. x: (B, T, input_size); state
+    as ``rnn`` takes it. Returns out (B, T, H), or (B, T, num_layers·H) with skip connections (layer k ≥ 1
+    then reads ``[x, h_{k−1}]``), and the final state."""
     fused_layer = _FUSED_LAYERS[rnn.mode]
     is_lstm = rnn.mode == "LSTM"
     finals: list[list[torch.Tensor]] = [[], []] if is_lstm else [[]]
@@ -111,14 +86,10 @@ def layerwise_recurrence(rnn: nn.Module, x: torch.Tensor, state: torch.Tensor | 
 
 
 class SkipStack(nn.Module):
-    """Stacked recurrent layers with skip connections (Graves 2013, "Generating Sequences With
-    Recurrent Neural Networks"): the input reaches every layer and every layer reaches the output.
-
-    The weights have ``nn.LSTM``'s / ``nn.GRU``'s / ``nn.RNN``'s names and layout, except that
-    ``weight_ih_l{k}`` for k ≥ 1 is (G·H, E + H): its first E columns read the input. Its
-    initialisation is PyTorch's: every weight and bias uniform in ±1/√H. It runs through
-    :func:`layerwise_recurrence`; :mod:`charrnn.models.stepper` has its one-character path.
-    """
+    """Stacked layers with skip connections (Graves 2013): input to every layer, every layer to the output.
+    Names and layout are ``nn.LSTM``'s / ``nn.GRU``'s / ``nn.RNN``'s, but ``weight_ih_l{k}`` for k ≥ 1 is
+    (G·H, E + H), its first E columns reading the input. PyTorch's initialisation (uniform in ±1/√H);
+    it runs through :func:`layerwise_recurrence`."""
 
     def __init__(self, mode: str, input_size: int, hidden_size: int, num_layers: int, dropout: float):
         super().__init__()

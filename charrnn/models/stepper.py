@@ -1,18 +1,7 @@
-"""One character at a time: the fast inference path of sampling, beam search and inspect.
+"""One character at a time: the fast inference path of sampling, beam search and inspect (textbook notes §1).
 
-Calling the fused ``nn.LSTM`` once per character pays its dispatch and layout
-overhead on every step, about 10× slower on CPU than the arithmetic itself. A
-stepper lays each layer's weights out once so that a step is a few ``addmm``
-calls, and folds the first layer's input product into a lookup table
-``embedding @ W_ih^T + b`` indexed by the character id. The numbers equal the
-fused module's up to float rounding (tested to 1e-5). The cell equations are
-those of textbook notes §1.
-
-There is one class per kind of cell, all behind :class:`Stepper`;
-:func:`make_stepper` picks the class once, so a step never asks which cell it runs.
-A stepper is a snapshot of the weights: make a new one after they change. It is
-for inference only (no dropout, no autograd).
-"""
+Weights are laid out once, so a step is a few ``addmm`` calls, layer 0's input read from a table by id
+(docs/performance.md). An inference-only snapshot of the weights: make a new one when they change."""
 
 from __future__ import annotations
 
@@ -48,23 +37,15 @@ class Stepper(ABC):
 
     @torch.no_grad()
     def step(self, idx: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        """Read one character.
-
-        idx: (B,) int64 ids. state: tuple of (num_layers, B, H). Returns logits (B, V)
-        for the next character and the new state.
-        """
+        """Read one character: idx (B,) int64, state a tuple of (num_layers, B, H).
+        Returns logits (B, V) for the next character and the new state."""
         logits, layers = self.step_layers(idx, self.unstack(state))
         return logits, self.stack(layers)
 
     @abstractmethod
     def step_layers(self, idx: torch.Tensor, layers: Layers) -> tuple[torch.Tensor, Layers]:
-        """:meth:`step` on the per-layer form of the state (see :meth:`unstack`).
-
-        Loops that take many steps keep the state in this form: stacking and
-        slicing it on every character would cost more than the small matrix
-        products of a step. The weights are detached copies, so no graph is built
-        even outside ``torch.no_grad()``.
-        """
+        """:meth:`step` on per-layer state (:meth:`unstack`), which long loops keep: stacking it per character
+        costs more than a step's products. The weights are detached copies: no graph even without no_grad."""
 
     def read_out(self, layers: Layers) -> torch.Tensor:
         """Logits (B, V) from the top layer's hidden state (B, H), or every layer's with skip connections."""
@@ -72,11 +53,8 @@ class Stepper(ABC):
         return torch.addmm(self.head_bias, top, self.head_weight)
 
     def upper_input(self, model: CharRNN, k: int, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Layer ``k`` ≥ 1's input weights as (the part that reads the layer below (G, H), its base).
-
-        The base is ``bias`` (G,); with skip connections it is a lookup table (V, G) that
-        folds in the product of the embedding with the columns that read the input.
-        """
+        """Layer ``k`` ≥ 1's input weights: (the part reading the layer below (G, H), a base). The base is
+        ``bias`` (G,), or with skip connections a table (V, G) folding in the embedding's input product."""
         weight = getattr(model.rnn, f"weight_ih_l{k}")
         if not self.skip_connections:
             return weight, bias

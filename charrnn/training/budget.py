@@ -1,14 +1,7 @@
-"""What a time budget trains: the ladder's shapes timed on this machine, their scores predicted, the best
-one chosen, and its regularisation sized to the passes it will make (docs/defaults.md, "Time budgets");
-and how it ends: the time kept for the final evaluation and saves, and the evaluations during training
-the budget pays for (:func:`plan_budget_end`).
-
-The throughput is measured, never looked up: a few real training steps of each shape, smallest first,
-inside a small share of the budget (:data:`BUDGET_PROBE_SHARE`). From chars/s and the
-budget follow the characters each shape would see, and from those :data:`SCALING_LAW`
-predicts its validation loss. A faster machine, a GPU, a larger corpus or a longer budget each move the
-choice, with no table to update.
-"""
+"""What a time budget trains (docs/defaults.md, "Time budgets"): the ladder's shapes timed, their losses
+predicted by :data:`SCALING_LAW`, the best chosen and regularised for its passes; and how the run ends
+(:func:`plan_budget_end`). Throughput is measured on this machine, never looked up, so a faster machine
+or a longer budget moves the choice with no table to update."""
 
 from __future__ import annotations
 
@@ -85,8 +78,7 @@ class Workload:
     max_steps: int | None = None  # a step limit given beside the budget
     max_epochs: float | None = None  # an epoch limit given beside the budget
     eval_every: int | None = None  # steps between evaluations, given beside the budget: paid from it
-    dropout: float | None = None  # the dropout the user gave, every shape timed with it; None: the plan
-    # chooses each shape's
+    dropout: float | None = None  # the user's dropout, every shape timed with it; None: the plan chooses
 
 
 @dataclass(frozen=True)
@@ -101,20 +93,16 @@ class Candidate:
     measured: bool  # False: estimated from the shapes measured before it (the probe's time ran out)
     estimable: bool  # measured, or estimated from measured shapes of its batch; False: not a candidate
     training_s: float  # seconds left to train once the probe, the final evaluation and saves are paid for
-    chars: float  # training characters it would train on: what the budget affords, within the step limit
-    # given and the epoch limit (the one given, else most_epochs of the corpus)
+    chars: float  # characters it trains on: what the budget affords, within the step and epoch limits
     epochs: float  # passes over the training split that makes
     budget_epochs: float  # passes the budget's time alone would afford
     predicted_loss: float | None  # validation nats/char the scaling law expects; None: no time to train
     limit: str | None = None  # "epochs" or "max_steps" when that limit ends its run before the budget does
     precision: str = "fp32"  # the precision it trains in, and was (or would be) timed in
-    # Whether it evaluates during training: when, keeping time for that, it trains BUDGET_GUARD_EPOCHS
-    # passes or more, or evaluations on a schedule were given. Otherwise that time trains it.
+    # Evaluates during training: it still trains BUDGET_GUARD_EPOCHS passes, or eval_every was given.
     evaluates: bool = True
-    dropout: float = 0.0  # the dropout it trains with: the user's, else the plan's (dropout_for_epochs of
-    # the passes it makes with it, at dropout_speed of its timed speed, which its chars and epochs count)
-    speed_share: float = 1.0  # of its timed speed, the share it is predicted to train at (below 1 only with
-    # the plan's dropout: the user's was timed)
+    dropout: float = 0.0  # the user's, else the plan's: dropout_for_epochs of its passes at dropout_speed
+    speed_share: float = 1.0  # share of its timed speed it trains at: below 1 only with the plan's dropout
 
     def describe(self) -> str:
         return f"{self.num_layers}×{self.settings['hidden_size']} LSTM"
@@ -143,8 +131,7 @@ class BudgetDecision:
 
     @property
     def evaluates(self) -> bool:
-        """Whether the run may evaluate during training (:attr:`Candidate.evaluates`); a budget that
-        planned nothing leaves that to its share (:func:`plan_budget_end`)."""
+        """Whether the run may evaluate during training (:attr:`Candidate.evaluates`); True when unplanned."""
         choice = self.choice
         return choice is None or choice.evaluates
 
@@ -154,15 +141,14 @@ class BudgetDecision:
         return SCALING_LAW.rms_error
 
     def outranked(self) -> Candidate | None:
-        """The shape with the lowest prediction, when :func:`choose` took another that ties with it: a larger
-        one that trains alike, or one that trains to the budget's end where it stops at its pass limit."""
+        """The lowest prediction, when :func:`choose` took another that ties with it (a larger one that
+        trains alike, or one that trains to the budget's end)."""
         lowest = _lowest(self.candidates)
         return lowest if lowest is not None and lowest is not self.choice else None
 
     def close_call(self) -> Candidate | None:
-        """The best shape that trains otherwise than the choice (another batch, or skip connections in one
-        only), when its prediction is within the rule's error of the lowest: measured speeds, which vary
-        from run to run, may tip such a choice either way."""
+        """The best shape that trains unlike the choice (another batch or skip connections), when it
+        predicts within the rule's error of the lowest: measured speeds vary, and may tip such a choice."""
         choice, lowest = self.choice, _lowest(self.candidates)
         if choice is None or lowest is None:
             return None
@@ -175,23 +161,21 @@ class BudgetDecision:
         return runner_up
 
     def ends_early(self) -> bool:
-        """Whether the choice reaches the plan's own pass limit (:func:`most_epochs`)
-        before the budget's end; a limit the user gave is theirs to lift."""
+        """Whether the choice stops at the plan's own pass limit (:func:`most_epochs`) before the budget's
+        end; a limit the user gave is theirs to lift."""
         choice = self.choice
         return choice is not None and choice.limit == "epochs" and "epochs" in self.chosen
 
     def longer_plan(self) -> Candidate | None:
-        """When the choice ends before the budget does at the plan's own pass limit, the best shape that
-        would train to the budget's end (None when none would): what the plan weighed against ending
-        early."""
+        """When the choice :meth:`ends_early`, the best shape that would train to the budget's end (None
+        when none would)."""
         if not self.ends_early():
             return None
         spending = [c for c in self.candidates if c.limit is None and c.predicted_loss is not None]
         return min(spending, key=lambda c: c.predicted_loss) if spending else None
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field, and which candidates (their indices) were chosen, outranked, a close call and the
-        longer plan weighed against ending early."""
+        """Every field, and the indices of the choice, the outranked, the close call and the longer plan."""
         def index(candidate: Candidate | None) -> int | None:
             return None if candidate is None else self.candidates.index(candidate)
 
@@ -201,10 +185,9 @@ class BudgetDecision:
 
 
 def choose(candidates: tuple[Candidate, ...]) -> Candidate:
-    """The shape with the lowest prediction, or the largest measured one that trains alike (the same batch
-    and skip connections) and predicts within the rule's error of it, unless a larger one predicts lower;
-    the fastest when none has time to train. Within that error a shape stopping at its pass limit yields
-    to the best one that trains to the budget's end, so the probe's wobble never decides how much of the
+    """The lowest prediction, or the largest measured shape that trains alike and ties with it, unless a
+    larger one predicts lower; the fastest when none can train. A tied shape stopping at its pass limit
+    yields to one that trains to the budget's end, so the probe's wobble never decides how much of the
     budget trains (docs/defaults.md, "Choose")."""
     lowest = _lowest(candidates)
     if lowest is None:
@@ -230,8 +213,7 @@ def _lowest(candidates: tuple[Candidate, ...]) -> Candidate | None:
 
 
 def dropout_for_epochs(epochs: float) -> float:
-    """Dropout for a run of ``epochs`` passes: none for a short run, more with every doubling, and none
-    while that is less than :data:`BUDGET_DROPOUT_LEAST`."""
+    """Dropout for ``epochs`` passes: more with every doubling, none below :data:`BUDGET_DROPOUT_LEAST`."""
     if epochs <= BUDGET_DROPOUT_FREE_EPOCHS:
         return 0.0
     grown = BUDGET_DROPOUT_PER_DOUBLING * math.log2(epochs / BUDGET_DROPOUT_FREE_EPOCHS)
@@ -240,8 +222,8 @@ def dropout_for_epochs(epochs: float) -> float:
 
 
 def dropout_speed(hidden_size: int) -> float:
-    """The share of its timed speed (timed without dropout) a shape ``hidden_size`` wide trains at with
-    dropout: its masks add about :data:`BUDGET_DROPOUT_WIDTH` to its width's work."""
+    """The share of its speed timed without dropout that a shape trains at with it: the masks add about
+    :data:`BUDGET_DROPOUT_WIDTH` to its width's work."""
     return hidden_size / (hidden_size + BUDGET_DROPOUT_WIDTH)
 
 
@@ -255,15 +237,10 @@ def average_decay_for_steps(steps: float) -> float:
 def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: list[Speed | None],
                        workload: Workload, precisions: list[str] | None = None,
                        law: ScalingLaw = SCALING_LAW) -> tuple[Candidate, ...]:
-    """Each shape's candidate: measured speeds where given, else estimated from the measured ones.
-
-    ``shapes`` are (settings, layers, parameters), smallest first, and ``precisions`` each one's precision
-    (default: all fp32). An unmeasured shape's seconds per character lie on a line through the last two
-    measured shapes of its batch and precision (through the origin from one); with none, it is no
-    candidate. Each trains for what is left after the probe, its end (:meth:`BudgetEnd.reserve_s`) and
-    any evaluations, within the step and epoch limits; dropout is taken only where the passes made at
-    :func:`dropout_speed` still call for it.
-    """
+    """Each shape's candidate; ``shapes`` are (settings, layers, parameters), smallest first. A shape not
+    measured is estimated from measured ones of its batch and precision (:func:`_cost_line`; none: no
+    candidate). Each trains in what the probe, its end and evaluations leave; the plan's dropout is taken
+    only where the passes made at :func:`dropout_speed` still call for it."""
     precisions = precisions if precisions is not None else ["fp32"] * len(shapes)
     kinds = [(settings["batch_size"], precision) for (settings, _, _), precision in zip(shapes, precisions,
                                                                                          strict=True)]
@@ -311,12 +288,10 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
 
 def _trained(chars_per_s: float, settings: dict[str, Any], workload: Workload, left_s: float,
              end: BudgetEnd) -> tuple[float, float, float, str | None, bool]:
-    """What a shape training ``chars_per_s`` makes of the ``left_s`` seconds the budget has left once
-    measured: (its seconds of training, the characters it trains on, the characters the time alone
-    affords, the limit that ends it first if one does, whether it evaluates during training). It evaluates
-    when, keeping time for that, it trains :data:`BUDGET_GUARD_EPOCHS` passes or more, or evaluations on a
-    schedule were given (each ``eval_every`` steps takes one evaluation's time); otherwise their time
-    trains it."""
+    """What ``left_s`` seconds make at ``chars_per_s``: (training seconds, characters trained, characters
+    the time alone affords, the limit that ends it first, whether it evaluates during training). It
+    evaluates when, keeping their time, it still trains :data:`BUDGET_GUARD_EPOCHS` passes, or
+    ``eval_every`` was given; otherwise their time trains it."""
     available = max(left_s - end.reserve_s(), 0.0)
     if workload.eval_every is not None:
         evaluation_per_char = end.weight_sets * end.pass_s / (settings["batch_size"] * workload.seq_len
@@ -397,18 +372,14 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
                 corpus: CorpusInfo, train_ids: torch.Tensor, val_ids: torch.Tensor,
                 group: ProcessGroup | None = None, clock: Callable[[], float] = time.perf_counter,
                 started: float | None = None, measure: Callable[..., Speed] | None = None) -> BudgetDecision:
-    """Time the ladder (smallest first, within :data:`BUDGET_PROBE_SHARE` of ``seconds``), predict each
-    shape's loss, and choose (docs/defaults.md, "Time budgets"). ``given``: the options the user gave, kept
-    in every shape. ``started`` (a ``clock`` reading; default now): when the budget began. Shapes that
-    cannot fit the device, the corpus or bf16 are left out first; timing stops at a shape that predicts
-    worse than the last that trains alike. Under torchrun rank 0 times and every rank takes its figures.
-    ``measure`` times one shape (default :func:`measure_speed`).
-    """
+    """Time the ladder within :data:`BUDGET_PROBE_SHARE` of ``seconds``, predict and choose (docs/defaults.md,
+    "Time budgets"). ``given``: the user's options, kept in every shape; ``started``: a ``clock`` reading
+    when the budget began. Shapes that cannot fit the device, the corpus or bf16 are left out. Under
+    torchrun rank 0 times and every rank takes its figures."""
     group = group if group is not None else ProcessGroup()
     measure = measure if measure is not None else measure_speed
-    # The first optimiser a process builds pays for torch's lazy import of its compiler (1.5 to 2 s on a
-    # CPU). Paid here, inside the budget but before the measuring starts, it is not mistaken for the
-    # first shape's cost, from which the next shape's is predicted.
+    # The first optimiser pays for torch's lazy import of its compiler: paid here, it is not mistaken for
+    # the first shape's cost, from which the next shape's is predicted.
     torch.optim.AdamW([torch.zeros(1, requires_grad=True)])
     now = clock()
     spent_s = now - started if started is not None else 0.0
@@ -449,10 +420,9 @@ def _time_the_ladder(trials: list[tuple[tuple[dict[str, Any], int, int], ModelCo
                      precisions: list[str], workload: Workload, allowance: float,
                      measure: Callable[[ModelConfig, TrainConfig, float], Speed],
                      clock: Callable[[], float], started: float) -> list[Speed | None]:
-    """Each shape's measured speed, smallest first, while the next one's timing (predicted from the last
-    one's speed, scaled by size) fits ``allowance`` seconds from ``started``; None for those left untimed.
-    Timing stops at a shape that predicts worse than the one before it when all three train alike: larger
-    ones would too."""
+    """Each shape's measured speed, smallest first, while the next one's predicted timing fits
+    ``allowance`` seconds from ``started``; None for those left untimed. Timing stops at a shape that
+    predicts worse than the one before when all three train alike: larger ones would too."""
     shapes = [shape for shape, _, _ in trials]
     speeds: list[Speed | None] = [None] * len(trials)
     previous_loss = math.inf
@@ -464,8 +434,7 @@ def _time_the_ladder(trials: list[tuple[tuple[dict[str, Any], int, int], ModelCo
             assert previous is not None
             speed = previous.train_chars_per_s * shapes[index - 1][2] / params
             step_chars = trial.batch_size * trial.seq_len
-            # Timed for what is left of the share: with its untimed step and the timed step that may run
-            # past the limit, and the margin, the measurement then fits, if its fewest steps do.
+            # What is left of the share, less the untimed step and the one that may overrun, with the margin.
             limit_s = min(BUDGET_PROBE_SECONDS, max(
                 (allowance - spent) / PROBE_COST_MARGIN - 2 * step_chars / speed, 0.0))
             if spent + measuring_seconds(speed, step_chars, limit_s) > allowance:
@@ -485,8 +454,8 @@ def _time_the_ladder(trials: list[tuple[tuple[dict[str, Any], int, int], ModelCo
 
 def _chosen_settings(choice: Candidate, given: dict[str, Any], config: TrainConfig,
                      train_chars: int) -> dict[str, Any]:
-    """What the budget sets for the options not given: the shape's, its regularisation, the pass limit and
-    a warm-up within a tenth of its steps."""
+    """What the budget sets for the options not given: the shape, its regularisation, the pass limit and
+    a warm-up within :data:`BUDGET_WARMUP_SHARE` of its steps."""
     steps = choice.chars / (choice.settings["batch_size"] * config.seq_len)
     chosen = {**choice.settings, "dropout": choice.dropout,
               "weight_decay": BUDGET_WEIGHT_DECAY, "ema_decay": average_decay_for_steps(steps)}
@@ -498,8 +467,8 @@ def _chosen_settings(choice: Candidate, given: dict[str, Any], config: TrainConf
 
 
 def _alike(settings: dict[str, Any], other: dict[str, Any]) -> bool:
-    """Whether two shapes train alike but for their size: the same batch, and skip connections in both or
-    neither. Only then does a larger one that is slower also predict worse."""
+    """Whether two shapes differ only in size (same batch and skip connections): only then does a larger,
+    slower one also predict worse."""
     return (settings["batch_size"] == other["batch_size"]
             and settings.get("skip_connections", False) == other.get("skip_connections", False))
 
@@ -508,8 +477,8 @@ def _fitting_trials(shapes: list[tuple[dict[str, Any], int, int]], model_options
                     given: dict[str, Any], config: TrainConfig, vocab: Vocab,
                     train_ids: torch.Tensor) -> list[tuple[tuple[dict[str, Any], int, int], ModelConfig,
                                                            TrainConfig]]:
-    """Each shape that fits the device's memory and holds a batch of the corpus, with the model and
-    training configuration it is timed with; when none does, the smallest one's reason."""
+    """Each shape that fits the device and the corpus, with the configurations it is timed with; when
+    none does, the smallest one's error is raised."""
     trials, first_error = [], None
     for shape in shapes:
         settings = shape[0]
@@ -529,9 +498,8 @@ def _fitting_trials(shapes: list[tuple[dict[str, Any], int, int]], model_options
 
 
 def _shapes(given: dict[str, Any], vocab_size: int) -> list[tuple[dict[str, Any], int, int]]:
-    """The ladder's rungs, with the user's own settings in place of the rung's: (settings, layers,
-    parameters), smallest first, each distinct once. A size the user gave takes the batch, learning rate
-    and skip connections of the rung nearest to it."""
+    """The ladder's distinct rungs as (settings, layers, parameters), smallest first, the user's settings in
+    place of the rung's. A size the user gave takes the settings of the rung nearest to it."""
     rungs = BUDGET_LADDER
     if "hidden_size" in given:
         rungs = (min(rungs, key=lambda rung: abs(math.log(rung.hidden_size / given["hidden_size"]))),)
@@ -568,8 +536,8 @@ class BudgetEnd:
     other_s: float = 0.0  # the saves of best.pt and last.pt, and a recorded sample when the run records them
 
     def evaluations(self, budget: float) -> int:
-        """How many evaluations during training :data:`BUDGET_EVALUATION_SHARE` of ``budget`` pays for:
-        up to :data:`BUDGET_EVALUATIONS`'s most, and none when fewer than its fewest fit."""
+        """The evaluations :data:`BUDGET_EVALUATION_SHARE` of ``budget`` pays for, within
+        :data:`BUDGET_EVALUATIONS` (none when fewer than its fewest fit)."""
         each_s = self.weight_sets * self.pass_s
         if each_s <= 0:  # not measured (a clock that stood still)
             return 0
@@ -578,14 +546,13 @@ class BudgetEnd:
         return int(count) if count >= fewest else 0
 
     def reserve_s(self) -> float:
-        """The time kept for the end, with :data:`FINAL_WORK_MARGIN`: the final evaluation, the saves and
-        a recorded sample."""
+        """The time kept for the final evaluation, saves and sample, with :data:`FINAL_WORK_MARGIN`."""
         return FINAL_WORK_MARGIN * (self.weight_sets * self.pass_s + self.other_s)
 
 
 def planned_speed(budget: BudgetDecision | None) -> float | None:
-    """The training speed a planned budget's choice was timed at on this machine's wall clock, dropout's
-    cost included: what the run should see (None where nothing was timed)."""
+    """The training speed the run should see: its planned choice's timed speed, dropout's cost included
+    (None where nothing was timed)."""
     choice = budget.choice if budget is not None and budget.planned else None
     return choice.chars_per_s * choice.speed_share if choice is not None and choice.measured else None
 
@@ -597,9 +564,8 @@ def evenly_spaced(count: int) -> tuple[float, ...]:
 
 def final_work_seconds(model: CharRNN, vocab: Vocab, config: TrainConfig, val_ids: torch.Tensor,
                        clock: Callable[[], float]) -> BudgetEnd:
-    """What the evaluations of a time-budgeted run of ``model``'s shape cost
-    (:func:`~charrnn.models.evaluate.scoring_seconds`), with the saves of best.pt and last.pt and a
-    recorded sample when the run records them (timed on a few characters)."""
+    """What a budgeted run of ``model``'s shape pays for an evaluation, and for the saves of best.pt and
+    last.pt and a recorded sample (timed on a few characters)."""
     weight_sets = 2 if config.ema_decay > 0 else 1
     if len(val_ids) < 2:
         return BudgetEnd(0.0, weight_sets, 0)
@@ -630,14 +596,10 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
                     group: ProcessGroup, clock: Callable[[], float], finish_s: float,
                     started: float | None = None, resumed: dict[str, Any] | None = None,
                     evaluates: bool = True) -> BudgetEnding:
-    """A time-budgeted run's end and evaluations, measured on a model of its shape: the seconds kept
-    for the end (``finish_s`` for the caller included), when to evaluate during training (fractions of
-    the run; none without ``evaluates``, :attr:`Candidate.evaluates`, or with ``eval_every``) and what to
-    tell the user.
-
-    A new run whose budget, counted from ``started`` (a ``clock`` reading; default: now), cannot pay for
-    its end is refused (:func:`refuse_an_end_past_the_budget`); a resumed run that stopped to keep this
-    reserve has no time to go on (:class:`RunAlreadyFinished`)."""
+    """A budgeted run's end, measured on a model of its shape: the seconds kept (``finish_s`` included),
+    when to evaluate during training (none without ``evaluates`` or with ``eval_every``) and what to tell
+    the user. A new run whose budget from ``started`` cannot pay for its end is refused; a resumed run
+    with no time left raises :class:`RunAlreadyFinished`."""
     budget = config.time_budget
     assert budget is not None
     device = torch.device(config.device)
@@ -689,9 +651,8 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
 
 def refuse_an_end_past_the_budget(config: TrainConfig, val_chars: int, averaging: bool, spent_s: float,
                                   reserve_s: float) -> None:
-    """A budget that cannot pay for its run's end (the exact score of the whole validation split, which
-    a large corpus or vocabulary makes slow on a CPU) is refused before anything is written: training
-    one step and then overrunning the budget would break its promise."""
+    """Refuse, before anything is written, a budget that cannot pay for its run's end (a large validation
+    split or vocabulary scores slowly on a CPU): overrunning it would break its promise."""
     budget = config.time_budget
     assert budget is not None
     if spent_s + reserve_s < budget:

@@ -1,25 +1,7 @@
-"""Checkpoints: plain dicts of Python values and CPU tensors, written atomically.
+"""Checkpoints: plain dicts of Python values and CPU tensors, written atomically (docs/long-runs.md).
 
-A checkpoint never pickles a module or a class, so it loads with
-``torch.load(..., weights_only=True)``, which cannot run code hidden in a file,
-and it loads on a CPU-only machine whatever device trained it. Writes go to a
-temporary file in the same directory, are flushed to disk, then renamed over the
-target, so a crash mid-save leaves the previous file intact.
-
-Every checkpoint holds ``format_version``, ``model_config``, ``vocab`` (list of
-characters) and ``model_state``. One written by training also holds ``vocab_digest``,
-``corpus`` (path, name, characters, hash, validation fraction, split point) and the
-state that resuming needs: ``run_id`` (the run directory it belongs to),
-``train_config``, ``optimizer_state``, ``step``, ``epoch``, ``epoch_step``,
-``progress_epochs`` (fractional), ``best_val_loss``, ``best``, ``best_is_average``
-(whether ``model_state`` holds the averaged weights; earlier versions also wrote
-``best_subset``), ``latest_eval`` (the last
-validation result and its step), ``skipped_steps``, ``elapsed_s``, ``carried_state``,
-``rng``, ``weight_average`` (the moving average of the weights, or None) and, in a
-``best.pt`` of averaged weights, ``training_weights`` (the trained ones, to resume from).
-:func:`load_checkpoint` checks every one of them against :data:`PAYLOAD_FIELDS` and
-the declared model before anything is allocated, and names the first field that is wrong.
-"""
+Nothing else is pickled, so a checkpoint loads with ``weights_only=True`` (no code runs) on any machine;
+:func:`load_checkpoint` checks every field (:data:`PAYLOAD_FIELDS`) before anything is allocated."""
 
 from __future__ import annotations
 
@@ -132,10 +114,7 @@ def saved_by_torch(path: Path) -> bool:
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Load a checkpoint safely onto the CPU and check it (see :func:`validate_payload`).
-
-    Any problem becomes a one-line :class:`CharrnnError`.
-    """
+    """Load a checkpoint safely onto the CPU and check it; any problem is a one-line :class:`CharrnnError`."""
     path = Path(path)
     if path.is_symlink() and not path.exists():
         raise CharrnnError(f"checkpoint {path} is a link to {os.readlink(path)}, which leads to no file")
@@ -153,8 +132,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CharrnnError(f"{path} is not a charrnn checkpoint (not a file that torch.save wrote)")
     try:
         with warnings.catch_warnings():
-            # Foreign files make torch warn about pickle protocols before failing; the
-            # error below says all a user needs.
+            # Foreign files make torch warn before failing; the error below says all a user needs.
             warnings.simplefilter("ignore")
             payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for corrupt, truncated or unsafe files
@@ -198,12 +176,9 @@ def _check_type(value: Any, hint: Any, where: str) -> None:
 
 
 def check_record(cls: type, values: dict[str, Any], where: str, build: bool = True) -> Any:
-    """Check the type of each field of dataclass ``cls`` in a checkpoint's dict; with ``build``,
-    construct it too, which applies its own range checks.
-
-    Unknown keys are ignored (a newer charrnn may add some); a missing field takes its
-    default, or is an error when it has none.
-    """
+    """Check the type of each field of dataclass ``cls`` in a checkpoint's dict; with ``build``, construct
+    it, which checks ranges too. Unknown keys are ignored (a newer charrnn may add some); a missing field
+    takes its default, or is an error without one."""
     hints = typing.get_type_hints(cls)
     for spec in fields(cls):
         if spec.name not in values:
@@ -220,12 +195,8 @@ def check_record(cls: type, values: dict[str, Any], where: str, build: bool = Tr
 
 
 def validate_payload(payload: dict[str, Any]) -> ModelConfig:
-    """Check every field of a checkpoint's dict; return its model configuration.
-
-    The tensors of ``model_state`` must be exactly those of the declared model, in
-    shape and finite, which is checked before any model is built, so a small file that
-    declares a huge model costs nothing.
-    """
+    """Check every field of a checkpoint's dict; return its model configuration. Tensor shapes are checked
+    before any model is built, so a small file that declares a huge model costs nothing."""
     for name, (hint, required) in PAYLOAD_FIELDS.items():
         if name not in payload:
             if required:

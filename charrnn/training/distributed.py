@@ -1,21 +1,7 @@
-"""Several processes, one run: PyTorch's DistributedDataParallel, started by ``torchrun``.
+"""Several processes, one run: DistributedDataParallel under ``torchrun`` (docs/distributed.md).
 
-``torchrun --nproc_per_node=N -m charrnn train ...`` starts N copies of the
-command with ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
-``MASTER_PORT`` set (multi-node runs add torchrun's rendezvous options; nothing
-here changes). :func:`join_from_environment` turns those into a
-:class:`TorchrunGroup`: gloo on the CPU, nccl on CUDA, one GPU per local rank. A
-process on its own gets a :class:`ProcessGroup`, the same interface for a world
-of one, so that training never asks whether it runs alone.
-
-Each rank owns a disjoint, contiguous block of the ``--batch-size`` streams, so
-the global batch is the one given. DDP averages the gradients, which, with equal
-numbers of characters per rank, is the gradient of the global mean loss: the
-steps equal a single process's up to floating-point summation order. Rank 0
-alone evaluates, logs, draws progress and writes checkpoints; the carried hidden
-state of every stream is gathered into each checkpoint, so checkpoints are the
-single-process format and resume under any world size that divides the batch.
-"""
+A lone process gets a :class:`ProcessGroup`, the same interface for a world of one, so training never asks
+whether it runs alone. Each rank owns a block of the streams; rank 0 alone evaluates and writes."""
 
 from __future__ import annotations
 
@@ -136,11 +122,8 @@ def world_size_from_environment() -> int:
 
 
 def join_from_environment(device: str) -> tuple[ProcessGroup, str]:
-    """Join the process group torchrun set up; return it (a :class:`ProcessGroup` when alone) and
-    this rank's device.
-
-    ``device`` is the resolved ``cpu`` or ``cuda``; on CUDA each local rank takes its own GPU.
-    """
+    """Join the process group torchrun set up (gloo on ``cpu``, nccl on ``cuda``, one GPU per local rank);
+    return it (a :class:`ProcessGroup` when alone) and this rank's device."""
     world_size = _environment_int("WORLD_SIZE", "1")
     if world_size <= 1:
         return ProcessGroup(), device
@@ -180,19 +163,10 @@ def leave(group: ProcessGroup) -> None:
 
 
 def end_process(exit_code: int) -> NoReturn:
-    """End a torchrun worker at once, skipping the interpreter's shutdown.
-
-    Gloo's worker threads release each finished collective a moment after the caller
-    has seen it finish. When a release drops the last reference to a tensor created in
-    Python, the thread takes the GIL; if the interpreter is shutting down by then, the
-    thread is unwound inside C++ and the process aborts ("terminate called without an
-    active exception", SIGABRT), so torchrun reports a finished run as failed. This is
-    pytorch/pytorch#190489; ``destroy_process_group`` does not prevent it, because the
-    threads outlive it while DistributedDataParallel's references keep the group alive.
-
-    By the time this is called every file charrnn writes has been fsynced, renamed and
-    closed, so only the standard streams need flushing.
-    """
+    """End a torchrun worker at once, skipping the interpreter's shutdown: gloo's threads releasing tensors
+    then abort the process (pytorch/pytorch#190489, docs/distributed.md). ``destroy_process_group`` does not
+    help: DDP's references keep the group and its threads alive. Every file charrnn writes is closed by
+    now, so only the standard streams are flushed."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(exit_code)

@@ -1,11 +1,7 @@
 """The training loop: step, evaluate and save, stop; and :func:`train`, which sets it up.
 
-The loop follows a :class:`~charrnn.training.schedule.Schedule` (when to stop, the learning rate,
-when to evaluate, sample and save), which the plan decided. A step is :meth:`TrainingRun.train_step
-<charrnn.training.state.TrainingRun.train_step>`; files go through :mod:`charrnn.training.rundir`; other
-processes (torchrun) through :mod:`charrnn.training.distributed`. The loop reports through a
-:class:`TrainObserver` and never prints by itself.
-"""
+The loop follows the plan's :class:`~charrnn.training.schedule.Schedule`, writes through
+:mod:`charrnn.training.rundir`, and reports only through a :class:`TrainObserver`: it never prints."""
 
 from __future__ import annotations
 
@@ -65,8 +61,7 @@ class TrainResult:
     budget: Any = None  # charrnn.training.plan.BudgetDecision: what a time budget chose, if one was given
     rank: int = 0  # this process's rank under torchrun; rank 0 alone wrote the run and reports it
     threads: ThreadChoice | None = None  # the CPU threads it ran with, and why (None: torch's own)
-    trained_s: float | None = None  # wall time when training stopped, before the final evaluation and saves
-    # (counted, like elapsed_s, from the run's start, its earlier sessions included when resumed)
+    trained_s: float | None = None  # elapsed_s when training stopped, before the final evaluation and saves
 
     def to_dict(self) -> dict[str, Any]:
         with options_spelled(str):  # a record reads the same from either door
@@ -115,10 +110,7 @@ def schedule_warnings(config: TrainConfig, steps_per_epoch: int, total_steps: in
 
 class TrainingLoop:
     """Step until the schedule or a signal stops the run, evaluating, sampling and saving when it says.
-
-    Every rank of a process group runs the loop and takes the same decisions; rank 0
-    alone evaluates and writes (``run_dir`` is None elsewhere).
-    """
+    Every rank runs it and takes the same decisions; rank 0 alone evaluates and writes."""
 
     def __init__(self, run: TrainingRun, val_ids: torch.Tensor, observer: TrainObserver,
                  stop: GracefulStop | None, run_dir: RunDirectory | None, schedule: Schedule, start: float,
@@ -184,9 +176,8 @@ class TrainingLoop:
         return self.stop is not None and self.stop.signal_name is not None
 
     def _agreed(self, values: list[float]) -> list[float]:
-        """``values`` and this process's clock, each the largest over the ranks: every decision that
-        depends on them (the learning rate, when to stop, evaluate and save) is then taken identically
-        by all ranks, or their collectives would no longer pair up."""
+        """``values`` and rank 0's clock, each the largest over the ranks: every rank then decides alike,
+        or their collectives would no longer pair up."""
         own_clock = self.clock() - self.start if self.run.group.is_main else 0.0
         return self.run.group.reduce([*values, own_clock], self.run.device, op="max")
 
@@ -298,15 +289,10 @@ def out_of_memory(exc: BaseException) -> bool:
 
 def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: GracefulStop | None = None,
           group: ProcessGroup | None = None, clock: Callable[[], float] = time.perf_counter) -> TrainResult:
-    """Train ``plan`` (made and checked by :func:`charrnn.training.plan.plan_training`) and write the run
-    to its ``config.out_dir`` (see :mod:`charrnn.training.rundir` for what may be replaced, and when).
-
-    A resumed plan continues its checkpoint exactly; a branch continues it in a new directory under a new
-    run id. When ``stop`` reports a signal, the current step finishes, ``last.pt`` is written and
-    :class:`TrainingInterrupted` is raised. In a process ``group`` (torchrun), every rank calls this with
-    the same plan; rank 0 alone writes and reports to ``observer``. ``clock`` measures the run's wall
-    time, from ``plan.started`` (tests give a fake one).
-    """
+    """Train ``plan`` into its ``config.out_dir``; a branch gets a new run id. On a signal from ``stop``,
+    the step finishes, ``last.pt`` is written and :class:`TrainingInterrupted` raised. Under torchrun every
+    rank calls this with the same plan; rank 0 alone writes and reports. ``clock`` times the run from
+    ``plan.started`` (tests give a fake one)."""
     config, resume_from = plan.config, plan.resume_from
     group = group if group is not None else ProcessGroup()
     observer = observer if observer is not None and group.is_main else TrainObserver()

@@ -1,18 +1,7 @@
-"""A run directory's one source of truth: ``manifest.json``, the list of its saved states.
+"""A run directory's one source of truth: ``manifest.json``, the list of its saved states (docs/files.md).
 
-Each checkpoint a run saves is recorded with its step, its role (``last``, ``best``
-or ``epoch``) and the SHA-256 of its bytes. The manifest is replaced whole after
-every save, once the checkpoint itself is on disk under its final name, so at any
-instant it describes states that exist (or, in the moment between a save and the
-manifest's update, one fewer).
-
-Guards that must know "is anything here newer than this checkpoint?" ask
-:func:`saved_steps`, which trusts neither the manifest alone nor the files
-alone: the manifest's steps count even when their files are gone or damaged, and a
-checkpoint file the manifest does not describe (saved just before a crash, or by a
-run older than manifests) counts by the step it holds. A file that might be newer
-but cannot be read is never taken to mean "nothing newer": the guard refuses.
-"""
+It is replaced whole after each checkpoint is in place. :func:`saved_steps` trusts neither it nor the files
+alone, and never takes a file it cannot read to mean "nothing newer"."""
 
 from __future__ import annotations
 
@@ -71,11 +60,8 @@ def record_saved(out_dir: Path, manifest: Manifest, name: str, step: int) -> Non
 
 
 def read_manifest(out_dir: Path) -> Manifest | None:
-    """The manifest of ``out_dir``; None for a directory without one (a run from before manifests).
-
-    A manifest that exists but cannot be read or parsed is a :class:`CharrnnError`: it is
-    never taken for an absent one.
-    """
+    """The manifest of ``out_dir``; None without one (a run from before manifests). One that cannot be
+    read or parsed is a :class:`CharrnnError`, never taken for an absent one."""
     path = Path(out_dir) / MANIFEST_NAME
     try:
         text = read_regular(path).decode("utf-8")
@@ -140,11 +126,8 @@ class SavedSteps:
 
 
 def saved_steps(out_dir: Path, run_id: str | None, ignore: Path | None = None) -> SavedSteps:
-    """The states saved in ``out_dir`` by run ``run_id``, cross-checking manifest and files.
-
-    ``ignore``: a file not to count (the checkpoint being resumed, which is the reference).
-    Another run's checkpoints (a different ``run_id``) do not count.
-    """
+    """The states saved in ``out_dir`` by run ``run_id`` (not another run's), cross-checking manifest and
+    files. ``ignore``: a file not to count (the checkpoint being resumed)."""
     out_dir = Path(out_dir)
     manifest = read_manifest(out_dir)
     vouched = manifest.states if manifest is not None else {}

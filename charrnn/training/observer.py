@@ -1,8 +1,6 @@
 """What a training run reports as it goes: the observer's hooks and the report of each step.
 
-Light on purpose (no torch): :func:`charrnn.api.train` checks an observer's type before any
-heavy import, and the command line's progress bar subclasses it.
-"""
+No torch on purpose: :func:`charrnn.api.train` checks an observer's type before any heavy import."""
 
 from __future__ import annotations
 
@@ -36,8 +34,7 @@ class TrainObserver:
     progress bar."""
 
     def on_message(self, text: str) -> None:
-        """A note or warning before training starts (the checkpoint a directory stands for, a download, the
-        processes, epoch checkpoints the run will not reach), each option named as the caller spells it."""
+        """A note or warning before training starts, each option named as the caller spells it."""
 
     def on_plan(self, plan: Any) -> None:
         """The :class:`~charrnn.training.plan.TrainingPlan`, made and checked, before anything is written."""

@@ -1,11 +1,7 @@
 """Never write over what is read: the one check every command makes before it writes a file or a run.
 
-A command that writes (``--output``, ``--markdown``, ``--html``, a run directory) first names what it will
-read, and :func:`refuse_writing_over_reads` refuses the write when it would land on any of it, by the same
-path, a symbolic link or a hard link. What a path read stands for is wider than the path: a checkpoint, or
-a run directory, is read with its run's other files and the corpus it was trained on (whose validation
-split is scored); another directory is a corpus, read with the text files in it.
-"""
+A path read stands for more than itself: a checkpoint or run directory for its run's files and corpus,
+another directory for its text files (docs/files.md, "Outputs are checked against inputs")."""
 
 from __future__ import annotations
 
@@ -25,14 +21,10 @@ RESERVED = (*RUN_FILES, LOCK_NAME)  # the names a run directory keeps for its ow
 
 def refuse_writing_over_reads(target: Path, name: str, reads: dict[str, Any],
                               run_directory: bool = False) -> None:
-    """Refuse, before any work, writing ``target`` (given as option ``name``): a file, or with
-    ``run_directory`` the run directory whose files (checkpoints, records, lock, and the temporaries a run
-    clears away) a run writes, when the write would replace something in ``reads`` (option name → a path,
-    a list of paths, or None), or land inside a corpus directory read (it would change that corpus).
-
-    A file is also refused at a name a run directory keeps for itself (it would block or corrupt the
-    run). Nothing is ever written in the folder of the models that come with charrnn.
-    """
+    """Refuse, before any work, writing ``target`` (option ``name``; with ``run_directory``, the files a run
+    writes there) over anything in ``reads`` (option name → a path, paths or None), by path or link, or
+    inside a corpus directory read. A file at a name a run directory keeps is refused too, and nothing is
+    written in the shipped models' folder."""
     what = "run directory" if run_directory else "file"
     refuse_writing_in_shipped(target, option(name), what)
     writes = _run_files(target) if run_directory else [target]
@@ -78,11 +70,9 @@ CORPUS = "the corpus {} was trained on"  # the part a checkpoint's corpus plays 
 
 
 def _stands_for(path: Path, corpora_of: dict[Path, Path | None]) -> dict[Path, str]:
-    """What reading ``path`` reads, each file with the part it plays (a phrase about the path read, "{}"):
-    a checkpoint or a run directory stands for the run files there and the corpus each checkpoint was
-    trained on (:data:`CORPUS`; ``corpora_of`` keeps those already read, as checkpoints read together
-    often share a run directory); another directory is a corpus (:data:`CORPUS` too) and stands for its
-    text files."""
+    """What reading ``path`` reads, each file with the part it plays (a phrase about the path, "{}"): for a
+    checkpoint or run directory, the run files there and each one's corpus (``corpora_of`` caches them);
+    another directory is a corpus (:data:`CORPUS`) with its text files."""
     folder = path if path.is_dir() else path.parent if path.suffix == ".pt" else None
     neighbours = sorted(folder.iterdir()) if folder is not None and folder.is_dir() else []
     run_files = [file for file in neighbours if file.suffix == ".pt" or file.name in RUN_FILES]

@@ -1,24 +1,7 @@
 """What a training run will be, decided and checked before anything is trained or written.
 
-:func:`plan_training` turns a :class:`TrainingRequest` (the options the user gave,
-a checkpoint to resume or fine-tune from, a time budget) into a complete
-:class:`TrainingPlan`: model and training configuration, vocabulary, encoded
-corpus and starting state. The command line and :func:`charrnn.api.train` both go
-through it, so every caller gets the same checks:
-
-- an option the user did not give takes its dataclass default, or, for a
-  time-budgeted LSTM, what :mod:`charrnn.training.budget` chooses from this
-  machine's measured throughput and the fitted scaling rule;
-- resuming keeps the model, the data layout and the seed, may change only
-  :data:`RESUME_MAY_CHANGE`, needs the very corpus the run was trained on, and
-  writes where :func:`charrnn.training.rundir.resume_target` allows;
-- fine-tuning keeps the source model's shape (only its dropouts may change) and its
-  vocabulary, extended on request;
-- what cannot run (a validation split too short to score, a model too large for
-  memory) is refused, and a time budget's end is measured and planned
-  (:func:`charrnn.training.budget.plan_budget_end`): nothing after the plan
-  changes its configuration.
-"""
+:func:`plan_training` turns a :class:`TrainingRequest` into a complete :class:`TrainingPlan`, the same for
+every caller; what cannot run is refused here, and nothing after the plan changes its configuration."""
 
 from __future__ import annotations
 
@@ -81,8 +64,8 @@ class Sources:
 
 
 def read_sources(request: TrainingRequest) -> Sources:
-    """Find the checkpoint ``request`` continues (a run directory's newest state) or fine-tunes from (a run
-    directory's best.pt; ``shakespeare``, the shipped model), and load it: once for the whole request."""
+    """Find and load, once per request, the checkpoint ``request`` resumes (a run directory's newest state)
+    or fine-tunes from (a run directory's best.pt; ``shakespeare``, the shipped model)."""
     if request.resume is not None:
         path = resume_checkpoint(request.resume)
         return Sources(resume=path, resume_payload=load_checkpoint(path))
@@ -146,16 +129,10 @@ class TrainingPlan:
 def plan_training(request: TrainingRequest, group: ProcessGroup | None = None,
                   started: float | None = None, finish_s: float = 0.0,
                   sources: Sources | None = None) -> TrainingPlan:
-    """Decide everything about the run ``request`` asks for (checked as it was made); nothing is written
-    yet.
-
-    A time budget measures this machine's throughput here (:func:`charrnn.training.budget.plan_budget`),
-    counting from ``started`` (a ``time.perf_counter()`` reading; default: now) and keeping ``finish_s``
-    seconds at its end for the caller (:func:`charrnn.api.train`), and what its end and its evaluations
-    during training will cost (:func:`charrnn.training.budget.plan_budget_end`); under torchrun,
-    ``group`` lets every rank take rank 0's measurements. ``sources``: the checkpoints the request reads,
-    if the caller has read them already (:func:`read_sources`).
-    """
+    """Decide everything about the run ``request`` asks for; nothing is written yet. A time budget is
+    measured here, counting from ``started`` (a ``time.perf_counter()`` reading) and keeping ``finish_s``
+    for the caller; under torchrun every rank takes rank 0's figures. ``sources``: what
+    :func:`read_sources` found, if the caller read it already."""
     group = group if group is not None else ProcessGroup()
     sources = sources if sources is not None else read_sources(request)
     plan = dataclasses.replace(_plan(request, sources, group, started, finish_s), started=started)
@@ -220,11 +197,8 @@ def _plan(request: TrainingRequest, sources: Sources, group: ProcessGroup, start
 def _budget_decision(config: TrainConfig, encoded: EncodedCorpus, model_options: dict[str, Any],
                      train_options: dict[str, Any], group: ProcessGroup | None,
                      started: float | None) -> BudgetDecision:
-    """What the time budget chooses for the fields the user left unset.
-
-    Other cells and layer-normalised LSTMs keep the plain defaults: the scaling rule was fitted on
-    plain LSTMs. Each shape is timed in the precision it would train in.
-    """
+    """What the time budget chooses for the fields the user left unset. Other cells and layer-normalised
+    LSTMs keep the plain defaults: the scaling rule was fitted on plain LSTMs."""
     model = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
     if model.cell != "lstm" or model.layer_norm:
         return _unplanned(config, model, f"the scaling rule covers plain LSTMs, so this {model.cell}"
@@ -271,9 +245,8 @@ def _refuse_what_cannot_run(plan: TrainingPlan) -> Split:
 
 def fine_tune_config(source: ModelConfig, model_options: dict[str, Any], vocab_size: int) -> ModelConfig:
     """The checkpoint's model, with a larger vocabulary if extended; only its regularisation
-    (:data:`~charrnn.config.REGULARISATION_FIELDS`) may be changed, and it is kept unless given: the
-    shipped model fine-tuned with its dropout of 0.15 scored 1.3739 on a licence corpus, without it
-    1.4057 (docs/shipped-model.md)."""
+    (:data:`~charrnn.config.REGULARISATION_FIELDS`) may change, and it is kept unless given: keeping the
+    dropout fine-tunes better (docs/shipped-model.md)."""
     values = source.to_dict() | {"vocab_size": vocab_size}
     for key, value in model_options.items():
         if value == values[key]:
@@ -289,13 +262,8 @@ def resume_config(
     payload: dict[str, Any], model_options: dict[str, Any], train_options: dict[str, Any]
 ) -> tuple[ModelConfig, TrainConfig, list[tuple[str, Any, Any]]]:
     """The configuration a resumed run continues with, and (field, old, new) for each option changed.
-
-    ``model_options`` and ``train_options`` are the options given for the resumed
-    run. Stopping criteria, the learning-rate schedule, evaluation and saving may
-    change; the model, the data layout and the seed may not, since the checkpoint's
-    weights and its place in the data only make sense with them. A run that has
-    already reached its limits cannot continue without a larger one.
-    """
+    Only :data:`RESUME_MAY_CHANGE` may change: the weights and the place in the data make sense only with
+    the rest. A run that has already reached its limits cannot continue without a larger one."""
     model_config = ModelConfig.from_dict(payload["model_config"])
     for key, value in model_options.items():
         if getattr(model_config, key) != value:
@@ -303,10 +271,8 @@ def resume_config(
                 f"{option(key)} {value!r} contradicts the checkpoint ({key} {getattr(model_config, key)!r}); "
                 f"a resumed run keeps its model"
             )
-    # Runs saved before the precision option trained in float32, whatever "auto" would choose now;
-    # those saved before weight averaging kept no average; those saved before the validation split's cap
-    # held out all of val_frac. Every evaluation scores the text best.pt was scored on, to compare with it
-    # (earlier versions scored a part of the split during training and all of it at the end).
+    # Checkpoints from before these options trained in fp32, kept no average and held out all of val_frac.
+    # Every evaluation scores the text best.pt was scored on (older runs scored part of it in training).
     saved = {"precision": "fp32", "ema_decay": 0.0, "val_max_chars": None, **payload["train_config"]}
     corpus, best = payload.get("corpus") or {}, payload.get("best")
     if "split_point" in corpus:  # eval_chars past the split's end means the whole split, as none does
@@ -360,8 +326,7 @@ def _plan_resume(request: TrainingRequest, sources: Sources, model_options: dict
     reads = {"corpus": request.corpus or Path(saved_corpus["path"])}
     refuse_writing_over_reads(target.out_dir, "out_dir", reads, run_directory=True)
     config = dataclasses.replace(config, out_dir=str(target.out_dir))
-    # The ids always come from the checkpoint's own vocabulary (a fine-tuned run's may differ
-    # from the corpus's), and the corpus must be the very text the run was trained on.
+    # The checkpoint's own vocabulary encodes the ids (a fine-tune's may differ from the corpus's).
     vocab = Vocab.from_list(payload["vocab"])
     # The run keeps the split it was trained with, whatever the rule for new runs has become.
     encoded = encode_corpus(request.corpus or Path(saved_corpus["path"]), saved_corpus["name"],

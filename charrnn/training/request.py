@@ -1,10 +1,5 @@
 """What a training request is, checked as it is made: before any download, checkpoint or corpus is
-read, and before torch is imported.
-
-A :class:`TrainingRequest` refuses unknown options, wrong types and values out of range
-(the configuration dataclasses' own checks), options that cannot go together, and
-options that the rest of the request would make do nothing.
-"""
+read, and before torch is imported (docs/how-it-works.md)."""
 
 from __future__ import annotations
 
@@ -74,11 +69,8 @@ def _check(request: TrainingRequest) -> None:
 
 
 def _refuse_ignored(given: dict[str, Any], model: ModelConfig, config: TrainConfig) -> None:
-    """An option given where the rest of the request makes it do nothing is refused, not ignored.
-
-    Resuming and fine-tuning take the cell from the checkpoint; these checks then use the
-    default cell unless one is given, and the checkpoint's own checks follow in the plan.
-    """
+    """Refuse, not ignore, an option the rest of the request makes do nothing. A resume or fine-tune is
+    checked with the default cell unless one is given; the plan checks the checkpoint's."""
     if "rnn_activation" in given and model.cell != "rnn":
         raise OptionConflict(f"{option('rnn_activation')} is the nonlinearity of {option('cell')} rnn; "
                              f"{model.cell} has its own")

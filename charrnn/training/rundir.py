@@ -1,19 +1,7 @@
 """The run directory: its files, who may write them, and when an old run gives way to a new one.
 
-A run directory holds ``config.json`` (with the run's ``run_id``), ``last.pt``,
-``best.pt``, ``metrics.jsonl``, epoch checkpoints and, while a process trains,
-``.charrnn.lock``. Three rules keep a user's results safe:
-
-- A directory that holds a run is replaced only with ``overwrite``, and even then
-  nothing of the old run is removed until the new run is about to write its first file
-  (:class:`RunDirectory`): a new run that fails at once leaves the old one whole. Then
-  the old run goes whole, so a directory never holds records of two runs.
-- A checkpoint is resumed in its own directory only when that directory is the run
-  that wrote it (``config.json`` names the same ``run_id``) and holds nothing newer
-  than the checkpoint. Anything else must branch into a new directory
-  (``--out``), which starts with the run's history up to the checkpoint.
-- Writes go through :mod:`charrnn.utils.files`, so each file is whole or untouched.
-"""
+An old run goes, whole, only with ``overwrite`` and only when the new run first writes. A checkpoint resumes
+in place only in the run that wrote it, with nothing newer there; else it branches (docs/long-runs.md)."""
 
 from __future__ import annotations
 
@@ -70,9 +58,8 @@ def epoch_checkpoint_name(epoch: int, val_loss: float) -> str:
 
 
 def checkpoint_bytes(parameters: int, averaging: bool = False) -> int:
-    """Roughly what one checkpoint of a model with ``parameters`` takes on disk, at most: float32
-    weights, Adam's two moments, a margin; with weight ``averaging``, also the average (a best.pt of
-    averaged weights stores them once, as its weights and its average, beside the trained ones)."""
+    """At most what one checkpoint of ``parameters`` takes on disk: float32 weights, Adam's two moments, a
+    margin and, with ``averaging``, the average (an averaged best.pt also holds the trained weights)."""
     copies = 4 if averaging else 3
     return copies * 4 * parameters + (1 << 20)
 
@@ -94,16 +81,14 @@ def existing_run_files(out_dir: Path) -> list[str]:
 
 
 def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
-    """Refuse, reading only, a run directory that is a file or holds a run that may not be replaced
-    (unless ``overwrite``): an earlier run's checkpoints are never replaced by accident."""
+    """Refuse, reading only, a run directory that is a file or holds a run (unless ``overwrite``)."""
     info = stat_or_none(out_dir, f"cannot use the run directory {out_dir}")
     if info is not None and not stat.S_ISDIR(info.st_mode):
         raise CharrnnError(f"{option('out_dir')} {out_dir} is a file, not a directory; choose a directory "
                            f"for the run")
     existing = existing_run_files(out_dir) if info is not None else []
     if existing and not overwrite:
-        # Only a last.pt can be resumed: advising --resume where there is none (or an empty or foreign
-        # file of that name) would fail in turn.
+        # Advise --resume only for a last.pt that torch wrote: anything else would fail in turn.
         last = out_dir / "last.pt"
         resume = f"continue it with {option('resume')} {last}, " if _resumable(last) else ""
         raise CharrnnError(
@@ -120,8 +105,8 @@ def _resumable(last: Path) -> bool:
 
 
 def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> list[Path]:
-    """Check the run directory (:func:`check_out_dir`), create it and prove it is writable before any
-    training time is spent. Returns the directories it created, innermost first."""
+    """Check, create and prove writable the run directory before any training time is spent; return the
+    directories it created, innermost first."""
     check_out_dir(out_dir, overwrite)
     created = [path for path in (out_dir, *out_dir.parents) if not os.path.lexists(path)]
     for name in (*RUN_FILES, LOCK_NAME):
@@ -140,10 +125,9 @@ def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> list[Path]:
 
 @contextlib.contextmanager
 def held_run_directory(out_dir: Path, overwrite: bool = False, writer: bool = True) -> Iterator[None]:
-    """Check, create and lock the run directory for the run inside the ``with`` (the ``writer``: under
-    torchrun, rank 0 alone) and clear its stale temporaries. If the run fails, the directories this made
-    are removed again (innermost first) where it left them empty: a run refused before it wrote anything
-    leaves no trace."""
+    """Check, create and lock the run directory for the ``with`` block (``writer``: rank 0 alone under
+    torchrun) and clear its stale temporaries. If the run fails, the empty directories this made are
+    removed again: a run refused before it wrote anything leaves no trace."""
     if not writer:
         yield
         return
@@ -171,10 +155,8 @@ def read_run_config(out_dir: Path) -> dict[str, Any] | None:
 
 
 def resume_checkpoint(path: Path) -> Path:
-    """What ``--resume PATH`` continues: a checkpoint file itself, or for a run directory the file
-    holding its newest saved state (usually last.pt; best.pt or an epoch checkpoint when the run
-    stopped between saving it and saving last.pt), or the shipped model the name gives (which is refused
-    later: it holds no training state)."""
+    """What ``--resume PATH`` continues: a checkpoint file, a run directory's newest saved state (usually
+    last.pt), or the shipped model the name gives (refused later: it holds no training state)."""
     path = resolve_shipped(Path(path))
     if not path.is_dir():
         return path
@@ -184,14 +166,9 @@ def resume_checkpoint(path: Path) -> Path:
 
 
 def belongs_to(out_dir: Path, payload: dict[str, Any]) -> bool:
-    """Whether ``out_dir`` is the run that wrote checkpoint ``payload``.
-
-    Its ``config.json`` must carry the checkpoint's ``run_id``; for checkpoints older
-    than run ids, the same model and corpus. A directory whose ``config.json`` does not
-    exist (a new run stopped between saving its first checkpoint and writing it) is the
-    run when every checkpoint there is readable and carries the checkpoint's ``run_id``
-    and nothing else of another run's (a log) is there.
-    """
+    """Whether ``out_dir`` is the run that wrote checkpoint ``payload``: its config.json carries the same
+    ``run_id`` (before run ids: the same model and corpus). Without a config.json (a new run stopped before
+    writing it), every checkpoint there must be readable and carry that ``run_id``, with no log beside."""
     if not (out_dir / "config.json").exists() and not (out_dir / "config.json").is_symlink():
         run_id = payload.get("run_id")
         headers = [read_header(path) for path in checkpoint_files(out_dir)]
@@ -216,11 +193,8 @@ class ResumeTarget:
 
 def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | None,
                   overwrite: bool = False) -> ResumeTarget:
-    """Where a resumed run may write, by the rules in the module docstring.
-
-    ``out_dir`` None (or the checkpoint's own directory) continues in place; any other
-    directory is a branch, refused if it holds a run unless ``overwrite``.
-    """
+    """Where a resumed run may write: ``out_dir`` None (or the checkpoint's own directory) continues in
+    place; any other is a branch, refused if it holds a run unless ``overwrite``."""
     own_dir = checkpoint.parent
     if out_dir is not None and out_dir.exists() and out_dir.resolve() == own_dir.resolve():
         out_dir = None
@@ -263,19 +237,10 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
 
 @dataclass
 class RunDirectory:
-    """One run's directory, written by the process that holds its lock.
-
-    Every write goes through :meth:`save`, :meth:`append_metrics` or :meth:`append_sample`.
-    Until the first of them, nothing in the directory is removed or replaced: a new run that
-    fails before it has anything to keep leaves an older run whole. Just before it, a fresh
-    run retires every file of the older run (:func:`retire_run`); just after it, it writes
-    its own ``config.json``. The directory never holds records of two runs, so no reader
-    can show one run's checkpoint, scores or samples under another's name. The logs
-    (``metrics.jsonl``, ``samples.jsonl``) hold one row per step at most: a resumed run
-    drops, at its first write to each, the rows after the step it resumed from (it is about
-    to write them again), and a branch starts each with the rows of the run it branched
-    from, up to that step.
-    """
+    """One run's directory, written only through :meth:`save`, :meth:`append_metrics` and
+    :meth:`append_sample`. A fresh run retires the older run's files just before its first write, so the
+    directory never holds two runs' records. Logs hold one row per step: a resumed run drops the rows past
+    its step; a branch starts with its source's rows up to it."""
 
     path: Path  # the directory
     config_record: dict[str, Any]  # what config.json holds: model, train, corpus, run_id, world_size
@@ -294,8 +259,7 @@ class RunDirectory:
             self.manifest = kept if kept is not None and kept.run_id == run_id else Manifest(run_id)
 
     def save(self, name: str, payload: dict[str, Any]) -> None:
-        """Save checkpoint ``name``, then record it in the manifest (so the manifest never names a
-        state that is not on disk)."""
+        """Save checkpoint ``name``, then record it in the manifest: it never names a state not on disk."""
         self._retire_older_run()
         save_checkpoint(self.path / name, payload)
         self._wrote(name)
@@ -330,8 +294,7 @@ class RunDirectory:
             retire_run(self.path)
 
     def _wrote(self, name: str) -> None:
-        """After each write; after the first, config.json (so that a directory holding a config.json
-        always holds a state to resume, or a log of one)."""
+        """After each write; after the first, config.json: it never stands without a state or a log."""
         first = not self.written
         self.written.add(name)
         if first:
@@ -339,16 +302,14 @@ class RunDirectory:
             self.written.add("config.json")
 
 
-# The order an older run's files go in: config.json first, so that from then on the directory names no run.
-# A failure part-way leaves leftovers that no --resume accepts as a run (and the next --overwrite removes),
-# never a config.json beside records of another run, nor one with no state to resume.
+# The order an older run's files go in: config.json first, so a failure part-way leaves leftovers that name
+# no run (no --resume takes them for one; the next --overwrite removes them).
 RETIRE_FIRST = ("config.json", MANIFEST_NAME, SAMPLES_NAME, "metrics.jsonl")
 RETIRE_LAST = ("best.pt", "last.pt")
 
 
 def retire_run(out_dir: Path) -> None:
-    """Remove every file of the run in ``out_dir`` (its checkpoints, epoch checkpoints, logs, manifest
-    and config.json), as ``overwrite`` asked, before a new run writes there; other files stay."""
+    """Remove every file of the run in ``out_dir`` before a new run writes there; other files stay."""
     doomed = [*(out_dir / name for name in RETIRE_FIRST), *sorted(out_dir.glob(EPOCH_CHECKPOINT_GLOB)),
               *(out_dir / name for name in RETIRE_LAST)]
     for path in doomed:
@@ -362,10 +323,7 @@ def retire_run(out_dir: Path) -> None:
 
 @dataclass(frozen=True)
 class EvaluationRecord:
-    """One line of ``metrics.jsonl``: a validation pass during training.
-
-    Training writes them; ``plot``, branches and the progress display read them as this type.
-    """
+    """One line of ``metrics.jsonl``: a validation pass during training."""
 
     step: int | None  # optimiser steps done (None only in hand-made logs)
     epoch: float  # passes over the training split done, fractional
@@ -435,11 +393,8 @@ def read_metrics(run_dir: Path) -> list[EvaluationRecord]:
 
 
 def rows_up_to(path: Path, step: int) -> list[str]:
-    """The rows of log ``path`` (metrics.jsonl, samples.jsonl) at or before ``step``, as they are.
-
-    Lines that are not JSON objects with a whole ``step`` are left out; a missing or
-    unreadable log has no rows.
-    """
+    """The rows of log ``path`` at or before ``step``, as they are; rows without a whole ``step`` are left
+    out, and a missing or unreadable log has none."""
     try:
         lines = log_lines(read_regular(path).decode("utf-8"))
     except (OSError, UnicodeDecodeError):

@@ -1,17 +1,7 @@
-"""One training run per directory: an operating-system lock on ``.charrnn.lock``.
-
-Two processes writing the same checkpoints would overwrite each other's work. The
-lock is ``flock`` on the lock file, held for the life of the run: the kernel
-grants it to one process at a time and releases it when that process ends, however
-it ends, so a crashed run never blocks the next one and a recycled PID means
-nothing. The file also holds the holder's PID, for the message a competitor sees.
-
-The lock never writes through a link: it is opened with ``O_NOFOLLOW`` (a symbolic
-link at its name is refused), and a file there that is not a lock file (empty, or a
-process id and a newline, of one link) is refused before a byte is written: a
-user's note or a hard link to something of the user's is never overwritten or
-removed. The PID is written over the file's first bytes; nothing is ever truncated.
-"""
+"""One training run per directory: ``flock`` on ``.charrnn.lock``, which the kernel releases however the
+process ends, so a crashed run never blocks the next. The file holds the PID for a competitor's message;
+it is never written through a link, and a file there that is not a lock file is refused, never
+truncated (docs/files.md)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """Samples recorded while training: ``samples.jsonl``, the text improving step by step.
 
-Every row is generated from the same prime, with the same temperature and seed,
-so the rows differ only by what the model has learnt (Karpathy's 2015 table of
-samples by iteration). Generation uses its own random generator and puts the
-model back in training mode, so recording samples never changes the training
-run: a run with samples ends with the same weights as one without.
-"""
+Every row has the same prime, temperature and seed, so rows differ only by what the model has learnt;
+sampling has its own generator, so a run with samples ends with the weights of one without."""
 
 from __future__ import annotations
 
@@ -53,8 +49,7 @@ def check_sample_prime(config: TrainConfig, vocab: Vocab) -> None:
 def draw_sample(model: CharRNN, vocab: Vocab, config: TrainConfig, step: int, epoch: float, seconds: float,
                 val_loss: float | None, stopped: Callable[[], bool] = lambda: False) -> SampleRecord | None:
     """Generate the run's recorded sample from ``model`` as it is now, and restore its mode. ``stopped``
-    is asked after each character: a stop asked for mid-sample abandons it (None), however long it was
-    to be, so the run stops within a character's time."""
+    is asked after each character: a stop mid-sample abandons it (None), so the run stops at once."""
     decoding = SampleConfig(length=config.sample_length, temperature=config.sample_temperature,
                             seed=config.sample_seed)
     was_training = model.training

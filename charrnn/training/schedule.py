@@ -93,11 +93,8 @@ def planned_steps(config: TrainConfig, steps_per_epoch: int) -> int | None:
 
 
 def learning_rate_at(config: TrainConfig, step: int, progress: float | None) -> float:
-    """Linear warm-up for ``warmup_steps``, then cosine decay to ``min_lr_ratio`` of the peak.
-
-    ``progress`` in [0, 1] is how much of the run is done; with no known end the rate
-    stays at its peak after warm-up.
-    """
+    """Linear warm-up for ``warmup_steps``, then cosine decay to ``min_lr_ratio`` of the peak over
+    ``progress`` in [0, 1]; with no known end (None) the rate stays at its peak."""
     peak = config.learning_rate
     if step < config.warmup_steps:
         return peak * (step + 1) / config.warmup_steps
@@ -119,12 +116,8 @@ class Due:
 
 class Schedule:
     """A run's timetable, as its plan decided it: when training stops, the learning rate, and when to
-    evaluate, sample and save. The loop asks it after every step, with the run and its agreed wall time.
-
-    A time budget's run (``ending``, from :func:`charrnn.training.budget.plan_budget_end`) stops
-    ``reserve`` seconds before its budget, to evaluate and save inside it, and evaluates at the moments
-    its plan chose, spread over what is left of the run when training starts.
-    """
+    evaluate, sample and save; the loop asks it after every step. A budgeted run (``ending``) stops
+    ``reserve`` seconds early, to evaluate and save inside its budget."""
 
     def __init__(self, config: TrainConfig, ending: BudgetEnding | None = None):
         self.config = config
@@ -138,14 +131,13 @@ class Schedule:
         self.began = (0, 0.0, 0.0)  # the step, epoch and spent seconds (reserve included) at its start
 
     def begin(self, run: TrainingRun, elapsed: float) -> None:
-        """Start the planned evaluations' clock where training starts: a budget's run starts part-done (the
-        time spent before training and kept for the end count in it), and a resumed one further still."""
+        """Start the planned evaluations' clock where training starts: a budgeted or resumed run starts
+        part-done."""
         self.began = (run.step, run.epoch, elapsed + self.reserve)
 
     def _along(self, run: TrainingRun, elapsed: float) -> float:
-        """How much of its training the run has done since it began, by whichever limit it is nearest:
-        the evaluations are spread along this, so they fall evenly through the training whichever limit
-        ends it (a budget's, or the passes of one that ends early)."""
+        """How much of its training the run has done since it began, by its nearest limit: planned
+        evaluations fall evenly along it, whichever limit ends the run."""
         step, epoch, spent = self.began
         config, fractions = self.config, [0.0]
         if config.max_steps is not None and config.max_steps > step:
@@ -171,8 +163,8 @@ class Schedule:
         return stop_reason(self.config, run.step, run.epoch, elapsed + self.reserve)
 
     def due(self, run: TrainingRun, elapsed: float, reason: StopReason | None) -> Due:
-        """What to do after the step just taken; ``reason`` is why the run stops there, if it does.
-        An interrupted run saves at once, without evaluating or sampling: the user is waiting."""
+        """What to do after this step; ``reason``: why the run stops here, if it does. An interrupted run
+        saves at once, without evaluating or sampling: the user is waiting."""
         config, last = self.config, reason is not None
         interrupted = last and reason.interrupted
         epoch_end = run.position == 0 and run.epochs_done in config.save_epochs
@@ -189,11 +181,10 @@ class Schedule:
                    sample and not interrupted, epoch_end)
 
     def slowed(self, chars_per_s: float, window_s: float, alone: bool) -> str | None:
-        """Follow the training speed (``chars_per_s`` over the last ``window_s`` seconds): a machine slower
-        than the plan measured (another program busy on it) is slower over the end too, so the time kept
-        for it grows with the slowdown (to the power SLOWDOWN_END_EXPONENT) and the run still ends inside
-        its budget. Returns what to tell the user, when first noticed and whenever the time kept has grown
-        by half since. Only a process training ``alone``: torchrun's ranks would each see their own."""
+        """Follow the training speed: a machine slower than planned is slower over the end too, so the time
+        kept grows with the slowdown and the run still ends inside its budget. Returns what to tell the
+        user, when first noticed and when the time kept has grown by half. Only ``alone``: torchrun's
+        ranks would each see their own."""
         ending = self.ending
         if ending is None or ending.chars_per_s is None or not alone or \
                 window_s < SLOWDOWN_WINDOW_SHARE * (self.config.time_budget or 0.0):

@@ -1,13 +1,7 @@
 """The state of one training run: model, optimiser, place in the data, random generators.
 
-A :class:`TrainingRun` takes truncated-BPTT steps (textbook notes §3: the final
-state of a segment is the initial state of the next, detached so that
-backpropagation stops at the segment boundary; the state is reset at the start
-of each epoch; gradients are clipped by their global norm, ``g ← g · v / ‖g‖``
-when ``‖g‖ > v``, and a step whose loss or gradient is not finite is skipped
-rather than applied). It turns itself into a checkpoint dict and back, exactly:
-a resumed run takes the steps an uninterrupted one would have.
-"""
+A :class:`TrainingRun` takes truncated-BPTT steps (textbook notes §3) and turns itself into a checkpoint
+dict and back, exactly: a resumed run takes the steps an uninterrupted one would have."""
 
 from __future__ import annotations
 
@@ -40,11 +34,8 @@ def seed_everything(seed: int) -> None:
 
 
 def restore_cuda_rng(states: list[torch.Tensor]) -> None:
-    """Restore saved CUDA generator states, one per GPU, onto the GPUs this machine has.
-
-    A run saved on more GPUs than are present restores the first ones; one saved without
-    a GPU (no states) or resumed without one leaves the CUDA generators as they are.
-    """
+    """Restore saved CUDA generator states onto the GPUs this machine has (the first ones, if fewer); with
+    no states or no GPU, the CUDA generators stay as they are."""
     if not states or not torch.cuda.is_available():
         return
     for index, state in enumerate(states[: torch.cuda.device_count()]):
@@ -68,12 +59,8 @@ def _python_rng_state(plain: list) -> tuple:
 
 
 class TrainingRun:
-    """The mutable state of one run: model, optimiser, place in the data, best result so far.
-
-    :meth:`train_step` takes one truncated-BPTT step; :meth:`payload` is the checkpoint
-    dict. In a :class:`~charrnn.training.distributed.TorchrunGroup` this rank trains its own block
-    of the streams through DistributedDataParallel (see :mod:`charrnn.training.distributed`).
-    """
+    """The mutable state of one run: model, optimiser, place in the data, best result so far. Under
+    torchrun this rank trains its own block of the streams through DistributedDataParallel."""
 
     def __init__(self, model_config: ModelConfig, config: TrainConfig, vocab: Vocab, corpus: CorpusInfo,
                  batches: StreamBatches, initial_weights: dict[str, torch.Tensor] | None = None,
@@ -166,12 +153,8 @@ class TrainingRun:
         return loss_value, inputs.numel() * self.group.world_size
 
     def restore(self, payload: dict[str, Any]) -> None:
-        """Continue exactly where ``payload`` (a checkpoint of this run) left off.
-
-        Weights, optimiser moments, position in the data, the carried hidden state,
-        the best result and every random generator come back as they were, so the
-        continued run takes the same steps an uninterrupted one would have.
-        """
+        """Continue exactly where ``payload`` (a checkpoint of this run) left off: weights, optimiser,
+        place in the data, carried state, best result and every random generator."""
         if not 0 <= payload["epoch_step"] < len(self.batches):
             raise CharrnnError(f"cannot resume: epoch_step {payload['epoch_step']} is outside this run's "
                                f"{len(self.batches)} steps per epoch")
@@ -217,12 +200,9 @@ class TrainingRun:
 
     def payload(self, elapsed_s: float, carried_state: tuple[torch.Tensor, ...],
                 averaged: bool = False) -> dict[str, Any]:
-        """The checkpoint dict: everything :meth:`restore` needs, plus what readers want to know.
-
-        ``carried_state`` is :meth:`carried_state`'s result, gathered by every rank beforehand.
-        With ``averaged``, ``model_state`` (what sampling and evaluation read) holds the
-        averaged weights and ``training_weights`` the trained ones.
-        """
+        """The checkpoint dict: all :meth:`restore` needs, and what readers want. ``carried_state``: what
+        :meth:`carried_state` gathered on every rank. With ``averaged``, ``model_state`` holds the
+        averaged weights and ``training_weights`` the trained ones."""
         weights = {"model_state": self.model.state_dict()}
         if averaged:
             assert self.average is not None

@@ -1,27 +1,7 @@
-"""Writing files so that nothing the user had is lost or half-written.
+"""Writing files so that nothing the user had is lost or half-written (docs/files.md).
 
-A regular file (or a path where nothing exists yet) is written to a temporary
-sibling, flushed to disk and renamed over the target, and the directory is flushed
-after the rename, so a crash leaves either the old file or the new one.
-
-Files charrnn owns (a run directory's checkpoints, logs and manifest, the corpus
-cache) are only ever replaced that way, by :func:`replace_file`: a link planted at
-such a name is itself replaced, never written through. A file the user names as an
-output (:func:`atomic_write`) is respected as what it is:
-
-- a symbolic link is followed, and the file it points to is written (the link stays);
-- a file with several hard links is replaced under the name given, like any other:
-  rewriting it in place would leave it partial if the disk filled up or the process
-  died halfway, so the other names keep the previous content;
-- a device node, FIFO or socket (``/dev/null``, ``/dev/stdout``, a named pipe) is
-  written through, as a plain ``open()`` would;
-- a directory is refused.
-
-New files get the mode a plain ``open()`` would give them (``0666`` less the
-umask); a replaced file keeps its mode. Temporary files are named
-``.charrnn-<pid>-<name>.<random>.tmp``, so that a cleanup removes only charrnn's
-own leftovers, and only those of processes that are gone.
-"""
+Each write goes to a temporary sibling, fsynced and renamed over the target. Files charrnn owns are
+replaced whole (:func:`replace_file`); a user's output is written as what it is (:func:`atomic_write`)."""
 
 from __future__ import annotations
 
@@ -62,8 +42,7 @@ ADVICE = {errno.EFBIG: "the shell's file-size limit stops it (ulimit -f): raise 
 
 
 def reason(exc: OSError) -> str:
-    """An OSError as the few words a user needs (``No space left on device``), with what to do where
-    that is known (:data:`ADVICE`)."""
+    """An OSError in the few words a user needs (``No space left on device``), plus :data:`ADVICE`."""
     said = exc.strerror or str(exc)
     return f"{said} ({ADVICE[exc.errno]})" if exc.errno in ADVICE else said
 
@@ -74,12 +53,8 @@ class NotRegularFile(OSError):
 
 @contextmanager
 def open_regular(path: Path) -> Iterator[BinaryIO]:
-    """Open ``path`` for reading only if it is a regular file (links followed).
-
-    A FIFO at a name charrnn reads would block the command forever: it is opened
-    without waiting and refused with :class:`NotRegularFile` (an ``OSError``), as are
-    devices, sockets and directories.
-    """
+    """Open ``path`` for reading if it is a regular file (links followed), else raise
+    :class:`NotRegularFile`. A FIFO is opened without waiting, so it is refused rather than hanging."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -119,10 +94,8 @@ def stat_or_none(path: Path, failing: str) -> os.stat_result | None:
 
 
 def resolve_destination(path: Path) -> Path:
-    """The file a write to ``path`` should change: symbolic links followed, even dangling ones.
-
-    A loop of links is a :class:`CharrnnError`.
-    """
+    """The file a write to ``path`` should change: symbolic links followed, even dangling ones; a loop of
+    links is a :class:`CharrnnError`."""
     path = Path(path)
     if not path.is_symlink():
         return path
@@ -143,13 +116,9 @@ def temporary_sibling(path: Path) -> str:
 @contextmanager
 def replacing(path: Path, failure: Callable[[OSError], str],
               error: type[CharrnnError] = CharrnnError) -> Iterator[str]:
-    """Yield the name of an empty temporary sibling of regular file ``path``; when the block
-    succeeds, give it ``path``'s mode (or the umask's), fsync it and rename it over ``path``.
-
-    On any failure the temporary file is removed and any previous ``path`` is left as
-    it was; an ``OSError`` (a full disk, say) becomes an ``error`` (a
-    :class:`CharrnnError`) whose message is ``failure(exc)``.
-    """
+    """Yield the name of an empty temporary sibling of regular file ``path``; when the block succeeds,
+    give it ``path``'s mode (or the umask's), fsync it and rename it over ``path``. On failure the
+    temporary is removed and ``path`` left as it was; an ``OSError`` becomes ``error(failure(exc))``."""
     tmp_name = None
     try:
         tmp_name = temporary_sibling(path)
@@ -186,12 +155,8 @@ def _failure_message(given: Path) -> Callable[[OSError], str]:
 
 
 def replace_file(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Replace ``path`` whole (temporary file, fsync, rename, fsync of the directory), whatever is
-    at that name: a symbolic or hard link there is replaced, and what it led to is left untouched.
-
-    A directory at ``path`` is refused; any failure is a :class:`CharrnnError` that leaves the
-    previous file as it was and no temporary file behind.
-    """
+    """Replace ``path`` whole, whatever is at that name: a link there is replaced, not what it led to.
+    A directory is refused; a failure is a :class:`CharrnnError` that leaves the previous file intact."""
     given = Path(path)
     if given.is_dir() and not given.is_symlink():
         raise CharrnnError(f"could not write {given}: it is a directory")
@@ -201,11 +166,9 @@ def replace_file(path: Path, write: Callable[[BinaryIO], None]) -> None:
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Write ``path`` so that a failure leaves whatever was there before (see the module docstring).
-
-    A failure (a full disk, say) is reported as a :class:`CharrnnError`, with no
-    temporary file left behind.
-    """
+    """Write a user's output ``path`` as what it is: a symbolic link is followed, a file with hard links
+    replaced under this name, a device or FIFO written through, a directory refused. A failure is a
+    :class:`CharrnnError` that leaves what was there before."""
     given = Path(path)
     target = resolve_destination(given)
     failure = _failure_message(given)
@@ -297,11 +260,8 @@ def process_alive(pid: int) -> bool:
 
 
 def remove_stale_temporaries(directory: Path) -> None:
-    """Delete the temporary files that killed charrnn processes left in ``directory``.
-
-    Only charrnn's own names are touched, and only those of processes that no longer
-    run; a user's ``.notes.tmp`` stays.
-    """
+    """Delete the temporaries that ended charrnn processes left in ``directory``: only charrnn's own
+    names, and only of processes no longer running."""
     for leftover in Path(directory).glob(TEMPORARY_GLOB):
         pid = _pid_of(leftover)
         if pid is None or (pid != os.getpid() and process_alive(pid)):
@@ -323,8 +283,7 @@ def same_file(first: Path, second: Path) -> bool:
 
 
 def real_path(path: Path) -> Path:
-    """``path`` with every link followed, as far as they lead (a loop of links ends the following rather
-    than raising, as ``Path.resolve`` does)."""
+    """``path`` with every link followed as far as they lead (a loop stops it; ``Path.resolve`` raises)."""
     return Path(os.path.realpath(path))
 
 

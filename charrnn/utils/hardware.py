@@ -43,7 +43,7 @@ def process_age_s() -> float:
 
 
 def processor_name() -> str:
-    """This machine's CPU model: figures differ by 2× between machines, so measurements name it."""
+    """This machine's CPU model: figures differ between machines, so measurements name it."""
     try:
         return model_name(Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace"))
     except OSError:

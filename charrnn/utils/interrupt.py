@@ -1,17 +1,7 @@
-"""Stopping cleanly on Ctrl-C, SIGTERM or SIGHUP (a closed terminal).
-
-In training, the first signal only records that a stop was asked for
-(:class:`GracefulStop`); the loop finishes its current step, writes a resumable
-checkpoint and stops. Work that can be dropped half-done, such as scoring the
-validation split, runs inside :meth:`GracefulStop.raising`, where the signal
-raises :class:`StopRequested` at once instead of waiting for its end. A second
-SIGINT raises ``KeyboardInterrupt`` at once for a user who will not wait; the
-checkpoint from before stays intact because every write is atomic. Everywhere
-else (encoding a corpus, sampling, scoring), :func:`raise_on_termination` turns
-SIGTERM and SIGHUP into :class:`Terminated`, as Python already turns SIGINT into
-``KeyboardInterrupt``, so that cleanups run and no temporary file outlives the
-process.
-"""
+"""Stopping cleanly on Ctrl-C, SIGTERM or SIGHUP (a closed terminal). In training the first signal only
+asks for a stop (:class:`GracefulStop`), taken after the step; droppable work runs in
+:meth:`GracefulStop.raising`. Elsewhere :func:`raise_on_termination` makes SIGTERM and SIGHUP raise, as
+SIGINT does, so that cleanups run and no temporary file outlives the process."""
 
 from __future__ import annotations
 
@@ -61,11 +51,9 @@ class StopRequested(BaseException):
 
 
 class GracefulStop:
-    """A context manager that turns the first SIGINT/SIGTERM/SIGHUP into a stop request.
-
-    ``signal_name`` is None until a signal arrives, then ``"SIGINT"``, ``"SIGTERM"`` or ``"SIGHUP"``.
-    Only the main thread can install signal handlers; elsewhere this does nothing.
-    """
+    """A context manager that turns the first SIGINT/SIGTERM/SIGHUP into a stop request, named in
+    ``signal_name`` (None until then); a second SIGINT raises ``KeyboardInterrupt`` at once. Outside the
+    main thread, which alone can install signal handlers, it does nothing."""
 
     def __init__(self) -> None:
         self.signal_name: str | None = None

@@ -1,11 +1,7 @@
-"""Writing the product to standard output, whatever standard output turns out to be.
+"""Writing the product to standard output, whatever it turns out to be, and showing text safely.
 
-stdout may be a closed descriptor (``>&-``), a full device (``>/dev/full``), a pipe
-whose reader left (``| head``) or a stream whose encoding cannot hold the text
-(``PYTHONIOENCODING=ascii``). Each becomes a one-line :class:`CharrnnError` (a
-reader that left ends the command quietly), never a traceback, and never a result
-silently lost behind exit code 0.
-"""
+A closed, full or narrow-encoded stdout is a one-line :class:`CharrnnError`, and a reader that left
+(``| head``) a quiet stop: never a traceback, and never a result lost behind exit code 0."""
 
 from __future__ import annotations
 
@@ -56,8 +52,7 @@ def stdout_guard() -> Iterator[None]:
 
 
 def _file_option_advice() -> str:
-    """" (or use --output)" where the running command has --output, which writes its result instead of
-    standard output, else nothing: advice names only an option the command has."""
+    """" (or use --output)" where the running command has that option, else nothing."""
     import click  # only the command line runs a command; the library's callers have no stdout advice
 
     context = click.get_current_context(silent=True)
@@ -84,9 +79,8 @@ def stream_stdout(pieces: Iterable[str], prefix: str = "") -> None:
             sys.stdout.write("\n")
 
 
-# Characters a terminal would act on or hide rather than show: controls (C0, DEL, C1: escape sequences,
-# carriage returns, bells), format characters (bidirectional overrides, zero-width joiners) and the
-# Unicode line and paragraph separators.
+# Characters a terminal would act on or hide: controls (C0, DEL, C1: escapes, carriage returns, bells),
+# format characters (bidirectional overrides, zero-width joiners), line and paragraph separators.
 HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
 NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -120,16 +114,15 @@ def shown_parts(text: str, keep: str = "\n\t") -> Iterator[tuple[str, bool]]:
 
 def shown(text: str, keep: str = "\n\t") -> str:
     """Model or corpus text as a terminal may show it: line breaks and tabs kept, every other hidden
-    character written as its escape, so no escape sequence reaches the terminal and a carriage return
-    is seen, not obeyed. What ``sample`` writes as its product stays exact; this is for views of it."""
+    character escaped, so no escape sequence reaches the terminal. For views only: ``sample``'s product
+    stays exact."""
     if text.isprintable():
         return text
     return "".join(piece for piece, _ in shown_parts(text, keep))
 
 
 def one_line(text: str) -> str:
-    """``text`` with every hidden character escaped, line breaks too (``\\n``, ``\\x1b``): a message that
-    quotes a path holding a line break or a terminal escape stays one plain line."""
+    """``text`` with every hidden character escaped, line breaks too: a message quoting it stays one line."""
     return shown(text, keep="")
 
 
@@ -143,9 +136,8 @@ def visible_char(char: str) -> str:
 
 
 class StderrWhileReaderLives:
-    """``sys.stderr`` that outlives its reader: once a write meets a closed pipe (``2>&1 | head``),
-    the descriptor is pointed at /dev/null and later notes are dropped, so a training run goes on
-    quietly instead of dying on a progress line."""
+    """``sys.stderr`` that outlives its reader: once a write meets a closed pipe (``2>&1 | head``), later
+    notes go to /dev/null, so a training run goes on instead of dying on a progress line."""
 
     def __init__(self, stream: Any):
         self._stream = stream
@@ -180,13 +172,9 @@ class StderrWhileReaderLives:
 
 
 def fill_closed_descriptors() -> None:
-    """Give a closed stdout or stderr descriptor (``>&-``) /dev/null.
-
-    Otherwise the next file opened (a checkpoint) would take descriptor 1 or 2 and
-    receive whatever is printed. ``sys.stdout`` stays None, so commands still report
-    that their output has nowhere to go; messages for a closed stderr are dropped,
-    never sent to stdout.
-    """
+    """Give a closed stdout or stderr descriptor (``>&-``) /dev/null, so the next file opened (a
+    checkpoint) cannot take it and receive what is printed. ``sys.stdout`` stays None, so commands still
+    report that their output has nowhere to go; notes for a closed stderr are dropped."""
     for fd in (1, 2):
         try:
             os.fstat(fd)

@@ -12,11 +12,8 @@ from charrnn.utils.terminal import shown_parts
 
 
 def require_valid_text(text: str, what: str) -> str:
-    """Return ``text``, or say which byte made it invalid UTF-8; ``what`` names the text.
-
-    Command-line arguments that are not UTF-8 arrive with each bad byte as a lone
-    surrogate (Python's surrogateescape); such text has no code points to look up.
-    """
+    """Return ``text``, or say which byte made it invalid UTF-8; ``what`` names the text. An argument
+    that is not UTF-8 arrives with each bad byte as a lone surrogate (Python's surrogateescape)."""
     for position, char in enumerate(text):
         if "\ud800" <= char <= "\udfff":
             byte = f" (byte 0x{ord(char) - 0xDC00:02x})" if ord(char) >= 0xDC80 else ""
@@ -25,9 +22,8 @@ def require_valid_text(text: str, what: str) -> str:
 
 
 def html_text(text: str) -> str:
-    """Model or corpus text inside a page's ``<pre>``: line breaks stay, and every other hidden character
-    (a carriage return, an escape, a bidirectional override) is its escape in a ``hidden`` span. A raw
-    carriage return would be read as a second line break, double-spacing a CRLF text."""
+    """Model or corpus text inside a page's ``<pre>``: line breaks stay, every other hidden character is
+    its escape in a ``hidden`` span (a raw carriage return would double-space a CRLF text)."""
     return "".join(f'<span class="hidden">{html.escape(piece)}</span>' if hidden else html.escape(piece)
                    for piece, hidden in shown_parts(text, keep="\n"))
 

@@ -1,14 +1,7 @@
-"""How many CPU threads torch uses: the cores no other program is keeping busy (docs/performance.md,
-"Threads on a busy machine").
-
-torch starts one OpenMP thread per core, and its parallel regions wait for every one of them. When
-another program keeps a core busy, the thread scheduled there runs a fraction of the time and the
-others wait for it at every operation: on a 2-core EPYC with one core busy, a training step took 3.7×
-its quiet time with two threads and none more with one. So charrnn counts the cores other programs
-are using over a short look at ``/proc/stat`` and runs on the rest. The user's own choice
-(``--threads``, ``threads=``, or ``OMP_NUM_THREADS``) always wins. Nothing here imports torch at
-module level.
-"""
+"""How many CPU threads torch uses: the cores no other program keeps busy (docs/performance.md, "Threads
+on a busy machine"). torch's parallel regions wait for every thread, so one on a busy core stalls them
+all. The user's choice (``--threads``, ``threads=``, ``OMP_NUM_THREADS``) always wins. Nothing here
+imports torch at module level."""
 
 from __future__ import annotations
 
@@ -104,10 +97,9 @@ def usable_cores() -> set[int]:
 def choose_threads(requested: int | None = None, processes: int = 1,
                    read_stat: Callable[[], str] = _read_stat,
                    sleep: Callable[[float], None] = time.sleep) -> ThreadChoice | None:
-    """The threads to run with: ``requested`` when given, else ``OMP_NUM_THREADS`` when set, else the
-    cores this process may use that no other program kept busy while watched, shared among
-    ``processes`` (torchrun's processes on this machine), at least 1. None where the cores cannot be
-    watched (no ``/proc/stat``): torch's own default stands."""
+    """The threads to run with: ``requested``, else ``OMP_NUM_THREADS``, else the usable cores no other
+    program kept busy while watched, shared among ``processes`` (torchrun's on this machine), at least 1.
+    None where the cores cannot be watched (no ``/proc/stat``): torch's own default stands."""
     requested = check_threads(requested)
     cores = usable_cores()
     more = f", more than the {_cores(len(cores))} this process may use"
@@ -148,8 +140,7 @@ def use_threads(requested: int | None = None, processes: int = 1) -> ThreadChoic
 
 class LoadWatch:
     """How many cores other programs keep busy while this process works: the cores' busy time over a
-    stretch (``/proc/stat``), less this process's own CPU time. A training run that slows uses it to run
-    on the cores left (module docstring); a watch with no ``/proc/stat`` sees nothing."""
+    stretch (``/proc/stat``), less this process's own CPU time; without ``/proc/stat`` it sees nothing."""
 
     def __init__(self, read_stat: Callable[[], str] = _read_stat,
                  own_cpu_s: Callable[[], float] = time.process_time,
@@ -178,9 +169,8 @@ class LoadWatch:
         return max(0, round(others / (now - began)))
 
     def leave_busy_cores(self) -> str | None:
-        """Train on the cores other programs leave free, when that is fewer threads than torch runs: a
-        thread on a busy core runs a fraction of the time and torch's others wait for it at every
-        operation (module docstring). Returns what to tell the user, if the threads changed."""
+        """Train on the cores other programs leave free, when that is fewer threads than torch runs (see
+        the module docstring). Returns what to tell the user, if the threads changed."""
         import torch
 
         others = self.others_busy()
