@@ -200,9 +200,18 @@ class Reference:
     step: int | None  # and its final step
 
 
-def prepare(scenario: Scenario, root: Path) -> dict[str, str]:
-    root.mkdir(parents=True)
-    scenario.setup(root)
+def prepare(scenario: Scenario, root: Path, template: Path | None = None) -> dict[str, str]:
+    """The scenario's starting files at ``root``. With ``template``, its setup runs once and is copied
+    back for every later try, at the same path: the files record absolute paths."""
+    if root.exists():
+        shutil.rmtree(root)
+    if template is not None and template.exists():
+        shutil.copytree(template, root, symlinks=True)
+    else:
+        root.mkdir(parents=True)
+        scenario.setup(root)
+        if template is not None:
+            shutil.copytree(root, template, symlinks=True)
     return {key: mirror_url() if value == "MIRROR" else value for key, value in scenario.environment.items()}
 
 
@@ -290,9 +299,10 @@ def test_a_failure_at_any_write_loses_nothing(scenario: Scenario, every: int, tm
         pytest.skip("no tiny Shakespeare mirror (set CHARRNN_DATA_MIRROR)")
     ref = reference(scenario, tmp_path_factory)
     assert ref.mutations, "the scenario wrote nothing"
+    base = tmp_path_factory.mktemp("fault")
     for k in injection_points(len(ref.mutations), every):
-        root = tmp_path_factory.mktemp("fault") / "r"
-        environment = prepare(scenario, root)
+        root = base / "r"
+        environment = prepare(scenario, root, base / "template")
         before = snapshot(root)
         error = errno.EIO if k % 3 == 0 else errno.ENOSPC
         with Mutations(root, fail_at=k, error=error):
@@ -302,7 +312,7 @@ def test_a_failure_at_any_write_loses_nothing(scenario: Scenario, every: int, tm
         except AssertionError as exc:
             raise AssertionError(f"failing mutation {k} of {len(ref.mutations)} ({ref.mutations[k - 1]}): "
                                  f"{exc}") from None
-        shutil.rmtree(root.parent)
+    shutil.rmtree(base)
 
 
 KILL_PROGRAM = """
@@ -321,9 +331,10 @@ main()
 def test_sigkill_at_sampled_writes_loses_nothing(scenario: Scenario, tmp_path_factory):
     ref = reference(scenario, tmp_path_factory)
     count = len(ref.mutations)
+    base = tmp_path_factory.mktemp("kill")
     for k in sorted({1, count // 4, count // 2, 3 * count // 4, count}):
-        root = tmp_path_factory.mktemp("kill") / "r"
-        environment = prepare(scenario, root)
+        root = base / "r"
+        environment = prepare(scenario, root, base / "template")
         before = snapshot(root)
         program = KILL_PROGRAM.format(tests=str(Path(__file__).parent), root=str(root), k=k,
                                       arguments=scenario.command(root))
