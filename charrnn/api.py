@@ -30,8 +30,7 @@ from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionCon
 from charrnn.generation.trained import TrainedModel, refuse_several_texts_in_a_stream, seeded
 from charrnn.models.pretrained import resolve_shipped, run_name
 from charrnn.training.observer import TrainObserver
-from charrnn.utils.terminal import shown
-from charrnn.utils.text import require_valid_text
+from charrnn.utils.text import markdown_text, require_valid_text
 from charrnn.utils.threads import check_threads, use_threads
 
 if TYPE_CHECKING:  # torch is imported only once the options are checked and there is work to do
@@ -88,7 +87,7 @@ def _one_text(text: str | None, file: PathArg | None, read: bool = True) -> str:
         raise OptionConflict(f"give one of {option('text')} and {option('file')}")
     if path is not None:
         return _read_text(path) if read else ""
-    return require_valid_text(checked(text, str, "text"), option("text"))
+    return require_valid_text(checked(text, str, "text"), "text")
 
 
 def _read_text(path: Path) -> str:
@@ -136,10 +135,7 @@ def read_prime(prime: str | None, prime_file: PathArg | None, read: bool = True)
         raise OptionConflict(f"give {option('prime')} or {option('prime_file')}, not both")
     if path is not None:
         return _read_text(path) if read else ""
-    try:
-        return require_valid_text(prime or "", option("prime"))
-    except CharrnnError as exc:
-        raise ConfigError(exc) from None
+    return require_valid_text(prime or "", "prime")
 
 
 # DynamicConfig's fields as the functions that score take them (its learning rate is not training's)
@@ -351,7 +347,7 @@ class Scoring:
         checked(skip_unknown, bool, "skip_unknown")
         checked(single_stream, bool, "single_stream")
         if text is not None:
-            require_valid_text(checked(text, str, "text"), option("text"))
+            require_valid_text(checked(text, str, "text"), "text")
         path = _text_file(file, "file")
         if text is not None and path is not None:
             raise OptionConflict(f"give {option('text')} or {option('file')}, not both")
@@ -777,16 +773,11 @@ class Evolution:
     def to_markdown(self) -> str:
         """A table of step, epoch, validation loss and text (line breaks as ``<br>``, markup escaped, other
         hidden characters as their escapes)."""
-        import html
-
         lines = [f"# Samples while training: {self.run_dir.name or self.run_dir}", "",
                  "| step | epoch | val nats/char | sample |", "|---:|---:|---:|---|"]
         for row in self.rows:
             loss = "" if row.val_loss is None else f"{row.val_loss:.4f}"
-            # Markdown would read these marks as formatting: each becomes its character reference.
-            marks = {ord(mark): f"&#{ord(mark)};" for mark in "\\`*_[]#|~"} | {ord("\n"): "<br>"}
-            text = html.escape(shown(row.prime + row.text), quote=False).translate(marks)
-            lines.append(f"| {row.step:,} | {row.epoch:g} | {loss} | {text} |")
+            lines.append(f"| {row.step:,} | {row.epoch:g} | {loss} | {markdown_text(row.prime + row.text)} |")
         return "\n".join(lines) + "\n"
 
 
@@ -838,8 +829,8 @@ def export(checkpoint: PathArg, output: PathArg, *, title: str | None = None, pr
     with no Python, server or network (see :mod:`charrnn.generation.webpage`); ``prime`` fills the
     page's prime box; ``threads``: as :func:`load`'s."""
     if title is not None:
-        require_valid_text(checked(title, str, "title"), option("title"))
-    require_valid_text(checked(prime, str, "prime"), option("prime"))
+        require_valid_text(checked(title, str, "title"), "title")
+    require_valid_text(checked(prime, str, "prime"), "prime")
     check_threads(threads)
     target = check_output(output, "output", {"checkpoint": checkpoint})
     from charrnn.generation.webpage import ENCODING, export_page

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, option
+from charrnn.errors import ConfigError, ConfigTypeError, OptionConflict, option
 from charrnn.utils.hardware import CPU_BF16_ENV, cpu_has_native_bf16
 from charrnn.utils.text import require_valid_text
 
@@ -320,6 +320,7 @@ class TrainConfig(_DictMixin):
                          "max_steps", "sample_every", "sample_length", "eval_chars", "val_max_chars")
         require(self.sample_temperature > 0, "sample_temperature", "must be positive")
         check_seed(self.sample_seed, "sample_seed")
+        require_valid_text(self.sample_prime, "sample_prime")
         require_at_least(self, 0, "warmup_steps")
         require(0 < self.learning_rate <= MAX_LEARNING_RATE, "learning_rate",
                 f"must be positive and at most {MAX_LEARNING_RATE:g}")
@@ -459,10 +460,7 @@ class SampleConfig(_DictMixin):
                 "must be 0 or more")
         require(self.stop_at != "", "stop_at", "must not be empty (an empty string would end nothing)")
         if self.stop_at is not None:
-            try:
-                require_valid_text(self.stop_at, option("stop_at"))
-            except CharrnnError as exc:
-                raise ConfigError(exc) from None
+            require_valid_text(self.stop_at, "stop_at")
         deterministic = "beam_width" if self.beam_width is not None else "greedy" if self.greedy else None
         if deterministic is not None:
             ignored = [name for name in DECODING_CHOICES if getattr(self, name) is not None]

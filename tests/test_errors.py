@@ -63,3 +63,36 @@ def test_the_command_line_leaves_python_callers_their_own_names(small_corpus, tm
     assert "'--max-steps': must be at least 1" in printed.stderr
     with pytest.raises(ConfigError, match="^max_steps must be at least 1$"):
         charrnn.train(small_corpus, out_dir=tmp_path / "run", max_steps=0)
+
+
+@pytest.mark.parametrize(("args", "shown"), [
+    (["eval-perplexity", "{checkpoint}", ""], "Error: Invalid value for 'TEXT_FILE': must not be empty"),
+    (["compare", "", "--evolution"], "Error: Invalid value for 'CHECKPOINTS': must not be empty"),
+    (["export", "{checkpoint}", "--output", "page.html", "--title", "\udcff"],
+     "Error: Invalid value for '--title': is not valid UTF-8 (byte 0xff) at character 0"),
+    (["train", "{corpus}", "--sample-every", "5", "--sample-prime", "a\udcff", "--max-steps", "5"],
+     "Error: Invalid value for '--sample-prime': is not valid UTF-8 (byte 0xff) at character 1"),
+])
+def test_an_argument_is_named_as_the_command_spells_it(tiny_checkpoint, small_corpus, tmp_path, monkeypatch,
+                                                        args, shown):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    given = [arg.format(checkpoint=tiny_checkpoint, corpus=small_corpus) for arg in args]
+    printed = CliRunner().invoke(cli, given)
+    assert printed.exit_code == 2 and printed.stderr.startswith(shown), printed.output
+    assert len(printed.stderr.splitlines()) == 1 and list(work.iterdir()) == []
+
+
+def test_a_missing_text_file_is_named_as_the_command_spells_it(tiny_checkpoint, tmp_path):
+    missing = tmp_path / "missing.txt"
+    printed = CliRunner().invoke(cli, ["eval-perplexity", str(tiny_checkpoint), str(missing)])
+    assert printed.exit_code == 1
+    assert printed.stderr == f"Error: TEXT_FILE {missing} does not exist\n"
+
+
+def test_a_recorded_samples_prime_is_checked_as_the_configuration_is_made(small_corpus, tmp_path):
+    with pytest.raises(ConfigError, match="^sample_prime is not valid UTF-8"):
+        charrnn.train(small_corpus, out_dir=tmp_path / "run", max_steps=5, sample_every=5,
+                      sample_prime="\udcff")
+    assert not (tmp_path / "run").exists()

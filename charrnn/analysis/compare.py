@@ -24,7 +24,7 @@ from charrnn.models.evaluate import require_scorable
 from charrnn.models.pretrained import run_name
 from charrnn.training.checkpoint import load_model
 from charrnn.utils.terminal import shown
-from charrnn.utils.text import checkpoint_labels, format_epoch, format_score
+from charrnn.utils.text import checkpoint_labels, format_epoch, format_score, markdown_text
 
 
 @dataclass(frozen=True)
@@ -279,16 +279,16 @@ def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note
         epoch = format_epoch(r.epoch)
         scores = " | ".join([format_score(r.nats_per_char), format_score(r.bits_per_char),
                              format_score(r.perplexity, 3)])
-        row = f"| {label} | {r.run} | {epoch} | {r.step} | {scores} |"
+        row = f"| {markdown_text(label)} | {markdown_text(r.run)} | {epoch} | {r.step} | {scores} |"
         if settings.dynamic is not None:
             row += f" {format_score(r.dynamic['nats_per_char'] if r.dynamic else None)} |"
         if memorised:
             row += _memorisation_cells(r.memorisation)
         lines.append(row)
     for r, label in zip(reports, labels, strict=True):
-        lines += ["", f"## {label}", ""]
+        lines += ["", f"## {markdown_text(label)}", ""]
         if r.error:
-            lines += [f"*{r.error}*", ""]
+            lines += [f"*{markdown_text(r.error)}*", ""]
         if r.sample is not None:
             sample = shown(r.sample)
             fence = _fence(sample)

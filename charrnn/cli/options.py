@@ -74,12 +74,17 @@ def parse_advanced(pairs: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     return {name: _typed(name, text) for name, text in pairs}
 
 
+# The library's parameters that a command fills from one of its own under another name.
+API_ALIASES = {"file": "text_file", "run_dir": "checkpoints"}
+
+
 def option_namer(command: click.Command | None) -> Callable[[str], str]:
     """How the command line names a library parameter: its flag (``max_steps`` → ``--max-steps``),
     an argument's metavar, or ``-o name`` for an advanced setting."""
     flags = {param.name: param.opts[0] if isinstance(param, click.Option) else param.human_readable_name
              for param in (_params(command) if command is not None else [])}
-    return lambda name: flags.get(name) or (f"-o {name}" if "advanced" in flags else name)
+    return lambda name: flags.get(name) or flags.get(API_ALIASES.get(name, "")) or (
+        f"-o {name}" if "advanced" in flags else name)
 
 
 def _params(command: click.Command) -> list[click.Parameter]:

@@ -97,7 +97,7 @@ class ProgressBar(TrainObserver):
         if tuned is not None:
             now, before = plan.model_config.to_dict(), tuned.model_before.to_dict()
             kept = ", ".join(
-                f"{field} {now[field]:g}" + ("" if now[field] == before[field] else
+                f"{option(field)} {now[field]:g}" + ("" if now[field] == before[field] else
                                              f" (given; the checkpoint's {before[field]:g})")
                 for field in REGULARISATION_RATES if now[field] or before[field]) or "no dropout"
             grown = f"; the vocabulary grows from {tuned.vocab_before} to {len(plan.vocab)} characters" \
@@ -107,7 +107,7 @@ class ProgressBar(TrainObserver):
         resume = plan.resume
         if resume is not None:
             for key, old, new in resume.changes:
-                self._say(f"resuming with {key}: {old!r} → {new!r}")
+                self._say(f"resuming with {option(key)}: {old!r} → {new!r}")
             where = f" into a new branch {plan.config.out_dir}" if resume.branch else ""
             self._say(f"resuming {resume.checkpoint} at step {resume.step:,} (epoch {resume.epoch:.2f})"
                             f"{where}")

@@ -130,11 +130,13 @@ def corpus_path(corpus: dict[str, Any]) -> Path:
             raise CharrnnError(f"the training corpus {corpus['path']} is gone")
         return recorded
     name, path = known
-    fetch = f"`charrnn data get {name}` fetches it (the data directory is ./data, or ${DATA_DIR_ENV})"
+    where = f"(the data directory is ./data, or ${DATA_DIR_ENV})"
     if not path.is_file():
-        raise CharrnnError(f"the training corpus, {name}, is not at {path}: {fetch}")
+        raise CharrnnError(f"the training corpus, {name}, is not at {path}: `charrnn data get {name}` "
+                           f"fetches it {where}")
     if scan_corpus(path).sha256 != corpus["sha256"]:
-        raise CharrnnError(f"{path} is not the text of {name} (it was changed): {fetch} again with --force")
+        raise CharrnnError(f"{path} is not the text of {name} (it was changed): `charrnn data get {name} "
+                           f"--force` fetches it again {where}")
     return path
 
 

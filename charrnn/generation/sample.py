@@ -27,7 +27,7 @@ def default_warmup(vocab: Vocab) -> str:
 
 def encode_prime(vocab: Vocab, prime: str) -> torch.Tensor:
     """Ids of the prime; characters outside the vocabulary are named in the error."""
-    require_valid_text(prime, "the prime")
+    require_valid_text(prime, "prime")
     try:
         return vocab.encode(prime).long()
     except UnknownCharactersError as exc:

@@ -253,7 +253,7 @@ def fine_tune_config(source: ModelConfig, model_options: dict[str, Any], vocab_s
             continue
         if key not in REGULARISATION_FIELDS:
             raise OptionConflict(f"{option(key)} {value!r} contradicts the {option('init_from')} checkpoint "
-                                 f"({key} {values[key]!r}); fine-tuning keeps the model's shape")
+                                 f"({option(key)} {values[key]!r}); fine-tuning keeps the model's shape")
         values[key] = value
     return ModelConfig(**values)
 
@@ -268,8 +268,8 @@ def resume_config(
     for key, value in model_options.items():
         if getattr(model_config, key) != value:
             raise OptionConflict(
-                f"{option(key)} {value!r} contradicts the checkpoint ({key} {getattr(model_config, key)!r}); "
-                f"a resumed run keeps its model"
+                f"{option(key)} {value!r} contradicts the checkpoint ({option(key)} "
+                f"{getattr(model_config, key)!r}); a resumed run keeps its model"
             )
     # Checkpoints from before these options trained in fp32, kept no average and held out all of val_frac.
     # Every evaluation scores the text best.pt was scored on (older runs scored part of it in training).
@@ -290,8 +290,8 @@ def resume_config(
         if key not in RESUME_MAY_CHANGE:
             may_change = ", ".join(option(name) for name in RESUME_MAY_CHANGE if name != "device")
             raise OptionConflict(
-                f"{option(key)} {_shown(value)} contradicts the checkpoint ({key} {_shown(saved.get(key))}); "
-                f"resuming may change only {may_change} and the device"
+                f"{option(key)} {_shown(value)} contradicts the checkpoint ({option(key)} "
+                f"{_shown(saved.get(key))}); resuming may change only {may_change} and the device"
             )
         changes.append((key, saved.get(key), value))
         saved[key] = value

@@ -7,18 +7,25 @@ import html
 from pathlib import Path
 from typing import Any
 
-from charrnn.errors import CharrnnError
-from charrnn.utils.terminal import shown_parts
+from charrnn.errors import ConfigError
+from charrnn.utils.terminal import shown, shown_parts
 
 
-def require_valid_text(text: str, what: str) -> str:
-    """Return ``text``, or say which byte made it invalid UTF-8; ``what`` names the text. An argument
-    that is not UTF-8 arrives with each bad byte as a lone surrogate (Python's surrogateescape)."""
+def require_valid_text(text: str, field: str) -> str:
+    """Return ``text``, the option ``field``'s value, or refuse it naming the byte that made it invalid
+    UTF-8. An argument that is not UTF-8 arrives with each bad byte as a lone surrogate (surrogateescape)."""
     for position, char in enumerate(text):
         if "\ud800" <= char <= "\udfff":
             byte = f" (byte 0x{ord(char) - 0xDC00:02x})" if ord(char) >= 0xDC80 else ""
-            raise CharrnnError(f"{what} is not valid UTF-8{byte} at character {position}")
+            raise ConfigError(f"is not valid UTF-8{byte} at character {position}", field)
     return text
+
+
+def markdown_text(text: str) -> str:
+    """``text`` (hidden characters as their escapes) as Markdown shows it literally, in a table cell too:
+    markup escaped, line breaks as ``<br>``, and each mark Markdown would read as its character reference."""
+    marks = {ord(mark): f"&#{ord(mark)};" for mark in "\\`*_[]#|~"} | {ord("\n"): "<br>"}
+    return html.escape(shown(text), quote=False).translate(marks)
 
 
 def html_text(text: str) -> str:

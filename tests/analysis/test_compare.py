@@ -1,5 +1,6 @@
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,16 @@ def test_markdown_has_table_and_fenced_samples(tiny_run, other_run):
     document = to_markdown(reports, settings(prime=""), note)
     assert "| checkpoint | run | epoch | steps | nats/char | bits/char | perplexity |" in document
     assert document.count("```text") == 2 and "Note: the checkpoints have different vocabularies" in document
+
+
+def test_markdown_shows_a_runs_name_literally_in_the_table(tiny_run, tmp_path):
+    odd = tmp_path / "a|b_x_*"
+    shutil.copytree(tiny_run, odd)
+    reports, note = compare_checkpoints([odd / "best.pt"], settings(prime=""))
+    row = next(line for line in to_markdown(reports, settings(prime=""), note).splitlines()
+               if line.startswith("| best.pt"))
+    assert row.startswith("| best.pt | a&#124;b&#95;x&#95;&#42; |")
+    assert row.count("|") == 8  # the columns of the table, none from the name
 
 
 def render(reports, width: int) -> str:

@@ -105,7 +105,7 @@ def test_resume_continues_the_run_with_epoch_checkpoints(runner, small_corpus):
     run = Path("checkpoints/small")
     resumed = invoke(runner, "train", "--resume", run / "last.pt", "--epochs", "2")
     assert resumed.exit_code == 0, resumed.output
-    assert "resuming with epochs: 1.0 → 2.0" in resumed.stderr
+    assert "resuming with --epochs: 1.0 → 2.0" in resumed.stderr
     assert [p.name[:9] for p in sorted(run.glob("epoch*.pt"))] == ["epoch0001", "epoch0002"]
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r.get("epoch_checkpoint", "")[:9] for r in records] == ["epoch0001", "epoch0002"]
@@ -116,7 +116,7 @@ def test_resume_continues_the_run_with_epoch_checkpoints(runner, small_corpus):
     ("extra", "fragment"),
     [(["--max-steps", "6", "--hidden", "48"], "--hidden 48 contradicts the checkpoint"),
      (["--max-steps", "6", "--seq-len", "8"],
-      "--seq-len 8 contradicts the checkpoint (seq_len 16); resuming may change only --epochs"),
+      "--seq-len 8 contradicts the checkpoint (--seq-len 16); resuming may change only --epochs"),
      (["--max-steps", "6", "--overwrite"], "--overwrite with --resume replaces nothing"),
      (["--max-steps", "3"], "this run already reached --max-steps 3")],
 )
@@ -227,7 +227,7 @@ def test_a_time_budget_says_what_it_leaves_to_the_defaults(runner, tiny_checkpoi
 
 def test_fine_tune_refuses_another_shape(runner, tiny_checkpoint, small_corpus):
     result = invoke(runner, "train", small_corpus, "--init-from", tiny_checkpoint, "--hidden", "64")
-    assert_one_line_error(result, "--hidden 64 contradicts the --init-from checkpoint (hidden_size 32)")
+    assert_one_line_error(result, "--hidden 64 contradicts the --init-from checkpoint (--hidden 32)")
 
 
 def test_sample_to_file_and_several_samples(runner, tiny_checkpoint):
@@ -808,7 +808,7 @@ def test_a_fine_tune_says_what_it_keeps_and_how_its_vocabulary_grows(runner, tin
                                                                      tmp_path):
     novel = tmp_path / "novel.txt"
     novel.write_text(small_corpus.read_text(encoding="utf-8") + "{~|}\n" * 20, encoding="utf-8")
-    for extra, said in ((["--dropout", "0.2"], "dropout 0.2 (given; the checkpoint's 0)"),
+    for extra, said in ((["--dropout", "0.2"], "--dropout 0.2 (given; the checkpoint's 0)"),
                         ([], "no dropout")):
         result = invoke(runner, "train", novel, "--init-from", tiny_checkpoint, "--extend-vocab",
                         "--max-steps", "1", "--quiet", "--out", f"tuned{len(extra)}", *extra)

@@ -117,23 +117,64 @@ def test_export_refusals_are_one_line_and_write_nothing(tiny_checkpoint, tmp_pat
 
 def browser_text(page: Path, query: str, tmp_path: Path) -> tuple[str, str]:
     """What headless Chromium shows in the page's output after running it with ``query``: (state, text)."""
-    state, shown = browser_output(page, query, tmp_path)
+    return browser_texts(page, [query], tmp_path)[0]
+
+
+def browser_texts(page: Path, queries: list[str], tmp_path: Path) -> list[tuple[str, str]]:
+    """:func:`browser_text` for each query, all in one browser."""
+    return [(state, text_of(markup)) for state, markup in browser_outputs(page, queries, tmp_path)]
+
+
+def text_of(markup: str) -> str:
+    """The text the page's output shows."""
     # Hidden characters are drawn as marks, each holding the character itself: the text is the marks' removed.
-    return state, html.unescape(re.sub(r"<[^>]*>", "", shown))
+    return html.unescape(re.sub(r"<[^>]*>", "", markup))
 
 
 def browser_output(page: Path, query: str, tmp_path: Path) -> tuple[str, str]:
     """The page's output after running it with ``query``: (state, its markup)."""
-    dom = browser_dom(page, query, tmp_path)
-    found = re.search(r'<pre id="output" data-state="([a-z]+)">(.*?)</pre>', dom, re.S)
-    assert found is not None, dom[-2000:]
-    return found.group(1), found.group(2)
+    return browser_outputs(page, [query], tmp_path)[0]
+
+
+# Runs the page once per query, each in a frame of its own, and writes every output's state and markup.
+HARNESS = """<!doctype html><meta charset="utf-8"><pre id="results"></pre><script>
+const frames = JSON.parse(new URLSearchParams(location.search).get("q")).map(query => {
+  const frame = document.createElement("iframe");
+  frame.src = PAGE + "?" + query;
+  document.body.append(frame);
+  return frame;
+});
+function settled() {
+  const outputs = frames.map(frame => frame.contentDocument?.getElementById("output"));
+  if (outputs.every(output => output?.dataset.state && output.dataset.state !== "running")) {
+    document.getElementById("results").textContent =
+      JSON.stringify(outputs.map(output => [output.dataset.state, output.innerHTML]));
+  } else {
+    setTimeout(settled, 50);
+  }
+}
+addEventListener("load", settled);
+</script>"""
+
+
+def browser_outputs(page: Path, queries: list[str], tmp_path: Path) -> list[tuple[str, str]]:
+    """:func:`browser_output` for each query, all in one browser."""
+    from urllib.parse import quote
+
+    harness = page.with_name(f"{page.stem}-harness.html")
+    harness.write_text(HARNESS.replace("PAGE", json.dumps(page.name)), encoding="utf-8")
+    dom = browser_dom(harness, f"q={quote(json.dumps(queries))}", tmp_path)
+    found = re.search(r'<pre id="results">(.*?)</pre>', dom, re.S)
+    assert found is not None and found.group(1), dom[-2000:]
+    return [tuple(each) for each in json.loads(html.unescape(found.group(1)))]
 
 
 def browser_dom(page: Path, query: str, tmp_path: Path) -> str:
     """The whole page, as headless Chromium leaves it after running it with ``query``."""
+    # File access: a harness page reads the outputs of the pages it frames (browser_outputs).
     dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-                          f"--user-data-dir={tmp_path}", "--virtual-time-budget=120000", "--dump-dom",
+                          "--allow-file-access-from-files", f"--user-data-dir={tmp_path}",
+                          "--virtual-time-budget=120000", "--dump-dom",
                           f"{page.as_uri()}?{query}"], capture_output=True, timeout=300).stdout
     return dom.decode("utf-8")  # not text=True: that would read a carriage return as a line end
 
@@ -233,26 +274,28 @@ def test_the_page_accepts_and_refuses_every_settings_row_as_the_command_line_doe
     page = tmp_path / "page.html"
     charrnn.export(tiny_checkpoint, page)
     greedy = charrnn.sample(tiny_checkpoint, "ROMEO:", 12, greedy=True).text
-    for index, (name, text) in enumerate(SETTING_ROWS):
+    queries, expected = [], []
+    for name, text in SETTING_ROWS:
         try:
             read_setting(name, text)
-            expected = "done"
+            expected.append("done")
         except CharrnnError:
-            expected = "error"
+            expected.append("error")
         length = "" if name == "length" else "length=12&"
-        state, shown = browser_text(page, f"prime=ROMEO:&{length}{name}={quote(text)}&autorun=1",
-                                    tmp_path / f"profile{index}")
-        assert state == expected, (name, text, shown)
-        if (name, text) == ("temperature", "1e-310"):  # sampling so cold that it is greedy, in both doors
-            assert shown == greedy == charrnn.sample(tiny_checkpoint, "ROMEO:", 12, temperature=1e-310,
-                                                     seed=1).text
+        queries.append(f"prime=ROMEO:&{length}{name}={quote(text)}&autorun=1")
+    shown = browser_texts(page, queries, tmp_path / "rows")
+    assert [state for state, _ in shown] == expected, list(zip(SETTING_ROWS, shown, strict=True))
+    # Sampling so cold that it is greedy, in both doors.
+    assert shown[SETTING_ROWS.index(("temperature", "1e-310"))][1] == greedy == charrnn.sample(
+        tiny_checkpoint, "ROMEO:", 12, temperature=1e-310, seed=1).text
     # A repeated setting takes its last value, as a repeated option does.
     assert browser_text(page, "prime=ROMEO:&length=20&length=ten&autorun=1", tmp_path / "twice")[0] == "error"
     assert CliRunner().invoke(cli, ["sample", str(tiny_checkpoint), "--length", "20", "--length", "ten"]
                               ).exit_code == 2
     # Seeds that differ by a multiple of 2**32 are one seed to torch's generator, and so to the page.
-    seeded = [browser_text(page, f"prime=ROMEO:&length=30&seed={seed}&autorun=1", tmp_path / f"seed{seed}")
-              for seed in (1, 2**53 + 1, 2)]
+    seeds = (1, 2**53 + 1, 2)
+    seeded = browser_texts(page, [f"prime=ROMEO:&length=30&seed={seed}&autorun=1" for seed in seeds],
+                           tmp_path / "seeds")
     assert seeded[0] == seeded[1] != seeded[2]
     assert charrnn.sample(tiny_checkpoint, "ROMEO:", 30, seed=1).text == charrnn.sample(
         tiny_checkpoint, "ROMEO:", 30, seed=2**53 + 1).text
@@ -272,13 +315,13 @@ def test_the_page_keeps_a_prime_exactly_as_the_command_line_does(tmp_path):
     for index, prime in enumerate(["ROMEO: my\r\nJULIET:", "\nROMEO:", "\r\r"]):
         charrnn.export(checkpoint, page, prime=prime)
         expected = charrnn.sample(checkpoint, prime, 60, greedy=True).text
-        from_address = browser_text(page, f"prime={quote(prime)}&length=60&greedy=1&autorun=1",
-                                    tmp_path / f"address{index}")
-        from_default = browser_text(page, "length=60&greedy=1&autorun=1", tmp_path / f"default{index}")
+        # From the address, and from the prime box the export filled.
+        queries = [f"prime={quote(prime)}&length=60&greedy=1&autorun=1", "length=60&greedy=1&autorun=1"]
+        outputs = browser_outputs(page, queries, tmp_path / f"profile{index}")
+        from_address, from_default = [(state, text_of(markup)) for state, markup in outputs]
         assert from_address == from_default == ("done", expected), prime
         # Shown, not obeyed: each carriage return is drawn as its escape, beside the character itself.
-        markup = browser_output(page, f"prime={quote(prime)}&length=60&greedy=1&autorun=1",
-                                tmp_path / f"markup{index}")[1]
+        markup = outputs[0][1]
         assert markup.count('<span class="hidden" data-shown="\\r">') == expected.count("\r")
 
 
