@@ -24,8 +24,6 @@ class Beam:
     stopped: bool  # ended by the stop string before reaching the length limit
 
 
-
-
 def length_normaliser(lengths: torch.Tensor, alpha: float) -> torch.Tensor:
     """Wu et al. (2016)'s ``((5 + n) / 6) ** alpha`` for beams of ``n`` generated characters."""
     return ((5.0 + lengths.double()) / 6.0) ** alpha

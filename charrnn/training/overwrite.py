@@ -5,7 +5,6 @@ another directory for its text files (docs/files.md, "Outputs are checked agains
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,14 @@ from charrnn.models.pretrained import resolve_shipped
 from charrnn.training.manifest import EPOCH_CHECKPOINT_GLOB, read_header
 from charrnn.training.rundir import RUN_FILES
 from charrnn.training.runlock import LOCK_NAME
-from charrnn.utils.files import TEMPORARY_GLOB, TEMPORARY_PREFIX, refuse_writing_in_shipped, same_file
+from charrnn.utils.files import (
+    TEMPORARY_GLOB,
+    TEMPORARY_PREFIX,
+    real_path,
+    refuse_writing_in_shipped,
+    same_file,
+    within_folder,
+)
 
 RESERVED = (*RUN_FILES, LOCK_NAME)  # the names a run directory keeps for its own files
 
@@ -47,7 +53,7 @@ def refuse_writing_over_reads(target: Path, name: str, reads: dict[str, Any],
                 raise OptionConflict(f"{option(name)} {target} is {shown}: writing it would destroy what is "
                                      f"read; choose another {what}")
             corpora = [file for file, part in parts.items() if part == CORPUS and file.is_dir()]
-            inside = next((corpus for corpus in corpora if _within(target, corpus)), None)
+            inside = next((corpus for corpus in corpora if within_folder(target, corpus)), None)
             if inside is not None:
                 whose = "" if inside == path else f" that {read} was trained on"
                 raise OptionConflict(f"{option(name)} {target} is inside the corpus directory "
@@ -103,18 +109,10 @@ def _trained_on(checkpoint: Path) -> Path | None:
     return corpus_location(corpus) if isinstance(corpus.get("sha256"), str) else Path(path)
 
 
-def _within(path: Path, directory: Path) -> bool:
-    """Whether ``path`` (its links followed) lies inside ``directory``."""
-    try:
-        return Path(os.path.realpath(path)).is_relative_to(Path(os.path.realpath(directory)))
-    except (OSError, ValueError):
-        return False
-
-
 def _refuse_a_run_directorys_name(target: Path, name: str) -> None:
     """Refuse an output that would land, through any link, on a name a run directory keeps for itself
     (its checkpoints, records, lock and temporaries)."""
-    for landing in dict.fromkeys([target, Path(os.path.realpath(target))]):
+    for landing in dict.fromkeys([target, real_path(target)]):
         folder = landing.parent
         if not any((folder / reserved).exists() for reserved in RESERVED):
             continue

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -42,9 +44,14 @@ def restore_cuda_rng(states: list[torch.Tensor]) -> None:
         torch.cuda.set_rng_state(state, index)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:120] if text else type(exc).__name__
+@contextmanager
+def _refusing_to_resume(problem: str) -> Iterator[None]:
+    """Turn a saved state that will not load into "cannot resume: ``problem``", with the first line of why."""
+    try:
+        yield
+    except (ValueError, KeyError, TypeError, RuntimeError, IndexError, AttributeError) as exc:
+        why = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+        raise CharrnnError(f"cannot resume: {problem} ({why})") from None
 
 
 def _plain_python_rng_state(state: tuple) -> list:
@@ -165,11 +172,8 @@ class TrainingRun:
                                f" this run needs {[tuple(shape) for shape in expected]}")
         # A best.pt that holds the averaged weights keeps the trained ones for training to go on from.
         self.model.load_state_dict(payload.get("training_weights") or payload["model_state"])
-        try:
+        with _refusing_to_resume("optimizer_state does not fit this model"):
             self.optimizer.load_state_dict(payload["optimizer_state"])
-        except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as exc:
-            raise CharrnnError(f"cannot resume: optimizer_state does not fit this model ({_first_line(exc)})"
-                               ) from None
         self.step = payload["step"]
         self.epochs_done = payload["epoch"]
         self.position = payload["epoch_step"]
@@ -177,22 +181,16 @@ class TrainingRun:
         self.best = EvalResult(**payload["best"]) if payload.get("best") else None
         self.best_is_average = bool(payload.get("best_is_average"))
         if self.average is not None:
-            try:
+            with _refusing_to_resume("weight_average does not fit this run"):
                 self.average.load_state(payload["weight_average"])
-            except (ValueError, KeyError, TypeError, RuntimeError, AttributeError) as exc:
-                raise CharrnnError(f"cannot resume: weight_average does not fit this run ({_first_line(exc)})"
-                                   ) from None
         self.skipped = payload.get("skipped_steps", 0)
         self.run_id = payload.get("run_id", self.run_id)
         self.latest_eval = payload.get("latest_eval")
         rng = payload["rng"]
-        try:
+        with _refusing_to_resume("rng holds no valid generator state"):
             random.setstate(_python_rng_state(rng["python"]))
             torch.set_rng_state(rng["torch"])
             restore_cuda_rng(rng.get("cuda") or [])
-        except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as exc:
-            raise CharrnnError(f"cannot resume: rng holds no valid generator state ({_first_line(exc)})"
-                               ) from None
 
     def carried_state(self) -> tuple[torch.Tensor, ...]:
         """The hidden state of all ``batch_size`` streams (a collective: every rank must call it)."""

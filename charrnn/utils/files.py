@@ -99,7 +99,7 @@ def resolve_destination(path: Path) -> Path:
     path = Path(path)
     if not path.is_symlink():
         return path
-    resolved = Path(os.path.realpath(path))
+    resolved = real_path(path)
     if resolved.is_symlink():  # realpath gives up on a loop and returns one of its links
         raise CharrnnError(f"cannot write {path}: {os.strerror(errno.ELOOP)}")
     return resolved
