@@ -30,6 +30,7 @@ from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionCon
 from charrnn.generation.trained import TrainedModel, refuse_several_texts_in_a_stream, seeded
 from charrnn.models.pretrained import resolve_shipped, run_name
 from charrnn.training.observer import TrainObserver
+from charrnn.utils.terminal import one_line
 from charrnn.utils.text import markdown_text, require_valid_text
 from charrnn.utils.threads import check_threads, use_threads
 
@@ -773,7 +774,7 @@ class Evolution:
     def to_markdown(self) -> str:
         """A table of step, epoch, validation loss and text (line breaks as ``<br>``, markup escaped, other
         hidden characters as their escapes)."""
-        lines = [f"# Samples while training: {self.run_dir.name or self.run_dir}", "",
+        lines = [f"# Samples while training: {markdown_text(str(self.run_dir.name or self.run_dir))}", "",
                  "| step | epoch | val nats/char | sample |", "|---:|---:|---:|---|"]
         for row in self.rows:
             loss = "" if row.val_loss is None else f"{row.val_loss:.4f}"
@@ -840,7 +841,7 @@ def export(checkpoint: PathArg, output: PathArg, *, title: str | None = None, pr
     unknown = model.vocab.outside(Counter(prime))
     if unknown:
         raise CharrnnError(f"the prime has characters the model never saw: {', '.join(map(repr, unknown))}")
-    name = title or f"charrnn: {run_name(model.checkpoint) or model.checkpoint.stem}"
+    name = title or f"charrnn: {one_line(run_name(model.checkpoint) or model.checkpoint.stem)}"
     shape = model.network.config
     about = (f"A character-level {shape.num_layers}×{shape.hidden_size} {shape.cell.upper()} trained for "
              f"{model.payload.get('step', 0):,} steps, generating text in this page.")

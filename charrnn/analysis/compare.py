@@ -250,12 +250,12 @@ def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note
     lines = [
         "# Checkpoint comparison",
         "",
-        f"Prime {settings.prime!r}, {settings.sample.length} characters, {decoding}; "
-        f"scored on {reports[0].scored_on if reports else 'validation split'}.",
+        f"Prime {markdown_text(repr(settings.prime))}, {settings.sample.length} characters, {decoding}; "
+        f"scored on {markdown_text(reports[0].scored_on if reports else 'validation split')}.",
         "",
     ]
     if note:
-        lines += [f"Note: {note}.", ""]
+        lines += [f"Note: {markdown_text(note)}.", ""]
     if settings.dynamic is not None:
         dynamic = settings.dynamic
         lines += [f"Dynamic evaluation: lr {dynamic.learning_rate:g}, decay {dynamic.decay:g}, "
@@ -270,7 +270,7 @@ def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note
         references = list(dict.fromkeys(r.against for r in reports if r.against))
         against = references[0] if len(references) == 1 else "each checkpoint's own training split"
         the = "the " if against.startswith("training split") else ""
-        lines += [f"Memorisation measured against {the}{against}.", ""]
+        lines += [f"Memorisation measured against {the}{markdown_text(against)}.", ""]
         header += f" known words | longest copy (chars) | copied (runs ≥ {COPY_MIN_CHARS}) |"
         rule += " ---: | ---: | ---: |"
     lines += [header, rule]

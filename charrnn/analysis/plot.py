@@ -12,6 +12,7 @@ from charrnn.errors import CharrnnError
 from charrnn.training.manifest import read_header
 from charrnn.training.rundir import read_metrics
 from charrnn.utils.files import atomic_write, parse_json
+from charrnn.utils.terminal import one_line
 
 INSTALL_HINT = "charrnn plot needs matplotlib: pip install 'charrnn-cli[plot]'"
 
@@ -22,8 +23,11 @@ def run_labels(run_dirs: list[Path]) -> list[str]:
     for depth in range(1, max(len(p) for p in parts) + 1):
         labels = ["/".join(p[-depth:]) for p in parts]
         if len(set(labels)) == len(labels):
-            return labels
-    return [str(run_dir) for run_dir in run_dirs]
+            break
+    else:
+        labels = [str(run_dir) for run_dir in run_dirs]
+    # Shown as written: hidden characters escaped, and a "$" never starts matplotlib's mathematics.
+    return [one_line(label).replace("$", r"\$") for label in labels]
 
 
 def _pyplot():

@@ -80,8 +80,9 @@ def stream_stdout(pieces: Iterable[str], prefix: str = "") -> None:
 
 
 # Characters a terminal would act on or hide: controls (C0, DEL, C1: escapes, carriage returns, bells),
-# format characters (bidirectional overrides, zero-width joiners), line and paragraph separators.
-HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+# format characters (bidirectional overrides, zero-width joiners), line and paragraph separators, and
+# surrogates (a byte of a name that is not UTF-8): no file or terminal takes them.
+HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -91,10 +92,13 @@ def is_hidden(char: str) -> bool:
 
 
 def escape_char(char: str) -> str:
-    """``char`` as Python writes it in a string: ``\\r``, ``\\x1b``, ``\\u202e``."""
+    """``char`` as Python writes it in a string: ``\\r``, ``\\x1b``, ``\\u202e``; a byte that was not UTF-8
+    (Python's surrogateescape) as the byte, ``\\xff``."""
     code = ord(char)
     if char in NAMED_ESCAPES:
         return NAMED_ESCAPES[char]
+    if 0xDC80 <= code <= 0xDCFF:
+        code -= 0xDC00
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 

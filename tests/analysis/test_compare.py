@@ -1,5 +1,6 @@
 import io
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -121,6 +122,17 @@ def test_markdown_shows_a_runs_name_literally_in_the_table(tiny_run, tmp_path):
                if line.startswith("| best.pt"))
     assert row.startswith("| best.pt | a&#124;b&#95;x&#95;&#42; |")
     assert row.count("|") == 8  # the columns of the table, none from the name
+
+
+
+def test_markdown_and_the_page_take_a_run_name_that_is_not_utf8(tiny_run, tmp_path):
+    odd = tmp_path / os.fsdecode(b"r\xffn")
+    shutil.copytree(tiny_run, odd)
+    reports, note = compare_checkpoints([odd / "best.pt"], settings(prime="<!--|"))
+    document = to_markdown(reports, settings(prime="<!--|"), note)
+    assert "| r&#92;xffn |" in document and "Prime '&lt;!--&#124;'" in document
+    page = charrnn.export(odd, tmp_path / "page.html")
+    assert "<title>charrnn: r\\xffn</title>" in page.path.read_text(encoding="utf-8")
 
 
 def render(reports, width: int) -> str:

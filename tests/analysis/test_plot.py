@@ -1,4 +1,6 @@
 import json
+import os
+import shutil
 import struct
 import sys
 from pathlib import Path
@@ -85,6 +87,17 @@ def test_not_a_run_directory(tmp_path):
 def test_runs_sharing_a_directory_name_get_distinct_labels(tmp_path):
     assert run_labels([tmp_path / "a" / "run", tmp_path / "b" / "run"]) == ["a/run", "b/run"]
     assert run_labels([tmp_path / "x", tmp_path / "y"]) == ["x", "y"]
+
+
+def test_a_run_named_with_dollars_or_bytes_that_are_not_utf8_is_drawn_as_named(tmp_path):
+    pytest.importorskip("matplotlib")
+    odd = [tmp_path / "a$\\foo{$b", tmp_path / "x$^$", tmp_path / os.fsdecode(b"c\xffd")]
+    for run in odd:
+        shutil.copytree(exercise_like_run(tmp_path), run)
+        shutil.rmtree(tmp_path / "epochs")
+    assert run_labels(odd) == ["a\\$\\foo{\\$b", "x\\$^\\$", "c\\xffd"]
+    plot_runs(odd, tmp_path / "odd.png")
+    assert (tmp_path / "odd.png").stat().st_size > 0
 
 
 def exercise_like_run(root: Path) -> Path:

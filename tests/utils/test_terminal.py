@@ -2,6 +2,7 @@
 its escape; what ``sample`` writes as its product stays exact."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -127,3 +128,8 @@ def test_a_run_directory_named_with_markup_and_escapes_is_shown_as_written(hosti
     assert result.exit_code == 0, result.output
     assert "[bold]x[/bold]" in result.stdout and "\\x1b]0;t\\x07" in result.stdout
     assert_no_raw_hidden(result.stdout)
+
+
+def test_a_byte_that_was_not_utf8_is_shown_as_that_byte():
+    named = os.fsdecode(b"run\xff")  # a file name of another encoding, as Python reads it
+    assert is_hidden(named[-1]) and one_line(named) == "run\\xff" and shown("\udc00") == "\\udc00"
