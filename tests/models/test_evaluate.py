@@ -141,7 +141,7 @@ def test_on_a_trained_model_many_streams_land_within_the_bound_of_one(data_mirro
 
     shakespeare = charrnn.get_dataset(data_dir=tmp_path / "data").path
     charrnn.train(shakespeare, out_dir=tmp_path / "run", max_steps=150, hidden_size=64, batch_size=32,
-                  seq_len=64, learning_rate=5e-3, **kind)
+                  seq_len=64, learning_rate=5e-3, eval_chars=30_000, **kind)
     model = charrnn.load(tmp_path / "run" / "best.pt")
     ids = checkpoint_validation_ids(model.payload["corpus"], model.vocab)[:30_001]
     many, one = evaluate(model.network, ids), evaluate(model.network, ids, single_stream=True)
