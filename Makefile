@@ -7,8 +7,8 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 # The tests run in one process per core (pytest-xdist), at most four: most of their time is single-threaded
-# (subprocesses starting, files written and read).
-PYTEST := $(BIN)/python -m pytest -q -n auto --maxprocesses 4
+# (subprocesses starting, files written and read); an idle process takes tests queued for a busy one.
+PYTEST := $(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 
 .PHONY: setup demo test test-fast lint
 
