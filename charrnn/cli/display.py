@@ -16,11 +16,8 @@ from charrnn.utils.terminal import escape_char, is_hidden, one_line, shown_parts
 
 
 def key_value_table(title: str, rows: dict[str, str], fold: bool = False) -> Table:
-    """A two-column table; values are plain text, so paths with [brackets] are shown as they are, and
-    control characters escaped (a path holding a line break or a terminal escape stays one line).
-
-    ``fold``: long values wrap onto further lines instead of ending in an ellipsis.
-    """
+    """A two-column table of plain text: [brackets] shown as they are, control characters escaped (a
+    path stays one line). ``fold``: long values wrap instead of ending in an ellipsis."""
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column(overflow="fold" if fold else "ellipsis")

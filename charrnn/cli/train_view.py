@@ -43,16 +43,10 @@ DUE_LINE_WAIT_S = 5.0  # beyond LOG_EVERY_S, how long the watcher leaves a line 
 
 
 class ProgressBar(TrainObserver):
-    """Prints the run configuration, a tqdm bar with loss, chars/s and ETA, and eval lines.
-
-    Without a terminal on stderr (a log file, a pipe) there is no bar: a plain line at
-    every evaluation and at least every :data:`LOG_EVERY_S` seconds, each with the step,
-    epoch, training loss, chars/s, elapsed and remaining time and the last validation
-    loss, so a long job's log never looks hung. A step gets one line: a line falling due
-    is written at the next step unless an evaluation's line for the step comes first;
-    while one step or evaluation outlasts the interval, a watcher thread says so. The
-    remaining time never exceeds what is left of a time budget.
-    """
+    """Prints the run configuration, a tqdm bar with loss, chars/s and ETA, and eval lines. Without a
+    terminal (a log, a pipe), a self-contained line at every evaluation and at least every
+    :data:`LOG_EVERY_S` seconds instead, one per step at most; a watcher thread says when a step or an
+    evaluation outlasts that, so a long job's log never looks hung."""
 
     def __init__(self, console: Console, draw_bar: bool = True,
                  quiet: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
