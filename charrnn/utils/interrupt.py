@@ -14,12 +14,16 @@ EXIT_CODES = {"SIGHUP": 129, "SIGINT": 130, "SIGTERM": 143}  # 128 + the signal 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class Terminated(BaseException):
-    """SIGTERM or SIGHUP arrived; like ``KeyboardInterrupt``, not caught by ``except Exception``."""
+class Signalled(BaseException):
+    """A signal arrived (``signal_name``); like ``KeyboardInterrupt``, ``except Exception`` lets it by."""
 
     def __init__(self, signal_name: str):
         super().__init__(signal_name)
         self.signal_name = signal_name
+
+
+class Terminated(Signalled):
+    """SIGTERM or SIGHUP arrived outside training."""
 
 
 def _raise_terminated(signum: int, frame: FrameType | None) -> None:
@@ -42,12 +46,8 @@ def raise_on_termination() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-class StopRequested(BaseException):
+class StopRequested(Signalled):
     """A stop signal arrived inside :meth:`GracefulStop.raising`: the work in the block is dropped."""
-
-    def __init__(self, signal_name: str):
-        super().__init__(signal_name)
-        self.signal_name = signal_name
 
 
 class GracefulStop:
