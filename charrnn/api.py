@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from charrnn.config import (
     COMPARE_LENGTH,
     COMPARE_SEED,
+    EXPORT_FORMATS,
     SURPRISAL_TOP,
     DynamicConfig,
     InspectConfig,
@@ -811,12 +812,13 @@ def surprisal(checkpoint: PathArg, text: str | None = None, *, file: PathArg | N
 
 
 @dataclass(frozen=True)
-class WebPage:
-    """A model exported as a web page (:func:`export`)."""
+class Exported:
+    """A model written by :func:`export`: a web page, or a model folder."""
 
-    path: Path  # the page written
-    size: int  # its size in bytes
-    parameters: int  # the model's parameters, each stored as 4 bytes of float32
+    path: Path  # the page or the folder written
+    format: str  # page or safetensors
+    size: int  # the page's bytes, or the folder's weights file's
+    parameters: int  # the model's parameters
     encoding: str  # how the weights are stored
     checkpoint: Path  # the checkpoint exported
 
@@ -824,15 +826,27 @@ class WebPage:
         return {**asdict(self), "path": str(self.path), "checkpoint": str(self.checkpoint)}
 
 
-def export(checkpoint: PathArg, output: PathArg, *, title: str | None = None, prime: str = "",
-           threads: int | None = None) -> WebPage:
-    """Write ``checkpoint``'s model as one self-contained HTML page that generates text in a browser
-    with no Python, server or network (see :mod:`charrnn.generation.webpage`); ``prime`` fills the
-    page's prime box; ``threads``: as :func:`load`'s."""
+def export(checkpoint: PathArg, output: PathArg, *, format: str = "page", title: str | None = None,
+           prime: str = "", float32: bool = False, threads: int | None = None) -> Exported:
+    """Write ``checkpoint``'s model as one self-contained HTML page that generates text in a browser with
+    no Python, server or network (:mod:`charrnn.generation.webpage`; ``prime`` fills its prime box), or
+    with ``format="safetensors"`` as a model folder (:mod:`charrnn.training.model_folder`; ``float32``:
+    float32 weights, not the checkpoint's). ``threads``: as :func:`load`'s."""
+    if checked(format, str, "format") not in EXPORT_FORMATS:
+        raise ConfigError(f"must be one of {', '.join(EXPORT_FORMATS)}, not {format!r}", "format")
     if title is not None:
         require_valid_text(checked(title, str, "title"), "title")
     require_valid_text(checked(prime, str, "prime"), "prime")
+    checked(float32, bool, "float32")
     check_threads(threads)
+    page_only = [name for name, given in (("title", title is not None), ("prime", prime != "")) if given]
+    if format == "safetensors" and page_only:
+        raise OptionConflict(f"{option(page_only[0])} is the page's: a model folder has no "
+                             f"{'title' if page_only[0] == 'title' else 'prime box'}")
+    if format == "page" and float32:
+        raise OptionConflict(f"{option('float32')} is a model folder's: the page always stores float32")
+    if format == "safetensors":
+        return _export_folder(checkpoint, output, float32, threads)
     target = check_output(output, "output", {"checkpoint": checkpoint})
     from charrnn.generation.webpage import ENCODING, export_page
     from charrnn.utils.files import atomic_write_text
@@ -847,8 +861,25 @@ def export(checkpoint: PathArg, output: PathArg, *, title: str | None = None, pr
              f"{model.payload.get('step', 0):,} steps, generating text in this page.")
     page = export_page(model.network, model.vocab, name, about, prime)
     atomic_write_text(target, page)
-    parameters = sum(p.numel() for p in model.network.parameters())
-    return WebPage(target, len(page.encode("utf-8")), parameters, ENCODING, model.checkpoint)
+    return Exported(target, format, len(page.encode("utf-8")), _parameters(model), ENCODING, model.checkpoint)
+
+
+def _parameters(model: Model) -> int:
+    return sum(p.numel() for p in model.network.parameters())
+
+
+def _export_folder(checkpoint: PathArg, output: PathArg, float32: bool, threads: int | None) -> Exported:
+    """:func:`export` as a model folder, every refusal made before the checkpoint is loaded."""
+    from charrnn.training.model_folder import check_folder_output, write_model_folder
+
+    target = _require_path(output, "output")
+    check_folder_output(target, option("output"), resolve_shipped(_require_path(checkpoint, "checkpoint")))
+    model = _load(checkpoint, "cpu", "checkpoint", threads)
+    name = run_name(model.checkpoint) or model.checkpoint.stem
+    size = write_model_folder(model.payload, target, name, float32)
+    dtype = "float32" if float32 else str(next(iter(model.payload["model_state"].values())).dtype)
+    return Exported(target, "safetensors", size, _parameters(model),
+                    f"{dtype.removeprefix('torch.')} safetensors", model.checkpoint)
 
 
 def plot(run_dirs: Sequence[PathArg], output: PathArg = "curves.png") -> Path:

@@ -40,6 +40,7 @@ EVAL_STREAMS = 128
 VAL_MAX_CHARS = 300_000
 INSPECT_FEATURES: tuple[str, ...] = ("quotes", "line-position", "indent")  # what inspect --rank tracks
 INSPECT_TOP = 10  # how many units inspect --rank lists unless told
+EXPORT_FORMATS = ("page", "safetensors")  # export writes a web page that generates text, or a model folder
 COPY_MIN_CHARS = 32  # a copied passage at least this long counts towards copied_fraction
 MAX_FORGET_BIAS = 1e3  # the gate is saturated far below this; beyond float32 it would overflow
 MAX_SPECTRAL_RADIUS = 1e3  # far beyond any useful reservoir; huge radii overflow the weights to infinity

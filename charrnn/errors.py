@@ -28,6 +28,12 @@ def options_spelled(spell: Callable[[str], str]) -> Iterator[None]:
         _SPELLING.reset(token)
 
 
+def first_line(exc: BaseException, most: int = 160) -> str:
+    """The first line of a library's exception, shortened to ``most`` characters, for a one-line message."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text if len(text) <= most else text[: most - 1].rstrip() + "…"
+
+
 class CharrnnError(Exception):
     """A user-facing failure: bad input, a missing file, an invalid option."""
 

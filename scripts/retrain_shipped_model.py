@@ -1,11 +1,11 @@
 """Retrain the model that ships inside charrnn (``charrnn sample shakespeare``) from scratch.
 
     python scripts/retrain_shipped_model.py            # about 4 minutes on two CPU cores
-    python scripts/retrain_shipped_model.py --hidden 192 --skip-connections --output /tmp/other.pt
+    python scripts/retrain_shipped_model.py --hidden 192 --skip-connections --output /tmp/other
 
 Downloads tiny Shakespeare (checksum-verified; ``CHARRNN_DATA_MIRROR`` points elsewhere), trains the
 shape given with the settings a time budget gives that shape for five passes (dropout and weight average
-from the same rules: charrnn.training.budget), rounds the weights to 16 bits, and writes a checkpoint
+from the same rules: charrnn.training.budget), rounds the weights to 16 bits, and writes a model folder
 that records the corpus (its sha256 and split), the exact training settings, and the validation score of
 the weights as shipped: the validation split read as one text (``eval-perplexity shakespeare --text``
 over it gives the same number; tests/models/test_pretrained.py checks it).
@@ -27,6 +27,7 @@ from charrnn.models.pretrained import shipped_path
 from charrnn.training.budget import average_decay_for_steps, dropout_for_epochs
 from charrnn.training.budget_rules import BUDGET_MOST_EPOCHS
 from charrnn.training.checkpoint import load_checkpoint, save_checkpoint
+from charrnn.training.model_folder import write_model_folder
 
 SHIPPED_DTYPE = torch.float16  # the weights' precision in the file: half float32's size, within 2 MB
 
@@ -43,11 +44,11 @@ def public_url(dataset) -> str:
 @click.option("--batch-size", default=16, show_default=True, help="Streams per step.")
 @click.option("--lr", default=5e-3, show_default=True, help="Peak learning rate.")
 @click.option("--seed", default=1, show_default=True, help="The run's seed.")
-@click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
-              default=shipped_path("shakespeare"), show_default=True, help="Where the checkpoint goes.")
+@click.option("--output", type=click.Path(file_okay=False, path_type=Path),
+              default=shipped_path("shakespeare"), show_default=True, help="The model folder to write.")
 def main(hidden: int, layers: int, skip_connections: bool, batch_size: int, lr: float, seed: int,
          output: Path) -> None:
-    """Train, round to 16 bits, score, and write the shipped checkpoint."""
+    """Train, round to 16 bits, score, and write the shipped model folder."""
     with tempfile.TemporaryDirectory(prefix="charrnn-shipped-") as work:
         corpus = fetch(DEFAULT_DATASET, Path(work) / "data").path
         text = corpus.read_text(encoding="utf-8")
@@ -69,6 +70,8 @@ def main(hidden: int, layers: int, skip_connections: bool, batch_size: int, lr: 
             "train_config": {**trained["train_config"], "out_dir": "."},
             "step": trained["step"],
             "progress_epochs": trained["progress_epochs"],
+            "elapsed_s": trained["elapsed_s"],
+            "machine": trained["machine"],
         }
         validation = text[trained["corpus"]["split_point"]:]
         staged = Path(work) / "shipped.pt"
@@ -76,10 +79,10 @@ def main(hidden: int, layers: int, skip_connections: bool, batch_size: int, lr: 
         score = charrnn.perplexity(staged, validation, device="cpu")
         payload["best"] = asdict(score.score)
         payload["best_val_loss"] = score.score.nats_per_char
-        save_checkpoint(output, payload)
+        write_model_folder(payload, output, "shakespeare", shown="shakespeare")
     click.echo(f"trained weights: {trained['best']['nats_per_char']:.4f} nats/char on the validation split; "
                f"shipped ({SHIPPED_DTYPE}): {score.score.nats_per_char:.4f} over it as one text")
-    click.echo(f"wrote {output} ({output.stat().st_size:,} bytes, "
+    click.echo(f"wrote {output} ({(output / 'model.safetensors').stat().st_size:,} bytes of weights, "
                f"{sum(t.numel() for t in payload['model_state'].values()):,} parameters, torch "
                f"{torch.__version__})")
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from charrnn.config import ModelConfig
+from charrnn.data.vocab import Vocab
 from charrnn.models.model import CharRNN
 from charrnn.training.plan import TrainingPlan, plan_training
 from charrnn.training.request import TrainingRequest
@@ -32,6 +33,39 @@ SCORE_TOLERANCE = 1e-6 if TEST_DEVICE == "cpu" else 1e-4
 # A run small enough to train in a fraction of a second; tests override what they measure.
 TINY_RUN: dict[str, Any] = {"num_layers": 1, "hidden_size": 32, "embed_size": 8, "batch_size": 4,
                             "seq_len": 16, "learning_rate": 1e-2}
+
+
+# Every kind of model charrnn train can make.
+KINDS = {
+    "lstm": {"cell": "lstm"},
+    "gru": {"cell": "gru"},
+    "rnn tanh": {"cell": "rnn"},
+    "rnn relu": {"cell": "rnn", "rnn_activation": "relu"},
+    "esn": {"cell": "esn"},
+    "layer-normalised lstm": {"cell": "lstm", "layer_norm": True},
+    "layer-normalised gru": {"cell": "gru", "layer_norm": True},
+    "layer-normalised rnn": {"cell": "rnn", "layer_norm": True},
+    "lstm with skip connections": {"cell": "lstm", "skip_connections": True},
+    "gru with skip connections": {"cell": "gru", "skip_connections": True},
+    "rnn with skip connections": {"cell": "rnn", "skip_connections": True},
+    "3-layer lstm": {"cell": "lstm", "num_layers": 3},
+    "1-layer gru": {"cell": "gru", "num_layers": 1},
+}
+VOCAB = Vocab(tuple("ab\ncé🙂e\u0301 .,!"))  # a non-BMP character and a combining mark
+
+
+def random_model(options: dict) -> CharRNN:
+    """An untrained model of kind ``options`` (:data:`KINDS`) over :data:`VOCAB`, its layer norms not
+    the identity."""
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=len(VOCAB), hidden_size=12, embed_size=5,
+                         **{"num_layers": 2, **options})
+    model = CharRNN(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "ln_" in name:  # layer norm's gains and shifts start at 1 and 0: make them matter
+                parameter.add_(torch.randn_like(parameter) * 0.3)
+    return model
 
 
 def make_model(cell: str, layers: int = 2, seed: int = 0) -> CharRNN:

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import charrnn
 from charrnn.cli.main import cli
 from charrnn.training.checkpoint import load_checkpoint
 
@@ -119,12 +120,13 @@ junk = st.one_of(st.none(), st.booleans(), st.integers(-(10**20), 10**20),
                  st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=5),
                  st.lists(st.integers(-3, 3), max_size=3),
                  st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
-NESTED = ("model_config", "corpus", "train_config", "best", "rng")
+NESTED = ("model_config", "corpus", "train_config", "best", "rng", "sampler")
 
 
-def mutate_payload(payload: dict, data: st.DataObject) -> None:
-    """One random hostile edit: a field replaced by junk or removed, or a weight reshaped or poisoned."""
-    where = data.draw(st.sampled_from(["top", "nested", "tensor"]))
+def mutate_payload(payload: dict, data: st.DataObject, where: str | None = None) -> None:
+    """One random hostile edit (``where``: top, nested or tensor; drawn if None): a field replaced by junk
+    or removed, or a weight reshaped or poisoned."""
+    where = where or data.draw(st.sampled_from(["top", "nested", "tensor"]))
     if where == "tensor":
         name = data.draw(st.sampled_from(sorted(payload["model_state"])))
         tensor = payload["model_state"][name]
@@ -132,7 +134,7 @@ def mutate_payload(payload: dict, data: st.DataObject) -> None:
             tensor.flatten()[:-1], tensor * float("nan"), tensor * 1e30, tensor.long(), tensor.unsqueeze(0)]))
         return
     container = payload
-    if where == "nested":
+    if where == "nested" and any(isinstance(payload.get(key), dict) for key in NESTED):
         present = [key for key in NESTED if isinstance(payload.get(key), dict)]
         container = payload[data.draw(st.sampled_from(present))]
     key = data.draw(st.sampled_from(sorted(container)))
@@ -159,6 +161,57 @@ def test_a_mutated_checkpoint_never_crashes(tiny_run, data):
             "compare": ["compare", str(run / "last.pt"), "--length", "3"],
         }[command]
         check_outcome(CliRunner().invoke(cli, args), Path(tmp), inputs=(run / "last.pt", run / "best.pt"))
+
+
+def mutate_folder(folder: Path, data: st.DataObject) -> None:
+    """One random hostile edit of a model folder: a JSON value replaced by junk or removed, a file cut
+    short or flipped, or a weight reshaped or poisoned."""
+    from safetensors.torch import load_file, save_file
+
+    name = data.draw(st.sampled_from(["config.json", "vocab.json", "model.safetensors", "bytes"]))
+    if name == "bytes":
+        path = folder / data.draw(st.sampled_from(["config.json", "vocab.json", "model.safetensors"]))
+        raw = bytearray(path.read_bytes())
+        at = data.draw(st.integers(0, len(raw) - 1))
+        if data.draw(st.booleans()):
+            raw[at] ^= data.draw(st.integers(1, 255))
+            path.write_bytes(bytes(raw))
+        else:
+            path.write_bytes(bytes(raw[:at]))
+        return
+    if name == "model.safetensors":
+        state = load_file(folder / name)
+        payload = {"model_state": state}
+        mutate_payload(payload, data, where="tensor")
+        save_file({key: value.contiguous() for key, value in payload["model_state"].items()}, folder / name)
+        return
+    value = json.loads((folder / name).read_text(encoding="utf-8"))
+    if name == "vocab.json":
+        value = data.draw(st.one_of(junk, st.just(value[:-1]), st.just([value[0], *value[1:-1], value[0]])))
+    else:
+        mutate_payload(value, data, where=data.draw(st.sampled_from(["top", "nested"])))
+    (folder / name).write_text(json.dumps(value), encoding="utf-8")
+
+
+@FUZZ
+@given(data=st.data())
+def test_a_mutated_model_folder_never_crashes(tiny_run, data):
+    base = tiny_run.parent / "fuzzed-model"
+    if not base.exists():
+        charrnn.export(tiny_run / "best.pt", base, format="safetensors")
+    command = data.draw(st.sampled_from(["sample", "eval", "info", "export"]))
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "model"
+        shutil.copytree(base, folder)
+        mutate_folder(folder, data)
+        (Path(tmp) / "text.txt").write_text("abc abc\n" * 10, encoding="utf-8")
+        args = {
+            "sample": ["sample", str(folder), "--length", "3", "--seed", "1"],
+            "eval": ["eval-perplexity", str(folder), str(Path(tmp) / "text.txt"), "--skip-unknown"],
+            "info": ["info", str(folder), "--json"],
+            "export": ["export", str(folder), "--output", str(Path(tmp) / "page.html")],
+        }[command]
+        check_outcome(CliRunner().invoke(cli, args), Path(tmp))
 
 
 def make_destination(kind: str, root: Path) -> Path:

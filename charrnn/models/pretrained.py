@@ -1,7 +1,8 @@
 """The model that comes with charrnn: a small LSTM trained on tiny Shakespeare, named ``shakespeare``.
 
 A checkpoint argument may give the name unless something of that name exists (the user's own comes first).
-Its 16-bit weights load into float32; scripts/retrain_shipped_model.py retrains it (docs/shipped-model.md)."""
+It is a model folder whose 16-bit weights load into float32; scripts/retrain_shipped_model.py retrains it
+(docs/shipped-model.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ SHIPPED_MODELS = ("shakespeare",)  # the names a checkpoint argument may give in
 
 def shipped_path(name: str) -> Path:
     """Where the shipped model ``name`` lives inside the installed package."""
-    return config.SHIPPED_FOLDER / f"{name}.pt"
+    return config.SHIPPED_FOLDER / name
 
 
 def resolve_shipped(path: Path) -> Path:
@@ -35,5 +36,6 @@ def shipped_name(path: Path) -> str | None:
 
 
 def run_name(path: Path) -> str:
-    """The name reports give a checkpoint's run: its directory's, or a shipped model's own name."""
-    return shipped_name(path) or real_path(path).parent.name
+    """The name reports give a checkpoint's run: its directory's, a model folder's or the shipped model's."""
+    resolved = real_path(path)
+    return shipped_name(path) or (resolved.name if resolved.is_dir() else resolved.parent.name)

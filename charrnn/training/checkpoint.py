@@ -19,11 +19,12 @@ from charrnn.config import ModelConfig, TrainConfig, expected_type
 from charrnn.data.cache import scan_corpus
 from charrnn.data.corpus import CorpusInfo, corpus_path
 from charrnn.data.vocab import Vocab
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, first_line
 from charrnn.generation.trained import TrainedModel
 from charrnn.models.evaluate import EvalResult
 from charrnn.models.model import CharRNN, state_shapes
 from charrnn.models.pretrained import resolve_shipped
+from charrnn.training.model_folder import file_at_fault, is_model_folder, read_model_folder
 from charrnn.utils.files import replace_file
 
 FORMAT_VERSION = 1
@@ -49,6 +50,7 @@ PAYLOAD_FIELDS: dict[str, tuple[Any, bool]] = {
     "latest_eval": (EvalResult | None, False),
     "skipped_steps": (int, False),
     "elapsed_s": (Number, False),
+    "machine": (str, False),
     "carried_state": (list[torch.Tensor], False),
     "rng": (dict, False),
     "best_is_average": (bool, False),
@@ -114,8 +116,16 @@ def saved_by_torch(path: Path) -> bool:
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Load a checkpoint safely onto the CPU and check it; any problem is a one-line :class:`CharrnnError`."""
+    """Load a checkpoint (or a model folder) safely onto the CPU and check it; any problem is a one-line
+    :class:`CharrnnError`."""
     path = Path(path)
+    if is_model_folder(path):
+        payload = read_model_folder(path)
+        try:
+            validate_payload(payload)
+        except CharrnnError as exc:
+            raise CharrnnError(f"{file_at_fault(path, str(exc))}: {exc}") from None
+        return payload
     if path.is_symlink() and not path.exists():
         raise CharrnnError(f"checkpoint {path} is a link to {os.readlink(path)}, which leads to no file")
     if not path.is_file():
@@ -136,9 +146,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
             warnings.simplefilter("ignore")
             payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for corrupt, truncated or unsafe files
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        shortened = first_line if len(first_line) <= 160 else first_line[:159].rstrip() + "…"
-        raise CharrnnError(f"{path} is not a readable charrnn checkpoint ({shortened})") from None
+        raise CharrnnError(f"{path} is not a readable charrnn checkpoint ({first_line(exc)})") from None
     if not isinstance(payload, dict) or not {"model_config", "vocab", "model_state"} <= payload.keys():
         raise CharrnnError(f"{path} is not a charrnn checkpoint (missing model, config or vocabulary)")
     try:
@@ -149,10 +157,11 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def checkpoint_in(path: Path, name: str = "best.pt") -> Path:
-    """``path`` itself, or for a run directory its checkpoint ``name`` (best.pt, or last.pt to resume), or
-    the model shipped under the name ``path`` gives (:func:`~charrnn.models.pretrained.resolve_shipped`)."""
+    """``path`` itself (a file or a model folder), for a run directory its checkpoint ``name`` (best.pt,
+    or last.pt to resume), or the model shipped under the name ``path`` gives
+    (:mod:`charrnn.models.pretrained`)."""
     path = resolve_shipped(Path(path))
-    if not path.is_dir():
+    if not path.is_dir() or is_model_folder(path):
         return path
     if not (path / name).is_file():
         held = sorted(p.name for p in path.glob("*.pt") if p.is_file())

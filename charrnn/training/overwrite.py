@@ -11,6 +11,7 @@ from typing import Any
 from charrnn.errors import OptionConflict, option
 from charrnn.models.pretrained import resolve_shipped
 from charrnn.training.manifest import EPOCH_CHECKPOINT_GLOB, read_header
+from charrnn.training.model_folder import is_model_folder, read_folder_config
 from charrnn.training.rundir import RUN_FILES
 from charrnn.training.runlock import LOCK_NAME
 from charrnn.utils.files import (
@@ -81,6 +82,10 @@ def _stands_for(path: Path, corpora_of: dict[Path, Path | None]) -> dict[Path, s
     another directory is a corpus (:data:`CORPUS`) with its text files."""
     folder = path if path.is_dir() else path.parent if path.suffix == ".pt" else None
     neighbours = sorted(folder.iterdir()) if folder is not None and folder.is_dir() else []
+    if is_model_folder(path):
+        corpus = _trained_on(path)
+        return {path: "{}", **{file: "in the model folder {}" for file in neighbours},
+                **({corpus: CORPUS} if corpus is not None else {})}
     run_files = [file for file in neighbours if file.suffix == ".pt" or file.name in RUN_FILES]
     if path.is_dir() and not run_files:
         return {path: CORPUS, **{text: "a text of {}" for text in sorted(path.rglob("*.txt"))}}
@@ -95,12 +100,13 @@ def _stands_for(path: Path, corpora_of: dict[Path, Path | None]) -> dict[Path, s
 
 
 def _trained_on(checkpoint: Path) -> Path | None:
-    """The corpus a checkpoint names, read without loading its tensors; None if it names none."""
-    if checkpoint.suffix != ".pt":
+    """The corpus a checkpoint or model folder names, read without loading its tensors; None if it names
+    none."""
+    if checkpoint.suffix != ".pt" and not is_model_folder(checkpoint):
         return None
     from charrnn.data.corpus import corpus_location
 
-    header = read_header(checkpoint) or {}
+    header = (read_header(checkpoint) if checkpoint.suffix == ".pt" else read_folder_config(checkpoint)) or {}
     corpus = header.get("corpus")
     path = corpus.get("path") if isinstance(corpus, dict) else None
     if not isinstance(path, str) or not path:

@@ -31,6 +31,7 @@ from charrnn.training.budget import BudgetDecision, BudgetEnding, plan_budget, p
 from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_model
 from charrnn.training.distributed import ProcessGroup
 from charrnn.training.loop import TrainResult, train
+from charrnn.training.model_folder import is_model_folder
 from charrnn.training.observer import TrainObserver
 from charrnn.training.overwrite import refuse_writing_over_reads
 from charrnn.training.request import (
@@ -315,6 +316,9 @@ def _plan_resume(request: TrainingRequest, sources: Sources, model_options: dict
     if shipped is not None:
         raise CharrnnError(f"{shipped} is the model that comes with charrnn: it holds weights only, so it "
                            f"cannot be resumed; fine-tune it with {option('init_from')} {shipped}")
+    if is_model_folder(checkpoint):
+        raise CharrnnError(f"{checkpoint} is a model folder: it holds weights only, so it cannot be resumed; "
+                           f"fine-tune it with {option('init_from')} {checkpoint}")
     missing = [name for name in RESUME_FIELDS if name not in payload]
     if missing:
         raise CharrnnError(f"{checkpoint} cannot be resumed (it holds no training state: {missing[0]} "

@@ -17,13 +17,14 @@ import torch.nn.functional as F
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data.corpus import CorpusInfo, StreamBatches
 from charrnn.data.vocab import Vocab
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, first_line
 from charrnn.models.averaging import WeightAverage
 from charrnn.models.devices import autocast, resolve_precision
 from charrnn.models.evaluate import EvalResult
 from charrnn.models.model import CharRNN, detach_state
 from charrnn.training.distributed import ProcessGroup
 from charrnn.training.rundir import new_run_id
+from charrnn.utils.hardware import machine_description
 
 # What a checkpoint needs to be resumed.
 RESUME_FIELDS = ("corpus", "train_config", "optimizer_state", "step", "epoch", "epoch_step",
@@ -50,8 +51,7 @@ def _refusing_to_resume(problem: str) -> Iterator[None]:
     try:
         yield
     except (ValueError, KeyError, TypeError, RuntimeError, IndexError, AttributeError) as exc:
-        why = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
-        raise CharrnnError(f"cannot resume: {problem} ({why})") from None
+        raise CharrnnError(f"cannot resume: {problem} ({first_line(exc, 120)})") from None
 
 
 def _plain_python_rng_state(state: tuple) -> list:
@@ -224,6 +224,7 @@ class TrainingRun:
             "latest_eval": self.latest_eval,
             "skipped_steps": self.skipped,
             "elapsed_s": elapsed_s,
+            "machine": machine_description(self.config.device),
             "carried_state": list(carried_state),
             "rng": {
                 "python": _plain_python_rng_state(random.getstate()),

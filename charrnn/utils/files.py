@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
@@ -304,3 +305,57 @@ def refuse_writing_in_shipped(path: Path, named: str, instead: str, by_option: b
         if by_option:  # a usage error
             raise OptionConflict(message)
         raise CharrnnError(message)
+
+
+def folder_in_the_way(path: Path, replaceable: Callable[[Path], bool], named: str = "") -> bool:
+    """Whether a folder stands at ``path`` with something in it (which ``replaceable`` allows to give way);
+    a file, a link or a folder it does not allow is refused (``named``: the option that gave ``path``)."""
+    shown = f"{named} {path}".strip()
+    if os.path.islink(path):
+        raise CharrnnError(f"{shown} is a symbolic link; give the folder itself")
+    info = stat_or_none(path, f"could not write {path}")
+    if info is not None and not stat.S_ISDIR(info.st_mode):
+        raise CharrnnError(f"{shown} is a file; give a folder (a new one, or an empty one)")
+    try:
+        held = sorted(entry.name for entry in path.iterdir()) if info is not None else []
+    except OSError as exc:
+        raise CharrnnError(f"cannot read the folder {shown}: {reason(exc)}") from None
+    if held and not replaceable(path):
+        raise CharrnnError(f"{shown} holds files that are not a model folder's ({', '.join(held[:3])}"
+                           f"{', ...' if len(held) > 3 else ''}); choose a new or empty folder")
+    return bool(held)
+
+
+def replace_folder(path: Path, files: dict[str, bytes], replaceable: Callable[[Path], bool]) -> None:
+    """Make folder ``path`` hold exactly ``files`` (name → contents), all or nothing: they are written
+    and fsynced in a temporary sibling folder that is then renamed into place. What is at ``path`` may
+    give way only if it is an empty folder or ``replaceable`` says so; a failure leaves it as it was."""
+    given = Path(path)
+    previous = folder_in_the_way(given, replaceable)
+    staging = aside = None
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-{given.name}.",
+                                        dir=given.parent))
+        os.chmod(staging, 0o777 & ~current_umask())
+        for name, contents in files.items():
+            with open(staging / name, "wb") as handle:
+                handle.write(contents)
+                handle.flush()
+                os.fsync(handle.fileno())
+        fsync_directory(staging)
+        if previous:  # set aside, never deleted before the new folder stands
+            aside = Path(tempfile.mkdtemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-{given.name}.old.",
+                                          dir=given.parent))
+            os.replace(given, aside)
+        os.replace(staging, given)  # over nothing, or an empty folder
+        staging = None
+        fsync_directory(given.parent)
+    except OSError as exc:
+        raise CharrnnError(f"could not write {given}: {reason(exc)}; what was there is intact") from None
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if aside is not None and not os.path.lexists(given):
+            os.replace(aside, given)  # the new folder never stood: the old one goes back
+        elif aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)

@@ -50,6 +50,18 @@ def processor_name() -> str:
         return "unknown"
 
 
+@cache
+def machine_description(device: str) -> str:
+    """What a run trains on, for its checkpoints and model card: the GPU's name, or the processor's and
+    its core count."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(device))
+    cores = f"{os.cpu_count()} cores" if os.cpu_count() else "cores unknown"
+    return f"{processor_name()}, {cores}" if device == "cpu" else f"{device} ({processor_name()}, {cores})"
+
+
 def cpu_has_native_bf16() -> bool:
     """True when this machine's processor has AVX512-BF16 or AMX-BF16 (Linux only; False elsewhere), or
     as :data:`CPU_BF16_ENV` says: "0" treats the processor as one without, "1" as one with."""

@@ -16,14 +16,12 @@ from click.testing import CliRunner
 
 import charrnn
 from charrnn.cli.main import cli
-from charrnn.config import ModelConfig
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
 from charrnn.generation.webpage import WEB, model_spec
-from charrnn.models.model import CharRNN
 from charrnn.models.stepper import make_stepper
 
-from helpers import plan_run, repeated_runs
+from helpers import KINDS, VOCAB, plan_run, random_model, repeated_runs
 
 NODE = shutil.which("node")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -31,23 +29,6 @@ needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed")
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="headless Chromium is not installed (apt-get install chromium; .ci/run does)")
 
-# Every kind of model charrnn train can make.
-KINDS = {
-    "lstm": {"cell": "lstm"},
-    "gru": {"cell": "gru"},
-    "rnn tanh": {"cell": "rnn"},
-    "rnn relu": {"cell": "rnn", "rnn_activation": "relu"},
-    "esn": {"cell": "esn"},
-    "layer-normalised lstm": {"cell": "lstm", "layer_norm": True},
-    "layer-normalised gru": {"cell": "gru", "layer_norm": True},
-    "layer-normalised rnn": {"cell": "rnn", "layer_norm": True},
-    "lstm with skip connections": {"cell": "lstm", "skip_connections": True},
-    "gru with skip connections": {"cell": "gru", "skip_connections": True},
-    "rnn with skip connections": {"cell": "rnn", "skip_connections": True},
-    "3-layer lstm": {"cell": "lstm", "num_layers": 3},
-    "1-layer gru": {"cell": "gru", "num_layers": 1},
-}
-VOCAB = Vocab(tuple("ab\ncé🙂e\u0301 .,!"))  # a non-BMP character and a combining mark
 NODE_PROGRAM = """
 const { CharModel } = require(process.argv[1]);
 const spec = JSON.parse(require("fs").readFileSync(process.argv[2], "utf8"));
@@ -58,18 +39,6 @@ const out = [];
 for (const id of ids) { let logits; [logits, state] = model.step(id, state); out.push(Array.from(logits)); }
 console.log(JSON.stringify(out));
 """
-
-
-def random_model(options: dict) -> CharRNN:
-    torch.manual_seed(0)
-    config = ModelConfig(vocab_size=len(VOCAB), hidden_size=12, embed_size=5,
-                         **{"num_layers": 2, **options})
-    model = CharRNN(config).eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "ln_" in name:  # layer norm's gains and shifts start at 1 and 0: make them matter
-                parameter.add_(torch.randn_like(parameter) * 0.3)
-    return model
 
 
 @needs_node

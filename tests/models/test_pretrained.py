@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -18,11 +21,12 @@ from charrnn.data.datasets import DATA_DIR_ENV, DATASETS, DEFAULT_DATASET, fetch
 from charrnn.errors import CharrnnError
 from charrnn.models.pretrained import SHIPPED_MODELS, resolve_shipped, run_name, shipped_path
 from charrnn.training.checkpoint import checkpoint_in, load_checkpoint
+from charrnn.training.model_folder import FOLDER_FILES
 
 from helpers import INSTALLED, needs_installed
 
 SHIPPED = shipped_path("shakespeare")
-MOST_BYTES = 2_000_000  # the file's budget in the repository and the wheel
+MOST_BYTES = 2_000_000  # the folder's budget in the repository and the wheel
 
 
 @pytest.fixture
@@ -32,9 +36,12 @@ def elsewhere(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
-def test_the_shipped_file_is_small_safe_and_records_where_it_came_from():
-    payload = load_checkpoint(SHIPPED)  # the safe loader: weights_only, every field checked
-    assert SHIPPED.stat().st_size <= MOST_BYTES
+def test_the_shipped_model_is_a_small_safe_model_folder_that_records_where_it_came_from():
+    payload = load_checkpoint(SHIPPED)  # a model folder: safetensors weights, every field checked
+    assert sorted(path.name for path in SHIPPED.iterdir()) == sorted(FOLDER_FILES)
+    assert sum(path.stat().st_size for path in SHIPPED.iterdir()) <= MOST_BYTES
+    package = Path(charrnn.__file__).parent
+    assert not [path for path in package.rglob("*") if path.suffix in (".pt", ".pth", ".pkl", ".bin")]
     assert {tensor.dtype for tensor in payload["model_state"].values()} == {torch.float16}
     corpus = payload["corpus"]
     dataset = DATASETS[DEFAULT_DATASET]
@@ -138,21 +145,28 @@ def test_the_installed_command_samples_the_shipped_model_in_a_bare_directory(els
 
 @pytest.fixture
 def package_copy(tmp_path, monkeypatch) -> Path:
-    """The shipped model's folder, copied: a test of the guards never risks the real file."""
+    """The shipped models' folder, copied: a test of the guards never risks the real model."""
     from charrnn import config
 
     folder = tmp_path / "package" / "weights"
     folder.mkdir(parents=True)
-    (folder / SHIPPED.name).write_bytes(SHIPPED.read_bytes())
+    shutil.copytree(SHIPPED, folder / SHIPPED.name)
     monkeypatch.setattr(config, "SHIPPED_FOLDER", folder)
     monkeypatch.chdir(tmp_path)
     return folder / SHIPPED.name
+
+
+def contents(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder``, by its path there: what a guard must leave as it was."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
 
 
 @pytest.mark.parametrize("reads", ["shakespeare", "{own}"])
 @pytest.mark.parametrize("command", [
     ["export", "{reads}", "--output", "{file}"],
     ["export", "{reads}", "--output", "{link}"],
+    ["export", "{reads}", "--format", "safetensors", "--output", "{folder}/other"],
+    ["export", "{reads}", "--format", "safetensors", "--output", "{model}"],
     ["sample", "{reads}", "--length", "5", "--output", "{file}"],
     ["sample", "{reads}", "--length", "5", "--output", "{folder}/notes.txt"],
     ["compare", "{reads}", "--length", "5", "--text", "verse.txt", "--markdown", "{file}"],
@@ -161,28 +175,29 @@ def package_copy(tmp_path, monkeypatch) -> Path:
 def test_no_output_may_replace_the_shipped_model_whatever_is_read(package_copy, tiny_checkpoint, command,
                                                                   reads):
     (package_copy.parent.parent.parent / "verse.txt").write_text("To be, or not to be.\n", encoding="utf-8")
+    weights = package_copy / "model.safetensors"
     link = package_copy.parent.parent.parent / "link.pt"
-    link.symlink_to(package_copy)
-    before = package_copy.read_bytes()
-    args = [part.format(reads=reads, file=package_copy, link=link, folder=package_copy.parent)
+    link.symlink_to(weights)
+    before = contents(package_copy.parent)
+    args = [part.format(reads=reads, file=weights, link=link, folder=package_copy.parent, model=package_copy)
             .format(own=tiny_checkpoint) for part in command]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2, result.output
     assert "the model that comes with charrnn, which is never written" in result.stderr, result.output
-    assert package_copy.read_bytes() == before and sorted(package_copy.parent.iterdir()) == [package_copy]
+    assert contents(package_copy.parent) == before
 
 
 def test_no_plot_or_run_lands_in_the_shipped_models_folder(package_copy, tiny_run, small_corpus):
     link = package_copy.parent.parent.parent / "curves.png"
-    link.symlink_to(package_copy)
-    before = package_copy.read_bytes()
+    link.symlink_to(package_copy / "model.safetensors")
+    before = contents(package_copy.parent)
     with pytest.raises(CharrnnError, match="never written"):
         charrnn.plot([tiny_run], link)
     for extra in ([], ["--init-from", "shakespeare", "--extend-vocab"]):
         result = CliRunner().invoke(main, ["train", str(small_corpus), "--max-steps", "2", "--out",
                                            str(package_copy.parent), *extra])
         assert result.exit_code == 2 and "never written" in result.stderr, result.output
-    assert package_copy.read_bytes() == before and sorted(package_copy.parent.iterdir()) == [package_copy]
+    assert contents(package_copy.parent) == before
 
 
 def test_no_corpus_cache_or_download_lands_in_the_shipped_models_folder(package_copy, small_corpus,
@@ -200,6 +215,7 @@ def test_no_corpus_cache_or_download_lands_in_the_shipped_models_folder(package_
     result = CliRunner().invoke(main, ["data", "get", "tinyshakespeare"])
     assert result.exit_code == 1 and f"{DATA_DIR_ENV} {package_copy.parent / 'data'}" in result.stderr
     assert sorted(package_copy.parent.iterdir()) == [package_copy]
+    assert sorted(path.name for path in package_copy.iterdir()) == sorted(FOLDER_FILES)
 
 
 def test_the_shipped_model_is_never_resumed_and_says_how_to_fine_tune(elsewhere):
@@ -245,3 +261,19 @@ def test_no_output_may_replace_the_copy_of_its_corpus_it_would_read(elsewhere, m
     result = CliRunner().invoke(main, ["compare", "shakespeare", "--length", "5", "--markdown", str(copy)])
     assert result.exit_code == 2 and "writing it would destroy what is read" in result.stderr
     assert copy.read_text(encoding="utf-8") == "First Citizen:\n"
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_the_model_folder_and_no_pickle_within_its_budget(tmp_path):
+    """Built from a copy of the package (a build writes beside its sources), as pip builds it."""
+    root = Path(charrnn.__file__).parents[1]
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, tmp_path / name)
+    shutil.copytree(root / "charrnn", tmp_path / "charrnn", ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(tmp_path / "dist"), str(tmp_path)], check=True, capture_output=True, timeout=300)
+    wheel = next((tmp_path / "dist").glob("*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert wheel.stat().st_size < 2_500_000
+    assert {f"charrnn/models/weights/shakespeare/{name}" for name in FOLDER_FILES} <= set(names)
+    assert not [name for name in names if name.endswith((".pt", ".pth", ".pkl"))]

@@ -17,6 +17,7 @@ from charrnn.utils.files import (
     atomic_write_text,
     current_umask,
     remove_stale_temporaries,
+    replace_folder,
 )
 
 
@@ -140,3 +141,44 @@ def test_only_charrnn_temporaries_of_dead_processes_are_cleaned(tmp_path):
     remove_stale_temporaries(tmp_path)
     assert users.exists() and all(path.exists() for path in alive)
     assert not any(path.exists() for path in dead)
+
+
+def _ours(folder: Path) -> bool:
+    return (folder / "mine").exists()
+
+
+def test_a_folder_is_replaced_whole_or_left_as_it_was(tmp_path, monkeypatch):
+    target = tmp_path / "model"
+    replace_folder(target, {"a": b"1", "mine": b""}, _ours)
+    replace_folder(target, {"b": b"2", "mine": b""}, _ours)
+    assert sorted(p.name for p in target.iterdir()) == ["b", "mine"]
+    real_replace = os.replace
+
+    def failing(source, destination):  # the new folder cannot take its place; the old one can go back
+        if Path(destination) == target and ".old." not in Path(source).name:
+            raise OSError(28, "No space left on device")
+        real_replace(source, destination)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(CharrnnError, match="No space left on device; what was there is intact"):
+        replace_folder(target, {"c": b"3", "mine": b""}, _ours)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == {"b": b"2", "mine": b""}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temporary left
+
+
+@pytest.mark.parametrize(("make", "fragment"), [
+    (lambda path: path.write_text("x"), "is a file"),
+    (lambda path: (path.mkdir(), (path / "theirs").write_text("x")), "holds files that are not a model"),
+    (lambda path: path.symlink_to(path.parent, target_is_directory=True), "is a symbolic link"),
+])
+def test_a_folder_not_ours_is_never_replaced(tmp_path, make, fragment):
+    target = tmp_path / "model"
+    make(target)
+    with pytest.raises(CharrnnError, match=fragment):
+        replace_folder(target, {"a": b"1"}, _ours)
+    assert not list(tmp_path.glob(".charrnn-*"))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    replace_folder(empty, {"a": b"1"}, _ours)  # an empty folder gives way
+    assert (empty / "a").read_bytes() == b"1"
