@@ -30,6 +30,7 @@ from charrnn.training.manifest import (
     record_saved,
     saved_steps,
 )
+from charrnn.training.model_folder import is_model_folder
 from charrnn.training.runlock import LOCK_NAME, RunLock
 from charrnn.training.samples import SAMPLES_NAME, SampleRecord
 from charrnn.utils.files import (
@@ -86,6 +87,9 @@ def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
     if info is not None and not stat.S_ISDIR(info.st_mode):
         raise CharrnnError(f"{option('out_dir')} {out_dir} is a file, not a directory; choose a directory "
                            f"for the run")
+    if info is not None and is_model_folder(out_dir):
+        raise CharrnnError(f"{option('out_dir')} {out_dir} is a model folder, not a run directory; choose "
+                           f"another directory for the run")
     existing = existing_run_files(out_dir) if info is not None else []
     if existing and not overwrite:
         # Advise --resume only for a last.pt that torch wrote: anything else would fail in turn.

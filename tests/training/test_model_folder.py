@@ -232,3 +232,13 @@ def test_the_shipped_model_reads_in_plain_numpy_as_in_charrnn(tmp_path):
     shutil.copytree(charrnn.load("shakespeare").checkpoint, folder)
     assert numpy_reader()(folder).greedy("ROMEO:", 200) == charrnn.sample(
         "shakespeare", "ROMEO:", 200, greedy=True, device="cpu").text
+
+
+def test_a_run_never_writes_into_a_model_folder(folder, small_corpus):
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+    for extra in ([], ["--overwrite"], ["--init-from", str(folder)]):
+        arguments = ["train", str(small_corpus), "--out", str(folder), "--max-steps", "1", *extra]
+        result = CliRunner().invoke(cli, arguments)
+        assert result.exit_code != 0 and len(result.stderr.splitlines()) == 1, result.output
+        assert "model folder" in result.stderr, result.stderr
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
