@@ -316,5 +316,6 @@ def describe_checkpoint(payload: dict[str, Any]) -> dict[str, Any]:
         "latest_eval": payload.get("latest_eval"),
         "corpus": None if corpus is None else {**corpus, "status": corpus_status(corpus)},
         "training": payload.get("train_config"),
+        "machine": payload.get("machine"),
         "resumable": all(name in payload for name in ("optimizer_state", "rng", "carried_state")),
     }
