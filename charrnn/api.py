@@ -870,16 +870,15 @@ def _parameters(model: Model) -> int:
 
 def _export_folder(checkpoint: PathArg, output: PathArg, float32: bool, threads: int | None) -> Exported:
     """:func:`export` as a model folder, every refusal made before the checkpoint is loaded."""
-    from charrnn.training.model_folder import check_folder_output, write_model_folder
+    from charrnn.training.model_folder import check_folder_output, weights_dtype, write_model_folder
 
     target = _require_path(output, "output")
     check_folder_output(target, option("output"), resolve_shipped(_require_path(checkpoint, "checkpoint")))
     model = _load(checkpoint, "cpu", "checkpoint", threads)
     name = run_name(model.checkpoint) or model.checkpoint.stem
-    size = write_model_folder(model.payload, target, name, float32)
-    dtype = "float32" if float32 else str(next(iter(model.payload["model_state"].values())).dtype)
-    return Exported(target, "safetensors", size, _parameters(model),
-                    f"{dtype.removeprefix('torch.')} safetensors", model.checkpoint)
+    size = write_model_folder(model.payload, model.checkpoint, target, name, float32)
+    dtype = "float32" if float32 else weights_dtype(model.payload["model_state"])
+    return Exported(target, "safetensors", size, _parameters(model), f"{dtype} safetensors", model.checkpoint)
 
 
 def plot(run_dirs: Sequence[PathArg], output: PathArg = "curves.png") -> Path:

@@ -107,7 +107,7 @@ CRAFTED_CHECKPOINTS = [
     ("step_as_a_bool", _set(("step",), True), "step is True (a bool)"),
     ("nan_weights", _tensor("head.weight", lambda t: torch.full_like(t, float("nan"))), "non-finite"),
     ("infinite_weights", _tensor("head.bias", lambda t: torch.full_like(t, float("inf"))), "non-finite"),
-    ("integer_weights", _tensor("head.bias", lambda t: t.long()), "floating point"),
+    ("integer_weights", _tensor("head.bias", lambda t: t.long()), "expected float16, bfloat16"),
     ("weight_missing", lambda p: p["model_state"].pop("head.bias"), "model_state lacks head.bias"),
     ("weight_of_the_wrong_shape", _tensor("head.weight", lambda t: t[:, :3]), "model_state['head.weight']"),
     ("weight_as_a_list", _tensor("head.bias", lambda t: t.tolist()), "expected a tensor"),

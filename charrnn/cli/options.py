@@ -125,9 +125,9 @@ class GroupedCommand(click.Command):
                 formatter.write_dl(records)
 
 
-SHIPPED_NOTE = ("A checkpoint is a file, a run directory (meaning its best.pt), or shakespeare: the model "
-                "that comes with charrnn (a file or directory named shakespeare in the current directory "
-                "comes first).")
+SHIPPED_NOTE = ("A checkpoint is a file, a run directory (meaning its best.pt), a model folder (export "
+                "--format safetensors), or shakespeare: the model that comes with charrnn (a file or "
+                "directory named shakespeare in the current directory comes first).")
 
 
 def reads_checkpoints(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -51,6 +51,7 @@ PAYLOAD_FIELDS: dict[str, tuple[Any, bool]] = {
     "skipped_steps": (int, False),
     "elapsed_s": (Number, False),
     "machine": (str, False),
+    "score": (EvalResult | None, False),  # a model folder's: the validation score of its own weights
     "carried_state": (list[torch.Tensor], False),
     "rng": (dict, False),
     "best_is_average": (bool, False),
@@ -58,6 +59,7 @@ PAYLOAD_FIELDS: dict[str, tuple[Any, bool]] = {
     "weight_average": (dict | None, False),
     "training_weights": (dict, False),
 }
+WEIGHT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # what a CPU computes with
 NON_NEGATIVE = ("step", "epoch", "epoch_step", "progress_epochs", "skipped_steps", "elapsed_s")
 
 
@@ -221,7 +223,7 @@ def validate_payload(payload: dict[str, Any]) -> ModelConfig:
     config = check_record(ModelConfig, payload["model_config"], "model_config")
     if "corpus" in payload:
         check_record(CorpusInfo, payload["corpus"], "corpus")
-    for name in ("best", "latest_eval", "best_subset"):
+    for name in ("best", "latest_eval", "best_subset", "score"):
         if payload.get(name) is not None:
             check_record(EvalResult, payload[name], name)
     if payload.get("latest_eval") is not None:
@@ -265,8 +267,9 @@ def _check_state(state: dict[str, Any], config: ModelConfig, label: str = "model
         if tuple(tensor.shape) != shape:
             raise CharrnnError(f"{label}[{name!r}] has shape {tuple(tensor.shape)}; model_config "
                                f"declares {shape}")
-        if not tensor.is_floating_point():
-            raise CharrnnError(f"{label}[{name!r}] holds {tensor.dtype} values; expected floating point")
+        if tensor.dtype not in WEIGHT_DTYPES:
+            raise CharrnnError(f"{label}[{name!r}] holds {tensor.dtype} values; expected float16, bfloat16, "
+                               f"float32 or float64")
         if not bool(torch.isfinite(tensor).all()):
             raise CharrnnError(f"{label}[{name!r}] holds non-finite values (NaN or infinity)")
     unexpected = sorted(set(state) - set(expected))

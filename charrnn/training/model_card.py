@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import shlex
+from pathlib import PurePath
 from typing import Any
 
 from charrnn.utils.text import markdown_text
@@ -20,27 +21,31 @@ def _shape(model: dict[str, Any], parameters: int) -> str:
             f"({', '.join(extras)}): {parameters:,} parameters, {model['vocab_size']} characters.")
 
 
-def _scores(config: dict[str, Any]) -> list[str]:
-    best, corpus = config.get("best"), config.get("corpus")
-    if not best:
-        return ["No validation score was recorded."]
+def _scores(config: dict[str, Any], folder: str) -> list[str]:
+    score, best, corpus = config.get("score"), config.get("best"), config.get("corpus")
+    if not score:
+        run_best = f" The run's best, {best['nats_per_char']:.4f} nats/char, was other weights'." \
+            if best else ""
+        return [f"These weights were not scored when they were saved.{run_best} `charrnn eval-perplexity "
+                f"{folder}` scores them on their validation split, with the corpus at hand."]
     held_out = (f"the last {corpus['chars'] - corpus['split_point']:,} characters of "
                 f"{markdown_text(corpus['name'])}" if corpus else "its validation split")
-    perplexity = "∞" if math.isinf(best["perplexity"]) else f"{best['perplexity']:.3f}"
-    averaged = " (averaged weights)" if config.get("best_is_average") else ""
+    perplexity = "∞" if score["perplexity"] is None or math.isinf(score["perplexity"]) else \
+        f"{score['perplexity']:.3f}"
     return ["| text | characters scored | nats/char | bits/char | perplexity |",
             "|---|---|---|---|---|",
-            f"| validation: {held_out}{averaged} | {best['chars']:,} | {best['nats_per_char']:.4f} | "
-            f"{best['bits_per_char']:.4f} | {perplexity} |"]
+            f"| validation: {held_out} | {score['chars']:,} | {score['nats_per_char']:.4f} | "
+            f"{score['bits_per_char']:.4f} | {perplexity} |"]
 
 
 def _training(config: dict[str, Any], weights: str) -> list[str]:
     corpus, train = config.get("corpus"), config.get("train_config") or {}
+    home = f" ({corpus['path']})" if corpus and corpus["path"].startswith("https://") else ""
     rows = {
-        "corpus": (f"{markdown_text(corpus['name'])}, {corpus['chars']:,} characters, sha256 "
+        "corpus": (f"{markdown_text(corpus['name'])}{home}, {corpus['chars']:,} characters, sha256 "
                    f"`{corpus['sha256']}`" if corpus else NOT_RECORDED),
-        "validation split": (f"characters {corpus['split_point']:,} to the end ({corpus['val_frac']:g} held "
-                             f"out)" if corpus else NOT_RECORDED),
+        "validation split": (f"characters {corpus['split_point']:,} to the end "
+                             f"({corpus['val_frac'] * 100:g}% held out)" if corpus else NOT_RECORDED),
         "steps": f"{config['step']:,}" if "step" in config else NOT_RECORDED,
         "passes over the training split": (f"{config['progress_epochs']:.2f}" if "progress_epochs" in config
                                            else NOT_RECORDED),
@@ -48,6 +53,8 @@ def _training(config: dict[str, Any], weights: str) -> list[str]:
         "machine": markdown_text(config.get("machine") or NOT_RECORDED),
         "batch × sequence": (f"{train['batch_size']} × {train['seq_len']}" if "batch_size" in train
                              else NOT_RECORDED),
+        **({"fine-tuned from": markdown_text(PurePath(train["init_from"]).name)} if train.get("init_from")
+           else {}),
         "weights": f"{weights} in model.safetensors",
         "charrnn": config["charrnn_version"],
     }
@@ -61,11 +68,11 @@ def model_card(config: dict[str, Any], parameters: int, name: str, folder: str) 
         "---", "library_name: charrnn", "pipeline_tag: text-generation",
         f"tags: [character-level, {model['cell']}, charrnn]", "---", "",
         f"# {markdown_text(name)}", "", _shape(model, parameters), "",
-        "## Scores", "", *_scores(config), "",
+        "## Scores", "", *_scores(config, quoted), "",
         "## Training", "", *_training(config, config["weights_dtype"]), "",
         "## Use", "", "```bash",
         f"charrnn sample {quoted} --temperature 0.8 --length 300",
-        f"charrnn eval-perplexity {quoted} held_out.txt",
+        f"charrnn eval-perplexity {quoted}   # its validation split, with the corpus at hand; or add a text",
         f"charrnn train my_text.txt --init-from {quoted} --extend-vocab --time-budget 300",
         "```", "",
         "The prime must use characters the model knows (vocab.json). A fine-tune keeps the model's shape.",

@@ -5,6 +5,7 @@ what its training recorded, ``vocab.json`` the characters in id order and ``READ
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -19,6 +20,7 @@ from charrnn.utils.files import (
     json_text,
     parse_json,
     read_regular,
+    real_path,
     reason,
     refuse_writing_in_shipped,
     replace_folder,
@@ -31,14 +33,16 @@ FOLDER_FILES = (WEIGHTS, CONFIG, VOCAB, CARD)
 FOLDER_FORMAT, FOLDER_VERSION = "charrnn-model", 1
 # The checkpoint fields config.json keeps: how the weights were made, never the state to resume from.
 RECORDED_FIELDS = ("run_id", "corpus", "train_config", "step", "epoch", "progress_epochs", "elapsed_s",
-                   "best", "best_val_loss", "best_is_average", "machine")
+                   "best", "best_val_loss", "best_is_average", "latest_eval", "machine", "score")
+SCORES = ("best", "latest_eval", "score")  # evaluation records: JSON has no infinity, so one is written null
 GATE_ORDER = {"lstm": "i f g o", "gru": "r z n", "rnn": "one", "esn": "one"}
 NORMED_GATE_ORDER = {**GATE_ORDER, "gru": "z r n"}
 
 
 def is_model_folder(path: Path) -> bool:
-    """Whether ``path`` is a folder that holds a model folder's weights or vocabulary."""
-    return Path(path).is_dir() and any(os.path.lexists(Path(path) / name) for name in (WEIGHTS, VOCAB))
+    """Whether ``path`` is a folder that holds a model folder's weights, vocabulary or config."""
+    return Path(path).is_dir() and (any(os.path.lexists(Path(path) / name) for name in (WEIGHTS, VOCAB))
+                                    or read_folder_config(path) is not None)
 
 
 def read_folder_config(path: Path) -> dict[str, Any] | None:
@@ -53,11 +57,37 @@ def read_folder_config(path: Path) -> dict[str, Any] | None:
 def written_by_charrnn(path: Path) -> bool:
     """Whether folder ``path`` holds only a model folder's files, its config.json charrnn's: one that an
     export may replace."""
+    return not _not_exported(path)
+
+
+def _not_exported(path: Path) -> list[str]:
+    """What in folder ``path`` an export did not write: names of no model folder's file, or else its
+    config.json when that is not charrnn's."""
     try:
-        names = {entry.name for entry in Path(path).iterdir()}
+        foreign = sorted(entry.name for entry in Path(path).iterdir() if entry.name not in FOLDER_FILES)
     except OSError:
-        return False
-    return names <= set(FOLDER_FILES) and read_folder_config(path) is not None
+        return [str(path)]
+    return foreign or ([] if read_folder_config(path) is not None else [CONFIG])
+
+
+def weights_score(payload: dict[str, Any], source: Path) -> dict[str, Any] | None:
+    """The validation score of the very weights in ``payload`` (read from ``source``), where one was
+    recorded: a folder's own, a best.pt's (or a weights-only file's) best, or an evaluation at its step."""
+    if "score" in payload:
+        return payload["score"]
+    if source.name == "best.pt" or "optimizer_state" not in payload:
+        return payload.get("best")
+    latest = payload.get("latest_eval")
+    if latest and latest.get("step") == payload.get("step") and payload.get("weight_average") is None:
+        return {key: value for key, value in latest.items() if key != "step"}
+    return None
+
+
+def _json_ready(record: Any) -> Any:
+    """An evaluation record as JSON keeps it: none at all when its score is not a finite number."""
+    finite = isinstance(record, dict) and isinstance(record.get("nats_per_char"), int | float) and \
+        math.isfinite(record["nats_per_char"])
+    return record if finite else None
 
 
 def _sampler_notes(model_config: dict[str, Any]) -> dict[str, Any]:
@@ -68,31 +98,50 @@ def _sampler_notes(model_config: dict[str, Any]) -> dict[str, Any]:
     return notes | ({"layer_norm_epsilon": EPSILON} if normed else {})
 
 
-def folder_files(payload: dict[str, Any], name: str, path_shown: str,
+def weights_dtype(state: dict[str, Any]) -> str:
+    """The tensors' dtype (``float16``), or each of them when they differ (``mixed: float16, float32``)."""
+    dtypes = sorted({str(value.dtype).removeprefix("torch.") for value in state.values()})
+    return dtypes[0] if len(dtypes) == 1 else f"mixed: {', '.join(dtypes)}"
+
+
+def folder_files(payload: dict[str, Any], source: Path, name: str, path_shown: str,
                  float32: bool = False) -> dict[str, bytes]:
-    """The files of the model folder for a checked checkpoint ``payload``: float32 weights with
-    ``float32``, else the checkpoint's own. ``name`` titles the card; ``path_shown`` is its commands'."""
+    """The files of the model folder for the checked checkpoint ``payload`` read from ``source``: float32
+    weights with ``float32``, else its own. ``name`` titles the card; ``path_shown`` is its commands'."""
     from safetensors.torch import save
 
     state = {key: (value.float() if float32 else value).contiguous() for key, value in
              payload["model_state"].items()}
-    dtype = str(next(iter(state.values())).dtype).removeprefix("torch.")
+    recorded = {**payload, "score": weights_score(payload, source)}
+    recorded |= {key: _json_ready(recorded.get(key)) for key in SCORES}
     config = {"format": FOLDER_FORMAT, "format_version": FOLDER_VERSION, "charrnn_version": __version__,
-              "model_config": payload["model_config"], "weights_dtype": dtype,
+              "model_config": payload["model_config"], "weights_dtype": weights_dtype(state),
               "sampler": _sampler_notes(payload["model_config"]),
-              **{key: payload[key] for key in RECORDED_FIELDS if payload.get(key) is not None}}
+              **{key: recorded[key] for key in RECORDED_FIELDS if recorded.get(key) is not None}}
     card = model_card(config, sum(value.numel() for value in state.values()), name, path_shown)
     return {WEIGHTS: save(state, metadata={"format": "pt"}), CONFIG: json_text(config, indent=2).encode(),
             VOCAB: json_text(payload["vocab"], ensure_ascii=True).encode(), CARD: card.encode("utf-8")}
 
 
-def write_model_folder(payload: dict[str, Any], target: Path, name: str, float32: bool = False,
+def write_model_folder(payload: dict[str, Any], source: Path, target: Path, name: str, float32: bool = False,
                        shown: str | None = None) -> int:
-    """Write the model folder of ``payload`` at ``target`` atomically (an empty folder, or one an export
-    wrote, gives way; ``shown``: how its card names it, default ``target``); return the weights' size."""
-    files = folder_files(payload, name, shown or str(target), float32)
+    """Write the model folder of ``payload`` (read from ``source``) at ``target`` atomically (an empty
+    folder, or one an export wrote, gives way; ``shown``: how its card names it, default the folder's
+    name); return the weights' size in bytes."""
+    shown = shown or (target.name if not target.name.startswith("-") else f"./{target.name}")
+    files = folder_files(payload, source, name, shown, float32)
     replace_folder(target, files, written_by_charrnn)
     return len(files[WEIGHTS])
+
+
+def refuse_writing_in_a_model_folder(target: Path, named: str, what: str) -> None:
+    """Refuse an output ``target`` (given by option ``named``, a ``what``) inside a model folder, through
+    links too: such a folder holds its own files alone."""
+    for place in dict.fromkeys([Path(target), real_path(target)]):
+        folder = next((parent for parent in place.parents if is_model_folder(parent)), None)
+        if folder is not None:
+            raise OptionConflict(f"{named} {target} is inside the model folder {folder}, which holds its own "
+                                 f"files alone; choose another {what}")
 
 
 def check_folder_output(target: Path, named: str, source: Path) -> None:
@@ -102,11 +151,12 @@ def check_folder_output(target: Path, named: str, source: Path) -> None:
     if not target.parent.is_dir():
         raise CharrnnError(f"{named} {target}: there is no directory {target.parent}")
     refuse_writing_in_shipped(target, named, "folder")
+    refuse_writing_in_a_model_folder(target, named, "folder")
     if within_folder(source, target):
         relation = "is" if same_file(source, target) else "holds"
         raise OptionConflict(f"{named} {target} {relation} {source}, the checkpoint read: writing the folder "
                              f"would replace it; choose another folder")
-    folder_in_the_way(target, written_by_charrnn, named)
+    folder_in_the_way(target, written_by_charrnn, named, _not_exported)
 
 
 def read_model_folder(folder: Path) -> dict[str, Any]:
@@ -116,9 +166,10 @@ def read_model_folder(folder: Path) -> dict[str, Any]:
     if not isinstance(config, dict) or config.get("format") != FOLDER_FORMAT:
         raise CharrnnError(f"{folder / CONFIG} is not a charrnn model folder's config (its format is not "
                            f"{FOLDER_FORMAT!r})")
-    if config.get("format_version") != FOLDER_VERSION:
-        raise CharrnnError(f"{folder / CONFIG}: format version {config.get('format_version')!r}; this "
-                           f"charrnn reads version {FOLDER_VERSION}")
+    version = config.get("format_version")
+    if type(version) is not int or version != FOLDER_VERSION:
+        raise CharrnnError(f"{folder / CONFIG}: format version {version!r}; this charrnn reads version "
+                           f"{FOLDER_VERSION}")
     if "model_config" not in config:
         raise CharrnnError(f"{folder / CONFIG} lacks model_config")
     from safetensors import SafetensorError
@@ -132,16 +183,21 @@ def read_model_folder(folder: Path) -> dict[str, Any]:
     from charrnn.training.checkpoint import FORMAT_VERSION
 
     recorded = {key: config[key] for key in RECORDED_FIELDS if key in config}
+    for key in SCORES:  # an infinite perplexity was written null
+        if isinstance(recorded.get(key), dict) and recorded[key].get("perplexity", 0) is None:
+            recorded[key] = {**recorded[key], "perplexity": math.inf}
     return {"format_version": FORMAT_VERSION, "model_config": config["model_config"],
             "vocab": _json(folder / VOCAB), "model_state": state, **recorded}
 
 
-def file_at_fault(folder: Path, problem: str) -> Path:
-    """The file of ``folder`` that a problem :func:`validate_payload` found (it names the field) is in."""
+def file_at_fault(folder: Path, problem: str) -> str:
+    """Where in ``folder`` a problem :func:`validate_payload` found (it names the field) lies: one file,
+    or two that do not match (a problem that cites model_config)."""
     field = re.match(r"[a-z_]*", problem).group()
-    if field in ("model_state", "training_weights"):
-        return folder / WEIGHTS
-    return folder / VOCAB if field == "vocab" else folder / CONFIG
+    file = WEIGHTS if field in ("model_state", "training_weights") else VOCAB if field == "vocab" else CONFIG
+    if file != CONFIG and "model_config" in problem:
+        return f"{folder / file} does not match {folder / CONFIG}"
+    return str(folder / file)
 
 
 def _bytes(path: Path) -> bytes:

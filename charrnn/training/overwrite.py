@@ -11,7 +11,11 @@ from typing import Any
 from charrnn.errors import OptionConflict, option
 from charrnn.models.pretrained import resolve_shipped
 from charrnn.training.manifest import EPOCH_CHECKPOINT_GLOB, read_header
-from charrnn.training.model_folder import is_model_folder, read_folder_config
+from charrnn.training.model_folder import (
+    is_model_folder,
+    read_folder_config,
+    refuse_writing_in_a_model_folder,
+)
 from charrnn.training.rundir import RUN_FILES
 from charrnn.training.runlock import LOCK_NAME
 from charrnn.utils.files import (
@@ -34,6 +38,7 @@ def refuse_writing_over_reads(target: Path, name: str, reads: dict[str, Any],
     written in the shipped models' folder."""
     what = "run directory" if run_directory else "file"
     refuse_writing_in_shipped(target, option(name), what)
+    refuse_writing_in_a_model_folder(target, option(name), what)
     writes = _run_files(target) if run_directory else [target]
     corpora_of: dict[Path, Path | None] = {}  # each checkpoint's corpus, its header read once
     for read_name, given in reads.items():

@@ -307,55 +307,73 @@ def refuse_writing_in_shipped(path: Path, named: str, instead: str, by_option: b
         raise CharrnnError(message)
 
 
-def folder_in_the_way(path: Path, replaceable: Callable[[Path], bool], named: str = "") -> bool:
+def folder_in_the_way(path: Path, replaceable: Callable[[Path], bool], named: str = "",
+                      foreign: Callable[[Path], list[str]] = lambda path: []) -> bool:
     """Whether a folder stands at ``path`` with something in it (which ``replaceable`` allows to give way);
-    a file, a link or a folder it does not allow is refused (``named``: the option that gave ``path``)."""
+    a file, a link, the current directory or a folder it does not allow is refused (``named``: the option
+    that gave ``path``; ``foreign``: the names in it a refusal lists, by default all)."""
     shown = f"{named} {path}".strip()
+    error = OptionConflict if named else CharrnnError
     if os.path.islink(path):
-        raise CharrnnError(f"{shown} is a symbolic link; give the folder itself")
+        raise error(f"{shown} is a symbolic link; give the folder itself")
     info = stat_or_none(path, f"could not write {path}")
     if info is not None and not stat.S_ISDIR(info.st_mode):
-        raise CharrnnError(f"{shown} is a file; give a folder (a new one, or an empty one)")
+        raise error(f"{shown} is a file; give a folder (a new one, or an empty one)")
+    if info is not None and within_folder(Path.cwd(), path):
+        raise error(f"{shown} is the current directory or holds it; give another folder")
     try:
         held = sorted(entry.name for entry in path.iterdir()) if info is not None else []
     except OSError as exc:
         raise CharrnnError(f"cannot read the folder {shown}: {reason(exc)}") from None
     if held and not replaceable(path):
-        raise CharrnnError(f"{shown} holds files that are not a model folder's ({', '.join(held[:3])}"
-                           f"{', ...' if len(held) > 3 else ''}); choose a new or empty folder")
+        listed = foreign(path) or held
+        raise error(f"{shown} holds what an export did not write ({', '.join(listed[:3])}"
+                    f"{', ...' if len(listed) > 3 else ''}); choose a new or empty folder")
     return bool(held)
 
 
 def replace_folder(path: Path, files: dict[str, bytes], replaceable: Callable[[Path], bool]) -> None:
     """Make folder ``path`` hold exactly ``files`` (name → contents), all or nothing: they are written
-    and fsynced in a temporary sibling folder that is then renamed into place. What is at ``path`` may
-    give way only if it is an empty folder or ``replaceable`` says so; a failure leaves it as it was."""
+    and fsynced in a temporary sibling folder that is then renamed into place, with the mode of the folder
+    it replaces. What is at ``path`` may give way only if it is an empty folder or ``replaceable`` says so;
+    a failure leaves it as it was, and a stop signal waits until the swap is done."""
+    from charrnn.utils.interrupt import signals_deferred
+
     given = Path(path)
     previous = folder_in_the_way(given, replaceable)
     staging = aside = None
     try:
         staging = Path(tempfile.mkdtemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-{given.name}.",
                                         dir=given.parent))
-        os.chmod(staging, 0o777 & ~current_umask())
+        mode = stat_or_none(given, f"could not write {given}")
+        os.chmod(staging, stat.S_IMODE(mode.st_mode) if mode is not None else 0o777 & ~current_umask())
         for name, contents in files.items():
             with open(staging / name, "wb") as handle:
                 handle.write(contents)
                 handle.flush()
                 os.fsync(handle.fileno())
         fsync_directory(staging)
-        if previous:  # set aside, never deleted before the new folder stands
-            aside = Path(tempfile.mkdtemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-{given.name}.old.",
-                                          dir=given.parent))
-            os.replace(given, aside)
-        os.replace(staging, given)  # over nothing, or an empty folder
-        staging = None
-        fsync_directory(given.parent)
+        with signals_deferred():
+            if previous:  # set aside, never deleted before the new folder stands
+                aside = Path(tempfile.mkdtemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-{given.name}.old.",
+                                              dir=given.parent))
+                os.replace(given, aside)
+            os.replace(staging, given)  # over nothing, or an empty folder
+            staging = None
+            _put_back_or_remove(given, aside)
+            aside = None
+            fsync_directory(given.parent)
     except OSError as exc:
         raise CharrnnError(f"could not write {given}: {reason(exc)}; what was there is intact") from None
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
-        if aside is not None and not os.path.lexists(given):
-            os.replace(aside, given)  # the new folder never stood: the old one goes back
-        elif aside is not None:
-            shutil.rmtree(aside, ignore_errors=True)
+        _put_back_or_remove(given, aside)
+
+
+def _put_back_or_remove(given: Path, aside: Path | None) -> None:
+    """The folder set aside goes back if no new one stands at ``given``, else it is removed."""
+    if aside is not None and not os.path.lexists(given):
+        os.replace(aside, given)
+    elif aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)

@@ -6,6 +6,7 @@ SIGINT does, so that cleanups run and no temporary file outlives the process."""
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -92,3 +93,22 @@ class GracefulStop:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Run the block whole: a stop signal that arrives during it takes effect as it ends (from the main
+    thread, where Python runs signal handlers; elsewhere the block runs as it is)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {signum: signal.signal(signum, lambda signum, frame: received.append(signum))
+                for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if received:
+            signal.raise_signal(received[0])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -94,7 +95,7 @@ def test_the_model_card_says_what_the_model_scores_and_how_it_was_made(tiny_chec
     for fact in (f"{best['nats_per_char']:.4f}", f"{best['bits_per_char']:.4f}", f"{best['perplexity']:.3f}",
                  corpus["sha256"], f"{sum(t.numel() for t in payload['model_state'].values()):,} parameters",
                  f"| steps | {payload['step']:,} |", payload["machine"], charrnn.__version__,
-                 f"charrnn sample {folder}", f"--init-from {folder}"):
+                 f"charrnn sample {folder.name}", f"--init-from {folder.name}"):
         assert fact in card, fact
     assert "not recorded" not in card
 
@@ -104,8 +105,9 @@ def test_an_export_replaces_only_a_folder_it_wrote(tiny_checkpoint, folder, tmp_
     assert again.path == folder and sorted(p.name for p in folder.iterdir()) == sorted(FOLDER_FILES)
     (folder / "notes.txt").write_text("mine", encoding="utf-8")
     before = {path.name: path.read_bytes() for path in folder.iterdir()}
-    for target, fragment in ((folder, "holds files that are not a model folder's (README.md, config.json"),
-                             (folder / "notes.txt", "is a file"),
+    for target, fragment in ((folder, "holds what an export did not write (notes.txt)"),
+                             (folder / "notes.txt", "is inside the model folder"),
+                             (tiny_checkpoint.parent / "metrics.jsonl", "is a file"),
                              (tiny_checkpoint.parent, "holds"),
                              (tmp_path / "no" / "such", "there is no directory")):
         result = CliRunner().invoke(cli, ["export", str(tiny_checkpoint), "--format", "safetensors",
@@ -168,7 +170,12 @@ DAMAGE = {
                         CONFIG, "model_config"),
     "a wider model than its tensors": (
         _edit_json(CONFIG, lambda c: {**c, "model_config": {**c["model_config"], "hidden_size": 64}}),
-        WEIGHTS, "has shape"),
+        WEIGHTS, "model.safetensors does not match"),
+    "a vocabulary size its list does not have": (
+        _edit_json(CONFIG, lambda c: {**c, "model_config": {**c["model_config"], "vocab_size": 999}}),
+        VOCAB, "vocab.json does not match"),
+    "a version that is not a whole number": (_edit_json(CONFIG, lambda c: {**c, "format_version": True}),
+                                             CONFIG, "format version True"),
     "vocabulary not a list": (_edit_json(VOCAB, lambda v: {"chars": v}), VOCAB, "vocab is"),
     "vocabulary with a repeat": (_edit_json(VOCAB, lambda v: [v[0], *v[:-1]]), VOCAB, "unique"),
     "vocabulary of strings": (_edit_json(VOCAB, lambda v: ["ab", *v[1:]]), VOCAB, "exactly one code point"),
@@ -180,6 +187,10 @@ DAMAGE = {
                           WEIGHTS, "not a readable safetensors"),
     "a weight of integers": (_edit_weights(lambda s: _first_weight(s, s[sorted(s)[0]].long())), WEIGHTS,
                              "holds torch.int64 values"),
+    "a weight of float8": (_edit_weights(lambda s: _first_weight(s, s[sorted(s)[0]].to(torch.float8_e4m3fn))),
+                           WEIGHTS, "holds torch.float8_e4m3fn values; expected float16, bfloat16"),
+    "only the config left": (lambda folder: [(folder / name).unlink() for name in (WEIGHTS, VOCAB)], WEIGHTS,
+                             "is missing"),
     "a weight of NaN": (_edit_weights(lambda s: _first_weight(s, s[sorted(s)[0]] * float("nan"))), WEIGHTS,
                         "non-finite"),
     "a weight too many": (_edit_weights(lambda s: {**s, "extra": torch.zeros(2)}), WEIGHTS, "'extra'"),
@@ -194,7 +205,7 @@ def test_a_damaged_folder_is_refused_in_one_line_naming_the_file(folder, damage)
     for command in (["sample", str(folder), "--length", "5"], ["info", str(folder)]):
         result = CliRunner().invoke(cli, command)
         assert result.exit_code == 1 and len(result.stderr.splitlines()) == 1, result.output
-        assert str(folder / file) in result.stderr and fragment in result.stderr, result.stderr
+        assert f"{folder}/{file}" in result.stderr and fragment in result.stderr, result.stderr
 
 
 def numpy_reader() -> type:
@@ -242,3 +253,51 @@ def test_a_run_never_writes_into_a_model_folder(folder, small_corpus):
         assert result.exit_code != 0 and len(result.stderr.splitlines()) == 1, result.output
         assert "model folder" in result.stderr, result.stderr
     assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
+
+
+def test_a_folder_scores_its_own_weights_and_keeps_an_infinite_perplexity(tiny_run, tmp_path):
+    last = load_checkpoint(tiny_run / "last.pt")
+    scored = charrnn.export(tiny_run / "last.pt", tmp_path / "last", format="safetensors").path
+    assert f"{last['latest_eval']['nats_per_char']:.4f}" in (scored / "README.md").read_text(encoding="utf-8")
+    later = tmp_path / "later.pt"  # weights saved after their last evaluation
+    save_checkpoint(later, {**last, "step": last["step"] + 1})
+    unscored = charrnn.export(later, tmp_path / "unscored", format="safetensors").path
+    card = (unscored / "README.md").read_text(encoding="utf-8")
+    assert "These weights were not scored when they were saved" in card and "score" not in json.loads(
+        (unscored / CONFIG).read_text(encoding="utf-8"))
+    assert "charrnn eval-perplexity unscored" in card and str(tmp_path) not in card
+    payload = load_checkpoint(tiny_run / "best.pt")
+    diverged = tmp_path / "diverged.pt"
+    exploded = {**payload["best"], "nats_per_char": 800.0, "perplexity": float("inf")}
+    latest = {**exploded, "step": payload["step"]}
+    save_checkpoint(diverged, {**payload, "best": exploded, "latest_eval": latest})
+    folder = charrnn.export(diverged, tmp_path / "diverged", format="safetensors").path
+    assert load_checkpoint(folder)["score"]["perplexity"] == float("inf")
+    assert "| ∞ |" in (folder / "README.md").read_text(encoding="utf-8")
+    assert charrnn.info(folder).facts["best"]["perplexity"] == float("inf")
+
+
+def test_no_output_lands_inside_a_model_folder(folder, small_corpus, tmp_path):
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+    for arguments in (["sample", str(folder), "--length", "5", "--output", str(folder / "notes.txt")],
+                      ["export", str(folder), "--output", str(folder / "page.html")],
+                      ["export", str(folder), "--format", "safetensors", "--output", str(folder / "inner")],
+                      ["train", str(small_corpus), "--max-steps", "1", "--out", str(folder / "run")]):
+        result = CliRunner().invoke(cli, arguments)
+        assert result.exit_code == 2 and "is inside the model folder" in result.stderr, result.output
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
+
+
+def test_an_empty_folder_keeps_its_mode_and_the_current_directory_is_refused(tiny_checkpoint, tmp_path,
+                                                                             monkeypatch):
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    charrnn.export(tiny_checkpoint, private, format="safetensors")
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700 and (private / WEIGHTS).exists()
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    for given in (".", str(here)):
+        with pytest.raises(CharrnnError, match="is the current directory"):
+            charrnn.export(tiny_checkpoint, given, format="safetensors")
+    assert not list(here.iterdir())

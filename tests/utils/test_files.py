@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import threading
@@ -169,7 +170,7 @@ def test_a_folder_is_replaced_whole_or_left_as_it_was(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(("make", "fragment"), [
     (lambda path: path.write_text("x"), "is a file"),
-    (lambda path: (path.mkdir(), (path / "theirs").write_text("x")), "holds files that are not a model"),
+    (lambda path: (path.mkdir(), (path / "theirs").write_text("x")), "holds what an export did not write"),
     (lambda path: path.symlink_to(path.parent, target_is_directory=True), "is a symbolic link"),
 ])
 def test_a_folder_not_ours_is_never_replaced(tmp_path, make, fragment):
@@ -182,3 +183,19 @@ def test_a_folder_not_ours_is_never_replaced(tmp_path, make, fragment):
     empty.mkdir()
     replace_folder(empty, {"a": b"1"}, _ours)  # an empty folder gives way
     assert (empty / "a").read_bytes() == b"1"
+
+
+def test_a_stop_signal_during_the_swap_waits_until_the_new_folder_stands(tmp_path, monkeypatch):
+    target = tmp_path / "model"
+    replace_folder(target, {"a": b"1", "mine": b""}, _ours)
+    real_replace = os.replace
+
+    def interrupted(source, destination):  # Ctrl-C as the new folder takes its place
+        signal.raise_signal(signal.SIGINT)
+        real_replace(source, destination)
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        replace_folder(target, {"b": b"2", "mine": b""}, _ours)
+    assert sorted(p.name for p in target.iterdir()) == ["b", "mine"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # the old folder is gone, not left aside
