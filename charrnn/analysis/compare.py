@@ -81,11 +81,14 @@ def _score(loaded: TrainedModel, settings: CompareSettings
     except CharrnnError as exc:
         if settings.text is not None:
             raise
-        stored = loaded.payload.get("latest_eval")
+        from charrnn.training.model_folder import weights_score
+
+        stored = weights_score(loaded.payload, loaded.checkpoint) or loaded.payload.get("latest_eval")
         if stored is None:
             raise CharrnnError(f"{exc}; give {option('text_file')} FILE to score every checkpoint on one "
                                f"text") from None
-        when = "" if stored["step"] == loaded.payload.get("step") else f", from step {stored['step']:,}"
+        step = stored.get("step", loaded.payload.get("step"))
+        when = "" if step == loaded.payload.get("step") else f", from step {step:,}"
         scores = {key: stored[key] for key in ("nats_per_char", "bits_per_char", "perplexity", "chars")}
         return scores, f"validation score stored at training time{when} (the corpus cannot be re-read)", None
 

@@ -24,12 +24,14 @@ def _shape(model: dict[str, Any], parameters: int) -> str:
 def _scores(config: dict[str, Any], folder: str) -> list[str]:
     score, best, corpus = config.get("score"), config.get("best"), config.get("corpus")
     if not score:
-        run_best = f" The run's best, {best['nats_per_char']:.4f} nats/char, was other weights'." \
-            if best else ""
+        run_best = (f" The run's best evaluation, of its best.pt's weights, scored "
+                    f"{best['nats_per_char']:.4f} nats/char." if best else "")
         return [f"These weights were not scored when they were saved.{run_best} `charrnn eval-perplexity "
                 f"{folder}` scores them on their validation split, with the corpus at hand."]
-    held_out = (f"the last {corpus['chars'] - corpus['split_point']:,} characters of "
-                f"{markdown_text(corpus['name'])}" if corpus else "its validation split")
+    held = corpus["chars"] - corpus["split_point"] if corpus else None
+    part = f"the first {score['chars'] + 1:,} of " if held and score["chars"] < held - 1 else ""
+    held_out = (f"{part}the last {held:,} characters of {markdown_text(corpus['name'])}" if corpus
+                else "its validation split")
     perplexity = "∞" if score["perplexity"] is None or math.isinf(score["perplexity"]) else \
         f"{score['perplexity']:.3f}"
     return ["| text | characters scored | nats/char | bits/char | perplexity |",
@@ -40,12 +42,13 @@ def _scores(config: dict[str, Any], folder: str) -> list[str]:
 
 def _training(config: dict[str, Any], weights: str) -> list[str]:
     corpus, train = config.get("corpus"), config.get("train_config") or {}
+    held = corpus["chars"] - corpus["split_point"] if corpus else 0
     home = f" ({corpus['path']})" if corpus and corpus["path"].startswith("https://") else ""
     rows = {
         "corpus": (f"{markdown_text(corpus['name'])}{home}, {corpus['chars']:,} characters, sha256 "
                    f"`{corpus['sha256']}`" if corpus else NOT_RECORDED),
-        "validation split": (f"characters {corpus['split_point']:,} to the end "
-                             f"({corpus['val_frac'] * 100:g}% held out)" if corpus else NOT_RECORDED),
+        "validation split": (f"characters {corpus['split_point']:,} to the end, {held / corpus['chars']:.1%} "
+                             f"of the corpus" if corpus else NOT_RECORDED),
         "steps": f"{config['step']:,}" if "step" in config else NOT_RECORDED,
         "passes over the training split": (f"{config['progress_epochs']:.2f}" if "progress_epochs" in config
                                            else NOT_RECORDED),
@@ -53,12 +56,18 @@ def _training(config: dict[str, Any], weights: str) -> list[str]:
         "machine": markdown_text(config.get("machine") or NOT_RECORDED),
         "batch × sequence": (f"{train['batch_size']} × {train['seq_len']}" if "batch_size" in train
                              else NOT_RECORDED),
-        **({"fine-tuned from": markdown_text(PurePath(train["init_from"]).name)} if train.get("init_from")
+        **({"fine-tuned from": markdown_text(_last_parts(train["init_from"]))} if train.get("init_from")
            else {}),
         "weights": f"{weights} in model.safetensors",
         "charrnn": config["charrnn_version"],
     }
     return ["| | |", "|---|---|", *(f"| {key} | {value} |" for key, value in rows.items())]
+
+
+def _last_parts(path: str) -> str:
+    """A path as a card names it without the machine's folders: a checkpoint file with its run's name."""
+    parts = PurePath(path).parts
+    return "/".join(parts[-2:] if PurePath(path).suffix == ".pt" else parts[-1:])
 
 
 def model_card(config: dict[str, Any], parameters: int, name: str, folder: str) -> str:

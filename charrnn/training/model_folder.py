@@ -40,9 +40,9 @@ NORMED_GATE_ORDER = {**GATE_ORDER, "gru": "z r n"}
 
 
 def is_model_folder(path: Path) -> bool:
-    """Whether ``path`` is a folder that holds a model folder's weights, vocabulary or config."""
-    return Path(path).is_dir() and (any(os.path.lexists(Path(path) / name) for name in (WEIGHTS, VOCAB))
-                                    or read_folder_config(path) is not None)
+    """Whether ``path`` is a folder that holds a model folder's weights or charrnn's config."""
+    folder = Path(path)
+    return folder.is_dir() and (os.path.lexists(folder / WEIGHTS) or read_folder_config(folder) is not None)
 
 
 def read_folder_config(path: Path) -> dict[str, Any] | None:
@@ -78,7 +78,7 @@ def weights_score(payload: dict[str, Any], source: Path) -> dict[str, Any] | Non
     if source.name == "best.pt" or "optimizer_state" not in payload:
         return payload.get("best")
     latest = payload.get("latest_eval")
-    if latest and latest.get("step") == payload.get("step") and payload.get("weight_average") is None:
+    if latest and latest.get("step") == payload.get("step"):
         return {key: value for key, value in latest.items() if key != "step"}
     return None
 
@@ -138,7 +138,7 @@ def refuse_writing_in_a_model_folder(target: Path, named: str, what: str) -> Non
     """Refuse an output ``target`` (given by option ``named``, a ``what``) inside a model folder, through
     links too: such a folder holds its own files alone."""
     for place in dict.fromkeys([Path(target), real_path(target)]):
-        folder = next((parent for parent in place.parents if is_model_folder(parent)), None)
+        folder = next((parent for parent in place.parents if read_folder_config(parent) is not None), None)
         if folder is not None:
             raise OptionConflict(f"{named} {target} is inside the model folder {folder}, which holds its own "
                                  f"files alone; choose another {what}")
@@ -182,7 +182,7 @@ def read_model_folder(folder: Path) -> dict[str, Any]:
         raise CharrnnError(f"{weights} is not a readable safetensors file ({first_line(exc)})") from None
     from charrnn.training.checkpoint import FORMAT_VERSION
 
-    recorded = {key: config[key] for key in RECORDED_FIELDS if key in config}
+    recorded = {"score": None} | {key: config[key] for key in RECORDED_FIELDS if key in config}
     for key in SCORES:  # an infinite perplexity was written null
         if isinstance(recorded.get(key), dict) and recorded[key].get("perplexity", 0) is None:
             recorded[key] = {**recorded[key], "perplexity": math.inf}

@@ -343,8 +343,7 @@ def replace_folder(path: Path, files: dict[str, bytes], replaceable: Callable[[P
     previous = folder_in_the_way(given, replaceable)
     staging = aside = None
     try:
-        staging = Path(tempfile.mkdtemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-{given.name}.",
-                                        dir=given.parent))
+        staging = Path(tempfile.mkdtemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-", dir=given.parent))
         mode = stat_or_none(given, f"could not write {given}")
         os.chmod(staging, stat.S_IMODE(mode.st_mode) if mode is not None else 0o777 & ~current_umask())
         for name, contents in files.items():
@@ -355,7 +354,7 @@ def replace_folder(path: Path, files: dict[str, bytes], replaceable: Callable[[P
         fsync_directory(staging)
         with signals_deferred():
             if previous:  # set aside, never deleted before the new folder stands
-                aside = Path(tempfile.mkdtemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-{given.name}.old.",
+                aside = Path(tempfile.mkdtemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-old-",
                                               dir=given.parent))
                 os.replace(given, aside)
             os.replace(staging, given)  # over nothing, or an empty folder

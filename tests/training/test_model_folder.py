@@ -266,6 +266,8 @@ def test_a_folder_scores_its_own_weights_and_keeps_an_infinite_perplexity(tiny_r
     assert "These weights were not scored when they were saved" in card and "score" not in json.loads(
         (unscored / CONFIG).read_text(encoding="utf-8"))
     assert "charrnn eval-perplexity unscored" in card and str(tmp_path) not in card
+    again = charrnn.export(unscored, tmp_path / "again", format="safetensors").path  # still unscored
+    assert "These weights were not scored" in (again / "README.md").read_text(encoding="utf-8")
     payload = load_checkpoint(tiny_run / "best.pt")
     diverged = tmp_path / "diverged.pt"
     exploded = {**payload["best"], "nats_per_char": 800.0, "perplexity": float("inf")}
@@ -301,3 +303,42 @@ def test_an_empty_folder_keeps_its_mode_and_the_current_directory_is_refused(tin
         with pytest.raises(CharrnnError, match="is the current directory"):
             charrnn.export(tiny_checkpoint, given, format="safetensors")
     assert not list(here.iterdir())
+
+
+def test_averaged_runs_score_their_checkpoints_and_a_capped_or_partial_split_is_said(make_run, small_corpus,
+                                                                                   tmp_path):
+    run = make_run(small_corpus, tmp_path / "run", max_steps=30, eval_every=10, ema_decay=0.9, eval_chars=200,
+                   val_max_chars=300)
+    last = load_checkpoint(run.out_dir / "last.pt")
+    folder = charrnn.export(run.out_dir / "last.pt", tmp_path / "last", format="safetensors").path
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    assert f"| {last['latest_eval']['nats_per_char']:.4f} |" in card and "not scored" not in card
+    held = last["corpus"]["chars"] - last["corpus"]["split_point"]
+    assert held == 300 and f"the first 201 of the last {held:,} characters" in card
+    assert f"to the end, {held / last['corpus']['chars']:.1%} of the corpus" in card
+
+
+def test_only_a_charrnn_model_folder_keeps_outputs_out(tiny_checkpoint, tmp_path, monkeypatch):
+    project = tmp_path / "project"
+    (project / "models").mkdir(parents=True)
+    (project / "vocab.json").write_text('{"hello": 0}', encoding="utf-8")  # a tokenizer's, say
+    (project / "model.safetensors").write_bytes(b"")
+    monkeypatch.chdir(project)
+    assert charrnn.export(tiny_checkpoint, Path("models/m"), format="safetensors").path.is_dir()
+    long_name = project / ("x" * 250)  # a legal name: the temporary names stay short
+    charrnn.export(tiny_checkpoint, long_name, format="safetensors")
+    charrnn.export(tiny_checkpoint, long_name, format="safetensors", float32=True)
+    assert json.loads((long_name / CONFIG).read_text(encoding="utf-8"))["weights_dtype"] == "float32"
+
+
+def test_compare_without_the_corpus_shows_the_score_of_the_folders_own_weights(tiny_run, tmp_path):
+    payload = load_checkpoint(tiny_run / "best.pt")
+    averaged = {**payload["best"], "nats_per_char": 2.5}  # averaged weights' score, not the last evaluation's
+    gone = {**payload["corpus"], "path": str(tmp_path / "gone")}
+    (tmp_path / "run").mkdir()
+    save_checkpoint(tmp_path / "run" / "best.pt", {**payload, "best": averaged, "best_is_average": True,
+                                                   "corpus": gone})
+    folder = charrnn.export(tmp_path / "run" / "best.pt", tmp_path / "model", format="safetensors").path
+    for checkpoint in (tmp_path / "run" / "best.pt", folder):
+        report = charrnn.compare([checkpoint], length=5).reports[0]
+        assert report.nats_per_char == 2.5 and "stored at training time" in report.error

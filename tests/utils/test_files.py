@@ -156,7 +156,7 @@ def test_a_folder_is_replaced_whole_or_left_as_it_was(tmp_path, monkeypatch):
     real_replace = os.replace
 
     def failing(source, destination):  # the new folder cannot take its place; the old one can go back
-        if Path(destination) == target and ".old." not in Path(source).name:
+        if Path(destination) == target and "-old-" not in Path(source).name:
             raise OSError(28, "No space left on device")
         real_replace(source, destination)
 
