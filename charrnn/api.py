@@ -670,7 +670,7 @@ def info(checkpoint: PathArg) -> CheckpointInfo:
     from charrnn.training.checkpoint import checkpoint_in, describe_checkpoint, load_checkpoint
 
     path = checkpoint_in(_require_path(checkpoint, "checkpoint"), "best.pt")
-    return CheckpointInfo(path, describe_checkpoint(load_checkpoint(path)))
+    return CheckpointInfo(path, describe_checkpoint(load_checkpoint(path), path))
 
 
 @dataclass(frozen=True)

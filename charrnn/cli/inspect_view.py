@@ -113,6 +113,9 @@ def info_table(name: str, facts: dict[str, Any]) -> Table:
            if corpus else {}),
         **({"latest validation": f"{latest['nats_per_char']:.4f} nats/char at step {latest['step']:,}"
                                  f"{part_scored(latest, corpus)}"} if latest else {}),
+        "weights": facts["weights_dtype"] + (
+            f", scoring {facts['score']['nats_per_char']:.4f} nats/char on validation" if facts.get("score")
+            else ", not scored as saved"),
         **({"trained on": escaped(facts["machine"])} if facts.get("machine") else {}),
         "resumable": "yes" if facts["resumable"] else "no (weights only)",
         "format version": str(facts["format_version"]),

@@ -24,7 +24,13 @@ from charrnn.generation.trained import TrainedModel
 from charrnn.models.evaluate import EvalResult
 from charrnn.models.model import CharRNN, state_shapes
 from charrnn.models.pretrained import resolve_shipped
-from charrnn.training.model_folder import file_at_fault, is_model_folder, read_model_folder
+from charrnn.training.model_folder import (
+    file_at_fault,
+    is_model_folder,
+    read_model_folder,
+    weights_dtype,
+    weights_score,
+)
 from charrnn.utils.files import replace_file
 
 FORMAT_VERSION = 1
@@ -300,8 +306,9 @@ def corpus_status(corpus: dict[str, Any] | None) -> str:
         return f"unreadable ({exc})"
 
 
-def describe_checkpoint(payload: dict[str, Any]) -> dict[str, Any]:
-    """What a (validated) checkpoint holds, for ``charrnn info``: plain JSON-ready values."""
+def describe_checkpoint(payload: dict[str, Any], path: Path) -> dict[str, Any]:
+    """What a (validated) checkpoint read from ``path`` holds, for ``charrnn info``: plain JSON-ready
+    values."""
     vocab = payload["vocab"]
     corpus = payload.get("corpus")
     return {
@@ -309,6 +316,8 @@ def describe_checkpoint(payload: dict[str, Any]) -> dict[str, Any]:
         "run_id": payload.get("run_id"),
         "model": payload["model_config"],
         "parameters": sum(tensor.numel() for tensor in payload["model_state"].values()),
+        "weights_dtype": weights_dtype(payload["model_state"]),
+        "score": weights_score(payload, path),
         "vocab_size": len(vocab),
         "vocab": "".join(vocab),
         "step": payload.get("step"),

@@ -45,7 +45,7 @@ def test_info_says_when_a_score_covers_only_the_validation_splits_start(tiny_run
     from charrnn.cli.inspect_view import info_table
     from charrnn.training.checkpoint import describe_checkpoint, load_checkpoint
 
-    facts = describe_checkpoint(load_checkpoint(tiny_run / "best.pt"))
+    facts = describe_checkpoint(load_checkpoint(tiny_run / "best.pt"), tiny_run / "best.pt")
     whole = facts["corpus"]["chars"] - facts["corpus"]["split_point"] - 1
     assert facts["best"]["chars"] == whole
     console = Console(record=True, width=300)
@@ -61,7 +61,7 @@ def test_a_text_setting_that_is_empty_or_spaced_is_shown_in_quotes(tiny_run):
     from charrnn.cli.inspect_view import info_table
     from charrnn.training.checkpoint import describe_checkpoint, load_checkpoint
 
-    facts = describe_checkpoint(load_checkpoint(tiny_run / "best.pt"))
+    facts = describe_checkpoint(load_checkpoint(tiny_run / "best.pt"), tiny_run / "best.pt")
     facts["training"] = {**facts["training"], "sample_prime": "", "precision": "auto", "device": "a, b"}
     console = Console(width=1000, record=True)
     console.print(info_table("x", facts))

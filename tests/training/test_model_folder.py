@@ -266,6 +266,9 @@ def test_a_folder_scores_its_own_weights_and_keeps_an_infinite_perplexity(tiny_r
     assert "These weights were not scored when they were saved" in card and "score" not in json.loads(
         (unscored / CONFIG).read_text(encoding="utf-8"))
     assert "charrnn eval-perplexity unscored" in card and str(tmp_path) not in card
+    assert charrnn.info(unscored).facts["score"] is None and charrnn.info(later).facts["score"] is None
+    assert charrnn.info(scored).facts["score"]["nats_per_char"] == last["latest_eval"]["nats_per_char"]
+    assert "not scored as saved" in CliRunner().invoke(cli, ["info", str(unscored)]).stdout
     again = charrnn.export(unscored, tmp_path / "again", format="safetensors").path  # still unscored
     assert "These weights were not scored" in (again / "README.md").read_text(encoding="utf-8")
     payload = load_checkpoint(tiny_run / "best.pt")
