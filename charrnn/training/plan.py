@@ -312,13 +312,10 @@ def _plan_resume(request: TrainingRequest, sources: Sources, model_options: dict
                  train_options: dict[str, Any]) -> TrainingPlan:
     checkpoint, payload = sources.resume, sources.resume_payload
     assert checkpoint is not None and payload is not None
-    shipped = shipped_name(checkpoint)
-    if shipped is not None:
-        raise CharrnnError(f"{shipped} is the model that comes with charrnn: it holds weights only, so it "
-                           f"cannot be resumed; fine-tune it with {option('init_from')} {shipped}")
-    if is_model_folder(checkpoint):
-        raise CharrnnError(f"{checkpoint} is a model folder: it holds weights only, so it cannot be resumed; "
-                           f"fine-tune it with {option('init_from')} {checkpoint}")
+    if is_model_folder(checkpoint):  # the shipped model too, by its name
+        name = shipped_name(checkpoint) or checkpoint
+        raise CharrnnError(f"{name} is a model folder: it holds weights only, so it cannot be resumed; "
+                           f"fine-tune it with {option('init_from')} {name}")
     missing = [name for name in RESUME_FIELDS if name not in payload]
     if missing:
         raise CharrnnError(f"{checkpoint} cannot be resumed (it holds no training state: {missing[0]} "
