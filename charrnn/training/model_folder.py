@@ -54,15 +54,9 @@ def read_folder_config(path: Path) -> dict[str, Any] | None:
     return config if isinstance(config, dict) and config.get("format") == FOLDER_FORMAT else None
 
 
-def written_by_charrnn(path: Path) -> bool:
-    """Whether folder ``path`` holds only a model folder's files, its config.json charrnn's: one that an
-    export may replace."""
-    return not _not_exported(path)
-
-
-def _not_exported(path: Path) -> list[str]:
-    """What in folder ``path`` an export did not write: names of no model folder's file, or else its
-    config.json when that is not charrnn's."""
+def not_exported(path: Path) -> list[str]:
+    """What in folder ``path`` an export did not write (none: an export may replace it): names of no model
+    folder's file, or else its config.json when that is not charrnn's."""
     try:
         foreign = sorted(entry.name for entry in Path(path).iterdir() if entry.name not in FOLDER_FILES)
     except OSError:
@@ -130,7 +124,7 @@ def write_model_folder(payload: dict[str, Any], source: Path, target: Path, name
     name); return the weights' size in bytes."""
     shown = shown or (target.name if not target.name.startswith("-") else f"./{target.name}")
     files = folder_files(payload, source, name, shown, float32)
-    replace_folder(target, files, written_by_charrnn)
+    replace_folder(target, files, not_exported)
     return len(files[WEIGHTS])
 
 
@@ -156,7 +150,7 @@ def check_folder_output(target: Path, named: str, source: Path) -> None:
         relation = "is" if same_file(source, target) else "holds"
         raise OptionConflict(f"{named} {target} {relation} {source}, the checkpoint read: writing the folder "
                              f"would replace it; choose another folder")
-    folder_in_the_way(target, written_by_charrnn, named, _not_exported)
+    folder_in_the_way(target, not_exported, named)
 
 
 def read_model_folder(folder: Path) -> dict[str, Any]:

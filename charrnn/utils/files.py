@@ -307,11 +307,10 @@ def refuse_writing_in_shipped(path: Path, named: str, instead: str, by_option: b
         raise CharrnnError(message)
 
 
-def folder_in_the_way(path: Path, replaceable: Callable[[Path], bool], named: str = "",
-                      foreign: Callable[[Path], list[str]] = lambda path: []) -> bool:
-    """Whether a folder stands at ``path`` with something in it (which ``replaceable`` allows to give way);
-    a file, a link, the current directory or a folder it does not allow is refused (``named``: the option
-    that gave ``path``; ``foreign``: the names in it a refusal lists, by default all)."""
+def folder_in_the_way(path: Path, foreign: Callable[[Path], list[str]], named: str = "") -> bool:
+    """Whether a folder stands at ``path`` with something in it, which may give way only where ``foreign``
+    names nothing in it that must stay; a file, a link, the current directory or such a folder is refused
+    (``named``: the option that gave ``path``)."""
     shown = f"{named} {path}".strip()
     error = OptionConflict if named else CharrnnError
     if os.path.islink(path):
@@ -325,22 +324,22 @@ def folder_in_the_way(path: Path, replaceable: Callable[[Path], bool], named: st
         held = sorted(entry.name for entry in path.iterdir()) if info is not None else []
     except OSError as exc:
         raise CharrnnError(f"cannot read the folder {shown}: {reason(exc)}") from None
-    if held and not replaceable(path):
-        listed = foreign(path) or held
+    listed = foreign(path) if held else []
+    if listed:
         raise error(f"{shown} holds what an export did not write ({', '.join(listed[:3])}"
                     f"{', ...' if len(listed) > 3 else ''}); choose a new or empty folder")
     return bool(held)
 
 
-def replace_folder(path: Path, files: dict[str, bytes], replaceable: Callable[[Path], bool]) -> None:
+def replace_folder(path: Path, files: dict[str, bytes], foreign: Callable[[Path], list[str]]) -> None:
     """Make folder ``path`` hold exactly ``files`` (name → contents), all or nothing: they are written
     and fsynced in a temporary sibling folder that is then renamed into place, with the mode of the folder
-    it replaces. What is at ``path`` may give way only if it is an empty folder or ``replaceable`` says so;
+    it replaces. What is at ``path`` may give way only if it is an empty folder or ``foreign`` names nothing;
     a failure leaves it as it was, and a stop signal waits until the swap is done."""
     from charrnn.utils.interrupt import signals_deferred
 
     given = Path(path)
-    previous = folder_in_the_way(given, replaceable)
+    previous = folder_in_the_way(given, foreign)
     staging = aside = None
     try:
         staging = Path(tempfile.mkdtemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-", dir=given.parent))
