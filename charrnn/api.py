@@ -109,8 +109,8 @@ def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
         raise CharrnnError(f"{option(name)} {target}: there is no directory {target.parent}")
     from charrnn.training.overwrite import refuse_writing_over_reads
 
-    reads = {key: [_require_path(each, key) for each in (given if isinstance(given, list | tuple)
-                                                         else [given])
+    reads = {key: [resolve_shipped(_require_path(each, key))
+                   for each in (given if isinstance(given, list | tuple) else [given])
                    if each is not None and not (key == "against" and each == "train")]  # train: a keyword
              for key, given in (inputs or {}).items()}
     refuse_writing_over_reads(target, name, reads)

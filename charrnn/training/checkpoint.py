@@ -169,8 +169,11 @@ def checkpoint_in(path: Path, name: str = "best.pt") -> Path:
     or last.pt to resume), or the model shipped under the name ``path`` gives
     (:mod:`charrnn.models.pretrained`)."""
     path = resolve_shipped(Path(path))
-    if not path.is_dir() or is_model_folder(path):
-        return path
+    return path if not path.is_dir() or is_model_folder(path) else file_in_run_directory(path, name)
+
+
+def file_in_run_directory(path: Path, name: str) -> Path:
+    """Checkpoint ``name`` of run directory ``path``, or an error naming the checkpoints it does hold."""
     if not (path / name).is_file():
         held = sorted(p.name for p in path.glob("*.pt") if p.is_file())
         suggestion = "last.pt" if "last.pt" in held else held[-1] if held else None

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from charrnn.errors import OptionConflict, option
-from charrnn.models.pretrained import resolve_shipped
 from charrnn.training.manifest import EPOCH_CHECKPOINT_GLOB, read_header
 from charrnn.training.model_folder import (
     is_model_folder,
@@ -33,9 +32,9 @@ RESERVED = (*RUN_FILES, LOCK_NAME)  # the names a run directory keeps for its ow
 def refuse_writing_over_reads(target: Path, name: str, reads: dict[str, Any],
                               run_directory: bool = False) -> None:
     """Refuse, before any work, writing ``target`` (option ``name``; with ``run_directory``, the files a run
-    writes there) over anything in ``reads`` (option name → a path, paths or None), by path or link, or
-    inside a corpus directory read. A file at a name a run directory keeps is refused too, and nothing is
-    written in the shipped models' folder."""
+    writes there) over anything in ``reads`` (option name → a path, paths or None; shipped names resolved),
+    by path or link, or inside a corpus directory read. A file at a name a run directory keeps is refused
+    too, and nothing is written in the shipped models' folder."""
     what = "run directory" if run_directory else "file"
     refuse_writing_in_shipped(target, option(name), what)
     refuse_writing_in_a_model_folder(target, option(name), what)
@@ -45,7 +44,7 @@ def refuse_writing_over_reads(target: Path, name: str, reads: dict[str, Any],
         for each in given if isinstance(given, list | tuple) else [given]:
             if each is None:
                 continue
-            path = resolve_shipped(Path(each))  # the shipped model is read too
+            path = Path(each)
             read = f"{option(read_name)} {path}"
             parts = _stands_for(path, corpora_of)
             for file, part in parts.items():
@@ -88,7 +87,7 @@ def _stands_for(path: Path, corpora_of: dict[Path, Path | None]) -> dict[Path, s
     folder = path if path.is_dir() else path.parent if path.suffix == ".pt" else None
     neighbours = sorted(folder.iterdir()) if folder is not None and folder.is_dir() else []
     if is_model_folder(path):
-        corpus = _trained_on(path)
+        corpus = _trained_on(read_folder_config(path))
         return {path: "{}", **{file: "in the model folder {}" for file in neighbours},
                 **({corpus: CORPUS} if corpus is not None else {})}
     run_files = [file for file in neighbours if file.suffix == ".pt" or file.name in RUN_FILES]
@@ -97,22 +96,18 @@ def _stands_for(path: Path, corpora_of: dict[Path, Path | None]) -> dict[Path, s
     parts = {path: "{}", **{file: "in the run directory of {}" for file in run_files if file != path}}
     for file in run_files:
         if file not in corpora_of:
-            corpora_of[file] = _trained_on(file)
+            corpora_of[file] = _trained_on(read_header(file)) if file.suffix == ".pt" else None
         corpus = corpora_of[file]
         if corpus is not None:
             parts.setdefault(corpus, CORPUS)
     return parts
 
 
-def _trained_on(checkpoint: Path) -> Path | None:
-    """The corpus a checkpoint or model folder names, read without loading its tensors; None if it names
-    none."""
-    if checkpoint.suffix != ".pt" and not is_model_folder(checkpoint):
-        return None
+def _trained_on(header: dict[str, Any] | None) -> Path | None:
+    """The corpus a checkpoint's header or a model folder's config names; None if it names none."""
     from charrnn.data.corpus import corpus_location
 
-    header = (read_header(checkpoint) if checkpoint.suffix == ".pt" else read_folder_config(checkpoint)) or {}
-    corpus = header.get("corpus")
+    corpus = (header or {}).get("corpus")
     path = corpus.get("path") if isinstance(corpus, dict) else None
     if not isinstance(path, str) or not path:
         return None

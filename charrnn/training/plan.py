@@ -26,12 +26,10 @@ from charrnn.data.corpus import (
 from charrnn.data.vocab import UnknownCharactersError, Vocab
 from charrnn.errors import CharrnnError, ConfigError, OptionConflict, option
 from charrnn.models.devices import check_generation_fits, check_model_fits, resolve_precision
-from charrnn.models.pretrained import shipped_name
 from charrnn.training.budget import BudgetDecision, BudgetEnding, plan_budget, plan_budget_end, planned_speed
 from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_model
 from charrnn.training.distributed import ProcessGroup
 from charrnn.training.loop import TrainResult, train
-from charrnn.training.model_folder import is_model_folder
 from charrnn.training.observer import TrainObserver
 from charrnn.training.overwrite import refuse_writing_over_reads
 from charrnn.training.request import (
@@ -312,10 +310,6 @@ def _plan_resume(request: TrainingRequest, sources: Sources, model_options: dict
                  train_options: dict[str, Any]) -> TrainingPlan:
     checkpoint, payload = sources.resume, sources.resume_payload
     assert checkpoint is not None and payload is not None
-    if is_model_folder(checkpoint):  # the shipped model too, by its name
-        name = shipped_name(checkpoint) or checkpoint
-        raise CharrnnError(f"{name} is a model folder: it holds weights only, so it cannot be resumed; "
-                           f"fine-tune it with {option('init_from')} {name}")
     missing = [name for name in RESUME_FIELDS if name not in payload]
     if missing:
         raise CharrnnError(f"{checkpoint} cannot be resumed (it holds no training state: {missing[0]} "

@@ -18,7 +18,7 @@ from typing import Any
 
 from charrnn.errors import CharrnnError, OptionConflict, option
 from charrnn.models.pretrained import resolve_shipped
-from charrnn.training.checkpoint import checkpoint_in, save_checkpoint, saved_by_torch
+from charrnn.training.checkpoint import file_in_run_directory, save_checkpoint, saved_by_torch
 from charrnn.training.manifest import (
     EPOCH_CHECKPOINT_GLOB,
     MANIFEST_NAME,
@@ -159,14 +159,18 @@ def read_run_config(out_dir: Path) -> dict[str, Any] | None:
 
 
 def resume_checkpoint(path: Path) -> Path:
-    """What ``--resume PATH`` continues: a checkpoint file, a run directory's newest saved state (usually
-    last.pt), or the shipped model the name gives (refused later: it holds no training state)."""
-    path = resolve_shipped(Path(path))
+    """What ``--resume PATH`` continues: a checkpoint file or a run directory's newest saved state (usually
+    last.pt). A model folder, the shipped model included, is refused before its weights are read."""
+    given = Path(path)
+    path = resolve_shipped(given)
+    if is_model_folder(path):
+        raise CharrnnError(f"{given} is a model folder: it holds weights only, so it cannot be resumed; "
+                           f"fine-tune it with {option('init_from')} {given}")
     if not path.is_dir():
         return path
     config = read_run_config(path)
     newest = newest_state_file(path, config.get("run_id") if config else None)
-    return newest if newest is not None else checkpoint_in(path, "last.pt")
+    return newest if newest is not None else file_in_run_directory(path, "last.pt")
 
 
 def belongs_to(out_dir: Path, payload: dict[str, Any]) -> bool:

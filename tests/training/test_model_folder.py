@@ -67,10 +67,13 @@ def test_the_command_line_reads_a_folder_as_it_reads_a_checkpoint(tiny_checkpoin
 def test_a_folder_fine_tunes_but_is_never_resumed(folder, small_corpus, tmp_path):
     tuned = charrnn.train(small_corpus, out_dir=tmp_path / "tuned", init_from=folder, max_steps=2)
     assert tuned.steps == 2 and load_checkpoint(tmp_path / "tuned" / "last.pt")["train_config"]["init_from"]
-    result = CliRunner().invoke(cli, ["train", "--resume", str(folder), "--max-steps", "5"])
-    assert result.exit_code == 1 and result.stderr.strip().endswith(
-        f"is a model folder: it holds weights only, so it cannot be resumed; fine-tune it with --init-from "
-        f"{folder}")
+    cut = shutil.copytree(folder, tmp_path / "cut")
+    (cut / WEIGHTS).write_bytes((cut / WEIGHTS).read_bytes()[:100])  # refused before the weights are read
+    for given in (folder, cut):
+        result = CliRunner().invoke(cli, ["train", "--resume", str(given), "--max-steps", "5"])
+        assert result.exit_code == 1 and result.stderr.strip().endswith(
+            f"is a model folder: it holds weights only, so it cannot be resumed; fine-tune it with "
+            f"--init-from {given}")
 
 
 def test_the_weights_keep_the_checkpoints_precision_unless_float32_is_asked(tiny_checkpoint, tmp_path):
