@@ -27,15 +27,8 @@ def resolve_shipped(path: Path) -> Path:
     return path
 
 
-def shipped_name(path: Path) -> str | None:
-    """The name of the shipped model at ``path``, or None when ``path`` is not one."""
-    resolved = real_path(path)
-    if resolved.parent == real_path(config.SHIPPED_FOLDER) and resolved.stem in SHIPPED_MODELS:
-        return resolved.stem
-    return None
-
-
 def run_name(path: Path) -> str:
-    """The name reports give a checkpoint's run: its directory's, a model folder's or the shipped model's."""
+    """The name reports give a checkpoint's run: its directory's, or a model folder's own (the shipped
+    model's too)."""
     resolved = real_path(path)
-    return shipped_name(path) or (resolved.name if resolved.is_dir() else resolved.parent.name)
+    return resolved.name if resolved.is_dir() else resolved.parent.name

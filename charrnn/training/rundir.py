@@ -38,6 +38,7 @@ from charrnn.utils.files import (
     json_text,
     log_lines,
     parse_json,
+    read_log,
     read_regular,
     reason,
     remove_stale_temporaries,
@@ -379,22 +380,7 @@ def read_metrics(run_dir: Path) -> list[EvaluationRecord]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         raise CharrnnError(f"{run_dir} is not a run directory (no metrics.jsonl)")
-    try:
-        text = read_regular(path).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CharrnnError(f"{path} is not UTF-8 text (invalid byte at offset {exc.start})") from None
-    except OSError as exc:
-        raise CharrnnError(f"cannot read {path}: {reason(exc)}") from None
-    records = []
-    for number, line in enumerate(log_lines(text), start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(EvaluationRecord.from_json(line))
-        except ValueError as exc:
-            separator = "" if str(exc).startswith(":") else " "
-            raise CharrnnError(f"{path} line {number}{separator}{exc}; remove that line to read the "
-                               f"others") from None
+    records = read_log(path, EvaluationRecord.from_json)
     if not records:
         raise CharrnnError(f"{path} has no evaluations yet; plot it after the run's first evaluation")
     return records

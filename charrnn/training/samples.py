@@ -14,7 +14,7 @@ from charrnn.data.vocab import UnknownCharactersError, Vocab, describe_chars
 from charrnn.errors import CharrnnError, option
 from charrnn.generation.sample import default_warmup, generate
 from charrnn.models.model import CharRNN
-from charrnn.utils.files import json_text, log_lines, parse_json, read_regular, reason
+from charrnn.utils.files import json_text, parse_json, read_log
 
 SAMPLES_NAME = "samples.jsonl"
 
@@ -34,6 +34,20 @@ class SampleRecord:
 
     def to_json(self) -> str:
         return json_text(asdict(self), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, line: str) -> SampleRecord:
+        """Parse one row; a ValueError says it is not a recorded sample."""
+        try:
+            row = parse_json(line)
+            if not isinstance(row, dict) or set(row) != {f.name for f in fields(cls)}:
+                raise ValueError
+            record = cls(**row)
+            if not isinstance(record.step, int) or not isinstance(record.text, str):
+                raise ValueError
+        except (ValueError, TypeError):
+            raise ValueError("is not a recorded sample") from None
+        return record
 
 
 def check_sample_prime(config: TrainConfig, vocab: Vocab) -> None:
@@ -73,25 +87,4 @@ def read_samples(run_dir: Path) -> list[SampleRecord]:
     if not path.is_file():
         raise CharrnnError(f"{run_dir} has no {SAMPLES_NAME}: record samples as a run goes with charrnn "
                            f"train --sample-every N (sample_every in Python) or --save-epochs")
-    try:
-        lines = log_lines(read_regular(path).decode("utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        why = reason(exc) if isinstance(exc, OSError) else "not UTF-8"
-        raise CharrnnError(f"cannot read {path}: {why}") from None
-    names = {f.name for f in fields(SampleRecord)}
-    records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = parse_json(line)
-            if not isinstance(row, dict) or set(row) != names:
-                raise ValueError
-            record = SampleRecord(**row)
-            if not isinstance(record.step, int) or not isinstance(record.text, str):
-                raise ValueError
-        except (ValueError, TypeError):
-            raise CharrnnError(f"{path} line {number} is not a recorded sample; remove that line to read "
-                               f"the others") from None
-        records.append(record)
-    return records
+    return read_log(path, SampleRecord.from_json)

@@ -16,9 +16,11 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from charrnn.errors import CharrnnError, OptionConflict
+
+Row = TypeVar("Row")  # what a log's reader makes of one of its rows
 
 TEMPORARY_PREFIX = ".charrnn-"
 TEMPORARY_GLOB = f"{TEMPORARY_PREFIX}*.tmp"
@@ -71,11 +73,8 @@ def open_regular(path: Path) -> Iterator[BinaryIO]:
 
 def file_sha256(path: Path) -> str:
     """The SHA-256 of regular file ``path``, read in blocks."""
-    digest = hashlib.sha256()
     with open_regular(path) as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def read_regular(path: Path) -> bytes:
@@ -216,6 +215,28 @@ def log_lines(text: str) -> list[str]:
     """The rows of a JSON-lines log: split at line feeds only. A row's JSON may hold characters that
     ``str.splitlines`` would also split at (U+2028, U+0085, a form feed) inside its strings."""
     return text.split("\n")
+
+
+def read_log(path: Path, parse: Callable[[str], Row]) -> list[Row]:
+    """Each non-blank row of JSON-lines log ``path`` through ``parse``; an unreadable log, or a row that
+    ``parse`` refuses with a ValueError (saying why), is a :class:`CharrnnError` naming it."""
+    try:
+        text = read_regular(path).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CharrnnError(f"{path} is not UTF-8 text (invalid byte at offset {exc.start})") from None
+    except OSError as exc:
+        raise CharrnnError(f"cannot read {path}: {reason(exc)}") from None
+    rows = []
+    for number, line in enumerate(log_lines(text), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(parse(line))
+        except ValueError as exc:
+            separator = "" if str(exc).startswith(":") else " "
+            raise CharrnnError(f"{path} line {number}{separator}{exc}; remove that line to read the "
+                               f"others") from None
+    return rows
 
 
 def parse_json(text: str | bytes) -> Any:

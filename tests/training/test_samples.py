@@ -103,6 +103,13 @@ def test_the_evolution_is_the_recorded_samples(sampled_run):
     evolution = charrnn.evolution(sampled_run)
     assert [row.step for row in evolution.rows] == [4, 8, 10]
     assert evolution.rows == read_samples(sampled_run)
+    log = sampled_run / SAMPLES_NAME
+    for damage in ('{"step": 1}', '{"step": "x"', "[1]"):
+        kept = log.read_text(encoding="utf-8")
+        log.write_text(kept + damage + "\n", encoding="utf-8")
+        with pytest.raises(CharrnnError, match=r"line 4 is not a recorded sample; remove that line"):
+            read_samples(sampled_run)
+        log.write_text(kept, encoding="utf-8")
     assert evolution.to_dict()["samples"][0]["step"] == 4
     markdown = evolution.to_markdown()
     assert "| step | epoch | val nats/char | sample |" in markdown and "<br>" in markdown

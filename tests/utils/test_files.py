@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
@@ -17,6 +18,7 @@ from charrnn.utils.files import (
     atomic_write,
     atomic_write_text,
     current_umask,
+    read_log,
     remove_stale_temporaries,
     replace_folder,
 )
@@ -200,3 +202,22 @@ def test_a_stop_signal_during_the_swap_waits_until_the_new_folder_stands(tmp_pat
         replace_folder(target, {"b": b"2", "mine": b""}, _ours)
     assert sorted(p.name for p in target.iterdir()) == ["b", "mine"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # the old folder is gone, not left aside
+
+
+def test_a_log_reads_row_by_row_and_names_the_line_it_cannot_read(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(b'{"a": 1}\n\n{"a": 2}\n')
+    assert read_log(log, json.loads) == [{"a": 1}, {"a": 2}]
+
+    def refuse_two(line):
+        if json.loads(line)["a"] == 2:
+            raise ValueError("is a two")
+        return line
+
+    with pytest.raises(CharrnnError, match=r"log.jsonl line 3 is a two; remove that line to read the others"):
+        read_log(log, refuse_two)
+    log.write_bytes(b'{"a": 1}\n\xff\n')
+    with pytest.raises(CharrnnError, match=r"log\.jsonl is not UTF-8 text \(invalid byte at offset 9\)$"):
+        read_log(log, json.loads)
+    with pytest.raises(CharrnnError, match="cannot read .*missing.jsonl: "):
+        read_log(tmp_path / "missing.jsonl", json.loads)
