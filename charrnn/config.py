@@ -93,7 +93,7 @@ def check_seed(seed: int | None, name: str = "seed") -> None:
 
 @functools.cache
 def _field_types(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    return typing.get_type_hints(cls)  # cached: every configuration built checks its fields
 
 
 def expected_type(value: Any, hint: Any) -> str | None:

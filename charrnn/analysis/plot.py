@@ -10,8 +10,8 @@ from typing import Any
 
 from charrnn.errors import CharrnnError
 from charrnn.training.manifest import read_header
-from charrnn.training.rundir import read_metrics
-from charrnn.utils.files import atomic_write, parse_json
+from charrnn.training.rundir import read_metrics, read_run_config
+from charrnn.utils.files import atomic_write
 from charrnn.utils.terminal import one_line
 
 INSTALL_HINT = "charrnn plot needs matplotlib: pip install 'charrnn-cli[plot]'"
@@ -49,12 +49,11 @@ LABEL_OFFSETS = [(dx, dy) for dx in (5, -52) for dy in (7, 19, -15, 31, -27, 43,
 
 def run_title(run_dir: Path, name: str) -> str:
     """The run's name and model shape (from its config.json, when readable): ``epochs: 2×128 LSTM``."""
+    model = (read_run_config(Path(run_dir)) or {}).get("model")
     try:
-        model = parse_json((Path(run_dir) / "config.json").read_text(encoding="utf-8"))["model"]
-        shape = f"{model['num_layers']}×{model['hidden_size']} {str(model['cell']).upper()}"
-    except (OSError, ValueError, KeyError, TypeError):
+        return f"{name}: {model['num_layers']}×{model['hidden_size']} {str(model['cell']).upper()}"
+    except (KeyError, TypeError):
         return name
-    return f"{name}: {shape}"
 
 
 def text_box(label: Any, renderer: Any) -> Any:

@@ -44,15 +44,11 @@ class Manifest:
                 "states": {name: asdict(state) for name, state in sorted(self.states.items())}}
 
 
-def role_of(name: str) -> str:
-    return ROLES.get(name, "epoch")
-
-
 def record_saved(out_dir: Path, manifest: Manifest, name: str, step: int) -> None:
     """Add the checkpoint just saved as ``out_dir/name`` to ``manifest`` and replace the manifest file."""
     path = out_dir / name
     try:
-        state = SavedState(step, role_of(name), file_sha256(path), path.stat().st_size)
+        state = SavedState(step, ROLES.get(name, "epoch"), file_sha256(path), path.stat().st_size)
     except OSError as exc:
         raise CharrnnError(f"cannot read back {path} after saving it: {reason(exc)}") from None
     manifest.states[name] = state

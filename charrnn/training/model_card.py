@@ -42,13 +42,13 @@ def _scores(config: dict[str, Any], folder: str) -> list[str]:
 
 def _training(config: dict[str, Any], weights: str) -> list[str]:
     corpus, train = config.get("corpus"), config.get("train_config") or {}
-    held = corpus["chars"] - corpus["split_point"] if corpus else 0
     home = f" ({corpus['path']})" if corpus and corpus["path"].startswith("https://") else ""
     rows = {
         "corpus": (f"{markdown_text(corpus['name'])}{home}, {corpus['chars']:,} characters, sha256 "
                    f"`{corpus['sha256']}`" if corpus else NOT_RECORDED),
-        "validation split": (f"characters {corpus['split_point']:,} to the end, {held / corpus['chars']:.1%} "
-                             f"of the corpus" if corpus else NOT_RECORDED),
+        "validation split": (f"characters {corpus['split_point']:,} to the end, "
+                             f"{1 - corpus['split_point'] / corpus['chars']:.1%} of the corpus" if corpus
+                             else NOT_RECORDED),
         "steps": f"{config['step']:,}" if "step" in config else NOT_RECORDED,
         "passes over the training split": (f"{config['progress_epochs']:.2f}" if "progress_epochs" in config
                                            else NOT_RECORDED),

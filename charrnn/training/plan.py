@@ -318,15 +318,14 @@ def _plan_resume(request: TrainingRequest, sources: Sources, model_options: dict
                                                   {**train_options, "device": request.device})
     target = resume_target(checkpoint, payload, request.out_dir, request.overwrite)
     saved_corpus = payload["corpus"]
-    reads = {"corpus": request.corpus or Path(saved_corpus["path"])}
-    refuse_writing_over_reads(target.out_dir, "out_dir", reads, run_directory=True)
+    corpus = request.corpus or Path(saved_corpus["path"])
+    refuse_writing_over_reads(target.out_dir, "out_dir", {"corpus": corpus}, run_directory=True)
     config = dataclasses.replace(config, out_dir=str(target.out_dir))
     # The checkpoint's own vocabulary encodes the ids (a fine-tune's may differ from the corpus's).
     vocab = Vocab.from_list(payload["vocab"])
     # The run keeps the split it was trained with, whatever the rule for new runs has become.
-    encoded = encode_corpus(request.corpus or Path(saved_corpus["path"]), saved_corpus["name"],
-                            config.val_frac, vocab, expected_sha256=saved_corpus["sha256"],
-                            split_at=saved_corpus["split_point"])
+    encoded = encode_corpus(corpus, saved_corpus["name"], config.val_frac, vocab,
+                            expected_sha256=saved_corpus["sha256"], split_at=saved_corpus["split_point"])
     return TrainingPlan(
         model_config, config, vocab, encoded.ids, encoded.info, resume_from=payload,
         resume=ResumeFacts(checkpoint, payload["step"], payload["progress_epochs"], changes, target.branch),

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from charrnn.analysis.plot import plot_runs, read_metrics, run_labels
+from charrnn.analysis.plot import plot_runs, read_metrics, run_labels, run_title
 from charrnn.cli.main import cli
 from charrnn.errors import CharrnnError
 
@@ -82,6 +82,18 @@ def test_without_matplotlib_says_how_to_install(tmp_path, monkeypatch):
 def test_not_a_run_directory(tmp_path):
     with pytest.raises(CharrnnError, match="no metrics.jsonl"):
         read_metrics(tmp_path)
+
+
+def test_a_title_names_the_shape_when_config_json_gives_one_and_never_waits_on_it(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model": {"num_layers": 2, "hidden_size": 64, "cell": "gru"}}))
+    assert run_title(tmp_path, "run") == "run: 2×64 GRU"
+    for broken in ('{"model": "lstm"}', '{"model": {}}', "[1]", "{", "\xff"):
+        config.write_text(broken)
+        assert run_title(tmp_path, "run") == "run"
+    config.unlink()
+    os.mkfifo(config)  # nothing ever writes it: reading it would wait for ever
+    assert run_title(tmp_path, "run") == "run"
 
 
 def test_runs_sharing_a_directory_name_get_distinct_labels(tmp_path):
