@@ -10,8 +10,8 @@ from typing import Any
 
 from charrnn.errors import CharrnnError
 from charrnn.training.manifest import read_header
-from charrnn.training.rundir import read_metrics, read_run_config
-from charrnn.utils.files import atomic_write
+from charrnn.training.rundir import read_metrics
+from charrnn.utils.files import atomic_write, read_json_object
 from charrnn.utils.terminal import one_line
 
 INSTALL_HINT = "charrnn plot needs matplotlib: pip install 'charrnn-cli[plot]'"
@@ -49,7 +49,7 @@ LABEL_OFFSETS = [(dx, dy) for dx in (5, -52) for dy in (7, 19, -15, 31, -27, 43,
 
 def run_title(run_dir: Path, name: str) -> str:
     """The run's name and model shape (from its config.json, when readable): ``epochs: 2×128 LSTM``."""
-    model = (read_run_config(Path(run_dir)) or {}).get("model")
+    model = (read_json_object(Path(run_dir) / "config.json") or {}).get("model")
     try:
         return f"{name}: {model['num_layers']}×{model['hidden_size']} {str(model['cell']).upper()}"
     except (KeyError, TypeError):

@@ -19,6 +19,7 @@ from charrnn.utils.files import (
     folder_in_the_way,
     json_text,
     parse_json,
+    read_json_object,
     read_regular,
     real_path,
     reason,
@@ -47,11 +48,8 @@ def is_model_folder(path: Path) -> bool:
 
 def read_folder_config(path: Path) -> dict[str, Any] | None:
     """Model folder ``path``'s config.json; None when charrnn did not write it or it cannot be read."""
-    try:
-        config = parse_json(read_regular(Path(path) / CONFIG))
-    except (OSError, ValueError):
-        return None
-    return config if isinstance(config, dict) and config.get("format") == FOLDER_FORMAT else None
+    config = read_json_object(Path(path) / CONFIG)
+    return config if config is not None and config.get("format") == FOLDER_FORMAT else None
 
 
 def not_exported(path: Path) -> list[str]:

@@ -38,6 +38,7 @@ from charrnn.utils.files import (
     json_text,
     log_lines,
     parse_json,
+    read_json_object,
     read_log,
     read_regular,
     reason,
@@ -150,15 +151,6 @@ def held_run_directory(out_dir: Path, overwrite: bool = False, writer: bool = Tr
         raise
 
 
-def read_run_config(out_dir: Path) -> dict[str, Any] | None:
-    """``config.json`` of a run directory, or None when it is missing or unreadable."""
-    try:
-        value = parse_json(read_regular(out_dir / "config.json").decode("utf-8"))
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def resume_checkpoint(path: Path) -> Path:
     """What ``--resume PATH`` continues: a checkpoint file or a run directory's newest saved state (usually
     last.pt). A model folder, the shipped model included, is refused before its weights are read."""
@@ -169,7 +161,7 @@ def resume_checkpoint(path: Path) -> Path:
                            f"fine-tune it with {option('init_from')} {given}")
     if not path.is_dir():
         return path
-    config = read_run_config(path)
+    config = read_json_object(path / "config.json")
     newest = newest_state_file(path, config.get("run_id") if config else None)
     return newest if newest is not None else file_in_run_directory(path, "last.pt")
 
@@ -184,7 +176,7 @@ def belongs_to(out_dir: Path, payload: dict[str, Any]) -> bool:
         return run_id is not None and bool(headers) and all(
             header is not None and header.get("run_id") == run_id for header in headers
         ) and not (out_dir / "metrics.jsonl").exists() and not (out_dir / MANIFEST_NAME).exists()
-    config = read_run_config(out_dir)
+    config = read_json_object(out_dir / "config.json")
     if config is None:
         return False
     if "run_id" in payload or "run_id" in config:

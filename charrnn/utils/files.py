@@ -239,6 +239,15 @@ def read_log(path: Path, parse: Callable[[str], Row]) -> list[Row]:
     return rows
 
 
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object in regular file ``path``; None when it is missing, unreadable or not an object."""
+    try:
+        value = parse_json(read_regular(path))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def parse_json(text: str | bytes) -> Any:
     """``text`` parsed as JSON; anything that is not JSON a reader can take (a syntax error, nesting
     deeper than the parser's recursion allows) is a ValueError, for the caller to name its file."""

@@ -18,6 +18,7 @@ from charrnn.utils.files import (
     atomic_write,
     atomic_write_text,
     current_umask,
+    read_json_object,
     read_log,
     remove_stale_temporaries,
     replace_folder,
@@ -221,3 +222,16 @@ def test_a_log_reads_row_by_row_and_names_the_line_it_cannot_read(tmp_path):
         read_log(log, json.loads)
     with pytest.raises(CharrnnError, match="cannot read .*missing.jsonl: "):
         read_log(tmp_path / "missing.jsonl", json.loads)
+
+
+def test_a_json_object_is_read_or_none_whatever_stands_there(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"run_id": "a"}')
+    assert read_json_object(path) == {"run_id": "a"}
+    for text in ("[1]", "{", "", '"x"'):
+        path.write_text(text)
+        assert read_json_object(path) is None
+    path.unlink()
+    assert read_json_object(path) is None
+    os.mkfifo(path)  # never opened for reading: nothing would ever write it
+    assert read_json_object(path) is None
