@@ -109,10 +109,12 @@ def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
         raise CharrnnError(f"{option(name)} {target}: there is no directory {target.parent}")
     from charrnn.training.overwrite import refuse_writing_over_reads
 
-    reads = {key: [resolve_shipped(_require_path(each, key))
-                   for each in (given if isinstance(given, list | tuple) else [given])
+    reads = {key: [_require_path(each, key) for each in (given if isinstance(given, list | tuple)
+                                                         else [given])
                    if each is not None and not (key == "against" and each == "train")]  # train: a keyword
              for key, given in (inputs or {}).items()}
+    for key in {"checkpoint", "checkpoints"} & reads.keys():  # a checkpoint may be the shipped model's name
+        reads[key] = [resolve_shipped(path) for path in reads[key]]
     refuse_writing_over_reads(target, name, reads)
     return target
 

@@ -509,3 +509,19 @@ def test_each_loaded_model_keeps_its_own_thread_count(tiny_checkpoint, monkeypat
     two.sample("R", 5, seed=1)
     assert torch.get_num_threads() == 2  # what loading the second model set, restored after each call
     torch.set_num_threads(before)
+
+
+def test_only_a_checkpoint_argument_may_name_the_shipped_model(tmp_path, monkeypatch, tiny_checkpoint):
+    """An output onto the shipped model's corpus is refused when ``shakespeare`` is the checkpoint read; a
+    text file of that name is only a file that is not there."""
+    from charrnn.api import check_output
+    from charrnn.data.datasets import DATA_DIR_ENV
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
+    corpus = Path("data") / "tinyshakespeare" / "input.txt"  # where the shipped model's corpus is read
+    corpus.parent.mkdir(parents=True)
+    with pytest.raises(OptionConflict, match="the corpus checkpoint .*shakespeare was trained on"):
+        check_output(corpus, "output", {"checkpoint": "shakespeare"})
+    assert check_output(corpus, "output", {"checkpoint": tiny_checkpoint, "prime_file": "shakespeare",
+                                           "text_file": "shakespeare"}) == corpus

@@ -26,8 +26,13 @@ def run_labels(run_dirs: list[Path]) -> list[str]:
             break
     else:
         labels = [str(run_dir) for run_dir in run_dirs]
-    # Shown as written: hidden characters escaped, and a "$" never starts matplotlib's mathematics.
-    return [one_line(label).replace("$", r"\$") for label in labels]
+    return [shown_as_written(label) for label in labels]
+
+
+def shown_as_written(text: str) -> str:
+    """``text`` as a plot draws it: hidden characters escaped, and a "$" never starts matplotlib's
+    mathematics."""
+    return one_line(text).replace("$", r"\$")
 
 
 def _pyplot():
@@ -51,9 +56,10 @@ def run_title(run_dir: Path, name: str) -> str:
     """The run's name and model shape (from its config.json, when readable): ``epochs: 2×128 LSTM``."""
     model = (read_json_object(Path(run_dir) / "config.json") or {}).get("model")
     try:
-        return f"{name}: {model['num_layers']}×{model['hidden_size']} {str(model['cell']).upper()}"
+        shape = f"{model['num_layers']}×{model['hidden_size']} {str(model['cell']).upper()}"
     except (KeyError, TypeError):
         return name
+    return f"{name}: {shown_as_written(shape)}"
 
 
 def text_box(label: Any, renderer: Any) -> Any:

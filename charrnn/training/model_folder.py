@@ -14,6 +14,7 @@ from typing import Any
 from charrnn import __version__
 from charrnn.errors import CharrnnError, OptionConflict, first_line
 from charrnn.models.layernorm import EPSILON
+from charrnn.training.manifest import CHECKPOINT_NAMES
 from charrnn.training.model_card import model_card
 from charrnn.utils.files import (
     folder_in_the_way,
@@ -41,9 +42,12 @@ NORMED_GATE_ORDER = {**GATE_ORDER, "gru": "z r n"}
 
 
 def is_model_folder(path: Path) -> bool:
-    """Whether ``path`` is a folder that holds a model folder's weights or charrnn's config."""
+    """Whether ``path`` is a folder that holds a model folder's weights or charrnn's config, and no run's
+    checkpoint (a run directory stays one, whatever is copied into it)."""
     folder = Path(path)
-    return folder.is_dir() and (os.path.lexists(folder / WEIGHTS) or read_folder_config(folder) is not None)
+    if not folder.is_dir() or any(os.path.lexists(folder / name) for name in CHECKPOINT_NAMES):
+        return False
+    return os.path.lexists(folder / WEIGHTS) or read_folder_config(folder) is not None
 
 
 def read_folder_config(path: Path) -> dict[str, Any] | None:

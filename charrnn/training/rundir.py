@@ -36,11 +36,9 @@ from charrnn.training.samples import SAMPLES_NAME, SampleRecord
 from charrnn.utils.files import (
     append_line,
     json_text,
-    log_lines,
     parse_json,
     read_json_object,
     read_log,
-    read_regular,
     reason,
     remove_stale_temporaries,
     replace_text,
@@ -49,6 +47,7 @@ from charrnn.utils.files import (
 )
 
 RUN_FILES = ("last.pt", "best.pt", "metrics.jsonl", "config.json", MANIFEST_NAME, SAMPLES_NAME)
+LOGS = ("metrics.jsonl", SAMPLES_NAME)  # the run's JSON-lines logs, one row per evaluation or sample
 
 
 def new_run_id() -> str:
@@ -251,9 +250,13 @@ class RunDirectory:
     written: set[str] = field(default_factory=set)  # the files this run has written so far
     manifest: Manifest | None = None  # the saved states; read from the directory when resuming in place
     space_needed: int = 0  # bytes the run's checkpoints take (checkpoint_bytes): refused at once without them
+    kept_rows: dict[str, list[str]] = field(default_factory=dict)  # each log's rows a resumed run keeps
 
     def __post_init__(self) -> None:
         check_free_space(self.path, self.space_needed)
+        source = self.branch_from if self.fresh else self.path
+        if self.resumed_at is not None and source is not None:  # read now: a damaged log stops no run midway
+            self.kept_rows = {name: rows_up_to(source / name, self.resumed_at) for name in LOGS}
         if self.manifest is None:
             run_id = self.config_record.get("run_id")
             kept = None if self.fresh else read_manifest(self.path)
@@ -279,10 +282,7 @@ class RunDirectory:
         if name in self.written or not (self.fresh or self.resumed_at is not None):
             append_line(path, line)
         else:
-            source = self.branch_from if self.fresh else self.path
-            kept = rows_up_to(source / name, self.resumed_at) if source is not None and \
-                self.resumed_at is not None else []
-            replace_text(path, "".join(f"{row}\n" for row in [*kept, line]))
+            replace_text(path, "".join(f"{row}\n" for row in [*self.kept_rows.get(name, []), line]))
         self._wrote(name)
 
     def epoch_checkpoints(self) -> list[Path]:
@@ -357,7 +357,8 @@ class EvaluationRecord:
         for key in ("epoch", "elapsed_s", "val_loss", "train_loss", "averaged_val_loss", "val_chars"):
             value = record.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-                raise ValueError(f": {key} is {value!r}, not a number")
+                shown = repr(value)
+                raise ValueError(f": {key} is {shown[:40]}{'…' if len(shown) > 40 else ''}, not a number")
             if value is None and key in ("epoch", "elapsed_s"):  # a non-finite loss is logged as null
                 raise ValueError(f"lacks {key}")
         if "val_loss" not in record:
@@ -370,7 +371,7 @@ class EvaluationRecord:
 def read_metrics(run_dir: Path) -> list[EvaluationRecord]:
     """The evaluation records of one run, oldest first; a malformed line is an error naming it."""
     path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise CharrnnError(f"{run_dir} is not a run directory (no metrics.jsonl)")
     records = read_log(path, EvaluationRecord.from_json)
     if not records:
@@ -379,19 +380,19 @@ def read_metrics(run_dir: Path) -> list[EvaluationRecord]:
 
 
 def rows_up_to(path: Path, step: int) -> list[str]:
-    """The rows of log ``path`` at or before ``step``, as they are; rows without a whole ``step`` are left
-    out, and a missing or unreadable log has none."""
-    try:
-        lines = log_lines(read_regular(path).decode("utf-8"))
-    except (OSError, UnicodeDecodeError):
+    """The rows of log ``path`` at or before ``step``, as they are (rows without a whole ``step`` are left
+    out); no regular file there holds none. A file that cannot be read whole is refused, naming the line:
+    keeping only what could be read would lose the rest."""
+    if not path.is_file():
         return []
-    kept = []
-    for line in lines:
-        try:
-            row = parse_json(line)
-        except ValueError:
-            continue
-        row_step = row.get("step") if isinstance(row, dict) else None
-        if isinstance(row_step, int) and not isinstance(row_step, bool) and row_step <= step:
-            kept.append(line)
-    return kept
+    rows = read_log(path, _line_and_step)
+    return [line for line, row_step in rows if row_step is not None and row_step <= step]
+
+
+def _line_and_step(line: str) -> tuple[str, int | None]:
+    try:
+        row = parse_json(line)
+    except ValueError:
+        raise ValueError("is not JSON") from None
+    step = row.get("step") if isinstance(row, dict) else None
+    return line, step if isinstance(step, int) and not isinstance(step, bool) else None

@@ -5,11 +5,13 @@ sampling has its own generator, so a run with samples ends with the weights of o
 
 from __future__ import annotations
 
+import os
+import typing
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from charrnn.config import SampleConfig, TrainConfig
+from charrnn.config import SampleConfig, TrainConfig, expected_type
 from charrnn.data.vocab import UnknownCharactersError, Vocab, describe_chars
 from charrnn.errors import CharrnnError, option
 from charrnn.generation.sample import default_warmup, generate
@@ -40,14 +42,13 @@ class SampleRecord:
         """Parse one row; a ValueError says it is not a recorded sample."""
         try:
             row = parse_json(line)
-            if not isinstance(row, dict) or set(row) != {f.name for f in fields(cls)}:
-                raise ValueError
-            record = cls(**row)
-            if not isinstance(record.step, int) or not isinstance(record.text, str):
-                raise ValueError
-        except (ValueError, TypeError):
-            raise ValueError("is not a recorded sample") from None
-        return record
+        except ValueError:
+            row = None
+        hints = typing.get_type_hints(cls)
+        if not isinstance(row, dict) or set(row) != set(hints) or any(
+                expected_type(row[name], hint) is not None for name, hint in hints.items()):
+            raise ValueError("is not a recorded sample")
+        return cls(**row)
 
 
 def check_sample_prime(config: TrainConfig, vocab: Vocab) -> None:
@@ -84,7 +85,7 @@ def draw_sample(model: CharRNN, vocab: Vocab, config: TrainConfig, step: int, ep
 def read_samples(run_dir: Path) -> list[SampleRecord]:
     """The samples a run recorded, oldest first; a malformed row is an error naming its line."""
     path = Path(run_dir) / SAMPLES_NAME
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise CharrnnError(f"{run_dir} has no {SAMPLES_NAME}: record samples as a run goes with charrnn "
                            f"train --sample-every N (sample_every in Python) or --save-epochs")
     return read_log(path, SampleRecord.from_json)

@@ -240,9 +240,10 @@ def read_log(path: Path, parse: Callable[[str], Row]) -> list[Row]:
 
 
 def read_json_object(path: Path) -> dict[str, Any] | None:
-    """The JSON object in regular file ``path``; None when it is missing, unreadable or not an object."""
+    """The JSON object in UTF-8 regular file ``path``; None when it is missing, unreadable or not an
+    object."""
     try:
-        value = parse_json(read_regular(path))
+        value = parse_json(read_regular(path).decode("utf-8"))
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None

@@ -109,16 +109,16 @@ def test_a_link_planted_at_a_run_file_is_replaced_and_what_it_led_to_is_untouche
     precious = tmp_path / "precious.pt"  # the user's own copy of a checkpoint
     shutil.copy(run_with_epochs / "best.pt", precious)
     kept = precious.read_bytes()
-    hard = tmp_path / "hard.txt"
-    hard.write_text("also mine")
+    hard = tmp_path / "hard.jsonl"  # the user's own copy of the log, hard-linked into the run
+    (run_with_epochs / "metrics.jsonl").rename(hard)
+    mine = hard.read_text()
     (run_with_epochs / "best.pt").unlink()
     (run_with_epochs / "best.pt").symlink_to(precious)
-    (run_with_epochs / "metrics.jsonl").rename(tmp_path / "metrics.keep")
     os.link(hard, run_with_epochs / "metrics.jsonl")
     manifest = json.loads((run_with_epochs / MANIFEST_NAME).read_text())
     del manifest["states"]["best.pt"]
     (run_with_epochs / MANIFEST_NAME).write_text(json.dumps(manifest))
     resume_in_place(run_with_epochs / "last.pt", max_steps=32).run()
-    assert precious.read_bytes() == kept and hard.read_text() == "also mine"
+    assert precious.read_bytes() == kept and hard.read_text() == mine
     assert not (run_with_epochs / "best.pt").is_symlink()
     assert (run_with_epochs / "metrics.jsonl").stat().st_nlink == 1

@@ -325,3 +325,37 @@ def test_a_run_directory_without_last_pt_is_not_advised_for_resume(small_corpus,
         with pytest.raises(CharrnnError, match="already holds a training run") as refused:
             check_out_dir(tmp_path / "run")
         assert "continue it" not in str(refused.value) and "pass overwrite" in str(refused.value)
+
+
+@pytest.mark.parametrize("log", ["metrics.jsonl", "samples.jsonl"])
+def test_a_resume_never_drops_a_log_it_cannot_read_whole(small_corpus, tmp_path, log):
+    """A row that is not UTF-8 or not JSON is refused before training, in place and in a branch, and every
+    file stays as it was; once the row is removed, the resume keeps the others."""
+    run = tmp_path / "run"
+    plan_run(small_corpus, run, max_steps=6, eval_every=2, sample_every=2, sample_length=8).run()
+    damages = {b'{"step": 1, "x": "\xff"}\n': "is not UTF-8 text", b"{bad\n": r"line \d+ is not JSON"}
+    for damage, why in damages.items():
+        damaged = (run / log).read_bytes() + damage
+        (run / log).write_bytes(damaged)
+        before = {path.name: path.read_bytes() for path in run.iterdir() if path.is_file()}
+        for out in (None, tmp_path / "branch"):
+            with pytest.raises(CharrnnError, match=why):
+                charrnn.train(resume=run, out_dir=out, max_steps=8, device="cpu")
+            assert {path.name: path.read_bytes() for path in run.iterdir() if path.is_file()} == before
+            assert not (tmp_path / "branch").exists()
+        (run / log).write_bytes(damaged[:-len(damage)])
+    kept = (run / log).read_text().splitlines()
+    charrnn.train(resume=run, max_steps=8, device="cpu")
+    assert (run / log).read_text().splitlines()[:len(kept)] == kept
+
+
+def test_a_run_directory_stays_one_whatever_is_copied_into_it(tiny_run, tmp_path):
+    """A model folder's weights dropped into a run directory do not make it a model folder."""
+    import shutil
+
+    run = shutil.copytree(tiny_run, tmp_path / "run")
+    charrnn.export(run, tmp_path / "folder", format="safetensors")
+    shutil.copy(tmp_path / "folder" / "model.safetensors", run)
+    assert charrnn.load(run).checkpoint == run / "best.pt"
+    result = charrnn.train(resume=run, max_steps=45, device="cpu")
+    assert result.steps == 45 and result.out_dir == run

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -104,12 +105,19 @@ def test_the_evolution_is_the_recorded_samples(sampled_run):
     assert [row.step for row in evolution.rows] == [4, 8, 10]
     assert evolution.rows == read_samples(sampled_run)
     log = sampled_run / SAMPLES_NAME
-    for damage in ('{"step": 1}', '{"step": "x"', "[1]"):
+    good = json.loads(log.read_text(encoding="utf-8").splitlines()[0])
+    mistyped = [json.dumps({**good, name: value}) for name, value in
+                (("epoch", "x"), ("val_loss", "bad"), ("prime", 5), ("step", True), ("seed", 1.5))]
+    for damage in ('{"step": 1}', '{"step": "x"', "[1]", *mistyped):
         kept = log.read_text(encoding="utf-8")
         log.write_text(kept + damage + "\n", encoding="utf-8")
         with pytest.raises(CharrnnError, match=r"line 4 is not a recorded sample; remove that line"):
             read_samples(sampled_run)
         log.write_text(kept, encoding="utf-8")
+    log.unlink()
+    os.mkfifo(log)  # there, but not a log: not "record samples with --sample-every"
+    with pytest.raises(CharrnnError, match=r"cannot read .*samples\.jsonl: "):
+        read_samples(sampled_run)
     assert evolution.to_dict()["samples"][0]["step"] == 4
     markdown = evolution.to_markdown()
     assert "| step | epoch | val nats/char | sample |" in markdown and "<br>" in markdown

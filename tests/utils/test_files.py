@@ -231,6 +231,9 @@ def test_a_json_object_is_read_or_none_whatever_stands_there(tmp_path):
     for text in ("[1]", "{", "", '"x"'):
         path.write_text(text)
         assert read_json_object(path) is None
+    for encoded in ('{"run_id": "a"}'.encode("utf-16"), b'\xef\xbb\xbf{"run_id": "a"}'):  # UTF-8 only
+        path.write_bytes(encoded)
+        assert read_json_object(path) is None
     path.unlink()
     assert read_json_object(path) is None
     os.mkfifo(path)  # never opened for reading: nothing would ever write it
