@@ -34,6 +34,12 @@ def first_line(exc: BaseException, most: int = 160) -> str:
     return text if len(text) <= most else text[: most - 1].rstrip() + "…"
 
 
+def short_repr(value: object, most: int = 40) -> str:
+    """``repr(value)`` for a one-line message, cut after ``most`` characters."""
+    shown = repr(value)
+    return shown if len(shown) <= most else f"{shown[:most]}…"
+
+
 class CharrnnError(Exception):
     """A user-facing failure: bad input, a missing file, an invalid option."""
 

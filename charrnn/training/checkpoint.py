@@ -19,7 +19,7 @@ from charrnn.config import ModelConfig, TrainConfig, expected_type
 from charrnn.data.cache import scan_corpus
 from charrnn.data.corpus import CorpusInfo, corpus_path
 from charrnn.data.vocab import Vocab
-from charrnn.errors import CharrnnError, first_line
+from charrnn.errors import CharrnnError, first_line, short_repr
 from charrnn.generation.trained import TrainedModel
 from charrnn.models.evaluate import EvalResult
 from charrnn.models.model import CharRNN, state_shapes
@@ -184,8 +184,7 @@ def file_in_run_directory(path: Path, name: str) -> Path:
 
 
 def _describe(value: Any) -> str:
-    shown = repr(value)
-    return f"{shown[:40]}{'…' if len(shown) > 40 else ''} (a {type(value).__name__})"
+    return f"{short_repr(value)} (a {type(value).__name__})"
 
 
 def _check_type(value: Any, hint: Any, where: str) -> None:

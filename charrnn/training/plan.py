@@ -38,7 +38,7 @@ from charrnn.training.request import (
     TrainingRequest,
     split_options,
 )
-from charrnn.training.rundir import check_out_dir, resume_checkpoint, resume_target
+from charrnn.training.rundir import belongs_to, check_out_dir, resume_checkpoint, resume_target
 from charrnn.training.samples import check_sample_prime
 from charrnn.training.schedule import RunAlreadyFinished, stop_reason
 from charrnn.training.state import RESUME_FIELDS
@@ -106,7 +106,7 @@ class TrainingPlan:
     overwrite: bool = False  # an existing run in config.out_dir may be replaced
     resume_from: dict[str, Any] | None = None  # the checkpoint payload a resumed run continues
     resume: ResumeFacts | None = None  # what resuming means, for the user
-    branch_from: Path | None = None  # a branch: the run directory whose logs it starts with, up to its step
+    branch_from: Path | None = None  # a branch: the checkpoint's own run, whose logs it starts with
     initial_weights: dict[str, torch.Tensor] | None = None  # a fine-tuned run's starting weights
     fine_tune: FineTuneFacts | None = None  # where a fine-tune starts, for the user
     budget: BudgetDecision | None = None  # what the time budget chose, when one was given
@@ -329,5 +329,5 @@ def _plan_resume(request: TrainingRequest, sources: Sources, model_options: dict
     return TrainingPlan(
         model_config, config, vocab, encoded.ids, encoded.info, resume_from=payload,
         resume=ResumeFacts(checkpoint, payload["step"], payload["progress_epochs"], changes, target.branch),
-        branch_from=checkpoint.parent if target.branch else None,
+        branch_from=checkpoint.parent if target.branch and belongs_to(checkpoint.parent, payload) else None,
     )

@@ -10,13 +10,13 @@ import os
 import shutil
 import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
-from charrnn.errors import CharrnnError, OptionConflict, option
+from charrnn.errors import CharrnnError, OptionConflict, option, short_repr
 from charrnn.models.pretrained import resolve_shipped
 from charrnn.training.checkpoint import file_in_run_directory, save_checkpoint, saved_by_torch
 from charrnn.training.manifest import (
@@ -47,7 +47,6 @@ from charrnn.utils.files import (
 )
 
 RUN_FILES = ("last.pt", "best.pt", "metrics.jsonl", "config.json", MANIFEST_NAME, SAMPLES_NAME)
-LOGS = ("metrics.jsonl", SAMPLES_NAME)  # the run's JSON-lines logs, one row per evaluation or sample
 
 
 def new_run_id() -> str:
@@ -256,7 +255,9 @@ class RunDirectory:
         check_free_space(self.path, self.space_needed)
         source = self.branch_from if self.fresh else self.path
         if self.resumed_at is not None and source is not None:  # read now: a damaged log stops no run midway
-            self.kept_rows = {name: rows_up_to(source / name, self.resumed_at) for name in LOGS}
+            readers = {"metrics.jsonl": EvaluationRecord.from_json, SAMPLES_NAME: SampleRecord.from_json}
+            self.kept_rows = {name: rows_up_to(source / name, self.resumed_at, read) for name, read in
+                              readers.items()}
         if self.manifest is None:
             run_id = self.config_record.get("run_id")
             kept = None if self.fresh else read_manifest(self.path)
@@ -357,8 +358,7 @@ class EvaluationRecord:
         for key in ("epoch", "elapsed_s", "val_loss", "train_loss", "averaged_val_loss", "val_chars"):
             value = record.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-                shown = repr(value)
-                raise ValueError(f": {key} is {shown[:40]}{'…' if len(shown) > 40 else ''}, not a number")
+                raise ValueError(f": {key} is {short_repr(value)}, not a number")
             if value is None and key in ("epoch", "elapsed_s"):  # a non-finite loss is logged as null
                 raise ValueError(f"lacks {key}")
         if "val_loss" not in record:
@@ -379,20 +379,11 @@ def read_metrics(run_dir: Path) -> list[EvaluationRecord]:
     return records
 
 
-def rows_up_to(path: Path, step: int) -> list[str]:
-    """The rows of log ``path`` at or before ``step``, as they are (rows without a whole ``step`` are left
-    out); no regular file there holds none. A file that cannot be read whole is refused, naming the line:
+def rows_up_to(path: Path, step: int, read_row: Callable[[str], Any]) -> list[str]:
+    """The rows of log ``path`` up to ``step``, as they are (a row whose step is not a whole number is kept
+    too); no regular file there holds none. A row ``read_row`` refuses is refused, naming its line:
     keeping only what could be read would lose the rest."""
     if not path.is_file():
         return []
-    rows = read_log(path, _line_and_step)
-    return [line for line, row_step in rows if row_step is not None and row_step <= step]
-
-
-def _line_and_step(line: str) -> tuple[str, int | None]:
-    try:
-        row = parse_json(line)
-    except ValueError:
-        raise ValueError("is not JSON") from None
-    step = row.get("step") if isinstance(row, dict) else None
-    return line, step if isinstance(step, int) and not isinstance(step, bool) else None
+    rows = read_log(path, lambda line: (line, read_row(line).step))
+    return [line for line, row_step in rows if row_step is None or row_step <= step]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from charrnn.config import SampleConfig, TrainConfig, expected_type
 from charrnn.data.vocab import UnknownCharactersError, Vocab, describe_chars
-from charrnn.errors import CharrnnError, option
+from charrnn.errors import CharrnnError, option, short_repr
 from charrnn.generation.sample import default_warmup, generate
 from charrnn.models.model import CharRNN
 from charrnn.utils.files import json_text, parse_json, read_log
@@ -45,9 +45,13 @@ class SampleRecord:
         except ValueError:
             row = None
         hints = typing.get_type_hints(cls)
-        if not isinstance(row, dict) or set(row) != set(hints) or any(
-                expected_type(row[name], hint) is not None for name, hint in hints.items()):
-            raise ValueError("is not a recorded sample")
+        if not isinstance(row, dict) or set(row) != set(hints):
+            raise ValueError(f"is not a recorded sample (one JSON object with {', '.join(hints)})")
+        for name, hint in hints.items():
+            expected = expected_type(row[name], hint)
+            if expected is not None:
+                raise ValueError(f"is not a recorded sample: {name} is {short_repr(row[name])}, not "
+                                 f"{expected}")
         return cls(**row)
 
 

@@ -221,9 +221,12 @@ def read_log(path: Path, parse: Callable[[str], Row]) -> list[Row]:
     """Each non-blank row of JSON-lines log ``path`` through ``parse``; an unreadable log, or a row that
     ``parse`` refuses with a ValueError (saying why), is a :class:`CharrnnError` naming it."""
     try:
-        text = read_regular(path).decode("utf-8")
+        data = read_regular(path)
+        text = data.decode("utf-8-sig")  # a byte-order mark is not part of the first row
     except UnicodeDecodeError as exc:
-        raise CharrnnError(f"{path} is not UTF-8 text (invalid byte at offset {exc.start})") from None
+        line = data[:exc.start].count(b"\n") + 1
+        raise CharrnnError(f"{path} line {line} is not UTF-8 text (invalid byte at offset {exc.start}); "
+                           f"remove that line to read the others") from None
     except OSError as exc:
         raise CharrnnError(f"cannot read {path}: {reason(exc)}") from None
     rows = []

@@ -333,7 +333,9 @@ def test_a_resume_never_drops_a_log_it_cannot_read_whole(small_corpus, tmp_path,
     file stays as it was; once the row is removed, the resume keeps the others."""
     run = tmp_path / "run"
     plan_run(small_corpus, run, max_steps=6, eval_every=2, sample_every=2, sample_length=8).run()
-    damages = {b'{"step": 1, "x": "\xff"}\n': "is not UTF-8 text", b"{bad\n": r"line \d+ is not JSON"}
+    damages = {b'{"step": 1, "x": "\xff"}\n': r"line 4 is not UTF-8 text",
+               b"{bad\n": r"line 4 is not (JSON|a recorded sample)",
+               b'{"step": 1, "note": "mine"}\n': r"line 4 (lacks epoch|is not a recorded sample)"}
     for damage, why in damages.items():
         damaged = (run / log).read_bytes() + damage
         (run / log).write_bytes(damaged)
@@ -344,9 +346,30 @@ def test_a_resume_never_drops_a_log_it_cannot_read_whole(small_corpus, tmp_path,
             assert {path.name: path.read_bytes() for path in run.iterdir() if path.is_file()} == before
             assert not (tmp_path / "branch").exists()
         (run / log).write_bytes(damaged[:-len(damage)])
+    if log == "metrics.jsonl":  # a hand-made row whose step is not a whole number is kept, wherever it is
+        first = json.loads((run / log).read_text().splitlines()[0])
+        with (run / log).open("a") as rows:
+            rows.write(json.dumps({**first, "step": 4.0}) + "\n")
     kept = (run / log).read_text().splitlines()
     charrnn.train(resume=run, max_steps=8, device="cpu")
     assert (run / log).read_text().splitlines()[:len(kept)] == kept
+
+
+def test_a_branch_starts_only_with_its_own_runs_history(small_corpus, tmp_path):
+    """A checkpoint copied into another run's directory branches with no history: that log is not its."""
+    for name, seed in (("mine", 1), ("other", 2)):
+        plan_run(small_corpus, tmp_path / name, max_steps=4, eval_every=2, seed=seed).run()
+    (tmp_path / "other" / "metrics.jsonl").write_bytes((tmp_path / "other" / "metrics.jsonl").read_bytes()
+                                                      + b"{damaged\n")
+    stray = tmp_path / "other" / "mine.pt"
+    stray.write_bytes((tmp_path / "mine" / "last.pt").read_bytes())
+    charrnn.train(resume=stray, out_dir=tmp_path / "branch", max_steps=6, eval_every=2, device="cpu")
+    rows = [json.loads(line) for line in (tmp_path / "branch" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [6]
+    charrnn.train(resume=tmp_path / "mine" / "last.pt", out_dir=tmp_path / "own", max_steps=6, eval_every=2,
+                  device="cpu")
+    rows = [json.loads(line) for line in (tmp_path / "own" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [2, 4, 6]
 
 
 def test_a_run_directory_stays_one_whatever_is_copied_into_it(tiny_run, tmp_path):

@@ -111,9 +111,12 @@ def test_the_evolution_is_the_recorded_samples(sampled_run):
     for damage in ('{"step": 1}', '{"step": "x"', "[1]", *mistyped):
         kept = log.read_text(encoding="utf-8")
         log.write_text(kept + damage + "\n", encoding="utf-8")
-        with pytest.raises(CharrnnError, match=r"line 4 is not a recorded sample; remove that line"):
+        with pytest.raises(CharrnnError, match=r"line 4 is not a recorded sample.*; remove that line"):
             read_samples(sampled_run)
         log.write_text(kept, encoding="utf-8")
+    log.write_text(kept + mistyped[-1] + "\n", encoding="utf-8")
+    with pytest.raises(CharrnnError, match="line 4 is not a recorded sample: seed is 1.5, not a whole"):
+        read_samples(sampled_run)
     log.unlink()
     os.mkfifo(log)  # there, but not a log: not "record samples with --sample-every"
     with pytest.raises(CharrnnError, match=r"cannot read .*samples\.jsonl: "):

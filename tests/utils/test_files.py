@@ -218,8 +218,10 @@ def test_a_log_reads_row_by_row_and_names_the_line_it_cannot_read(tmp_path):
     with pytest.raises(CharrnnError, match=r"log.jsonl line 3 is a two; remove that line to read the others"):
         read_log(log, refuse_two)
     log.write_bytes(b'{"a": 1}\n\xff\n')
-    with pytest.raises(CharrnnError, match=r"log\.jsonl is not UTF-8 text \(invalid byte at offset 9\)$"):
+    with pytest.raises(CharrnnError, match=r"line 2 is not UTF-8 text \(invalid byte at offset 9\)"):
         read_log(log, json.loads)
+    log.write_bytes(b'\xef\xbb\xbf{"a": 1}\n')  # a byte-order mark is not part of the first row
+    assert read_log(log, json.loads) == [{"a": 1}]
     with pytest.raises(CharrnnError, match="cannot read .*missing.jsonl: "):
         read_log(tmp_path / "missing.jsonl", json.loads)
 
