@@ -249,7 +249,7 @@ class RunDirectory:
     written: set[str] = field(default_factory=set)  # the files this run has written so far
     manifest: Manifest | None = None  # the saved states; read from the directory when resuming in place
     space_needed: int = 0  # bytes the run's checkpoints take (checkpoint_bytes): refused at once without them
-    kept_rows: dict[str, list[str]] = field(default_factory=dict)  # each log's rows a resumed run keeps
+    kept_rows: dict[str, list[str]] = field(init=False, default_factory=dict)  # log -> rows a resume keeps
 
     def __post_init__(self) -> None:
         check_free_space(self.path, self.space_needed)
