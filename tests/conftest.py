@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,13 @@ def make_run():
 @pytest.fixture
 def tiny_checkpoint(tiny_run: Path) -> Path:
     return tiny_run / "best.pt"
+
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_restored():
+    """Every test leaves the stop signals' handlers as it found them: charrnn restores what it replaces."""
+    stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {signum: signal.getsignal(signum) for signum in stop_signals}
+    yield
+    assert {signum: signal.getsignal(signum) for signum in stop_signals} == before

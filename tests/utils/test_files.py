@@ -199,8 +199,13 @@ def test_a_stop_signal_during_the_swap_waits_until_the_new_folder_stands(tmp_pat
         real_replace(source, destination)
 
     monkeypatch.setattr(os, "replace", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        replace_folder(target, {"b": b"2", "mine": b""}, _ours)
+    # Python's own Ctrl-C handler, even where the tests were started with SIGINT ignored (`make test &`)
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            replace_folder(target, {"b": b"2", "mine": b""}, _ours)
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     assert sorted(p.name for p in target.iterdir()) == ["b", "mine"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # the old folder is gone, not left aside
 
