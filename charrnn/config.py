@@ -92,8 +92,10 @@ def check_seed(seed: int | None, name: str = "seed") -> None:
 
 
 @functools.cache
-def _field_types(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)  # cached: every configuration built checks its fields
+def field_types(cls: type) -> dict[str, Any]:
+    """Each field of dataclass ``cls`` and its type, resolved once (every configuration built, checkpoint
+    field and log row read is checked against them)."""
+    return typing.get_type_hints(cls)
 
 
 def expected_type(value: Any, hint: Any) -> str | None:
@@ -178,7 +180,7 @@ def _kind(value: Any) -> str:
 def check_field_types(config: Any) -> None:
     """Check every field of dataclass ``config`` against its annotation (see :func:`checked`), storing
     numbers in the field's own type."""
-    for name, hint in _field_types(type(config)).items():
+    for name, hint in field_types(type(config)).items():
         value = getattr(config, name)
         stored = checked(value, hint, name)
         if stored is not value:

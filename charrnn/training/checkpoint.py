@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import os
-import typing
 import warnings
 from dataclasses import MISSING, fields
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any, BinaryIO
 
 import torch
 
-from charrnn.config import ModelConfig, TrainConfig, expected_type
+from charrnn.config import ModelConfig, TrainConfig, expected_type, field_types
 from charrnn.data.cache import scan_corpus
 from charrnn.data.corpus import CorpusInfo, corpus_path
 from charrnn.data.vocab import Vocab
@@ -198,7 +197,7 @@ def check_record(cls: type, values: dict[str, Any], where: str, build: bool = Tr
     """Check the type of each field of dataclass ``cls`` in a checkpoint's dict; with ``build``, construct
     it, which checks ranges too. Unknown keys are ignored (a newer charrnn may add some); a missing field
     takes its default, or is an error without one."""
-    hints = typing.get_type_hints(cls)
+    hints = field_types(cls)
     for spec in fields(cls):
         if spec.name not in values:
             if spec.default is MISSING and spec.default_factory is MISSING:

@@ -6,12 +6,11 @@ sampling has its own generator, so a run with samples ends with the weights of o
 from __future__ import annotations
 
 import os
-import typing
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from charrnn.config import SampleConfig, TrainConfig, expected_type
+from charrnn.config import SampleConfig, TrainConfig, expected_type, field_types
 from charrnn.data.vocab import UnknownCharactersError, Vocab, describe_chars
 from charrnn.errors import CharrnnError, option, short_repr
 from charrnn.generation.sample import default_warmup, generate
@@ -44,7 +43,7 @@ class SampleRecord:
             row = parse_json(line)
         except ValueError:
             row = None
-        hints = typing.get_type_hints(cls)
+        hints = field_types(cls)
         if not isinstance(row, dict) or set(row) != set(hints):
             raise ValueError(f"is not a recorded sample (one JSON object with {', '.join(hints)})")
         for name, hint in hints.items():
