@@ -5,12 +5,14 @@
 # one option changed, and is scored by `eval-perplexity best.pt`. One run at a time, default threads.
 # Appends one JSON line per run to benchmarks/fixed_steps/results.jsonl. The step counts are what two
 # EPYC cores train in each budget; on another machine, time the budget first and change them.
-# Run from the repository root with its virtual environment active (bash 4 or later):
+# THREADS=1 runs each point on one thread: such points may run side by side as learning curves, whose
+# scores depend on the characters seen, never on the speed. Run from the repository root with its virtual
+# environment active (bash 4 or later):
 #
 #   CHARRNN_DATA_MIRROR=file:///path/to/data bash benchmarks/fixed_steps.sh STAGE [SEED...]
 set -eu
 if [ $# -lt 1 ]; then
-    echo "usage: bash benchmarks/fixed_steps.sh weight-decay-100|weight-decay-600 [SEED...]" >&2
+    echo "usage: bash benchmarks/fixed_steps.sh weight-decay-100|weight-decay-600|hour-1280 [SEED...]" >&2
     exit 2
 fi
 stage=$1
@@ -37,6 +39,14 @@ case $stage in
     weight-decay-600)  # the 600-s choice, 2×768, for the 1,500 steps (2.4 passes) of 600 s
         base="--hidden 768 --batch-size 32 --lr 4e-3 --no-skip-connections --dropout 0 --ema 0.995 --max-steps 1500"
         POINTS=([wd0]="$base --weight-decay 0" [wd0.1]="$base --weight-decay 0.1") ;;
+    hour-1280)  # the hour's 2×1280 in float32, for the 2,420 steps (3.86 passes) of 3600 s, its evaluations too
+        base="--hidden 1280 --batch-size 32 --lr 3e-3 --no-skip-connections --ema 0.9961 --precision fp32
+              --max-steps 2420 --eval-every 200 -o eval_chars 36962"
+        POINTS=(
+            [d0.1-wd0.1]="$base --dropout 0.1 --weight-decay 0.1"
+            [d0.1-wd0.3]="$base --dropout 0.1 --weight-decay 0.3"
+            [d0.3-wd0.1]="$base --dropout 0.3 --weight-decay 0.1"
+        ) ;;
     *) echo "unknown stage: $stage" >&2; exit 2 ;;
 esac
 runs=$(mktemp -d)
@@ -46,16 +56,18 @@ for seed in $seeds; do
     for name in "${!POINTS[@]}"; do
         out="$runs/$name-$seed"
         # shellcheck disable=SC2086  # the options are words
-        python -m charrnn train ${POINTS[$name]} --seed "$seed" --out "$out" > "$out.log"
+        python -m charrnn train ${POINTS[$name]} ${THREADS:+--threads "$THREADS"} --seed "$seed" --out "$out" \
+            > "$out.log"
         score=$(python -m charrnn eval-perplexity "$out/best.pt" --json)
-        python - "$stage" "$name" "$seed" "${POINTS[$name]}" "$score" >> "$here/fixed_steps/results.jsonl" <<'PY'
+        python - "$stage" "$name" "$seed" "${POINTS[$name]}" "$score" "${THREADS:-default}" \
+            >> "$here/fixed_steps/results.jsonl" <<'PY'
 import json, sys, time
-stage, name, seed, options, score = sys.argv[1:]
+stage, name, seed, options, score, threads = sys.argv[1:]
 processor = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                  "unknown")
 print(json.dumps({"stage": stage, "name": name, "seed": int(seed), "options": options.split(),
                   "val_nats_per_char": json.loads(score)["nats_per_char"], "processor": processor,
-                  "threads": "default", "when": time.strftime("%Y-%m-%d %H:%M")}))
+                  "threads": threads, "when": time.strftime("%Y-%m-%d %H:%M")}))
 PY
     done
 done
