@@ -5,9 +5,9 @@
 # one option changed, and is scored by `eval-perplexity best.pt`. One run at a time, default threads.
 # Appends one JSON line per run to benchmarks/fixed_steps/results.jsonl. The step counts are what two
 # EPYC cores train in each budget; on another machine, time the budget first and change them.
-# THREADS=1 runs each point on one thread: such points may run side by side as learning curves, whose
-# scores depend on the characters seen, never on the speed. Run from the repository root with its virtual
-# environment active (bash 4 or later):
+# THREADS=1 runs each point on one thread and ONLY=NAME runs one point: such runs may go side by side
+# (pinned with taskset) as learning curves, whose scores depend on the characters seen, never on the
+# speed. Run from the repository root with its virtual environment active (bash 4 or later):
 #
 #   CHARRNN_DATA_MIRROR=file:///path/to/data bash benchmarks/fixed_steps.sh STAGE [SEED...]
 set -eu
@@ -49,11 +49,16 @@ case $stage in
         ) ;;
     *) echo "unknown stage: $stage" >&2; exit 2 ;;
 esac
+if [ -n "${ONLY:-}" ] && [ -z "${POINTS[$ONLY]+set}" ]; then
+    echo "ONLY=$ONLY is not a point of $stage: ${!POINTS[*]}" >&2
+    exit 2
+fi
 runs=$(mktemp -d)
 trap 'rm -rf "$runs"' EXIT
 
 for seed in $seeds; do
     for name in "${!POINTS[@]}"; do
+        [ -n "${ONLY:-}" ] && [ "$name" != "$ONLY" ] && continue
         out="$runs/$name-$seed"
         # shellcheck disable=SC2086  # the options are words
         python -m charrnn train ${POINTS[$name]} ${THREADS:+--threads "$THREADS"} --seed "$seed" --out "$out" \
