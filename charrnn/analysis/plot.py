@@ -52,6 +52,9 @@ LOG_AXIS_SPAN = 100  # a run whose evaluations span more than two decades of epo
 LABEL_OFFSETS = [(dx, dy) for dx in (5, -52) for dy in (7, 19, -15, 31, -27, 43, -39, 55, 67, 79)]
 
 
+TITLE_SHAPE_MOST = 40  # a shape longer than this (only a hand-edited config.json) is cut: drawing it is slow
+
+
 def run_title(run_dir: Path, name: str) -> str:
     """The run's name and model shape (from its config.json, when readable): ``epochs: 2×128 LSTM``."""
     model = (read_json_object(Path(run_dir) / "config.json") or {}).get("model")
@@ -59,6 +62,8 @@ def run_title(run_dir: Path, name: str) -> str:
         shape = f"{model['num_layers']}×{model['hidden_size']} {str(model['cell']).upper()}"
     except (KeyError, TypeError):
         return name
+    if len(shape) > TITLE_SHAPE_MOST:
+        shape = f"{shape[:TITLE_SHAPE_MOST]}…"
     return f"{name}: {shown_as_written(shape)}"
 
 

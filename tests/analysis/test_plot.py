@@ -90,6 +90,8 @@ def test_a_title_names_the_shape_when_config_json_gives_one_and_never_waits_on_i
     assert run_title(tmp_path, "run") == "run: 2×64 GRU"
     config.write_text(json.dumps({"model": {"num_layers": 2, "hidden_size": 64, "cell": "$\\x{$"}}))
     assert run_title(tmp_path, "run") == "run: 2×64 \\$\\X{\\$"  # never matplotlib's mathematics
+    config.write_text(json.dumps({"model": {"num_layers": 2, "hidden_size": 64, "cell": "x" * 200_000}}))
+    assert run_title(tmp_path, "run") == "run: 2×64 " + "X" * 35 + "…"  # drawing 200 kB took half a minute
     for broken in ('{"model": "lstm"}', '{"model": {}}', "[1]", "{", "\xff"):
         config.write_text(broken)
         assert run_title(tmp_path, "run") == "run"
