@@ -34,10 +34,14 @@ def first_line(exc: BaseException, most: int = 160) -> str:
     return text if len(text) <= most else text[: most - 1].rstrip() + "…"
 
 
+def shortened(text: str, most: int = 40) -> str:
+    """``text`` cut after ``most`` characters, with "…" to say so."""
+    return text if len(text) <= most else f"{text[:most]}…"
+
+
 def short_repr(value: object, most: int = 40) -> str:
     """``repr(value)`` for a one-line message, cut after ``most`` characters."""
-    shown = repr(value)
-    return shown if len(shown) <= most else f"{shown[:most]}…"
+    return shortened(repr(value), most)
 
 
 class CharrnnError(Exception):

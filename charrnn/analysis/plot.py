@@ -8,7 +8,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, shortened
 from charrnn.training.manifest import read_header
 from charrnn.training.rundir import read_metrics
 from charrnn.utils.files import atomic_write, read_json_object
@@ -62,9 +62,7 @@ def run_title(run_dir: Path, name: str) -> str:
         shape = f"{model['num_layers']}×{model['hidden_size']} {str(model['cell']).upper()}"
     except (KeyError, TypeError):
         return name
-    if len(shape) > TITLE_SHAPE_MOST:
-        shape = f"{shape[:TITLE_SHAPE_MOST]}…"
-    return f"{name}: {shown_as_written(shape)}"
+    return f"{name}: {shown_as_written(shortened(shape, TITLE_SHAPE_MOST))}"
 
 
 def text_box(label: Any, renderer: Any) -> Any:

@@ -305,7 +305,7 @@ def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: Grace
                           group)
         if resume_from is not None:
             run.restore(resume_from)
-        if plan.resume is not None and plan.resume.branch:
+        if plan.branches:
             run.run_id, run.best = new_run_id(), None
         run_dir = _open_run_directory(plan, run) if group.is_main else None
         steps = planned_steps(config, len(batches))
@@ -346,6 +346,6 @@ def _open_run_directory(plan: TrainingPlan, run: TrainingRun) -> RunDirectory:
     return RunDirectory(Path(plan.config.out_dir), {
         "run_id": run.run_id, "model": plan.model_config.to_dict(), "train": plan.config.to_dict(),
         "corpus": plan.corpus.to_dict(), "world_size": run.group.world_size,
-    }, fresh=resume_from is None or plan.resume is not None and plan.resume.branch,
+    }, fresh=resume_from is None or plan.branches,
         resumed_at=resume_from["step"] if resume_from is not None else None, branch_from=plan.branch_from,
         space_needed=3 * checkpoint_bytes(parameters, averaging=run.average is not None))

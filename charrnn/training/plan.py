@@ -119,6 +119,11 @@ class TrainingPlan:
         """What ``config.precision`` resolves to on its device for this model: fp32 or bf16."""
         return resolve_precision(self.config.precision, self.config.device, self.model_config)
 
+    @property
+    def branches(self) -> bool:
+        """Whether it resumes into a new run of its own (a branch), with a new run id and best."""
+        return self.resume is not None and self.resume.branch
+
     def run(self, observer: TrainObserver | None = None, stop: GracefulStop | None = None,
             group: ProcessGroup | None = None, **engine_options: Any) -> TrainResult:
         """Train it (see :func:`charrnn.training.loop.train`; ``engine_options``, such as ``clock``, too)."""
