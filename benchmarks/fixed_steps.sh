@@ -46,6 +46,8 @@ case $stage in
             [d0.1-wd0.1]="$base --dropout 0.1 --weight-decay 0.1"
             [d0.1-wd0.3]="$base --dropout 0.1 --weight-decay 0.3"
             [d0.3-wd0.1]="$base --dropout 0.3 --weight-decay 0.1"
+            [d0.1-wd0.6]="$base --dropout 0.1 --weight-decay 0.6"
+            [d0.1-wd1]="$base --dropout 0.1 --weight-decay 1.0"
         ) ;;
     *) echo "unknown stage: $stage" >&2; exit 2 ;;
 esac

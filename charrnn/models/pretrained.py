@@ -7,9 +7,12 @@ It is a model folder whose 16-bit weights load into float32; scripts/retrain_shi
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from charrnn import config
+from charrnn.errors import CharrnnError
 from charrnn.utils.files import real_path
 
 SHIPPED_MODELS = ("shakespeare",)  # the names a checkpoint argument may give instead of a path
@@ -25,6 +28,19 @@ def resolve_shipped(path: Path) -> Path:
     if str(path) in SHIPPED_MODELS and not os.path.lexists(path):
         return shipped_path(str(path))
     return path
+
+
+@contextmanager
+def naming_what_hides_shipped(given: Path) -> Iterator[None]:
+    """A checkpoint error about ``given`` says so when ``given`` is a shipped model's name that something
+    here has taken: the user may have meant the shipped model."""
+    try:
+        yield
+    except CharrnnError as exc:
+        if str(given) not in SHIPPED_MODELS or not os.path.lexists(given):
+            raise
+        raise CharrnnError(f"{exc}; it hides charrnn's own model {given}: rename it, or run from another "
+                           f"directory") from None
 
 
 def run_name(path: Path) -> str:

@@ -22,7 +22,7 @@ from charrnn.errors import CharrnnError, first_line, short_repr
 from charrnn.generation.trained import TrainedModel
 from charrnn.models.evaluate import EvalResult
 from charrnn.models.model import CharRNN, state_shapes
-from charrnn.models.pretrained import resolve_shipped
+from charrnn.models.pretrained import naming_what_hides_shipped, resolve_shipped
 from charrnn.training.model_folder import (
     file_at_fault,
     is_model_folder,
@@ -126,6 +126,11 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load a checkpoint (or a model folder) safely onto the CPU and check it; any problem is a one-line
     :class:`CharrnnError`."""
     path = Path(path)
+    with naming_what_hides_shipped(path):
+        return _checked_payload(path)
+
+
+def _checked_payload(path: Path) -> dict[str, Any]:
     if is_model_folder(path):
         payload = read_model_folder(path)
         try:
@@ -168,7 +173,10 @@ def checkpoint_in(path: Path, name: str = "best.pt") -> Path:
     or last.pt to resume), or the model shipped under the name ``path`` gives
     (:mod:`charrnn.models.pretrained`)."""
     path = resolve_shipped(Path(path))
-    return path if not path.is_dir() or is_model_folder(path) else file_in_run_directory(path, name)
+    if not path.is_dir() or is_model_folder(path):
+        return path
+    with naming_what_hides_shipped(path):
+        return file_in_run_directory(path, name)
 
 
 def file_in_run_directory(path: Path, name: str) -> Path:

@@ -74,18 +74,32 @@ def test_the_name_resolves_to_the_shipped_file_where_nothing_has_it(elsewhere):
     assert run_name(SHIPPED) == "shakespeare"
 
 
-def test_a_users_own_file_directory_or_link_named_shakespeare_comes_first(elsewhere):
+HIDDEN = "; it hides charrnn's own model shakespeare: rename it, or run from another directory$"
+
+
+def test_a_users_own_file_directory_or_link_named_shakespeare_comes_first_and_says_what_it_hides(elsewhere):
     (elsewhere / "shakespeare").write_text("my notes", encoding="utf-8")
-    with pytest.raises(CharrnnError, match="shakespeare is not a charrnn checkpoint"):
+    with pytest.raises(CharrnnError, match="^shakespeare is not a charrnn checkpoint .*" + HIDDEN):
         charrnn.load("shakespeare")
     (elsewhere / "shakespeare").unlink()
     (elsewhere / "shakespeare").mkdir()
-    with pytest.raises(CharrnnError, match="shakespeare is a directory without a best.pt"):
+    with pytest.raises(CharrnnError, match="^shakespeare is a directory without a best.pt.*" + HIDDEN):
         charrnn.load("shakespeare")
+    (elsewhere / "notes.txt").write_text("notes\n" * 50, encoding="utf-8")
+    with pytest.raises(CharrnnError, match="^shakespeare is a directory without a last.pt.*" + HIDDEN):
+        charrnn.train(elsewhere / "notes.txt", resume="shakespeare")
+    result = CliRunner().invoke(main, ["sample", "shakespeare", "--length", "5"])
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert "hides charrnn's own model" in result.output
     (elsewhere / "shakespeare").rmdir()
     os.symlink(elsewhere / "gone.pt", elsewhere / "shakespeare")
-    with pytest.raises(CharrnnError, match="shakespeare is a link to .*gone.pt, which leads to no file"):
+    with pytest.raises(CharrnnError, match="a link to .*gone.pt, which leads to no file" + HIDDEN):
         charrnn.load("shakespeare")
+    (elsewhere / "shakespeare").unlink()
+    (elsewhere / "kept").mkdir()
+    with pytest.raises(CharrnnError, match="^kept is a directory without a best.pt; give a checkpoint file "
+                                           "or a run directory that holds one$"):
+        charrnn.load("kept")  # any other name is only what it is
 
 
 def test_a_run_directory_named_shakespeare_is_the_users(elsewhere, tiny_checkpoint):
