@@ -29,7 +29,7 @@ from charrnn.config import (
 from charrnn.data.datasets import DATASETS, DEFAULT_DATASET, Dataset, fetch
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, option
 from charrnn.generation.trained import TrainedModel, refuse_several_texts_in_a_stream, seeded
-from charrnn.models.pretrained import resolve_shipped, run_name
+from charrnn.models.pretrained import naming_what_hides_shipped, resolve_shipped, run_name
 from charrnn.training.observer import TrainObserver
 from charrnn.utils.terminal import one_line
 from charrnn.utils.text import markdown_text, require_valid_text
@@ -672,7 +672,9 @@ def info(checkpoint: PathArg) -> CheckpointInfo:
     from charrnn.training.checkpoint import checkpoint_in, describe_checkpoint, load_checkpoint
 
     path = checkpoint_in(_require_path(checkpoint, "checkpoint"), "best.pt")
-    return CheckpointInfo(path, describe_checkpoint(load_checkpoint(path), path))
+    with naming_what_hides_shipped(path):
+        payload = load_checkpoint(path)
+    return CheckpointInfo(path, describe_checkpoint(payload, path))
 
 
 @dataclass(frozen=True)

@@ -31,16 +31,19 @@ def resolve_shipped(path: Path) -> Path:
 
 
 @contextmanager
-def naming_what_hides_shipped(given: Path) -> Iterator[None]:
-    """A checkpoint error about ``given`` says so when ``given`` is a shipped model's name that something
-    here has taken: the user may have meant the shipped model."""
+def naming_what_hides_shipped(path: Path) -> Iterator[None]:
+    """A checkpoint error about ``path`` (``shakespeare``, or a file in it) says so when a shipped model's
+    name is taken here by something unusable: the user may have meant the shipped model. Only for readers
+    that take the name: the shipped model cannot be resumed."""
     try:
         yield
     except CharrnnError as exc:
-        if str(given) not in SHIPPED_MODELS or not os.path.lexists(given):
+        first = Path(path).parts[:1]
+        if Path(path).is_absolute() or not first or first[0] not in SHIPPED_MODELS \
+                or not os.path.lexists(first[0]):
             raise
-        raise CharrnnError(f"{exc}; it hides charrnn's own model {given}: rename it, or run from another "
-                           f"directory") from None
+        raise CharrnnError(f"{exc}; that {first[0]} hides charrnn's own model of that name: rename it, or "
+                           f"run from another directory") from None
 
 
 def run_name(path: Path) -> str:

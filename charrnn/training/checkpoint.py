@@ -30,7 +30,7 @@ from charrnn.training.model_folder import (
     weights_dtype,
     weights_score,
 )
-from charrnn.utils.files import replace_file
+from charrnn.utils.files import reason, replace_file
 
 FORMAT_VERSION = 1
 Number = int | float
@@ -126,11 +126,6 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load a checkpoint (or a model folder) safely onto the CPU and check it; any problem is a one-line
     :class:`CharrnnError`."""
     path = Path(path)
-    with naming_what_hides_shipped(path):
-        return _checked_payload(path)
-
-
-def _checked_payload(path: Path) -> dict[str, Any]:
     if is_model_folder(path):
         payload = read_model_folder(path)
         try:
@@ -181,8 +176,12 @@ def checkpoint_in(path: Path, name: str = "best.pt") -> Path:
 
 def file_in_run_directory(path: Path, name: str) -> Path:
     """Checkpoint ``name`` of run directory ``path``, or an error naming the checkpoints it does hold."""
-    if not (path / name).is_file():
-        held = sorted(p.name for p in path.glob("*.pt") if p.is_file())
+    try:
+        found = (path / name).is_file()
+        held = [] if found else sorted(p.name for p in path.glob("*.pt") if p.is_file())
+    except OSError as exc:
+        raise CharrnnError(f"cannot read run directory {path}: {reason(exc)}") from None
+    if not found:
         suggestion = "last.pt" if "last.pt" in held else held[-1] if held else None
         step = (f"give one of its checkpoints, such as {path / suggestion}" if suggestion
                 else "give a checkpoint file or a run directory that holds one")
@@ -294,7 +293,8 @@ def _check_state(state: dict[str, Any], config: ModelConfig, label: str = "model
 
 def load_model(path: Path, device: str = "cpu") -> TrainedModel:
     """Rebuild the model and vocabulary stored in a checkpoint, ready for inference."""
-    payload = load_checkpoint(path)
+    with naming_what_hides_shipped(path):
+        payload = load_checkpoint(path)
     network = CharRNN(ModelConfig.from_dict(payload["model_config"]), initialise_weights=False)
     network.load_state_dict(payload["model_state"])
     network.to(device).eval()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from charrnn.errors import CharrnnError, OptionConflict, option, short_repr
-from charrnn.models.pretrained import naming_what_hides_shipped, resolve_shipped
+from charrnn.models.pretrained import resolve_shipped
 from charrnn.training.checkpoint import file_in_run_directory, save_checkpoint, saved_by_torch
 from charrnn.training.manifest import (
     EPOCH_CHECKPOINT_GLOB,
@@ -161,10 +161,7 @@ def resume_checkpoint(path: Path) -> Path:
         return path
     config = read_json_object(path / "config.json")
     newest = newest_state_file(path, config.get("run_id") if config else None)
-    if newest is not None:
-        return newest
-    with naming_what_hides_shipped(path):
-        return file_in_run_directory(path, "last.pt")
+    return newest if newest is not None else file_in_run_directory(path, "last.pt")
 
 
 def belongs_to(out_dir: Path, payload: dict[str, Any]) -> bool:

@@ -74,7 +74,8 @@ def test_the_name_resolves_to_the_shipped_file_where_nothing_has_it(elsewhere):
     assert run_name(SHIPPED) == "shakespeare"
 
 
-HIDDEN = "; it hides charrnn's own model shakespeare: rename it, or run from another directory$"
+HIDDEN = ("; that shakespeare hides charrnn's own model of that name: rename it, or run "
+          "from another directory$")
 
 
 def test_a_users_own_file_directory_or_link_named_shakespeare_comes_first_and_says_what_it_hides(elsewhere):
@@ -84,22 +85,31 @@ def test_a_users_own_file_directory_or_link_named_shakespeare_comes_first_and_sa
     (elsewhere / "shakespeare").unlink()
     (elsewhere / "shakespeare").mkdir()
     with pytest.raises(CharrnnError, match="^shakespeare is a directory without a best.pt.*" + HIDDEN):
-        charrnn.load("shakespeare")
+        charrnn.info("shakespeare")
+    (elsewhere / "shakespeare" / "best.pt").write_bytes(b"PK\x03\x04 cut short")
+    with pytest.raises(CharrnnError, match="^shakespeare/best.pt is not a readable charrnn .*" + HIDDEN):
+        charrnn.info("shakespeare")
     (elsewhere / "notes.txt").write_text("notes\n" * 50, encoding="utf-8")
-    with pytest.raises(CharrnnError, match="^shakespeare is a directory without a last.pt.*" + HIDDEN):
-        charrnn.train(elsewhere / "notes.txt", resume="shakespeare")
+    with pytest.raises(CharrnnError, match="^shakespeare/best.pt is not a readable .*" + HIDDEN):
+        charrnn.train(elsewhere / "notes.txt", init_from="shakespeare", max_steps=1)
+    (elsewhere / "shakespeare" / "best.pt").unlink()
+    with pytest.raises(CharrnnError, match="^shakespeare is a directory without a last.pt; give a checkpoint "
+                                           "file or a run directory that holds one$"):
+        charrnn.train(elsewhere / "notes.txt", resume="shakespeare")  # the shipped model is not resumable
     result = CliRunner().invoke(main, ["sample", "shakespeare", "--length", "5"])
     assert result.exit_code == 1 and result.output.count("\n") == 1
     assert "hides charrnn's own model" in result.output
     (elsewhere / "shakespeare").rmdir()
     os.symlink(elsewhere / "gone.pt", elsewhere / "shakespeare")
     with pytest.raises(CharrnnError, match="a link to .*gone.pt, which leads to no file" + HIDDEN):
-        charrnn.load("shakespeare")
+        charrnn.compare(["shakespeare"])
+    with pytest.raises(CharrnnError, match="which leads to no file$"):
+        charrnn.load(elsewhere / "shakespeare")  # a path from the root is only what it is
     (elsewhere / "shakespeare").unlink()
     (elsewhere / "kept").mkdir()
     with pytest.raises(CharrnnError, match="^kept is a directory without a best.pt; give a checkpoint file "
                                            "or a run directory that holds one$"):
-        charrnn.load("kept")  # any other name is only what it is
+        charrnn.load("kept")  # as is any other name
 
 
 def test_a_run_directory_named_shakespeare_is_the_users(elsewhere, tiny_checkpoint):

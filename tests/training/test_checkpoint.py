@@ -10,6 +10,7 @@ import torch
 from charrnn.errors import CharrnnError
 from charrnn.training.checkpoint import (
     FORMAT_VERSION,
+    checkpoint_in,
     load_checkpoint,
     load_model,
     save_checkpoint,
@@ -129,3 +130,18 @@ def test_a_save_past_the_file_size_limit_names_the_cause_and_keeps_the_old_file(
     assert said == (f"could not write {old}: File too large (the shell's file-size limit stops it "
                     f"(ulimit -f): raise it and run it again); any previous last.pt is intact")
     assert old.read_bytes() == b"the previous checkpoint" and os.listdir(tmp_path) == ["last.pt"]
+
+
+def test_a_run_directory_that_cannot_be_read_is_a_one_line_error(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    real_is_file = Path.is_file
+
+    def denied(path: Path) -> bool:  # what a directory without read permission gives a user who is not root
+        if path.parent == run:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_is_file(path)
+
+    monkeypatch.setattr(Path, "is_file", denied)
+    with pytest.raises(CharrnnError, match=f"^cannot read run directory {run}: Permission denied$"):
+        checkpoint_in(run)
