@@ -12,7 +12,7 @@
 #   CHARRNN_DATA_MIRROR=file:///path/to/data bash benchmarks/fixed_steps.sh STAGE [SEED...]
 set -eu
 if [ $# -lt 1 ]; then
-    echo "usage: bash benchmarks/fixed_steps.sh weight-decay-100|weight-decay-600|hour-1280 [SEED...]" >&2
+    echo "usage: bash benchmarks/fixed_steps.sh weight-decay-100|weight-decay-600|hour-1280|small-768 [SEED...]" >&2
     exit 2
 fi
 stage=$1
@@ -49,6 +49,15 @@ case $stage in
             [d0.1-wd0.6]="$base --dropout 0.1 --weight-decay 0.6"
             [d0.1-wd1]="$base --dropout 0.1 --weight-decay 1.0"
         ) ;;
+    small-768)  # tiny Shakespeare's first 100,000 characters: 300 s's plan, 2×768 for 13.5 passes of 90,000
+        base="--hidden 768 --batch-size 32 --lr 4e-3 --no-skip-connections --dropout 0.3 --ema 0.995
+              --max-steps 759 --epochs 14 --eval-every 76"
+        first_chars=100000
+        POINTS=(
+            [wd0.1]="$base --weight-decay 0.1"
+            [wd0.3]="$base --weight-decay 0.3"
+            [wd1]="$base --weight-decay 1.0"
+        ) ;;
     *) echo "unknown stage: $stage" >&2; exit 2 ;;
 esac
 if [ -n "${ONLY:-}" ] && [ -z "${POINTS[$ONLY]+set}" ]; then
@@ -57,13 +66,24 @@ if [ -n "${ONLY:-}" ] && [ -z "${POINTS[$ONLY]+set}" ]; then
 fi
 runs=$(mktemp -d)
 trap 'rm -rf "$runs"' EXIT
+corpus=()  # the built-in tiny Shakespeare, or its first characters as a corpus file of their own
+if [ -n "${first_chars:-}" ]; then
+    corpus=("$runs/first-$first_chars.txt")
+    python - "$first_chars" "${corpus[0]}" <<'PY'
+import sys
+from pathlib import Path
+from charrnn.data.datasets import DEFAULT_DATASET, fetch
+count, target = int(sys.argv[1]), Path(sys.argv[2])
+target.write_text(fetch(DEFAULT_DATASET).path.read_text(encoding="utf-8")[:count], encoding="utf-8")
+PY
+fi
 
 for seed in $seeds; do
     for name in "${!POINTS[@]}"; do
         [ -n "${ONLY:-}" ] && [ "$name" != "$ONLY" ] && continue
         out="$runs/$name-$seed"
         # shellcheck disable=SC2086  # the options are words
-        python -m charrnn train ${POINTS[$name]} ${THREADS:+--threads "$THREADS"} --seed "$seed" --out "$out" \
+        python -m charrnn train "${corpus[@]}" ${POINTS[$name]} ${THREADS:+--threads "$THREADS"} --seed "$seed" --out "$out" \
             > "$out.log"
         score=$(python -m charrnn eval-perplexity "$out/best.pt" --json)
         python - "$stage" "$name" "$seed" "${POINTS[$name]}" "$score" "${THREADS:-default}" \
