@@ -37,7 +37,6 @@ from charrnn.training.budget_rules import (
     BUDGET_PROBE_SHARE,
     BUDGET_PROBE_STEPS,
     BUDGET_WARMUP_SHARE,
-    BUDGET_WEIGHT_DECAY,
     CALIBRATION_SAMPLE,
     FINAL_WORK_MARGIN,
     PROBE_AVERAGE_DECAY,
@@ -85,7 +84,8 @@ class Workload:
 class Candidate:
     """One shape a time budget considered, and what it would make of the budget."""
 
-    settings: dict[str, Any]  # hidden_size, batch_size, learning_rate (and skip_connections) it trains with
+    # hidden_size, batch_size, learning_rate, weight_decay (and skip_connections) it trains with
+    settings: dict[str, Any]
     num_layers: int  # stacked LSTM layers
     parameters: int  # its parameter count
     chars_per_s: float  # training throughput on this machine, as timed (without dropout, unless given)
@@ -457,8 +457,7 @@ def _chosen_settings(choice: Candidate, given: dict[str, Any], config: TrainConf
     """What the budget sets for the options not given: the shape, its regularisation, the pass limit and
     a warm-up within :data:`BUDGET_WARMUP_SHARE` of its steps."""
     steps = choice.chars / (choice.settings["batch_size"] * config.seq_len)
-    chosen = {**choice.settings, "dropout": choice.dropout,
-              "weight_decay": BUDGET_WEIGHT_DECAY, "ema_decay": average_decay_for_steps(steps)}
+    chosen = {**choice.settings, "dropout": choice.dropout, "ema_decay": average_decay_for_steps(steps)}
     if config.epochs is None:  # even where the budget ends it sooner: a shape may train faster than timed
         chosen["epochs"] = most_epochs(train_chars)
     if steps * BUDGET_WARMUP_SHARE < config.warmup_steps:

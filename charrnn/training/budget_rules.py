@@ -12,15 +12,18 @@ from typing import Any
 @dataclass(frozen=True)
 class BudgetShape:
     """One rung of the ladder a time budget chooses from: an LSTM's size, with the batch, learning rate
-    and skip connections that trained it fastest in the budget sweeps."""
+    and skip connections that trained it fastest in the budget sweeps, and the weight decay that
+    regularised it best in the passes a budget plans for it."""
 
     hidden_size: int  # units per LSTM layer
     batch_size: int  # parallel BPTT streams
     learning_rate: float  # peak Adam learning rate
     skip_connections: bool = False  # the input to every layer, every layer to the output
+    weight_decay: float = 0.1  # decoupled (AdamW) weight decay
 
     def settings(self) -> dict[str, Any]:
-        """What the rung sets: size, batch and learning rate always; skip connections when used."""
+        """What the rung sets: size, batch, learning rate and weight decay always; skip connections when
+        used."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         return {key: value for key, value in values.items() if key != "skip_connections" or value}
 
@@ -35,9 +38,9 @@ BUDGET_LADDER: tuple[BudgetShape, ...] = (
     BudgetShape(hidden_size=512, batch_size=32, learning_rate=5e-3),
     BudgetShape(hidden_size=768, batch_size=32, learning_rate=4e-3),
     BudgetShape(hidden_size=1024, batch_size=32, learning_rate=3e-3),
-    BudgetShape(hidden_size=1280, batch_size=32, learning_rate=3e-3),
-    BudgetShape(hidden_size=1536, batch_size=32, learning_rate=2.5e-3),
-    BudgetShape(hidden_size=2048, batch_size=32, learning_rate=2e-3),
+    BudgetShape(hidden_size=1280, batch_size=32, learning_rate=3e-3, weight_decay=0.3),
+    BudgetShape(hidden_size=1536, batch_size=32, learning_rate=2.5e-3, weight_decay=0.3),
+    BudgetShape(hidden_size=2048, batch_size=32, learning_rate=2e-3, weight_decay=0.3),
 )
 
 
@@ -111,7 +114,6 @@ BUDGET_DROPOUT_PER_DOUBLING = 0.1
 BUDGET_DROPOUT_MAX = 0.4
 BUDGET_DROPOUT_LEAST = 0.1
 BUDGET_DROPOUT_WIDTH = 64  # dropout's masks cost about this much width of time per character
-BUDGET_WEIGHT_DECAY = 0.1  # decoupled (AdamW) weight decay for every planned shape
 BUDGET_WARMUP_SHARE = 0.1  # warm-up takes at most this share of a plan's steps
 BUDGET_AVERAGE_SHARE = 0.1  # the weight average spans about this share of the run's steps,
 BUDGET_AVERAGE_STEPS = (200, 1000)  # within these bounds

@@ -440,8 +440,8 @@ def test_a_time_budget_picks_the_settings_not_given(runner, small_corpus, monkey
     assert "chars/s in fp32 → " in result.stderr
     assert "epochs, of which it trains 0.0 (the limit given) and ends early, predicted validation" in \
         result.stderr  # --max-steps 3 ends it
-    assert "--time-budget: --lr 0.005 --dropout " in result.stderr and "(give any of them to override)" in \
-        result.stderr
+    assert "--time-budget: --lr 0.005 --weight-decay 0.1 --dropout " in result.stderr
+    assert "(give any of them to override)" in result.stderr
     config = json.loads(Path("run/config.json").read_text())
     assert config["model"]["hidden_size"] == 24 and config["train"]["batch_size"] == 4  # given: kept
     assert config["train"]["learning_rate"] == 5e-3

@@ -29,7 +29,6 @@ from charrnn.training.budget_rules import (
     BUDGET_MOST_EPOCHS,
     BUDGET_PROBE_SHARE,
     BUDGET_WARMUP_SHARE,
-    BUDGET_WEIGHT_DECAY,
     LAW_CORPUS_CHARS,
     SCALING_LAW,
     SMALLER_CORPUS_EXPONENT,
@@ -290,10 +289,24 @@ def test_the_choice_sets_regularisation_for_its_passes(shakespeare_like):
     assert choice is budget.choose(decision.candidates)
     steps = choice.chars / (choice.settings["batch_size"] * 50)
     assert decision.chosen == {**choice.settings, "dropout": dropout_for_epochs(choice.epochs),
-                               "weight_decay": BUDGET_WEIGHT_DECAY,
                                "ema_decay": average_decay_for_steps(steps), "epochs": BUDGET_MOST_EPOCHS}
     assert decision.planned and 0.9 * 600 < choice.training_s < (0.95 if choice.evaluates else 1) * 600
     assert decision.to_dict()["candidates"][0]["settings"] == decision.candidates[0].settings
+
+
+def test_each_shape_plans_its_rungs_weight_decay_and_a_given_one_wins(shakespeare_like):
+    decays = {rung.hidden_size: rung.weight_decay for rung in BUDGET_LADDER}
+    wide = {size: decay for size, decay in decays.items() if decay != 0.1}
+    assert wide == dict.fromkeys((1280, 1536, 2048), 0.3)
+    for seconds in (100, 3600):
+        decision = plan(shakespeare_like, seconds, work_per_s=1e12)
+        for candidate in decision.candidates:
+            assert candidate.settings["weight_decay"] == decays[candidate.settings["hidden_size"]]
+        assert decision.chosen["weight_decay"] == decays[decision.choice.settings["hidden_size"]]
+    assert decision.choice.settings["hidden_size"] >= 1280 and decision.chosen["weight_decay"] == 0.3
+    given = plan(shakespeare_like, 3600, work_per_s=1e12, given={"weight_decay": 0.05})
+    assert {c.settings["weight_decay"] for c in given.candidates} == {0.05}
+    assert "weight_decay" not in given.chosen
 
 
 def test_what_the_user_gave_stays_and_is_timed(shakespeare_like):
