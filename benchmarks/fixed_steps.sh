@@ -93,7 +93,7 @@ stage, name, seed, options, score, threads = sys.argv[1:]
 processor = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                  "unknown")
 print(json.dumps({"stage": stage, "name": name, "seed": int(seed), "options": options.split(),
-                  "val_nats_per_char": json.loads(score)["nats_per_char"], "processor": processor,
+                  "val_nats_per_char": round(json.loads(score)["nats_per_char"], 4), "processor": processor,
                   "threads": threads, "when": time.strftime("%Y-%m-%d %H:%M")}))
 PY
     done
