@@ -29,7 +29,7 @@ from charrnn.config import (
 from charrnn.data.datasets import DATASETS, DEFAULT_DATASET, Dataset, fetch
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, option
 from charrnn.generation.trained import TrainedModel, refuse_several_texts_in_a_stream, seeded
-from charrnn.models.pretrained import naming_what_hides_shipped, resolve_shipped, run_name
+from charrnn.models.pretrained import resolve_shipped, run_name
 from charrnn.training.observer import TrainObserver
 from charrnn.utils.terminal import one_line
 from charrnn.utils.text import markdown_text, require_valid_text
@@ -669,12 +669,10 @@ def inspect(checkpoint: PathArg, text: str | None = None, *, file: PathArg | Non
 
 def info(checkpoint: PathArg) -> CheckpointInfo:
     """What a checkpoint (or a run directory's best.pt) holds, without building the model."""
-    from charrnn.training.checkpoint import checkpoint_in, describe_checkpoint, load_checkpoint
+    from charrnn.training.checkpoint import checkpoint_in, describe_checkpoint, load_named_checkpoint
 
     path = checkpoint_in(_require_path(checkpoint, "checkpoint"), "best.pt")
-    with naming_what_hides_shipped(path):
-        payload = load_checkpoint(path)
-    return CheckpointInfo(path, describe_checkpoint(payload, path))
+    return CheckpointInfo(path, describe_checkpoint(load_named_checkpoint(path), path))
 
 
 @dataclass(frozen=True)

@@ -38,11 +38,11 @@ def naming_what_hides_shipped(path: Path) -> Iterator[None]:
     try:
         yield
     except CharrnnError as exc:
-        first = Path(path).parts[:1]
-        if Path(path).is_absolute() or not first or first[0] not in SHIPPED_MODELS \
-                or not os.path.lexists(first[0]):
+        given = Path(path)
+        first = given.parts[0] if given.parts and not given.is_absolute() else None
+        if first not in SHIPPED_MODELS or not os.path.lexists(first):
             raise
-        raise CharrnnError(f"{exc}; that {first[0]} hides charrnn's own model of that name: rename it, or "
+        raise CharrnnError(f"{exc}; that {first} hides charrnn's own model of that name: rename it, or "
                            f"run from another directory") from None
 
 

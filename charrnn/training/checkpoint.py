@@ -291,10 +291,16 @@ def _check_state(state: dict[str, Any], config: ModelConfig, label: str = "model
         raise CharrnnError(f"{label} has {unexpected[0]!r}, which model_config does not declare")
 
 
+def load_named_checkpoint(path: Path) -> dict[str, Any]:
+    """:func:`load_checkpoint` for a reader that takes a shipped model's name (not a resume): an error
+    says when a local thing of that name hides the shipped model."""
+    with naming_what_hides_shipped(path):
+        return load_checkpoint(path)
+
+
 def load_model(path: Path, device: str = "cpu") -> TrainedModel:
     """Rebuild the model and vocabulary stored in a checkpoint, ready for inference."""
-    with naming_what_hides_shipped(path):
-        payload = load_checkpoint(path)
+    payload = load_named_checkpoint(path)
     network = CharRNN(ModelConfig.from_dict(payload["model_config"]), initialise_weights=False)
     network.load_state_dict(payload["model_state"])
     network.to(device).eval()
