@@ -101,13 +101,13 @@ def _read_text(path: Path) -> str:
 def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
     """Refuse, before any work, an output file that cannot be written whole or would destroy one of the
     ``inputs`` (name → a path, a list of paths, or None; see
-    :func:`charrnn.training.overwrite.refuse_writing_over_reads`)."""
+    :func:`charrnn.training.rundir.refuse_writing_over_reads`)."""
     target = _require_path(output, name)
     if target.is_dir() or str(output).endswith(("/", os.sep)):
         raise ConfigError(f"must name a file, not a directory ({target})", name)
     if not target.parent.is_dir():
         raise CharrnnError(f"{option(name)} {target}: there is no directory {target.parent}")
-    from charrnn.training.overwrite import refuse_writing_over_reads
+    from charrnn.training.rundir import refuse_writing_over_reads
 
     reads = {key: [_require_path(each, key) for each in (given if isinstance(given, list | tuple)
                                                          else [given])

@@ -15,7 +15,6 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any, Literal, get_args
 
 from charrnn.errors import ConfigError, ConfigTypeError, OptionConflict, option
@@ -47,8 +46,6 @@ MAX_SPECTRAL_RADIUS = 1e3  # far beyond any useful reservoir; huge radii overflo
 REGULARISATION_RATES = ("dropout", "weight_drop", "input_dropout", "embed_dropout")  # probabilities in [0, 1)
 # What a fine-tuning run may set afresh: the rest of the model is the checkpoint's.
 REGULARISATION_FIELDS = (*REGULARISATION_RATES, "locked_dropout")
-# The folder of the models that come with charrnn (charrnn.models.pretrained): nothing ever writes there.
-SHIPPED_FOLDER = Path(__file__).parent / "models" / "weights"
 MAX_LAYERS = 128  # far deeper than any character model needs; a very deep nn.LSTM takes minutes to build
 # Wider than any machine can train, yet small enough that torch can compute each weight matrix's size.
 MAX_WIDTH = 2**24

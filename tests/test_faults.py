@@ -7,7 +7,7 @@ with the k-th mutation failing (ENOSPC, or EIO for every third point), and:
 1. every file that existed before is byte-identical, or is one the command was
    asked to write and now holds the undisturbed run's result (or, for training
    files whose bytes depend on timing, a valid newer version);
-2. no file under a final name is partial: checkpoints load, logs and manifests parse;
+2. no file under a final name is partial: checkpoints load, logs parse;
 3. a training run resumes from the newest state it saved and ends with exactly the
    weights of the undisturbed run;
 4. the command failed with one line and no traceback (or, where the failure was
@@ -38,7 +38,6 @@ from faults import Mutations, snapshot
 from charrnn.cli.main import cli
 from charrnn.data.datasets import MIRROR_ENV
 from charrnn.training.checkpoint import load_checkpoint
-from charrnn.training.manifest import read_manifest
 from charrnn.training.rundir import resume_checkpoint
 
 # On the CPU, where training is bit-for-bit repeatable: a resumed run must end with the reference's weights.
@@ -262,8 +261,6 @@ def check_after_failure(scenario: Scenario, root: Path, before: dict[str, bytes]
         if scenario.exact_bytes and relative in ref.files and scenario.resume is None:
             assert content in (ref.files[relative], before.get(relative)), f"{relative} is partial"
         check_valid(root / relative)
-    if scenario.run_dir is not None and (root / scenario.run_dir / "manifest.json").exists():
-        read_manifest(root / scenario.run_dir)
     if scenario.run_dir is not None and (root / scenario.run_dir / "config.json").exists():
         one_run(root / scenario.run_dir)
     # 3. the run resumes and ends where the undisturbed run ended

@@ -1,5 +1,5 @@
 """The package's floors (docs/how-it-works.md): every module imports only the floors below its own, and of
-the floors side by side only training reaches generation."""
+the floors side by side only training reaches generation, and data the shipped model."""
 
 import ast
 from pathlib import Path
@@ -9,7 +9,9 @@ import charrnn
 PACKAGE = Path(charrnn.__file__).parent
 FLOORS = {"config": 0, "errors": 0, "utils": 0, "__init__": 0, "models": 1, "data": 1, "generation": 2,
           "training": 2, "analysis": 3, "api": 4, "cli": 5, "__main__": 6}
-SIDEWAYS = {("training", "generation")}  # training records samples and loads models through generation
+# Training records samples and loads models through generation; the data directories refuse the shipped
+# model's folder (models.pretrained).
+SIDEWAYS = {("training", "generation"), ("data", "models")}
 
 
 def floor(module: str) -> str:

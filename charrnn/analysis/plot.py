@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from charrnn.errors import CharrnnError, shortened
-from charrnn.training.manifest import read_header
-from charrnn.training.rundir import read_metrics
+from charrnn.training.rundir import read_header, read_metrics
 from charrnn.utils.files import atomic_write, read_json_object
 from charrnn.utils.terminal import one_line
 

@@ -17,11 +17,11 @@ import torch
 
 from charrnn.data.vocab import UnknownCharactersError, Vocab, code_points
 from charrnn.errors import CharrnnError
+from charrnn.models.pretrained import refuse_writing_in_shipped
 from charrnn.utils.files import (
     file_sha256,
     read_regular,
     reason,
-    refuse_writing_in_shipped,
     remove_stale_temporaries,
     replace_text,
     replacing,

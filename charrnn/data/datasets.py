@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from charrnn.errors import CharrnnError, option
+from charrnn.models.pretrained import refuse_writing_in_shipped
 from charrnn.utils.files import (
     NotRegularFile,
     file_sha256,
     read_regular,
     reason,
-    refuse_writing_in_shipped,
     replacing,
 )
 

@@ -11,16 +11,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from charrnn import config
-from charrnn.errors import CharrnnError
-from charrnn.utils.files import real_path
+from charrnn.errors import CharrnnError, OptionConflict
+from charrnn.utils.files import real_path, within_folder
 
 SHIPPED_MODELS = ("shakespeare",)  # the names a checkpoint argument may give instead of a path
+# The folder of the models that come with charrnn: nothing ever writes there.
+SHIPPED_FOLDER = Path(__file__).parent / "weights"
 
 
 def shipped_path(name: str) -> Path:
     """Where the shipped model ``name`` lives inside the installed package."""
-    return config.SHIPPED_FOLDER / name
+    return SHIPPED_FOLDER / name
 
 
 def resolve_shipped(path: Path) -> Path:
@@ -51,3 +52,14 @@ def run_name(path: Path) -> str:
     model's too)."""
     resolved = real_path(path)
     return resolved.name if resolved.is_dir() else resolved.parent.name
+
+
+def refuse_writing_in_shipped(path: Path, named: str, instead: str, by_option: bool = True) -> None:
+    """Refuse ``path`` (``named``: the option, or else the variable, that gave it) when it is in the
+    folder of the models charrnn ships with, which nothing writes; ``instead`` says what to choose."""
+    if within_folder(path, SHIPPED_FOLDER):
+        message = (f"{named} {path} is in the folder of the model that comes with charrnn, which is never "
+                   f"written; choose another {instead}")
+        if by_option:  # a usage error
+            raise OptionConflict(message)
+        raise CharrnnError(message)

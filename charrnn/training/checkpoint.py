@@ -127,7 +127,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     :class:`CharrnnError`."""
     path = Path(path)
     if is_model_folder(path):
-        payload = read_model_folder(path)
+        payload = {"format_version": FORMAT_VERSION, **read_model_folder(path)}
         try:
             validate_payload(payload)
         except CharrnnError as exc:

@@ -14,7 +14,7 @@ from typing import Any
 from charrnn import __version__
 from charrnn.errors import CharrnnError, OptionConflict, first_line
 from charrnn.models.layernorm import EPSILON
-from charrnn.training.manifest import CHECKPOINT_NAMES
+from charrnn.models.pretrained import refuse_writing_in_shipped
 from charrnn.training.model_card import model_card
 from charrnn.utils.files import (
     folder_in_the_way,
@@ -24,12 +24,13 @@ from charrnn.utils.files import (
     read_regular,
     real_path,
     reason,
-    refuse_writing_in_shipped,
     replace_folder,
     same_file,
     within_folder,
 )
 
+# A run directory's checkpoints: a folder that holds one stays a run directory, never a model folder.
+CHECKPOINT_NAMES = ("last.pt", "best.pt")
 WEIGHTS, CONFIG, VOCAB, CARD = "model.safetensors", "config.json", "vocab.json", "README.md"
 FOLDER_FILES = (WEIGHTS, CONFIG, VOCAB, CARD)
 FOLDER_FORMAT, FOLDER_VERSION = "charrnn-model", 1
@@ -156,8 +157,9 @@ def check_folder_output(target: Path, named: str, source: Path) -> None:
 
 
 def read_model_folder(folder: Path) -> dict[str, Any]:
-    """A model folder as a checkpoint's dict (its weights and record, no training state), not yet
-    checked: :func:`~charrnn.training.checkpoint.load_checkpoint` checks it and names the file at fault."""
+    """A model folder as a checkpoint's dict (its weights and record; no training state, no format
+    version), not yet checked: :func:`~charrnn.training.checkpoint.load_checkpoint` checks it and names the
+    file at fault."""
     config = _json(folder / CONFIG)
     if not isinstance(config, dict) or config.get("format") != FOLDER_FORMAT:
         raise CharrnnError(f"{folder / CONFIG} is not a charrnn model folder's config (its format is not "
@@ -176,13 +178,11 @@ def read_model_folder(folder: Path) -> dict[str, Any]:
         state = load(_bytes(weights))
     except (SafetensorError, ValueError, RuntimeError, TypeError) as exc:
         raise CharrnnError(f"{weights} is not a readable safetensors file ({first_line(exc)})") from None
-    from charrnn.training.checkpoint import FORMAT_VERSION
-
     recorded = {"score": None} | {key: config[key] for key in RECORDED_FIELDS if key in config}
     for key in SCORES:  # an infinite perplexity was written null
         if isinstance(recorded.get(key), dict) and recorded[key].get("perplexity", 0) is None:
             recorded[key] = {**recorded[key], "perplexity": math.inf}
-    return {"format_version": FORMAT_VERSION, "model_config": config["model_config"],
+    return {"model_config": config["model_config"],
             "vocab": _json(folder / VOCAB), "model_state": state, **recorded}
 
 

@@ -31,14 +31,19 @@ from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_mod
 from charrnn.training.distributed import ProcessGroup
 from charrnn.training.loop import TrainResult, train
 from charrnn.training.observer import TrainObserver
-from charrnn.training.overwrite import refuse_writing_over_reads
 from charrnn.training.request import (
     MODEL_FIELDS,
     SAMPLE_SETTINGS,
     TrainingRequest,
     split_options,
 )
-from charrnn.training.rundir import belongs_to, check_out_dir, resume_checkpoint, resume_target
+from charrnn.training.rundir import (
+    belongs_to,
+    check_out_dir,
+    refuse_writing_over_reads,
+    resume_checkpoint,
+    resume_target,
+)
 from charrnn.training.samples import check_sample_prime
 from charrnn.training.schedule import RunAlreadyFinished, stop_reason
 from charrnn.training.state import RESUME_FIELDS

@@ -1,52 +1,61 @@
-"""The run directory: its files, who may write them, and when an old run gives way to a new one.
+"""The run directory: its files, who may write them, which saved state is newest, and when an old run gives
+way to a new one (docs/files.md).
 
-An old run goes, whole, only with ``overwrite`` and only when the new run first writes. A checkpoint resumes
-in place only in the run that wrote it, with nothing newer there; else it branches (docs/long-runs.md)."""
+Each checkpoint's own header (run id, step) is the only record of which state is newest. An old run goes,
+whole, only with ``overwrite`` and only when the new run first writes. A checkpoint resumes in place only in
+the run that wrote it, with nothing newer there; else it branches (docs/long-runs.md). One run at a time:
+``flock`` on ``.charrnn.lock``, which the kernel releases however the process ends."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import stat
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from charrnn.errors import CharrnnError, OptionConflict, option, short_repr
-from charrnn.models.pretrained import resolve_shipped
+from charrnn.models.pretrained import refuse_writing_in_shipped, resolve_shipped
 from charrnn.training.checkpoint import file_in_run_directory, save_checkpoint, saved_by_torch
-from charrnn.training.manifest import (
-    EPOCH_CHECKPOINT_GLOB,
-    MANIFEST_NAME,
-    Manifest,
-    checkpoint_files,
-    newest_state_file,
-    read_header,
-    read_manifest,
-    record_saved,
-    saved_steps,
+from charrnn.training.model_folder import (
+    CHECKPOINT_NAMES,
+    is_model_folder,
+    read_folder_config,
+    refuse_writing_in_a_model_folder,
 )
-from charrnn.training.model_folder import is_model_folder
-from charrnn.training.runlock import LOCK_NAME, RunLock
 from charrnn.training.samples import SAMPLES_NAME, SampleRecord
 from charrnn.utils.files import (
+    TEMPORARY_GLOB,
+    TEMPORARY_PREFIX,
     append_line,
     json_text,
     parse_json,
     read_json_object,
     read_log,
+    real_path,
     reason,
     remove_stale_temporaries,
     replace_text,
+    same_file,
     stat_or_none,
+    within_folder,
     write_json,
 )
 
-RUN_FILES = ("last.pt", "best.pt", "metrics.jsonl", "config.json", MANIFEST_NAME, SAMPLES_NAME)
+EPOCH_CHECKPOINT_GLOB = "epoch*-val*.pt"
+LOCK_NAME = ".charrnn.lock"
+# The one list of the files a run writes; with the lock, the names a run directory keeps for its own.
+RUN_FILES = (*CHECKPOINT_NAMES, "metrics.jsonl", "config.json", SAMPLES_NAME)
+RESERVED = (*RUN_FILES, LOCK_NAME)
 
 
 def new_run_id() -> str:
@@ -63,6 +72,65 @@ def checkpoint_bytes(parameters: int, averaging: bool = False) -> int:
     margin and, with ``averaging``, the average (an averaged best.pt also holds the trained weights)."""
     copies = 4 if averaging else 3
     return copies * 4 * parameters + (1 << 20)
+
+
+# ---------------------------------------------------------------------------- the saved states
+
+
+def checkpoint_files(out_dir: Path) -> list[Path]:
+    """The checkpoints in ``out_dir`` under names a run saves: last.pt, best.pt and epoch checkpoints."""
+    out_dir = Path(out_dir)
+    return [*(out_dir / name for name in CHECKPOINT_NAMES if os.path.lexists(out_dir / name)),
+            *sorted(out_dir.glob(EPOCH_CHECKPOINT_GLOB))]
+
+
+def read_header(path: Path) -> dict[str, Any] | None:
+    """A checkpoint's plain values, read without loading its tensors; None when it cannot be read."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block torch.load
+            return None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # any unreadable file: the caller decides what "unreadable" means
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def _step_and_run(path: Path) -> tuple[int, Any] | None:
+    """A checkpoint's step and run id, read without loading its tensors; None if it cannot be read."""
+    payload = read_header(path)
+    step = payload.get("step") if payload is not None else None
+    if not isinstance(step, int) or isinstance(step, bool):
+        return None
+    return step, payload.get("run_id")
+
+
+@dataclass(frozen=True)
+class SavedSteps:
+    """What a run directory's checkpoints say of run ``run_id``'s saved states."""
+
+    newest: tuple[int, Path] | None  # the newest step saved, and the file that holds it (last.pt on a tie)
+    unreadable: tuple[Path, ...]  # checkpoint files whose step cannot be read
+
+
+def saved_steps(out_dir: Path, run_id: str | None, ignore: Path | None = None) -> SavedSteps:
+    """The states of run ``run_id`` (None: of any run) saved in ``out_dir``, read from each checkpoint's
+    header; ``ignore``: a file not to count (the checkpoint being resumed)."""
+    ranked, unreadable = [], []
+    for path in checkpoint_files(out_dir):
+        if ignore is not None and same_file(path, ignore):
+            continue
+        header = _step_and_run(path)
+        if header is None:
+            unreadable.append(path)
+        elif run_id is None or header[1] == run_id:
+            ranked.append(((header[0], path.name == "last.pt"), path))
+    best = max(ranked, key=lambda each: each[0], default=None)
+    return SavedSteps(None if best is None else (best[0][0], best[1]), tuple(unreadable))
+
+
+# ---------------------------------------------------------------------------- checks before anything runs
 
 
 def check_free_space(out_dir: Path, needed: int) -> None:
@@ -82,15 +150,18 @@ def existing_run_files(out_dir: Path) -> list[str]:
 
 
 def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
-    """Refuse, reading only, a run directory that is a file or holds a run (unless ``overwrite``)."""
+    """Refuse, reading only, a run directory that is a file, a model folder, holds a run (unless
+    ``overwrite``) or a directory where a run keeps a file."""
     info = stat_or_none(out_dir, f"cannot use the run directory {out_dir}")
-    if info is not None and not stat.S_ISDIR(info.st_mode):
+    if info is None:
+        return
+    if not stat.S_ISDIR(info.st_mode):
         raise CharrnnError(f"{option('out_dir')} {out_dir} is a file, not a directory; choose a directory "
                            f"for the run")
-    if info is not None and is_model_folder(out_dir):
+    if is_model_folder(out_dir):
         raise CharrnnError(f"{option('out_dir')} {out_dir} is a model folder, not a run directory; choose "
                            f"another directory for the run")
-    existing = existing_run_files(out_dir) if info is not None else []
+    existing = existing_run_files(out_dir)
     if existing and not overwrite:
         # Advise --resume only for a last.pt that torch wrote: anything else would fail in turn.
         last = out_dir / "last.pt"
@@ -99,6 +170,10 @@ def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
             f"{option('out_dir')} {out_dir} already holds a training run ({', '.join(existing)}); "
             f"{resume}pass {option('overwrite')} to replace it, or choose another {option('out_dir')}"
         )
+    for name in RESERVED:
+        if (out_dir / name).is_dir() and not (out_dir / name).is_symlink():
+            raise CharrnnError(f"{out_dir / name} is a directory where the run keeps its {name}; move it "
+                               f"away or choose another {option('out_dir')}")
 
 
 def _resumable(last: Path) -> bool:
@@ -106,47 +181,6 @@ def _resumable(last: Path) -> bool:
         return last.is_file() and saved_by_torch(last)
     except OSError:
         return False
-
-
-def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> list[Path]:
-    """Check, create and prove writable the run directory before any training time is spent; return the
-    directories it created, innermost first."""
-    check_out_dir(out_dir, overwrite)
-    created = [path for path in (out_dir, *out_dir.parents) if not os.path.lexists(path)]
-    for name in (*RUN_FILES, LOCK_NAME):
-        if (out_dir / name).is_dir() and not (out_dir / name).is_symlink():
-            raise CharrnnError(f"{out_dir / name} is a directory where the run keeps its {name}; move it "
-                               f"away or choose another {option('out_dir')}")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / f".charrnn-{os.getpid()}-write-test.tmp"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise CharrnnError(f"cannot write to {option('out_dir')} {out_dir}: {reason(exc)}") from None
-    return created
-
-
-@contextlib.contextmanager
-def held_run_directory(out_dir: Path, overwrite: bool = False, writer: bool = True) -> Iterator[None]:
-    """Check, create and lock the run directory for the ``with`` block (``writer``: rank 0 alone under
-    torchrun) and clear its stale temporaries. If the run fails, the empty directories this made are
-    removed again: a run refused before it wrote anything leaves no trace."""
-    if not writer:
-        yield
-        return
-    created = prepare_out_dir(out_dir, overwrite)
-    try:
-        with RunLock(out_dir):
-            remove_stale_temporaries(out_dir)
-            yield
-    except BaseException:
-        for path in created:
-            try:
-                path.rmdir()  # only ever an empty directory
-            except OSError:
-                break
-        raise
 
 
 def resume_checkpoint(path: Path) -> Path:
@@ -160,28 +194,22 @@ def resume_checkpoint(path: Path) -> Path:
     if not path.is_dir():
         return path
     config = read_json_object(path / "config.json")
-    newest = newest_state_file(path, config.get("run_id") if config else None)
-    return newest if newest is not None else file_in_run_directory(path, "last.pt")
+    newest = saved_steps(path, config.get("run_id") if config else None).newest
+    return newest[1] if newest is not None else file_in_run_directory(path, "last.pt")
 
 
 def belongs_to(out_dir: Path, payload: dict[str, Any]) -> bool:
     """Whether ``out_dir`` is the run that wrote checkpoint ``payload``: its config.json carries the same
-    ``run_id`` (before run ids: the same model and corpus). Without a config.json (a new run stopped before
-    writing it), every checkpoint there must be readable and carry that ``run_id``, with no log beside."""
-    if not (out_dir / "config.json").exists() and not (out_dir / "config.json").is_symlink():
-        run_id = payload.get("run_id")
+    ``run_id``. Without a config.json (a new run stopped before writing it), every checkpoint there must be
+    readable and carry that ``run_id``, with no log beside."""
+    run_id = payload.get("run_id")
+    if not os.path.lexists(out_dir / "config.json"):
         headers = [read_header(path) for path in checkpoint_files(out_dir)]
         return run_id is not None and bool(headers) and all(
             header is not None and header.get("run_id") == run_id for header in headers
-        ) and not (out_dir / "metrics.jsonl").exists() and not (out_dir / MANIFEST_NAME).exists()
+        ) and not os.path.lexists(out_dir / "metrics.jsonl")
     config = read_json_object(out_dir / "config.json")
-    if config is None:
-        return False
-    if "run_id" in payload or "run_id" in config:
-        return config.get("run_id") == payload.get("run_id")
-    corpus = config.get("corpus")
-    return (config.get("model") == payload["model_config"] and isinstance(corpus, dict)
-            and corpus.get("sha256") == payload.get("corpus", {}).get("sha256"))
+    return config is not None and run_id is not None and config.get("run_id") == run_id
 
 
 @dataclass(frozen=True)
@@ -211,27 +239,230 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
             f"{option('out_dir')} NEW_DIR"
         )
     branch = f"branch from it with {option('resume')} {checkpoint} {option('out_dir')} NEW_DIR"
-    try:
-        saved = saved_steps(own_dir, payload.get("run_id"), ignore=checkpoint)
-    except CharrnnError as exc:
-        raise CharrnnError(f"{exc}, so resuming in {own_dir} could replace newer results; {branch}") from None
-    if saved.newest is not None and saved.newest.step > payload["step"]:
-        newest = own_dir / saved.newest.name
-        if read_header(newest) is None:  # gone, or damaged: resuming the run directory cannot reach it
-            state = "is missing" if not newest.exists() and not newest.is_symlink() else "cannot be read"
-            raise CharrnnError(
-                f"{newest} {state}: the run's manifest records it at step {saved.newest.step:,}, and "
-                f"resuming in {own_dir} from {checkpoint.name} (step {payload['step']:,}) would go back over "
-                f"that work; put it back, or {branch}")
+    saved = saved_steps(own_dir, payload["run_id"], ignore=checkpoint)  # belongs_to: it has a run id
+    if saved.newest is not None and saved.newest[0] > payload["step"]:
+        step, newest = saved.newest
         raise CharrnnError(
-            f"{own_dir} has newer results ({saved.newest.name} was saved at step {saved.newest.step:,}; "
-            f"{checkpoint.name} is at step {payload['step']:,}), which resuming here would replace; resume "
-            f"the newest with {option('resume')} {own_dir}, or {branch}")
+            f"{own_dir} has newer results ({newest.name} was saved at step {step:,}; {checkpoint.name} is at "
+            f"step {payload['step']:,}), which resuming here would replace; resume the newest with "
+            f"{option('resume')} {own_dir}, or {branch}")
     if saved.unreadable:
         raise CharrnnError(
             f"cannot tell whether {saved.unreadable[0]} holds newer results than {checkpoint.name}: it "
             f"cannot be read as a checkpoint, and resuming in {own_dir} would replace it; {branch}")
     return ResumeTarget(own_dir, branch=False)
+
+
+# ---------------------------------------------------------------------------- outputs against inputs
+
+
+def refuse_writing_over_reads(target: Path, name: str, reads: dict[str, Any],
+                              run_directory: bool = False) -> None:
+    """Never write over what is read: the one check every command makes before it writes a file or a run.
+    Refuse writing ``target`` (option ``name``; with ``run_directory``, the files a run writes there) over
+    anything in ``reads`` (option name → a path, paths or None; shipped names resolved), by path or link,
+    or inside a corpus directory read. A file at a name a run directory keeps is refused too, and nothing
+    is written in the shipped models' folder. A path read stands for more than itself: a checkpoint or run
+    directory for its run's files and corpus, another directory for its text files."""
+    what = "run directory" if run_directory else "file"
+    refuse_writing_in_shipped(target, option(name), what)
+    refuse_writing_in_a_model_folder(target, option(name), what)
+    writes = _run_files(target) if run_directory else [target]
+    corpora_of: dict[Path, Path | None] = {}  # each checkpoint's corpus, its header read once
+    for read_name, given in reads.items():
+        for each in given if isinstance(given, list | tuple) else [given]:
+            if each is None:
+                continue
+            path = Path(each)
+            read = f"{option(read_name)} {path}"
+            parts = _stands_for(path, corpora_of)
+            for file, part in parts.items():
+                replaced = next((write for write in writes if same_file(write, file)), None)
+                if replaced is None:
+                    continue
+                shown = read if file == path else f"{file}, {part.format(read)}"
+                if run_directory:
+                    raise OptionConflict(f"{option(name)} {target} would replace {replaced}, which is "
+                                         f"{shown}: choose another {what}")
+                raise OptionConflict(f"{option(name)} {target} is {shown}: writing it would destroy what is "
+                                     f"read; choose another {what}")
+            corpora = [file for file, part in parts.items() if part == CORPUS and file.is_dir()]
+            inside = next((corpus for corpus in corpora if within_folder(target, corpus)), None)
+            if inside is not None:
+                whose = "" if inside == path else f" that {read} was trained on"
+                raise OptionConflict(f"{option(name)} {target} is inside the corpus directory "
+                                     f"{inside}{whose}: writing there would change what is read; choose "
+                                     f"another {what}")
+    if not run_directory:
+        _refuse_a_run_directorys_name(target, name)
+
+
+def _run_files(out_dir: Path) -> list[Path]:
+    """The files a run in ``out_dir`` writes, with its epoch checkpoints and the temporaries of ended
+    processes it clears away (:func:`~charrnn.utils.files.remove_stale_temporaries`) there already."""
+    files = [out_dir / reserved for reserved in RESERVED]
+    if out_dir.is_dir():
+        files += sorted(out_dir.glob(EPOCH_CHECKPOINT_GLOB)) + sorted(out_dir.glob(TEMPORARY_GLOB))
+    return files
+
+
+CORPUS = "the corpus {} was trained on"  # the part a checkpoint's corpus plays in what it stands for
+
+
+def _stands_for(path: Path, corpora_of: dict[Path, Path | None]) -> dict[Path, str]:
+    """What reading ``path`` reads, each file with the part it plays (a phrase about the path, "{}"): for a
+    checkpoint or run directory, the run files there and each one's corpus (``corpora_of`` caches them);
+    another directory is a corpus (:data:`CORPUS`) with its text files."""
+    folder = path if path.is_dir() else path.parent if path.suffix == ".pt" else None
+    neighbours = sorted(folder.iterdir()) if folder is not None and folder.is_dir() else []
+    if is_model_folder(path):
+        corpus = _trained_on(read_folder_config(path))
+        return {path: "{}", **{file: "in the model folder {}" for file in neighbours},
+                **({corpus: CORPUS} if corpus is not None else {})}
+    run_files = [file for file in neighbours if file.suffix == ".pt" or file.name in RUN_FILES]
+    if path.is_dir() and not run_files:
+        return {path: CORPUS, **{text: "a text of {}" for text in sorted(path.rglob("*.txt"))}}
+    parts = {path: "{}", **{file: "in the run directory of {}" for file in run_files if file != path}}
+    for file in run_files:
+        if file not in corpora_of:
+            corpora_of[file] = _trained_on(read_header(file)) if file.suffix == ".pt" else None
+        corpus = corpora_of[file]
+        if corpus is not None:
+            parts.setdefault(corpus, CORPUS)
+    return parts
+
+
+def _trained_on(header: dict[str, Any] | None) -> Path | None:
+    """The corpus a checkpoint's header or a model folder's config names; None if it names none."""
+    from charrnn.data.corpus import corpus_location
+
+    corpus = (header or {}).get("corpus")
+    path = corpus.get("path") if isinstance(corpus, dict) else None
+    if not isinstance(path, str) or not path:
+        return None
+    # Where it would be read: for a corpus recorded elsewhere, the data directory's copy of its dataset.
+    return corpus_location(corpus) if isinstance(corpus.get("sha256"), str) else Path(path)
+
+
+def _refuse_a_run_directorys_name(target: Path, name: str) -> None:
+    """Refuse an output that would land, through any link, on a name a run directory keeps for itself
+    (its checkpoints, records, lock and temporaries)."""
+    for landing in dict.fromkeys([target, real_path(target)]):
+        folder = landing.parent
+        if not any((folder / reserved).exists() for reserved in RESERVED):
+            continue
+        if landing.suffix == ".pt" or landing.name in RESERVED or landing.name.startswith(TEMPORARY_PREFIX):
+            raise OptionConflict(f"{option(name)} {target} would be {landing}, a name the run directory "
+                                 f"{folder} keeps for its own files; choose another file")
+
+
+# ---------------------------------------------------------------------------- the lock
+
+
+PID_RECORD_BYTES = 20  # the PID, space-padded, and a newline
+LARGEST_LOCK_BYTES = 64  # anything larger at the lock's name is not a charrnn lock
+
+
+class RunLock:
+    """Hold ``out_dir/.charrnn.lock`` for the life of a ``with`` block. The file holds the PID for a
+    competitor's message; it is never written through a link, and a file there that is not a lock file is
+    refused, never truncated."""
+
+    def __init__(self, out_dir: Path):
+        self.path = Path(out_dir) / LOCK_NAME
+        self._fd: int | None = None
+
+    def __enter__(self) -> RunLock:
+        while True:
+            try:
+                # O_NOFOLLOW: a link planted at the lock's name is refused, never followed into a file
+                fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o666)
+            except OSError as exc:
+                raise CharrnnError(f"cannot create the run lock {self.path}: {reason(exc)}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, PID_RECORD_BYTES, 0).decode("ascii", "replace").strip()
+                os.close(fd)
+                who = f" (PID {holder})" if holder.isdigit() else ""
+                raise CharrnnError(
+                    f"another training{who} is writing to {self.path.parent} and holds its lock {self.path}; "
+                    f"wait for it or choose another {option('out_dir')}"
+                ) from None
+            # The holder before us may have removed the file while we waited to lock it: a lock
+            # on that removed file guards nothing, so start again on the file now at the path.
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or not _holds_a_lock_record(fd, info.st_size):
+            os.close(fd)
+            raise CharrnnError(f"{self.path} is not a charrnn run lock (another file, or a link to one, has "
+                               f"its name); move it away or choose another {option('out_dir')}")
+        try:
+            os.pwrite(fd, f"{os.getpid():<{PID_RECORD_BYTES - 1}}\n".encode("ascii"), 0)
+        except OSError as exc:
+            os.close(fd)
+            raise CharrnnError(f"cannot write the run lock {self.path}: {reason(exc)}") from None
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._fd is None:
+            return
+        # Removed while still locked, so no competitor can lock the file after it is gone. A lock
+        # file that cannot be removed is harmless: the next run takes it over.
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError:
+            pass
+        os.close(self._fd)
+        self._fd = None
+
+
+def _holds_a_lock_record(fd: int, size: int) -> bool:
+    """Whether the open file is empty or holds what a run lock writes: a process id and a newline."""
+    if size == 0:
+        return True
+    if size > LARGEST_LOCK_BYTES:
+        return False
+    record = os.pread(fd, size, 0)
+    parts = record.split()
+    return record.endswith(b"\n") and len(parts) == 1 and parts[0].isdigit()
+
+
+# ---------------------------------------------------------------------------- the run's writes
+
+
+@contextlib.contextmanager
+def held_run_directory(out_dir: Path, overwrite: bool = False, writer: bool = True) -> Iterator[None]:
+    """Check, create and lock the run directory for the ``with`` block (``writer``: rank 0 alone under
+    torchrun) and clear its stale temporaries. If the run fails, the empty directories this made are
+    removed again: a run refused before it wrote anything leaves no trace."""
+    if not writer:
+        yield
+        return
+    check_out_dir(out_dir, overwrite)  # again: another run may have written here since the plan was made
+    created = [path for path in (out_dir, *out_dir.parents) if not os.path.lexists(path)]
+    try:
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CharrnnError(f"cannot write to {option('out_dir')} {out_dir}: {reason(exc)}") from None
+        with RunLock(out_dir):
+            remove_stale_temporaries(out_dir)
+            yield
+    except BaseException:
+        for path in created:
+            try:
+                path.rmdir()  # only ever an empty directory
+            except OSError:
+                break
+        raise
 
 
 @dataclass
@@ -247,7 +478,6 @@ class RunDirectory:
     resumed_at: int | None = None  # the step a resumed run (in place or a branch) continues from
     branch_from: Path | None = None  # a branch: the run directory whose log rows it starts with
     written: set[str] = field(default_factory=set)  # the files this run has written so far
-    manifest: Manifest | None = None  # the saved states; read from the directory when resuming in place
     space_needed: int = 0  # bytes the run's checkpoints take (checkpoint_bytes): refused at once without them
     kept_rows: dict[str, list[str]] = field(init=False, default_factory=dict)  # log -> rows a resume keeps
 
@@ -258,17 +488,12 @@ class RunDirectory:
             readers = {"metrics.jsonl": EvaluationRecord.from_json, SAMPLES_NAME: SampleRecord.from_json}
             self.kept_rows = {name: rows_up_to(source / name, self.resumed_at, read) for name, read in
                               readers.items()}
-        if self.manifest is None:
-            run_id = self.config_record.get("run_id")
-            kept = None if self.fresh else read_manifest(self.path)
-            self.manifest = kept if kept is not None and kept.run_id == run_id else Manifest(run_id)
 
     def save(self, name: str, payload: dict[str, Any]) -> None:
-        """Save checkpoint ``name``, then record it in the manifest: it never names a state not on disk."""
+        """Save checkpoint ``name``; its header says which run and step it holds."""
         self._retire_older_run()
         save_checkpoint(self.path / name, payload)
         self._wrote(name)
-        record_saved(self.path, self.manifest, name, payload["step"])
 
     def append_metrics(self, record: EvaluationRecord) -> None:
         self._append_row("metrics.jsonl", record.to_json())
@@ -306,14 +531,13 @@ class RunDirectory:
 
 # The order an older run's files go in: config.json first, so a failure part-way leaves leftovers that name
 # no run (no --resume takes them for one; the next --overwrite removes them).
-RETIRE_FIRST = ("config.json", MANIFEST_NAME, SAMPLES_NAME, "metrics.jsonl")
-RETIRE_LAST = ("best.pt", "last.pt")
+RETIRE_FIRST = ("config.json", SAMPLES_NAME, "metrics.jsonl")
 
 
 def retire_run(out_dir: Path) -> None:
     """Remove every file of the run in ``out_dir`` before a new run writes there; other files stay."""
     doomed = [*(out_dir / name for name in RETIRE_FIRST), *sorted(out_dir.glob(EPOCH_CHECKPOINT_GLOB)),
-              *(out_dir / name for name in RETIRE_LAST)]
+              *(out_dir / name for name in reversed(CHECKPOINT_NAMES))]
     for path in doomed:
         try:
             if path.is_symlink() or path.is_file():

@@ -328,19 +328,6 @@ def within_folder(path: Path, folder: Path) -> bool:
     return resolved == folder or folder in resolved.parents
 
 
-def refuse_writing_in_shipped(path: Path, named: str, instead: str, by_option: bool = True) -> None:
-    """Refuse ``path`` (``named``: the option, or else the variable, that gave it) when it is in the
-    folder of the models charrnn ships with, which nothing writes; ``instead`` says what to choose."""
-    from charrnn import config  # read when called: config imports this module's neighbours
-
-    if within_folder(path, config.SHIPPED_FOLDER):
-        message = (f"{named} {path} is in the folder of the model that comes with charrnn, which is never "
-                   f"written; choose another {instead}")
-        if by_option:  # a usage error
-            raise OptionConflict(message)
-        raise CharrnnError(message)
-
-
 def folder_in_the_way(path: Path, foreign: Callable[[Path], list[str]], named: str = "") -> bool:
     """Whether a folder stands at ``path`` with something in it, which may give way only where ``foreign``
     names nothing in it that must stay; a file, a link, the current directory or such a folder is refused

@@ -49,8 +49,7 @@ def test_train_sample_eval_round_trip(runner, small_corpus):
     result = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "25")
     assert result.exit_code == 0, result.output
     run = Path("checkpoints/small")
-    assert {p.name for p in run.iterdir()} == {"best.pt", "last.pt", "metrics.jsonl", "config.json",
-                                              "manifest.json"}
+    assert {p.name for p in run.iterdir()} == {"best.pt", "last.pt", "metrics.jsonl", "config.json"}
     assert "best validation" in result.stdout and "reached --max-steps 25" in result.stdout
     assert "parameters" in result.stderr  # configuration table
 
@@ -757,7 +756,7 @@ def test_val_max_chars_caps_the_split_or_with_none_does_not(runner, small_corpus
 @pytest.mark.parametrize(("damaged", "arguments"), [
     ("metrics.jsonl", ["plot", "{run}", "--output", "curves.png"]),
     ("samples.jsonl", ["compare", "{run}", "--evolution"]),
-    ("manifest.json", ["train", "--resume", "{run}", "--max-steps", "30"]),
+    ("config.json", ["train", "--resume", "{run}", "--max-steps", "30"]),
 ])
 def test_a_run_file_nested_too_deeply_is_named_in_one_line(runner, small_corpus, damaged, arguments):
     if arguments[0] == "plot":

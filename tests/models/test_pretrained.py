@@ -170,12 +170,12 @@ def test_the_installed_command_samples_the_shipped_model_in_a_bare_directory(els
 @pytest.fixture
 def package_copy(tmp_path, monkeypatch) -> Path:
     """The shipped models' folder, copied: a test of the guards never risks the real model."""
-    from charrnn import config
+    from charrnn.models import pretrained
 
     folder = tmp_path / "package" / "weights"
     folder.mkdir(parents=True)
     shutil.copytree(SHIPPED, folder / SHIPPED.name)
-    monkeypatch.setattr(config, "SHIPPED_FOLDER", folder)
+    monkeypatch.setattr(pretrained, "SHIPPED_FOLDER", folder)
     monkeypatch.chdir(tmp_path)
     return folder / SHIPPED.name
 

@@ -1,10 +1,13 @@
-"""Runs that survive: interrupts, kills, locks, numerical trouble."""
+"""The run directory: runs that survive interrupts, kills and numerical trouble; one writer at a time;
+the newest state told by the checkpoints' own headers; outputs never written over what is read."""
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,10 +18,16 @@ import pytest
 import torch
 
 import charrnn
-from charrnn.errors import CharrnnError, TrainingInterrupted
+from charrnn.errors import CharrnnError, OptionConflict, TrainingInterrupted
 from charrnn.training.checkpoint import load_checkpoint
 from charrnn.training.observer import TrainObserver
-from charrnn.training.runlock import LOCK_NAME
+from charrnn.training.rundir import (
+    LOCK_NAME,
+    RunLock,
+    refuse_writing_over_reads,
+    resume_checkpoint,
+    saved_steps,
+)
 from charrnn.utils.files import TEMPORARY_PREFIX
 from charrnn.utils.interrupt import GracefulStop
 
@@ -281,7 +290,7 @@ def test_overwrite_retires_the_whole_older_run_before_the_new_one_writes(small_c
         tiny_plan(small_corpus, out, overwrite=True, max_steps=20, sample_every=4).run(SignalAfter(stop),
                                                                                         stop=stop)
     third_id = json.loads((out / "config.json").read_text())["run_id"]
-    assert sorted(path.name for path in out.iterdir()) == ["config.json", "last.pt", "manifest.json"]
+    assert sorted(path.name for path in out.iterdir()) == ["config.json", "last.pt"]
     assert load_checkpoint(out / "last.pt")["run_id"] == third_id != new_id
     from click.testing import CliRunner
 
@@ -382,3 +391,214 @@ def test_a_run_directory_stays_one_whatever_is_copied_into_it(tiny_run, tmp_path
     assert charrnn.load(run).checkpoint == run / "best.pt"
     result = charrnn.train(resume=run, max_steps=45, device="cpu")
     assert result.steps == 45 and result.out_dir == run
+
+
+def _contend(directory: str, start: float, log: str) -> None:
+    while time.time() < start:
+        time.sleep(0.001)
+    try:
+        with RunLock(Path(directory)):
+            with open(log, "a") as handle:
+                handle.write(f"in {time.monotonic()}\n")
+            time.sleep(0.05)
+            with open(log, "a") as handle:
+                handle.write(f"out {time.monotonic()}\n")
+    except CharrnnError:
+        pass
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stale_file", [False, True])
+def test_processes_racing_for_the_lock_never_hold_it_together(tmp_path, stale_file):
+    context = multiprocessing.get_context("fork")
+    for trial in range(5):
+        directory = tmp_path / f"trial{trial}"
+        directory.mkdir()
+        if stale_file:
+            (directory / LOCK_NAME).write_text("")  # empty, as a crash between create and write leaves it
+        log = tmp_path / f"log{trial}"
+        start = time.time() + 0.3
+        workers = [context.Process(target=_contend, args=(str(directory), start, str(log))) for _ in range(4)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(30)
+        events = log.read_text().split("\n")[:-1] if log.exists() else []
+        holders = 0
+        for event in events:
+            holders += 1 if event.startswith("in") else -1
+            assert holders <= 1, events
+        assert events, "nobody got the lock"
+
+
+def test_the_lock_is_released_and_removed_on_exit(tmp_path):
+    with RunLock(tmp_path):
+        assert (tmp_path / LOCK_NAME).read_text().strip().isdigit()
+        with pytest.raises(CharrnnError, match="holds its lock"):
+            RunLock(tmp_path).__enter__()
+    assert not (tmp_path / LOCK_NAME).exists()
+    with RunLock(tmp_path):
+        pass
+
+
+@pytest.mark.parametrize("planted", ["symlink", "hard link", "large file", "small note"])
+def test_a_file_of_the_users_at_the_locks_name_is_refused_and_left_untouched(tmp_path, planted):
+    mine = tmp_path / "mine.txt"
+    mine.write_text("the user's words\n" * (10 if planted == "large file" else 1))
+    before = mine.read_bytes()
+    run = tmp_path / "run"
+    run.mkdir()
+    lock = run / LOCK_NAME
+    if planted == "symlink":
+        lock.symlink_to(mine)
+    elif planted == "hard link":
+        os.link(mine, lock)
+    else:  # a file of the user's under the lock's name, large or small
+        mine.rename(lock)
+        mine = lock
+    with pytest.raises(CharrnnError, match="run lock"):
+        with RunLock(run):
+            pass
+    assert mine.read_bytes() == before
+
+
+def test_a_file_is_refused_on_what_a_checkpoint_stands_for(tiny_run, tmp_path):
+    checkpoint = tiny_run / "best.pt"
+    corpus = tiny_run.parent / "small.txt"
+    last = tiny_run / "last.pt"
+    for target, what in ((checkpoint, f"is checkpoint {checkpoint}:"),
+                         (last, f"is {last}, in the run directory of checkpoint {checkpoint}:"),
+                         (corpus, f"is {corpus}, the corpus checkpoint {checkpoint} was trained on:")):
+        with pytest.raises(OptionConflict) as refused:
+            refuse_writing_over_reads(target, "output", {"checkpoint": [checkpoint]})
+        assert what in str(refused.value) and "writing it would destroy what is read" in str(refused.value)
+    os.link(corpus, tmp_path / "linked.txt")  # the same file under another name
+    with pytest.raises(OptionConflict, match="linked.txt is .*small.txt, the corpus .* was trained on"):
+        refuse_writing_over_reads(tmp_path / "linked.txt", "output", {"checkpoint": [checkpoint]})
+    refuse_writing_over_reads(tmp_path / "page.html", "output", {"checkpoint": [checkpoint], "other": None})
+
+
+def test_a_file_is_refused_at_a_run_directory_s_own_names(tiny_run):
+    for name in ("notes.pt", "config.json", ".charrnn-x"):
+        with pytest.raises(OptionConflict, match="keeps for its own files"):
+            refuse_writing_over_reads(tiny_run / name, "output", {})
+    refuse_writing_over_reads(tiny_run / "notes.md", "output", {})
+
+
+def test_a_run_directory_is_refused_where_its_files_are_what_the_run_reads(small_corpus, tmp_path):
+    corpus_dir = tmp_path / "poems"
+    (corpus_dir / "deep").mkdir(parents=True)
+    os.link(small_corpus, corpus_dir / "deep" / "a.txt")
+    run = tmp_path / "run"
+    run.mkdir()
+    os.link(small_corpus, run / "metrics.jsonl")
+    for reads in ({"corpus": small_corpus}, {"corpus": corpus_dir}):
+        refused = "out_dir .*run would replace .*metrics.jsonl, which is .*corpus .*choose another run"
+        with pytest.raises(OptionConflict, match=refused):
+            refuse_writing_over_reads(run, "out_dir", reads, run_directory=True)
+    refuse_writing_over_reads(tmp_path / "fresh", "out_dir", {"corpus": corpus_dir, "init_from": None},
+                              run_directory=True)
+
+
+def test_nothing_is_written_in_the_shipped_models_folder():
+    shipped = Path(charrnn.__file__).parent / "models" / "weights"
+    with pytest.raises(OptionConflict, match="never written; choose another run directory"):
+        refuse_writing_over_reads(shipped / "mine", "out_dir", {}, run_directory=True)
+
+
+def test_a_run_directory_is_refused_inside_a_directory_corpus_or_over_a_temporary_it_reads(
+        small_corpus, tmp_path):
+    poems = tmp_path / "poems"
+    poems.mkdir()
+    (poems / "a.txt").write_text("shall I compare thee\n", encoding="utf-8")
+    for out in (poems, poems / "run"):
+        refused = "is inside the corpus directory .*poems: writing there would change what is read"
+        with pytest.raises(OptionConflict, match=refused + "; choose another run directory"):
+            refuse_writing_over_reads(out, "out_dir", {"corpus": poems}, run_directory=True)
+    run = tmp_path / "run"
+    run.mkdir()
+    temporary = run / ".charrnn-999999-best.pt.abc.tmp"  # a name the run clears away when its process is gone
+    temporary.write_bytes(small_corpus.read_bytes())
+    with pytest.raises(OptionConflict, match="would replace .*abc.tmp, which is corpus"):
+        refuse_writing_over_reads(run, "out_dir", {"corpus": temporary}, run_directory=True)
+
+
+@pytest.fixture
+def run_with_epochs(small_corpus: Path, tmp_path: Path) -> Path:
+    """A run with last.pt and best.pt at step 24 and evaluations at 8 and 16 (best.pt may be older)."""
+    out = tmp_path / "run"
+    plan_run(small_corpus, out, max_steps=24, eval_every=8).run()
+    return out
+
+
+def resume_in_place(checkpoint: Path, **options):
+    return plan_run(None, None, resume=checkpoint, **options)
+
+
+def test_the_checkpoints_own_headers_tell_the_newest_state(run_with_epochs):
+    run_id = json.loads((run_with_epochs / "config.json").read_text())["run_id"]
+    assert saved_steps(run_with_epochs, run_id).newest == (24, run_with_epochs / "last.pt")
+    assert saved_steps(run_with_epochs, "another run").newest is None
+    assert not (run_with_epochs / "manifest.json").exists()
+
+
+@pytest.fixture
+def run_with_an_older_state(small_corpus: Path, tmp_path: Path) -> Path:
+    """A run at step 24 whose best.pt has been replaced by the same run's state at step 8."""
+    out = tmp_path / "older"
+    plan_run(small_corpus, out, max_steps=8, eval_every=8).run()
+    shutil.copy(out / "last.pt", tmp_path / "step8.pt")
+    resume_in_place(out / "last.pt", max_steps=24).run()
+    shutil.copy(tmp_path / "step8.pt", out / "best.pt")
+    return out
+
+
+def test_resuming_an_older_state_in_place_is_refused_and_says_how_to_branch(run_with_an_older_state):
+    with pytest.raises(CharrnnError, match=r"last.pt was saved at step 24; best.pt is at step 8\), which "
+                                           r"resuming here would replace") as refused:
+        resume_in_place(run_with_an_older_state / "best.pt", max_steps=30)
+    branch = run_with_an_older_state / "best.pt"
+    assert f"branch from it with resume {branch} out_dir NEW_DIR" in str(refused.value)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncate"])
+def test_a_damaged_checkpoint_never_means_nothing_newer(run_with_an_older_state, damage):
+    last = run_with_an_older_state / "last.pt"
+    if damage == "garbage":
+        last.write_bytes(b"not a checkpoint")
+    else:
+        os.truncate(last, last.stat().st_size // 2)
+    with pytest.raises(CharrnnError, match="cannot tell whether .*last.pt holds newer results"):
+        resume_in_place(run_with_an_older_state / "best.pt", max_steps=30)
+
+
+def test_an_older_last_pt_copied_over_a_newer_one_is_what_a_resume_continues(run_with_an_older_state):
+    shutil.copy(run_with_an_older_state / "best.pt", run_with_an_older_state / "last.pt")  # both at step 8
+    assert resume_checkpoint(run_with_an_older_state) == run_with_an_older_state / "last.pt"
+    assert resume_in_place(run_with_an_older_state, max_steps=10).run().steps == 10
+
+
+def test_the_newest_state_resumes_in_place(run_with_an_older_state):
+    assert resume_in_place(run_with_an_older_state / "last.pt", max_steps=30).run().steps == 30
+
+
+def test_an_unreadable_epoch_checkpoint_is_refused(run_with_epochs):
+    (run_with_epochs / "epoch0003-val1.000.pt").write_bytes(b"\x00" * 10)
+    with pytest.raises(CharrnnError, match="cannot tell whether .*epoch0003.* holds newer results"):
+        resume_in_place(run_with_epochs / "last.pt", max_steps=30)
+
+
+def test_a_link_planted_at_a_run_file_is_replaced_and_what_it_led_to_is_untouched(run_with_epochs, tmp_path):
+    precious = tmp_path / "precious.pt"  # the user's own copy of a checkpoint
+    shutil.copy(run_with_epochs / "best.pt", precious)
+    kept = precious.read_bytes()
+    hard = tmp_path / "hard.jsonl"  # the user's own copy of the log, hard-linked into the run
+    (run_with_epochs / "metrics.jsonl").rename(hard)
+    mine = hard.read_text()
+    (run_with_epochs / "best.pt").unlink()
+    (run_with_epochs / "best.pt").symlink_to(precious)
+    os.link(hard, run_with_epochs / "metrics.jsonl")
+    resume_in_place(run_with_epochs / "last.pt", max_steps=32).run()
+    assert precious.read_bytes() == kept and hard.read_text() == mine
+    assert not (run_with_epochs / "best.pt").is_symlink()
+    assert (run_with_epochs / "metrics.jsonl").stat().st_nlink == 1

@@ -188,7 +188,7 @@ def test_a_stop_during_a_long_recorded_sample_is_honoured_within_moments(small_c
     import sys
     import time
 
-    from charrnn.training.runlock import LOCK_NAME
+    from charrnn.training.rundir import LOCK_NAME
 
     out = tmp_path / "run"
     arguments = ["train", str(small_corpus), "--out", str(out), "--hidden", "16", "--layers", "1",
