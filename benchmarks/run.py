@@ -186,7 +186,7 @@ def sampling_while_training(quick: bool) -> list[Result]:
     """The 100-s budget's model (2×256 LSTM, batch 16, seq-len 50, bf16 where native) training SAMPLE_EVERY
     steps and recording one sample (train --sample-every, 200 characters), against the steps alone
     (≤ 1.02×)."""
-    from charrnn.training.samples import draw_sample
+    from charrnn.training.loop import draw_sample
 
     precision = "bf16" if cpu_has_native_bf16() else "fp32"
     batch, seq_len = 16, 50

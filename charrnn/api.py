@@ -31,14 +31,13 @@ from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionCon
 from charrnn.generation.trained import TrainedModel, refuse_several_texts_in_a_stream, seeded
 from charrnn.models.pretrained import resolve_shipped, run_name
 from charrnn.training.observer import TrainObserver
-from charrnn.utils.terminal import one_line
-from charrnn.utils.text import markdown_text, require_valid_text
+from charrnn.utils.terminal import markdown_text, one_line, require_valid_text
 from charrnn.utils.threads import check_threads, use_threads
 
 if TYPE_CHECKING:  # torch is imported only once the options are checked and there is work to do
+    from charrnn.config import TrainingRequest
     from charrnn.models.evaluate import EvalResult
     from charrnn.training.loop import TrainResult
-    from charrnn.training.request import TrainingRequest
 
 PathArg = str | PathLike[str]
 
@@ -769,7 +768,7 @@ class Evolution:
     """The samples a run recorded while training (:func:`evolution`), oldest first."""
 
     run_dir: Path  # the run directory read
-    rows: list[Any]  # charrnn.training.samples.SampleRecord: step, epoch, seconds, val_loss, prime, text...
+    rows: list[Any]  # charrnn.training.rundir.SampleRecord: step, epoch, seconds, val_loss, prime, text...
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_dir": str(self.run_dir), "samples": [asdict(row) for row in self.rows]}
@@ -794,7 +793,7 @@ def evolution(run_dir: PathArg, **unused: Any) -> Evolution:
     directory = _require_path(run_dir, "run_dir")
     if not directory.is_dir():
         raise CharrnnError(f"{directory} is not a run directory")
-    from charrnn.training.samples import read_samples
+    from charrnn.training.rundir import read_samples
 
     return Evolution(directory, read_samples(directory))
 
@@ -945,7 +944,7 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
     ``time.perf_counter()`` reading) and keeping ``finish_s`` seconds for the caller. ``resume`` continues
     a run; ``init_from`` fine-tunes; ``threads``: as :func:`load`'s; ``observer`` gets plan and progress.
     Ctrl-C saves last.pt and raises ``TrainingInterrupted``. Under torchrun every process calls this."""
-    from charrnn.training.request import TrainingRequest
+    from charrnn.config import TrainingRequest
 
     # A time budget counts from here: loading and planning are inside it.
     called = time.perf_counter()

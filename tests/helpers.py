@@ -9,11 +9,10 @@ from typing import Any
 import pytest
 import torch
 
-from charrnn.config import ModelConfig
+from charrnn.config import ModelConfig, TrainingRequest
 from charrnn.data.vocab import Vocab
 from charrnn.models.model import CharRNN
 from charrnn.training.plan import TrainingPlan, plan_training
-from charrnn.training.request import TrainingRequest
 
 CELLS = ["lstm", "gru", "rnn"]
 

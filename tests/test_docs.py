@@ -16,8 +16,7 @@ import charrnn
 from charrnn.api import dynamic_settings
 from charrnn.cli.main import cli
 from charrnn.cli.options import parse_advanced
-from charrnn.config import COMPARE_SEED, DEFAULT_EVAL_EVERY, SampleConfig
-from charrnn.training.request import TrainingRequest
+from charrnn.config import COMPARE_SEED, DEFAULT_EVAL_EVERY, SampleConfig, TrainingRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

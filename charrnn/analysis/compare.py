@@ -23,8 +23,7 @@ from charrnn.generation.trained import TrainedModel
 from charrnn.models.evaluate import require_scorable
 from charrnn.models.pretrained import run_name
 from charrnn.training.checkpoint import load_model
-from charrnn.utils.terminal import shown
-from charrnn.utils.text import checkpoint_labels, format_epoch, format_score, markdown_text
+from charrnn.utils.terminal import checkpoint_labels, format_epoch, format_score, markdown_text, shown
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError, ConfigError, option
 from charrnn.models.model import CharRNN
 from charrnn.models.stepper import make_stepper
-from charrnn.utils.text import HIDDEN_CHAR_STYLE, colour, html_text
+from charrnn.utils.terminal import HIDDEN_CHAR_STYLE, colour, html_text
 
 FEATURES = INSPECT_FEATURES  # the text features rank_units can correlate with
 STEP_SLICE = 4096  # characters unbound at once while stepping through a text

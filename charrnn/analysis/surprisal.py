@@ -19,8 +19,7 @@ from charrnn.data.vocab import Vocab
 from charrnn.models.devices import EVAL_CHUNK
 from charrnn.models.evaluate import scored_chunks, stream_layout
 from charrnn.models.model import CharRNN
-from charrnn.utils.terminal import visible_char
-from charrnn.utils.text import HIDDEN_CHAR_STYLE, heat, html_text
+from charrnn.utils.terminal import HIDDEN_CHAR_STYLE, heat, html_text, visible_char
 
 SURPRISAL_STREAMS = 16  # streams read at once (see surprisals)
 CONTEXT_BEFORE = 40  # characters of context shown before a surprising position

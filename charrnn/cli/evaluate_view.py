@@ -11,8 +11,7 @@ from rich.text import Text
 
 from charrnn.cli.display import key_value_table, shown_text
 from charrnn.config import COPY_MIN_CHARS
-from charrnn.utils.terminal import one_line
-from charrnn.utils.text import checkpoint_labels, format_epoch, format_score
+from charrnn.utils.terminal import checkpoint_labels, format_epoch, format_score, one_line
 
 if TYPE_CHECKING:  # result types, named for their readers; importing them would import torch
     from charrnn.analysis.compare import CheckpointReport

@@ -17,8 +17,7 @@ from charrnn.cli.display import (
     key_value_table,
     part_scored,
 )
-from charrnn.utils.terminal import visible_char
-from charrnn.utils.text import SATURATION_NATS, colour, heat
+from charrnn.utils.terminal import SATURATION_NATS, colour, heat, visible_char
 
 
 def ranking_table(ranked: list[tuple[int, int, float]], title: str) -> Table:
@@ -32,7 +31,8 @@ def ranking_table(ranked: list[tuple[int, int, float]], title: str) -> Table:
 
 
 def coloured_text(text: str, values: list[float], scale: float) -> Text:
-    """The text with each character's background shaded by its value (:func:`charrnn.utils.text.colour`)."""
+    """The text with each character's background shaded by its value
+    (:func:`~charrnn.utils.terminal.colour`)."""
     rendered = Text()
     for char, value in zip(text, values, strict=True):
         red, green, blue = colour(value, scale)

@@ -14,7 +14,7 @@ from charrnn.data.vocab import UnknownCharactersError, Vocab, describe_chars
 from charrnn.errors import CharrnnError
 from charrnn.models.model import CharRNN, State
 from charrnn.models.stepper import make_stepper
-from charrnn.utils.text import require_valid_text
+from charrnn.utils.terminal import require_valid_text
 
 PRIME_CHUNK = 4096  # prime characters run through the network at once
 TINY_TEMPERATURE = 1e-30  # below this, logits are divided in float64

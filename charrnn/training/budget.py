@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from charrnn.config import ModelConfig, TrainConfig
+from charrnn.config import ModelConfig, TrainConfig, split_options
 from charrnn.data.corpus import CorpusInfo, StreamBatches, scored_validation
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError, option
@@ -47,9 +47,8 @@ from charrnn.training.budget_rules import (
     most_epochs,
 )
 from charrnn.training.distributed import ProcessGroup
-from charrnn.training.request import split_options
+from charrnn.training.loop import draw_sample
 from charrnn.training.rundir import checkpoint_bytes
-from charrnn.training.samples import draw_sample
 from charrnn.training.schedule import RunAlreadyFinished, stop_reason
 from charrnn.training.state import TrainingRun
 

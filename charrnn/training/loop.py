@@ -18,22 +18,25 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from charrnn.config import ModelConfig, TrainConfig
+from charrnn.config import ModelConfig, SampleConfig, TrainConfig
 from charrnn.data.corpus import StreamBatches, scored_validation, split_ids
+from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError, TrainingInterrupted, option, options_spelled
+from charrnn.generation.sample import default_warmup, generate
 from charrnn.models.devices import precision_warning
 from charrnn.models.evaluate import EvalResult, evaluate
+from charrnn.models.model import CharRNN
 from charrnn.training.distributed import ProcessGroup
 from charrnn.training.observer import StepReport, TrainObserver
 from charrnn.training.rundir import (
     EvaluationRecord,
     RunDirectory,
+    SampleRecord,
     checkpoint_bytes,
     epoch_checkpoint_name,
     held_run_directory,
     new_run_id,
 )
-from charrnn.training.samples import draw_sample
 from charrnn.training.schedule import Schedule, StopReason, planned_steps
 from charrnn.training.state import TrainingRun
 from charrnn.utils.interrupt import GracefulStop, StopRequested
@@ -349,3 +352,24 @@ def _open_run_directory(plan: TrainingPlan, run: TrainingRun) -> RunDirectory:
     }, fresh=resume_from is None or plan.branches,
         resumed_at=resume_from["step"] if resume_from is not None else None, branch_from=plan.branch_from,
         space_needed=3 * checkpoint_bytes(parameters, averaging=run.average is not None))
+
+
+def draw_sample(model: CharRNN, vocab: Vocab, config: TrainConfig, step: int, epoch: float, seconds: float,
+                val_loss: float | None, stopped: Callable[[], bool] = lambda: False) -> SampleRecord | None:
+    """Generate the run's recorded sample from ``model`` as it is now, and restore its mode. ``stopped``
+    is asked after each character: a stop mid-sample abandons it (None), so the run stops at once."""
+    decoding = SampleConfig(length=config.sample_length, temperature=config.sample_temperature,
+                            seed=config.sample_seed)
+    was_training = model.training
+    pieces = []
+    try:
+        for chars in generate(model, vocab, decoding, config.sample_prime):
+            if stopped():
+                return None
+            pieces.append(chars[0])
+    finally:
+        model.train(was_training)
+    text = "".join(pieces)
+    prime = config.sample_prime or default_warmup(vocab)  # what an empty prime reads: a newline
+    return SampleRecord(step, round(epoch, 4), round(seconds, 3), val_loss, prime,
+                        config.sample_temperature, config.sample_seed, text)

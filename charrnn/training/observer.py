@@ -11,8 +11,7 @@ if TYPE_CHECKING:
     from charrnn.config import ModelConfig, TrainConfig
     from charrnn.data.corpus import CorpusInfo
     from charrnn.models.model import CharRNN
-    from charrnn.training.rundir import EvaluationRecord
-    from charrnn.training.samples import SampleRecord
+    from charrnn.training.rundir import EvaluationRecord, SampleRecord
 
 
 @dataclass

@@ -13,7 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from charrnn.config import REGULARISATION_FIELDS, ModelConfig, TrainConfig, partial_eval_chars
+from charrnn.config import (
+    MODEL_FIELDS,
+    REGULARISATION_FIELDS,
+    SAMPLE_SETTINGS,
+    ModelConfig,
+    TrainConfig,
+    TrainingRequest,
+    partial_eval_chars,
+    split_options,
+)
 from charrnn.data.corpus import (
     CorpusInfo,
     EncodedCorpus,
@@ -23,7 +32,7 @@ from charrnn.data.corpus import (
     encode_corpus,
     split_ids,
 )
-from charrnn.data.vocab import UnknownCharactersError, Vocab
+from charrnn.data.vocab import UnknownCharactersError, Vocab, describe_chars
 from charrnn.errors import CharrnnError, ConfigError, OptionConflict, option
 from charrnn.models.devices import check_generation_fits, check_model_fits, resolve_precision
 from charrnn.training.budget import BudgetDecision, BudgetEnding, plan_budget, plan_budget_end, planned_speed
@@ -31,12 +40,6 @@ from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_mod
 from charrnn.training.distributed import ProcessGroup
 from charrnn.training.loop import TrainResult, train
 from charrnn.training.observer import TrainObserver
-from charrnn.training.request import (
-    MODEL_FIELDS,
-    SAMPLE_SETTINGS,
-    TrainingRequest,
-    split_options,
-)
 from charrnn.training.rundir import (
     belongs_to,
     check_out_dir,
@@ -44,7 +47,6 @@ from charrnn.training.rundir import (
     resume_checkpoint,
     resume_target,
 )
-from charrnn.training.samples import check_sample_prime
 from charrnn.training.schedule import RunAlreadyFinished, stop_reason
 from charrnn.training.state import RESUME_FIELDS
 from charrnn.utils.interrupt import GracefulStop
@@ -341,3 +343,13 @@ def _plan_resume(request: TrainingRequest, sources: Sources, model_options: dict
         resume=ResumeFacts(checkpoint, payload["step"], payload["progress_epochs"], changes, target.branch),
         branch_from=checkpoint.parent if target.branch and belongs_to(checkpoint.parent, payload) else None,
     )
+
+
+def check_sample_prime(config: TrainConfig, vocab: Vocab) -> None:
+    """Refuse, before training, a sample prime with characters the model cannot read."""
+    try:
+        vocab.encode(config.sample_prime)
+    except UnknownCharactersError as exc:
+        unknown = describe_chars(exc.unknown)
+        raise CharrnnError(f"{option('sample_prime')} has characters the corpus does not: "
+                           f"{unknown}") from None

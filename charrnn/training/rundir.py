@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from charrnn.config import expected_type, field_types
 from charrnn.errors import CharrnnError, OptionConflict, option, short_repr
 from charrnn.models.pretrained import refuse_writing_in_shipped, resolve_shipped
 from charrnn.training.checkpoint import file_in_run_directory, save_checkpoint, saved_by_torch
@@ -32,7 +33,6 @@ from charrnn.training.model_folder import (
     read_folder_config,
     refuse_writing_in_a_model_folder,
 )
-from charrnn.training.samples import SAMPLES_NAME, SampleRecord
 from charrnn.utils.files import (
     TEMPORARY_GLOB,
     TEMPORARY_PREFIX,
@@ -52,6 +52,7 @@ from charrnn.utils.files import (
 )
 
 EPOCH_CHECKPOINT_GLOB = "epoch*-val*.pt"
+SAMPLES_NAME = "samples.jsonl"
 LOCK_NAME = ".charrnn.lock"
 # The one list of the files a run writes; with the lock, the names a run directory keeps for its own.
 RUN_FILES = (*CHECKPOINT_NAMES, "metrics.jsonl", "config.json", SAMPLES_NAME)
@@ -611,3 +612,46 @@ def rows_up_to(path: Path, step: int, read_row: Callable[[str], Any]) -> list[st
         return []
     rows = read_log(path, lambda line: (line, read_row(line).step))
     return [line for line, row_step in rows if row_step is None or row_step <= step]
+
+
+@dataclass(frozen=True)
+class SampleRecord:
+    """One row of ``samples.jsonl``."""
+
+    step: int  # optimiser steps done when the sample was drawn
+    epoch: float  # passes over the training split done, fractional
+    seconds: float  # wall time of the run so far
+    val_loss: float | None  # validation nats/char at this step, when it was evaluated then
+    prime: str  # the text the sample starts from (not repeated in ``text``)
+    temperature: float  # the sampling temperature
+    seed: int  # the sampling seed
+    text: str  # the generated characters
+
+    def to_json(self) -> str:
+        return json_text(asdict(self), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, line: str) -> SampleRecord:
+        """Parse one row; a ValueError says it is not a recorded sample."""
+        try:
+            row = parse_json(line)
+        except ValueError:
+            row = None
+        hints = field_types(cls)
+        if not isinstance(row, dict) or set(row) != set(hints):
+            raise ValueError(f"is not a recorded sample (one JSON object with {', '.join(hints)})")
+        for name, hint in hints.items():
+            expected = expected_type(row[name], hint)
+            if expected is not None:
+                raise ValueError(f"is not a recorded sample: {name} is {short_repr(row[name])}, not "
+                                 f"{expected}")
+        return cls(**row)
+
+
+def read_samples(run_dir: Path) -> list[SampleRecord]:
+    """The samples a run recorded, oldest first; a malformed row is an error naming its line."""
+    path = Path(run_dir) / SAMPLES_NAME
+    if not os.path.lexists(path):
+        raise CharrnnError(f"{run_dir} has no {SAMPLES_NAME}: record samples as a run goes with charrnn "
+                           f"train --sample-every N (sample_every in Python) or --save-epochs")
+    return read_log(path, SampleRecord.from_json)

@@ -19,7 +19,7 @@ from charrnn.errors import CharrnnError
 from charrnn.generation.sample import collect_samples, generate
 from charrnn.models.evaluate import evaluate
 from charrnn.training.checkpoint import load_model, save_checkpoint
-from charrnn.utils.text import checkpoint_labels
+from charrnn.utils.terminal import checkpoint_labels
 
 from helpers import plan_run
 

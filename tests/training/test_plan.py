@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from charrnn.config import ModelConfig
+from charrnn.config import ModelConfig, TrainingRequest
 from charrnn.errors import CharrnnError, ConfigError, OptionConflict
 from charrnn.models.devices import BF16_LARGEST_HIDDEN, resolve_precision
 from charrnn.models.model import parameter_count
@@ -13,7 +13,6 @@ from charrnn.training.budget import BudgetEnding, Speed
 from charrnn.training.budget_rules import BUDGET_LADDER
 from charrnn.training.checkpoint import load_checkpoint
 from charrnn.training.plan import RunAlreadyFinished, fine_tune_config, plan_training, resume_config
-from charrnn.training.request import TrainingRequest
 from charrnn.training.schedule import StopReason
 
 from helpers import plan_run

@@ -13,8 +13,7 @@ from click.testing import CliRunner
 import charrnn
 from charrnn.cli.main import cli
 from charrnn.errors import CharrnnError, OptionConflict
-from charrnn.training.rundir import RunDirectory
-from charrnn.training.samples import SAMPLES_NAME, read_samples
+from charrnn.training.rundir import SAMPLES_NAME, RunDirectory, read_samples
 
 from helpers import plan_run
 
@@ -172,7 +171,7 @@ def test_the_default_prime_is_recorded_as_the_newline_it_reads(small_corpus, tmp
 
 def test_the_evolutions_markdown_shows_markup_as_text(tmp_path):
     from charrnn.api import Evolution
-    from charrnn.training.samples import SampleRecord
+    from charrnn.training.rundir import SampleRecord
 
     row = SampleRecord(5, 0.1, 1.0, None, "\n", 0.8, 0, "*bold* _it_ `code` a|b <b>")
     markdown = Evolution(tmp_path, [row]).to_markdown()

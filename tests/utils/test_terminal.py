@@ -12,8 +12,7 @@ from click.testing import CliRunner
 import charrnn
 from charrnn.cli.interactive import CLEAR, screen
 from charrnn.cli.main import cli
-from charrnn.utils.terminal import is_hidden, one_line, shown, shown_parts, visible_char
-from charrnn.utils.text import html_text
+from charrnn.utils.terminal import html_text, is_hidden, one_line, shown, shown_parts, visible_char
 
 from helpers import plan_run
 
