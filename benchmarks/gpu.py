@@ -45,6 +45,7 @@ from charrnn.config import ModelConfig, SampleConfig
 from charrnn.generation.beam import beam_search
 from charrnn.generation.sample import generate
 from charrnn.models.evaluate import evaluate
+from charrnn.training.loop import train_step
 
 RESULTS = Path(__file__).with_name("gpu_results.json")
 SHAPES = ((2, 512), (3, 1024))  # (layers, hidden) of every row
@@ -76,7 +77,7 @@ def training(quick: bool, device: str) -> list[Result]:
             def charrnn_steps(run=run) -> None:
                 run.position = 0
                 for _ in range(steps):
-                    run.train_step(1e-3)
+                    train_step(run, 1e-3)
 
             ours, theirs = paired_times(synced(charrnn_steps), synced(lambda r=reference: r(steps)), 3)
             chars = batch * seq_len * steps

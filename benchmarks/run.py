@@ -43,6 +43,7 @@ from charrnn.generation.sample import generate
 from charrnn.models.devices import EVAL_CALL_CHARS
 from charrnn.models.evaluate import evaluate
 from charrnn.models.model import CharRNN
+from charrnn.training.loop import train_step
 from charrnn.training.state import TrainingRun
 from charrnn.utils.hardware import cpu_has_native_bf16, processor_name
 
@@ -163,7 +164,7 @@ def training_throughput(quick: bool) -> list[Result]:
     def charrnn_steps() -> None:
         run.position = 0
         for _ in range(steps):
-            run.train_step(1e-3)
+            train_step(run, 1e-3)
 
     ours, theirs = paired_times(charrnn_steps, lambda: reference(steps), 1 if quick else 3)
     chars = batch * seq_len * steps
@@ -198,7 +199,7 @@ def sampling_while_training(quick: bool) -> list[Result]:
     def train_steps() -> None:
         run.position = 0
         for _ in range(steps):
-            run.train_step(1e-3)
+            train_step(run, 1e-3)
 
     repeats = 1 if quick else 3
     training = best_time(train_steps, repeats) * SAMPLE_EVERY / steps
@@ -233,7 +234,7 @@ def precision_throughput(quick: bool) -> list[Result]:
             def take() -> None:
                 run.position = 0
                 for _ in range(steps):
-                    run.train_step(1e-3)
+                    train_step(run, 1e-3)
             return take
 
         bf16, fp32 = paired_times(steps_of(runs["bf16"]), steps_of(runs["fp32"]), 1 if quick else 3)
@@ -406,10 +407,10 @@ def busy_core(quick: bool) -> list[Result]:
     def work() -> tuple[float, float, float, str]:
         choice = use_threads()
         run = training_run(model_config, ids, 16, 50, steps)
-        run.train_step(1e-3)
+        train_step(run, 1e-3)
         started = time.perf_counter()
         for _ in range(steps):
-            run.train_step(1e-3)
+            train_step(run, 1e-3)
         training = time.perf_counter() - started
         model = run.model.eval()
         scoring = best_time(lambda: evaluate(model, ids[:100_000]), 1)
@@ -782,7 +783,7 @@ def layer_norm_training_cost(quick: bool) -> list[Result]:
     seconds = {}
     for layer_norm in (False, True):
         run = training_run(ModelConfig(vocab_size=len(VOCAB), layer_norm=layer_norm), ids, 16, 50, steps)
-        seconds[layer_norm] = best_time(lambda run=run: [run.train_step(1e-3) for _ in range(steps)], 2)
+        seconds[layer_norm] = best_time(lambda run=run: [train_step(run, 1e-3) for _ in range(steps)], 2)
     ratio = seconds[True] / seconds[False]
     return [Result(f"layer-norm LSTM training vs fused, 2×256, {steps} steps of 16×50", "s", seconds[True],
                    seconds[False], ratio, "reported", None)]
@@ -810,7 +811,7 @@ def regularisation_training_cost(quick: bool) -> list[Result]:
     steps = 2 if quick else 6
     results = []
     def steps_of(run: TrainingRun) -> Callable[[], None]:
-        return lambda: [run.train_step(1e-3) for _ in range(steps)]
+        return lambda: [train_step(run, 1e-3) for _ in range(steps)]
 
     for name, model_options, train_options, limit in REGULARISATION_COSTS:
         shape = {"vocab_size": len(VOCAB), "hidden_size": 512, "dropout": 0.3}

@@ -6,7 +6,7 @@ import warnings
 # would only confuse users.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
 
-__version__ = "0.1.0"
+from charrnn.config import VERSION as __version__  # noqa: E402, F401 (after the warning filter)
 
 # The Python API (see charrnn.api): one function per command, and load() for a model kept in memory.
 __all__ = ["load", "train", "sample", "stream", "perplexity", "compare", "evolution", "info", "inspect",

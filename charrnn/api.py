@@ -37,7 +37,7 @@ from charrnn.utils.threads import check_threads, use_threads
 if TYPE_CHECKING:  # torch is imported only once the options are checked and there is work to do
     from charrnn.config import TrainingRequest
     from charrnn.models.evaluate import EvalResult
-    from charrnn.training.loop import TrainResult
+    from charrnn.training.plan import TrainResult
 
 PathArg = str | PathLike[str]
 

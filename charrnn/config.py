@@ -23,6 +23,7 @@ from charrnn.utils.hardware import CPU_BF16_ENV, cpu_has_native_bf16
 from charrnn.utils.terminal import require_valid_text
 from charrnn.utils.threads import check_threads
 
+VERSION = "0.1.0"  # charrnn's release, as pyproject.toml gives it
 CellType = Literal["lstm", "gru", "rnn", "esn"]
 CELL_TYPES: tuple[str, ...] = get_args(CellType)
 INIT_SCHEMES: tuple[str, ...] = ("pytorch", "textbook", "orthogonal", "esn")

@@ -11,7 +11,7 @@ import torch
 
 from charrnn.data.cache import CACHE_DIR_ENV
 from charrnn.data.datasets import MIRROR_ENV
-from charrnn.training.loop import TrainResult
+from charrnn.training.plan import TrainResult
 from charrnn.utils.hardware import CPU_BF16_ENV
 
 from helpers import TEST_DEVICE, plan_run

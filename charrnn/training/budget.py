@@ -47,9 +47,9 @@ from charrnn.training.budget_rules import (
     most_epochs,
 )
 from charrnn.training.distributed import ProcessGroup
-from charrnn.training.loop import draw_sample
+from charrnn.training.loop import draw_sample, train_step
 from charrnn.training.rundir import checkpoint_bytes
-from charrnn.training.schedule import RunAlreadyFinished, stop_reason
+from charrnn.training.schedule import BudgetEnding, RunAlreadyFinished, stop_reason
 from charrnn.training.state import TrainingRun
 
 
@@ -346,11 +346,11 @@ def measure_speed(model_config: ModelConfig, config: TrainConfig, vocab: Vocab, 
     :data:`BUDGET_PROBE_STEPS`, then the scoring of the first validation characters."""
     run = TrainingRun(model_config, config, vocab, corpus,
                       StreamBatches(train_ids, config.batch_size, config.seq_len), group=ProcessGroup())
-    run.train_step(config.learning_rate)
+    train_step(run, config.learning_rate)
     fewest, most = BUDGET_PROBE_STEPS
     started, steps, chars = clock(), 0, 0
     while steps < most and (steps < fewest or clock() - started < limit_s):
-        chars += run.train_step(config.learning_rate)[1]
+        chars += train_step(run, config.learning_rate)[1]
         steps += 1
     trained = clock()
     scoring_s = scoring_seconds(run.model, val_ids, clock)
@@ -577,17 +577,6 @@ def final_work_seconds(model: CharRNN, vocab: Vocab, config: TrainConfig, val_id
                     None)
         sampling = (clock() - started) * config.sample_length / CALIBRATION_SAMPLE
     return BudgetEnd(pass_s, weight_sets, len(val_ids) - 1, saving + sampling)
-
-
-@dataclass(frozen=True)
-class BudgetEnding:
-    """How a time-budgeted run ends, and when it evaluates before that (:func:`plan_budget_end`)."""
-
-    reserve_s: float  # seconds kept at the end: the final evaluation and saves, and the caller's finish_s
-    points: tuple[float, ...]  # when to evaluate during training, as fractions of the run
-    messages: tuple[str, ...]  # what to tell the user of it
-    finish_s: float = 0.0  # of reserve_s, the caller's: what a slower machine does not lengthen
-    chars_per_s: float | None = None  # the training speed the plan measured (None: none measured)
 
 
 def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab, val_ids: torch.Tensor,

@@ -1,114 +1,57 @@
-"""The training loop: step, evaluate and save, stop; and :func:`train`, which sets it up.
+"""The training loop (textbook notes §3): after every step it evaluates, samples, saves and stops as the
+plan's :class:`~charrnn.training.schedule.Schedule` says. Start with :func:`train_step`.
 
-The loop follows the plan's :class:`~charrnn.training.schedule.Schedule`, writes through
-:mod:`charrnn.training.rundir`, and reports only through a :class:`TrainObserver`: it never prints."""
+The loop writes only through :mod:`charrnn.training.rundir` and reports only through a
+:class:`TrainObserver`: it never prints. :meth:`charrnn.training.plan.TrainingPlan.run` sets it up."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import math
 import signal
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.nn.functional as F
 
-from charrnn.config import ModelConfig, SampleConfig, TrainConfig
-from charrnn.data.corpus import StreamBatches, scored_validation, split_ids
+from charrnn.config import SampleConfig, TrainConfig
+from charrnn.data.corpus import scored_validation
 from charrnn.data.vocab import Vocab
-from charrnn.errors import CharrnnError, TrainingInterrupted, option, options_spelled
+from charrnn.errors import CharrnnError, option
 from charrnn.generation.sample import default_warmup, generate
-from charrnn.models.devices import precision_warning
-from charrnn.models.evaluate import EvalResult, evaluate
+from charrnn.models.devices import autocast
+from charrnn.models.evaluate import evaluate
 from charrnn.models.model import CharRNN
-from charrnn.training.distributed import ProcessGroup
 from charrnn.training.observer import StepReport, TrainObserver
 from charrnn.training.rundir import (
     EvaluationRecord,
     RunDirectory,
     SampleRecord,
-    checkpoint_bytes,
     epoch_checkpoint_name,
-    held_run_directory,
-    new_run_id,
 )
-from charrnn.training.schedule import Schedule, StopReason, planned_steps
+from charrnn.training.schedule import Schedule, StopReason
 from charrnn.training.state import TrainingRun
 from charrnn.utils.interrupt import GracefulStop, StopRequested
 from charrnn.utils.threads import LoadWatch, ThreadChoice
 
-if TYPE_CHECKING:  # the plan is made above the engine, and imports it
-    from charrnn.training.plan import TrainingPlan
 
-
-@dataclass
-class TrainResult:
-    """What a run did (:func:`charrnn.api.train`); ``to_dict()`` is ``charrnn train --json``."""
-
-    out_dir: Path  # where checkpoints and logs were written
-    steps: int  # optimiser steps done
-    epoch: float  # passes over the training split done
-    best: EvalResult  # the evaluation that produced best.pt (the lowest validation loss)
-    best_is_average: bool  # whether best.pt holds the averaged weights (TrainConfig.ema_decay)
-    elapsed_s: float  # wall time of the loop, evaluations included
-    stop_reason: StopReason  # which criterion ended the run
-    skipped_steps: int  # steps skipped for non-finite values
-    epoch_checkpoints: list[Path]  # the save_epochs checkpoints this call wrote
-    model_config: ModelConfig | None = None  # the model trained
-    config: TrainConfig | None = None  # how it was trained, every default and budget choice filled in
-    budget: Any = None  # charrnn.training.plan.BudgetDecision: what a time budget chose, if one was given
-    rank: int = 0  # this process's rank under torchrun; rank 0 alone wrote the run and reports it
-    threads: ThreadChoice | None = None  # the CPU threads it ran with, and why (None: torch's own)
-    trained_s: float | None = None  # elapsed_s when training stopped, before the final evaluation and saves
-
-    def to_dict(self) -> dict[str, Any]:
-        with options_spelled(str):  # a record reads the same from either door
-            stopped = str(self.stop_reason)
-        return {
-            "stopped": stopped, "steps": self.steps, "epoch": self.epoch,
-            "elapsed_s": self.elapsed_s, "trained_s": self.trained_s, "best": self.best.to_dict(),
-            "best_is_average": self.best_is_average,
-            "skipped_steps": self.skipped_steps, "out_dir": str(self.out_dir),
-            "best_checkpoint": str(self.out_dir / "best.pt"),
-            "last_checkpoint": str(self.out_dir / "last.pt"),
-            "epoch_checkpoints": [str(path) for path in self.epoch_checkpoints],
-            "model": None if self.model_config is None else self.model_config.to_dict(),
-            "training": None if self.config is None else self.config.to_dict(),
-            "budget": None if self.budget is None else self.budget.to_dict(),
-            "threads": None if self.threads is None else dataclasses.asdict(self.threads),
-        }
-
-
-# Every-N-steps schedules, and what an N beyond the run's end means (None when left at its default:
-# a default interval longer than a short run is no surprise).
-SCHEDULES = {"eval_every": "it evaluates only at the end", "save_every": "last.pt is written only at the end",
-             "sample_every": "it records a sample only at the end"}
-
-
-def schedule_warnings(config: TrainConfig, steps_per_epoch: int, total_steps: int | None) -> list[str]:
-    """What to say of the ``save_epochs`` this run will not reach, and of an every-N-steps schedule given
-    with an N beyond its end, as :meth:`TrainObserver.on_message` takes it."""
-    warnings = []
-    unreachable = [epoch for epoch in config.save_epochs
-                   if total_steps is not None and epoch * steps_per_epoch > total_steps]
-    end = "" if total_steps is None else \
-        f"({total_steps:,} steps, {total_steps / steps_per_epoch:.2f} epochs)"
-    if unreachable:
-        warnings.append(f"warning: {option('save_epochs')} {','.join(map(str, unreachable))} lies beyond "
-                        f"this run's end {end}: no checkpoint will be kept for it")
-    elif config.save_epochs and config.time_budget is not None:
-        warnings.append(f"note: with {option('time_budget')}, epoch checkpoints are kept only for the epochs "
-                        f"the budget reaches")
-    for name, meaning in SCHEDULES.items():
-        every, default = getattr(config, name), TrainConfig.__dataclass_fields__[name].default
-        if total_steps is not None and every is not None and every != default and every > total_steps:
-            warnings.append(f"warning: {option(name)} {every:,} lies beyond this run's end {end}: {meaning}")
-    return warnings
+def train_step(run: TrainingRun, learning_rate: float) -> tuple[float, int]:
+    """One truncated-BPTT step at ``learning_rate``: forward, loss, backward, clip and the optimiser's step.
+    Returns the training loss (nats/char; NaN or infinite for a skipped step) and the characters seen."""
+    inputs, targets = run.next_batch()  # (B, T) each
+    run.model.train()
+    with autocast(run.device, run.precision):  # bf16 where the plan chose it
+        logits, state = run.step_module(inputs, run.state)  # (B, T, V); DDP under torchrun
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = run.clip_gradients()
+    loss_value, norm_value = run.agreed(loss, grad_norm)  # the same on every rank
+    run.step_if_finite(learning_rate, loss_value, norm_value)
+    run.advance(state)
+    return loss_value, inputs.numel() * run.group.world_size
 
 
 class TrainingLoop:
@@ -147,7 +90,7 @@ class TrainingLoop:
         while reason is None:
             learning_rate = schedule.learning_rate(run, self.elapsed)
             with saving_if_memory_runs_out(self.run, self.run_dir, self.elapsed):
-                loss, chars = run.train_step(learning_rate)
+                loss, chars = train_step(run, learning_rate)
             if run.bad_streak >= self.config.max_bad_steps:
                 raise CharrnnError(
                     f"training stopped at step {run.step:,}: {run.bad_streak} consecutive steps had a "
@@ -288,70 +231,6 @@ def out_of_memory(exc: BaseException) -> bool:
         return True
     text = str(exc)
     return "can't allocate memory" in text or "out of memory" in text.lower()
-
-
-def train(plan: TrainingPlan, observer: TrainObserver | None = None, stop: GracefulStop | None = None,
-          group: ProcessGroup | None = None, clock: Callable[[], float] = time.perf_counter) -> TrainResult:
-    """Train ``plan`` into its ``config.out_dir``; a branch gets a new run id. On a signal from ``stop``,
-    the step finishes, ``last.pt`` is written and :class:`TrainingInterrupted` raised. Under torchrun every
-    rank calls this with the same plan; rank 0 alone writes and reports. ``clock`` times the run from
-    ``plan.started`` (tests give a fake one)."""
-    config, resume_from = plan.config, plan.resume_from
-    group = group if group is not None else ProcessGroup()
-    observer = observer if observer is not None and group.is_main else TrainObserver()
-    out_dir = Path(config.out_dir)
-    split = split_ids(plan.ids, plan.corpus.split_point)
-    # The ids stay in host memory (memory-mapped from the corpus cache); each step moves one batch.
-    batches = StreamBatches(split.train, config.batch_size, config.seq_len)
-    with held_run_directory(out_dir, plan.overwrite or resume_from is not None, writer=group.is_main):
-        run = TrainingRun(plan.model_config, config, plan.vocab, plan.corpus, batches, plan.initial_weights,
-                          group)
-        if resume_from is not None:
-            run.restore(resume_from)
-        if plan.branches:
-            run.run_id, run.best = new_run_id(), None
-        run_dir = _open_run_directory(plan, run) if group.is_main else None
-        steps = planned_steps(config, len(batches))
-        for message in (*schedule_warnings(config, len(batches), steps),
-                        precision_warning(config.precision, plan.model_config)):
-            if message:
-                observer.on_message(message)
-        observer.on_start(run.model, plan.model_config, config, plan.corpus, len(batches), steps, run.step)
-        for message in plan.ending.messages if plan.ending is not None else ():
-            observer.on_message(message)
-        start = (clock() if plan.started is None else plan.started) - \
-            (resume_from["elapsed_s"] if resume_from else 0.0)
-        loop = TrainingLoop(run, split.val, observer, stop, run_dir, Schedule(config, plan.ending), start,
-                            clock, plan.threads)
-        try:
-            reason, trained_s, elapsed_s = loop.run_until_stopped()
-        except BaseException:
-            observer.on_end(completed=False)
-            raise
-        observer.on_end(completed=not reason.interrupted)
-    if reason.interrupted:
-        raise TrainingInterrupted(reason.signal_name, out_dir / "last.pt", run.step, loop.trained_out)
-    best, best_is_average = group.from_main((run.best, run.best_is_average))
-    assert best is not None  # a run that was not interrupted ends with an evaluation
-    return TrainResult(
-        out_dir=out_dir, steps=run.step, epoch=run.epoch, best=best, best_is_average=best_is_average,
-        elapsed_s=elapsed_s, trained_s=trained_s, stop_reason=reason, skipped_steps=run.skipped,
-        epoch_checkpoints=run_dir.epoch_checkpoints() if run_dir is not None else [],
-        model_config=plan.model_config, config=config, budget=plan.budget, rank=group.rank,
-        threads=plan.threads,
-    )
-
-
-def _open_run_directory(plan: TrainingPlan, run: TrainingRun) -> RunDirectory:
-    """The run directory, with its config.json: fresh for a new run or a branch, else continued."""
-    resume_from = plan.resume_from
-    parameters = sum(p.numel() for p in run.model.parameters())
-    return RunDirectory(Path(plan.config.out_dir), {
-        "run_id": run.run_id, "model": plan.model_config.to_dict(), "train": plan.config.to_dict(),
-        "corpus": plan.corpus.to_dict(), "world_size": run.group.world_size,
-    }, fresh=resume_from is None or plan.branches,
-        resumed_at=resume_from["step"] if resume_from is not None else None, branch_from=plan.branch_from,
-        space_needed=3 * checkpoint_bytes(parameters, averaging=run.average is not None))
 
 
 def draw_sample(model: CharRNN, vocab: Vocab, config: TrainConfig, step: int, epoch: float, seconds: float,

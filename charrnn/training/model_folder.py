@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path, PurePath
 from typing import Any
 
-from charrnn import __version__
+from charrnn.config import VERSION
 from charrnn.errors import CharrnnError, OptionConflict, first_line
 from charrnn.models.layernorm import EPSILON
 from charrnn.models.pretrained import refuse_writing_in_shipped
@@ -112,7 +112,7 @@ def folder_files(payload: dict[str, Any], source: Path, name: str, path_shown: s
              payload["model_state"].items()}
     recorded = {**payload, "score": weights_score(payload, source)}
     recorded |= {key: _json_ready(recorded.get(key)) for key in SCORES}
-    config = {"format": FOLDER_FORMAT, "format_version": FOLDER_VERSION, "charrnn_version": __version__,
+    config = {"format": FOLDER_FORMAT, "format_version": FOLDER_VERSION, "charrnn_version": VERSION,
               "model_config": payload["model_config"], "weights_dtype": weights_dtype(state),
               "sampler": _sampler_notes(payload["model_config"]),
               **{key: recorded[key] for key in RECORDED_FIELDS if recorded.get(key) is not None}}

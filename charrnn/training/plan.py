@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,22 +34,46 @@ from charrnn.data.corpus import (
     split_ids,
 )
 from charrnn.data.vocab import UnknownCharactersError, Vocab, describe_chars
-from charrnn.errors import CharrnnError, ConfigError, OptionConflict, option
-from charrnn.models.devices import check_generation_fits, check_model_fits, resolve_precision
-from charrnn.training.budget import BudgetDecision, BudgetEnding, plan_budget, plan_budget_end, planned_speed
+from charrnn.errors import (
+    CharrnnError,
+    ConfigError,
+    OptionConflict,
+    TrainingInterrupted,
+    option,
+    options_spelled,
+)
+from charrnn.models.devices import (
+    check_generation_fits,
+    check_model_fits,
+    precision_warning,
+    resolve_precision,
+)
+from charrnn.models.evaluate import EvalResult
+from charrnn.training.budget import BudgetDecision, plan_budget, plan_budget_end, planned_speed
 from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_model
 from charrnn.training.distributed import ProcessGroup
-from charrnn.training.loop import TrainResult, train
+from charrnn.training.loop import TrainingLoop
 from charrnn.training.observer import TrainObserver
 from charrnn.training.rundir import (
+    RunDirectory,
     belongs_to,
     check_out_dir,
+    checkpoint_bytes,
+    held_run_directory,
+    new_run_id,
     refuse_writing_over_reads,
     resume_checkpoint,
     resume_target,
 )
-from charrnn.training.schedule import RunAlreadyFinished, stop_reason
-from charrnn.training.state import RESUME_FIELDS
+from charrnn.training.schedule import (
+    BudgetEnding,
+    RunAlreadyFinished,
+    Schedule,
+    StopReason,
+    planned_steps,
+    stop_reason,
+)
+from charrnn.training.state import RESUME_FIELDS, TrainingRun
 from charrnn.utils.interrupt import GracefulStop
 from charrnn.utils.threads import ThreadChoice
 
@@ -102,6 +127,72 @@ class ResumeFacts:
 
 
 @dataclass
+class TrainResult:
+    """What a run did (:func:`charrnn.api.train`); ``to_dict()`` is ``charrnn train --json``."""
+
+    out_dir: Path  # where checkpoints and logs were written
+    steps: int  # optimiser steps done
+    epoch: float  # passes over the training split done
+    best: EvalResult  # the evaluation that produced best.pt (the lowest validation loss)
+    best_is_average: bool  # whether best.pt holds the averaged weights (TrainConfig.ema_decay)
+    elapsed_s: float  # wall time of the loop, evaluations included
+    stop_reason: StopReason  # which criterion ended the run
+    skipped_steps: int  # steps skipped for non-finite values
+    epoch_checkpoints: list[Path]  # the save_epochs checkpoints this call wrote
+    model_config: ModelConfig | None = None  # the model trained
+    config: TrainConfig | None = None  # how it was trained, every default and budget choice filled in
+    budget: Any = None  # charrnn.training.plan.BudgetDecision: what a time budget chose, if one was given
+    rank: int = 0  # this process's rank under torchrun; rank 0 alone wrote the run and reports it
+    threads: ThreadChoice | None = None  # the CPU threads it ran with, and why (None: torch's own)
+    trained_s: float | None = None  # elapsed_s when training stopped, before the final evaluation and saves
+
+    def to_dict(self) -> dict[str, Any]:
+        with options_spelled(str):  # a record reads the same from either door
+            stopped = str(self.stop_reason)
+        return {
+            "stopped": stopped, "steps": self.steps, "epoch": self.epoch,
+            "elapsed_s": self.elapsed_s, "trained_s": self.trained_s, "best": self.best.to_dict(),
+            "best_is_average": self.best_is_average,
+            "skipped_steps": self.skipped_steps, "out_dir": str(self.out_dir),
+            "best_checkpoint": str(self.out_dir / "best.pt"),
+            "last_checkpoint": str(self.out_dir / "last.pt"),
+            "epoch_checkpoints": [str(path) for path in self.epoch_checkpoints],
+            "model": None if self.model_config is None else self.model_config.to_dict(),
+            "training": None if self.config is None else self.config.to_dict(),
+            "budget": None if self.budget is None else self.budget.to_dict(),
+            "threads": None if self.threads is None else dataclasses.asdict(self.threads),
+        }
+
+
+
+# Every-N-steps schedules, and what an N beyond the run's end means (None when left at its default:
+# a default interval longer than a short run is no surprise).
+SCHEDULES = {"eval_every": "it evaluates only at the end", "save_every": "last.pt is written only at the end",
+             "sample_every": "it records a sample only at the end"}
+
+
+def schedule_warnings(config: TrainConfig, steps_per_epoch: int, total_steps: int | None) -> list[str]:
+    """What to say of the ``save_epochs`` this run will not reach, and of an every-N-steps schedule given
+    with an N beyond its end, as :meth:`TrainObserver.on_message` takes it."""
+    warnings = []
+    unreachable = [epoch for epoch in config.save_epochs
+                   if total_steps is not None and epoch * steps_per_epoch > total_steps]
+    end = "" if total_steps is None else \
+        f"({total_steps:,} steps, {total_steps / steps_per_epoch:.2f} epochs)"
+    if unreachable:
+        warnings.append(f"warning: {option('save_epochs')} {','.join(map(str, unreachable))} lies beyond "
+                        f"this run's end {end}: no checkpoint will be kept for it")
+    elif config.save_epochs and config.time_budget is not None:
+        warnings.append(f"note: with {option('time_budget')}, epoch checkpoints are kept only for the epochs "
+                        f"the budget reaches")
+    for name, meaning in SCHEDULES.items():
+        every, default = getattr(config, name), TrainConfig.__dataclass_fields__[name].default
+        if total_steps is not None and every is not None and every != default and every > total_steps:
+            warnings.append(f"warning: {option(name)} {every:,} lies beyond this run's end {end}: {meaning}")
+    return warnings
+
+
+@dataclass
 class TrainingPlan:
     """A complete, checked run: :meth:`run` trains it."""
 
@@ -132,9 +223,68 @@ class TrainingPlan:
         return self.resume is not None and self.resume.branch
 
     def run(self, observer: TrainObserver | None = None, stop: GracefulStop | None = None,
-            group: ProcessGroup | None = None, **engine_options: Any) -> TrainResult:
-        """Train it (see :func:`charrnn.training.loop.train`; ``engine_options``, such as ``clock``, too)."""
-        return train(self, observer, stop, group, **engine_options)
+            group: ProcessGroup | None = None, clock: Callable[[], float] = time.perf_counter) -> TrainResult:
+        """Train this plan into its ``config.out_dir`` through a :class:`TrainingLoop`; a branch gets a new
+        run id. On a signal from ``stop``, the step finishes, ``last.pt`` is written and
+        :class:`TrainingInterrupted` raised. Under torchrun every rank calls this with the same plan; rank 0
+        alone writes and reports. ``clock`` times the run from ``started`` (tests give a fake one)."""
+        config, resume_from = self.config, self.resume_from
+        group = group if group is not None else ProcessGroup()
+        observer = observer if observer is not None and group.is_main else TrainObserver()
+        out_dir = Path(config.out_dir)
+        split = split_ids(self.ids, self.corpus.split_point)
+        # The ids stay in host memory (memory-mapped from the corpus cache); each step moves one batch.
+        batches = StreamBatches(split.train, config.batch_size, config.seq_len)
+        with held_run_directory(out_dir, self.overwrite or resume_from is not None, writer=group.is_main):
+            run = TrainingRun(self.model_config, config, self.vocab, self.corpus, batches,
+                              self.initial_weights, group)
+            if resume_from is not None:
+                run.restore(resume_from)
+            if self.branches:
+                run.run_id, run.best = new_run_id(), None
+            run_dir = self._open_run_directory(run) if group.is_main else None
+            steps = planned_steps(config, len(batches))
+            for message in (*schedule_warnings(config, len(batches), steps),
+                            precision_warning(config.precision, self.model_config)):
+                if message:
+                    observer.on_message(message)
+            observer.on_start(run.model, self.model_config, config, self.corpus, len(batches), steps,
+                              run.step)
+            for message in self.ending.messages if self.ending is not None else ():
+                observer.on_message(message)
+            start = (clock() if self.started is None else self.started) - \
+                (resume_from["elapsed_s"] if resume_from else 0.0)
+            loop = TrainingLoop(run, split.val, observer, stop, run_dir, Schedule(config, self.ending), start,
+                                clock, self.threads)
+            try:
+                reason, trained_s, elapsed_s = loop.run_until_stopped()
+            except BaseException:
+                observer.on_end(completed=False)
+                raise
+            observer.on_end(completed=not reason.interrupted)
+        if reason.interrupted:
+            raise TrainingInterrupted(reason.signal_name, out_dir / "last.pt", run.step, loop.trained_out)
+        best, best_is_average = group.from_main((run.best, run.best_is_average))
+        assert best is not None  # a run that was not interrupted ends with an evaluation
+        return TrainResult(
+            out_dir=out_dir, steps=run.step, epoch=run.epoch, best=best, best_is_average=best_is_average,
+            elapsed_s=elapsed_s, trained_s=trained_s, stop_reason=reason, skipped_steps=run.skipped,
+            epoch_checkpoints=run_dir.epoch_checkpoints() if run_dir is not None else [],
+            model_config=self.model_config, config=config, budget=self.budget, rank=group.rank,
+            threads=self.threads,
+        )
+
+    def _open_run_directory(self, run: TrainingRun) -> RunDirectory:
+        """The run directory, with its config.json: fresh for a new run or a branch, else continued."""
+        resume_from = self.resume_from
+        parameters = sum(p.numel() for p in run.model.parameters())
+        return RunDirectory(Path(self.config.out_dir), {
+            "run_id": run.run_id, "model": self.model_config.to_dict(), "train": self.config.to_dict(),
+            "corpus": self.corpus.to_dict(), "world_size": run.group.world_size,
+            "budget": None if self.budget is None else self.budget.to_dict(),
+        }, fresh=resume_from is None or self.branches,
+            resumed_at=resume_from["step"] if resume_from is not None else None, branch_from=self.branch_from,
+            space_needed=3 * checkpoint_bytes(parameters, averaging=run.average is not None))
 
 
 def plan_training(request: TrainingRequest, group: ProcessGroup | None = None,

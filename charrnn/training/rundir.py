@@ -474,7 +474,7 @@ class RunDirectory:
     its step; a branch starts with its source's rows up to it."""
 
     path: Path  # the directory
-    config_record: dict[str, Any]  # what config.json holds: model, train, corpus, run_id, world_size
+    config_record: dict[str, Any]  # config.json: model, train, corpus, run_id, world_size, budget
     fresh: bool  # a new run (or an overwrite, or a branch): an older run's files give way to it
     resumed_at: int | None = None  # the step a resumed run (in place or a branch) continues from
     branch_from: Path | None = None  # a branch: the run directory whose log rows it starts with

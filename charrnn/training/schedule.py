@@ -16,8 +16,7 @@ from charrnn.training.budget_rules import (
     SLOWDOWN_WINDOW_SHARE,
 )
 
-if TYPE_CHECKING:  # the budget plans with this module's stopping rules
-    from charrnn.training.budget import BudgetEnding
+if TYPE_CHECKING:
     from charrnn.training.state import TrainingRun
 
 StopCriterion = Literal["max_steps", "epochs", "time_budget", "signal"]
@@ -112,6 +111,18 @@ class Due:
     save: bool  # write last.pt
     sample: bool  # record a sample
     epoch_end: bool  # a save_epochs epoch has just ended: keep its checkpoint
+
+
+@dataclass(frozen=True)
+class BudgetEnding:
+    """How a time-budgeted run ends, and when it evaluates before that
+    (:func:`~charrnn.training.budget.plan_budget_end`)."""
+
+    reserve_s: float  # seconds kept at the end: the final evaluation and saves, and the caller's finish_s
+    points: tuple[float, ...]  # when to evaluate during training, as fractions of the run
+    messages: tuple[str, ...]  # what to tell the user of it
+    finish_s: float = 0.0  # of reserve_s, the caller's: what a slower machine does not lengthen
+    chars_per_s: float | None = None  # the training speed the plan measured (None: none measured)
 
 
 class Schedule:

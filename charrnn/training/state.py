@@ -1,7 +1,8 @@
 """The state of one training run: model, optimiser, place in the data, random generators.
 
-A :class:`TrainingRun` takes truncated-BPTT steps (textbook notes §3) and turns itself into a checkpoint
-dict and back, exactly: a resumed run takes the steps an uninterrupted one would have."""
+A :class:`TrainingRun` holds what the step (:func:`charrnn.training.loop.train_step`) works on and turns
+itself into a checkpoint dict and back, exactly: a resumed run takes the steps an uninterrupted one would
+have."""
 
 from __future__ import annotations
 
@@ -12,14 +13,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data.corpus import CorpusInfo, StreamBatches
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError, first_line
 from charrnn.models.averaging import WeightAverage
-from charrnn.models.devices import autocast, resolve_precision
+from charrnn.models.devices import resolve_precision
 from charrnn.models.evaluate import EvalResult
 from charrnn.models.model import CharRNN, detach_state
 from charrnn.training.distributed import ProcessGroup
@@ -112,52 +112,55 @@ class TrainingRun:
     def epoch(self) -> float:
         return self.epochs_done + self.position / len(self.batches)
 
-    def train_step(self, learning_rate: float) -> tuple[float, int]:
-        """One step at ``learning_rate``: its training loss (nats/char, maybe non-finite) and characters."""
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The inputs and targets of the next window, (B, T) each for this rank's B streams, on the device
+        (through pinned memory to a GPU); at an epoch's start the carried state starts from zeros."""
         if self.position == 0:
             self.state = self.model.initial_state(self.local_batch, self.device)
-        for param_group in self.optimizer.param_groups:
-            param_group["lr"] = learning_rate
-        inputs, targets = (
-            window[self.rows].pin_memory().to(self.device, non_blocking=True) if self.pin_batches
-            else window[self.rows]
-            for window in self.batches[self.position]
-        )  # (B, T) each, B this rank's streams
-        self.model.train()
-        with autocast(self.device, self.precision):
-            logits, state = self.step_module(inputs, self.state)  # (B, T, V)
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
-        # Without the detach, the next segment's backward pass would run on into this one. Kept
-        # aside until the step is done, so a step that fails (out of memory) leaves the run as it was.
-        next_state = detach_state(tuple(s.float() for s in state))
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        # Textbook notes §3: by norm, g ← g·v/‖g‖ when ‖g‖ > v (all parameters jointly);
-        # by value, each element clamped to ±v. The norm also tells whether the step is finite.
+        window = self.batches[self.position]
+        if self.pin_batches:
+            return tuple(part[self.rows].pin_memory().to(self.device, non_blocking=True) for part in window)
+        return tuple(part[self.rows] for part in window)
+
+    def clip_gradients(self) -> torch.Tensor:
+        """Textbook notes §3: by norm, g ← g·v/‖g‖ when ‖g‖ > v (all parameters jointly); by value, each
+        element clamped to ±v. Returns the norm before clipping, which also tells whether the step is
+        finite."""
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
         if self.config.clip_mode == "value" and self.config.clip > 0:
             torch.nn.utils.clip_grad_value_(self.params, self.config.clip)
+        return grad_norm
+
+    def agreed(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> tuple[float, float]:
+        """The step's loss and gradient norm as numbers, the same on every rank: the gradients are already
+        averaged over the processes, and the loss is averaged here, so every rank skips a step alike."""
         # One host transfer for both numbers: each sync stalls an accelerator's queue.
         loss_value, norm_value = torch.stack([loss.detach(), grad_norm.to(loss.dtype)]).tolist()
-        # The gradients (so their norm) are already averaged over the processes; the loss is made
-        # global too, so that every rank takes the same decision to apply or skip this step.
-        loss_value = self.group.reduce([loss_value], self.device)[0] / self.group.world_size
-        if math.isfinite(loss_value) and math.isfinite(norm_value):
+        return self.group.reduce([loss_value], self.device)[0] / self.group.world_size, norm_value
+
+    def step_if_finite(self, learning_rate: float, loss: float, grad_norm: float) -> None:
+        """The optimiser's step at ``learning_rate`` (and the weights' average), unless the loss or the
+        gradient is NaN or infinite: such an update is never applied, only counted (textbook notes §3)."""
+        if math.isfinite(loss) and math.isfinite(grad_norm):
+            for param_group in self.optimizer.param_groups:
+                param_group["lr"] = learning_rate
             self.optimizer.step()
             if self.average is not None:
                 self.average.update()
             self.bad_streak = 0
         else:
-            # Never apply a NaN or infinite update (textbook notes §3): skip it and count it.
             self.skipped += 1
             self.bad_streak += 1
-        self.state = next_state
+
+    def advance(self, state: tuple[torch.Tensor, ...]) -> None:
+        """Carry ``state`` into the next window, detached (else the next backward pass would run on into
+        this one), and move to that window; set only once a step has succeeded."""
+        self.state = detach_state(tuple(s.float() for s in state))
         self.step += 1
         self.position += 1
         if self.position == len(self.batches):
             self.position = 0
             self.epochs_done += 1
-        return loss_value, inputs.numel() * self.group.world_size
 
     def restore(self, payload: dict[str, Any]) -> None:
         """Continue exactly where ``payload`` (a checkpoint of this run) left off: weights, optimiser,

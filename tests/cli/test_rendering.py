@@ -18,7 +18,7 @@ from charrnn.cli.train import PROCESS_EXIT_S
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.errors import ConfigError, OptionConflict, option
 from charrnn.models.evaluate import EvalResult
-from charrnn.training.loop import TrainResult
+from charrnn.training.plan import TrainResult
 from charrnn.training.schedule import StopReason
 
 

@@ -508,10 +508,10 @@ def whole_score(checkpoint: Path, corpus: Path, chars: int | None = None) -> tup
 def test_best_pt_keeps_the_best_weights_a_budget_evaluated_when_the_run_ends_worse(repeated_corpus, tmp_path,
                                                                                    monkeypatch):
     # Five evaluations during a 100-s budget (as above); every step from the 100th adds noise to the weights.
-    from charrnn.training.state import TrainingRun
+    from charrnn.training import loop
 
     measured_end(monkeypatch, pass_s=0.5)
-    train_step = TrainingRun.train_step
+    train_step = loop.train_step
 
     def wrecking(run, learning_rate):
         result = train_step(run, learning_rate)
@@ -521,7 +521,7 @@ def test_best_pt_keeps_the_best_weights_a_budget_evaluated_when_the_run_ends_wor
                     parameter.add_(torch.randn_like(parameter))
         return result
 
-    monkeypatch.setattr(TrainingRun, "train_step", wrecking)
+    monkeypatch.setattr(loop, "train_step", wrecking)
     clock = FakeClock(step_seconds=0.5)
     result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000).run(
         clock, clock=clock)
@@ -587,7 +587,7 @@ def test_a_budget_and_a_step_limit_stop_at_whichever_comes_first_and_say_so(repe
 
 
 def test_an_every_n_steps_schedule_beyond_the_runs_end_is_named():
-    from charrnn.training.loop import schedule_warnings
+    from charrnn.training.plan import schedule_warnings
 
     config = TrainConfig(out_dir=".", max_steps=300, eval_every=500, save_every=400, sample_every=1000)
     warnings = schedule_warnings(config, steps_per_epoch=100, total_steps=300)

@@ -5,6 +5,7 @@ import torch
 
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data.corpus import StreamBatches, encode_corpus, split_ids
+from charrnn.training.loop import train_step
 from charrnn.training.state import TrainingRun, restore_cuda_rng
 
 
@@ -23,7 +24,7 @@ def test_value_clipping_bounds_every_gradient_element(make_run, repeated_corpus,
         config = TrainConfig(out_dir=str(tmp_path), batch_size=8, seq_len=32, clip=1e-3, clip_mode=mode,
                              max_steps=1)
         run = TrainingRun(model_config, config, encoded.vocab, encoded.info, batches)
-        run.train_step(1e-3)
+        train_step(run, 1e-3)
         grads = torch.cat([p.grad.flatten() for p in run.params])
         if bound is not None:
             assert grads.abs().max() <= bound + 1e-12
@@ -56,7 +57,7 @@ def test_auto_precision_trains_an_lstm_in_bf16_here_with_float32_weights(repeate
                                    encoded.vocab, encoded.info, batches)
             for precision in ("auto", "bf16", "fp32")}
     assert runs["auto"].precision == "bf16"
-    losses = {precision: [run.train_step(1e-2)[0] for _ in range(30)] for precision, run in runs.items()}
+    losses = {precision: [train_step(run, 1e-2)[0] for _ in range(30)] for precision, run in runs.items()}
     assert losses["auto"] == losses["bf16"]  # the same path, step for step
     assert losses["bf16"] != losses["fp32"]
     assert losses["bf16"][-1] < losses["bf16"][0] - 0.5  # it learns
