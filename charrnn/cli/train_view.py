@@ -30,11 +30,9 @@ from charrnn.utils.terminal import one_line
 if TYPE_CHECKING:  # result types, named for their readers; importing them would import torch
     from charrnn.data.corpus import CorpusInfo
     from charrnn.models.model import CharRNN
-    from charrnn.training.loop import TrainResult
     from charrnn.training.observer import StepReport
-    from charrnn.training.plan import TrainingPlan
-    from charrnn.training.rundir import EvaluationRecord
-    from charrnn.training.samples import SampleRecord
+    from charrnn.training.plan import TrainingPlan, TrainResult
+    from charrnn.training.rundir import EvaluationRecord, SampleRecord
     from charrnn.utils.threads import ThreadChoice
 
 
@@ -82,11 +80,8 @@ class ProgressBar(TrainObserver):
         budget = plan.budget
         self.threads = plan.threads
         self.precision = plan.precision
-        if budget is not None and not budget.planned:
-            self._say(f"{option('time_budget')} {budget.seconds:g} s: {budget.unplanned_because}")
-        elif budget is not None:
-            for line in budget_lines(budget):
-                self._say(line)
+        if budget is not None:
+            self._say(budget_line(budget))
         tuned = plan.fine_tune
         if tuned is not None:
             now, before = plan.model_config.to_dict(), tuned.model_before.to_dict()
@@ -287,64 +282,29 @@ class ProgressBar(TrainObserver):
             self.bar.close()
 
 
-def budget_lines(budget: Any) -> list[str]:
-    """What a time budget chose and why (a :class:`~charrnn.training.budget.BudgetDecision`): the shape
-    with its measured throughput and predicted score, every shape considered, and the settings made."""
-    choice = budget.choice
-    how = "trains it at" if choice.measured else "would train it at about"
-    speed = f"{choice.chars_per_s:,.0f} chars/s in {budget.precision}"
+def budget_line(budget: Any) -> str:
+    """What a time budget chose (a :class:`~charrnn.training.budget.BudgetDecision`), in one line: the
+    shape, its speed, passes and prediction, and the runner-up: of the others, the lowest prediction (the
+    shape the tie rule passed over, when it did). ``--json`` has every candidate and the settings made."""
+    head, choice = f"{option('time_budget')} {budget.seconds:g} s", budget.choice
+    if not budget.planned:
+        return f"{head}: {budget.unplanned_because}"
+    speed = f"{'' if choice.measured else 'about '}{choice.chars_per_s:,.0f} chars/s in {budget.precision}"
     if choice.predicted_loss is None:
-        lines = [f"{option('time_budget')} {budget.seconds:g} s leaves no shape time to train once it is "
-                 f"measured, evaluated and saved: the fastest, {choice.describe()} ({speed}), trains what it "
-                 f"can"]
-    else:
-        slowed = f" with dropout {choice.dropout:g} (about {1 - choice.speed_share:.0%} slower)" \
-            if choice.speed_share < 1 else ""
-        passes = f"{choice.epochs:.1f} epochs in the budget{slowed}"
-        if choice.limit is not None:  # a limit ends the run before the budget does
-            limit = "more passes over a corpus this size scored worse" if budget.ends_early() \
-                else "the limit given"
-            passes = (f"time for {choice.budget_epochs:.1f} epochs{slowed}, of which it trains "
-                      f"{choice.epochs:.1f} ({limit}) and ends early")
-        lines = [f"{option('time_budget')} {budget.seconds:g} s: {choice.describe()}: this machine {how} "
-                 f"{speed} → {passes}, predicted validation {choice.predicted_loss:.3f} nats/char"]
-    lower = budget.outranked()
-    if lower is not None:
-        why = ("it stops at its pass limit, and of shapes that tie, one that trains to the budget's end is "
-               "chosen") if lower.limit is not None and choice.limit is None else \
-            "of shapes that train alike and tie, the larger measured one is chosen"
-        lines.append(f"{option('time_budget')}: {lower.describe()} predicts {lower.predicted_loss:.3f}, "
-                     f"within the rule's error of {budget.tie_error:.3f}: {why}")
-    longer = budget.longer_plan()
-    if longer is not None:
-        lines.append(f"{option('time_budget')}: the best shape that trains to the budget's end, "
-                     f"{longer.describe()} for {longer.epochs:.1f} epochs, predicts "
-                     f"{longer.predicted_loss:.3f}: no better, so this run ends early")
-    elif budget.ends_early():
-        lines.append(f"{option('time_budget')}: of the shapes it could predict, none trains to the budget's "
-                     f"end: each reaches its pass limit first. The longer plan, {choice.describe()} for "
-                     f"{choice.budget_epochs:.1f} epochs with more dropout, is not taken: past the limit, "
-                     f"runs with more dropout scored worse (docs/defaults.md)")
-    close = budget.close_call()
-    if close is not None:
-        lines.append(f"{option('time_budget')}: a close call: {close.describe()} predicts "
-                     f"{close.predicted_loss:.3f}, within the rule's error, so another run's speeds may "
-                     f"choose it instead")
-    considered = ", ".join(
-        f"{c.describe()} not timed (no shape timed with its batch of {c.settings['batch_size']} in "
-        f"{c.precision})"
-        if not c.estimable else
-        f"{c.describe()} {'' if c.measured else '~'}{c.chars_per_s:,.0f} chars/s"
-        f"{'' if c.precision == budget.precision else f' in {c.precision}'} → "
-        f"{'no time left to train' if c.predicted_loss is None else f'{c.predicted_loss:.3f}'}"
-        for c in budget.candidates)
-    lines.append(f"{option('time_budget')}: shapes timed in {budget.probe_s:.1f} s of the budget (~: "
-                 f"estimated from those timed): {considered}")
-    if budget.chosen:
-        chosen = " ".join(option(key) if value is True else f"{option(key)} {value:g}"
-                          for key, value in budget.chosen.items())
-        lines.append(f"{option('time_budget')}: {chosen} (give any of them to override)")
-    return lines
+        return (f"{head} leaves no shape time to train once it is measured, evaluated and saved: the "
+                f"fastest, {choice.describe()} ({speed}), trains what it can")
+    limit = f" (time for {choice.budget_epochs:.1f}: it ends early at its limit)" if choice.limit else ""
+    slowed = f" with dropout {choice.dropout:g} ({1 - choice.speed_share:.0%} slower)" \
+        if choice.speed_share < 1 else ""
+    others = [c for c in budget.candidates if c is not choice and c.predicted_loss is not None]
+    runner_up = ""
+    if others:
+        second = min(others, key=lambda c: c.predicted_loss)
+        gap = second.predicted_loss - choice.predicted_loss
+        tie = ", within the rule's error" if abs(gap) < budget.tie_error else ""
+        runner_up = f"; runner-up {second.describe()} predicts {second.predicted_loss:.3f} ({gap:+.3f}{tie})"
+    return (f"{head}: {choice.describe()} at {speed}, {choice.epochs:.1f} epochs{limit}{slowed}, predicts "
+            f"{choice.predicted_loss:.3f} nats/char{runner_up}")
 
 
 def training_summary(result: TrainResult) -> Table:

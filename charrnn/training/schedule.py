@@ -91,6 +91,33 @@ def planned_steps(config: TrainConfig, steps_per_epoch: int) -> int | None:
     return min(limits) if limits else None
 
 
+# Every-N-steps schedules, and what an N beyond the run's end means (None when left at its default:
+# a default interval longer than a short run is no surprise).
+SCHEDULES = {"eval_every": "it evaluates only at the end", "save_every": "last.pt is written only at the end",
+             "sample_every": "it records a sample only at the end"}
+
+
+def schedule_warnings(config: TrainConfig, steps_per_epoch: int, total_steps: int | None) -> list[str]:
+    """What to say of the ``save_epochs`` this run will not reach, and of an every-N-steps schedule given
+    with an N beyond its end, as :meth:`TrainObserver.on_message` takes it."""
+    warnings = []
+    unreachable = [epoch for epoch in config.save_epochs
+                   if total_steps is not None and epoch * steps_per_epoch > total_steps]
+    end = "" if total_steps is None else (
+        f"({total_steps:,} steps, {total_steps / steps_per_epoch:.2f} epochs)")
+    if unreachable:
+        warnings.append(f"warning: {option('save_epochs')} {','.join(map(str, unreachable))} lies beyond "
+                        f"this run's end {end}: no checkpoint will be kept for it")
+    elif config.save_epochs and config.time_budget is not None:
+        warnings.append(f"note: with {option('time_budget')}, epoch checkpoints are kept only for the epochs "
+                        f"the budget reaches")
+    for name, meaning in SCHEDULES.items():
+        every, default = getattr(config, name), TrainConfig.__dataclass_fields__[name].default
+        if total_steps is not None and every is not None and every != default and every > total_steps:
+            warnings.append(f"warning: {option(name)} {every:,} lies beyond this run's end {end}: {meaning}")
+    return warnings
+
+
 def learning_rate_at(config: TrainConfig, step: int, progress: float | None) -> float:
     """Linear warm-up for ``warmup_steps``, then cosine decay to ``min_lr_ratio`` of the peak over
     ``progress`` in [0, 1]; with no known end (None) the rate stays at its peak."""

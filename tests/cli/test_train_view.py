@@ -1,4 +1,4 @@
-"""The train command's view: progress lines without a terminal, the watcher, the budget's lines."""
+"""The train command's view: progress lines without a terminal, the watcher, the budget's line."""
 
 import dataclasses
 
@@ -169,8 +169,8 @@ def test_a_budgets_remaining_time_counts_from_where_its_progress_started(capsys)
     assert "elapsed 0:30  remaining 0:50" in line
 
 
-def test_the_budget_says_why_a_larger_shape_beat_a_lower_prediction(flags):
-    from charrnn.cli.train_view import budget_lines
+def test_the_budget_names_the_runner_up_a_larger_shape_beat_within_the_rules_error(flags):
+    from charrnn.cli.train_view import budget_line
     from charrnn.training.budget import BudgetDecision, Candidate
     from charrnn.training.budget_rules import SCALING_LAW
 
@@ -183,52 +183,56 @@ def test_the_budget_says_why_a_larger_shape_beat_a_lower_prediction(flags):
     tie = SCALING_LAW.rms_error / 2
     decision = BudgetDecision(100, "cpu", "bf16", True, {}, (shape(192, 1.478), shape(256, 1.478 + tie),
                                                              shape(384, 1.478 + tie, batch=32)))
-    lines = budget_lines(decision)
-    assert lines[0].startswith("--time-budget 100 s: 2×256 LSTM: this machine trains it at 1,000 chars/s")
-    assert lines[1] == (f"--time-budget: 2×192 LSTM predicts 1.478, within the rule's error of "
-                        f"{SCALING_LAW.rms_error:.3f}: of shapes that train alike and tie, the larger "
-                        f"measured one is chosen")
-    assert lines[2].startswith("--time-budget: a close call: 2×384 LSTM predicts")
+    assert budget_line(decision) == (f"--time-budget 100 s: 2×256 LSTM at 1,000 chars/s in bf16, 2.0 epochs, "
+                                     f"predicts {1.478 + tie:.3f} nats/char; runner-up 2×192 LSTM predicts "
+                                     f"1.478 ({-tie:+.3f}, within the rule's error)")
+    # --json says which rule passed it over, and names the close call.
+    assert decision.to_dict()["outranked"] == 0 and decision.to_dict()["close_call"] == 2
+    estimated = dataclasses.replace(shape(192, 1.5), measured=False)
+    alone = BudgetDecision(100, "cpu", "fp32", True, {}, (estimated,))
+    assert budget_line(alone) == ("--time-budget 100 s: 2×192 LSTM at about 1,000 chars/s in fp32, 2.0 "
+                                  "epochs, predicts 1.500 nats/char")
+    late = dataclasses.replace(estimated, predicted_loss=None)
+    assert budget_line(BudgetDecision(5, "cpu", "fp32", True, {}, (late,))) == (
+        "--time-budget 5 s leaves no shape time to train once it is measured, evaluated and saved: the "
+        "fastest, 2×192 LSTM (about 1,000 chars/s in fp32), trains what it can")
+    unplanned = BudgetDecision(5, "cpu", "fp32", False, {}, unplanned_because="a fine-tune keeps its shape")
+    assert budget_line(unplanned) == "--time-budget 5 s: a fine-tune keeps its shape"
 
 
-def test_the_budget_says_what_its_dropout_costs_the_passes(flags):
-    from charrnn.cli.train_view import budget_lines
+def test_the_budget_says_what_its_dropout_costs_and_json_says_why_it_ends_early(flags):
+    from charrnn.cli.train_view import budget_line
     from charrnn.training.budget import BudgetDecision, Candidate, dropout_speed
 
     choice = Candidate(settings={"hidden_size": 768, "batch_size": 32}, num_layers=2, parameters=7_340_929,
                        chars_per_s=9287.0, eval_chars_per_s=50_000.0, measured=True, estimable=True,
                        training_s=560.0, chars=3.9e6, epochs=3.9, budget_epochs=3.9, predicted_loss=1.421,
                        precision="bf16", dropout=0.1, speed_share=dropout_speed(768))
-    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, {"dropout": 0.1}, (choice,)))
-    assert lines[0] == ("--time-budget 600 s: 2×768 LSTM: this machine trains it at 9,287 chars/s in bf16 → "
-                        "3.9 epochs in the budget with dropout 0.1 (about 8% slower), predicted validation "
-                        "1.421 nats/char")
+    assert budget_line(BudgetDecision(600, "cpu", "bf16", True, {"dropout": 0.1}, (choice,))) == (
+        "--time-budget 600 s: 2×768 LSTM at 9,287 chars/s in bf16, 3.9 epochs with dropout 0.1 (8% slower), "
+        "predicts 1.421 nats/char")
     capped = dataclasses.replace(choice, chars=5e6, epochs=5.0, budget_epochs=6.4, limit="epochs",
                                  dropout=0.15)
     chosen = {"dropout": 0.15, "epochs": 5.0}
-    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, chosen, (capped,)))
-    assert "→ time for 6.4 epochs with dropout 0.15 (about 8% slower), of which it trains 5.0 (more passes " \
-           "over a corpus this size scored worse) and ends early" in lines[0]
-    assert lines[1] == ("--time-budget: of the shapes it could predict, none trains to the budget's end: "
-                        "each reaches its pass limit first. The longer plan, 2×768 LSTM for 6.4 epochs with "
-                        "more dropout, is not taken: past the limit, runs with more dropout scored worse "
-                        "(docs/defaults.md)")
-    # A larger shape that would train to the end, and predicts worse: the plan names it.
+    alone = BudgetDecision(600, "cpu", "bf16", True, chosen, (capped,))
+    assert "5.0 epochs (time for 6.4: it ends early at its limit) with dropout 0.15 (8% slower)" in \
+        budget_line(alone)
+    # None of the shapes trains to the budget's end: --json says the run ends early and names no longer plan.
+    assert alone.to_dict()["ends_early"] and alone.to_dict()["longer_plan"] is None
+    # A larger shape that would train to the end, and predicts worse: the runner-up, and --json's longer plan.
     wider = dataclasses.replace(choice, settings={"hidden_size": 1024, "batch_size": 32}, epochs=2.1,
                                 predicted_loss=1.452)
-    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, chosen, (capped, wider)))
-    assert lines[1] == ("--time-budget: the best shape that trains to the budget's end, 2×1024 LSTM for 2.1 "
-                        "epochs, predicts 1.452: no better, so this run ends early")
-    # Within the rule's error, the shape that trains to the end is chosen, and the plan says why.
+    longer = BudgetDecision(600, "cpu", "bf16", True, chosen, (capped, wider))
+    assert budget_line(longer).endswith("; runner-up 2×1024 LSTM predicts 1.452 (+0.031)")
+    plan = longer.to_dict()
+    assert plan["longer_plan"] == 1 and plan["candidates"][1]["predicted_loss"] == 1.452
+    # Within the rule's error, the shape that trains to the end is chosen, the lower prediction the runner-up.
     tied = dataclasses.replace(wider, predicted_loss=1.425)
-    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, chosen, (capped, tied)))
-    assert lines[0].startswith("--time-budget 600 s: 2×1024 LSTM: this machine trains it at 9,287")
-    assert lines[1] == ("--time-budget: 2×768 LSTM predicts 1.421, within the rule's error of 0.015: it "
-                        "stops at its pass limit, and of shapes that tie, one that trains to the budget's "
-                        "end is chosen")
+    line = budget_line(BudgetDecision(600, "cpu", "bf16", True, chosen, (capped, tied)))
+    assert line.startswith("--time-budget 600 s: 2×1024 LSTM at 9,287 chars/s in bf16, 2.1 epochs")
+    assert line.endswith("; runner-up 2×768 LSTM predicts 1.421 (-0.004, within the rule's error)")
     given = dataclasses.replace(choice, dropout=0.3, speed_share=1.0)  # the user's, timed with it
-    lines = budget_lines(BudgetDecision(600, "cpu", "bf16", True, {}, (given,)))
-    assert "→ 3.9 epochs in the budget, predicted" in lines[0]
+    assert ", 3.9 epochs, predicts" in budget_line(BudgetDecision(600, "cpu", "bf16", True, {}, (given,)))
 
 
 def test_a_log_line_gives_the_runs_own_elapsed_time_as_its_summary_counts(capsys):

@@ -587,7 +587,7 @@ def test_a_budget_and_a_step_limit_stop_at_whichever_comes_first_and_say_so(repe
 
 
 def test_an_every_n_steps_schedule_beyond_the_runs_end_is_named():
-    from charrnn.training.plan import schedule_warnings
+    from charrnn.training.schedule import schedule_warnings
 
     config = TrainConfig(out_dir=".", max_steps=300, eval_every=500, save_every=400, sample_every=1000)
     warnings = schedule_warnings(config, steps_per_epoch=100, total_steps=300)
