@@ -273,7 +273,6 @@ class TextScore:
         return record
 
 
-Perplexity = TextScore  # its earlier name, so that code written against it still runs
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,6 @@ def main(hidden: int, layers: int, skip_connections: bool, batch_size: int, lr: 
         save_checkpoint(staged, payload)
         score = charrnn.perplexity(staged, validation, device="cpu")
         payload["best"] = asdict(score.score)
-        payload["best_val_loss"] = score.score.nats_per_char
         write_model_folder(payload, output, "shakespeare", shown="shakespeare")
     click.echo(f"trained weights: {trained['best']['nats_per_char']:.4f} nats/char on the validation split; "
                f"shipped ({SHIPPED_DTYPE}): {score.score.nats_per_char:.4f} over it as one text")

@@ -460,10 +460,6 @@ def test_each_module_function_reads_its_text_once(tiny_checkpoint, tmp_path, mon
     assert reads == ["prime.txt", "prime.txt", "text.txt"]
 
 
-def test_a_text_score_keeps_its_earlier_name():
-    assert charrnn.api.Perplexity is charrnn.api.TextScore
-
-
 def test_a_text_too_short_to_score_names_its_file(tiny_checkpoint, tmp_path):
     one = tmp_path / "one.txt"
     one.write_text("R", encoding="utf-8")

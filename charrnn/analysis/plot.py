@@ -179,7 +179,8 @@ def best_point(run_dir: Path, records: list[Any], x: list[float]) -> tuple[float
     if not at_step:
         return None
     xi, record = min(at_step, key=lambda pair: pair[1].val_chars is not None)  # the whole split's first
-    score = header.get("best_val_loss")
+    best = header.get("best")
+    score = best.get("nats_per_char") if isinstance(best, dict) else None
     if not isinstance(score, float | int) or isinstance(score, bool):
         scores = [value for value in (record.val_loss, record.averaged_val_loss) if value is not None]
         score = min(scores) if scores else None

@@ -102,8 +102,8 @@ def info_table(name: str, facts: dict[str, Any]) -> Table:
         "vocabulary": f"{facts['vocab_size']} characters: {escaped(facts['vocab'])}",
         "step": "n/a" if facts["step"] is None else f"{facts['step']:,}",
         "epoch": "n/a" if facts["epoch"] is None else f"{facts['epoch']:.2f}",
-        "best validation": "n/a" if facts["best_val_loss"] is None
-                           else f"{facts['best_val_loss']:.4f} nats/char (the run's best when saved"
+        "best validation": "n/a" if facts["best"] is None
+                           else f"{facts['best']['nats_per_char']:.4f} nats/char (the run's best when saved"
                                 f"{', by the averaged weights' if facts.get('best_is_average') else ''}"
                                 f"{part_scored(facts.get('best'), corpus)})",
         "corpus": "not recorded" if corpus is None else

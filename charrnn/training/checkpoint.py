@@ -50,7 +50,6 @@ PAYLOAD_FIELDS: dict[str, tuple[Any, bool]] = {
     "epoch": (int, False),
     "epoch_step": (int, False),
     "progress_epochs": (Number, False),
-    "best_val_loss": (Number | None, False),
     "best": (EvalResult | None, False),
     "latest_eval": (EvalResult | None, False),
     "skipped_steps": (int, False),
@@ -60,7 +59,6 @@ PAYLOAD_FIELDS: dict[str, tuple[Any, bool]] = {
     "carried_state": (list[torch.Tensor], False),
     "rng": (dict, False),
     "best_is_average": (bool, False),
-    "best_subset": (EvalResult | None, False),  # written by earlier versions, no longer read
     "weight_average": (dict | None, False),
     "training_weights": (dict, False),
 }
@@ -237,7 +235,7 @@ def validate_payload(payload: dict[str, Any]) -> ModelConfig:
     config = check_record(ModelConfig, payload["model_config"], "model_config")
     if "corpus" in payload:
         check_record(CorpusInfo, payload["corpus"], "corpus")
-    for name in ("best", "latest_eval", "best_subset", "score"):
+    for name in ("best", "latest_eval", "score"):
         if payload.get(name) is not None:
             check_record(EvalResult, payload[name], name)
     if payload.get("latest_eval") is not None:
@@ -337,7 +335,6 @@ def describe_checkpoint(payload: dict[str, Any], path: Path) -> dict[str, Any]:
         "vocab": "".join(vocab),
         "step": payload.get("step"),
         "epoch": payload.get("progress_epochs"),
-        "best_val_loss": payload.get("best_val_loss"),
         "best": payload.get("best"),
         "best_is_average": bool(payload.get("best_is_average")),
         "latest_eval": payload.get("latest_eval"),

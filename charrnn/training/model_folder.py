@@ -37,7 +37,7 @@ FOLDER_FILES = (WEIGHTS, CONFIG, VOCAB, CARD)
 FOLDER_FORMAT, FOLDER_VERSION = "charrnn-model", 1
 # The checkpoint fields config.json keeps: how the weights were made, never the state to resume from.
 RECORDED_FIELDS = ("run_id", "corpus", "train_config", "step", "epoch", "progress_epochs", "elapsed_s",
-                   "best", "best_val_loss", "best_is_average", "latest_eval", "machine", "score")
+                   "best", "best_is_average", "latest_eval", "machine", "score")
 SCORES = ("best", "latest_eval", "score")  # evaluation records: JSON has no infinity, so one is written null
 GATE_ORDER = {"lstm": "i f g o", "gru": "r z n", "rnn": "one", "esn": "one"}
 NORMED_GATE_ORDER = {**GATE_ORDER, "gru": "z r n"}

@@ -405,18 +405,13 @@ def resume_config(
                 f"{option(key)} {value!r} contradicts the checkpoint ({option(key)} "
                 f"{getattr(model_config, key)!r}); a resumed run keeps its model"
             )
-    # Checkpoints from before these options trained in fp32, kept no average and held out all of val_frac.
-    # Every evaluation scores the text best.pt was scored on (older runs scored part of it in training).
-    saved = {"precision": "fp32", "ema_decay": 0.0, "val_max_chars": None, **payload["train_config"]}
-    corpus, best = payload.get("corpus") or {}, payload.get("best")
-    if "split_point" in corpus:  # eval_chars past the split's end means the whole split, as none does
-        whole = corpus["chars"] - corpus["split_point"] - 1
-        if "eval_chars" in train_options:
-            given = partial_eval_chars(train_options["eval_chars"], whole)
-            train_options = {**train_options, "eval_chars": given}
-        saved["eval_chars"] = partial_eval_chars(saved.get("eval_chars"), whole)
-        if best and best["chars"] != (saved["eval_chars"] or whole):
-            saved["eval_chars"] = partial_eval_chars(best["chars"], whole)
+    saved, corpus = dict(payload["train_config"]), payload["corpus"]
+    # eval_chars past the split's end means the whole split, as none does
+    whole = corpus["chars"] - corpus["split_point"] - 1
+    if "eval_chars" in train_options:
+        given = partial_eval_chars(train_options["eval_chars"], whole)
+        train_options = {**train_options, "eval_chars": given}
+    saved["eval_chars"] = partial_eval_chars(saved.get("eval_chars"), whole)
     changes = []
     for key, value in train_options.items():
         if saved.get(key) == value:

@@ -221,7 +221,6 @@ class TrainingRun:
             "epoch": self.epochs_done,
             "epoch_step": self.position,
             "progress_epochs": self.epoch,
-            "best_val_loss": self.best.nats_per_char if self.best else None,
             "best": self.best.to_dict() if self.best else None,
             "best_is_average": self.best_is_average,
             "latest_eval": self.latest_eval,

@@ -211,7 +211,7 @@ def test_subset_scores_are_a_series_apart_and_best_pt_is_ringed_where_it_was_sav
                 "elapsed_s": 30.0}]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     assert best_point(run, read_metrics(run), [0.5, 1.0, 1.5]) is None  # no best.pt: no ring
-    torch.save({"step": 30, "best_val_loss": 1.46}, run / "best.pt")
+    torch.save({"step": 30, "best": {"nats_per_char": 1.46}}, run / "best.pt")
     assert best_point(run, read_metrics(run), [0.5, 1.0, 1.5]) == (1.5, 1.46)
     lines = {line.get_label(): line for line in learning_curves([run]).axes[0].get_lines()}
     assert list(lines["run validation"].get_ydata()) == [1.47]

@@ -76,7 +76,7 @@ def test_train_sample_eval_round_trip(runner, small_corpus):
     assert exact["nats_per_char"] == pytest.approx(one_stream.nats_per_char)
     assert exact["nats_per_char"] == pytest.approx(report["nats_per_char"], abs=1e-4)
     assert report["chars"] == len(text) - cut - 1
-    assert loaded.payload["best_val_loss"] == pytest.approx(report["nats_per_char"], rel=1e-6)
+    assert loaded.payload["best"]["nats_per_char"] == pytest.approx(report["nats_per_char"], rel=1e-6)
 
     table = invoke(runner, "eval-perplexity", run / "best.pt", small_corpus)
     assert table.exit_code == 0 and "perplexity" in table.stdout and "bits/char" in table.stdout
@@ -702,7 +702,7 @@ def test_a_skip_connection_model_samples_scores_and_beam_searches(runner, small_
     assert beamed.stdout == best.text + "\n" and len(best.text) == 12
     scored = invoke(runner, "eval-perplexity", "skip/best.pt", "--json")
     assert json.loads(scored.stdout)["nats_per_char"] == pytest.approx(
-        torch.load("skip/best.pt", weights_only=True)["best_val_loss"], rel=1e-6)
+        torch.load("skip/best.pt", weights_only=True)["best"]["nats_per_char"], rel=1e-6)
     described = invoke(runner, "info", "skip/best.pt")
     assert "with skip connections" in " ".join(described.stdout.replace("│", " ").split())
 

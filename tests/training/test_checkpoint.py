@@ -33,7 +33,7 @@ def test_checkpoint_is_plain_data(tiny_checkpoint):
     assert payload["format_version"] == FORMAT_VERSION
     assert isinstance(payload["vocab"], list) and "🙂" in payload["vocab"]
     assert {"model_config", "train_config", "model_state", "optimizer_state", "step", "epoch",
-            "best_val_loss", "corpus"} <= payload.keys()
+            "best", "corpus"} <= payload.keys()
     assert all(t.device.type == "cpu" for t in payload["model_state"].values())
 
 

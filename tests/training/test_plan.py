@@ -41,10 +41,6 @@ def test_resume_refuses_a_different_model_or_layout(tiny_run):
         resume_config(payload, {}, {"ema_decay": 0.9, "max_steps": 80})
     with pytest.raises(CharrnnError, match="weight_drop 0.2 contradicts the checkpoint"):
         resume_config(payload, {"weight_drop": 0.2}, {"max_steps": 80})
-    del payload["train_config"]["ema_decay"]  # as in a run saved before weight averaging
-    for given in ({}, {"ema_decay": 0.0}):
-        _, config, changes = resume_config(payload, {}, {**given, "max_steps": 80})
-        assert changes == [("max_steps", 40, 80)] and config.ema_decay == 0.0
 
 
 def test_a_resume_plan_checks_the_corpus_before_anything_runs(tiny_run, tmp_path):
@@ -67,28 +63,10 @@ def test_a_resumed_run_keeps_the_split_it_was_trained_with(tiny_run, monkeypatch
     assert plan.corpus.split_point == recorded != 10
 
 
-def test_a_run_saved_before_the_cap_resumes_with_none_and_evaluating_its_whole_split(tiny_run):
-    payload = load_checkpoint(tiny_run / "last.pt")
-    del payload["train_config"]["val_max_chars"]
-    _, config, changes = resume_config(payload, {}, {"max_steps": 80})
-    assert config.val_max_chars is None and config.eval_chars is None and changes == [("max_steps", 40, 80)]
-    refused = r"val_max_chars 10 contradicts the checkpoint \(val_max_chars none\)"
-    with pytest.raises(CharrnnError, match=refused):
-        resume_config(payload, {}, {"max_steps": 80, "val_max_chars": 10})
-
-
-def test_a_resumed_run_scores_the_text_its_best_pt_was_scored_on(tiny_run):
-    # Earlier versions scored a part of the split during training and all of it at the run's end.
+def test_eval_chars_past_the_split_means_the_whole_split_and_another_text_is_refused(tiny_run):
     payload = load_checkpoint(tiny_run / "last.pt")
     whole = payload["corpus"]["chars"] - payload["corpus"]["split_point"] - 1
-    assert payload["best"]["chars"] == whole
-    payload["train_config"]["eval_chars"] = 100
-    assert resume_config(payload, {}, {"max_steps": 80})[1].eval_chars is None  # best.pt: the whole split
-    payload["best"]["chars"] = 100
-    payload["train_config"]["eval_chars"] = None
-    assert resume_config(payload, {}, {"max_steps": 80})[1].eval_chars == 100  # best.pt: its start
     payload["train_config"]["eval_chars"] = 10 * whole  # past the split's end: the whole split, as none is
-    payload["best"]["chars"] = whole
     for given in (10 * whole, whole, None):
         assert resume_config(payload, {}, {"max_steps": 80, "eval_chars": given})[1].eval_chars is None
     with pytest.raises(CharrnnError, match=r"eval_chars 100 contradicts the checkpoint \(eval_chars none\)"):
