@@ -1,14 +1,14 @@
 """Checkpoints: plain dicts of Python values and CPU tensors, written atomically (docs/long-runs.md).
 
 Nothing else is pickled, so a checkpoint loads with ``weights_only=True`` (no code runs) on any machine;
-:func:`load_checkpoint` checks every field (:data:`PAYLOAD_FIELDS`) before anything is allocated."""
+:func:`load_checkpoint` checks every field (:class:`Checkpoint`) before anything is allocated."""
 
 from __future__ import annotations
 
 import math
 import os
 import warnings
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -34,36 +34,48 @@ from charrnn.utils.files import reason, replace_file
 
 FORMAT_VERSION = 1
 Number = int | float
-# Each top-level field, its type, and whether every checkpoint must have it (False: only those
-# written by training, which resuming needs). Dataclass-typed fields are checked field by field.
-PAYLOAD_FIELDS: dict[str, tuple[Any, bool]] = {
-    "format_version": (int, True),
-    "model_config": (ModelConfig, True),
-    "vocab": (list[str], True),
-    "vocab_digest": (str, False),
-    "model_state": (dict, True),
-    "corpus": (CorpusInfo, False),
-    "run_id": (str, False),
-    "train_config": (TrainConfig, False),
-    "optimizer_state": (dict, False),
-    "step": (int, False),
-    "epoch": (int, False),
-    "epoch_step": (int, False),
-    "progress_epochs": (Number, False),
-    "best": (EvalResult | None, False),
-    "latest_eval": (EvalResult | None, False),
-    "skipped_steps": (int, False),
-    "elapsed_s": (Number, False),
-    "machine": (str, False),
-    "score": (EvalResult | None, False),  # a model folder's: the validation score of its own weights
-    "carried_state": (list[torch.Tensor], False),
-    "rng": (dict, False),
-    "best_is_average": (bool, False),
-    "weight_average": (dict | None, False),
-    "training_weights": (dict, False),
-}
+REQUIRED, RESUMES = "required", "resumes"  # in every checkpoint (a model folder's too); what resuming needs
+
+
+def _part(*roles: str, non_negative: bool = False) -> Any:
+    return field(default=None, metadata={"roles": roles, "non_negative": non_negative})
+
+
+@dataclass
+class Checkpoint:
+    """The one schema of a checkpoint: each field it may hold, its type and its part (docs/long-runs.md).
+    A checkpoint is a plain dict of these fields, so that it loads with ``weights_only=True``:
+    :func:`save_checkpoint` writes one, :func:`load_checkpoint` reads one and checks every field against
+    this. Dataclass-typed fields are checked field by field."""
+
+    format_version: int = _part(REQUIRED)
+    model_config: ModelConfig = _part(REQUIRED)
+    vocab: list[str] = _part(REQUIRED)  # the characters in id order
+    vocab_digest: str = _part()
+    model_state: dict = _part(REQUIRED)  # the weights: the averaged ones in an averaged best.pt
+    corpus: CorpusInfo = _part(RESUMES)
+    run_id: str = _part()  # the run that wrote it (config.json carries the same)
+    train_config: TrainConfig = _part(RESUMES)
+    optimizer_state: dict = _part(RESUMES)
+    step: int = _part(RESUMES, non_negative=True)
+    epoch: int = _part(RESUMES, non_negative=True)  # completed passes over the training split
+    epoch_step: int = _part(RESUMES, non_negative=True)  # the next step within the epoch
+    progress_epochs: Number = _part(RESUMES, non_negative=True)
+    best: EvalResult | None = _part()  # the run's best validation score when saved
+    latest_eval: EvalResult | None = _part()  # the last validation result, with its step
+    skipped_steps: int = _part(non_negative=True)
+    elapsed_s: Number = _part(RESUMES, non_negative=True)
+    machine: str = _part()  # the processor or GPU it trained on
+    score: EvalResult | None = _part()  # a model folder's: the validation score of its own weights
+    carried_state: list[torch.Tensor] = _part(RESUMES)  # the hidden state of every stream
+    rng: dict = _part(RESUMES)  # Python's, torch's and CUDA's generator states
+    best_is_average: bool = _part()  # model_state holds the averaged weights
+    weight_average: dict | None = _part()  # with averaging: its weights and how many updates they hold
+    training_weights: dict = _part()  # an averaged best.pt's trained weights, which resuming continues
+
+
+RESUME_FIELDS = tuple(spec.name for spec in fields(Checkpoint) if RESUMES in spec.metadata["roles"])
 WEIGHT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # what a CPU computes with
-NON_NEGATIVE = ("step", "epoch", "epoch_step", "progress_epochs", "skipped_steps", "elapsed_s")
 
 
 def _to_cpu(value: Any) -> Any:
@@ -220,14 +232,16 @@ def check_record(cls: type, values: dict[str, Any], where: str, build: bool = Tr
 def validate_payload(payload: dict[str, Any]) -> ModelConfig:
     """Check every field of a checkpoint's dict; return its model configuration. Tensor shapes are checked
     before any model is built, so a small file that declares a huge model costs nothing."""
-    for name, (hint, required) in PAYLOAD_FIELDS.items():
+    hints = field_types(Checkpoint)
+    for spec in fields(Checkpoint):
+        name = spec.name
         if name not in payload:
-            if required:
+            if REQUIRED in spec.metadata["roles"]:
                 raise CharrnnError(f"{name} is missing")
             continue
         value = payload[name]
-        _check_type(value, hint, name)
-        if name in NON_NEGATIVE and not (math.isfinite(value) and value >= 0):
+        _check_type(value, hints[name], name)
+        if spec.metadata["non_negative"] and not (math.isfinite(value) and value >= 0):
             raise CharrnnError(f"{name} is {value}; expected 0 or more")
     if payload["format_version"] != FORMAT_VERSION:
         raise CharrnnError(f"format version {payload['format_version']}; this charrnn reads version "

@@ -50,7 +50,7 @@ from charrnn.models.devices import (
 )
 from charrnn.models.evaluate import EvalResult
 from charrnn.training.budget import BudgetDecision, plan_budget, plan_budget_end, planned_speed
-from charrnn.training.checkpoint import checkpoint_in, load_checkpoint, load_model
+from charrnn.training.checkpoint import RESUME_FIELDS, checkpoint_in, load_checkpoint, load_model
 from charrnn.training.distributed import ProcessGroup
 from charrnn.training.loop import TrainingLoop
 from charrnn.training.observer import TrainObserver
@@ -74,7 +74,7 @@ from charrnn.training.schedule import (
     schedule_warnings,
     stop_reason,
 )
-from charrnn.training.state import RESUME_FIELDS, TrainingRun
+from charrnn.training.state import TrainingRun
 from charrnn.utils.interrupt import GracefulStop
 from charrnn.utils.threads import ThreadChoice
 

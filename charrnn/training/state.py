@@ -26,10 +26,6 @@ from charrnn.training.distributed import ProcessGroup
 from charrnn.training.rundir import new_run_id
 from charrnn.utils.hardware import machine_description
 
-# What a checkpoint needs to be resumed.
-RESUME_FIELDS = ("corpus", "train_config", "optimizer_state", "step", "epoch", "epoch_step",
-                 "progress_epochs", "elapsed_s", "carried_state", "rng")
-
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)

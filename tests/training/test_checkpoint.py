@@ -104,10 +104,12 @@ def test_pickled_code_is_refused_and_never_runs(tmp_path, via_torch_save):
 
 def test_the_docs_name_every_checkpoint_field():
     """The format is described in one place for readers (docs/how-it-works.md); this keeps it complete."""
-    from charrnn.training import checkpoint
+    from dataclasses import fields
+
+    from charrnn.training.checkpoint import Checkpoint
 
     described = (Path(__file__).parents[2] / "docs" / "how-it-works.md").read_text(encoding="utf-8")
-    missing = [name for name in checkpoint.PAYLOAD_FIELDS if f"`{name}`" not in described]
+    missing = [spec.name for spec in fields(Checkpoint) if f"`{spec.name}`" not in described]
     assert missing == []
 
 
