@@ -396,7 +396,7 @@ def busy_core(quick: bool) -> list[Result]:
     """Training, scoring and sampling a 2×256 LSTM with charrnn's own thread choice, while another program
     keeps one core busy, against the same work on the quiet machine measured just before (each at most
     2× slower)."""
-    from charrnn.utils.threads import use_threads
+    from charrnn.utils.hardware import use_threads
 
     if len(os.sched_getaffinity(0)) < 2:
         return [Result("busy core: skipped (one core)", "-", 0.0, 0.0, 0.0, "reported", None)]

@@ -31,8 +31,8 @@ from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionCon
 from charrnn.generation.trained import TrainedModel, refuse_several_texts_in_a_stream, seeded
 from charrnn.models.pretrained import resolve_shipped, run_name
 from charrnn.training.observer import TrainObserver
+from charrnn.utils.hardware import check_threads, use_threads
 from charrnn.utils.terminal import markdown_text, one_line, require_valid_text
-from charrnn.utils.threads import check_threads, use_threads
 
 if TYPE_CHECKING:  # torch is imported only once the options are checked and there is work to do
     from charrnn.config import TrainingRequest
@@ -596,7 +596,7 @@ def _unknown(outside: dict[str, int], skip_unknown: bool) -> dict[str, int]:
 def load(path: PathArg, device: str = "cpu", threads: int | None = None) -> Model:
     """Load a checkpoint, or a run directory's best.pt, for sampling and scoring on ``device``
     (``auto``: a GPU when there is one), with ``threads`` CPU threads (default: the cores no other
-    program is busy on, :mod:`charrnn.utils.threads`)."""
+    program is busy on, :mod:`charrnn.utils.hardware`)."""
     return _load(path, device, "path", threads)
 
 

@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from charrnn.errors import ConfigError, ConfigTypeError, OptionConflict, option
-from charrnn.utils.hardware import CPU_BF16_ENV, cpu_has_native_bf16
+from charrnn.utils.hardware import CPU_BF16_ENV, check_threads, cpu_has_native_bf16
 from charrnn.utils.terminal import require_valid_text
-from charrnn.utils.threads import check_threads
 
 VERSION = "0.1.0"  # charrnn's release, as pyproject.toml gives it
 CellType = Literal["lstm", "gru", "rnn", "esn"]

@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # result types, named for their readers; importing them would
     from charrnn.training.observer import StepReport
     from charrnn.training.plan import TrainingPlan, TrainResult
     from charrnn.training.rundir import EvaluationRecord, SampleRecord
-    from charrnn.utils.threads import ThreadChoice
+    from charrnn.utils.hardware import ThreadChoice
 
 
 LOG_EVERY_S = 30.0  # without a terminal, a progress line at least this often

@@ -33,8 +33,8 @@ from charrnn.training.rundir import (
 )
 from charrnn.training.schedule import Schedule, StopReason
 from charrnn.training.state import TrainingRun
+from charrnn.utils.hardware import LoadWatch, ThreadChoice
 from charrnn.utils.interrupt import GracefulStop, StopRequested
-from charrnn.utils.threads import LoadWatch, ThreadChoice
 
 
 def train_step(run: TrainingRun, learning_rate: float) -> tuple[float, int]:

@@ -75,8 +75,8 @@ from charrnn.training.schedule import (
     stop_reason,
 )
 from charrnn.training.state import TrainingRun
+from charrnn.utils.hardware import ThreadChoice
 from charrnn.utils.interrupt import GracefulStop
-from charrnn.utils.threads import ThreadChoice
 
 if TYPE_CHECKING:  # a loaded model's type lives above training
     from charrnn.generation.trained import TrainedModel

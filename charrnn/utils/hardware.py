@@ -1,12 +1,18 @@
-"""What the machine can do: native bfloat16, available memory. Read without importing torch."""
+"""What the machine can do: native bfloat16, available memory, and how many CPU threads torch uses. Read
+without importing torch."""
 
 from __future__ import annotations
 
+import numbers
 import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError
 
 # Either flag means bfloat16 arithmetic in hardware, which oneDNN's CPU LSTM/GRU kernels use under
 # autocast; without them bfloat16 is emulated and slower than float32.
@@ -115,3 +121,177 @@ def available_host_memory() -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+# ---------------------------------------------------------------------------- threads
+# The cores no other program keeps busy (docs/performance.md, "Threads on a busy machine"): torch's parallel
+# regions wait for every thread, so one on a busy core stalls them all. The user's choice (--threads,
+# threads=, OMP_NUM_THREADS) always wins.
+
+BUSY_LOOK_S = 0.15  # how long the cores' use is watched before choosing
+BUSY_SHARE = 0.5  # a core another program used for at least this share of the look is busy
+MOST_THREADS = 1024  # the most threads a user may ask for (torch takes a 32-bit count; OpenMP far fewer)
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    """The threads torch runs with, and why."""
+
+    count: int  # torch's intra-op threads
+    reason: str  # what chose it, for the run table: "--threads", "OMP_NUM_THREADS", or the cores seen
+    given: bool = False  # the user's own count (--threads, threads=, OMP_NUM_THREADS): never changed
+
+    def describe(self) -> str:
+        return f"{self.count} ({self.reason})"
+
+
+def check_threads(threads: int | None) -> int | None:
+    """A requested thread count: None (charrnn chooses) or a whole number from 1 to :data:`MOST_THREADS`.
+    ``OMP_NUM_THREADS`` is checked too, before torch reads it."""
+    _from_environment()
+    if threads is None:
+        return None
+    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral):
+        raise ConfigTypeError(f"must be a whole number of at least 1, not {threads!r}", "threads")
+    if not 1 <= threads <= MOST_THREADS:
+        raise ConfigError(f"must be a whole number of at least 1 (at most {MOST_THREADS:,}), not {threads!r}",
+                          "threads")
+    return int(threads)
+
+
+def _from_environment() -> int | None:
+    """``OMP_NUM_THREADS`` when set to a thread count; unset or blank: None. Anything else is refused:
+    it names the user's choice, so it is never silently ignored."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if not value:
+        return None
+    if not re.fullmatch(r"[0-9]+", value) or not 1 <= int(value) <= MOST_THREADS:
+        raise ConfigError(f"OMP_NUM_THREADS must be a whole number from 1 to {MOST_THREADS:,}, not {value!r}")
+    return int(value)
+
+
+def core_times(stat: str) -> dict[str, tuple[int, int]]:
+    """Each core's (busy, total) clock ticks from a ``/proc/stat`` text: ``cpu0``, ``cpu1``, ..."""
+    times = {}
+    for line in stat.splitlines():
+        name, *fields = line.split()
+        if not name.startswith("cpu") or name == "cpu" or len(fields) < 4:
+            continue
+        ticks = [int(value) for value in fields[:8]]
+        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle and waiting for I/O
+        times[name] = (sum(ticks) - idle, sum(ticks))
+    return times
+
+
+def busy_cores(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]],
+               cores: set[int]) -> int:
+    """How many of ``cores`` were at least :data:`BUSY_SHARE` busy between two :func:`core_times`."""
+    busy = 0
+    for core in cores:
+        name = f"cpu{core}"
+        if name not in before or name not in after:
+            continue
+        used = after[name][0] - before[name][0]
+        elapsed = after[name][1] - before[name][1]
+        if elapsed > 0 and used >= BUSY_SHARE * elapsed:
+            busy += 1
+    return busy
+
+
+def _read_stat() -> str:
+    return Path("/proc/stat").read_text()
+
+
+def usable_cores() -> set[int]:
+    """The cores this process may run on."""
+    return os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+
+
+def choose_threads(requested: int | None = None, processes: int = 1,
+                   read_stat: Callable[[], str] = _read_stat,
+                   sleep: Callable[[float], None] = time.sleep) -> ThreadChoice | None:
+    """The threads to run with: ``requested``, else ``OMP_NUM_THREADS``, else the usable cores no other
+    program kept busy while watched, shared among ``processes`` (torchrun's on this machine), at least 1.
+    None where the cores cannot be watched (no ``/proc/stat``): torch's own default stands."""
+    requested = check_threads(requested)
+    cores = usable_cores()
+    more = f", more than the {_cores(len(cores))} this process may use"
+    if requested is not None:
+        return ThreadChoice(requested, "--threads" + (more if requested > len(cores) else ""), given=True)
+    from_environment = _from_environment()
+    if from_environment is not None:
+        beyond = more if from_environment > len(cores) else ""
+        return ThreadChoice(from_environment, "OMP_NUM_THREADS" + beyond, given=True)
+    try:
+        before = core_times(read_stat())
+        sleep(BUSY_LOOK_S)
+        after = core_times(read_stat())
+    except (OSError, ValueError):
+        return None
+    busy = busy_cores(before, after, cores)
+    free = max(1, (len(cores) - busy) // max(processes, 1))
+    shared = f", shared by {processes} processes" if processes > 1 else ""
+    if busy:
+        return ThreadChoice(free, f"{_cores(len(cores))}, {busy} busy with other work{shared}")
+    return ThreadChoice(free, f"{_cores(len(cores))}, {'all free' if len(cores) > 1 else 'free'}{shared}")
+
+
+def _cores(count: int) -> str:
+    return f"{count} core{'s' if count != 1 else ''}"
+
+
+def use_threads(requested: int | None = None, processes: int = 1) -> ThreadChoice | None:
+    """Choose (:func:`choose_threads`) and set torch's thread count; the choice, or None where torch's
+    default stands."""
+    choice = choose_threads(requested, processes)
+    if choice is not None:
+        import torch
+
+        torch.set_num_threads(choice.count)
+    return choice
+
+
+class LoadWatch:
+    """How many cores other programs keep busy while this process works: the cores' busy time over a
+    stretch (``/proc/stat``), less this process's own CPU time; without ``/proc/stat`` it sees nothing."""
+
+    def __init__(self, read_stat: Callable[[], str] = _read_stat,
+                 own_cpu_s: Callable[[], float] = time.process_time,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.read_stat, self.own_cpu_s, self.clock = read_stat, own_cpu_s, clock
+        self.start()
+
+    def start(self) -> None:
+        """Begin a new stretch."""
+        self.began = (self._busy_s(), self.own_cpu_s(), self.clock())
+
+    def _busy_s(self) -> float | None:
+        try:
+            ticks = sum(busy for busy, _ in core_times(self.read_stat()).values())
+        except (OSError, ValueError):
+            return None
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+    def others_busy(self) -> int:
+        """Cores' worth of work other programs did since the stretch began, rounded."""
+        busy, own, now = self._busy_s(), self.own_cpu_s(), self.clock()
+        began_busy, began_own, began = self.began
+        if busy is None or began_busy is None or now <= began:
+            return 0
+        others = (busy - began_busy) - (own - began_own)
+        return max(0, round(others / (now - began)))
+
+    def leave_busy_cores(self) -> str | None:
+        """Train on the cores other programs leave free, when that is fewer threads than torch runs (see
+        the module docstring). Returns what to tell the user, if the threads changed."""
+        import torch
+
+        others = self.others_busy()
+        self.start()
+        cores = len(usable_cores())
+        left = max(1, cores - others)
+        if left >= torch.get_num_threads():
+            return None
+        torch.set_num_threads(left)
+        return (f"other programs keep {others} of this machine's {cores} cores busy: training goes on with "
+                f"{left} thread{'s' if left > 1 else ''}")

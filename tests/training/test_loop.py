@@ -291,7 +291,7 @@ def test_a_slowed_run_leaves_the_cores_other_programs_keep_busy_unless_its_threa
         repeated_corpus, tmp_path, monkeypatch, given):
     """A thread on a busy core slows torch's others at every operation: the run trains, and ends, on the
     cores left; a thread count the user gave stays."""
-    from charrnn.utils.threads import LoadWatch, ThreadChoice
+    from charrnn.utils.hardware import LoadWatch, ThreadChoice
 
     measured_end(monkeypatch, pass_s=0.2)
     monkeypatch.setattr(LoadWatch, "others_busy", lambda self: 1)

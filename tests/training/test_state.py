@@ -1,12 +1,19 @@
+import contextlib
 from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data.corpus import StreamBatches, encode_corpus, split_ids
+from charrnn.models.evaluate import EvalResult
+from charrnn.training import loop as trainer
 from charrnn.training.loop import train_step
-from charrnn.training.state import TrainingRun, restore_cuda_rng
+from charrnn.training.rundir import checkpoint_bytes
+from charrnn.training.state import TrainingRun, WeightAverage, restore_cuda_rng
+
+from helpers import plan_run
 
 
 @pytest.fixture
@@ -65,3 +72,112 @@ def test_auto_precision_trains_an_lstm_in_bf16_here_with_float32_weights(repeate
     payload = runs["auto"].payload(0.0, runs["auto"].carried_state())
     assert all(tensor.dtype == torch.float32 for tensor in payload["model_state"].values())
     assert payload["train_config"]["precision"] == "auto"
+
+
+# ---------------------------------------------------------------------------- the weights' moving average
+
+def scalar_model(value: float) -> nn.Module:
+    model = nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(value)
+    return model
+
+
+def test_the_average_follows_the_warm_up_then_the_decay():
+    model = scalar_model(0.0)
+    average = WeightAverage(model, decay=0.5)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    average.update()  # r = min(0.5, 2/11)
+    assert average.weights["weight"].item() == pytest.approx(9 / 11)
+    average.update()  # r = min(0.5, 3/12)
+    assert average.weights["weight"].item() == pytest.approx(1 - (2 / 11) * (3 / 12))
+    for _ in range(20):
+        average.update()
+    assert average.rate() == 0.5
+    assert average.weights["weight"].item() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_swapped_in_weights_go_back_even_after_an_error():
+    model = scalar_model(3.0)
+    average = WeightAverage(scalar_model(7.0), decay=0.9)
+    with pytest.raises(RuntimeError), average.swapped_in(model):
+        assert model.weight.item() == 7.0
+        raise RuntimeError("evaluation failed")
+    assert model.weight.item() == 3.0
+
+
+def test_the_state_round_trips_and_refuses_another_model():
+    model = scalar_model(2.0)
+    average = WeightAverage(model, decay=0.9)
+    with torch.no_grad():
+        model.weight.fill_(4.0)
+    average.update()
+    copy = WeightAverage(scalar_model(0.0), decay=0.9)
+    copy.load_state(average.state())
+    assert copy.updates == 1 and torch.equal(copy.weights["weight"], average.weights["weight"])
+    with pytest.raises(ValueError):
+        WeightAverage(nn.Linear(1, 1), decay=0.9).load_state(average.state())
+
+
+@pytest.fixture
+def scripted_scores(monkeypatch):
+    """Make validation scores depend only on whether the averaged weights are in the model."""
+    scores = {"trained": 2.0, "averaged": 1.0}
+    averaging = []
+    original = WeightAverage.swapped_in
+
+    @contextlib.contextmanager
+    def marked(self, model):
+        with original(self, model):
+            averaging.append(True)
+            yield model
+            averaging.pop()
+
+    monkeypatch.setattr(WeightAverage, "swapped_in", marked)
+    monkeypatch.setattr(trainer, "evaluate", lambda model, ids: EvalResult.from_total(
+        scores["averaged" if averaging else "trained"], 1))
+    return scores
+
+
+def checkpoint(path):
+    return torch.load(path, weights_only=True)
+
+
+def test_best_pt_holds_the_averaged_weights_when_they_score_better(scripted_scores, small_corpus, tmp_path):
+    result = plan_run(small_corpus, tmp_path / "run", max_steps=3, ema_decay=0.9).run()
+    assert result.best_is_average and result.best.nats_per_char == 1.0
+    best, last = checkpoint(tmp_path / "run" / "best.pt"), checkpoint(tmp_path / "run" / "last.pt")
+    assert best["best_is_average"] and best["best"]["nats_per_char"] == 1.0
+    for name, tensor in last["model_state"].items():
+        assert torch.equal(best["model_state"][name], last["weight_average"]["weights"][name])
+        assert torch.equal(best["training_weights"][name], tensor)
+    assert not torch.equal(best["model_state"]["head.bias"], last["model_state"]["head.bias"])
+    metrics = (tmp_path / "run" / "metrics.jsonl").read_text()
+    assert '"val_loss": 2.0' in metrics and '"averaged_val_loss": 1.0' in metrics
+    parameters = sum(tensor.numel() for tensor in last["model_state"].values())
+    largest = (tmp_path / "run" / "best.pt").stat().st_size
+    assert 4 * 4 * parameters < largest <= checkpoint_bytes(parameters, averaging=True)  # four float32 copies
+
+
+def test_training_goes_on_from_the_trained_weights_of_an_averaged_best_pt(scripted_scores, small_corpus,
+                                                                          tmp_path):
+    plan_run(small_corpus, tmp_path / "run", max_steps=3, ema_decay=0.9).run()
+    plan_run(None, tmp_path / "branch", resume=tmp_path / "run" / "best.pt", max_steps=6).run()
+    plan_run(None, None, resume=tmp_path / "run" / "last.pt", max_steps=6).run()
+    branched = checkpoint(tmp_path / "branch" / "last.pt")
+    continued = checkpoint(tmp_path / "run" / "last.pt")
+    for name, tensor in continued["model_state"].items():
+        assert torch.equal(branched["model_state"][name], tensor), name
+        average = continued["weight_average"]["weights"][name]
+        assert torch.equal(branched["weight_average"]["weights"][name], average), name
+
+
+def test_best_pt_holds_the_trained_weights_when_they_score_better(scripted_scores, small_corpus, tmp_path):
+    scripted_scores.update(trained=1.0, averaged=1.5)
+    result = plan_run(small_corpus, tmp_path / "run", max_steps=3, ema_decay=0.9).run()
+    assert not result.best_is_average
+    best, last = checkpoint(tmp_path / "run" / "best.pt"), checkpoint(tmp_path / "run" / "last.pt")
+    assert "training_weights" not in best and not best["best_is_average"]
+    for name, tensor in last["model_state"].items():
+        assert torch.equal(best["model_state"][name], tensor)
