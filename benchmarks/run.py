@@ -33,8 +33,7 @@ from rich.table import Table
 from torch import nn
 
 from charrnn.config import EVAL_STREAMS, ModelConfig, SampleConfig, TrainConfig
-from charrnn.data.cache import CACHE_DIR_ENV
-from charrnn.data.corpus import CorpusInfo, StreamBatches, encode_corpus
+from charrnn.data.corpus import CACHE_DIR_ENV, CorpusInfo, StreamBatches, encode_corpus
 from charrnn.data.datasets import DATA_DIR_ENV, DEFAULT_DATASET, fetch
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError

@@ -423,8 +423,7 @@ class Model(TrainedModel):
         evaluation (a copy of the model adapts as it reads; the checkpoint never changes)."""
         request = Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay, segment_len,
                                 single_stream)
-        from charrnn.data.cache import cached_ids, scan_corpus
-        from charrnn.data.corpus import checkpoint_validation_ids, corpus_path
+        from charrnn.data.corpus import cached_ids, checkpoint_validation_ids, corpus_path, scan_corpus
         from charrnn.models.evaluate import require_scorable
 
         skipped: dict[str, int] = {}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from charrnn.data.cache import CACHE_DIR_ENV
+from charrnn.data.corpus import CACHE_DIR_ENV
 from charrnn.data.datasets import MIRROR_ENV
 from charrnn.training.plan import TrainResult
 from charrnn.utils.hardware import CPU_BF16_ENV

@@ -27,7 +27,7 @@ from conftest import SMALL_TEXT
 
 import charrnn
 from charrnn.cli.main import cli
-from charrnn.data import cache as corpus_cache
+from charrnn.data import corpus as corpus_cache
 from charrnn.errors import CharrnnError, ConfigTypeError
 from charrnn.models.evaluate import EvalResult
 from charrnn.training.checkpoint import load_checkpoint
@@ -687,7 +687,7 @@ def test_a_path_like_that_is_no_path_is_a_type_error(small_corpus):
 
 
 def test_a_cache_and_digest_edited_together_are_rebuilt(tmp_path):
-    from charrnn.data.cache import cache_name, cached_ids, scan_corpus
+    from charrnn.data.corpus import cache_name, cached_ids, scan_corpus
 
     corpus = tmp_path / "c.txt"
     corpus.write_text("abcabc abc\n" * 20)

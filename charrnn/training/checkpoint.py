@@ -15,8 +15,7 @@ from typing import Any, BinaryIO
 import torch
 
 from charrnn.config import ModelConfig, TrainConfig, expected_type, field_types
-from charrnn.data.cache import scan_corpus
-from charrnn.data.corpus import CorpusInfo, corpus_path
+from charrnn.data.corpus import CorpusInfo, corpus_path, scan_corpus
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError, first_line, short_repr
 from charrnn.generation.trained import TrainedModel

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 import charrnn
 from charrnn.cli.main import cli as main
-from charrnn.data.cache import CACHE_DIR_ENV
+from charrnn.data.corpus import CACHE_DIR_ENV
 from charrnn.data.datasets import DATA_DIR_ENV, DATASETS, DEFAULT_DATASET, fetch
 from charrnn.errors import CharrnnError
 from charrnn.models.pretrained import SHIPPED_MODELS, resolve_shipped, run_name, shipped_path
