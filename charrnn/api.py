@@ -829,7 +829,7 @@ def export(checkpoint: PathArg, output: PathArg, *, format: str = "page", title:
            prime: str = "", float32: bool = False, threads: int | None = None) -> Exported:
     """Write ``checkpoint``'s model as one self-contained HTML page that generates text in a browser with
     no Python, server or network (:mod:`charrnn.generation.webpage`; ``prime`` fills its prime box), or
-    with ``format="safetensors"`` as a model folder (:mod:`charrnn.training.model_folder`; ``float32``:
+    with ``format="safetensors"`` as a model folder (:mod:`charrnn.training.checkpoint`; ``float32``:
     float32 weights, not the checkpoint's). ``threads``: as :func:`load`'s."""
     if checked(format, str, "format") not in EXPORT_FORMATS:
         raise ConfigError(f"must be one of {', '.join(EXPORT_FORMATS)}, not {format!r}", "format")
@@ -869,7 +869,7 @@ def _parameters(model: Model) -> int:
 
 def _export_folder(checkpoint: PathArg, output: PathArg, float32: bool, threads: int | None) -> Exported:
     """:func:`export` as a model folder, every refusal made before the checkpoint is loaded."""
-    from charrnn.training.model_folder import check_folder_output, weights_dtype, write_model_folder
+    from charrnn.training.checkpoint import check_folder_output, weights_dtype, write_model_folder
 
     target = _require_path(output, "output")
     check_folder_output(target, option("output"), resolve_shipped(_require_path(checkpoint, "checkpoint")))

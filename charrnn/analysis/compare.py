@@ -80,7 +80,7 @@ def _score(loaded: TrainedModel, settings: CompareSettings
     except CharrnnError as exc:
         if settings.text is not None:
             raise
-        from charrnn.training.model_folder import weights_score
+        from charrnn.training.checkpoint import weights_score
 
         stored = weights_score(loaded.payload, loaded.checkpoint) or loaded.payload.get("latest_eval")
         if stored is None:

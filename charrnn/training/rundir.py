@@ -26,12 +26,14 @@ import torch
 from charrnn.config import expected_type, field_types
 from charrnn.errors import CharrnnError, OptionConflict, option, short_repr
 from charrnn.models.pretrained import refuse_writing_in_shipped, resolve_shipped
-from charrnn.training.checkpoint import file_in_run_directory, save_checkpoint, saved_by_torch
-from charrnn.training.model_folder import (
+from charrnn.training.checkpoint import (
     CHECKPOINT_NAMES,
+    file_in_run_directory,
     is_model_folder,
     read_folder_config,
     refuse_writing_in_a_model_folder,
+    save_checkpoint,
+    saved_by_torch,
 )
 from charrnn.utils.files import (
     TEMPORARY_GLOB,

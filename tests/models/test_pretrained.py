@@ -20,8 +20,7 @@ from charrnn.data.corpus import CACHE_DIR_ENV
 from charrnn.data.datasets import DATA_DIR_ENV, DATASETS, DEFAULT_DATASET, fetch
 from charrnn.errors import CharrnnError
 from charrnn.models.pretrained import SHIPPED_MODELS, resolve_shipped, run_name, shipped_path
-from charrnn.training.checkpoint import checkpoint_in, load_checkpoint
-from charrnn.training.model_folder import FOLDER_FILES
+from charrnn.training.checkpoint import FOLDER_FILES, checkpoint_in, load_checkpoint
 
 from helpers import INSTALLED, needs_installed
 

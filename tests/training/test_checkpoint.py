@@ -1,20 +1,34 @@
+import json
 import os
 import pickle
+import re
+import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from click.testing import CliRunner
 
+import charrnn
+from charrnn.cli.main import cli
 from charrnn.errors import CharrnnError
 from charrnn.training.checkpoint import (
+    CONFIG,
+    FOLDER_FILES,
     FORMAT_VERSION,
+    VOCAB,
+    WEIGHTS,
     checkpoint_in,
     load_checkpoint,
     load_model,
     save_checkpoint,
 )
+
+from helpers import KINDS, random_model
+from helpers import VOCAB as KINDS_VOCAB
 
 
 def test_round_trip_gives_identical_logits(tiny_checkpoint, tmp_path):
@@ -147,3 +161,333 @@ def test_a_run_directory_that_cannot_be_read_is_a_one_line_error(tmp_path, monke
     monkeypatch.setattr(Path, "is_file", denied)
     with pytest.raises(CharrnnError, match=f"^cannot read run directory {run}: Permission denied$"):
         checkpoint_in(run)
+
+
+# ---------------------------------------------------------------------------- model folders
+
+DOCS = Path(__file__).parents[2] / "docs" / "model-folder.md"
+
+
+@pytest.fixture
+def folder(tiny_checkpoint, tmp_path) -> Path:
+    """The tiny run's best.pt as a model folder."""
+    return charrnn.export(tiny_checkpoint, tmp_path / "model", format="safetensors").path
+
+
+def test_a_folder_samples_and_scores_as_its_checkpoint(tiny_checkpoint, folder):
+    assert sorted(path.name for path in folder.iterdir()) == sorted(FOLDER_FILES)
+    from_checkpoint, from_folder = charrnn.load(tiny_checkpoint), charrnn.load(folder)
+    assert from_folder.sample("RO", 80, seed=3).texts == from_checkpoint.sample("RO", 80, seed=3).texts
+    text = "ROMEO: I love thee.\n" * 8
+    scores = [model.perplexity(text).score.nats_per_char for model in (from_checkpoint, from_folder)]
+    assert abs(scores[0] - scores[1]) < 1e-6
+    (folder.parent / "text.txt").write_text(text, encoding="utf-8")
+    compared = charrnn.compare([tiny_checkpoint, folder], text_file=folder.parent / "text.txt", length=40,
+                               seed=2)
+    first, second = compared.reports
+    assert first.sample == second.sample and abs(first.nats_per_char - second.nats_per_char) < 1e-6
+
+
+def test_the_command_line_reads_a_folder_as_it_reads_a_checkpoint(tiny_checkpoint, folder):
+    runner = CliRunner()
+    text = tiny_checkpoint.parent / "text.txt"
+    text.write_text("ROMEO: I love thee.\n" * 4, encoding="utf-8")
+    for command in (["sample", "{}", "--prime", "RO", "--length", "60", "--greedy"],
+                    ["eval-perplexity", "{}", str(text), "--json"]):
+        outputs = [runner.invoke(cli, [part.format(path) for part in command]) for path in
+                   (tiny_checkpoint, folder)]
+        assert [result.exit_code for result in outputs] == [0, 0], outputs[1].output
+        if "--json" in command:
+            scores = [json.loads(result.stdout)["nats_per_char"] for result in outputs]
+            assert abs(scores[0] - scores[1]) < 1e-6
+        else:
+            assert outputs[0].stdout == outputs[1].stdout
+    info = charrnn.info(folder).facts
+    assert info["step"] == load_checkpoint(tiny_checkpoint)["step"] and info["resumable"] is False
+    assert info["machine"] == load_checkpoint(tiny_checkpoint)["machine"] and info["machine"]
+
+
+def test_a_folder_fine_tunes_but_is_never_resumed(folder, small_corpus, tmp_path):
+    tuned = charrnn.train(small_corpus, out_dir=tmp_path / "tuned", init_from=folder, max_steps=2)
+    assert tuned.steps == 2 and load_checkpoint(tmp_path / "tuned" / "last.pt")["train_config"]["init_from"]
+    cut = shutil.copytree(folder, tmp_path / "cut")
+    (cut / WEIGHTS).write_bytes((cut / WEIGHTS).read_bytes()[:100])  # refused before the weights are read
+    for given in (folder, cut):
+        result = CliRunner().invoke(cli, ["train", "--resume", str(given), "--max-steps", "5"])
+        assert result.exit_code == 1 and result.stderr.strip().endswith(
+            f"is a model folder: it holds weights only, so it cannot be resumed; fine-tune it with "
+            f"--init-from {given}")
+
+
+def test_the_weights_keep_the_checkpoints_precision_unless_float32_is_asked(tiny_checkpoint, tmp_path):
+    half = tmp_path / "half.pt"
+    payload = load_checkpoint(tiny_checkpoint)
+    halved = {name: weight.half() for name, weight in payload["model_state"].items()}
+    save_checkpoint(half, {**payload, "model_state": halved})
+    kept = charrnn.export(half, tmp_path / "kept", format="safetensors")
+    widened = charrnn.export(half, tmp_path / "wide", format="safetensors", float32=True)
+    assert kept.encoding == "float16 safetensors" and widened.encoding == "float32 safetensors"
+    assert {t.dtype for t in load_checkpoint(kept.path)["model_state"].values()} == {torch.float16}
+    assert widened.size > 1.9 * kept.size
+    assert charrnn.load(kept.path).sample("RO", 50, greedy=True).text == \
+        charrnn.load(widened.path).sample("RO", 50, greedy=True).text
+
+
+def test_the_model_card_says_what_the_model_scores_and_how_it_was_made(tiny_checkpoint, folder):
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    payload = load_checkpoint(tiny_checkpoint)
+    best, corpus = payload["best"], payload["corpus"]
+    assert card.startswith("---\nlibrary_name: charrnn\n")
+    for fact in (f"{best['nats_per_char']:.4f}", f"{best['bits_per_char']:.4f}", f"{best['perplexity']:.3f}",
+                 corpus["sha256"], f"{sum(t.numel() for t in payload['model_state'].values()):,} parameters",
+                 f"| steps | {payload['step']:,} |", payload["machine"], charrnn.__version__,
+                 f"charrnn sample {folder.name}", f"--init-from {folder.name}"):
+        assert fact in card, fact
+    assert "not recorded" not in card
+
+
+def test_an_export_replaces_only_a_folder_it_wrote(tiny_checkpoint, folder, tmp_path):
+    again = charrnn.export(tiny_checkpoint, folder, format="safetensors", float32=True)
+    assert again.path == folder and sorted(p.name for p in folder.iterdir()) == sorted(FOLDER_FILES)
+    (folder / "notes.txt").write_text("mine", encoding="utf-8")
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+    for target, fragment in ((folder, "holds what an export did not write (notes.txt)"),
+                             (folder / "notes.txt", "is inside the model folder"),
+                             (tiny_checkpoint.parent / "metrics.jsonl", "is a file"),
+                             (tiny_checkpoint.parent, "holds"),
+                             (tmp_path / "no" / "such", "there is no directory")):
+        result = CliRunner().invoke(cli, ["export", str(tiny_checkpoint), "--format", "safetensors",
+                                          "--output", str(target)])
+        assert result.exit_code != 0 and len(result.stderr.splitlines()) == 1, result.output
+        assert fragment in result.stderr, result.stderr
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(CharrnnError, match="is a symbolic link"):
+        charrnn.export(tiny_checkpoint, link, format="safetensors")
+    assert not list(tmp_path.glob(".charrnn-*"))
+
+
+@pytest.mark.parametrize(("options", "fragment"), [
+    ({"title": "x"}, "title is the page's"),
+    ({"prime": "ab"}, "prime is the page's"),
+    ({"format": "onnx"}, "format must be one of page, safetensors"),
+])
+def test_options_of_the_other_format_are_refused(tiny_checkpoint, tmp_path, options, fragment):
+    with pytest.raises(CharrnnError, match=fragment):
+        charrnn.export(tiny_checkpoint, tmp_path / "out", **{"format": "safetensors", **options})
+    with pytest.raises(CharrnnError, match="float32 is a model folder's"):
+        charrnn.export(tiny_checkpoint, tmp_path / "page.html", float32=True)
+    assert not list(tmp_path.iterdir())
+
+
+def _edit_json(name: str, edit):
+    def apply(folder: Path) -> None:
+        value = json.loads((folder / name).read_text(encoding="utf-8"))
+        (folder / name).write_text(json.dumps(edit(value)), encoding="utf-8")
+    return apply
+
+
+def _edit_weights(edit):
+    def apply(folder: Path) -> None:
+        from safetensors.torch import load_file, save_file
+
+        save_file(edit(load_file(folder / WEIGHTS)), folder / WEIGHTS)
+    return apply
+
+
+def _write(name: str, data: bytes):
+    return lambda folder: (folder / name).write_bytes(data)
+
+
+def _first_weight(state: dict, value: torch.Tensor) -> dict:
+    return {**state, sorted(state)[0]: value}
+
+
+DAMAGE = {
+    "config not JSON": (_write(CONFIG, b"{nope"), CONFIG, "is not JSON"),
+    "config of another format": (_edit_json(CONFIG, lambda c: {**c, "format": "gpt2"}), CONFIG,
+                                 "not a charrnn model folder's config"),
+    "config of a newer version": (_edit_json(CONFIG, lambda c: {**c, "format_version": 2}), CONFIG,
+                                  "format version 2"),
+    "a negative step": (_edit_json(CONFIG, lambda c: {**c, "step": -1}), CONFIG, "step is -1"),
+    "an unknown cell": (_edit_json(CONFIG, lambda c: {**c, "model_config": {**c["model_config"],
+                                                                             "cell": "transformer"}}),
+                        CONFIG, "model_config"),
+    "a wider model than its tensors": (
+        _edit_json(CONFIG, lambda c: {**c, "model_config": {**c["model_config"], "hidden_size": 64}}),
+        WEIGHTS, "model.safetensors does not match"),
+    "a vocabulary size its list does not have": (
+        _edit_json(CONFIG, lambda c: {**c, "model_config": {**c["model_config"], "vocab_size": 999}}),
+        VOCAB, "vocab.json does not match"),
+    "a version that is not a whole number": (_edit_json(CONFIG, lambda c: {**c, "format_version": True}),
+                                             CONFIG, "format version True"),
+    "vocabulary not a list": (_edit_json(VOCAB, lambda v: {"chars": v}), VOCAB, "vocab is"),
+    "vocabulary with a repeat": (_edit_json(VOCAB, lambda v: [v[0], *v[:-1]]), VOCAB, "unique"),
+    "vocabulary of strings": (_edit_json(VOCAB, lambda v: ["ab", *v[1:]]), VOCAB, "exactly one code point"),
+    "vocabulary too short": (_edit_json(VOCAB, lambda v: v[:-1]), VOCAB, "vocab has"),
+    "vocabulary not JSON": (_write(VOCAB, b"\xff\xfe"), VOCAB, "is not JSON"),
+    "weights missing": (lambda folder: (folder / WEIGHTS).unlink(), WEIGHTS, "is missing"),
+    "weights not safetensors": (_write(WEIGHTS, b"PK\x03\x04 a zip"), WEIGHTS, "not a readable safetensors"),
+    "weights cut short": (lambda folder: (folder / WEIGHTS).write_bytes((folder / WEIGHTS).read_bytes()[:-9]),
+                          WEIGHTS, "not a readable safetensors"),
+    "a weight of integers": (_edit_weights(lambda s: _first_weight(s, s[sorted(s)[0]].long())), WEIGHTS,
+                             "holds torch.int64 values"),
+    "a weight of float8": (_edit_weights(lambda s: _first_weight(s, s[sorted(s)[0]].to(torch.float8_e4m3fn))),
+                           WEIGHTS, "holds torch.float8_e4m3fn values; expected float16, bfloat16"),
+    "only the config left": (lambda folder: [(folder / name).unlink() for name in (WEIGHTS, VOCAB)], WEIGHTS,
+                             "is missing"),
+    "a weight of NaN": (_edit_weights(lambda s: _first_weight(s, s[sorted(s)[0]] * float("nan"))), WEIGHTS,
+                        "non-finite"),
+    "a weight too many": (_edit_weights(lambda s: {**s, "extra": torch.zeros(2)}), WEIGHTS, "'extra'"),
+    "a weight missing": (_edit_weights(lambda s: dict(sorted(s.items())[1:])), WEIGHTS, "lacks"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE, ids=list(DAMAGE))
+def test_a_damaged_folder_is_refused_in_one_line_naming_the_file(folder, damage):
+    apply, file, fragment = DAMAGE[damage]
+    apply(folder)
+    for command in (["sample", str(folder), "--length", "5"], ["info", str(folder)]):
+        result = CliRunner().invoke(cli, command)
+        assert result.exit_code == 1 and len(result.stderr.splitlines()) == 1, result.output
+        assert f"{folder}/{file}" in result.stderr and fragment in result.stderr, result.stderr
+
+
+def numpy_reader() -> type:
+    """The CharModel class of the reader in docs/model-folder.md, run from the docs themselves."""
+    section = DOCS.read_text(encoding="utf-8").split("## Reading it in plain numpy", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert len(code.splitlines()) < 80
+    namespace: dict = {}
+    exec(code.rsplit("\nprint(", 1)[0], namespace)  # all but the example's last line
+    return namespace["CharModel"]
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=list(KINDS))
+def test_the_numpy_reader_in_the_docs_writes_charrnns_greedy_text(kind, tmp_path):
+    pytest.importorskip("numpy")
+    # An echo state network past a spectral radius of 1 is chaotic: float64 and float32 part within tens
+    # of characters (docs/model-folder.md), so it is tested in its stable regime.
+    stable = {"spectral_radius": 0.9} if KINDS[kind]["cell"] == "esn" else {}
+    model = random_model({**KINDS[kind], **stable})
+    checkpoint = tmp_path / "model.pt"
+    save_checkpoint(checkpoint, {"model_config": model.config.to_dict(), "vocab": list(KINDS_VOCAB.chars),
+                                 "model_state": model.state_dict()})
+    folder = charrnn.export(checkpoint, tmp_path / "folder", format="safetensors").path
+    prime = "ab 🙂c"
+    result = CliRunner().invoke(cli, ["sample", str(folder), "--prime", prime, "--length", "150", "--greedy"])
+    assert result.exit_code == 0, result.output
+    greedy = numpy_reader()(folder).greedy(prime, 150)
+    assert greedy == charrnn.sample(folder, prime, 150, greedy=True).text
+    assert result.stdout.rstrip("\n") == greedy.rstrip("\n")  # the command ends its text with a line end
+
+
+def test_the_shipped_model_reads_in_plain_numpy_as_in_charrnn(tmp_path):
+    pytest.importorskip("numpy")
+    folder = tmp_path / "shakespeare"
+    shutil.copytree(charrnn.load("shakespeare").checkpoint, folder)
+    assert numpy_reader()(folder).greedy("ROMEO:", 200) == charrnn.sample(
+        "shakespeare", "ROMEO:", 200, greedy=True, device="cpu").text
+
+
+def test_a_run_never_writes_into_a_model_folder(folder, small_corpus):
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+    for extra in ([], ["--overwrite"], ["--init-from", str(folder)]):
+        arguments = ["train", str(small_corpus), "--out", str(folder), "--max-steps", "1", *extra]
+        result = CliRunner().invoke(cli, arguments)
+        assert result.exit_code != 0 and len(result.stderr.splitlines()) == 1, result.output
+        assert "model folder" in result.stderr, result.stderr
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
+
+
+def test_a_folder_scores_its_own_weights_and_keeps_an_infinite_perplexity(tiny_run, tmp_path):
+    last = load_checkpoint(tiny_run / "last.pt")
+    scored = charrnn.export(tiny_run / "last.pt", tmp_path / "last", format="safetensors").path
+    assert f"{last['latest_eval']['nats_per_char']:.4f}" in (scored / "README.md").read_text(encoding="utf-8")
+    later = tmp_path / "later.pt"  # weights saved after their last evaluation
+    save_checkpoint(later, {**last, "step": last["step"] + 1})
+    unscored = charrnn.export(later, tmp_path / "unscored", format="safetensors").path
+    card = (unscored / "README.md").read_text(encoding="utf-8")
+    assert "These weights were not scored when they were saved" in card and "score" not in json.loads(
+        (unscored / CONFIG).read_text(encoding="utf-8"))
+    assert "charrnn eval-perplexity unscored" in card and str(tmp_path) not in card
+    assert charrnn.info(unscored).facts["score"] is None and charrnn.info(later).facts["score"] is None
+    assert charrnn.info(scored).facts["score"]["nats_per_char"] == last["latest_eval"]["nats_per_char"]
+    assert "not scored as saved" in CliRunner().invoke(cli, ["info", str(unscored)]).stdout
+    again = charrnn.export(unscored, tmp_path / "again", format="safetensors").path  # still unscored
+    assert "These weights were not scored" in (again / "README.md").read_text(encoding="utf-8")
+    payload = load_checkpoint(tiny_run / "best.pt")
+    diverged = tmp_path / "diverged.pt"
+    exploded = {**payload["best"], "nats_per_char": 800.0, "perplexity": float("inf")}
+    latest = {**exploded, "step": payload["step"]}
+    save_checkpoint(diverged, {**payload, "best": exploded, "latest_eval": latest})
+    folder = charrnn.export(diverged, tmp_path / "diverged", format="safetensors").path
+    assert load_checkpoint(folder)["score"]["perplexity"] == float("inf")
+    assert "| ∞ |" in (folder / "README.md").read_text(encoding="utf-8")
+    assert charrnn.info(folder).facts["best"]["perplexity"] == float("inf")
+
+
+def test_no_output_lands_inside_a_model_folder(folder, small_corpus, tmp_path):
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+    for arguments in (["sample", str(folder), "--length", "5", "--output", str(folder / "notes.txt")],
+                      ["export", str(folder), "--output", str(folder / "page.html")],
+                      ["export", str(folder), "--format", "safetensors", "--output", str(folder / "inner")],
+                      ["train", str(small_corpus), "--max-steps", "1", "--out", str(folder / "run")]):
+        result = CliRunner().invoke(cli, arguments)
+        assert result.exit_code == 2 and "is inside the model folder" in result.stderr, result.output
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
+
+
+def test_an_empty_folder_keeps_its_mode_and_the_current_directory_is_refused(tiny_checkpoint, tmp_path,
+                                                                             monkeypatch):
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    charrnn.export(tiny_checkpoint, private, format="safetensors")
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700 and (private / WEIGHTS).exists()
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    for given in (".", str(here)):
+        with pytest.raises(CharrnnError, match="is the current directory"):
+            charrnn.export(tiny_checkpoint, given, format="safetensors")
+    assert not list(here.iterdir())
+
+
+def test_averaged_runs_score_their_checkpoints_and_a_capped_or_partial_split_is_said(make_run, small_corpus,
+                                                                                   tmp_path):
+    run = make_run(small_corpus, tmp_path / "run", max_steps=30, eval_every=10, ema_decay=0.9, eval_chars=200,
+                   val_max_chars=300)
+    last = load_checkpoint(run.out_dir / "last.pt")
+    folder = charrnn.export(run.out_dir / "last.pt", tmp_path / "last", format="safetensors").path
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    assert f"| {last['latest_eval']['nats_per_char']:.4f} |" in card and "not scored" not in card
+    held = last["corpus"]["chars"] - last["corpus"]["split_point"]
+    assert held == 300 and f"the first 201 of the last {held:,} characters" in card
+    assert f"to the end, {held / last['corpus']['chars']:.1%} of the corpus" in card
+
+
+def test_only_a_charrnn_model_folder_keeps_outputs_out(tiny_checkpoint, tmp_path, monkeypatch):
+    project = tmp_path / "project"
+    (project / "models").mkdir(parents=True)
+    (project / "vocab.json").write_text('{"hello": 0}', encoding="utf-8")  # a tokenizer's, say
+    (project / "model.safetensors").write_bytes(b"")
+    monkeypatch.chdir(project)
+    assert charrnn.export(tiny_checkpoint, Path("models/m"), format="safetensors").path.is_dir()
+    long_name = project / ("x" * 250)  # a legal name: the temporary names stay short
+    charrnn.export(tiny_checkpoint, long_name, format="safetensors")
+    charrnn.export(tiny_checkpoint, long_name, format="safetensors", float32=True)
+    assert json.loads((long_name / CONFIG).read_text(encoding="utf-8"))["weights_dtype"] == "float32"
+
+
+def test_compare_without_the_corpus_shows_the_score_of_the_folders_own_weights(tiny_run, tmp_path):
+    payload = load_checkpoint(tiny_run / "best.pt")
+    averaged = {**payload["best"], "nats_per_char": 2.5}  # averaged weights' score, not the last evaluation's
+    gone = {**payload["corpus"], "path": str(tmp_path / "gone")}
+    (tmp_path / "run").mkdir()
+    save_checkpoint(tmp_path / "run" / "best.pt", {**payload, "best": averaged, "best_is_average": True,
+                                                   "corpus": gone})
+    folder = charrnn.export(tmp_path / "run" / "best.pt", tmp_path / "model", format="safetensors").path
+    for checkpoint in (tmp_path / "run" / "best.pt", folder):
+        report = charrnn.compare([checkpoint], length=5).reports[0]
+        assert report.nats_per_char == 2.5 and "stored at training time" in report.error
