@@ -80,14 +80,13 @@ def _require_path(value: PathArg, name: str) -> Path:
     return path
 
 
-def _one_text(text: str | None, file: PathArg | None, read: bool = True) -> str:
-    """The text to look at: ``text`` itself or the contents of ``file``, exactly one of them (unless
-    ``read``, the file is only looked for: "")."""
+def _one_text(text: str | None, file: PathArg | None) -> str:
+    """The text to look at: ``text`` itself or the contents of ``file``, exactly one of them."""
     path = _text_file(file, "file")
     if (text is None) == (path is None):
         raise OptionConflict(f"give one of {option('text')} and {option('file')}")
     if path is not None:
-        return _read_text(path) if read else ""
+        return _read_text(path)
     return require_valid_text(checked(text, str, "text"), "text")
 
 
@@ -128,16 +127,15 @@ def writing_request(prime: str | None = None, *, temperature: float | None = Non
     return Decoding.check(prime, None, temperature, prime_file, {"seed": seed, "no_repeat": no_repeat})
 
 
-def read_prime(prime: str | None, prime_file: PathArg | None, read: bool = True) -> str:
-    """The prime: ``prime``, or the text of ``prime_file``, or nothing; giving both is a conflict (unless
-    ``read``, the file is only looked for: "")."""
+def read_prime(prime: str | None, prime_file: PathArg | None) -> str:
+    """The prime: ``prime``, or the text of ``prime_file``, or nothing; giving both is a conflict."""
     if prime is not None:
         checked(prime, str, "prime")
     path = _text_file(prime_file, "prime_file")
     if prime is not None and path is not None:
         raise OptionConflict(f"give {option('prime')} or {option('prime_file')}, not both")
     if path is not None:
-        return _read_text(path) if read else ""
+        return _read_text(path)
     return require_valid_text(prime or "", "prime")
 
 
@@ -317,16 +315,14 @@ class Decoding:
 
     @classmethod
     def check(cls, prime: str | None, length: int | None, temperature: float | None,
-              prime_file: PathArg | None, options: dict[str, Any], *, stream: bool = False,
-              read: bool = True) -> Decoding:
-        """Check every option (``stream``: for one text delivered as generated) and read the prime
-        (unless ``read`` is False: a check before loading); draw a seed when sampling needs one and none
-        was given."""
+              prime_file: PathArg | None, options: dict[str, Any], *, stream: bool = False) -> Decoding:
+        """Check every option (``stream``: for one text delivered as generated) and read the prime; draw a
+        seed when sampling needs one and none was given."""
         lengths = {} if length is None else {"length": length}
         config = SampleConfig(temperature=temperature, **_known(options, SampleConfig), **lengths)
         if stream:
             refuse_several_texts_in_a_stream(config)
-        prime_text = read_prime(prime, prime_file, read)
+        prime_text = read_prime(prime, prime_file)
         drawn = seeded(config)
         return cls(drawn, prime_text, drawn is not config)
 
@@ -367,10 +363,9 @@ class Looking:
     config: InspectConfig  # the unit, layer, state and ranking asked for
 
     @classmethod
-    def check(cls, text: str | None, file: PathArg | None, options: dict[str, Any],
-              read: bool = True) -> Looking:
+    def check(cls, text: str | None, file: PathArg | None, options: dict[str, Any]) -> Looking:
         config = InspectConfig(**_known(options, InspectConfig))
-        return cls(_one_text(text, file, read)[: config.max_chars], config)
+        return cls(_one_text(text, file)[: config.max_chars], config)
 
 
 class Model(TrainedModel):
@@ -383,7 +378,9 @@ class Model(TrainedModel):
         other :class:`~charrnn.config.SampleConfig` fields (``top_k``, ``top_p``, ``greedy``, ``seed``,
         ``num_samples``, ``stop_at``, ``min_length``, ``beam_width``, ``length_penalty``, ``no_repeat``).
         The same seed gives the same text; without one, a seed is drawn and reported in the result."""
-        request = Decoding.check(prime, length, temperature, prime_file, options)
+        return self._sample(Decoding.check(prime, length, temperature, prime_file, options))
+
+    def _sample(self, request: Decoding) -> Samples:
         config = request.config
         self._refuse_an_unwritable_stop(config)
         written = self.write(request.prime, config)
@@ -399,7 +396,9 @@ class Model(TrainedModel):
                *, prime_file: PathArg | None = None, **options: Any) -> SampleStream:
         """One sample, character by character, as :meth:`sample` would generate it (same seed, same text).
         The prime is checked before this returns; beam search and several samples need :meth:`sample`."""
-        request = Decoding.check(prime, length, temperature, prime_file, options, stream=True)
+        return self._stream(Decoding.check(prime, length, temperature, prime_file, options, stream=True))
+
+    def _stream(self, request: Decoding) -> SampleStream:
         self._refuse_an_unwritable_stop(request.config)
         chars = self.characters(request.prime, request.config)
         return SampleStream(request.prime, request.config.seed, request.seed_drawn, chars, self.checkpoint)
@@ -421,8 +420,10 @@ class Model(TrainedModel):
         ``single_stream`` reads it as one, the exact definition. Characters outside the vocabulary are an
         error naming them unless ``skip_unknown`` drops them. ``dynamic`` also scores by dynamic
         evaluation (a copy of the model adapts as it reads; the checkpoint never changes)."""
-        request = Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay, segment_len,
-                                single_stream)
+        return self._perplexity(Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay,
+                                              segment_len, single_stream))
+
+    def _perplexity(self, request: Scoring) -> TextScore:
         from charrnn.data.corpus import cached_ids, checkpoint_validation_ids, corpus_path, scan_corpus
         from charrnn.models.evaluate import require_scorable
 
@@ -459,7 +460,9 @@ class Model(TrainedModel):
         """Read ``text`` (or ``file``) and colour it by one unit, and/or rank the units by how well they
         track a feature of it: ``options`` are the fields of :class:`~charrnn.config.InspectConfig`
         (``unit``, ``layer``, ``state``, ``rank``, ``top``, ``max_chars``)."""
-        request = Looking.check(text, file, options)
+        return self._inspect(Looking.check(text, file, options))
+
+    def _inspect(self, request: Looking) -> Inspection:
         from charrnn.analysis.neurons import activations, rank_units, text_feature
         from charrnn.data.vocab import UnknownCharactersError
 
@@ -506,10 +509,14 @@ class Model(TrainedModel):
         their mean is :meth:`perplexity`'s nats/char on the same text, read the same way. ``max_chars``
         reads only the start of the text; characters outside the vocabulary are refused unless
         ``skip_unknown`` drops them."""
+        _check_surprisal_settings(top, max_chars, skip_unknown, single_stream)
+        return self._surprisal(text, file, top, skip_unknown, max_chars, single_stream)
+
+    def _surprisal(self, text: str | None, file: PathArg | None, top: int, skip_unknown: bool,
+                   max_chars: int | None, single_stream: bool) -> Surprisal:
         from charrnn.data.vocab import describe_chars
         from charrnn.models.evaluate import require_scorable
 
-        _check_surprisal_settings(top, max_chars, skip_unknown, single_stream)
         whole = _one_text(text, file)
         whole = whole[:max_chars] if max_chars is not None else whole
         outside = self.vocab.outside(Counter(whole))
@@ -627,19 +634,17 @@ def _device(device: Any) -> str:
 def sample(checkpoint: PathArg, prime: str | None = None, length: int | None = None,
            temperature: float | None = None, *, prime_file: PathArg | None = None, device: str = "cpu",
            threads: int | None = None, **options: Any) -> Samples:
-    """``load(checkpoint, device, threads).sample(...)``, every option checked before the load."""
-    Decoding.check(prime, length, temperature, prime_file, options, read=False)
-    return _load(checkpoint, device, "checkpoint", threads).sample(prime, length, temperature,
-                                                                   prime_file=prime_file, **options)
+    """``load(checkpoint, device, threads).sample(...)``, every option checked once, before the load."""
+    request = Decoding.check(prime, length, temperature, prime_file, options)
+    return _load(checkpoint, device, "checkpoint", threads)._sample(request)
 
 
 def stream(checkpoint: PathArg, prime: str | None = None, length: int | None = None,
            temperature: float | None = None, *, prime_file: PathArg | None = None, device: str = "cpu",
            threads: int | None = None, **options: Any) -> SampleStream:
-    """``load(checkpoint, device, threads).stream(...)``, every option checked before the load."""
-    Decoding.check(prime, length, temperature, prime_file, options, stream=True, read=False)
-    return _load(checkpoint, device, "checkpoint", threads).stream(prime, length, temperature,
-                                                                   prime_file=prime_file, **options)
+    """``load(checkpoint, device, threads).stream(...)``, every option checked once, before the load."""
+    request = Decoding.check(prime, length, temperature, prime_file, options, stream=True)
+    return _load(checkpoint, device, "checkpoint", threads)._stream(request)
 
 
 def perplexity(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None,
@@ -647,18 +652,17 @@ def perplexity(checkpoint: PathArg, text: str | None = None, *, file: PathArg | 
                dynamic_lr: float | None = None, dynamic_decay: float | None = None,
                segment_len: int | None = None, single_stream: bool = False,
                device: str = "auto", threads: int | None = None) -> TextScore:
-    """``load(checkpoint, device, threads).perplexity(...)``, every option checked before the load."""
-    settings = dict(file=file, skip_unknown=skip_unknown, dynamic=dynamic, dynamic_lr=dynamic_lr,
-                    dynamic_decay=dynamic_decay, segment_len=segment_len, single_stream=single_stream)
-    Scoring.check(text, **settings)
-    return _load(checkpoint, device, "checkpoint", threads).perplexity(text, **settings)
+    """``load(checkpoint, device, threads).perplexity(...)``, every option checked once, before the load."""
+    request = Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay, segment_len,
+                            single_stream)
+    return _load(checkpoint, device, "checkpoint", threads)._perplexity(request)
 
 
 def inspect(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None, device: str = "cpu",
             threads: int | None = None, **options: Any) -> Inspection:
-    """``load(checkpoint, device, threads).inspect(...)``, every option checked before the load."""
-    Looking.check(text, file, options, read=False)
-    return _load(checkpoint, device, "checkpoint", threads).inspect(text, file=file, **options)
+    """``load(checkpoint, device, threads).inspect(...)``, every option checked once, before the load."""
+    request = Looking.check(text, file, options)
+    return _load(checkpoint, device, "checkpoint", threads)._inspect(request)
 
 
 # ----------------------------------------------------------------- whole-checkpoint work
@@ -804,10 +808,9 @@ def surprisal(checkpoint: PathArg, text: str | None = None, *, file: PathArg | N
     unit or rank units (``unit``, ``layer``, ``state``, ``rank``) do not apply and are refused."""
     if unused:
         raise OptionConflict(f"surprisal scores every character: {option(sorted(unused)[0])} does not apply")
-    _check_surprisal_settings(top, max_chars, skip_unknown, single_stream)  # before the model is loaded
+    _check_surprisal_settings(top, max_chars, skip_unknown, single_stream)  # once, before the model is loaded
     model = _load(checkpoint, device, "checkpoint", threads)
-    return model.surprisal(text, file=file, top=top, skip_unknown=skip_unknown, max_chars=max_chars,
-                           single_stream=single_stream)
+    return model._surprisal(text, file, top, skip_unknown, max_chars, single_stream)
 
 
 @dataclass(frozen=True)
