@@ -5,7 +5,6 @@ for a wrong type) naming the parameter as written. Other failures raise ``Charrn
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import time
@@ -991,7 +990,7 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
                 say(f"using {found}")
         if request.resume is None and request.corpus is None:
             _fetch_the_builtin_corpus(request, say)
-        plan = dataclasses.replace(plan_training(request, group, called, finish_s, sources), threads=threads)
+        plan = plan_training(request, group, called, finish_s, sources, threads)
         if group.is_main:
             observer.on_plan(plan)
         with GracefulStop() as stop:

@@ -262,27 +262,30 @@ class TrainingPlan:
 
 def plan_training(request: TrainingRequest, group: ProcessGroup | None = None,
                   started: float | None = None, finish_s: float = 0.0,
-                  sources: Sources | None = None) -> TrainingPlan:
-    """Decide everything about the run ``request`` asks for; nothing is written yet. A time budget is
-    measured here, counting from ``started`` (a ``time.perf_counter()`` reading) and keeping ``finish_s``
-    for the caller; under torchrun every rank takes rank 0's figures. ``sources``: what
-    :func:`read_sources` found, if the caller read it already."""
+                  sources: Sources | None = None, threads: ThreadChoice | None = None) -> TrainingPlan:
+    """Decide everything about the run ``request`` asks for, and make the plan once, whole; nothing is
+    written yet. A time budget is measured here, counting from ``started`` (a ``time.perf_counter()``
+    reading) and keeping ``finish_s`` for the caller; under torchrun every rank takes rank 0's figures.
+    ``sources``: what :func:`read_sources` found, if the caller read it already; ``threads``: the CPU
+    threads chosen for the run."""
     group = group if group is not None else ProcessGroup()
     sources = sources if sources is not None else read_sources(request)
-    plan = dataclasses.replace(_plan(request, sources, group, started, finish_s), started=started)
-    split = _refuse_what_cannot_run(plan)
-    if plan.config.time_budget is None:
-        return plan
-    evaluates = plan.budget is None or plan.budget.evaluates
-    ending = plan_budget_end(plan.model_config, plan.config, plan.vocab, split.val, group,
-                             time.perf_counter, finish_s, started, plan.resume_from, evaluates)
-    ending = dataclasses.replace(ending, chars_per_s=planned_speed(plan.budget))
-    return dataclasses.replace(plan, ending=ending)
+    decided = _decide(request, sources, group, started, finish_s)
+    config, model_config, budget = decided["config"], decided["model_config"], decided.get("budget")
+    split = _refuse_what_cannot_run(config, model_config, decided["vocab"], decided["ids"], decided["corpus"])
+    ending = None
+    if config.time_budget is not None:
+        evaluates = budget is None or budget.evaluates
+        ending = plan_budget_end(model_config, config, decided["vocab"], split.val, group, time.perf_counter,
+                                 finish_s, started, decided.get("resume_from"), evaluates)
+        ending = dataclasses.replace(ending, chars_per_s=planned_speed(budget))
+    return TrainingPlan(**decided, ending=ending, started=started, threads=threads)
 
 
-def _plan(request: TrainingRequest, sources: Sources, group: ProcessGroup, started: float | None,
-          finish_s: float) -> TrainingPlan:
-    """The plan of a new run, a fine-tune or a resumed run, before its checks and a budget's end."""
+def _decide(request: TrainingRequest, sources: Sources, group: ProcessGroup, started: float | None,
+            finish_s: float) -> dict[str, Any]:
+    """The :class:`TrainingPlan` fields of a new run, a fine-tune or a resumed run, before its checks and a
+    budget's end."""
     model_options, train_options = split_options(request.options)
     if sources.resume is not None:
         return _plan_resume(request, sources, model_options, train_options)
@@ -310,8 +313,8 @@ def _plan(request: TrainingRequest, sources: Sources, group: ProcessGroup, start
             config = dataclasses.replace(config, **{key: value for key, value in budget.chosen.items()
                                                     if key not in MODEL_FIELDS})
         model_config = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
-        return TrainingPlan(model_config, config, encoded.vocab, encoded.ids, encoded.info,
-                            overwrite=request.overwrite, budget=budget)
+        return dict(model_config=model_config, config=config, vocab=encoded.vocab, ids=encoded.ids,
+                    corpus=encoded.info, overwrite=request.overwrite, budget=budget)
     try:
         encoded = encode_corpus(request.corpus, name, config.val_frac, source.vocab, request.extend_vocab,
                                 val_max_chars=config.val_max_chars)
@@ -322,10 +325,9 @@ def _plan(request: TrainingRequest, sources: Sources, group: ProcessGroup, start
     budget = None if config.time_budget is None else _unplanned(
         config, model_config, "a fine-tune keeps its checkpoint's shape and regularisation, and every "
                               "other setting not given keeps its plain default")
-    return TrainingPlan(model_config, config, encoded.vocab, encoded.ids, encoded.info,
-                        overwrite=request.overwrite, initial_weights=source.network.state_dict(),
-                        fine_tune=FineTuneFacts(source_path, len(source.vocab), source.network.config),
-                        budget=budget)
+    return dict(model_config=model_config, config=config, vocab=encoded.vocab, ids=encoded.ids,
+                corpus=encoded.info, overwrite=request.overwrite, initial_weights=source.network.state_dict(),
+                fine_tune=FineTuneFacts(source_path, len(source.vocab), source.network.config), budget=budget)
 
 
 def _budget_decision(config: TrainConfig, encoded: EncodedCorpus, model_options: dict[str, Any],
@@ -362,14 +364,14 @@ def _scorable_split(ids: torch.Tensor, corpus: CorpusInfo) -> Split:
     return split
 
 
-def _refuse_what_cannot_run(plan: TrainingPlan) -> Split:
-    """The plan's split, once what cannot run is refused (before any write or measurement): a validation
+def _refuse_what_cannot_run(config: TrainConfig, model_config: ModelConfig, vocab: Vocab, ids: torch.Tensor,
+                            corpus: CorpusInfo) -> Split:
+    """The run's split, once what cannot run is refused (before any write or measurement): a validation
     split too short to score, a model or a recorded sample too large for memory, a sample prime the model
     cannot read, a corpus too short for one batch."""
-    config, model_config = plan.config, plan.model_config
-    split = _scorable_split(plan.ids, plan.corpus)
+    split = _scorable_split(ids, corpus)
     check_model_fits(model_config, config.device, config.batch_size, config.seq_len)
-    check_sample_prime(config, plan.vocab)
+    check_sample_prime(config, vocab)
     if config.sample_every is not None or config.save_epochs:
         check_generation_fits(1, config.sample_length, model_config, config.device, "num_samples",
                               "sample_length")
@@ -393,9 +395,11 @@ def fine_tune_config(source: ModelConfig, model_options: dict[str, Any], vocab_s
 
 
 def resume_config(
-    payload: dict[str, Any], model_options: dict[str, Any], train_options: dict[str, Any]
+    payload: dict[str, Any], model_options: dict[str, Any], train_options: dict[str, Any],
+    out_dir: Path | None = None,
 ) -> tuple[ModelConfig, TrainConfig, list[tuple[str, Any, Any]]]:
-    """The configuration a resumed run continues with, and (field, old, new) for each option changed.
+    """The configuration a resumed run continues with (into ``out_dir``, default the checkpoint's own), and
+    (field, old, new) for each option changed.
     Only :data:`RESUME_MAY_CHANGE` may change: the weights and the place in the data make sense only with
     the rest. A run that has already reached its limits cannot continue without a larger one."""
     model_config = ModelConfig.from_dict(payload["model_config"])
@@ -424,7 +428,7 @@ def resume_config(
             )
         changes.append((key, saved.get(key), value))
         saved[key] = value
-    config = TrainConfig.from_dict(saved)
+    config = TrainConfig.from_dict(saved if out_dir is None else {**saved, "out_dir": str(out_dir)})
     finished = stop_reason(config, payload["step"], payload["progress_epochs"], payload["elapsed_s"])
     if finished:
         raise RunAlreadyFinished(finished)
@@ -437,27 +441,27 @@ def _shown(value: Any) -> str:
 
 
 def _plan_resume(request: TrainingRequest, sources: Sources, model_options: dict[str, Any],
-                 train_options: dict[str, Any]) -> TrainingPlan:
+                 train_options: dict[str, Any]) -> dict[str, Any]:
     checkpoint, payload = sources.resume, sources.resume_payload
     assert checkpoint is not None and payload is not None
     missing = [name for name in RESUME_FIELDS if name not in payload]
     if missing:
         raise CharrnnError(f"{checkpoint} cannot be resumed (it holds no training state: {missing[0]} "
                            f"is missing)")
-    model_config, config, changes = resume_config(payload, model_options,
-                                                  {**train_options, "device": request.device})
     target = resume_target(checkpoint, payload, request.out_dir, request.overwrite)
+    model_config, config, changes = resume_config(payload, model_options,
+                                                  {**train_options, "device": request.device}, target.out_dir)
     saved_corpus = payload["corpus"]
     corpus = request.corpus or Path(saved_corpus["path"])
     refuse_writing_over_reads(target.out_dir, "out_dir", {"corpus": corpus}, run_directory=True)
-    config = dataclasses.replace(config, out_dir=str(target.out_dir))
     # The checkpoint's own vocabulary encodes the ids (a fine-tune's may differ from the corpus's).
     vocab = Vocab.from_list(payload["vocab"])
     # The run keeps the split it was trained with, whatever the rule for new runs has become.
     encoded = encode_corpus(corpus, saved_corpus["name"], config.val_frac, vocab,
                             expected_sha256=saved_corpus["sha256"], split_at=saved_corpus["split_point"])
-    return TrainingPlan(
-        model_config, config, vocab, encoded.ids, encoded.info, resume_from=payload,
+    return dict(
+        model_config=model_config, config=config, vocab=vocab, ids=encoded.ids, corpus=encoded.info,
+        resume_from=payload,
         resume=ResumeFacts(checkpoint, payload["step"], payload["progress_epochs"], changes, target.branch),
         branch_from=checkpoint.parent if target.branch and belongs_to(checkpoint.parent, payload) else None,
     )
