@@ -104,6 +104,23 @@ def expected_type(value: Any, hint: Any) -> str | None:
     return None if _matches(value, hint) else _named(hint)
 
 
+def record_problem(cls: type, values: dict[str, Any]) -> tuple[str, str | None] | None:
+    """The first field of dataclass ``cls`` that ``values`` (a record read from a file) lacks, having no
+    default, or holds with another type: its name and the type expected (None: missing). None when every
+    field is right. Unknown keys are ignored (a newer charrnn may add some). The one check of every typed
+    record read: checkpoint fields, model folders, log rows."""
+    hints = field_types(cls)
+    for spec in fields(cls):
+        if spec.name not in values:
+            if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+                return spec.name, None
+            continue
+        expected = expected_type(values[spec.name], hints[spec.name])
+        if expected is not None:
+            return spec.name, expected
+    return None
+
+
 def _matches(value: Any, hint: Any) -> bool:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):

@@ -248,7 +248,7 @@ BAD_INPUTS = [
     ("dataset_target_is_a_directory", _dataset_dir, ["data", "get", "--data-dir", "data"],
      "it is a directory"),
     ("metrics_line_without_keys", _metrics(b'{"step": 1}\n'), ["plot", "run", "--output", "p.png"],
-     "line 1 lacks epoch"),
+     "line 1 is not an evaluation record: it lacks epoch"),
     ("metrics_line_a_bare_number", _metrics(b"3\n"), ["plot", "run", "--output", "p.png"],
      "line 1 is not an evaluation record"),
     ("metrics_not_utf8", _metrics(b"\xff\xfe\n"), ["plot", "run", "--output", "p.png"], "is not UTF-8"),

@@ -15,13 +15,13 @@ import os
 import re
 import shlex
 import warnings
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePath
 from typing import Any, BinaryIO
 
 import torch
 
-from charrnn.config import VERSION, ModelConfig, TrainConfig, expected_type, field_types
+from charrnn.config import VERSION, ModelConfig, TrainConfig, expected_type, field_types, record_problem
 from charrnn.data.corpus import CorpusInfo, corpus_path, scan_corpus
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError, OptionConflict, first_line, short_repr
@@ -230,13 +230,12 @@ def check_record(cls: type, values: dict[str, Any], where: str, build: bool = Tr
     """Check the type of each field of dataclass ``cls`` in a checkpoint's dict; with ``build``, construct
     it, which checks ranges too. Unknown keys are ignored (a newer charrnn may add some); a missing field
     takes its default, or is an error without one."""
-    hints = field_types(cls)
-    for spec in fields(cls):
-        if spec.name not in values:
-            if spec.default is MISSING and spec.default_factory is MISSING:
-                raise CharrnnError(f"{where}.{spec.name} is missing")
-            continue
-        _check_type(values[spec.name], hints[spec.name], f"{where}.{spec.name}")
+    problem = record_problem(cls, values)
+    if problem is not None:
+        name, expected = problem
+        if expected is None:
+            raise CharrnnError(f"{where}.{name} is missing")
+        raise CharrnnError(f"{where}.{name} is {_describe(values[name])}; expected {expected}")
     if not build:
         return None
     try:

@@ -15,15 +15,15 @@ import shutil
 import stat
 import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from charrnn.config import expected_type, field_types
+from charrnn.config import record_problem
 from charrnn.errors import CharrnnError, OptionConflict, option, short_repr
 from charrnn.models.pretrained import refuse_writing_in_shipped, resolve_shipped
 from charrnn.training.checkpoint import (
@@ -488,9 +488,9 @@ class RunDirectory:
         check_free_space(self.path, self.space_needed)
         source = self.branch_from if self.fresh else self.path
         if self.resumed_at is not None and source is not None:  # read now: a damaged log stops no run midway
-            readers = {"metrics.jsonl": EvaluationRecord.from_json, SAMPLES_NAME: SampleRecord.from_json}
-            self.kept_rows = {name: rows_up_to(source / name, self.resumed_at, read) for name, read in
-                              readers.items()}
+            logs = {"metrics.jsonl": EvaluationRecord, SAMPLES_NAME: SampleRecord}
+            self.kept_rows = {name: rows_up_to(source / name, self.resumed_at, cls) for name, cls in
+                              logs.items()}
 
     def save(self, name: str, payload: dict[str, Any]) -> None:
         """Save checkpoint ``name``; its header says which run and step it holds."""
@@ -550,18 +550,37 @@ def retire_run(out_dir: Path) -> None:
                                f"{reason(exc)}") from None
 
 
+def read_row(cls: type, line: str) -> Any:
+    """One row of a run's JSON-lines log as record ``cls``: one JSON object whose fields have their types
+    (:func:`~charrnn.config.record_problem`). A ValueError says what is wrong, for the log's reader to name
+    the line."""
+    try:
+        row = parse_json(line)
+    except ValueError:
+        row = None
+    if not isinstance(row, dict):
+        raise ValueError(f"is not {cls.KIND} (one JSON object)")
+    problem = record_problem(cls, row)
+    if problem is not None:
+        name, expected = problem
+        raise ValueError(f"is not {cls.KIND}: it lacks {name}" if expected is None else
+                         f"is not {cls.KIND}: {name} is {short_repr(row[name])}, not {expected}")
+    return cls(**{spec.name: row[spec.name] for spec in fields(cls) if spec.name in row})
+
+
 @dataclass(frozen=True)
 class EvaluationRecord:
     """One line of ``metrics.jsonl``: a validation pass during training."""
 
-    step: int | None  # optimiser steps done (None only in hand-made logs)
+    KIND: ClassVar[str] = "an evaluation record"
+    step: int | float  # optimiser steps done (a hand-made log may hold another number)
     epoch: float  # passes over the training split done, fractional
-    train_loss: float | None  # mean training loss since the previous evaluation (None if none was finite)
     val_loss: float | None  # validation nats/char (None if not finite)
-    val_bits_per_char: float | None  # the same in bits
-    learning_rate: float | None  # the learning rate at this step
-    chars_per_s: float | None  # training throughput since the previous evaluation
     elapsed_s: float  # wall time of the run so far
+    train_loss: float | None = None  # mean training loss since the previous evaluation (None: none finite)
+    val_bits_per_char: float | None = None  # the same in bits
+    learning_rate: float | None = None  # the learning rate at this step
+    chars_per_s: float | None = None  # training throughput since the previous evaluation
     epoch_checkpoint: str | None = None  # the epoch checkpoint written with this evaluation, if any
     averaged_val_loss: float | None = None  # validation nats/char of the averaged weights, when kept
     val_chars: int | None = None  # validation characters scored, when only the split's start was
@@ -573,52 +592,32 @@ class EvaluationRecord:
                 del record[optional]
         return json_text(record)
 
-    @classmethod
-    def from_json(cls, line: str) -> EvaluationRecord:
-        """Parse one line; a ValueError says what is wrong with it."""
-        try:
-            record = parse_json(line)
-        except ValueError:
-            raise ValueError("is not JSON") from None
-        if not isinstance(record, dict):
-            raise ValueError("is not an evaluation record (a JSON object)")
-        for key in ("epoch", "elapsed_s", "val_loss", "train_loss", "averaged_val_loss", "val_chars"):
-            value = record.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-                raise ValueError(f": {key} is {short_repr(value)}, not a number")
-            if value is None and key in ("epoch", "elapsed_s"):  # a non-finite loss is logged as null
-                raise ValueError(f"lacks {key}")
-        if "val_loss" not in record:
-            raise ValueError("lacks val_loss")
-        step = record.get("step")
-        return cls(**{f.name: record.get(f.name) for f in fields(cls)}
-                   | {"step": step if isinstance(step, int) and not isinstance(step, bool) else None})
-
 
 def read_metrics(run_dir: Path) -> list[EvaluationRecord]:
     """The evaluation records of one run, oldest first; a malformed line is an error naming it."""
     path = Path(run_dir) / "metrics.jsonl"
     if not os.path.lexists(path):
         raise CharrnnError(f"{run_dir} is not a run directory (no metrics.jsonl)")
-    records = read_log(path, EvaluationRecord.from_json)
+    records = read_log(path, lambda line: read_row(EvaluationRecord, line))
     if not records:
         raise CharrnnError(f"{path} has no evaluations yet; plot it after the run's first evaluation")
     return records
 
 
-def rows_up_to(path: Path, step: int, read_row: Callable[[str], Any]) -> list[str]:
-    """The rows of log ``path`` up to ``step``, as they are (a row whose step is not a whole number is kept
-    too); no regular file there holds none. A row ``read_row`` refuses is refused, naming its line:
-    keeping only what could be read would lose the rest."""
+def rows_up_to(path: Path, step: int, cls: type) -> list[str]:
+    """The rows of log ``path`` up to ``step``, as they are; no regular file there holds none. A row that is
+    not a ``cls`` record is refused, naming its line: keeping only what could be read would lose the rest."""
     if not path.is_file():
         return []
-    rows = read_log(path, lambda line: (line, read_row(line).step))
-    return [line for line, row_step in rows if row_step is None or row_step <= step]
+    rows = read_log(path, lambda line: (line, read_row(cls, line).step))
+    return [line for line, row_step in rows if row_step <= step]
 
 
 @dataclass(frozen=True)
 class SampleRecord:
     """One row of ``samples.jsonl``."""
+
+    KIND: ClassVar[str] = "a recorded sample"
 
     step: int  # optimiser steps done when the sample was drawn
     epoch: float  # passes over the training split done, fractional
@@ -632,22 +631,6 @@ class SampleRecord:
     def to_json(self) -> str:
         return json_text(asdict(self), ensure_ascii=False)
 
-    @classmethod
-    def from_json(cls, line: str) -> SampleRecord:
-        """Parse one row; a ValueError says it is not a recorded sample."""
-        try:
-            row = parse_json(line)
-        except ValueError:
-            row = None
-        hints = field_types(cls)
-        if not isinstance(row, dict) or set(row) != set(hints):
-            raise ValueError(f"is not a recorded sample (one JSON object with {', '.join(hints)})")
-        for name, hint in hints.items():
-            expected = expected_type(row[name], hint)
-            if expected is not None:
-                raise ValueError(f"is not a recorded sample: {name} is {short_repr(row[name])}, not "
-                                 f"{expected}")
-        return cls(**row)
 
 
 def read_samples(run_dir: Path) -> list[SampleRecord]:
@@ -656,4 +639,4 @@ def read_samples(run_dir: Path) -> list[SampleRecord]:
     if not os.path.lexists(path):
         raise CharrnnError(f"{run_dir} has no {SAMPLES_NAME}: record samples as a run goes with charrnn "
                            f"train --sample-every N (sample_every in Python) or --save-epochs")
-    return read_log(path, SampleRecord.from_json)
+    return read_log(path, lambda line: read_row(SampleRecord, line))
