@@ -9,7 +9,7 @@ import math
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from os import PathLike
 from pathlib import Path
@@ -34,7 +34,6 @@ from charrnn.utils.hardware import check_threads, use_threads
 from charrnn.utils.terminal import markdown_text, one_line, require_valid_text
 
 if TYPE_CHECKING:  # torch is imported only once the options are checked and there is work to do
-    from charrnn.config import TrainingRequest
     from charrnn.models.evaluate import EvalResult
     from charrnn.training.plan import TrainResult
 
@@ -921,18 +920,6 @@ def end_torchrun_worker(exit_code: int) -> None:
         end_process(exit_code)
 
 
-def _fetch_the_builtin_corpus(request: TrainingRequest, say: Callable[[str], None]) -> None:
-    """Give a new run that names no corpus tiny Shakespeare, downloaded once and verified; a bad run
-    directory is refused before the download."""
-    from charrnn.training.rundir import check_out_dir
-
-    check_out_dir(request.out_dir or Path("checkpoints") / DEFAULT_DATASET, request.overwrite)
-    dataset = get_dataset(DEFAULT_DATASET, request.data_dir)
-    verb = "downloaded and verified" if dataset.downloaded else "verified cached copy of"
-    say(f"{verb} {dataset.name}: {dataset.path} ({dataset.chars:,} characters)")
-    request.corpus, request.corpus_name, request.data_dir = dataset.path, dataset.name, None
-
-
 def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, overwrite: bool = False,
           resume: PathArg | None = None, init_from: PathArg | None = None, extend_vocab: bool = False,
           device: str = "auto", threads: int | None = None, data_dir: PathArg | None = None,
@@ -988,9 +975,7 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
         for given, found in ((request.resume, sources.resume), (request.init_from, sources.init_from)):
             if given is not None and found != given:
                 say(f"using {found}")
-        if request.resume is None and request.corpus is None:
-            _fetch_the_builtin_corpus(request, say)
-        plan = plan_training(request, group, called, finish_s, sources, threads)
+        plan = plan_training(request, group, called, finish_s, sources, threads, say)
         if group.is_main:
             observer.on_plan(plan)
         with GracefulStop() as stop:

@@ -148,6 +148,11 @@ def _remove_empty(directories: list[Path]) -> None:
             return
 
 
+def dataset_path(name: str, data_dir: Path | None = None) -> Path:
+    """Where dataset ``name`` is kept in ``data_dir`` (default: :func:`default_data_dir`), fetched or not."""
+    return (data_dir or default_data_dir()) / DATASETS[name].relative_path
+
+
 def fetch(name: str, data_dir: Path | None = None, force: bool = False) -> Dataset:
     """Make sure dataset ``name`` is in the cache, verified; say where, whether it was downloaded, and
     where a differing file at its path was set aside. Such a file is never replaced: it is refused, or
@@ -156,10 +161,10 @@ def fetch(name: str, data_dir: Path | None = None, force: bool = False) -> Datas
     if name not in DATASETS:
         raise CharrnnError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
     dataset = DATASETS[name]
-    base = data_dir or default_data_dir()
     given = data_dir is not None
-    refuse_writing_in_shipped(base, option("data_dir") if given else DATA_DIR_ENV, "directory", given)
-    target = base / dataset.relative_path
+    refuse_writing_in_shipped(data_dir or default_data_dir(), option("data_dir") if given else DATA_DIR_ENV,
+                              "directory", given)
+    target = dataset_path(name, data_dir)
     if target.is_dir():
         raise CharrnnError(f"cannot store {dataset.name} at {target}: it is a directory")
     problem = _cached_copy_problem(target, dataset)

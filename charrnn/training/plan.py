@@ -33,10 +33,10 @@ from charrnn.data.corpus import (
     encode_corpus,
     split_ids,
 )
+from charrnn.data.datasets import DEFAULT_DATASET, dataset_path, fetch
 from charrnn.data.vocab import UnknownCharactersError, Vocab, describe_chars
 from charrnn.errors import (
     CharrnnError,
-    ConfigError,
     OptionConflict,
     TrainingInterrupted,
     option,
@@ -57,11 +57,10 @@ from charrnn.training.observer import TrainObserver
 from charrnn.training.rundir import (
     RunDirectory,
     belongs_to,
-    check_out_dir,
+    check_run_output,
     checkpoint_bytes,
     held_run_directory,
     new_run_id,
-    refuse_writing_over_reads,
     resume_checkpoint,
     resume_target,
 )
@@ -262,15 +261,16 @@ class TrainingPlan:
 
 def plan_training(request: TrainingRequest, group: ProcessGroup | None = None,
                   started: float | None = None, finish_s: float = 0.0,
-                  sources: Sources | None = None, threads: ThreadChoice | None = None) -> TrainingPlan:
+                  sources: Sources | None = None, threads: ThreadChoice | None = None,
+                  say: Callable[[str], None] = lambda message: None) -> TrainingPlan:
     """Decide everything about the run ``request`` asks for, and make the plan once, whole; nothing is
     written yet. A time budget is measured here, counting from ``started`` (a ``time.perf_counter()``
     reading) and keeping ``finish_s`` for the caller; under torchrun every rank takes rank 0's figures.
     ``sources``: what :func:`read_sources` found, if the caller read it already; ``threads``: the CPU
-    threads chosen for the run."""
+    threads chosen for the run; ``say`` is told of the built-in corpus's download."""
     group = group if group is not None else ProcessGroup()
     sources = sources if sources is not None else read_sources(request)
-    decided = _decide(request, sources, group, started, finish_s)
+    decided = _decide(request, sources, group, started, finish_s, say)
     config, model_config, budget = decided["config"], decided["model_config"], decided.get("budget")
     split = _refuse_what_cannot_run(config, model_config, decided["vocab"], decided["ids"], decided["corpus"])
     ending = None
@@ -283,27 +283,30 @@ def plan_training(request: TrainingRequest, group: ProcessGroup | None = None,
 
 
 def _decide(request: TrainingRequest, sources: Sources, group: ProcessGroup, started: float | None,
-            finish_s: float) -> dict[str, Any]:
+            finish_s: float, say: Callable[[str], None]) -> dict[str, Any]:
     """The :class:`TrainingPlan` fields of a new run, a fine-tune or a resumed run, before its checks and a
     budget's end."""
     model_options, train_options = split_options(request.options)
     if sources.resume is not None:
         return _plan_resume(request, sources, model_options, train_options)
-    if request.corpus is None:
-        raise ConfigError("a new run needs a corpus")
-    name = request.corpus_name or corpus_name(request.corpus)
+    builtin = request.corpus is None  # tiny Shakespeare, downloaded once and verified
+    name = request.corpus_name or (DEFAULT_DATASET if builtin else corpus_name(request.corpus))
+    corpus = dataset_path(DEFAULT_DATASET, request.data_dir) if builtin else request.corpus
     config = TrainConfig(**{
         **train_options,
         "out_dir": str(request.out_dir or Path("checkpoints") / name),
         "device": request.device,
         "init_from": request.init_from and str(request.init_from),
     })
-    reads = {"corpus": request.corpus, "init_from": sources.init_from}
-    refuse_writing_over_reads(Path(config.out_dir), "out_dir", reads, run_directory=True)
-    check_out_dir(Path(config.out_dir), request.overwrite)  # before a time budget's measuring
+    reads = {"corpus": corpus, "init_from": sources.init_from}
+    check_run_output(Path(config.out_dir), request.overwrite, reads)  # before a download or any measuring
+    if builtin:
+        dataset = fetch(DEFAULT_DATASET, request.data_dir)
+        verb = "downloaded and verified" if dataset.downloaded else "verified cached copy of"
+        say(f"{verb} {dataset.name}: {dataset.path} ({dataset.chars:,} characters)")
     source, source_path = sources.init_model, sources.init_from
     if source is None or source_path is None:
-        encoded = encode_corpus(request.corpus, name, config.val_frac, val_max_chars=config.val_max_chars)
+        encoded = encode_corpus(corpus, name, config.val_frac, val_max_chars=config.val_max_chars)
         budget = None
         if config.time_budget is not None:
             # What the caller needs after training is, like what went before it, not there to train.
@@ -316,10 +319,10 @@ def _decide(request: TrainingRequest, sources: Sources, group: ProcessGroup, sta
         return dict(model_config=model_config, config=config, vocab=encoded.vocab, ids=encoded.ids,
                     corpus=encoded.info, overwrite=request.overwrite, budget=budget)
     try:
-        encoded = encode_corpus(request.corpus, name, config.val_frac, source.vocab, request.extend_vocab,
+        encoded = encode_corpus(corpus, name, config.val_frac, source.vocab, request.extend_vocab,
                                 val_max_chars=config.val_max_chars)
     except UnknownCharactersError as exc:
-        raise CharrnnError(f"{request.corpus}: {exc}; pass {option('extend_vocab')} to add them") from None
+        raise CharrnnError(f"{corpus}: {exc}; pass {option('extend_vocab')} to add them") from None
     model_config = fine_tune_config(source.network.config, model_options, len(encoded.vocab))
     # The checkpoint fixed the shape, and the rule predicts training from scratch: nothing to plan.
     budget = None if config.time_budget is None else _unplanned(
@@ -453,7 +456,7 @@ def _plan_resume(request: TrainingRequest, sources: Sources, model_options: dict
                                                   {**train_options, "device": request.device}, target.out_dir)
     saved_corpus = payload["corpus"]
     corpus = request.corpus or Path(saved_corpus["path"])
-    refuse_writing_over_reads(target.out_dir, "out_dir", {"corpus": corpus}, run_directory=True)
+    check_run_output(target.out_dir, request.overwrite or not target.branch, {"corpus": corpus})
     # The checkpoint's own vocabulary encodes the ids (a fine-tune's may differ from the corpus's).
     vocab = Vocab.from_list(payload["vocab"])
     # The run keeps the split it was trained with, whatever the rule for new runs has become.

@@ -56,8 +56,10 @@ from charrnn.utils.files import (
 EPOCH_CHECKPOINT_GLOB = "epoch*-val*.pt"
 SAMPLES_NAME = "samples.jsonl"
 LOCK_NAME = ".charrnn.lock"
-# The one list of the files a run writes; with the lock, the names a run directory keeps for its own.
-RUN_FILES = (*CHECKPOINT_NAMES, "metrics.jsonl", "config.json", SAMPLES_NAME)
+# The one list of the files a run writes (with the lock, the names a run directory keeps for its own), in
+# the order an older run's go (retire_run): config.json first, so a failure part-way leaves leftovers that
+# name no run (no --resume takes them for one; the next --overwrite removes them); its checkpoints last.
+RUN_FILES = ("config.json", SAMPLES_NAME, "metrics.jsonl", *reversed(CHECKPOINT_NAMES))
 RESERVED = (*RUN_FILES, LOCK_NAME)
 
 
@@ -179,6 +181,14 @@ def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
                                f"away or choose another {option('out_dir')}")
 
 
+def check_run_output(out_dir: Path, overwrite: bool, reads: dict[str, Any]) -> None:
+    """Every check of a run's directory, in one call before anything slow: it writes over nothing it reads
+    (:func:`refuse_writing_over_reads`), and it is a directory that holds no other run unless
+    ``overwrite`` (:func:`check_out_dir`)."""
+    refuse_writing_over_reads(out_dir, "out_dir", reads, run_directory=True)
+    check_out_dir(out_dir, overwrite)
+
+
 def _resumable(last: Path) -> bool:
     try:
         return last.is_file() and saved_by_torch(last)
@@ -228,8 +238,7 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
     own_dir = checkpoint.parent
     if out_dir is not None and out_dir.exists() and out_dir.resolve() == own_dir.resolve():
         out_dir = None
-    if out_dir is not None:
-        check_out_dir(out_dir, overwrite)  # made when the run starts (held_run_directory), not before
+    if out_dir is not None:  # made when the run starts (held_run_directory), not before
         return ResumeTarget(out_dir, branch=True)
     if overwrite:
         raise OptionConflict(f"{option('overwrite')} with {option('resume')} replaces nothing in the run's "
@@ -532,15 +541,11 @@ class RunDirectory:
             self.written.add("config.json")
 
 
-# The order an older run's files go in: config.json first, so a failure part-way leaves leftovers that name
-# no run (no --resume takes them for one; the next --overwrite removes them).
-RETIRE_FIRST = ("config.json", SAMPLES_NAME, "metrics.jsonl")
-
-
 def retire_run(out_dir: Path) -> None:
     """Remove every file of the run in ``out_dir`` before a new run writes there; other files stay."""
-    doomed = [*(out_dir / name for name in RETIRE_FIRST), *sorted(out_dir.glob(EPOCH_CHECKPOINT_GLOB)),
-              *(out_dir / name for name in reversed(CHECKPOINT_NAMES))]
+    logs, checkpoints = RUN_FILES[:-len(CHECKPOINT_NAMES)], RUN_FILES[-len(CHECKPOINT_NAMES):]
+    doomed = [*(out_dir / name for name in logs), *sorted(out_dir.glob(EPOCH_CHECKPOINT_GLOB)),
+              *(out_dir / name for name in checkpoints)]
     for path in doomed:
         try:
             if path.is_symlink() or path.is_file():
