@@ -370,7 +370,7 @@ def describe_checkpoint(payload: dict[str, Any], path: Path) -> dict[str, Any]:
         "corpus": None if corpus is None else {**corpus, "status": corpus_status(corpus)},
         "training": payload.get("train_config"),
         "machine": payload.get("machine"),
-        "resumable": all(name in payload for name in ("optimizer_state", "rng", "carried_state")),
+        "resumable": all(name in payload for name in RESUME_FIELDS),
     }
 
 
