@@ -1,6 +1,6 @@
 """Fit the scaling rule that time budgets plan with, and check it against the constants charrnn ships.
 
-The rule (:class:`charrnn.training.budget_rules.ScalingLaw`, method in ``docs/defaults.md``) predicts
+The rule (:class:`charrnn.training.budget.ScalingLaw`, method in ``docs/defaults.md``) predicts
 the validation nats/char of an LSTM of ``n`` parameters trained on ``d`` characters of a corpus whose
 training split holds ``u`` characters::
 
@@ -22,7 +22,7 @@ Throughput never enters: a run's characters are its steps × batch × sequence l
 ran it.
 
     python benchmarks/scaling_fit.py            # fit, print, write benchmarks/scaling/fit.json
-    python benchmarks/scaling_fit.py --check    # exit 1 unless budget_rules.SCALING_LAW matches the file
+    python benchmarks/scaling_fit.py --check    # exit 1 unless budget.SCALING_LAW matches the file
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import torch
 
 from charrnn.config import ModelConfig
 from charrnn.models.model import parameter_count
-from charrnn.training.budget_rules import SCALING_LAW, ScalingLaw
+from charrnn.training.budget import SCALING_LAW, ScalingLaw
 
 HERE = Path(__file__).resolve().parent
 SWEEP = HERE / "sweep" / "results.jsonl"
@@ -155,14 +155,14 @@ def rounded(law: ScalingLaw) -> ScalingLaw:
 
 
 @click.command()
-@click.option("--check", is_flag=True, help="Compare budget_rules.SCALING_LAW with fit.json; fit nothing.")
+@click.option("--check", is_flag=True, help="Compare budget.SCALING_LAW with fit.json; fit nothing.")
 def main(check: bool) -> None:
     if check:
         shipped = json.loads(FIT.read_text())["law"]
         if shipped != dataclasses.asdict(SCALING_LAW):
-            sys.exit(f"budget_rules.SCALING_LAW {dataclasses.asdict(SCALING_LAW)} differs from {FIT}: "
+            sys.exit(f"budget.SCALING_LAW {dataclasses.asdict(SCALING_LAW)} differs from {FIT}: "
                      f"{shipped}")
-        print("budget_rules.SCALING_LAW matches fit.json")
+        print("budget.SCALING_LAW matches fit.json")
         return
     rows = points()
     law, rms = fit(rows)

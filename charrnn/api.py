@@ -83,9 +83,7 @@ def _one_text(text: str | None, file: PathArg | None) -> str:
     path = _text_file(file, "file")
     if (text is None) == (path is None):
         raise OptionConflict(f"give one of {option('text')} and {option('file')}")
-    if path is not None:
-        return _read_text(path)
-    return require_valid_text(checked(text, str, "text"), "text")
+    return _read_text(path) if path is not None else require_valid_text(checked(text, str, "text"), "text")
 
 
 def _read_text(path: Path) -> str:
@@ -96,8 +94,7 @@ def _read_text(path: Path) -> str:
 
 def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
     """Refuse, before any work, an output file that cannot be written whole or would destroy one of the
-    ``inputs`` (name → a path, a list of paths, or None; see
-    :func:`charrnn.training.rundir.refuse_writing_over_reads`)."""
+    ``inputs`` (name → a path, a list of paths, or None)."""
     target = _require_path(output, name)
     if target.is_dir() or str(output).endswith(("/", os.sep)):
         raise ConfigError(f"must name a file, not a directory ({target})", name)
@@ -132,9 +129,7 @@ def read_prime(prime: str | None, prime_file: PathArg | None) -> str:
     path = _text_file(prime_file, "prime_file")
     if prime is not None and path is not None:
         raise OptionConflict(f"give {option('prime')} or {option('prime_file')}, not both")
-    if path is not None:
-        return _read_text(path)
-    return require_valid_text(prime or "", "prime")
+    return _read_text(path) if path is not None else require_valid_text(prime or "", "prime")
 
 
 # DynamicConfig's fields as the functions that score take them (its learning rate is not training's)
@@ -143,11 +138,9 @@ DYNAMIC_PARAMETERS = {"learning_rate": "dynamic_lr", "decay": "dynamic_decay", "
 
 def dynamic_settings(dynamic: bool | DynamicConfig, learning_rate: float | None = None,
                      decay: float | None = None, segment_len: int | None = None) -> DynamicConfig | None:
-    """Dynamic evaluation's settings, or None when it is off. Settings without ``dynamic`` would be
-    ignored, so they are refused."""
-    given = {key: value for key, value in
-             (("learning_rate", learning_rate), ("decay", decay), ("segment_len", segment_len))
-             if value is not None}
+    """Dynamic evaluation's settings, or None when it is off; settings without ``dynamic`` are refused."""
+    given = {key: value for key, value in zip(DYNAMIC_PARAMETERS, (learning_rate, decay, segment_len),
+                                              strict=True) if value is not None}
     if isinstance(dynamic, DynamicConfig):
         if given:
             raise OptionConflict(f"give the dynamic settings in {option('dynamic')} or as parameters, not "
@@ -171,7 +164,7 @@ def dynamic_settings(dynamic: bool | DynamicConfig, learning_rate: float | None 
 # --------------------------------------------------------------------------- results
 
 
-def _plain(path: Path | None) -> str | None:
+def _plain(path: PathArg | None) -> str | None:
     """A path as JSON holds it."""
     return None if path is None else str(path)
 
@@ -243,21 +236,11 @@ class TextScore:
         return [f"skipped {sum(self.skipped.values()):,} character(s) outside the vocabulary: "
                 f"{describe_chars(self.skipped)}"]
 
-    @property
-    def nats_per_char(self) -> float:
-        return self.score.nats_per_char
-
-    @property
-    def bits_per_char(self) -> float:
-        return self.score.bits_per_char
-
-    @property
-    def perplexity(self) -> float:
-        return self.score.perplexity
-
-    @property
-    def chars(self) -> int:
-        return self.score.chars
+    def __getattr__(self, name: str) -> Any:
+        """``nats_per_char``, ``bits_per_char``, ``perplexity`` and ``chars``: the score's."""
+        if name in ("nats_per_char", "bits_per_char", "perplexity", "chars"):
+            return getattr(self.score, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def to_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {"text": self.text, **self.score.to_dict(), "seconds": self.seconds,
@@ -267,8 +250,6 @@ class TextScore:
         if self.dynamic is not None and self.dynamic_settings is not None:
             record["dynamic"] = {**self.dynamic.to_dict(), **self.dynamic_settings.to_dict()}
         return record
-
-
 
 
 @dataclass(frozen=True)
@@ -314,8 +295,7 @@ class Decoding:
     @classmethod
     def check(cls, prime: str | None, length: int | None, temperature: float | None,
               prime_file: PathArg | None, options: dict[str, Any], *, stream: bool = False) -> Decoding:
-        """Check every option (``stream``: for one text delivered as generated) and read the prime; draw a
-        seed when sampling needs one and none was given."""
+        """Check every option (``stream``: one text as generated), read the prime, draw a seed if needed."""
         lengths = {} if length is None else {"length": length}
         config = SampleConfig(temperature=temperature, **_known(options, SampleConfig), **lengths)
         if stream:
@@ -367,15 +347,12 @@ class Looking:
 
 
 class Model(TrainedModel):
-    """A trained model (its ``network``, ``vocab``, ``payload`` and ``checkpoint``), ready to generate and
-    score text with every option checked first."""
+    """A trained model, ready to generate and score text with every option checked first."""
 
     def sample(self, prime: str | None = None, length: int | None = None, temperature: float | None = None,
                *, prime_file: PathArg | None = None, **options: Any) -> Samples:
-        """Generate ``length`` characters after ``prime`` (or the text of ``prime_file``). ``options``: the
-        other :class:`~charrnn.config.SampleConfig` fields (``top_k``, ``top_p``, ``greedy``, ``seed``,
-        ``num_samples``, ``stop_at``, ``min_length``, ``beam_width``, ``length_penalty``, ``no_repeat``).
-        The same seed gives the same text; without one, a seed is drawn and reported in the result."""
+        """Generate ``length`` characters after ``prime`` (or ``prime_file``'s text); ``options``: the other
+        SampleConfig fields. The same seed gives the same text; without one, a seed is drawn and reported."""
         return self._sample(Decoding.check(prime, length, temperature, prime_file, options))
 
     def _sample(self, request: Decoding) -> Samples:
@@ -404,8 +381,7 @@ class Model(TrainedModel):
     def _refuse_an_unwritable_stop(self, config: SampleConfig) -> None:
         """A stop string this model can never write would end nothing: the caller asked for something
         else. (``compare``, reading checkpoints with other vocabularies, lets it end nothing.)"""
-        never = self.vocab.outside(Counter(config.stop_at or ""))
-        if never:
+        if never := self.vocab.outside(Counter(config.stop_at or "")):
             raise ConfigError(f"holds {', '.join(map(repr, never))}, which this model never writes: it would "
                               f"end nothing", "stop_at")
 
@@ -413,11 +389,10 @@ class Model(TrainedModel):
                    dynamic: bool | DynamicConfig = False, dynamic_lr: float | None = None,
                    dynamic_decay: float | None = None, segment_len: int | None = None,
                    single_stream: bool = False) -> TextScore:
-        """Score ``text``, the text of ``file``, or (with neither) the checkpoint's validation split. It is
-        read as many streams, each warmed up on the text before it (:mod:`charrnn.models.evaluate`);
-        ``single_stream`` reads it as one, the exact definition. Characters outside the vocabulary are an
-        error naming them unless ``skip_unknown`` drops them. ``dynamic`` also scores by dynamic
-        evaluation (a copy of the model adapts as it reads; the checkpoint never changes)."""
+        """Score ``text``, the text of ``file``, or (with neither) the checkpoint's validation split, read as
+        many streams each warmed up on the text before it (``single_stream``: as one, the exact definition).
+        Characters outside the vocabulary are an error naming them unless ``skip_unknown`` drops them.
+        ``dynamic`` also scores by dynamic evaluation (a copy of the model adapts as it reads)."""
         return self._perplexity(Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay,
                                               segment_len, single_stream))
 
@@ -456,8 +431,7 @@ class Model(TrainedModel):
 
     def inspect(self, text: str | None = None, *, file: PathArg | None = None, **options: Any) -> Inspection:
         """Read ``text`` (or ``file``) and colour it by one unit, and/or rank the units by how well they
-        track a feature of it: ``options`` are the fields of :class:`~charrnn.config.InspectConfig`
-        (``unit``, ``layer``, ``state``, ``rank``, ``top``, ``max_chars``)."""
+        track a feature of it; ``options``: the fields of :class:`~charrnn.config.InspectConfig`."""
         return self._inspect(Looking.check(text, file, options))
 
     def _inspect(self, request: Looking) -> Inspection:
@@ -471,27 +445,23 @@ class Model(TrainedModel):
         if asked.unit is not None and asked.unit >= model.hidden_size:
             raise ConfigError(f"must be below {model.hidden_size}: layers have units 0 to "
                               f"{model.hidden_size - 1}", "unit")
-        try:
-            with self.computing():
+        with self.computing():
+            try:
                 acts = activations(self.network, self.vocab, request.text, asked.state)
-        except UnknownCharactersError as exc:
-            raise CharrnnError(f"{exc} in the text to inspect") from None
-        ranking = None
-        if asked.rank is not None:
-            with self.computing():
-                ranking = rank_units(acts, text_feature(request.text, asked.rank), asked.units_listed)
+            except UnknownCharactersError as exc:
+                raise CharrnnError(f"{exc} in the text to inspect") from None
+            ranking = None if asked.rank is None else \
+                rank_units(acts, text_feature(request.text, asked.rank), asked.units_listed)
         values = acts[:, asked.layer_index, asked.unit].tolist() if asked.unit is not None else None
         scale = 1.0 if asked.state == "h" or not values else max(1e-6, max(abs(v) for v in values))
         return Inspection(request.text, asked.layer_index, asked.unit, asked.state, values, scale, asked.rank,
                           ranking, self.checkpoint)
 
-
     def writing(self, prime: str | None = None, *, temperature: float | None = None, seed: int | None = None,
                 no_repeat: int | None = None, prime_file: PathArg | None = None, **unused: Any) -> Any:
-        """A :class:`~charrnn.generation.writing.WritingSession`: a text after ``prime`` written character
-        by character by a person or the model (``sample --interactive``), undoable exactly. The model
-        writes at ``temperature``, under ``no_repeat`` if given; ``seed`` (drawn if not given) makes its
-        choices repeatable. Other decoding settings are refused."""
+        """A :class:`~charrnn.generation.writing.WritingSession`: a text after ``prime`` written character by
+        character by a person or the model, undoable exactly; the model writes at ``temperature``, under
+        ``no_repeat`` if given, its choices repeatable by ``seed``. Other decoding settings are refused."""
         from charrnn.generation.writing import WritingSession
 
         request = writing_request(prime, temperature=temperature, seed=seed, no_repeat=no_repeat,
@@ -504,9 +474,8 @@ class Model(TrainedModel):
                   skip_unknown: bool = False, max_chars: int | None = None,
                   single_stream: bool = False) -> Surprisal:
         """The surprisal of each character of ``text`` (or ``file``) and the model's ``top`` guesses there;
-        their mean is :meth:`perplexity`'s nats/char on the same text, read the same way. ``max_chars``
-        reads only the start of the text; characters outside the vocabulary are refused unless
-        ``skip_unknown`` drops them."""
+        their mean is :meth:`perplexity`'s nats/char, read the same way. ``max_chars`` reads only the start;
+        characters outside the vocabulary are refused unless ``skip_unknown`` drops them."""
         _check_surprisal_settings(top, max_chars, skip_unknown, single_stream)
         return self._surprisal(text, file, top, skip_unknown, max_chars, single_stream)
 
@@ -515,24 +484,20 @@ class Model(TrainedModel):
         from charrnn.data.vocab import describe_chars
         from charrnn.models.evaluate import require_scorable
 
-        whole = _one_text(text, file)
-        whole = whole[:max_chars] if max_chars is not None else whole
+        whole = _one_text(text, file)[:max_chars]
         outside = self.vocab.outside(Counter(whole))
         if outside and not skip_unknown:
-            unknown = describe_chars(outside)
-            raise CharrnnError(f"the text has characters the model never saw: {unknown}; pass "
-                               f"{option('skip_unknown')} to drop them")
+            raise CharrnnError(f"the text has characters the model never saw: {describe_chars(outside)}; "
+                               f"pass {option('skip_unknown')} to drop them")
         kept = len(whole) - sum(outside.values()) if skip_unknown else len(whole)
-        named = "the text" if file is None else str(file)
-        require_scorable(kept, named, skip_unknown and bool(outside))
+        require_scorable(kept, "the text" if file is None else str(file), skip_unknown and bool(outside))
         return Surprisal(self, whole, top, skip_unknown, single_stream)
 
 
 @dataclass(frozen=True)
 class Surprisal:
-    """Per-character surprisal of a text under a model (:meth:`Model.surprisal`). Iterating yields one
-    :class:`~charrnn.analysis.surprisal.CharSurprisal` per character after the first, computed chunk by
-    chunk, so a long text streams in bounded memory; each pass recomputes."""
+    """Per-character surprisal of a text (:meth:`Model.surprisal`): iterating yields a row per character after
+    the first, computed chunk by chunk in bounded memory; each pass recomputes."""
 
     model: Model  # the model that reads the text
     text: str  # the text (at most max_chars of it)
@@ -547,8 +512,7 @@ class Surprisal:
                                            self.skip_unknown, self.single_stream))
 
     def most_surprising(self, count: int) -> list[Any]:
-        """The ``count`` most surprising characters, highest first, each with its context
-        (:class:`~charrnn.analysis.surprisal.SurprisingPosition`)."""
+        """The ``count`` most surprising characters, highest first, each in its context."""
         from charrnn.analysis.surprisal import most_surprising
 
         return most_surprising(self, self.check_count(count), self.text)
@@ -561,8 +525,7 @@ class Surprisal:
         return count
 
     def to_html(self, title: str | None = None, rows: list[Any] | None = None) -> str:
-        """A standalone page of the text shaded by surprisal, each character's scores on hover (``rows``:
-        this text's rows, already computed)."""
+        """A standalone page of the text shaded by surprisal (``rows``: this text's, if already computed)."""
         from charrnn.analysis.surprisal import surprisal_page
 
         return surprisal_page(self.text, self if rows is None else rows,
@@ -581,8 +544,7 @@ def _check_surprisal_settings(top: int, max_chars: int | None, skip_unknown: boo
 
 def _known(options: dict[str, Any], config: type) -> dict[str, Any]:
     """``options``, when each is a field of ``config``; an unknown one is refused by name."""
-    unknown = sorted(set(options) - set(config.__dataclass_fields__))
-    if unknown:
+    if unknown := sorted(set(options) - set(config.__dataclass_fields__)):
         raise ConfigTypeError(f"unknown option {unknown[0]!r}; the options are "
                               f"{', '.join(config.__dataclass_fields__)}")
     return options
@@ -598,21 +560,19 @@ def _unknown(outside: dict[str, int], skip_unknown: bool) -> dict[str, int]:
 
 
 def load(path: PathArg, device: str = "cpu", threads: int | None = None) -> Model:
-    """Load a checkpoint, or a run directory's best.pt, for sampling and scoring on ``device``
-    (``auto``: a GPU when there is one), with ``threads`` CPU threads (default: the cores no other
-    program is busy on, :mod:`charrnn.utils.hardware`)."""
+    """Load a checkpoint, or a run directory's best.pt, for sampling and scoring on ``device`` (``auto``: a
+    GPU when there is one) with ``threads`` CPU threads (default: the cores no other program is busy on)."""
     return _load(path, device, "path", threads)
 
 
 def _load(path: PathArg, device: str, name: str, threads: int | None = None) -> Model:
-    """:func:`load`, naming the path parameter as the caller's function does; ``threads`` is checked
-    (and set) before the checkpoint is looked for."""
+    """:func:`load`, the path named as the caller names it; ``threads`` set before the checkpoint is read."""
     choice = use_threads(threads)
     from charrnn.models.devices import resolve_device
     from charrnn.training.checkpoint import checkpoint_in, load_model
 
     checkpoint = checkpoint_in(_require_path(path, name), "best.pt")
-    loaded = load_model(checkpoint, resolve_device(_device(device)))
+    loaded = load_model(checkpoint, resolve_device(_one_of(device, DEVICES, "device")))
     return Model(loaded.network, loaded.vocab, loaded.payload, checkpoint,
                  threads=choice.count if choice is not None else None)
 
@@ -620,10 +580,10 @@ def _load(path: PathArg, device: str, name: str, threads: int | None = None) -> 
 DEVICES = ("auto", "cpu", "cuda", "mps")  # auto: cuda when a GPU is present, else cpu
 
 
-def _device(device: Any) -> str:
-    if checked(device, str, "device") not in DEVICES:
-        raise ConfigError(f"must be one of {', '.join(DEVICES)}, not {device!r}", "device")
-    return device
+def _one_of(value: Any, choices: Sequence[str], name: str) -> str:
+    if checked(value, str, name) not in choices:
+        raise ConfigError(f"must be one of {', '.join(choices)}, not {value!r}", name)
+    return value
 
 
 # ------------------------------------------------------- one call per command, checked first
@@ -718,11 +678,9 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
             skip_unknown: bool = False, device: str = "cpu", threads: int | None = None,
             **sampling: Any) -> Comparison:
     """Score every checkpoint (on its own validation split, or all on ``text_file``) and sample each with
-    the same prime, seed (``COMPARE_SEED`` unless given) and ``sampling`` settings (SampleConfig fields).
-    ``against`` (``"train"`` or a file) also measures how much of each sample is copied from it.
-    ``skip_unknown`` drops ``text_file``'s characters a checkpoint lacks instead of leaving it unscored.
-    A problem with one checkpoint goes in its entry (:attr:`Comparison.failures`), not stopping the rest.
-    ``threads``: as :func:`load`'s."""
+    the same prime, seed (``COMPARE_SEED`` unless given) and ``sampling`` settings (SampleConfig fields);
+    ``against`` (``"train"`` or a file) also measures how much of each sample is copied from it. A problem
+    with one checkpoint goes in its entry (:attr:`Comparison.failures`), not stopping the rest."""
     if isinstance(checkpoints, str | PathLike):
         raise ConfigTypeError("must be a list of paths, not one path", "checkpoints")
     paths = [_require_path(path, "checkpoints") for path in checkpoints]
@@ -753,13 +711,13 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
     if against is not None and str(against) != TRAINING_SPLIT:
         # A missing or unreadable reference fails now, not per checkpoint.
         _read_text(_text_file(against, "against"))
-    settings = CompareSettings(prime=prime_text, sample=decoding, text=text,
-                               text_name=None if text_path is None else str(text_path),
-                               against=None if against is None else str(against), dynamic=settings_dynamic,
-                               single_stream=single_stream, skip_unknown=skip_unknown)
+    settings = CompareSettings(prime=prime_text, sample=decoding, text=text, text_name=_plain(text_path),
+                               against=_plain(against), dynamic=settings_dynamic, single_stream=single_stream,
+                               skip_unknown=skip_unknown)
     resolved = [checkpoint_in(path, "best.pt") for path in paths]
     use_threads(threads)
-    reports, note = compare_checkpoints(resolved, settings, resolve_device(_device(device)))
+    device = resolve_device(_one_of(device, DEVICES, "device"))
+    reports, note = compare_checkpoints(resolved, settings, device)
     return Comparison(reports, settings, note, resolved)
 
 
@@ -774,8 +732,7 @@ class Evolution:
         return {"run_dir": str(self.run_dir), "samples": [asdict(row) for row in self.rows]}
 
     def to_markdown(self) -> str:
-        """A table of step, epoch, validation loss and text (line breaks as ``<br>``, markup escaped, other
-        hidden characters as their escapes)."""
+        """A table of step, epoch, validation loss and text, escaped for Markdown."""
         lines = [f"# Samples while training: {markdown_text(str(self.run_dir.name or self.run_dir))}", "",
                  "| step | epoch | val nats/char | sample |", "|---:|---:|---:|---|"]
         for row in self.rows:
@@ -802,8 +759,7 @@ def surprisal(checkpoint: PathArg, text: str | None = None, *, file: PathArg | N
               top: int = SURPRISAL_TOP, skip_unknown: bool = False, max_chars: int | None = None,
               single_stream: bool = False, device: str = "cpu", threads: int | None = None,
               **unused: Any) -> Surprisal:
-    """``load(checkpoint, device, threads).surprisal(...)``. Settings of :func:`inspect` that look at one
-    unit or rank units (``unit``, ``layer``, ``state``, ``rank``) do not apply and are refused."""
+    """``load(checkpoint, device, threads).surprisal(...)``; :func:`inspect`'s unit settings are refused."""
     if unused:
         raise OptionConflict(f"surprisal scores every character: {option(sorted(unused)[0])} does not apply")
     _check_surprisal_settings(top, max_chars, skip_unknown, single_stream)  # once, before the model is loaded
@@ -828,12 +784,10 @@ class Exported:
 
 def export(checkpoint: PathArg, output: PathArg, *, format: str = "page", title: str | None = None,
            prime: str = "", float32: bool = False, threads: int | None = None) -> Exported:
-    """Write ``checkpoint``'s model as one self-contained HTML page that generates text in a browser with
-    no Python, server or network (:mod:`charrnn.generation.webpage`; ``prime`` fills its prime box), or
-    with ``format="safetensors"`` as a model folder (:mod:`charrnn.training.checkpoint`; ``float32``:
-    float32 weights, not the checkpoint's). ``threads``: as :func:`load`'s."""
-    if checked(format, str, "format") not in EXPORT_FORMATS:
-        raise ConfigError(f"must be one of {', '.join(EXPORT_FORMATS)}, not {format!r}", "format")
+    """Write ``checkpoint``'s model as one self-contained HTML page that generates text in a browser with no
+    Python, server or network (``prime`` fills its prime box), or with ``format="safetensors"`` as a model
+    folder (``float32``: float32 weights, not the checkpoint's)."""
+    _one_of(format, EXPORT_FORMATS, "format")
     if title is not None:
         require_valid_text(checked(title, str, "title"), "title")
     require_valid_text(checked(prime, str, "prime"), "prime")
@@ -845,40 +799,35 @@ def export(checkpoint: PathArg, output: PathArg, *, format: str = "page", title:
                              f"{'title' if page_only[0] == 'title' else 'prime box'}")
     if format == "page" and float32:
         raise OptionConflict(f"{option('float32')} is a model folder's: the page always stores float32")
-    if format == "safetensors":
-        return _export_folder(checkpoint, output, float32, threads)
-    target = check_output(output, "output", {"checkpoint": checkpoint})
-    from charrnn.generation.webpage import ENCODING, export_page
-    from charrnn.utils.files import atomic_write_text
+    folder = format == "safetensors"
+    if folder:  # every refusal made before the checkpoint is loaded
+        from charrnn.training.checkpoint import check_folder_output, weights_dtype, write_model_folder
 
-    model = _load(checkpoint, "cpu", "checkpoint", threads)
-    unknown = model.vocab.outside(Counter(prime))
-    if unknown:
-        raise CharrnnError(f"the prime has characters the model never saw: {', '.join(map(repr, unknown))}")
-    name = title or f"charrnn: {one_line(run_name(model.checkpoint) or model.checkpoint.stem)}"
-    shape = model.network.config
-    about = (f"A character-level {shape.num_layers}×{shape.hidden_size} {shape.cell.upper()} trained for "
-             f"{model.payload.get('step', 0):,} steps, generating text in this page.")
-    page = export_page(model.network, model.vocab, name, about, prime)
-    atomic_write_text(target, page)
-    return Exported(target, format, len(page.encode("utf-8")), _parameters(model), ENCODING, model.checkpoint)
-
-
-def _parameters(model: Model) -> int:
-    return sum(p.numel() for p in model.network.parameters())
-
-
-def _export_folder(checkpoint: PathArg, output: PathArg, float32: bool, threads: int | None) -> Exported:
-    """:func:`export` as a model folder, every refusal made before the checkpoint is loaded."""
-    from charrnn.training.checkpoint import check_folder_output, weights_dtype, write_model_folder
-
-    target = _require_path(output, "output")
-    check_folder_output(target, option("output"), resolve_shipped(_require_path(checkpoint, "checkpoint")))
+        target = _require_path(output, "output")
+        check_folder_output(target, option("output"),
+                            resolve_shipped(_require_path(checkpoint, "checkpoint")))
+    else:
+        target = check_output(output, "output", {"checkpoint": checkpoint})
     model = _load(checkpoint, "cpu", "checkpoint", threads)
     name = run_name(model.checkpoint) or model.checkpoint.stem
-    size = write_model_folder(model.payload, model.checkpoint, target, name, float32)
-    dtype = "float32" if float32 else weights_dtype(model.payload["model_state"])
-    return Exported(target, "safetensors", size, _parameters(model), f"{dtype} safetensors", model.checkpoint)
+    if folder:
+        size = write_model_folder(model.payload, model.checkpoint, target, name, float32)
+        encoding = f"{'float32' if float32 else weights_dtype(model.payload['model_state'])} safetensors"
+    else:
+        from charrnn.generation.webpage import ENCODING, export_page
+        from charrnn.utils.files import atomic_write_text
+
+        if unknown := model.vocab.outside(Counter(prime)):
+            raise CharrnnError(f"the prime has characters the model never saw: "
+                               f"{', '.join(map(repr, unknown))}")
+        shape = model.network.config
+        about = (f"A character-level {shape.num_layers}×{shape.hidden_size} {shape.cell.upper()} trained for "
+                 f"{model.payload.get('step', 0):,} steps, generating text in this page.")
+        page = export_page(model.network, model.vocab, title or f"charrnn: {one_line(name)}", about, prime)
+        atomic_write_text(target, page)
+        size, encoding = len(page.encode("utf-8")), ENCODING
+    parameters = sum(p.numel() for p in model.network.parameters())
+    return Exported(target, format, size, parameters, encoding, model.checkpoint)
 
 
 def plot(run_dirs: Sequence[PathArg], output: PathArg = "curves.png") -> Path:
@@ -897,11 +846,9 @@ def plot(run_dirs: Sequence[PathArg], output: PathArg = "curves.png") -> Path:
 
 
 def get_dataset(name: str = DEFAULT_DATASET, data_dir: PathArg | None = None, force: bool = False) -> Dataset:
-    """Make sure the built-in dataset ``name`` is downloaded and verified (SHA-256) in ``data_dir``
-    (default: ``$CHARRNN_DATA_DIR`` or ./data); ``$CHARRNN_DATA_MIRROR`` replaces the origin. A different
-    file at the dataset's path is refused, never replaced; ``force`` keeps it aside (``Dataset.kept``)."""
-    if checked(name, str, "name") not in DATASETS:
-        raise ConfigError(f"must be one of {', '.join(sorted(DATASETS))}, not {name!r}", "name")
+    """Make sure the built-in dataset ``name`` is downloaded and verified in ``data_dir`` (default:
+    ``$CHARRNN_DATA_DIR`` or ./data); a different file there is refused, or with ``force`` kept aside."""
+    _one_of(name, sorted(DATASETS), "name")
     checked(force, bool, "force")
     return fetch(name, _path(data_dir, "data_dir"), force)
 
@@ -910,8 +857,7 @@ def get_dataset(name: str = DEFAULT_DATASET, data_dir: PathArg | None = None, fo
 
 
 def end_torchrun_worker(exit_code: int) -> None:
-    """Under torchrun with several processes, end this one at once with ``exit_code``
-    (:func:`charrnn.training.distributed.end_process` says why); otherwise return."""
+    """Under torchrun with several processes, end this one at once with ``exit_code``; otherwise return."""
     if os.environ.get("WORLD_SIZE", "1") == "1":  # checked first: plain commands never import torch here
         return
     from charrnn.training.distributed import end_process, world_size_from_environment
@@ -926,10 +872,9 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
           observer: TrainObserver | None = None, started: float | None = None, finish_s: float = 0.0,
           **options: Any) -> TrainResult:
     """Train on ``corpus`` (a UTF-8 file or a directory of *.txt; default: tiny Shakespeare, fetched into
-    ``data_dir``). ``options``: ModelConfig and TrainConfig fields (``hidden_size=128``, ...); a time
-    budget picks those not given (``result.budget`` says why), counting from ``started`` (a
-    ``time.perf_counter()`` reading) and keeping ``finish_s`` seconds for the caller. ``resume`` continues
-    a run; ``init_from`` fine-tunes; ``threads``: as :func:`load`'s; ``observer`` gets plan and progress.
+    ``data_dir``). ``options``: ModelConfig and TrainConfig fields; a time budget picks those not given,
+    counting from ``started`` (a ``time.perf_counter()`` reading) and keeping ``finish_s`` seconds for the
+    caller. ``resume`` continues a run; ``init_from`` fine-tunes; ``observer`` gets plan and progress.
     Ctrl-C saves last.pt and raises ``TrainingInterrupted``. Under torchrun every process calls this."""
     from charrnn.config import TrainingRequest
 
@@ -945,7 +890,7 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
         corpus=_path(corpus, "corpus"), options=options, out_dir=_path(out_dir, "out_dir"),
         overwrite=checked(overwrite, bool, "overwrite"), resume=_path(resume, "resume"),
         init_from=_path(init_from, "init_from"), extend_vocab=checked(extend_vocab, bool, "extend_vocab"),
-        device=_device(device), data_dir=_path(data_dir, "data_dir"), threads=threads,
+        device=_one_of(device, DEVICES, "device"), data_dir=_path(data_dir, "data_dir"), threads=threads,
     )  # every option checked as it is made, before torch, a download, a checkpoint or a corpus
     for what in ("resume", "init_from", "corpus"):
         given = getattr(request, what)

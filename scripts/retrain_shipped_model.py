@@ -24,8 +24,7 @@ import torch
 import charrnn
 from charrnn.data.datasets import DATASETS, DEFAULT_DATASET, fetch
 from charrnn.models.pretrained import shipped_path
-from charrnn.training.budget import average_decay_for_steps, dropout_for_epochs
-from charrnn.training.budget_rules import BUDGET_MOST_EPOCHS
+from charrnn.training.budget import BUDGET_MOST_EPOCHS, average_decay_for_steps, dropout_for_epochs
 from charrnn.training.checkpoint import load_checkpoint, save_checkpoint, write_model_folder
 
 SHIPPED_DTYPE = torch.float16  # the weights' precision in the file: half float32's size, within 2 MB

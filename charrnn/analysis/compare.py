@@ -72,14 +72,20 @@ class CheckpointReport:
 
 def _score(loaded: TrainedModel, settings: CompareSettings
            ) -> tuple[dict[str, Any], str | None, torch.Tensor | None]:
-    """The checkpoint's scores, a note when they are the validation result stored at training time (the
-    corpus gone or changed) rather than measured, and the ids they were measured on (None then)."""
+    """The scores on the shared text or the validation split, a note when they are those stored at training
+    time (the corpus gone or changed) rather than measured, and the ids measured on (None then)."""
+    if settings.text is not None:
+        try:
+            ids = loaded.vocab.encode(settings.text, skip_unknown=settings.skip_unknown)
+        except UnknownCharactersError as exc:
+            raise UnknownCharactersError(exc.unknown, f"{option('skip_unknown')} drops them") from None
+        dropped = settings.skip_unknown and len(ids) < len(settings.text)
+        require_scorable(len(ids), f"the {option('text_file')} text", dropped)
+        return loaded.score(ids, settings.single_stream).to_dict(), None, ids
     try:
-        ids = _scored_ids(loaded, settings)
+        ids = checkpoint_validation_ids(loaded.payload.get("corpus"), loaded.vocab)
         return loaded.score(ids, settings.single_stream).to_dict(), None, ids
     except CharrnnError as exc:
-        if settings.text is not None:
-            raise
         from charrnn.training.checkpoint import weights_score
 
         stored = weights_score(loaded.payload, loaded.checkpoint) or loaded.payload.get("latest_eval")
@@ -90,24 +96,6 @@ def _score(loaded: TrainedModel, settings: CompareSettings
         when = "" if step == loaded.payload.get("step") else f", from step {step:,}"
         scores = {key: stored[key] for key in ("nats_per_char", "bits_per_char", "perplexity", "chars")}
         return scores, f"validation score stored at training time{when} (the corpus cannot be re-read)", None
-
-
-def _scored_ids(loaded: TrainedModel, settings: CompareSettings) -> torch.Tensor:
-    """The ids a checkpoint is scored on: the shared text, or its own validation split."""
-    if settings.text is not None:
-        try:
-            ids = loaded.vocab.encode(settings.text, skip_unknown=settings.skip_unknown)
-        except UnknownCharactersError as exc:
-            raise UnknownCharactersError(exc.unknown, f"{option('skip_unknown')} drops them") from None
-        dropped = settings.skip_unknown and len(ids) < len(settings.text)
-        require_scorable(len(ids), f"the {option('text_file')} text", dropped)
-        return ids
-    return checkpoint_validation_ids(loaded.payload.get("corpus"), loaded.vocab)
-
-
-def _sample(loaded: TrainedModel, settings: CompareSettings) -> tuple[str, float | None]:
-    written = loaded.write(settings.prime, settings.sample)
-    return settings.prime + written.texts[0], None if written.log_probs is None else written.log_probs[0]
 
 
 TRAINING_SPLIT = "train"  # --against value meaning each checkpoint's own training split
@@ -126,8 +114,7 @@ class References:
             if key not in self._cache:
                 self._cache[key] = (Reference(read_corpus(Path(against))), against)
             return self._cache[key]
-        corpus = loaded.payload.get("corpus")
-        if corpus is None:
+        if (corpus := loaded.payload.get("corpus")) is None:
             raise CharrnnError(f"the checkpoint records no training corpus; give {option('against')} FILE")
         key = ("train", corpus["sha256"])
         if key not in self._cache:
@@ -165,7 +152,9 @@ def compare_checkpoint(loaded: TrainedModel, path: Path, settings: CompareSettin
             errors.append(f"no dynamic score: {exc}")
     sample, log_prob = None, None
     try:
-        sample, log_prob = _sample(loaded, settings)
+        written = loaded.write(settings.prime, settings.sample)
+        sample = settings.prime + written.texts[0]
+        log_prob = None if written.log_probs is None else written.log_probs[0]
     except CharrnnError as exc:
         errors.append(f"no sample: {exc}")
     memorisation, against = None, None
@@ -176,20 +165,10 @@ def compare_checkpoint(loaded: TrainedModel, path: Path, settings: CompareSettin
         except CharrnnError as exc:
             errors.append(f"no memorisation figures: {exc}")
     return CheckpointReport(
-        checkpoint=str(path),
-        run=run_name(Path(path)),
-        epoch=payload.get("progress_epochs", payload.get("epoch")),
-        step=payload.get("step"),
-        vocab_size=len(loaded.vocab),
-        scored_on=settings.text_name or "validation split",
-        sample=sample,
-        log_prob=log_prob,
-        error="; ".join(errors) or None,
-        memorisation=memorisation,
-        against=against,
-        dynamic=dynamic,
-        **score,
-    )
+        checkpoint=str(path), run=run_name(Path(path)), step=payload.get("step"),
+        epoch=payload.get("progress_epochs", payload.get("epoch")), vocab_size=len(loaded.vocab),
+        scored_on=settings.text_name or "validation split", sample=sample, log_prob=log_prob,
+        error="; ".join(errors) or None, memorisation=memorisation, against=against, dynamic=dynamic, **score)
 
 
 def vocabulary_note(reports: list[CheckpointReport], vocabularies: list[tuple[str, ...]]) -> str | None:
@@ -206,11 +185,9 @@ def vocabulary_note(reports: list[CheckpointReport], vocabularies: list[tuple[st
     return "the checkpoints have different vocabularies: " + "; ".join(parts)
 
 
-def compare_checkpoints(
-    paths: list[Path], settings: CompareSettings, device: str = "cpu"
-) -> tuple[list[CheckpointReport], str | None]:
-    """Reports for every checkpoint, in the order given, and a note when vocabularies differ.
-    All are loaded before any work starts, so a bad path fails at once."""
+def compare_checkpoints(paths: list[Path], settings: CompareSettings,
+                        device: str = "cpu") -> tuple[list[CheckpointReport], str | None]:
+    """Reports in the order given, a note when vocabularies differ; all load first: a bad path fails now."""
     loaded = [load_model(path, device) for path in paths]
     references = References()
     reports = [compare_checkpoint(model, path, settings, references)
@@ -218,10 +195,10 @@ def compare_checkpoints(
     return reports, vocabulary_note(reports, [model.vocab.chars for model in loaded])
 
 
-def _fence(text: str) -> str:
-    """A backtick fence longer than any run of backticks inside ``text``."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    return "`" * max(3, longest + 1)
+def _fenced(text: str) -> list[str]:
+    """``text`` as a Markdown code block, its fence longer than any run of backticks inside it."""
+    fence = "`" * max(3, max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return [f"{fence}text", text, fence]
 
 
 def describe_decoding(settings: CompareSettings) -> str:
@@ -249,26 +226,18 @@ def _memorisation_cells(figures: dict[str, Any] | None) -> str:
 def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note: str | None) -> str:
     """The comparison as a Markdown document: a table of scores, then each sample."""
     decoding = describe_decoding(settings)
-    lines = [
-        "# Checkpoint comparison",
-        "",
-        f"Prime {markdown_text(repr(settings.prime))}, {settings.sample.length} characters, {decoding}; "
-        f"scored on {markdown_text(reports[0].scored_on if reports else 'validation split')}.",
-        "",
-    ]
+    lines = ["# Checkpoint comparison", "",
+             f"Prime {markdown_text(repr(settings.prime))}, {settings.sample.length} characters, {decoding}; "
+             f"scored on {markdown_text(reports[0].scored_on if reports else 'validation split')}.", ""]
     if note:
         lines += [f"Note: {markdown_text(note)}.", ""]
-    if settings.dynamic is not None:
-        dynamic = settings.dynamic
-        lines += [f"Dynamic evaluation: lr {dynamic.learning_rate:g}, decay {dynamic.decay:g}, "
-                  f"segments of {dynamic.segment_len}.", ""]
-    memorised = any(r.memorisation is not None for r in reports)
     header = "| checkpoint | run | epoch | steps | nats/char | bits/char | perplexity |"
     rule = "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
-    if settings.dynamic is not None:
-        header += " dynamic nats/char |"
-        rule += " ---: |"
-    if memorised:
+    if (dynamic := settings.dynamic) is not None:
+        lines += [f"Dynamic evaluation: lr {dynamic.learning_rate:g}, decay {dynamic.decay:g}, "
+                  f"segments of {dynamic.segment_len}.", ""]
+        header, rule = header + " dynamic nats/char |", rule + " ---: |"
+    if memorised := any(r.memorisation is not None for r in reports):
         references = list(dict.fromkeys(r.against for r in reports if r.against))
         against = references[0] if len(references) == 1 else "each checkpoint's own training split"
         the = "the " if against.startswith("training split") else ""
@@ -278,11 +247,10 @@ def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note
     lines += [header, rule]
     labels = checkpoint_labels(reports)
     for r, label in zip(reports, labels, strict=True):
-        epoch = format_epoch(r.epoch)
-        scores = " | ".join([format_score(r.nats_per_char), format_score(r.bits_per_char),
-                             format_score(r.perplexity, 3)])
-        row = f"| {markdown_text(label)} | {markdown_text(r.run)} | {epoch} | {r.step} | {scores} |"
-        if settings.dynamic is not None:
+        cells = " | ".join([format_epoch(r.epoch), str(r.step), format_score(r.nats_per_char),
+                            format_score(r.bits_per_char), format_score(r.perplexity, 3)])
+        row = f"| {markdown_text(label)} | {markdown_text(r.run)} | {cells} |"
+        if dynamic is not None:
             row += f" {format_score(r.dynamic['nats_per_char'] if r.dynamic else None)} |"
         if memorised:
             row += _memorisation_cells(r.memorisation)
@@ -292,13 +260,10 @@ def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note
         if r.error:
             lines += [f"*{markdown_text(r.error)}*", ""]
         if r.sample is not None:
-            sample = shown(r.sample)
-            fence = _fence(sample)
-            lines += [f"{fence}text", sample, fence]
+            lines += _fenced(shown(r.sample))
         if r.memorisation is not None and r.memorisation["longest_copied_chars"]:
             passage = shown(r.memorisation["longest_copied_passage"])
-            fence = _fence(passage)
             lines += ["", f"Longest copied passage, {len(passage)} characters, from line "
                           f"{r.memorisation['longest_copied_line']:,} of the reference:", "",
-                      f"{fence}text", passage, fence]
+                      *_fenced(passage)]
     return "\n".join(lines) + "\n"

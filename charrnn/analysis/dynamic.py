@@ -31,9 +31,8 @@ def _eval_mode_gradients(device: torch.device) -> contextlib.AbstractContextMana
 
 def gradient_rms(model: CharRNN, train_ids: torch.Tensor, segment_len: int,
                  max_chars: int = STATISTICS_CHARS) -> list[torch.Tensor]:
-    """The root-mean-square gradient of each trainable weight (shaped like it) over training segments.
-    train_ids: (N,) ids, of which at most ``max_chars`` are read as ``STATISTICS_STREAMS`` streams of
-    ``segment_len``-character segments, in eval mode, the state carried."""
+    """The root-mean-square gradient of each trainable weight (shaped like it) over the first ``max_chars``
+    of ``train_ids``, read as streams of ``segment_len``-character segments in eval mode, state carried."""
     streams = max(1, min(STATISTICS_STREAMS, (min(len(train_ids), max_chars) - 1) // segment_len))
     if len(train_ids) < streams * segment_len + 1:
         raise CharrnnError(f"the training split has {len(train_ids)} characters; gradient statistics need "
@@ -62,12 +61,6 @@ def dynamic_evaluate(model: CharRNN, ids: torch.Tensor, rms: list[torch.Tensor],
     ids: (N,) integer ids, N ≥ 2. ``rms`` is :func:`gradient_rms` of the same model."""
     if len(ids) < 2:
         raise CharrnnError("need at least 2 characters to score (the first has no context)")
-    with _eval_mode_gradients(next(model.parameters()).device):
-        return _adapt_and_score(model, ids, rms, config)
-
-
-def _adapt_and_score(model: CharRNN, ids: torch.Tensor, rms: list[torch.Tensor],
-                     config: DynamicConfig) -> EvalResult:
     work = copy.deepcopy(model).eval()
     params = [p for p in work.parameters() if p.requires_grad]
     trained = [p.detach().clone() for p in params]
@@ -79,27 +72,27 @@ def _adapt_and_score(model: CharRNN, ids: torch.Tensor, rms: list[torch.Tensor],
     device = params[0].device
     total = torch.zeros((), dtype=torch.float64, device=device)
     state = None
-    for start in range(0, len(ids) - 1, config.segment_len):
-        end = min(start + config.segment_len, len(ids) - 1)
-        inputs = ids[start:end].long().to(device).unsqueeze(0)  # (1, T)
-        targets = ids[start + 1 : end + 1].long().to(device)  # (T,)
-        work.zero_grad(set_to_none=True)
-        logits, state = work(inputs, state)  # (1, T, V)
-        state = detach_state(state)  # the next segment's gradient stops at this boundary
-        losses = F.cross_entropy(logits[0], targets, reduction="none")  # (T,)
-        total += losses.detach().sum().double()  # scored before the model learns from it
-        if config.learning_rate == 0:
-            continue
-        losses.mean().backward()
-        with torch.no_grad():
-            for param, origin, rate, scale in zip(params, trained, pull, step_scale, strict=True):
-                param.add_(rate * (origin - param) - scale * param.grad)
+    with _eval_mode_gradients(device):
+        for start in range(0, len(ids) - 1, config.segment_len):
+            end = min(start + config.segment_len, len(ids) - 1)
+            inputs = ids[start:end].long().to(device).unsqueeze(0)  # (1, T)
+            targets = ids[start + 1 : end + 1].long().to(device)  # (T,)
+            work.zero_grad(set_to_none=True)
+            logits, state = work(inputs, state)  # (1, T, V)
+            state = detach_state(state)  # the next segment's gradient stops at this boundary
+            losses = F.cross_entropy(logits[0], targets, reduction="none")  # (T,)
+            total += losses.detach().sum().double()  # scored before the model learns from it
+            if config.learning_rate == 0:
+                continue
+            losses.mean().backward()
+            with torch.no_grad():
+                for param, origin, rate, scale in zip(params, trained, pull, step_scale, strict=True):
+                    param.add_(rate * (origin - param) - scale * param.grad)
     return EvalResult.from_total(float(total), len(ids) - 1)
 
 
 def checkpoint_dynamic_score(loaded: TrainedModel, ids: torch.Tensor, config: DynamicConfig) -> EvalResult:
-    """Dynamic evaluation of ``ids`` under a checkpoint, its step sizes from the checkpoint's own
-    training split (which must still be there, unchanged)."""
+    """Dynamic evaluation of ``ids``, its step sizes from the checkpoint's own (unchanged) training split."""
     try:
         train_ids = checkpoint_split(loaded.payload.get("corpus"), loaded.vocab).train
     except CharrnnError as exc:

@@ -80,14 +80,11 @@ class Reference:
         self._hashes = WindowHashes(text)
         self._sorted: dict[int, torch.Tensor] = {}
 
-    def sorted_keys(self, window: int) -> torch.Tensor:
-        if window not in self._sorted:
-            self._sorted[window] = torch.sort(self._hashes.keys(window)).values
-        return self._sorted[window]
-
     def contains(self, keys: torch.Tensor, window: int) -> torch.Tensor:
         """Which of ``keys`` (windows of ``window`` characters) occur in the reference: ``(k,) bool``."""
-        table = self.sorted_keys(window)
+        if window not in self._sorted:
+            self._sorted[window] = torch.sort(self._hashes.keys(window)).values
+        table = self._sorted[window]
         if not len(table) or not len(keys):
             return torch.zeros(len(keys), dtype=torch.bool)
         where = torch.searchsorted(table, keys).clamp(max=len(table) - 1)
@@ -101,9 +98,7 @@ class Reference:
 
 def known_word_fraction(text: str, reference: Reference) -> float | None:
     words = WORD.findall(text)
-    if not words:
-        return None
-    return sum(word in reference.words for word in words) / len(words)
+    return sum(word in reference.words for word in words) / len(words) if words else None
 
 
 def longest_copy(text: str, reference: Reference,
@@ -121,23 +116,20 @@ def longest_copy(text: str, reference: Reference,
             low, found_at = middle, int(torch.nonzero(hits)[0])
         else:
             high = middle - 1
-    passage = text[found_at:found_at + low]
-    line = reference.line_of(passage) if low else None
-    # A hash collision could fake a match: confirm it, and fall back to shorter lengths if needed.
-    while low and line is None:
+    while True:  # a hash collision could fake a match: confirm it, falling back to shorter lengths if needed
+        passage = text[found_at:found_at + low]
+        line = reference.line_of(passage) if low else None
+        if line is not None or not low:
+            return low, passage, line
         low -= 1
         hits = reference.contains(hashes.keys(low), low)
         found_at = int(torch.nonzero(hits)[0]) if bool(hits.any()) else 0
-        passage = text[found_at:found_at + low]
-        line = reference.line_of(passage) if low else None
-    return low, passage, line
 
 
 def copied_fraction(text: str, reference: Reference, min_chars: int = COPY_MIN_CHARS,
                     hashes: WindowHashes | None = None) -> float:
-    """Share of ``text``'s characters inside a substring of ``min_chars`` or more found in the reference.
-    Such a copy is a union of ``min_chars`` windows, so marking each matching window's characters counts them
-    all. ``hashes``: ``text``'s, when already computed."""
+    """Share of ``text``'s characters inside a substring of ``min_chars`` or more found in the reference: a
+    union of ``min_chars`` windows, so each matching window's characters are marked. ``hashes``: as above."""
     if not text:
         return 0.0
     hashes = WindowHashes(text) if hashes is None else hashes
@@ -155,10 +147,5 @@ def measure(generated: str, reference: Reference) -> Memorisation:
     """The three figures for ``generated`` (the text after the prime) against ``reference``."""
     hashes = WindowHashes(generated)  # once, for both look-ups
     length, passage, line = longest_copy(generated, reference, hashes)
-    return Memorisation(
-        known_word_fraction=known_word_fraction(generated, reference),
-        longest_copied_chars=length,
-        longest_copied_line=line,
-        longest_copied_passage=passage,
-        copied_fraction=copied_fraction(generated, reference, hashes=hashes),
-    )
+    return Memorisation(known_word_fraction(generated, reference), length, line, passage,
+                        copied_fraction(generated, reference, hashes=hashes))

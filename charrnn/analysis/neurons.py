@@ -17,7 +17,6 @@ from charrnn.models.model import CharRNN
 from charrnn.models.stepper import make_stepper
 from charrnn.utils.terminal import HIDDEN_CHAR_STYLE, colour, html_text
 
-FEATURES = INSPECT_FEATURES  # the text features rank_units can correlate with
 STEP_SLICE = 4096  # characters unbound at once while stepping through a text
 
 
@@ -73,8 +72,6 @@ def _indent(text: str) -> list[float]:
 _FEATURE_FUNCTIONS: dict[str, Callable[[str], list[float]]] = {
     "quotes": _inside_quotes, "line-position": _line_position, "indent": _indent,
 }
-
-
 _ABSENT = {"quotes": "double-quoted passage", "line-position": "line longer than one character",
            "indent": "indented line"}  # what a text must have for each feature to vary
 
@@ -83,7 +80,7 @@ def text_feature(text: str, feature: str) -> torch.Tensor:
     """A per-character property of the text, (T,) float32. quotes: 1 from an opening double quote to its
     closing one, else 0; line-position: characters since the last newline; indent: leading spaces and tabs."""
     if feature not in _FEATURE_FUNCTIONS:
-        raise CharrnnError(f"unknown feature {feature!r}; choose one of {', '.join(FEATURES)}")
+        raise CharrnnError(f"unknown feature {feature!r}; choose one of {', '.join(INSPECT_FEATURES)}")
     values = torch.tensor(_FEATURE_FUNCTIONS[feature](text), dtype=torch.float32)
     if len(values) and bool((values == values[0]).all()):
         # A constant feature correlates with nothing: a table of +0.000 would only mislead.
@@ -123,15 +120,14 @@ def html_page(text: str, values: list[float], scale: float, title: str) -> str:
              for char, value in zip(text, values, strict=True)]
     swatches = [-scale + 2 * scale * step / (COLOUR_BAR_STEPS - 1) for step in range(COLOUR_BAR_STEPS)]
     bar = "".join(_span(f" {value:+.2g} ", value, scale) for value in swatches)
-    return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        f"<title>{html.escape(title)}</title>\n"
-        "<style>body{font-family:sans-serif;margin:2em}pre{font-size:14px;line-height:1.4;"
-        "white-space:pre-wrap}.bar span{font-family:monospace;font-size:12px}"
-        f"{HIDDEN_CHAR_STYLE}</style>\n</head>\n"
-        "<body>\n"
-        f"<h1>{html.escape(title)}</h1>\n<p>red: negative, white: zero, blue: positive "
-        f"(saturating at ±{scale:.3g}); hover a character for its value.</p>\n"
-        f'<p class="bar">{bar}</p>\n'
-        f"<pre>{''.join(spans)}</pre>\n</body>\n</html>\n"
-    )
+    return text_page(title, "body{font-family:sans-serif;margin:2em}pre{font-size:14px;line-height:1.4;"
+                            "white-space:pre-wrap}.bar span{font-family:monospace;font-size:12px}",
+                     f"<p>red: negative, white: zero, blue: positive (saturating at ±{scale:.3g}); hover a "
+                     f'character for its value.</p>\n<p class="bar">{bar}</p>\n', "".join(spans))
+
+
+def text_page(title: str, style: str, paragraphs: str, text: str) -> str:
+    """A standalone HTML page: ``title`` as its heading, then ``paragraphs`` and ``text`` (HTML), styled."""
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>{html.escape(title)}</title>\n<style>{style}{HIDDEN_CHAR_STYLE}</style>\n</head>\n"
+            f"<body>\n<h1>{html.escape(title)}</h1>\n{paragraphs}<pre>{text}</pre>\n</body>\n</html>\n")

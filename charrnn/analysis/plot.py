@@ -71,19 +71,6 @@ def text_box(label: Any, renderer: Any) -> Any:
     return Text.get_window_extent(label, renderer)
 
 
-def _place_labels(figure: Any, labels: list[Any]) -> None:
-    """Move each annotation to the first offset where its text overlaps no label placed before it."""
-    renderer = figure.canvas.get_renderer()
-    placed: list[Any] = []
-    for label in labels:
-        for offset in LABEL_OFFSETS:
-            label.set_position(offset)
-            box = text_box(label, renderer).expanded(1.05, 1.15)
-            if not any(box.overlaps(other) for other in placed):
-                break
-        placed.append(text_box(label, renderer))
-
-
 def plot_runs(run_dirs: list[Path], output: Path) -> None:
     """Draw :func:`learning_curves` into ``output``; its suffix picks the format (png, svg, pdf, ...)."""
     plt = _pyplot()
@@ -117,10 +104,9 @@ def learning_curves(run_dirs: list[Path]) -> Any:
         for index, ((run_dir, records), name) in enumerate(zip(runs, names, strict=True)):
             colour = f"C{index % 10}"
             x = [getattr(r, x_key) for r in records]
-            whole = [(xi, r.val_loss) for xi, r in zip(x, records, strict=True)
-                     if r.val_chars is None and r.val_loss is not None]
-            subset = [(xi, r.val_loss) for xi, r in zip(x, records, strict=True)
-                      if r.val_chars is not None and r.val_loss is not None]
+            scored = [(xi, r) for xi, r in zip(x, records, strict=True) if r.val_loss is not None]
+            whole = [(xi, r.val_loss) for xi, r in scored if r.val_chars is None]
+            subset = [(xi, r.val_loss) for xi, r in scored if r.val_chars is not None]
             if whole:
                 axis.plot(*zip(*whole, strict=True), "-o", color=colour, markersize=3,
                           label=f"{name} validation")
@@ -128,21 +114,20 @@ def learning_curves(run_dirs: list[Path]) -> Any:
                 chars = min(r.val_chars for r in records if r.val_chars is not None)
                 axis.plot(*zip(*subset, strict=True), ":^", color=colour, markersize=3, alpha=0.8,
                           label=f"{name} validation, first {chars:,} chars (another measure)")
-            train_points = [(xi, r.train_loss) for xi, r in zip(x, records, strict=True)
-                            if r.train_loss is not None]
-            if train_points:  # one point has no line to draw: it is marked instead
-                axis.plot(*zip(*train_points, strict=True), "--" if len(train_points) > 1 else "x",
+            training = [(xi, r.train_loss) for xi, r in zip(x, records, strict=True)
+                        if r.train_loss is not None]
+            if training:  # one point has no line to draw: it is marked instead
+                axis.plot(*zip(*training, strict=True), "--" if len(training) > 1 else "x",
                           color=colour, alpha=0.6, label=f"{name} training")
-            for xi, record in zip(x, records, strict=True):
-                if record.epoch_checkpoint and record.val_loss is not None:
+            for xi, record in scored:
+                if record.epoch_checkpoint:
                     drawn["epoch checkpoint"] = True
                     axis.plot(xi, record.val_loss, "*", color=colour, markersize=12)
                     labels.append(axis.annotate(
                         f"epoch {round(record.epoch)}", (xi, record.val_loss), textcoords="offset points",
                         xytext=LABEL_OFFSETS[0], fontsize=8,
                         arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.6}))
-            best = best_point(run_dir, records, x)
-            if best is not None:
+            if (best := best_point(run_dir, records, x)) is not None:
                 drawn["best.pt"] = True
                 axis.plot(*best, "o", markersize=11, markerfacecolor="none", markeredgecolor=colour,
                           markeredgewidth=1.6)
@@ -164,8 +149,16 @@ def learning_curves(run_dirs: list[Path]) -> Any:
     axes[0].legend(handles, texts, fontsize=8)
     figure.tight_layout()
     figure.canvas.draw()  # the layout settles where each label would land
-    for labels in labels_by_axis:
-        _place_labels(figure, labels)
+    renderer = figure.canvas.get_renderer()
+    for labels in labels_by_axis:  # each to the first offset where it overlaps no label placed before it
+        placed: list[Any] = []
+        for label in labels:
+            for offset in LABEL_OFFSETS:
+                label.set_position(offset)
+                box = text_box(label, renderer).expanded(1.05, 1.15)
+                if not any(box.overlaps(other) for other in placed):
+                    break
+            placed.append(text_box(label, renderer))
     return figure
 
 

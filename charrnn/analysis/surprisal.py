@@ -15,11 +15,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from charrnn.analysis.neurons import text_page
 from charrnn.data.vocab import Vocab
 from charrnn.models.devices import EVAL_CHUNK
 from charrnn.models.evaluate import scored_chunks, stream_layout
 from charrnn.models.model import CharRNN
-from charrnn.utils.terminal import HIDDEN_CHAR_STYLE, heat, html_text, visible_char
+from charrnn.utils.terminal import heat, html_text, visible_char
 
 SURPRISAL_STREAMS = 16  # streams read at once (see surprisals)
 CONTEXT_BEFORE = 40  # characters of context shown before a surprising position
@@ -52,21 +53,15 @@ class SurprisingPosition:
         return {**self.row.to_dict(), "before": self.before, "after": self.after}
 
 
-def scored_positions(text: str, vocab: Vocab, skip_unknown: bool) -> range | list[int]:
-    """The positions in ``text`` that the model reads: all (a range, no memory), or with
-    ``skip_unknown`` those it knows."""
-    if not skip_unknown:
-        return range(len(text))
-    return [index for index, char in enumerate(text) if char in vocab]
-
-
 @torch.no_grad()
 def surprisals(model: CharRNN, vocab: Vocab, text: str, top_k: int, skip_unknown: bool = False,
                single_stream: bool = False) -> Iterator[CharSurprisal]:
     """Every character of ``text`` after the first read, in order. Characters outside the vocabulary are
     dropped with ``skip_unknown`` (as by ``eval-perplexity --skip-unknown``), else an error before any row."""
     ids = vocab.encode(text, skip_unknown=skip_unknown).long()
-    positions = scored_positions(text, vocab, skip_unknown)
+    # The positions in the text that the model reads: all (a range, no memory), or those it knows.
+    positions = [index for index, char in enumerate(text) if char in vocab] if skip_unknown else \
+        range(len(text))
     if len(ids) < 2:
         return
     # The streams of scoring, fewer at once: only a batch's first stream is told as it is read, the
@@ -116,8 +111,7 @@ def most_surprising(rows: Iterable[CharSurprisal], count: int, text: str) -> lis
 
 
 def surprisal_page(text: str, rows: Iterable[CharSurprisal], title: str) -> str:
-    """A standalone HTML page of ``text`` shaded by surprisal; hovering a character shows its surprisal
-    and the model's top guesses there. No script, no external resource."""
+    """A standalone page (no script) of ``text`` shaded by surprisal, each character's scores on hover."""
     scored = {row.index: row for row in rows}
     spans = []
     for index, char in enumerate(text):
@@ -135,17 +129,11 @@ def surprisal_page(text: str, rows: Iterable[CharSurprisal], title: str) -> str:
     mean = sum(row.nats for row in scores) / len(scores) if scores else float("nan")
     legend = "".join(f'<span style="background:rgb{heat(level)}">&nbsp;{level:g}&nbsp;</span>'
                      for level in (0, 1, 2, 3, 4, 5, 6))
-    return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        f"<title>{html.escape(title)}</title>\n"
-        "<style>body{font-family:sans-serif;margin:2em;max-width:60em}"
-        "pre{font-size:15px;line-height:1.5;white-space:pre-wrap}pre span:hover{outline:1px solid #333}"
-        ".unscored{color:#888}.legend span{font-family:monospace;font-size:12px}"
-        f"{HIDDEN_CHAR_STYLE}</style>\n</head>\n<body>\n"
-        f"<h1>{html.escape(title)}</h1>\n"
-        f"<p>{len(scores):,} characters scored, {mean:.4f} nats/char on average. Each character is shaded "
-        f"by its surprisal, −ln p, given the text before it; hover one for its value and the model's "
-        f"guesses there.</p>\n"
-        f'<p class="legend">nats: {legend} and beyond</p>\n'
-        f"<pre>{''.join(spans)}</pre>\n</body>\n</html>\n"
-    )
+    return text_page(title, "body{font-family:sans-serif;margin:2em;max-width:60em}pre{font-size:15px;"
+                            "line-height:1.5;white-space:pre-wrap}pre span:hover{outline:1px solid #333}"
+                            ".unscored{color:#888}.legend span{font-family:monospace;font-size:12px}",
+                     f"<p>{len(scores):,} characters scored, {mean:.4f} nats/char on average. Each "
+                     f"character is shaded by its surprisal, −ln p, given the text before it; hover one for "
+                     f"its value and the model's guesses there.</p>\n"
+                     f'<p class="legend">nats: {legend} and beyond</p>\n',
+                     "".join(spans))

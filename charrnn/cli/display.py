@@ -34,9 +34,8 @@ def clock_time(seconds: float) -> str:
 
 
 def shown_text(text: str, style: str = "") -> Text:
-    """Model or corpus text for a table or a view: line breaks and tabs kept, every other character a
-    terminal would obey or hide (an escape sequence, a carriage return, a bidirectional override) shown
-    as its escape in reverse video, so it reads as one character and never as the text ``\\x1b``."""
+    """Model or corpus text for a view: line breaks and tabs kept, any other character a terminal would obey
+    or hide shown as its escape in reverse video: one character, never the text ``\\x1b``."""
     rendered = Text(style=style)
     for piece, hidden in shown_parts(text):
         rendered.append(piece, style="reverse" if hidden else "")
@@ -67,12 +66,10 @@ def describe_model(model: dict[str, Any]) -> str:
 def regularisation(model: dict[str, Any]) -> str:
     """A model's dropouts in a few words: "dropout 0.2", or each rate that is set."""
     locked = " (locked)" if model.get("locked_dropout") else ""
-    words = [f"dropout {model['dropout']:g}{locked}"]
-    for key, label in (("weight_drop", "weight drop"), ("input_dropout", "input dropout"),
-                       ("embed_dropout", "embedding dropout")):
-        if model.get(key):
-            words.append(f"{label} {model[key]:g}")
-    return ", ".join(words)
+    rates = {"weight_drop": "weight drop", "input_dropout": "input dropout",
+             "embed_dropout": "embedding dropout"}
+    return ", ".join([f"dropout {model['dropout']:g}{locked}",
+                      *(f"{label} {model[key]:g}" for key, label in rates.items() if model.get(key))])
 
 
 def describe_split(chars: int, split_point: int, val_frac: float) -> str:
@@ -94,8 +91,7 @@ def describe_evaluations(config: TrainConfig, val_chars: int) -> str:
 
 
 def part_scored(result: dict[str, Any] | None, corpus: dict[str, Any] | None) -> str:
-    """", on the first N validation chars" for a score of only the validation split's start
-    (TrainConfig.eval_chars), else nothing."""
+    """", on the first N validation chars" for a score of only the validation split's start, else nothing."""
     if not result or not corpus or "chars" not in result:
         return ""
     whole = corpus["chars"] - corpus["split_point"] - 1

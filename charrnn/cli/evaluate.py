@@ -10,6 +10,7 @@ from charrnn.cli.options import (
     GroupedCommand,
     device_option,
     dynamic_options,
+    given_options,
     json_option,
     option,
     reads_checkpoints,
@@ -49,6 +50,7 @@ def eval_perplexity_command(checkpoint: str, text_file: str | None, as_json: boo
       charrnn eval-perplexity best.pt --dynamic
     """
     from charrnn.api import perplexity
+    from charrnn.cli.evaluate_view import score_table
 
     result = perplexity(checkpoint, file=text_file, device=device, **scoring)
     say_checkpoint(checkpoint, result.checkpoint)
@@ -56,10 +58,8 @@ def eval_perplexity_command(checkpoint: str, text_file: str | None, as_json: boo
         message(note)
     if as_json:
         print_json(result.to_dict())
-        return
-    from charrnn.cli.evaluate_view import score_table
-
-    show(score_table(result))
+    else:
+        show(score_table(result))
 
 
 @click.command("compare", cls=GroupedCommand,
@@ -103,18 +103,25 @@ def compare_command(ctx: click.Context, checkpoints: tuple[str, ...], as_json: b
       charrnn compare runs/*/best.pt --dynamic
       charrnn compare checkpoints/epochs --evolution --markdown evolution.md
     """
-    from charrnn.api import check_output, compare
+    from charrnn import api
+    from charrnn.cli.evaluate_view import comparison_renderable, evolution_table
 
-    if evolution:
-        given = {key: value for key, value in settings.items()
-                 if ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
-        show_evolution(checkpoints, as_json, markdown_file, given)
+    if markdown_file is not None:  # the evolution reads only the run directories
+        reads = () if evolution else ("prime_file", "text_file", "against")
+        api.check_output(markdown_file, "markdown_file",
+                         {"checkpoints": checkpoints, **{name: settings.get(name) for name in reads}})
+    if evolution:  # each run directory's recorded samples, as a table, JSON or Markdown
+        given = given_options(ctx, settings)
+        evolutions = [api.evolution(run_dir, **given) for run_dir in checkpoints]
+        if markdown_file is not None:
+            write_file(markdown_file, "\n".join(each.to_markdown() for each in evolutions))
+        if as_json:
+            print_json([each.to_dict() for each in evolutions], indent=2)
+        else:
+            for each in evolutions:
+                show(evolution_table(each))
         return
-
-    if markdown_file is not None:
-        check_output(markdown_file, "markdown_file", {"checkpoints": checkpoints, **{
-            name: settings.get(name) for name in ("prime_file", "text_file", "against")}})
-    comparison = compare(list(checkpoints), **settings)
+    comparison = api.compare(list(checkpoints), **settings)
     for given, used in zip(checkpoints, comparison.checkpoints, strict=True):
         say_checkpoint(given, used)
     if comparison.note:
@@ -124,32 +131,11 @@ def compare_command(ctx: click.Context, checkpoints: tuple[str, ...], as_json: b
     if as_json:
         print_json(comparison.to_dict(), indent=2)
     else:
-        from charrnn.cli.evaluate_view import comparison_renderable
-
         show(comparison_renderable(comparison.reports, out.width))
     if comparison.failures:
         lacking = "; ".join(f"{path}: no {', no '.join(what)}" for path, what in comparison.failures)
         raise CharrnnError(f"not everything asked could be done ({lacking}); each checkpoint's problem "
                            f"is in its entry above")
-
-
-def show_evolution(run_dirs: tuple[str, ...], as_json: bool, markdown_file: str | None,
-                   given: dict[str, Any]) -> None:
-    """``compare --evolution``: each run directory's recorded samples, as a table, JSON or Markdown."""
-    from charrnn.api import check_output, evolution
-
-    if markdown_file is not None:
-        check_output(markdown_file, "markdown_file", {"checkpoints": run_dirs})
-    evolutions = [evolution(run_dir, **given) for run_dir in run_dirs]
-    if markdown_file is not None:
-        write_file(markdown_file, "\n".join(each.to_markdown() for each in evolutions))
-    if as_json:
-        print_json([each.to_dict() for each in evolutions], indent=2)
-        return
-    from charrnn.cli.evaluate_view import evolution_table
-
-    for each in evolutions:
-        show(evolution_table(each))
 
 
 COMMANDS = [eval_perplexity_command, compare_command]

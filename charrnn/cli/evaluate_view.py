@@ -23,9 +23,8 @@ SIDE_BY_SIDE_MIN_COLUMN = 32  # narrower than this per checkpoint, panels are st
 def evolution_table(evolution: Any) -> Table:
     """``compare --evolution``: one row per recorded sample (an :class:`charrnn.api.Evolution`)."""
     table = Table(title=Text(f"samples while training: {one_line(str(evolution.run_dir))}"), show_lines=True)
-    table.add_column("step", justify="right")
-    table.add_column("epoch", justify="right")
-    table.add_column("val nats/char", justify="right")
+    for column in ("step", "epoch", "val nats/char"):
+        table.add_column(column, justify="right")
     table.add_column("sample")
     for row in evolution.rows:
         loss = "" if row.val_loss is None else f"{row.val_loss:.4f}"
@@ -37,47 +36,33 @@ def score_table(result: Any) -> Table:
     """``charrnn eval-perplexity``'s table (``result``: :class:`charrnn.api.TextScore`)."""
     rows = {"text": result.text, "nats/char": f"{result.nats_per_char:.4f}",
             "bits/char": f"{result.bits_per_char:.4f}", "perplexity": f"{result.perplexity:.4f}"}
-    if result.dynamic is not None:
+    if (dynamic := result.dynamic) is not None:
         settings = result.dynamic_settings
-        rows.update({
-            "dynamic nats/char": f"{result.dynamic.nats_per_char:.4f} "
-                                 f"({result.dynamic.nats_per_char - result.nats_per_char:+.4f})",
-            "dynamic bits/char": f"{result.dynamic.bits_per_char:.4f}",
-            "dynamic settings": f"lr {settings.learning_rate:g}, decay {settings.decay:g}, "
-                                f"segments of {settings.segment_len}",
-        })
+        rows.update({"dynamic nats/char": f"{dynamic.nats_per_char:.4f} "
+                                          f"({dynamic.nats_per_char - result.nats_per_char:+.4f})",
+                     "dynamic bits/char": f"{dynamic.bits_per_char:.4f}",
+                     "dynamic settings": f"lr {settings.learning_rate:g}, decay {settings.decay:g}, "
+                                         f"segments of {settings.segment_len}"})
     rows.update({"characters scored": f"{result.chars:,}", "time": f"{result.seconds:.1f} s"})
     return key_value_table("perplexity", rows)
 
 
-def memorisation_rows(figures: dict[str, Any]) -> dict[str, str]:
-    """The memorisation figures as table rows, the longest copied passage quoted."""
-    known = figures["known_word_fraction"]
-    longest = figures["longest_copied_chars"]
-    where = f" (line {figures['longest_copied_line']:,})" if figures["longest_copied_line"] else ""
-    return {
-        "known words": "n/a" if known is None else f"{known:.1%}",
-        "longest copy": f"{longest} chars{where}",
-        f"copied (runs ≥ {COPY_MIN_CHARS})": f"{figures['copied_fraction']:.1%}",
-        "copied passage": repr(figures["longest_copied_passage"]),
-    }
-
-
 def _report_rows(report: CheckpointReport) -> dict[str, str]:
-    rows = {
-        "run": report.run,
-        "epoch": format_epoch(report.epoch),
-        "steps": f"{report.step:,}" if report.step is not None else "n/a",
-        "nats/char": format_score(report.nats_per_char),
-        "bits/char": format_score(report.bits_per_char),
-        "perplexity": format_score(report.perplexity, 3),
-    }
+    rows = {"run": report.run, "epoch": format_epoch(report.epoch),
+            "steps": f"{report.step:,}" if report.step is not None else "n/a",
+            "nats/char": format_score(report.nats_per_char), "bits/char": format_score(report.bits_per_char),
+            "perplexity": format_score(report.perplexity, 3)}
     if report.dynamic is not None:
         rows["dynamic nats/char"] = format_score(report.dynamic["nats_per_char"])
     if report.log_prob is not None:
         rows["beam log-prob"] = f"{report.log_prob:.4f}"
-    if report.memorisation is not None:
-        rows.update(memorisation_rows(report.memorisation))
+    if (figures := report.memorisation) is not None:  # the longest copied passage quoted
+        known = figures["known_word_fraction"]
+        where = f" (line {figures['longest_copied_line']:,})" if figures["longest_copied_line"] else ""
+        rows.update({"known words": "n/a" if known is None else f"{known:.1%}",
+                     "longest copy": f"{figures['longest_copied_chars']} chars{where}",
+                     f"copied (runs ≥ {COPY_MIN_CHARS})": f"{figures['copied_fraction']:.1%}",
+                     "copied passage": repr(figures["longest_copied_passage"])})
     if report.error:
         rows["problem"] = report.error
     return rows

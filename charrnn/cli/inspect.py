@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
 import click
@@ -10,6 +11,7 @@ from charrnn.cli.options import (
     GroupedCommand,
     config_option,
     device_option,
+    given_options,
     json_option,
     option,
     reads_checkpoints,
@@ -39,15 +41,14 @@ def info_command(checkpoint: str, as_json: bool) -> None:
       charrnn info checkpoints/tinyshakespeare --json
     """
     from charrnn.api import info
+    from charrnn.cli.inspect_view import info_table
 
     result = info(checkpoint)
     say_checkpoint(checkpoint, result.checkpoint)
     if as_json:
         print_json(result.to_dict())
-        return
-    from charrnn.cli.inspect_view import info_table
-
-    show(info_table(str(result.checkpoint), result.facts))
+    else:
+        show(info_table(str(result.checkpoint), result.facts))
 
 
 @click.command("inspect", cls=GroupedCommand,
@@ -94,24 +95,42 @@ def inspect_command(ctx: click.Context, checkpoint: str, text_file: str, html_fi
       charrnn inspect best.pt held_out.txt --most-surprising 10
       charrnn inspect best.pt held_out.txt --surprisal --html surprisal.html
     """
-    from charrnn.api import check_output, inspect
-    from charrnn.cli.inspect_view import coloured_text, ranking_table
+    from charrnn import api
+    from charrnn.cli.inspect_view import coloured_text, ranking_table, surprisal_text, surprising_table
 
     if html_file is not None:
-        check_output(html_file, "html_file", {"checkpoint": checkpoint, "text_file": text_file})
-    if (skip_unknown or single_stream) and not (surprisal or most_surprising is not None):
+        api.check_output(html_file, "html_file", {"checkpoint": checkpoint, "text_file": text_file})
+    surprising = surprisal or most_surprising is not None
+    if (skip_unknown or single_stream) and not surprising:
         from charrnn.errors import OptionConflict
 
         flag = "--skip-unknown drops characters from" if skip_unknown else "--single-stream sets how it reads"
         raise OptionConflict(f"{flag} the text --surprisal scores: it goes with --surprisal or "
                              f"--most-surprising")
-    if surprisal or most_surprising is not None:
-        given = {key: value for key, value in looking.items()
-                 if ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
-        show_surprisal(checkpoint, text_file, html_file, device, as_json, most_surprising,
-                       {**given, "skip_unknown": skip_unknown, "single_stream": single_stream})
+    if surprising:  # the rows streamed as JSON, the K most surprising, or the coloured text
+        if most_surprising is not None:
+            api.Surprisal.check_count(most_surprising)
+        given = {**given_options(ctx, looking), "skip_unknown": skip_unknown, "single_stream": single_stream}
+        scores = api.surprisal(checkpoint, file=text_file, device=device, **given)
+        say_checkpoint(checkpoint, scores.model.checkpoint)
+        rows = None  # the coloured text's rows, computed once for the page too
+        if most_surprising is not None:
+            positions = scores.most_surprising(most_surprising)
+            if as_json:
+                print_json([position.to_dict() for position in positions])
+            else:
+                show(surprising_table(positions, marked=not shows_colour()))
+        elif as_json:
+            stream_stdout(json_lines(scores))
+        else:
+            rows = list(scores)
+            show(surprisal_text(scores.text, rows, legend=shows_colour()), soft_wrap=True)
+            if html_file is None:
+                colour_lost("each character's surprisal")
+        if html_file is not None:
+            write_file(html_file, scores.to_html(rows=rows))
         return
-    seen = inspect(checkpoint, file=text_file, device=device, **looking)
+    seen = api.inspect(checkpoint, file=text_file, device=device, **looking)
     say_checkpoint(checkpoint, seen.checkpoint)
     page = seen.to_html() if html_file is not None else None  # refused without --unit, before any output
     if as_json:
@@ -126,45 +145,11 @@ def inspect_command(ctx: click.Context, checkpoint: str, text_file: str, html_fi
         write_file(html_file, page)
 
 
-def show_surprisal(checkpoint: str, text_file: str, html_file: str | None, device: str, as_json: bool,
-                   most_surprising: int | None, options: dict[str, Any]) -> None:
-    """``inspect --surprisal``: the rows streamed as JSON, the K most surprising, or the coloured text."""
-    from charrnn.api import Surprisal, surprisal
-    from charrnn.cli.inspect_view import surprisal_text, surprising_table
-
-    if most_surprising is not None:
-        Surprisal.check_count(most_surprising)
-    scores = surprisal(checkpoint, file=text_file, device=device, **options)
-    say_checkpoint(checkpoint, scores.model.checkpoint)
-    if most_surprising is not None:
-        positions = scores.most_surprising(most_surprising)
-        if as_json:
-            print_json([position.to_dict() for position in positions])
-        else:
-            show(surprising_table(positions, marked=not shows_colour()))
-    elif as_json:
-        stream_stdout(json_lines(scores))
-    else:
-        rows = list(scores)
-        show(surprisal_text(scores.text, rows, legend=shows_colour()), soft_wrap=True)
-        if html_file is not None:
-            write_file(html_file, scores.to_html(rows=rows))
-        else:
-            colour_lost("each character's surprisal")
-        return
-    if html_file is not None:
-        write_file(html_file, scores.to_html())
-
-
 def json_lines(rows: Any, batch: int = 512) -> Any:
     """One JSON object per row and line, handed on ``batch`` rows at a time (one flush each)."""
-    lines = []
-    for row in rows:
-        lines.append(json_text(row.to_dict(), ensure_ascii=False) + "\n")
-        if len(lines) == batch:
-            yield "".join(lines)
-            lines = []
-    yield "".join(lines)
+    rows = iter(rows)
+    while chunk := list(islice(rows, batch)):
+        yield "".join(json_text(row.to_dict(), ensure_ascii=False) + "\n" for row in chunk)
 
 
 @click.command("plot", short_help="Plot runs' training and validation loss.")

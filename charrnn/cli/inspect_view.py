@@ -19,6 +19,8 @@ from charrnn.cli.display import (
 )
 from charrnn.utils.terminal import SATURATION_NATS, colour, heat, visible_char
 
+SHADE = "black on rgb({},{},{})"  # a character on a background of this red, green and blue
+
 
 def ranking_table(ranked: list[tuple[int, int, float]], title: str) -> Table:
     """Units and their correlation with a text feature, best first."""
@@ -31,32 +33,25 @@ def ranking_table(ranked: list[tuple[int, int, float]], title: str) -> Table:
 
 
 def coloured_text(text: str, values: list[float], scale: float) -> Text:
-    """The text with each character's background shaded by its value
-    (:func:`~charrnn.utils.terminal.colour`)."""
+    """The text with each character's background shaded by its value."""
     rendered = Text()
     for char, value in zip(text, values, strict=True):
-        red, green, blue = colour(value, scale)
-        append_shown(rendered, char, f"black on rgb({red},{green},{blue})" if char != "\n" else "")
+        append_shown(rendered, char, SHADE.format(*colour(value, scale)) if char != "\n" else "")
     return rendered
 
 
 def surprisal_text(text: str, rows: list[Any], legend: bool = True) -> Group:
     """The text shaded by surprisal (white to red), a legend of the shades (where ``legend``: a console
     without colour shows none), and the mean over the scored characters."""
-
     scored = {row.index: row.nats for row in rows}
     rendered = Text()
     for index, char in enumerate(text):
         nats = scored.get(index)
-        if nats is None or char == "\n":
-            append_shown(rendered, char, "dim" if nats is None else "")
-            continue
-        red, green, blue = heat(nats)
-        append_shown(rendered, char, f"black on rgb({red},{green},{blue})")
+        shade = "dim" if nats is None else "" if char == "\n" else SHADE.format(*heat(nats))
+        append_shown(rendered, char, shade)
     summary = Text("surprisal: " if legend else "")
     for level in range(int(SATURATION_NATS) + 1 if legend else 0):
-        red, green, blue = heat(level)
-        summary.append(f" {level} ", style=f"black on rgb({red},{green},{blue})")
+        summary.append(f" {level} ", style=SHADE.format(*heat(level)))
     mean = sum(scored.values()) / len(scored)
     summary.append(f"{' nats and beyond; ' if legend else ''}{len(scored):,} characters scored, {mean:.4f} "
                    f"nats/char on average (the first character has no context and is not scored)")
@@ -64,9 +59,8 @@ def surprisal_text(text: str, rows: list[Any], legend: bool = True) -> Group:
 
 
 def surprising_table(positions: list[Any], marked: bool = False) -> Table:
-    """``inspect --most-surprising``: each position, its surprisal, its context and the model's guesses.
-    The surprising character is highlighted in its context, and also bracketed where ``marked`` (a console
-    without colour)."""
+    """``inspect --most-surprising``: each position, its surprisal, its context (the character highlighted,
+    and bracketed where ``marked``: a console without colour) and the model's guesses."""
     table = Table(title="the most surprising characters")
     for column, justify in (("#", "right"), ("index", "right"), ("char", "center"), ("nats", "right"),
                             ("p", "right"), ("in context", "left"), ("the model expected", "left")):
@@ -84,20 +78,16 @@ def surprising_table(positions: list[Any], marked: bool = False) -> Table:
 
 
 def _setting(value: Any) -> str:
-    """A training setting in info's list: a text that would not read as one word (empty, spaced, with a
-    comma) in quotes."""
-    if isinstance(value, str) and (not value or any(mark in value for mark in " ,\n\t")):
-        return repr(value)
-    return str(value)
+    """A training setting in info's list, quoted where it would not read as one word (empty, spaced, ...)."""
+    quoted = isinstance(value, str) and (not value or any(mark in value for mark in " ,\n\t"))
+    return repr(value) if quoted else str(value)
 
 
 def info_table(name: str, facts: dict[str, Any]) -> Table:
     """``charrnn info``'s table of what a checkpoint holds."""
-    model = facts["model"]
-    shape = describe_model(model)
     corpus, latest = facts["corpus"], facts["latest_eval"]
     rows = {
-        "model": shape,
+        "model": describe_model(facts["model"]),
         "parameters": f"{facts['parameters']:,}",
         "vocabulary": f"{facts['vocab_size']} characters: {escaped(facts['vocab'])}",
         "step": "n/a" if facts["step"] is None else f"{facts['step']:,}",
@@ -120,8 +110,7 @@ def info_table(name: str, facts: dict[str, Any]) -> Table:
         "resumable": "yes" if facts["resumable"] else "no (weights only)",
         "format version": str(facts["format_version"]),
     }
-    training = facts["training"]
-    if training:
+    if training := facts["training"]:
         rows["training"] = ", ".join(f"{key} {_setting(value)}" for key, value in sorted(training.items())
                                      if key != "out_dir" and value not in (None, [], False))
     return key_value_table(name, rows, fold=True)

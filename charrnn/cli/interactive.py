@@ -33,20 +33,13 @@ def require_terminal() -> None:
                            "one (not a pipe or a file)")
 
 
-def screen_size() -> tuple[int, int]:
-    """The terminal's columns and rows, read from stderr (where the screen is drawn): stdout is often
-    redirected, to keep the text the session prints at its end."""
-    try:
-        size = os.get_terminal_size(sys.stderr.fileno())
-    except (OSError, ValueError):
-        return shutil.get_terminal_size()
-    return size.columns, size.lines
-
-
 def screen(session: WritingSession, top: int, note: str) -> str:
     """The whole screen: the end of the text that fits (wrapped lines counted), a cursor, the guesses, a
     note and the keys, each of those one line cut to the terminal's width."""
-    columns, rows = screen_size()
+    try:  # the size of stderr, where the screen is drawn: stdout is often redirected, to keep the text
+        columns, rows = os.get_terminal_size(sys.stderr.fileno())
+    except (OSError, ValueError):
+        columns, rows = shutil.get_terminal_size()
     width = max(10, columns)
     wrapped = [piece[start:start + width] or "" for piece in (shown(session.text) + "▌").split("\n")
                for start in range(0, max(1, len(piece)), width)]
@@ -63,37 +56,30 @@ def screen(session: WritingSession, top: int, note: str) -> str:
 def keys(fd: int) -> Any:
     """Characters typed on ``fd`` (UTF-8), an escape sequence (arrow keys) skipped as one."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    while True:
-        data = os.read(fd, 64)
-        if not data:
-            yield END
-            return
+    while data := os.read(fd, 64):
         text = decoder.decode(data)
-        if text.startswith("\x1b"):
-            continue
-        yield from text
+        if not text.startswith("\x1b"):
+            yield from text
+    yield END
 
 
-def write_interactively(session: WritingSession, top: int) -> str | None:
-    """Run the session on the terminal; the text when Ctrl-D ends it, None when the keys run out."""
+def write_interactively(session: WritingSession, top: int) -> str:
+    """Run the session on the terminal; the text when Ctrl-D (or the end of the input) ends it."""
     fd = sys.stdin.fileno()
     saved = termios.tcgetattr(fd)
-    note = f"writing after {len(session.prime)} character(s) of prime"
+    note, typed = f"writing after {len(session.prime)} character(s) of prime", keys(fd)
     try:
         tty.setcbreak(fd)  # keys one by one, unechoed; Ctrl-C still interrupts
-        sys.stderr.write(screen(session, top, note))
-        sys.stderr.flush()
-        for key in keys(fd):
-            if key == END:
-                return session.text
-            note = _act(session, top, key)
+        while True:
             sys.stderr.write(screen(session, top, note))
             sys.stderr.flush()
+            if (key := next(typed)) == END:
+                return session.text
+            note = _act(session, top, key)
     finally:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
         sys.stderr.write(CLEAR)
         sys.stderr.flush()
-    return None
 
 
 def _act(session: WritingSession, top: int, key: str) -> str:

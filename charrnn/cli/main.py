@@ -44,39 +44,32 @@ class CharrnnGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         # Every message names an option as this command spells it; the command is known once parsed.
         with options_spelled(lambda name: option_namer(self._command(ctx))(name)):
-            return self._invoke(ctx)
-
-    def _invoke(self, ctx: click.Context) -> Any:
-        try:
-            with raise_on_termination():
-                cpu_bf16_setting()  # a mistyped CHARRNN_CPU_BF16 is refused by every command
-                return super().invoke(ctx)
-        except ConfigError as exc:  # a refused option value: a usage error, exit 2
-            raise OneLineUsageError(self._config_error_message(ctx, exc)) from None
-        except CharrnnError as exc:
-            raise click.ClickException(one_line(str(exc))) from None
-        except ReaderGone:
-            raise SystemExit(1) from None
-        except KeyboardInterrupt:
-            raise Interrupted("SIGINT") from None
-        except Terminated as exc:
-            raise Interrupted(exc.signal_name) from None
-        except click.exceptions.NoArgsIsHelpError:  # a group named without a command: click shows its help
-            raise
-        except click.UsageError as exc:
-            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
-            raise OneLineUsageError(exc.format_message() + hint) from None
+            try:
+                with raise_on_termination():
+                    cpu_bf16_setting()  # a mistyped CHARRNN_CPU_BF16 is refused by every command
+                    return super().invoke(ctx)
+            except ConfigError as exc:  # a refused option value: a usage error, exit 2, in the options' words
+                command = self._command(ctx)
+                see = f" (see '{ctx.command_path} {command.name} --help')" if command is not None else ""
+                plain = isinstance(exc, OptionConflict) or exc.field is None
+                problem = str(exc) if plain else f"Invalid value for '{option(exc.field)}': {exc.problem}"
+                raise OneLineUsageError(problem + see) from None
+            except CharrnnError as exc:
+                raise click.ClickException(one_line(str(exc))) from None
+            except ReaderGone:
+                raise SystemExit(1) from None
+            except KeyboardInterrupt:
+                raise Interrupted("SIGINT") from None
+            except Terminated as exc:
+                raise Interrupted(exc.signal_name) from None
+            except click.exceptions.NoArgsIsHelpError:  # a group without a command: click shows its help
+                raise
+            except click.UsageError as exc:
+                hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
+                raise OneLineUsageError(exc.format_message() + hint) from None
 
     def _command(self, ctx: click.Context) -> click.Command | None:
         return self.get_command(ctx, ctx.invoked_subcommand) if ctx.invoked_subcommand else None
-
-    def _config_error_message(self, ctx: click.Context, exc: ConfigError) -> str:
-        """The library's complaint, in the words of the options that set the values."""
-        command = self._command(ctx)
-        see = f" (see '{ctx.command_path} {command.name} --help')" if command is not None else ""
-        if isinstance(exc, OptionConflict) or exc.field is None:
-            return f"{exc}{see}"
-        return f"Invalid value for '{option(exc.field)}': {exc.problem}{see}"
 
 
 @click.group(cls=CharrnnGroup)

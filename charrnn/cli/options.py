@@ -36,19 +36,12 @@ def _owner(name: str) -> type:
     return ModelConfig if name in ModelConfig.__dataclass_fields__ else TrainConfig
 
 
-def _number_type(name: str, default: Any) -> type:
-    """int or float: the default's type, or for a field that defaults to None, its declared one."""
-    if default is not None:
-        return type(default)
-    declared = str(_owner(name).__dataclass_fields__[name].type)
-    return int if declared.startswith("int") else float
-
-
 def _typed(name: str, text: str) -> Any:
     """``text`` as the type of field ``name``: a number, true/false, none (where allowed), or a word."""
     field = _owner(name).__dataclass_fields__[name]
-    default = field.default
-    lowered = text.strip().lower()
+    default, lowered = field.default, text.strip().lower()
+    # A number's type: the default's, or for a field that defaults to None, its declared one.
+    number = type(default) if default is not None else int if str(field.type).startswith("int") else float
     if lowered == "none" and "None" in str(field.type):
         return None
     try:
@@ -56,10 +49,10 @@ def _typed(name: str, text: str) -> Any:
             return {"true": True, "yes": True, "on": True, "1": True,
                     "false": False, "no": False, "off": False, "0": False}[lowered]
         if isinstance(default, int | float) or default is None:
-            return _number_type(name, default)(text)
+            return number(text)
     except (KeyError, ValueError):
         kind = "true or false" if isinstance(default, bool) else \
-            "a whole number" if _number_type(name, default) is int else "a number"
+            "a whole number" if number is int else "a number"
         raise click.BadParameter(f"{text!r} is not {kind}", param_hint=f"'-o {name}'") from None
     return text
 
@@ -102,8 +95,7 @@ class GroupedOption(click.Option):
 
 
 class GroupedCommand(click.Command):
-    """A command whose --help lists its options group by group, in the order the groups first appear;
-    the advanced settings of ``-o`` end the list."""
+    """A command whose --help lists its options by group, in order of first appearance; ``-o``'s come last."""
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         groups: dict[str, list[tuple[str, str]]] = {}
@@ -147,10 +139,8 @@ def option(*decls: str, group: str | None = None, default_text: str | None = Non
 
 def config_option(flag: str, source: type, name: str, group: str | None = None, *, budget: bool = False,
                   **kwargs: Any) -> Decorator:
-    """An option bound to field ``name`` of dataclass ``source``: its name, default and help.
-
-    ``budget``: a time budget chooses this field when it is not given, and the help says so.
-    """
+    """An option bound to field ``name`` of dataclass ``source``: its name, default and help. ``budget``: a
+    time budget chooses this field when it is not given, and the help says so."""
     default = kwargs.pop("default", source.__dataclass_fields__[name].default)
     kwargs.setdefault("help", field_help(source, name))
     if isinstance(default, bool) and "/" not in flag:
@@ -173,9 +163,8 @@ def stacked(options: list[Decorator]) -> Decorator:
 
 
 def device_option(default: str, group: str = "hardware") -> Decorator:
-    """Where the model runs, and with how many CPU threads. Whole-text work (train, eval-perplexity)
-    defaults to auto; commands that step one character at a time default to cpu, where those
-    latency-bound steps run well."""
+    """Where the model runs, and with how many CPU threads. Whole-text work defaults to auto; commands that
+    step one character at a time default to cpu, where those latency-bound steps run well."""
     return stacked([
         option("--device", type=click.Choice(["auto", "cpu", "cuda", "mps"]), default=default,
                show_default=True, group=group,
@@ -225,8 +214,7 @@ def sampling_options(length: int, seed: str | None = None) -> Decorator:
 
 
 def dynamic_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """--dynamic and its settings, shared by eval-perplexity and compare; unset, they take DynamicConfig's
-    defaults."""
+    """--dynamic and its settings, shared by eval-perplexity and compare (unset: DynamicConfig's defaults)."""
     scoring = functools.partial(option, group="scoring")
     defaults = DynamicConfig()
     return stacked([
@@ -256,6 +244,12 @@ def skip_unknown_option(group: str = "scoring") -> Decorator:
     return option("--skip-unknown", is_flag=True, group=group,
                   help="Drop the text's characters outside a model's vocabulary and score the rest (without "
                        "it, such a text is refused).")
+
+
+def given_options(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
+    """Those of ``values`` the command line set, not left at their defaults."""
+    return {key: value for key, value in values.items()
+            if ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
 
 
 def json_option(help: str = "Print one JSON object for scripts.") -> Decorator:

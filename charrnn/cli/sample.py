@@ -10,6 +10,7 @@ from charrnn.cli.options import (
     GroupedCommand,
     config_option,
     device_option,
+    given_options,
     json_option,
     option,
     reads_checkpoints,
@@ -21,13 +22,6 @@ from charrnn.utils.files import json_text
 from charrnn.utils.terminal import stream_stdout, write_stdout
 
 DEFAULTS = SampleConfig()
-
-
-def render_samples(texts: list[str], kind: str) -> str:
-    """One text as it is; several, each under a ``=== sample N ===`` (or beam) line of its own."""
-    if len(texts) == 1:  # as streamed: the text, ending with a line break unless it ends with one
-        return texts[0] if texts[0].endswith("\n") else texts[0] + "\n"
-    return "".join(f"=== {kind} {i} ===\n{text}\n" for i, text in enumerate(texts, start=1))
 
 
 @click.command("sample", cls=GroupedCommand,
@@ -71,25 +65,34 @@ def sample_command(ctx: click.Context, checkpoint: str, output: str | None, as_j
     """
     from charrnn import api
 
-    if interactive or ctx.get_parameter_source("top") is not click.core.ParameterSource.DEFAULT:
-        given = {key: value for key, value in {"output": output, "as_json": as_json, **decoding}.items()
-                 if ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
-        write_with_the_model(checkpoint, prime, prime_file, device, threads, top, interactive, given)
+    if interactive or given_options(ctx, {"top": top}):  # the session in the terminal, then the text
+        from charrnn.cli.interactive import MOST_GUESSES, require_terminal, write_interactively
+        from charrnn.errors import ConfigError, OptionConflict
+
+        if not interactive:
+            raise OptionConflict("--top says how many guesses --interactive shows: it goes with it")
+        if not 1 <= top <= MOST_GUESSES:
+            raise ConfigError(f"must be from 1 to {MOST_GUESSES} (one digit picks each guess)", "top")
+        given = given_options(ctx, {"output": output, "as_json": as_json, **decoding})
+        api.writing_request(prime, prime_file=prime_file, **given)  # refused before the model is loaded
+        session = api.load(checkpoint, device, threads).writing(prime, prime_file=prime_file, **given)
+        require_terminal()
+        text = write_interactively(session, top)
+        write_stdout(text if text.endswith("\n") else text + "\n")
         return
 
     if output is not None:
         api.check_output(output, "output", {"checkpoint": checkpoint, "prime_file": prime_file})
-    if output is None and not as_json and decoding["num_samples"] == 1 and decoding["beam_width"] is None:
-        stream = api.stream(checkpoint, prime, prime_file=prime_file, device=device, threads=threads,
-                            **decoding)
-        say_checkpoint(checkpoint, stream.checkpoint)
-        _say_seed(stream.seed, stream.seed_drawn)
-        stream_stdout(stream, prefix=stream.prime)
-        return
-    samples = api.sample(checkpoint, prime, prime_file=prime_file, device=device, threads=threads,
-                         **decoding)
+    streamed = (output is None and not as_json and decoding["num_samples"] == 1
+                and decoding["beam_width"] is None)  # a stream is one sample, as it is generated
+    write = api.stream if streamed else api.sample
+    samples = write(checkpoint, prime, prime_file=prime_file, device=device, threads=threads, **decoding)
     say_checkpoint(checkpoint, samples.checkpoint)
-    _say_seed(samples.seed, samples.seed_drawn)
+    if samples.seed_drawn:
+        message(f"seed {samples.seed} (give --seed {samples.seed} to draw the same text again)")
+    if streamed:
+        stream_stdout(samples, prefix=samples.prime)
+        return
     for note in samples.notes:
         message(f"note: {note}")
     for i, record in enumerate(samples.records(), start=1):
@@ -97,37 +100,15 @@ def sample_command(ctx: click.Context, checkpoint: str, output: str | None, as_j
             message(f"beam {i}: log-prob {record['log_prob']:.4f}{' (stopped)' if record['stopped'] else ''}")
     if as_json:
         rendered = "".join(json_text(record, ensure_ascii=False) + "\n" for record in samples.records())
-    else:
-        rendered = render_samples(samples.texts, "sample" if samples.log_probs is None else "beam")
+    elif len(samples.texts) == 1:  # as streamed: the text, ending with a line break unless it ends with one
+        rendered = samples.text if samples.text.endswith("\n") else samples.text + "\n"
+    else:  # each under a line "=== sample N ===" (or beam) of its own
+        kind = "sample" if samples.log_probs is None else "beam"
+        rendered = "".join(f"=== {kind} {i} ===\n{text}\n" for i, text in enumerate(samples.texts, start=1))
     if output is None:
         write_stdout(rendered)
     else:
         write_file(output, rendered, f"{len(samples.texts)} sample(s)")
-
-
-def write_with_the_model(checkpoint: str, prime: str | None, prime_file: str | None, device: str,
-                         threads: int | None, top: int, interactive: bool, given: dict[str, Any]) -> None:
-    """``sample --interactive``: the session in the terminal, then the whole text on stdout."""
-    from charrnn import api
-    from charrnn.cli.interactive import MOST_GUESSES, require_terminal, write_interactively
-    from charrnn.errors import ConfigError, OptionConflict
-
-    if not interactive:
-        raise OptionConflict("--top says how many guesses --interactive shows: it goes with it")
-    if not 1 <= top <= MOST_GUESSES:
-        raise ConfigError(f"must be from 1 to {MOST_GUESSES} (one digit picks each guess)", "top")
-    api.writing_request(prime, prime_file=prime_file, **given)  # refused before the model is loaded
-    model = api.load(checkpoint, device, threads)
-    session = model.writing(prime, prime_file=prime_file, **given)
-    require_terminal()
-    text = write_interactively(session, top)
-    if text is not None:
-        write_stdout(text if text.endswith("\n") else text + "\n")
-
-
-def _say_seed(seed: int | None, drawn: bool) -> None:
-    if drawn:
-        message(f"seed {seed} (give --seed {seed} to draw the same text again)")
 
 
 COMMANDS = [sample_command]

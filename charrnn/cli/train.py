@@ -13,6 +13,7 @@ from charrnn.cli.options import (
     GroupedCommand,
     config_option,
     device_option,
+    given_options,
     json_option,
     option,
     parse_advanced,
@@ -125,11 +126,9 @@ def train_command(ctx: click.Context, corpus: str | None, as_json: bool, quiet: 
     # A time budget counts from the command's start: the process's, when it was started for it (main).
     started = (ctx.obj or {}).get("started", time.perf_counter())
     from charrnn import api
-    from charrnn.cli.train_view import ProgressBar
+    from charrnn.cli.train_view import ProgressBar, training_summary
 
-    given = {key: value for key, value in arguments.items()
-             if ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
-    given.update(parse_advanced(advanced))
+    given = {**given_options(ctx, arguments), **parse_advanced(advanced)}
     observer = ProgressBar(err, draw_bar=sys.stderr.isatty(), quiet=quiet)
     try:
         result = api.train(corpus, observer=observer, started=started, finish_s=PROCESS_EXIT_S, **given)
@@ -147,10 +146,8 @@ def train_command(ctx: click.Context, corpus: str | None, as_json: bool, quiet: 
         return
     if as_json:
         print_json(result.to_dict())
-        return
-    from charrnn.cli.train_view import training_summary
-
-    show(training_summary(result))
+    else:
+        show(training_summary(result))
 
 
 COMMANDS = [train_command]

@@ -41,10 +41,9 @@ DUE_LINE_WAIT_S = 5.0  # beyond LOG_EVERY_S, how long the watcher leaves a line 
 
 
 class ProgressBar(TrainObserver):
-    """Prints the run configuration, a tqdm bar with loss, chars/s and ETA, and eval lines. Without a
-    terminal (a log, a pipe), a self-contained line at every evaluation and at least every
-    :data:`LOG_EVERY_S` seconds instead, one per step at most; a watcher thread says when a step or an
-    evaluation outlasts that, so a long job's log never looks hung."""
+    """Prints the run configuration, a tqdm bar with loss, chars/s and ETA, and eval lines. Without a terminal
+    (a log, a pipe), a line at every evaluation and every :data:`LOG_EVERY_S` seconds at least (one a step at
+    most); a watcher thread says when a step or an evaluation outlasts that, so a log never looks hung."""
 
     def __init__(self, console: Console, draw_bar: bool = True,
                  quiet: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
@@ -54,8 +53,7 @@ class ProgressBar(TrainObserver):
         self.bar: tqdm | None = None
         self.clock = clock  # the wall clock of the log lines (a test's fake)
         self.started = self.last_line = 0.0  # when training started and the last line was written
-        self.quiet_since = 0.0  # when the last progress line was written: a note that the run is at work
-        # counts from here
+        self.quiet_since = 0.0  # the last progress line's time: a note that the run is at work counts from it
         self.first_step = 0  # the step this process started from (a resumed run's is not 0)
         self.first_report: StepReport | None = None  # this process's first step, where its pace starts
         self.losses: list[float] = []  # training losses since the last line
@@ -70,20 +68,14 @@ class ProgressBar(TrainObserver):
 
     def on_message(self, text: str) -> None:
         """Notes and warnings, quiet or not."""
-        self._say(text)
-
-    def _say(self, text: str) -> None:
         self.console.print(Text(one_line(text)), soft_wrap=True)
 
     def on_plan(self, plan: TrainingPlan) -> None:
         """Say what the plan decided that the user did not ask for in so many words."""
-        budget = plan.budget
-        self.threads = plan.threads
-        self.precision = plan.precision
-        if budget is not None:
-            self._say(budget_line(budget))
-        tuned = plan.fine_tune
-        if tuned is not None:
+        self.threads, self.precision = plan.threads, plan.precision
+        if plan.budget is not None:
+            self.on_message(budget_line(plan.budget))
+        if (tuned := plan.fine_tune) is not None:
             now, before = plan.model_config.to_dict(), tuned.model_before.to_dict()
             kept = ", ".join(
                 f"{option(field)} {now[field]:g}" + ("" if now[field] == before[field] else
@@ -91,15 +83,14 @@ class ProgressBar(TrainObserver):
                 for field in REGULARISATION_RATES if now[field] or before[field]) or "no dropout"
             grown = f"; the vocabulary grows from {tuned.vocab_before} to {len(plan.vocab)} characters" \
                 if len(plan.vocab) > tuned.vocab_before else ""
-            self._say(f"fine-tuning {tuned.checkpoint}: its shape and regularisation ({kept}) are kept "
-                      f"unless given{grown}")
-        resume = plan.resume
-        if resume is not None:
+            self.on_message(f"fine-tuning {tuned.checkpoint}: its shape and regularisation ({kept}) are "
+                            f"kept unless given{grown}")
+        if (resume := plan.resume) is not None:
             for key, old, new in resume.changes:
-                self._say(f"resuming with {option(key)}: {old!r} → {new!r}")
+                self.on_message(f"resuming with {option(key)}: {old!r} → {new!r}")
             where = f" into a new branch {plan.config.out_dir}" if resume.branch else ""
-            self._say(f"resuming {resume.checkpoint} at step {resume.step:,} (epoch {resume.epoch:.2f})"
-                            f"{where}")
+            self.on_message(f"resuming {resume.checkpoint} at step {resume.step:,} "
+                            f"(epoch {resume.epoch:.2f}){where}")
 
     def on_start(self, model: CharRNN, model_config: ModelConfig, config: TrainConfig,
                  corpus: CorpusInfo, steps_per_epoch: int, total_steps: int | None, first_step: int) -> None:
@@ -142,8 +133,7 @@ class ProgressBar(TrainObserver):
             threading.Thread(target=self._watch, name="charrnn-progress", daemon=True).start()
 
     def _watch(self) -> None:
-        """While the run goes on: when no line has been written for :data:`LOG_EVERY_S` (one step or an
-        evaluation takes that long), say what the run is waiting for."""
+        """While the run goes on, say what it waits for when no line was written for :data:`LOG_EVERY_S`."""
         while not self.finished.wait(1.0):
             self.say_if_quiet()
 
@@ -179,8 +169,7 @@ class ProgressBar(TrainObserver):
                     self.line_due = now if now - self.last_line >= LOG_EVERY_S else None
             return
         self.last_step = report
-        to_go = self._steps_to_go(report)
-        if to_go is not None:
+        if (to_go := self._steps_to_go(report)) is not None:
             # Whichever limit is nearest (a time budget included) sets the bar's end and so its ETA.
             self.bar.total = report.step + round(to_go)
         postfix = {"loss": f"{report.loss:.3f}", "chars/s": f"{report.chars_per_s:,.0f}",
@@ -194,18 +183,14 @@ class ProgressBar(TrainObserver):
         """Steps left at the pace progress has made since this process's first step: a time budget's
         progress starts above 0 (what planning took, and the reserve for its end, count in it)."""
         first = self.first_report
-        if not report.progress or first is None or first.progress is None:
-            return None
-        gained = report.progress - first.progress
-        if gained <= 0:
-            return None
-        return max(0.0, (1 - report.progress) * (report.step - first.step) / gained)
+        gained = (report.progress - first.progress
+                  if report.progress and first is not None and first.progress is not None else 0.0)
+        return max(0.0, (1 - report.progress) * (report.step - first.step) / gained) if gained > 0 else None
 
     def _log_line(self, evaluation: str = "", train_loss: float | None = None,
                   elapsed_s: float | None = None) -> None:
-        """One plain line for a log: where the run is, how fast, how long to go. The training loss and
-        elapsed time are ``train_loss`` and ``elapsed_s`` (an evaluation's, as metrics.jsonl records
-        them), else the mean since the last line and the step's time."""
+        """One plain line for a log: where the run is, how fast, how long to go. ``train_loss`` and
+        ``elapsed_s``: an evaluation's, as metrics.jsonl records them (else the recent mean, the step's)."""
         report = self.last_step
         now = self.clock() if self.line_due is None else self.line_due  # a line as of when it fell due
         if report is None:
@@ -239,19 +224,16 @@ class ProgressBar(TrainObserver):
         self.last_val = record.val_loss if record.val_loss is not None else self.last_val
         if self.quiet:
             return
+        marker = ("  (best)" if improved else "") + \
+            (f"  saved {record.epoch_checkpoint}" if record.epoch_checkpoint else "")
         if self.bar is None and self.last_step is not None:
-            marker = "  (best)" if improved else ""
-            saved = f"  saved {record.epoch_checkpoint}" if record.epoch_checkpoint else ""
             details = "".join([
                 "" if record.val_chars is None else f" on the first {record.val_chars:,} chars",
                 "" if record.averaged_val_loss is None else f", averaged {record.averaged_val_loss:.4f}"])
             with self.writing:
-                self._log_line(f" (evaluated{details}){marker}{saved}", record.train_loss, record.elapsed_s)
+                self._log_line(f" (evaluated{details}){marker}", record.train_loss, record.elapsed_s)
             return
         train_part = f"train {record.train_loss:.4f}" if record.train_loss is not None else "train n/a"
-        marker = "  (best)" if improved else ""
-        if record.epoch_checkpoint:
-            marker += f"  saved {record.epoch_checkpoint}"
         averaged = "" if record.averaged_val_loss is None else f"  averaged {record.averaged_val_loss:.4f}"
         if record.val_chars is not None:
             averaged += f"  (first {record.val_chars:,} validation chars)"
@@ -283,9 +265,8 @@ class ProgressBar(TrainObserver):
 
 
 def budget_line(budget: Any) -> str:
-    """What a time budget chose (a :class:`~charrnn.training.budget.BudgetDecision`), in one line: the
-    shape, its speed, passes and prediction, and the runner-up: of the others, the lowest prediction (the
-    shape the tie rule passed over, when it did). ``--json`` has every candidate and the settings made."""
+    """What a time budget chose, in one line: the shape, its speed, passes and prediction, and the runner-up
+    (of the others, the lowest prediction: the shape the tie rule passed over, when it did)."""
     head, choice = f"{option('time_budget')} {budget.seconds:g} s", budget.choice
     if not budget.planned:
         return f"{head}: {budget.unplanned_because}"

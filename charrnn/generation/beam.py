@@ -14,7 +14,7 @@ from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
 from charrnn.generation.sample import ban_repeats, banned_ids, extend_tail, warm_state
 from charrnn.models.model import CharRNN
-from charrnn.models.stepper import Layers, make_stepper
+from charrnn.models.stepper import make_stepper
 
 
 @dataclass(frozen=True)
@@ -29,11 +29,6 @@ def length_normaliser(lengths: torch.Tensor, alpha: float) -> torch.Tensor:
     return ((5.0 + lengths.double()) / 6.0) ** alpha
 
 
-def _reorder(layers: Layers, parents: torch.Tensor) -> Layers:
-    """Make row i of every layer's state the state of beam ``parents[i]``."""
-    return [tuple(s.index_select(0, parents) for s in layer) for layer in layers]
-
-
 def beams_for(model: CharRNN, vocab: Vocab, prime: str, config: SampleConfig) -> list[Beam]:
     """:func:`beam_search` with ``config``'s settings (its beam width, which must be set)."""
     assert config.beam_width is not None
@@ -43,19 +38,15 @@ def beams_for(model: CharRNN, vocab: Vocab, prime: str, config: SampleConfig) ->
 
 
 @torch.no_grad()
-def beam_search(
-    model: CharRNN, vocab: Vocab, prime: str, width: int, length: int, stop_at: str | None = None,
-    length_penalty: float = 0.0, min_length: int = 0, no_repeat: int | None = None,
-) -> list[Beam]:
-    """The ``width`` most probable continuations of ``prime``, best first, scored in float64.
-    Ranked by total log-probability over :func:`length_normaliser`; only beams that ``stop_at`` ended (never
-    before ``min_length``) differ in length. Where ``no_repeat`` would ban every character, it bans none."""
+def beam_search(model: CharRNN, vocab: Vocab, prime: str, width: int, length: int, stop_at: str | None = None,
+                length_penalty: float = 0.0, min_length: int = 0, no_repeat: int | None = None) -> list[Beam]:
+    """The ``width`` likeliest continuations of ``prime``, best first, by float64 log-probability over
+    :func:`length_normaliser` (only beams ``stop_at`` ended, never before ``min_length``, are shorter)."""
     if width < 1:
         raise CharrnnError("beam width must be at least 1")
     if length < 0:
         raise CharrnnError("length must be 0 or more")
-    model.eval()
-    current, state = warm_state(model, vocab, prime, batch=1)  # (1,), state of one beam
+    current, state = warm_state(model, vocab, prime, batch=1)  # (1,), state of one beam; model in eval mode
     device = current.device
     vocab_size = len(vocab)
     stepper = make_stepper(model)
@@ -92,7 +83,7 @@ def beam_search(
             scores, flat = torch.topk(candidates.view(-1), keep)
         parents, symbols = flat // vocab_size, flat % vocab_size
         lengths = grown[parents]
-        layers = _reorder(layers, parents)
+        layers = [tuple(s.index_select(0, parents) for s in layer) for layer in layers]  # row i: parents[i]
         current = symbols
         if stop_at:
             stopped = stopped[parents]
@@ -113,23 +104,14 @@ def beam_search(
         history.append((parents, symbols))
         if stop_at and bool(stopped.all()):
             break
-    tokens = _backtrack(history, len(scores), device)
-    if not stop_at:
-        stopped = torch.zeros(len(scores), dtype=torch.bool)
-    return [
-        Beam(text=vocab.decode([t for t in row if t >= 0]), log_prob=float(score), stopped=bool(done))
-        for row, score, done in zip(tokens.tolist(), scores.tolist(), stopped.tolist(), strict=True)
-    ]
-
-
-def _backtrack(history: list[tuple[torch.Tensor, torch.Tensor]], beams: int, device: torch.device
-               ) -> torch.Tensor:
-    """The symbols of each final beam, ``(beams, steps)``, by following the parents back from the end."""
-    rows = torch.arange(beams, device=device)
+    # The symbols of each final beam, by following the parents back from the end.
+    rows = torch.arange(len(scores), device=device)
     columns = []
     for parents, symbols in reversed(history):
         columns.append(symbols[rows])
         rows = parents[rows]
-    if not columns:
-        return torch.empty(beams, 0, dtype=torch.long, device=device)
-    return torch.stack(columns[::-1], dim=1)
+    tokens = torch.stack(columns[::-1], dim=1).tolist() if columns else [[] for _ in range(len(scores))]
+    if not stop_at:
+        stopped = torch.zeros(len(scores), dtype=torch.bool)
+    return [Beam(text=vocab.decode([t for t in row if t >= 0]), log_prob=float(score), stopped=bool(done))
+            for row, score, done in zip(tokens, scores.tolist(), stopped.tolist(), strict=True)]

@@ -41,9 +41,7 @@ def extend_tail(tail: str, char: str, stop_at: str) -> tuple[str, bool]:
     return tail, tail == stop_at
 
 
-def filter_logits(
-    logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None
-) -> torch.Tensor:
+def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None) -> torch.Tensor:
     """logits (B, V) with -inf outside the top-k and the top-p nucleus (the fewest likeliest symbols whose
     total probability reaches p; the likeliest always survives)."""
     if top_k is not None and top_k < logits.shape[-1]:
@@ -60,9 +58,7 @@ def filter_logits(
     return logits
 
 
-def choose_next(
-    logits: torch.Tensor, config: SampleConfig, generator: torch.Generator
-) -> torch.Tensor:
+def choose_next(logits: torch.Tensor, config: SampleConfig, generator: torch.Generator) -> torch.Tensor:
     """Pick the next id for each row of logits (B, V); returns (B,) int64."""
     if config.greedy:
         return torch.argmax(logits, dim=-1)
@@ -102,12 +98,9 @@ def warm_state(model: CharRNN, vocab: Vocab, prime: str, batch: int) -> tuple[to
     return warmup[-1:].to(device).expand(batch), state
 
 
-def generate(
-    model: CharRNN, vocab: Vocab, config: SampleConfig, prime: str = ""
-) -> Iterator[list[str]]:
-    """An iterator of steps, each one new character (not the prime) for each of ``config.num_samples``.
-    The prime is checked and read before this returns, so a bad one fails here. Same seed, same text. A sample
-    ends once ``config.stop_at`` occurs in what it generated, then yields ``""`` until all have ended."""
+def generate(model: CharRNN, vocab: Vocab, config: SampleConfig, prime: str = "") -> Iterator[list[str]]:
+    """Steps of one new character for each of ``config.num_samples`` (the prime is checked before this
+    returns); a sample ends once it generated ``config.stop_at``, then yields ``""`` until all have ended."""
     current, state = warm_state(model, vocab, prime, config.num_samples)
     guards = None
     if config.no_repeat is not None:
@@ -139,9 +132,8 @@ class RepeatGuard:
 
 
 def repeat_followers(text: str, n: int) -> set[str]:
-    """The characters that followed earlier occurrences of ``text``'s last ``n - 1``: those that would repeat
-    a run of ``n``. For texts that branch (beam search) or shrink (the writer's undo), where a
-    :class:`RepeatGuard` would have to be copied or rebuilt."""
+    """The characters that followed earlier occurrences of ``text``'s last ``n - 1`` (they would repeat a run
+    of ``n``), for texts that branch or shrink, where a :class:`RepeatGuard` would have to be rebuilt."""
     width = n - 1
     tail = text[len(text) - width:] if len(text) >= width else None
     followers: set[str] = set()
@@ -169,16 +161,12 @@ def ban_repeats(logits: torch.Tensor, banned: list[Collection[int]]) -> torch.Te
 
 
 @torch.inference_mode()
-def _steps(
-    model: CharRNN, vocab: Vocab, config: SampleConfig, current: torch.Tensor, state: State,
-    guards: list[RepeatGuard] | None = None,
-) -> Iterator[list[str]]:
+def _steps(model: CharRNN, vocab: Vocab, config: SampleConfig, current: torch.Tensor, state: State,
+           guards: list[RepeatGuard] | None = None) -> Iterator[list[str]]:
     generator = make_generator(config.seed, current.device)
     stepper = make_stepper(model)
-    chars = vocab.chars
-    stop_at = config.stop_at
-    tails = [""] * config.num_samples
-    finished = [False] * config.num_samples
+    chars, stop_at = vocab.chars, config.stop_at
+    tails, finished = [""] * config.num_samples, [False] * config.num_samples
     layers = stepper.unstack(state)
     for generated in range(1, config.length + 1):
         logits, layers = stepper.step_layers(current, layers)  # (B, V)

@@ -79,9 +79,8 @@ class TrainedModel:
             yield item
 
     def write(self, prime: str, config: SampleConfig) -> Written:
-        """``config.num_samples`` texts of ``config.length`` characters after ``prime``: sampled (from
-        ``config.seed``, or one drawn and reported), greedy, or the most probable beams (fewer when fewer
-        distinct continuations exist). A stop string this model can never write ends nothing."""
+        """``config.num_samples`` texts of ``config.length`` characters after ``prime``: sampled (seeded),
+        greedy, or the likeliest beams (fewer if fewer exist). A stop string it never writes ends nothing."""
         from charrnn.generation.beam import beams_for
         from charrnn.generation.sample import collect_samples, generate
 
@@ -96,9 +95,8 @@ class TrainedModel:
         return Written(texts, config.seed)
 
     def characters(self, prime: str, config: SampleConfig) -> Iterator[str]:
-        """One sampled (or greedy) text after ``prime``, character by character, as :meth:`write` gives
-        it for the same seed (which ``config`` must hold when it samples); the prime is checked and read
-        before this returns."""
+        """One sampled (or greedy) text after ``prime``, character by character, as :meth:`write` gives it
+        for the same seed (which ``config`` must hold); the prime is checked before this returns."""
         from charrnn.generation.sample import generate
 
         refuse_several_texts_in_a_stream(config)

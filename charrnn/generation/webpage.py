@@ -37,15 +37,6 @@ def _tensor(value: torch.Tensor) -> dict[str, Any]:
     return {"shape": list(value.shape), "data": base64.b64encode(values.tobytes()).decode("ascii")}
 
 
-def _layer_tensors(model: CharRNN) -> dict[str, torch.Tensor]:
-    """What the JavaScript step reads of the recurrent layers, by the PyTorch module's names."""
-    config, rnn = model.config, model.rnn
-    names = ["weight_ih", "weight_hh"]
-    names += ["ln_gain", "ln_bias"] + (["ln_cell_gain", "ln_cell_bias"] if config.cell == "lstm" else []) \
-        if config.layer_norm else ["bias_ih", "bias_hh"]
-    return {f"{name}_l{k}": getattr(rnn, f"{name}_l{k}") for k in range(config.num_layers) for name in names}
-
-
 def model_spec(model: CharRNN, vocab: Vocab) -> dict[str, Any]:
     """Everything the page's JavaScript needs: configuration, vocabulary and tensors."""
     config = model.config
@@ -53,18 +44,19 @@ def model_spec(model: CharRNN, vocab: Vocab) -> dict[str, Any]:
         raise CharrnnError(f"the page cannot run a {config.cell} cell (it runs {', '.join(CELLS)})")
     if len(vocab) != config.vocab_size or any(len(char) != 1 for char in vocab.chars):
         raise CharrnnError("the checkpoint's vocabulary does not match its model")
+    # What the JavaScript step reads of the recurrent layers, by the PyTorch module's names.
+    names = ["weight_ih", "weight_hh"]
+    names += ["ln_gain", "ln_bias"] + (["ln_cell_gain", "ln_cell_bias"] if config.cell == "lstm" else []) \
+        if config.layer_norm else ["bias_ih", "bias_hh"]
     tensors = {"embedding": model.embedding.weight, "head_weight": model.head.weight,
-               "head_bias": model.head.bias, **_layer_tensors(model)}
-    return {
-        "format": 1,
-        "encoding": ENCODING,
-        "config": {"cell": "rnn" if config.cell == "esn" else config.cell, "num_layers": config.num_layers,
-                   "hidden_size": config.hidden_size, "embed_size": config.embed_size,
-                   "skip_connections": config.skip_connections, "layer_norm": config.layer_norm,
-                   "rnn_activation": config.rnn_activation},
-        "vocab": list(vocab.chars),
-        "tensors": {name: _tensor(value) for name, value in tensors.items()},
-    }
+               "head_bias": model.head.bias, **{f"{name}_l{k}": getattr(model.rnn, f"{name}_l{k}")
+                                                 for k in range(config.num_layers) for name in names}}
+    return {"format": 1, "encoding": ENCODING,
+            "config": {"cell": "rnn" if config.cell == "esn" else config.cell,
+                       "num_layers": config.num_layers, "hidden_size": config.hidden_size,
+                       "embed_size": config.embed_size, "skip_connections": config.skip_connections,
+                       "layer_norm": config.layer_norm, "rnn_activation": config.rnn_activation},
+            "vocab": list(vocab.chars), "tensors": {name: _tensor(value) for name, value in tensors.items()}}
 
 
 def _script_safe(text: str) -> str:

@@ -78,10 +78,9 @@ class WritingSession:
 
     def undo(self) -> bool:
         """Take back the last character written (never the prime); False when there is none."""
-        if len(self.points) == 1:
-            return False
-        self.points.pop()
-        return True
+        if undone := len(self.points) > 1:
+            self.points.pop()
+        return undone
 
     def continue_to(self, ends: str = WORD_ENDS) -> str:
         """Let the model write at the session's temperature until it writes one of ``ends`` (included; by
@@ -90,17 +89,11 @@ class WritingSession:
             raise ConfigError("must name at least one character to stop at", "ends")
         wrote = []
         for _ in range(MAX_CONTINUATION):
-            next_id = choose_next(self._allowed_logits(), self.decoding, self.generator)  # (1,)
-            self._advance(next_id)
+            logits = self.points[-1].logits  # (1, V)
+            if self.decoding.no_repeat is not None:  # read from the text as it is: an undo takes runs back
+                logits = ban_repeats(logits, [banned_ids(self.text, self.decoding.no_repeat, self.vocab)])
+            self._advance(choose_next(logits, self.decoding, self.generator))  # (1,)
             wrote.append(self.points[-1].char)
             if wrote[-1] in ends:
                 break
         return "".join(wrote)
-
-    def _allowed_logits(self) -> torch.Tensor:
-        """The scores of the next character, (1, V), under the no-repeat rule when given: read from the text
-        as it stands, so an undo takes its runs back too."""
-        logits = self.points[-1].logits
-        if self.decoding.no_repeat is None:
-            return logits
-        return ban_repeats(logits, [banned_ids(self.text, self.decoding.no_repeat, self.vocab)])

@@ -1,15 +1,14 @@
-"""What a time budget trains (docs/defaults.md, "Time budgets"): the ladder's shapes timed, their losses
-predicted by :data:`SCALING_LAW`, the best chosen and regularised for its passes; and how the run ends
-(:func:`plan_budget_end`). Throughput is measured on this machine, never looked up, so a faster machine
-or a longer budget moves the choice with no table to update."""
+"""What a time budget trains (docs/defaults.md, "Time budgets", and each constant's evidence): the ladder's
+shapes timed, their losses predicted by :data:`SCALING_LAW`, the best chosen and regularised for its passes;
+and how the run ends (:func:`plan_budget_end`). Throughput is measured on this machine, never looked up, so
+a faster machine or a longer budget moves the choice with no table to update."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, astuple, dataclass, replace
 from typing import Any
 
 import torch
@@ -21,36 +20,111 @@ from charrnn.errors import CharrnnError, option
 from charrnn.models.devices import check_model_fits, resolve_precision, too_wide_for_bf16
 from charrnn.models.evaluate import scoring_seconds
 from charrnn.models.model import CharRNN, parameter_count
-from charrnn.training.budget_rules import (
-    BUDGET_AVERAGE_SHARE,
-    BUDGET_AVERAGE_STEPS,
-    BUDGET_DROPOUT_FREE_EPOCHS,
-    BUDGET_DROPOUT_LEAST,
-    BUDGET_DROPOUT_MAX,
-    BUDGET_DROPOUT_PER_DOUBLING,
-    BUDGET_DROPOUT_WIDTH,
-    BUDGET_EVALUATION_SHARE,
-    BUDGET_EVALUATIONS,
-    BUDGET_GUARD_EPOCHS,
-    BUDGET_LADDER,
-    BUDGET_PROBE_SECONDS,
-    BUDGET_PROBE_SHARE,
-    BUDGET_PROBE_STEPS,
-    BUDGET_WARMUP_SHARE,
-    CALIBRATION_SAMPLE,
-    FINAL_WORK_MARGIN,
-    PROBE_AVERAGE_DECAY,
-    PROBE_COST_MARGIN,
-    SAVE_BYTES_PER_S,
-    SCALING_LAW,
-    ScalingLaw,
-    most_epochs,
-)
 from charrnn.training.distributed import ProcessGroup
 from charrnn.training.loop import draw_sample, train_step
 from charrnn.training.rundir import checkpoint_bytes
 from charrnn.training.schedule import BudgetEnding, RunAlreadyFinished, stop_reason
 from charrnn.training.state import TrainingRun
+
+
+@dataclass(frozen=True)
+class BudgetShape:
+    """One rung of the ladder a time budget chooses from: an LSTM's size, with the batch, learning rate and
+    skip connections that trained it fastest in the sweeps, and the weight decay that regularised it best."""
+
+    hidden_size: int  # units per LSTM layer
+    batch_size: int  # parallel BPTT streams
+    learning_rate: float  # peak Adam learning rate
+    skip_connections: bool = False  # the input to every layer, every layer to the output
+    weight_decay: float = 0.1  # decoupled (AdamW) weight decay
+
+
+# Smallest first; which one wins is decided per run, from this machine's measured speed and SCALING_LAW.
+BUDGET_LADDER: tuple[BudgetShape, ...] = (
+    BudgetShape(hidden_size=128, batch_size=16, learning_rate=5e-3, skip_connections=True),
+    BudgetShape(hidden_size=192, batch_size=16, learning_rate=5e-3, skip_connections=True),
+    BudgetShape(hidden_size=256, batch_size=24, learning_rate=6e-3, skip_connections=True),
+    BudgetShape(hidden_size=384, batch_size=32, learning_rate=5e-3),
+    BudgetShape(hidden_size=512, batch_size=32, learning_rate=5e-3),
+    BudgetShape(hidden_size=768, batch_size=32, learning_rate=4e-3),
+    BudgetShape(hidden_size=1024, batch_size=32, learning_rate=3e-3),
+    BudgetShape(hidden_size=1280, batch_size=32, learning_rate=3e-3, weight_decay=0.3),
+    BudgetShape(hidden_size=1536, batch_size=32, learning_rate=2.5e-3, weight_decay=0.3),
+    BudgetShape(hidden_size=2048, batch_size=32, learning_rate=2e-3, weight_decay=0.3),
+)
+
+
+@dataclass(frozen=True)
+class ScalingLaw:
+    """Predicted validation nats/char of an LSTM of ``parameters`` trained on ``chars`` characters of a
+    training split of ``corpus_chars``: E + A·(n/1e6)^-α + B·(d_eff/1e6)^-β - K·skip, where repeated
+    passes over the split count for less and less (d_eff). Fitted by benchmarks/scaling_fit.py."""
+
+    irreducible: float  # E: what no size or data removes
+    size_coefficient: float  # A
+    size_exponent: float  # α: how fast more parameters help
+    data_coefficient: float  # B
+    data_exponent: float  # β: how fast more (effective) characters help
+    repeat_scale: float  # R: passes beyond the first are worth u·R·(1 - exp(-repeats/R)) characters in all
+    skip_gain: float  # K: nats/char less with skip connections (the small rungs' recipe, batch 16 with them)
+    rms_error: float  # nats/char: how far the fit's data lie from it; predictions closer than this tie
+
+    def effective_chars(self, chars: float, corpus_chars: float) -> float:
+        """Characters seen, counting repeated passes over the split at their diminishing worth."""
+        if chars <= corpus_chars:
+            return chars
+        scale = self.repeat_scale * smaller_corpus_factor(corpus_chars)
+        return corpus_chars * (1 + scale * (1 - math.exp(-(chars / corpus_chars - 1) / scale)))
+
+    def predict(self, parameters: float, chars: float, corpus_chars: float,
+                skip_connections: bool = False) -> float:
+        effective = self.effective_chars(max(chars, 1.0), corpus_chars)
+        return (self.irreducible + self.size_coefficient * (parameters / 1e6) ** -self.size_exponent
+                + self.data_coefficient * (effective / 1e6) ** -self.data_exponent
+                - (self.skip_gain if skip_connections else 0.0))
+
+
+# benchmarks/scaling/fit.json, rounded to four figures (benchmarks/scaling_fit.py --check compares them).
+SCALING_LAW = ScalingLaw(irreducible=0.7663, size_coefficient=0.3485, size_exponent=0.1028,
+                         data_coefficient=0.4798, data_exponent=0.4282, repeat_scale=0.8404,
+                         skip_gain=0.0325, rms_error=0.0152)
+LAW_CORPUS_CHARS = 1_003_854  # the training split the law was fitted on: tiny Shakespeare's first 90%
+BUDGET_MOST_EPOCHS = 5.0  # the most passes planned over it (unless given --epochs): more scored worse
+SMALLER_CORPUS_EXPONENT = 0.45  # k times less text: the repeat scale and the pass limit grow by k ** this,
+SMALLEST_FITTED_CHARS = 90_000  # down to the smallest split it was fitted on, never extrapolated below it
+
+BUDGET_PROBE_SHARE = 0.05  # the ladder is timed in at most this share of the budget,
+BUDGET_PROBE_STEPS = (2, 20)  # each shape for this many steps (at least, at most) after an untimed one
+BUDGET_PROBE_SECONDS = 1.0  # a shape is timed for at most this long once it has its fewest steps
+PROBE_AVERAGE_DECAY = 0.99  # shapes are timed with a weight average (any decay: the same work)
+PROBE_COST_MARGIN = 1.25  # a shape's timing is predicted from the last one's speed, with this margin
+
+BUDGET_DROPOUT_FREE_EPOCHS = 2.0  # dropout grows with the passes a budget allows: none up to this many,
+BUDGET_DROPOUT_PER_DOUBLING = 0.1  # then this much more per doubling of them,
+BUDGET_DROPOUT_MAX = 0.4  # up to this;
+BUDGET_DROPOUT_LEAST = 0.1  # less than this is none
+BUDGET_DROPOUT_WIDTH = 64  # dropout's masks cost about this much width of time per character
+BUDGET_WARMUP_SHARE = 0.1  # warm-up takes at most this share of a plan's steps
+BUDGET_AVERAGE_SHARE = 0.1  # the weight average spans about this share of the run's steps,
+BUDGET_AVERAGE_STEPS = (200, 1000)  # within these bounds
+
+# The end: the time kept for the final evaluation and saves, and the evaluations during training.
+CALIBRATION_SAMPLE = 32  # characters of a recorded sample timed to predict a whole sample's cost
+SAVE_BYTES_PER_S = 100e6  # a conservative disk: what writing (and fsyncing) a checkpoint costs
+FINAL_WORK_MARGIN = 1.25  # the estimate's safety factor
+BUDGET_EVALUATION_SHARE = 0.05  # of a time budget, at most this much goes to evaluations during training
+BUDGET_EVALUATIONS = (3, 10)  # evaluations during a budgeted run: at least this many (else none), at most
+BUDGET_GUARD_EPOCHS = 3.0  # a plan of fewer passes evaluates only at its end: none that short overfit
+
+
+def smaller_corpus_factor(corpus_chars: float) -> float:
+    """How much more a repeated pass over a split of ``corpus_chars`` is worth than over the law's."""
+    return max(1.0, LAW_CORPUS_CHARS / max(corpus_chars, SMALLEST_FITTED_CHARS)) ** SMALLER_CORPUS_EXPONENT
+
+
+def most_epochs(corpus_chars: float) -> float:
+    """The most passes a time budget plans over a training split of ``corpus_chars``, to a tenth."""
+    return round(BUDGET_MOST_EPOCHS * smaller_corpus_factor(corpus_chars), 1)
 
 
 @dataclass(frozen=True)
@@ -63,8 +137,7 @@ class Speed:
 
 @dataclass(frozen=True)
 class Workload:
-    """What a budget pays for besides training, the corpus it trains on, and the limits that may end
-    the run sooner."""
+    """What a budget pays for besides training, its corpus, and the limits that may end the run sooner."""
 
     seconds: float  # the budget
     spent_s: float  # already gone when planning began (loading the corpus, and the command's start)
@@ -83,8 +156,7 @@ class Workload:
 class Candidate:
     """One shape a time budget considered, and what it would make of the budget."""
 
-    # hidden_size, batch_size, learning_rate, weight_decay (and skip_connections) it trains with
-    settings: dict[str, Any]
+    settings: dict[str, Any]  # hidden_size, batch_size, learning_rate, weight_decay (and skip_connections)
     num_layers: int  # stacked LSTM layers
     parameters: int  # its parameter count
     chars_per_s: float  # training throughput on this machine, as timed (without dropout, unless given)
@@ -98,16 +170,12 @@ class Candidate:
     predicted_loss: float | None  # validation nats/char the scaling law expects; None: no time to train
     limit: str | None = None  # "epochs" or "max_steps" when that limit ends its run before the budget does
     precision: str = "fp32"  # the precision it trains in, and was (or would be) timed in
-    # Evaluates during training: it still trains BUDGET_GUARD_EPOCHS passes, or eval_every was given.
-    evaluates: bool = True
+    evaluates: bool = True  # during training: it trains BUDGET_GUARD_EPOCHS passes, or eval_every was given
     dropout: float = 0.0  # the user's, else the plan's: dropout_for_epochs of its passes at dropout_speed
     speed_share: float = 1.0  # share of its timed speed it trains at: below 1 only with the plan's dropout
 
     def describe(self) -> str:
         return f"{self.num_layers}×{self.settings['hidden_size']} LSTM"
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -122,6 +190,7 @@ class BudgetDecision:
     candidates: tuple[Candidate, ...] = ()  # every shape considered, smallest first
     probe_s: float = 0.0  # seconds spent measuring them, inside the budget
     unplanned_because: str = ""  # when not planned: why the run keeps the plain defaults, for the user
+    tie_error = SCALING_LAW.rms_error  # predictions closer than this (nats/char, the rule's error) tie
 
     @property
     def choice(self) -> Candidate | None:
@@ -131,56 +200,38 @@ class BudgetDecision:
     @property
     def evaluates(self) -> bool:
         """Whether the run may evaluate during training (:attr:`Candidate.evaluates`); True when unplanned."""
-        choice = self.choice
-        return choice is None or choice.evaluates
-
-    @property
-    def tie_error(self) -> float:
-        """Predictions closer than this (nats/char, the rule's error) tie."""
-        return SCALING_LAW.rms_error
+        return self.choice is None or self.choice.evaluates
 
     def outranked(self) -> Candidate | None:
-        """The lowest prediction, when :func:`choose` took another that ties with it (a larger one that
-        trains alike, or one that trains to the budget's end)."""
-        lowest = _lowest(self.candidates)
-        return lowest if lowest is not None and lowest is not self.choice else None
+        """The lowest prediction, when :func:`choose` took another that ties with it."""
+        return lowest if (lowest := _lowest(self.candidates)) is not self.choice else None
 
     def close_call(self) -> Candidate | None:
         """The best shape that trains unlike the choice (another batch or skip connections), when it
         predicts within the rule's error of the lowest: measured speeds vary, and may tip such a choice."""
-        choice, lowest = self.choice, _lowest(self.candidates)
-        if choice is None or lowest is None:
-            return None
-        outranked = self.outranked()  # already named, with why it was passed over
-        others = [c for c in self.candidates if c.predicted_loss is not None and c is not outranked
-                  and not _alike(c.settings, choice.settings)]
-        runner_up = min(others, key=lambda c: c.predicted_loss) if others else None
-        if runner_up is None or runner_up.predicted_loss - lowest.predicted_loss >= SCALING_LAW.rms_error:
-            return None
-        return runner_up
+        choice, outranked = self.choice, self.outranked()  # the outranked is named already, with why
+        runner_up = _lowest(c for c in self.candidates
+                            if c is not outranked and not _alike(c.settings, choice.settings))
+        close = runner_up is not None and \
+            runner_up.predicted_loss - _lowest(self.candidates).predicted_loss < SCALING_LAW.rms_error
+        return runner_up if close else None
 
     def ends_early(self) -> bool:
-        """Whether the choice stops at the plan's own pass limit (:func:`most_epochs`) before the budget's
-        end; a limit the user gave is theirs to lift."""
-        choice = self.choice
-        return choice is not None and choice.limit == "epochs" and "epochs" in self.chosen
+        """Whether the choice stops at the plan's own pass limit (not the user's) before the budget's end."""
+        return self.choice is not None and self.choice.limit == "epochs" and "epochs" in self.chosen
 
     def longer_plan(self) -> Candidate | None:
-        """When the choice :meth:`ends_early`, the best shape that would train to the budget's end (None
-        when none would)."""
-        if not self.ends_early():
-            return None
-        spending = [c for c in self.candidates if c.limit is None and c.predicted_loss is not None]
-        return min(spending, key=lambda c: c.predicted_loss) if spending else None
+        """When the choice :meth:`ends_early`, the best shape that would train to the budget's end."""
+        return _lowest(c for c in self.candidates if c.limit is None) if self.ends_early() else None
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, and the indices of the choice, the outranked, the close call and the longer plan."""
         def index(candidate: Candidate | None) -> int | None:
             return None if candidate is None else self.candidates.index(candidate)
 
-        return {**dataclasses.asdict(self), "choice": index(self.choice),
-                "outranked": index(self.outranked()), "close_call": index(self.close_call()),
-                "ends_early": self.ends_early(), "longer_plan": index(self.longer_plan())}
+        return {**asdict(self), "choice": index(self.choice), "outranked": index(self.outranked()),
+                "close_call": index(self.close_call()), "ends_early": self.ends_early(),
+                "longer_plan": index(self.longer_plan())}
 
 
 def choose(candidates: tuple[Candidate, ...]) -> Candidate:
@@ -191,11 +242,10 @@ def choose(candidates: tuple[Candidate, ...]) -> Candidate:
     lowest = _lowest(candidates)
     if lowest is None:
         return candidates[0]
-    spending = tuple(c for c in candidates if c.limit is None and c.predicted_loss is not None
-                     and c.predicted_loss - lowest.predicted_loss < SCALING_LAW.rms_error)
+    spending = [c for c in candidates if c.limit is None and c.predicted_loss is not None
+                and c.predicted_loss - lowest.predicted_loss < SCALING_LAW.rms_error]
     eligible = spending if lowest.limit is not None and spending else candidates
     best = _lowest(eligible)
-    assert best is not None
     tied = [c for c in eligible if c is best or (
         c.measured and c.predicted_loss is not None and _alike(c.settings, best.settings)
         and c.predicted_loss - best.predicted_loss < SCALING_LAW.rms_error)]
@@ -205,10 +255,15 @@ def choose(candidates: tuple[Candidate, ...]) -> Candidate:
     return max(undominated, key=lambda c: c.parameters)
 
 
-def _lowest(candidates: tuple[Candidate, ...]) -> Candidate | None:
+def _lowest(candidates: Iterable[Candidate]) -> Candidate | None:
     """The candidate with the lowest prediction; None when none has time to train."""
-    trained = [c for c in candidates if c.predicted_loss is not None]
-    return min(trained, key=lambda c: c.predicted_loss) if trained else None
+    return min((c for c in candidates if c.predicted_loss is not None), key=lambda c: c.predicted_loss,
+               default=None)
+
+
+def _alike(one: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether two shapes' settings differ only in size: only then does a larger, slower one predict worse."""
+    return all(one.get(key, False) == other.get(key, False) for key in ("batch_size", "skip_connections"))
 
 
 def dropout_for_epochs(epochs: float) -> float:
@@ -221,129 +276,98 @@ def dropout_for_epochs(epochs: float) -> float:
 
 
 def dropout_speed(hidden_size: int) -> float:
-    """The share of its speed timed without dropout that a shape trains at with it: the masks add about
-    :data:`BUDGET_DROPOUT_WIDTH` to its width's work."""
+    """The share of its speed timed without dropout that a shape of ``hidden_size`` trains at with it."""
     return hidden_size / (hidden_size + BUDGET_DROPOUT_WIDTH)
 
 
 def average_decay_for_steps(steps: float) -> float:
     """The weight average's decay for a run of ``steps``: a span of about a tenth of the run."""
     low, high = BUDGET_AVERAGE_STEPS
-    span = min(max(BUDGET_AVERAGE_SHARE * steps, low), high)
-    return round(1 - 1 / span, 4)
+    return round(1 - 1 / min(max(BUDGET_AVERAGE_SHARE * steps, low), high), 4)
 
 
 def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: list[Speed | None],
-                       workload: Workload, precisions: list[str] | None = None,
-                       law: ScalingLaw = SCALING_LAW) -> tuple[Candidate, ...]:
+                       workload: Workload, precisions: list[str] | None = None) -> tuple[Candidate, ...]:
     """Each shape's candidate; ``shapes`` are (settings, layers, parameters), smallest first. A shape not
-    measured is estimated from measured ones of its batch and precision (:func:`_cost_line`; none: no
-    candidate). Each trains in what the probe, its end and evaluations leave; the plan's dropout is taken
-    only where the passes made at :func:`dropout_speed` still call for it."""
-    precisions = precisions if precisions is not None else ["fp32"] * len(shapes)
-    kinds = [(settings["batch_size"], precision) for (settings, _, _), precision in zip(shapes, precisions,
-                                                                                         strict=True)]
-    measured = [(kind, params, speed)
-                for (_, _, params), kind, speed in zip(shapes, kinds, speeds, strict=True) if speed]
-    if not measured:
+    measured is estimated from measured ones of its batch and precision (none: no candidate)."""
+    kinds = [(shape[0]["batch_size"], precision)
+             for shape, precision in zip(shapes, precisions or ["fp32"] * len(shapes), strict=True)]
+    if not any(speeds):
         raise CharrnnError("no shape of the time budget's ladder could be measured")
+    left_s = workload.seconds - workload.spent_s - workload.probe_s
     candidates = []
-    for (settings, layers, params), kind, measured_speed in zip(shapes, kinds, speeds, strict=True):
-        alike = [(size, speed) for each_kind, size, speed in measured if each_kind == kind]
-        if measured_speed is None and not alike:
-            candidates.append(Candidate(
-                settings=settings, num_layers=layers, parameters=params, chars_per_s=0.0,
-                eval_chars_per_s=0.0, measured=False, estimable=False, training_s=0.0, chars=0.0,
-                epochs=0.0, budget_epochs=0.0, predicted_loss=None, precision=kind[1], evaluates=False))
+    for (settings, layers, params), (_, precision), measured_speed in zip(shapes, kinds, speeds, strict=True):
+        alike = [(shape[2], speed) for shape, kind, speed in zip(shapes, kinds, speeds, strict=True)
+                 if speed and kind == (settings["batch_size"], precision)]
+        if measured_speed is None and not alike:  # nothing to estimate it from: it neither runs nor trains
+            candidates.append(Candidate(settings, layers, params, 0.0, 0.0, False, False, 0.0, 0.0, 0.0, 0.0,
+                                        None, precision=precision, evaluates=False))
             continue
         speed = measured_speed or Speed(
             1 / _cost_line([(size, 1 / each.train_chars_per_s) for size, each in alike])(params),
             1 / _cost_line([(size, 1 / each.eval_chars_per_s) for size, each in alike])(params))
         saves = 2 * checkpoint_bytes(params, workload.averaging) / SAVE_BYTES_PER_S  # best.pt and last.pt
-        end = BudgetEnd(workload.val_chars / speed.eval_chars_per_s, 2 if workload.averaging else 1,
-                        workload.val_chars, saves)
-        left = workload.seconds - workload.spent_s - workload.probe_s
+        end = BudgetEnd(workload.val_chars / speed.eval_chars_per_s, 2 if workload.averaging else 1, saves)
         dropout, share = workload.dropout or 0.0, 1.0
-        trained = _trained(speed.train_chars_per_s, settings, workload, left, end)
+        trained = _trained(speed.train_chars_per_s, settings, workload, left_s, end)
         if workload.dropout is None:  # the plan's dropout, if the passes made at its cost call for it
             slowed_share = dropout_speed(settings["hidden_size"])
-            slowed = _trained(slowed_share * speed.train_chars_per_s, settings, workload, left, end)
-            planned = dropout_for_epochs(slowed[1] / workload.train_chars)
-            if planned:
+            slowed = _trained(slowed_share * speed.train_chars_per_s, settings, workload, left_s, end)
+            if planned := dropout_for_epochs(slowed[1] / workload.train_chars):
                 dropout, share, trained = planned, slowed_share, slowed
         training_s, chars, affordable, limit, evaluates = trained
-        skip = settings.get("skip_connections", False)
         candidates.append(Candidate(
-            settings=settings, num_layers=layers, parameters=params, chars_per_s=speed.train_chars_per_s,
+            settings, layers, params, chars_per_s=speed.train_chars_per_s,
             eval_chars_per_s=speed.eval_chars_per_s, measured=measured_speed is not None, estimable=True,
             training_s=training_s, chars=chars, epochs=chars / workload.train_chars,
-            budget_epochs=affordable / workload.train_chars,
-            predicted_loss=law.predict(params, chars, workload.train_chars, skip) if chars else None,
-            limit=limit, precision=kind[1], evaluates=evaluates, dropout=dropout,
-            speed_share=share,
-        ))
+            budget_epochs=affordable / workload.train_chars, predicted_loss=SCALING_LAW.predict(params, chars,
+                workload.train_chars, settings.get("skip_connections", False)) if chars else None,
+            limit=limit, precision=precision, evaluates=evaluates, dropout=dropout, speed_share=share))
     return tuple(candidates)
 
 
 def _trained(chars_per_s: float, settings: dict[str, Any], workload: Workload, left_s: float,
              end: BudgetEnd) -> tuple[float, float, float, str | None, bool]:
-    """What ``left_s`` seconds make at ``chars_per_s``: (training seconds, characters trained, characters
-    the time alone affords, the limit that ends it first, whether it evaluates during training). It
-    evaluates when, keeping their time, it still trains :data:`BUDGET_GUARD_EPOCHS` passes, or
-    ``eval_every`` was given; otherwise their time trains it."""
-    available = max(left_s - end.reserve_s(), 0.0)
-    if workload.eval_every is not None:
-        evaluation_per_char = end.weight_sets * end.pass_s / (settings["batch_size"] * workload.seq_len
-                                                              * workload.eval_every)
-        training_s = available / (1 + chars_per_s * evaluation_per_char)
-        return training_s, *_training(chars_per_s, settings, workload, training_s), True
-    training_s = available * (1 - BUDGET_EVALUATION_SHARE)
-    chars, affordable, limit = _training(chars_per_s, settings, workload, training_s)
-    evaluates = chars >= BUDGET_GUARD_EPOCHS * workload.train_chars
-    if not evaluates:
-        training_s = available
-        chars, affordable, limit = _training(chars_per_s, settings, workload, training_s)
-    return training_s, chars, affordable, limit, evaluates
-
-
-def _training(chars_per_s: float, settings: dict[str, Any], workload: Workload,
-              training_s: float) -> tuple[float, float, str | None]:
-    """What ``training_s`` seconds train at ``chars_per_s``: (the characters within the limits, the
-    characters the time alone affords, the limit that ends the run first, if one does)."""
+    """What ``left_s`` seconds make at ``chars_per_s``: (training seconds, characters trained in whole
+    steps, characters the time alone affords, the limit that ends it first, whether it evaluates)."""
     step_chars = settings["batch_size"] * workload.seq_len
-    affordable = chars_per_s * training_s
     epoch_limit = most_epochs(workload.train_chars) if workload.max_epochs is None else workload.max_epochs
     limits = {"epochs": epoch_limit * workload.train_chars}
     if workload.max_steps is not None:
         limits["max_steps"] = workload.max_steps * step_chars
     limit = min(limits, key=limits.__getitem__)
-    chars = min(affordable, limits[limit])
-    ends = limit if limits[limit] < affordable else None
-    chars -= chars % step_chars  # whole steps
-    if not chars and ends is not None and affordable >= step_chars:
-        chars = step_chars  # a limit of less than a step: the run still trains one, as the loop does
-    return chars, affordable, ends
+
+    def training(training_s: float) -> tuple[float, float, float, str | None]:
+        affordable = chars_per_s * training_s
+        chars = min(affordable, limits[limit])
+        chars -= chars % step_chars
+        if not chars and limits[limit] < affordable and affordable >= step_chars:
+            chars = step_chars  # a limit of less than a step: the run still trains one, as the loop does
+        return training_s, chars, affordable, limit if limits[limit] < affordable else None
+
+    available = max(left_s - end.reserve_s(), 0.0)
+    if workload.eval_every is not None:
+        evaluation_per_char = end.weight_sets * end.pass_s / (step_chars * workload.eval_every)
+        return *training(available / (1 + chars_per_s * evaluation_per_char)), True
+    trained = training(available * (1 - BUDGET_EVALUATION_SHARE))
+    if trained[1] >= BUDGET_GUARD_EPOCHS * workload.train_chars:  # else no evaluations: their time trains
+        return *trained, True
+    return *training(available), False
 
 
 def _cost_line(points: list[tuple[int, float]]) -> Callable[[float], float]:
-    """Seconds per character against parameters: the line through the last two points, or through the
-    origin and the only one; never falling with size, never below a picosecond."""
-    if len(points) == 1:
-        (params, cost), = points
-        slope, intercept = cost / params, 0.0
-    else:
-        (params_a, cost_a), (params_b, cost_b) = points[-2:]
-        slope = max((cost_b - cost_a) / (params_b - params_a), 0.0) if params_b != params_a else 0.0
-        intercept = cost_b - slope * params_b
+    """Seconds per character against parameters, on the line through the last two points (or one and 0)."""
+    (params_a, cost_a), (params_b, cost_b) = [(0, 0.0), *points][-2:]
+    slope = max((cost_b - cost_a) / (params_b - params_a), 0.0) if params_b != params_a else 0.0
+    intercept = cost_b - slope * params_b if len(points) > 1 else 0.0
     return lambda params: max(intercept + slope * params, 1e-12)
 
 
 def measure_speed(model_config: ModelConfig, config: TrainConfig, vocab: Vocab, corpus: CorpusInfo,
                   train_ids: torch.Tensor, val_ids: torch.Tensor, limit_s: float,
                   clock: Callable[[], float] = time.perf_counter) -> Speed:
-    """How fast this machine trains and evaluates this shape: real steps of a throwaway run (the first
-    untimed, since it pays for allocation and kernel selection), as many as ``limit_s`` allows within
-    :data:`BUDGET_PROBE_STEPS`, then the scoring of the first validation characters."""
+    """How fast this machine trains and evaluates this shape: the steps of a throwaway run that ``limit_s``
+    allows (the first untimed: it pays for allocation and kernel selection), then a scoring."""
     run = TrainingRun(model_config, config, vocab, corpus,
                       StreamBatches(train_ids, config.batch_size, config.seq_len), group=ProcessGroup())
     train_step(run, config.learning_rate)
@@ -352,15 +376,13 @@ def measure_speed(model_config: ModelConfig, config: TrainConfig, vocab: Vocab, 
     while steps < most and (steps < fewest or clock() - started < limit_s):
         chars += train_step(run, config.learning_rate)[1]
         steps += 1
-    trained = clock()
+    trained_s = clock() - started
     scoring_s = scoring_seconds(run.model, val_ids, clock)
-    return Speed(chars / max(trained - started, 1e-9), (len(val_ids) - 1) / max(scoring_s, 1e-9))
+    return Speed(chars / max(trained_s, 1e-9), (len(val_ids) - 1) / max(scoring_s, 1e-9))
 
 
 def measuring_seconds(chars_per_s: float, chars_per_step: int, limit_s: float) -> float:
-    """What :func:`measure_speed` takes to time a shape that trains ``chars_per_s``, with
-    :data:`PROBE_COST_MARGIN`: its untimed step, then its timed steps (at least the fewest of
-    :data:`BUDGET_PROBE_STEPS`, and past ``limit_s`` by at most one, up to the most)."""
+    """What :func:`measure_speed` takes to time a shape that trains ``chars_per_s``, with a margin."""
     step_s = chars_per_step / max(chars_per_s, 1e-9)
     fewest, most = BUDGET_PROBE_STEPS
     timed_steps = min(max(math.ceil(limit_s / step_s), fewest), most)
@@ -371,157 +393,95 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
                 corpus: CorpusInfo, train_ids: torch.Tensor, val_ids: torch.Tensor,
                 group: ProcessGroup | None = None, clock: Callable[[], float] = time.perf_counter,
                 started: float | None = None, measure: Callable[..., Speed] | None = None) -> BudgetDecision:
-    """Time the ladder within :data:`BUDGET_PROBE_SHARE` of ``seconds``, predict and choose (docs/defaults.md,
-    "Time budgets"). ``given``: the user's options, kept in every shape; ``started``: a ``clock`` reading
-    when the budget began. Shapes that cannot fit the device, the corpus or bf16 are left out. Under
-    torchrun rank 0 times and every rank takes its figures."""
-    group = group if group is not None else ProcessGroup()
-    measure = measure if measure is not None else measure_speed
+    """Time the ladder within :data:`BUDGET_PROBE_SHARE` of ``seconds``, predict and choose. ``given``: the
+    user's options, kept in every shape; ``started``: a ``clock`` reading when the budget began."""
+    group, measure = group or ProcessGroup(), measure or measure_speed
     # The first optimiser pays for torch's lazy import of its compiler: paid here, it is not mistaken for
     # the first shape's cost, from which the next shape's is predicted.
     torch.optim.AdamW([torch.zeros(1, requires_grad=True)])
-    now = clock()
-    spent_s = now - started if started is not None else 0.0
-    model_options = split_options(given)[0]
-    device = config.device.split(":")[0]
-    trials = _fitting_trials(_shapes(given, len(vocab)), model_options, given, config, vocab, train_ids)
-    precisions = [resolve_precision(config.precision, device, model) for _, model, _ in trials]
-    if "hidden_size" not in given:  # bf16 asked for: only the widths measured to learn in it
-        kept = [index for index, (_, model, _) in enumerate(trials)
-                if precisions[index] != "bf16" or not too_wide_for_bf16(model)]
-        trials, precisions = [trials[index] for index in kept], [precisions[index] for index in kept]
-    shapes = [shape for shape, _, _ in trials]
-    workload = Workload(seconds, spent_s, 0.0, len(train_ids), len(val_ids), config.seq_len,
-                        averaging=given.get("ema_decay", 1.0) > 0, max_steps=config.max_steps,
-                        max_epochs=config.epochs, eval_every=config.eval_every,
-                        dropout=given.get("dropout"))
+    now, device = clock(), config.device.split(":")[0]
+    trials = _trials(given, config, device, vocab, train_ids)
+    shapes, precisions = [trial[0] for trial in trials], [trial[3] for trial in trials]
+    workload = Workload(seconds, now - started if started is not None else 0.0, 0.0, len(train_ids),
+                        len(val_ids), config.seq_len, given.get("ema_decay", 1.0) > 0, config.max_steps,
+                        config.epochs, config.eval_every, given.get("dropout"))
     speeds: list[Speed | None] = [None] * len(shapes)
-    if group.is_main:
-        def timed(model: ModelConfig, trial: TrainConfig, limit_s: float) -> Speed:
-            return measure(model, trial, vocab, corpus, train_ids, val_ids, limit_s, clock)
-
-        allowance = BUDGET_PROBE_SHARE * seconds
-        speeds = _time_the_ladder(trials, precisions, workload, allowance, timed, clock, now)
-    figures = [value for speed in speeds for value in (
-        (speed.train_chars_per_s, speed.eval_chars_per_s) if speed else (0.0, 0.0))]
-    *figures, probe_s = group.reduce([*figures, clock() - now], torch.device(config.device), op="max")
-    speeds = [Speed(train, evaluation) if train else None for train, evaluation in zip(
-        figures[::2], figures[1::2], strict=True)]
-    candidates = predict_candidates(shapes, speeds, dataclasses.replace(workload, probe_s=probe_s),
-                                    precisions)
-    choice = choose(candidates)
-    return BudgetDecision(seconds, device, choice.precision, planned=True,
-                          chosen=_chosen_settings(choice, given, config, len(train_ids)),
-                          candidates=candidates, probe_s=probe_s)
-
-
-def _time_the_ladder(trials: list[tuple[tuple[dict[str, Any], int, int], ModelConfig, TrainConfig]],
-                     precisions: list[str], workload: Workload, allowance: float,
-                     measure: Callable[[ModelConfig, TrainConfig, float], Speed],
-                     clock: Callable[[], float], started: float) -> list[Speed | None]:
-    """Each shape's measured speed, smallest first, while the next one's predicted timing fits
-    ``allowance`` seconds from ``started``; None for those left untimed. Timing stops at a shape that
-    predicts worse than the one before when all three train alike: larger ones would too."""
-    shapes = [shape for shape, _, _ in trials]
-    speeds: list[Speed | None] = [None] * len(trials)
-    previous_loss = math.inf
-    for index, ((settings, _, params), trial_model, trial) in enumerate(trials):
-        spent = clock() - started
+    previous_loss, allowance = math.inf, BUDGET_PROBE_SHARE * seconds
+    # Rank 0 times shapes, smallest first, while the next's predicted timing fits; all take its figures.
+    for index, ((settings, _, params), trial_model, trial, _) in enumerate(trials if group.is_main else []):
+        spent = clock() - now
         limit_s = min(BUDGET_PROBE_SECONDS, max(allowance - spent, 0.0))
-        if index:
-            previous = speeds[index - 1]
-            assert previous is not None
-            speed = previous.train_chars_per_s * shapes[index - 1][2] / params
+        if index:  # predicted from the last one's speed: its own time may have gone on a cold start
+            speed = speeds[index - 1].train_chars_per_s * shapes[index - 1][2] / params
             step_chars = trial.batch_size * trial.seq_len
             # What is left of the share, less the untimed step and the one that may overrun, with the margin.
             limit_s = min(BUDGET_PROBE_SECONDS, max(
                 (allowance - spent) / PROBE_COST_MARGIN - 2 * step_chars / speed, 0.0))
             if spent + measuring_seconds(speed, step_chars, limit_s) > allowance:
                 break
-        speeds[index] = measure(trial_model, trial, limit_s)
+        speeds[index] = measure(trial_model, trial, vocab, corpus, train_ids, val_ids, limit_s, clock)
         estimate = predict_candidates(shapes[: index + 1], speeds[: index + 1],
-                                      dataclasses.replace(workload, probe_s=clock() - started),
-                                      precisions[: index + 1])[-1]
-        following = shapes[index + 1][0] if index + 1 < len(shapes) else settings
+                                      replace(workload, probe_s=clock() - now), precisions[: index + 1])[-1]
         loss = estimate.predicted_loss if estimate.predicted_loss is not None else math.inf
-        alike_before = index > 0 and _alike(shapes[index - 1][0], settings)
-        if alike_before and loss > previous_loss and _alike(following, settings):
+        # Worse than the one before, and all three (or the last two) train alike: larger ones would be too.
+        if loss > previous_loss and all(_alike(shape[0], settings) for shape in shapes[index - 1: index + 2]):
             break
         previous_loss = loss
-    return speeds
-
-
-def _chosen_settings(choice: Candidate, given: dict[str, Any], config: TrainConfig,
-                     train_chars: int) -> dict[str, Any]:
-    """What the budget sets for the options not given: the shape, its regularisation, the pass limit and
-    a warm-up within :data:`BUDGET_WARMUP_SHARE` of its steps."""
+    figures = [value for speed in speeds for value in (astuple(speed) if speed else (0.0, 0.0))]
+    *figures, probe_s = group.reduce([*figures, clock() - now], torch.device(config.device), op="max")
+    speeds = [Speed(*figures[i: i + 2]) if figures[i] else None for i in range(0, len(figures), 2)]
+    candidates = predict_candidates(shapes, speeds, replace(workload, probe_s=probe_s), precisions)
+    choice = choose(candidates)
     steps = choice.chars / (choice.settings["batch_size"] * config.seq_len)
     chosen = {**choice.settings, "dropout": choice.dropout, "ema_decay": average_decay_for_steps(steps)}
     if config.epochs is None:  # even where the budget ends it sooner: a shape may train faster than timed
-        chosen["epochs"] = most_epochs(train_chars)
+        chosen["epochs"] = most_epochs(len(train_ids))
     if steps * BUDGET_WARMUP_SHARE < config.warmup_steps:
         chosen["warmup_steps"] = max(1, int(steps * BUDGET_WARMUP_SHARE))
-    return {key: value for key, value in chosen.items() if key not in given}
+    chosen = {key: value for key, value in chosen.items() if key not in given}
+    return BudgetDecision(seconds, device, choice.precision, True, chosen, candidates, probe_s)
 
 
-def _alike(settings: dict[str, Any], other: dict[str, Any]) -> bool:
-    """Whether two shapes differ only in size (same batch and skip connections): only then does a larger,
-    slower one also predict worse."""
-    return (settings["batch_size"] == other["batch_size"]
-            and settings.get("skip_connections", False) == other.get("skip_connections", False))
-
-
-def _fitting_trials(shapes: list[tuple[dict[str, Any], int, int]], model_options: dict[str, Any],
-                    given: dict[str, Any], config: TrainConfig, vocab: Vocab,
-                    train_ids: torch.Tensor) -> list[tuple[tuple[dict[str, Any], int, int], ModelConfig,
-                                                           TrainConfig]]:
-    """Each shape that fits the device and the corpus, with the configurations it is timed with; when
-    none does, the smallest one's error is raised."""
+def _trials(given: dict[str, Any], config: TrainConfig, device: str, vocab: Vocab, train_ids: torch.Tensor,
+            ) -> list[tuple[tuple[dict[str, Any], int, int], ModelConfig, TrainConfig, str]]:
+    """Each shape that fits the device and the corpus (none: the smallest one's error), with the
+    configurations and precision it is timed in; in bf16 only the widths measured to learn in it."""
     trials, first_error = [], None
-    for shape in shapes:
-        settings = shape[0]
-        trial_model = ModelConfig(vocab_size=len(vocab), **{**model_options, **split_options(settings)[0]})
-        trial = dataclasses.replace(config, **split_options(settings)[1], time_budget=None, max_steps=None,
-                                    epochs=None, ema_decay=given.get("ema_decay", PROBE_AVERAGE_DECAY))
+    for shape in _shapes(given, len(vocab)):
+        model_options, train_options = split_options(shape[0])
+        trial_model = ModelConfig(vocab_size=len(vocab), **{**split_options(given)[0], **model_options})
+        trial = replace(config, **train_options, time_budget=None, max_steps=None, epochs=None,
+                        ema_decay=given.get("ema_decay", PROBE_AVERAGE_DECAY))
         try:
             check_model_fits(trial_model, config.device, trial.batch_size, trial.seq_len)
             StreamBatches(train_ids, trial.batch_size, trial.seq_len)
         except CharrnnError as exc:
             first_error = first_error or exc
             continue
-        trials.append((shape, trial_model, trial))
+        trials.append((shape, trial_model, trial, resolve_precision(config.precision, device, trial_model)))
     if not trials:
         raise first_error
-    return trials
+    return [trial for trial in trials
+            if "hidden_size" in given or trial[3] != "bf16" or not too_wide_for_bf16(trial[1])]
 
 
 def _shapes(given: dict[str, Any], vocab_size: int) -> list[tuple[dict[str, Any], int, int]]:
-    """The ladder's distinct rungs as (settings, layers, parameters), smallest first, the user's settings in
-    place of the rung's. A size the user gave takes the settings of the rung nearest to it."""
-    rungs = BUDGET_LADDER
-    if "hidden_size" in given:
-        rungs = (min(rungs, key=lambda rung: abs(math.log(rung.hidden_size / given["hidden_size"]))),)
-    shapes, seen = [], set()
+    """The ladder's rungs as (settings, layers, parameters), smallest first, the user's settings in place of
+    the rung's. A size the user gave takes the settings of the rung nearest to it, alone."""
+    rungs = (min(BUDGET_LADDER, key=lambda rung: abs(math.log(rung.hidden_size / given["hidden_size"]))),) \
+        if "hidden_size" in given else BUDGET_LADDER
+    layers = given.get("num_layers", ModelConfig.__dataclass_fields__["num_layers"].default)
+    shapes = []
     for rung in rungs:
-        settings = {key: given.get(key, value) for key, value in rung.settings().items()}
+        settings = {key: given.get(key, value) for key, value in asdict(rung).items()
+                    if key != "skip_connections" or value}  # skip connections only where the rung has them
         if "skip_connections" in given:  # the law counts them, so settings say whether the shape has them
             settings["skip_connections"] = given["skip_connections"]
-        layers = given.get("num_layers", ModelConfig.__dataclass_fields__["num_layers"].default)
         if layers == 1:
             settings.pop("skip_connections", None)  # one layer has none to link
-        key = tuple(sorted(settings.items()))
-        if key in seen:
-            continue
-        seen.add(key)
-        model_options = {**split_options(given)[0], **split_options(settings)[0]}
-        model = ModelConfig(vocab_size=vocab_size, **model_options)
-        shapes.append((settings, layers, parameter_count(model)))
+        options = {**split_options(given)[0], **split_options(settings)[0]}
+        shapes.append((settings, layers, parameter_count(ModelConfig(vocab_size=vocab_size, **options))))
     return sorted(shapes, key=lambda shape: shape[2])
-
-
-# ---------------------------------------------------------------------------- the budget's end
-
-
 
 
 @dataclass(frozen=True)
@@ -530,16 +490,13 @@ class BudgetEnd:
 
     pass_s: float  # one pass of one set of weights over the whole validation split
     weight_sets: int  # sets of weights each evaluation scores: 2 with a weight average, else 1
-    val_chars: int  # characters a pass over the whole validation split scores
     other_s: float = 0.0  # the saves of best.pt and last.pt, and a recorded sample when the run records them
 
     def evaluations(self, budget: float) -> int:
-        """The evaluations :data:`BUDGET_EVALUATION_SHARE` of ``budget`` pays for, within
-        :data:`BUDGET_EVALUATIONS` (none when fewer than its fewest fit)."""
-        each_s = self.weight_sets * self.pass_s
+        """The evaluations :data:`BUDGET_EVALUATION_SHARE` of ``budget`` pays for, within its bounds."""
+        each_s, (fewest, most) = self.weight_sets * self.pass_s, BUDGET_EVALUATIONS
         if each_s <= 0:  # not measured (a clock that stood still)
             return 0
-        fewest, most = BUDGET_EVALUATIONS
         count = min(BUDGET_EVALUATION_SHARE * budget / each_s, most)  # a float: budgets may be vast
         return int(count) if count >= fewest else 0
 
@@ -549,34 +506,26 @@ class BudgetEnd:
 
 
 def planned_speed(budget: BudgetDecision | None) -> float | None:
-    """The training speed the run should see: its planned choice's timed speed, dropout's cost included
-    (None where nothing was timed)."""
+    """The training speed the run should see, dropout's cost included (None where nothing was timed)."""
     choice = budget.choice if budget is not None and budget.planned else None
     return choice.chars_per_s * choice.speed_share if choice is not None and choice.measured else None
 
 
-def evenly_spaced(count: int) -> tuple[float, ...]:
-    """``count`` moments evenly through a run, as fractions of it, neither at its start nor its end."""
-    return tuple(k / (count + 1) for k in range(1, count + 1))
-
-
 def final_work_seconds(model: CharRNN, vocab: Vocab, config: TrainConfig, val_ids: torch.Tensor,
                        clock: Callable[[], float]) -> BudgetEnd:
-    """What a budgeted run of ``model``'s shape pays for an evaluation, and for the saves of best.pt and
-    last.pt and a recorded sample (timed on a few characters)."""
+    """What a budgeted run of ``model``'s shape pays for an evaluation, and for its end's saves and sample."""
     weight_sets = 2 if config.ema_decay > 0 else 1
     if len(val_ids) < 2:
-        return BudgetEnd(0.0, weight_sets, 0)
+        return BudgetEnd(0.0, weight_sets)
     pass_s = scoring_seconds(model, val_ids, clock)
     parameters = sum(p.numel() for p in model.parameters())
     saving = 2 * checkpoint_bytes(parameters, averaging=weight_sets == 2) / SAVE_BYTES_PER_S
     sampling = 0.0
     if config.sample_every is not None or config.save_epochs:  # a recorded sample ends the run too
         started = clock()
-        draw_sample(model, vocab, dataclasses.replace(config, sample_length=CALIBRATION_SAMPLE), 0, 0.0, 0.0,
-                    None)
+        draw_sample(model, vocab, replace(config, sample_length=CALIBRATION_SAMPLE), 0, 0.0, 0.0, None)
         sampling = (clock() - started) * config.sample_length / CALIBRATION_SAMPLE
-    return BudgetEnd(pass_s, weight_sets, len(val_ids) - 1, saving + sampling)
+    return BudgetEnd(pass_s, weight_sets, saving + sampling)
 
 
 def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab, val_ids: torch.Tensor,
@@ -584,18 +533,14 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
                     started: float | None = None, resumed: dict[str, Any] | None = None,
                     evaluates: bool = True) -> BudgetEnding:
     """A budgeted run's end, measured on a model of its shape: the seconds kept (``finish_s`` included),
-    when to evaluate during training (none without ``evaluates`` or with ``eval_every``) and what to tell
-    the user. A new run whose budget from ``started`` cannot pay for its end is refused; a resumed run
-    with no time left raises :class:`RunAlreadyFinished`."""
-    budget = config.time_budget
-    assert budget is not None
-    device = torch.device(config.device)
+    when to evaluate during training and what to tell the user. A new run whose budget from ``started``
+    cannot pay for its end is refused; a resumed run with no time left raises :class:`RunAlreadyFinished`."""
+    budget, device = config.time_budget, torch.device(config.device)
     val_ids, scored = scored_validation(val_ids, config.eval_chars)  # what every evaluation scores
-    model = CharRNN(model_config).to(device) if group.is_main else None
-    measured = final_work_seconds(model, vocab, config, val_ids, clock) if model is not None else \
-        BudgetEnd(0.0, 1, 0)
+    measured = final_work_seconds(CharRNN(model_config).to(device), vocab, config, val_ids, clock) \
+        if group.is_main else BudgetEnd(0.0, 1)
     pass_s, other_s = group.reduce([measured.pass_s, measured.other_s], device, op="max")
-    end = BudgetEnd(pass_s, 2 if config.ema_decay > 0 else 1, len(val_ids) - 1, other_s)
+    end = BudgetEnd(pass_s, 2 if config.ema_decay > 0 else 1, other_s)
     each_s = end.weight_sets * pass_s
     whole_run = end.evaluations(budget) if config.eval_every is None and evaluates else 0
     left_s = budget - resumed["elapsed_s"] if resumed is not None else budget
@@ -603,13 +548,14 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
     reserve = end.reserve_s() + finish_s
     if config.eval_every is not None:  # an evaluation on schedule may start just before training stops
         reserve += FINAL_WORK_MARGIN * each_s
-    messages = [f"{option('time_budget')} {budget:g} s: training stops about {reserve:.1f} s before the end, "
-                f"to evaluate and save inside it"]
+    head = f"{option('time_budget')} {budget:g} s"
+    messages = [f"{head}: training stops about {reserve:.1f} s before the end, to evaluate and save "
+                f"inside it"]
     scores = "the whole validation split" if scored is None else f"the first {scored:,} validation characters"
     if count:
         each = f"about {each_s:.1f} s" if each_s >= 0.05 else "under 0.1 s"
-        messages.append(f"{option('time_budget')} {budget:g} s: {count} evaluations during training, evenly "
-                        f"through it ({scores}, {each} each); best.pt keeps the best weights seen")
+        messages.append(f"{head}: {count} evaluations during training, evenly through it ({scores}, {each} "
+                        f"each); best.pt keeps the best weights seen")
     elif config.eval_every is None:
         if whole_run:
             because = "too little of the budget is left"
@@ -619,35 +565,23 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
         else:
             because = (f"with them its shape would train under {BUDGET_GUARD_EPOCHS:g} epochs, and no run "
                        f"that short was seen to overfit; their time trains it")
-        messages.append(f"{option('time_budget')} {budget:g} s: no evaluations during training ({because}); "
-                        f"best.pt is scored at the end")
-    for other in ("max_steps", "epochs"):
-        if getattr(config, other) is not None:
-            messages.append(f"{option('time_budget')} {budget:g} s and {option(other)} "
-                            f"{getattr(config, other):g}: the run stops at whichever comes first")
+        messages.append(f"{head}: no evaluations during training ({because}); best.pt is scored at the end")
+    messages += [f"{head} and {option(other)} {getattr(config, other):g}: the run stops at whichever comes "
+                 f"first" for other in ("max_steps", "epochs") if getattr(config, other) is not None]
     if resumed is not None:
         finished = stop_reason(config, resumed["step"], resumed["progress_epochs"],
                                resumed["elapsed_s"] + reserve)
         if finished is not None:
             raise RunAlreadyFinished(finished)
-    else:
-        refuse_an_end_past_the_budget(config, len(val_ids) - 1, config.ema_decay > 0,
-                                      clock() - (clock() if started is None else started), reserve)
-    return BudgetEnding(reserve, evenly_spaced(count), tuple(messages), finish_s)
-
-
-def refuse_an_end_past_the_budget(config: TrainConfig, val_chars: int, averaging: bool, spent_s: float,
-                                  reserve_s: float) -> None:
-    """Refuse, before anything is written, a budget that cannot pay for its run's end (a large validation
-    split or vocabulary scores slowly on a CPU): overrunning it would break its promise."""
-    budget = config.time_budget
-    assert budget is not None
-    if spent_s + reserve_s < budget:
-        return
-    weights = " of the trained and the averaged weights" if averaging else ""
-    raise CharrnnError(
-        f"{option('time_budget')} {budget:g} s cannot pay for this run's end: scoring the {val_chars:,} "
-        f"validation characters{weights} and saving take about {reserve_s:.1f} s on this machine, and "
-        f"{spent_s:.1f} s have gone on loading and measuring; give a budget well above "
-        f"{math.ceil(spent_s + reserve_s):d} s, or hold out less text with {option('val_max_chars')} or "
-        f"{option('val_frac')} (now {config.val_max_chars or 'none'} and {config.val_frac:g})")
+    elif (spent_s := clock() - (clock() if started is None else started)) + reserve >= budget:
+        # Refused before anything is written (a large validation split or vocabulary scores slowly on a
+        # CPU): overrunning the budget would break its promise.
+        weights = " of the trained and the averaged weights" if config.ema_decay > 0 else ""
+        raise CharrnnError(
+            f"{head} cannot pay for this run's end: scoring the {len(val_ids) - 1:,} validation characters"
+            f"{weights} and saving take about {reserve:.1f} s on this machine, and {spent_s:.1f} s have gone "
+            f"on loading and measuring; give a budget well above {math.ceil(spent_s + reserve):d} s, or hold "
+            f"out less text with {option('val_max_chars')} or {option('val_frac')} (now "
+            f"{config.val_max_chars or 'none'} and {config.val_frac:g})")
+    points = tuple(k / (count + 1) for k in range(1, count + 1))  # evenly through the run, not at its ends
+    return BudgetEnding(reserve, points, tuple(messages), finish_s)

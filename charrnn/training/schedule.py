@@ -9,17 +9,17 @@ from typing import TYPE_CHECKING, Literal
 
 from charrnn.config import TrainConfig
 from charrnn.errors import CharrnnError, option
-from charrnn.training.budget_rules import (
-    SLOWDOWN_END_EXPONENT,
-    SLOWDOWN_NOTICED,
-    SLOWDOWN_RESTATED,
-    SLOWDOWN_WINDOW_SHARE,
-)
 
 if TYPE_CHECKING:
     from charrnn.training.state import TrainingRun
 
 StopCriterion = Literal["max_steps", "epochs", "time_budget", "signal"]
+
+# A run slower than its plan measured keeps more time for its end (:meth:`Schedule.slowed`):
+SLOWDOWN_WINDOW_SHARE = 0.05  # its speed judged over at least this share of the budget;
+SLOWDOWN_NOTICED = 1.25  # the user told past this slowdown,
+SLOWDOWN_RESTATED = 1.5  # and again each time the time kept has grown by this factor
+SLOWDOWN_END_EXPONENT = 1.25  # the end slows more than training: the time kept grows by slowdown ** this
 
 
 @dataclass(frozen=True)
@@ -142,8 +142,7 @@ class Due:
 
 @dataclass(frozen=True)
 class BudgetEnding:
-    """How a time-budgeted run ends, and when it evaluates before that
-    (:func:`~charrnn.training.budget.plan_budget_end`)."""
+    """A budgeted run's end, and its evaluations before (:func:`~charrnn.training.budget.plan_budget_end`)."""
 
     reserve_s: float  # seconds kept at the end: the final evaluation and saves, and the caller's finish_s
     points: tuple[float, ...]  # when to evaluate during training, as fractions of the run
@@ -220,9 +219,8 @@ class Schedule:
 
     def slowed(self, chars_per_s: float, window_s: float, alone: bool) -> str | None:
         """Follow the training speed: a machine slower than planned is slower over the end too, so the time
-        kept grows with the slowdown and the run still ends inside its budget. Returns what to tell the
-        user, when first noticed and when the time kept has grown by half. Only ``alone``: torchrun's
-        ranks would each see their own."""
+        kept grows with the slowdown; returns what to tell the user of it. Only ``alone``: torchrun's ranks
+        would each see their own."""
         ending = self.ending
         if ending is None or ending.chars_per_s is None or not alone or \
                 window_s < SLOWDOWN_WINDOW_SHARE * (self.config.time_budget or 0.0):

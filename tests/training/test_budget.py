@@ -14,17 +14,6 @@ from charrnn.models.model import parameter_count
 from charrnn.training import budget
 from charrnn.training.budget import (
     BUDGET_GUARD_EPOCHS,
-    Speed,
-    Workload,
-    average_decay_for_steps,
-    dropout_for_epochs,
-    dropout_speed,
-    measure_speed,
-    measuring_seconds,
-    plan_budget,
-    predict_candidates,
-)
-from charrnn.training.budget_rules import (
     BUDGET_LADDER,
     BUDGET_MOST_EPOCHS,
     BUDGET_PROBE_SHARE,
@@ -33,7 +22,16 @@ from charrnn.training.budget_rules import (
     SCALING_LAW,
     SMALLER_CORPUS_EXPONENT,
     SMALLEST_FITTED_CHARS,
+    Speed,
+    Workload,
+    average_decay_for_steps,
+    dropout_for_epochs,
+    dropout_speed,
+    measure_speed,
+    measuring_seconds,
     most_epochs,
+    plan_budget,
+    predict_candidates,
 )
 from charrnn.training.rundir import checkpoint_bytes
 
@@ -591,14 +589,12 @@ def test_a_small_corpus_trains_more_passes_of_a_smaller_shape_to_its_deadline(sm
                                                                             monkeypatch):
     """On a corpus a tenth of tiny Shakespeare's size, repeated passes are worth more than the law fitted
     there credits: the plan trains a smaller shape for more passes, with more dropout, to its end."""
-    from charrnn.training import budget_rules as config
-
     decision = plan(small_corpus_encoded, 300, work_per_s=3e10)
     choice = decision.choice
     assert choice.limit is None and not decision.ends_early() and decision.longer_plan() is None
     assert decision.chosen["epochs"] == most_epochs(90_000) > BUDGET_MOST_EPOCHS
     assert decision.chosen["dropout"] == dropout_for_epochs(choice.epochs) and choice.training_s > 0.85 * 300
-    monkeypatch.setattr(config, "SMALLER_CORPUS_EXPONENT", 0.0)  # the law as fitted on tiny Shakespeare
+    monkeypatch.setattr(budget, "SMALLER_CORPUS_EXPONENT", 0.0)  # the law as fitted on tiny Shakespeare
     fitted = plan(small_corpus_encoded, 300, work_per_s=3e10).choice
     assert choice.parameters < fitted.parameters and choice.epochs > fitted.epochs
     assert choice.dropout > fitted.dropout

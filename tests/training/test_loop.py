@@ -245,7 +245,7 @@ def measured_end(monkeypatch, pass_s: float, other_s: float = 0.0) -> None:
 
     monkeypatch.setattr(budget_module, "final_work_seconds",
                         lambda model, vocab, config, val, clock: budget_module.BudgetEnd(
-                            pass_s, 2 if config.ema_decay > 0 else 1, len(val) - 1, other_s))
+                            pass_s, 2 if config.ema_decay > 0 else 1, other_s))
 
 
 def test_a_time_budget_keeps_time_for_the_final_evaluation_and_saves(repeated_corpus, tmp_path, monkeypatch):
@@ -438,7 +438,7 @@ def test_a_budgets_evaluations_are_spread_over_what_is_left_once_training_starts
 
 def test_a_budget_that_affords_more_passes_than_the_rule_trusts_ends_early(repeated_corpus, tmp_path,
                                                                            monkeypatch):
-    from charrnn.training.budget_rules import most_epochs
+    from charrnn.training.budget import most_epochs
 
     limit = most_epochs(2430)  # the passes a budget plans over this corpus's training split, at most
     measured_end(monkeypatch, pass_s=0.5)
@@ -461,7 +461,7 @@ def test_a_budget_ending_at_its_pass_limit_spreads_its_evaluations_over_its_pass
                                                                                   tmp_path, monkeypatch):
     # As above, but 40% of the budget went before training: the evaluations still fall evenly through
     # the passes it trains, not crowded into the second half.
-    from charrnn.training.budget_rules import most_epochs
+    from charrnn.training.budget import most_epochs
 
     limit = most_epochs(2430)
     measured_end(monkeypatch, pass_s=0.5)
@@ -625,7 +625,7 @@ def test_a_budget_plans_as_many_evaluations_as_its_share_pays_for():
     from charrnn.training.budget import BudgetEnd
 
     # A pass over the validation split costs 10 s: 5% of a 1,000-s budget (50 s) pays for five.
-    end = BudgetEnd(pass_s=10.0, weight_sets=1, val_chars=1_000_000)
+    end = BudgetEnd(pass_s=10.0, weight_sets=1)
     assert end.evaluations(1000) == 5
     assert end.evaluations(10**6) == 10  # never more than ten
     assert end.evaluations(500) == 0  # 25 s pays for fewer than three: none

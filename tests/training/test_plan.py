@@ -9,8 +9,7 @@ from charrnn.config import ModelConfig, TrainingRequest
 from charrnn.errors import CharrnnError, ConfigError, OptionConflict
 from charrnn.models.devices import BF16_LARGEST_HIDDEN, resolve_precision
 from charrnn.models.model import parameter_count
-from charrnn.training.budget import Speed
-from charrnn.training.budget_rules import BUDGET_LADDER
+from charrnn.training.budget import BUDGET_LADDER, Speed
 from charrnn.training.checkpoint import load_checkpoint
 from charrnn.training.plan import RunAlreadyFinished, fine_tune_config, plan_training, resume_config
 from charrnn.training.schedule import BudgetEnding, StopReason
