@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -34,17 +35,13 @@ def test_load_then_sample_gives_the_commands_text(tiny_run):
     assert model.sample("ROMEO:", length=80, temperature=0.8, seed=1) == samples
 
 
-def test_a_drawn_seed_is_reported_and_draws_the_same_text_again(tiny_checkpoint):
+def test_sampling_from_python_drawn_seeds_several_texts_beams_and_options(tiny_checkpoint):
     model = charrnn.load(tiny_checkpoint)
-    drawn = model.sample("J", 40)
+    drawn = model.sample("J", 40)  # a drawn seed is reported and draws the same text again
     assert drawn.seed_drawn and isinstance(drawn.seed, int)
     assert model.sample("J", 40, seed=drawn.seed).text == drawn.text
     streamed = model.stream("J", 40, seed=drawn.seed)
     assert streamed.prime + "".join(streamed) == drawn.text
-
-
-def test_several_samples_and_beams_from_python(tiny_checkpoint):
-    model = charrnn.load(tiny_checkpoint)
     two = model.sample("J", 20, seed=4, num_samples=2)
     assert len(two.texts) == 2 and all(text.startswith("J") for text in two.texts)
     beams = model.sample("J", 10, beam_width=3, num_samples=2)
@@ -52,13 +49,9 @@ def test_several_samples_and_beams_from_python(tiny_checkpoint):
     assert beams.log_probs[0] >= beams.log_probs[1]
     assert beams.records()[0] == {"text": beams.texts[0], "log_prob": beams.log_probs[0],
                                   "stopped": beams.stopped[0]}
-
-
-def test_sampling_options_are_the_sample_configs(tiny_checkpoint):
-    model = charrnn.load(tiny_checkpoint)
     greedy = model.sample("J", length=30, greedy=True)
     assert greedy.text == model.sample("J", length=30, top_k=1, seed=5).text
-    with pytest.raises(ConfigError, match="temperature must be"):
+    with pytest.raises(ConfigError, match="temperature must be"):  # the options are the SampleConfig's
         model.sample("J", temperature=0)
     with pytest.raises(TypeError):
         model.sample("J", tempreature=0.5)
@@ -80,11 +73,7 @@ def test_perplexity_equals_eval_perplexity(tiny_checkpoint, tmp_path):
     assert from_text.chars == len(text) - 1 and from_text.bits_per_char > 0
     with pytest.raises(UnknownCharactersError, match="Ω"):
         model.perplexity("Ωmega")
-
-
-def test_perplexity_of_the_validation_split_skipping_unknowns_and_dynamic(tiny_checkpoint):
-    model = charrnn.load(tiny_checkpoint)
-    split = model.perplexity()
+    split = model.perplexity()  # the validation split, skipping unknowns, and dynamically
     assert split.text.startswith("validation split of ") and split.score.to_dict()["nats_per_char"] > 0
     with pytest.raises(CharrnnError, match=r"use skip_unknown to score the rest"):
         model.perplexity("ROMEO Ω")
@@ -151,7 +140,7 @@ def test_train_without_a_corpus_fetches_tiny_shakespeare(tmp_path, monkeypatch, 
     assert any(note.startswith("downloaded and verified tinyshakespeare") for note in notes)
 
 
-def test_train_from_python_gets_the_commands_checks(small_corpus, tmp_path, tiny_run):
+def test_train_from_python_gets_the_commands_checks(small_corpus, tmp_path, tiny_run, monkeypatch):
     with pytest.raises(ConfigError, match="unknown training option 'hidden'"):
         charrnn.train(small_corpus, hidden=16)
     with pytest.raises(OptionConflict):
@@ -160,6 +149,9 @@ def test_train_from_python_gets_the_commands_checks(small_corpus, tmp_path, tiny
         charrnn.train(small_corpus, out_dir=tmp_path / "x", batch_size=0)
     with pytest.raises(ConfigError, match="threads must be a whole number of at least 1"):
         charrnn.train(small_corpus, out_dir=tmp_path / "x", threads=0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(CharrnnError, match="device cuda was requested but no CUDA GPU"):
+        charrnn.train(small_corpus, out_dir=tmp_path / "x", device="cuda")
     assert not (tmp_path / "x").exists()
 
 
@@ -176,13 +168,6 @@ def test_train_from_python_gets_the_commands_checks(small_corpus, tmp_path, tiny
 def test_every_call_that_runs_a_model_takes_threads_and_checks_it_first(call, tmp_path):
     with pytest.raises(ConfigError, match="threads must be a whole number of at least 1"):
         call(tmp_path / "not-yet-read.pt")  # refused before the checkpoint is looked for
-
-
-def test_asking_for_a_missing_gpu_is_refused(small_corpus, tmp_path, monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(CharrnnError, match="device cuda was requested but no CUDA GPU"):
-        charrnn.train(small_corpus, out_dir=tmp_path / "x", device="cuda")
-    assert not (tmp_path / "x").exists()
 
 
 @pytest.mark.parametrize(("options", "error"), [
@@ -253,110 +238,98 @@ def test_the_readme_example_runs(tmp_path, monkeypatch, data_mirror):
 
 # ------------------------------------------------------------------ one door: the same refusals
 
-def _prime_file(tmp_path: Path) -> Path:
-    (tmp_path / "prime.txt").write_text("ROMEO:", encoding="utf-8")
-    return tmp_path / "prime.txt"
+def _sample(*args, **options):
+    return lambda paths: paths.model.sample(*args, **options)
 
 
-# (command-line arguments after the checkpoint or corpus, the same request through the API, its error)
-SAMPLE_REFUSALS = [
-    (["--greedy", "--temperature", "0.5"], lambda m, t: m.sample("", 100, 0.5, greedy=True), OptionConflict),
-    (["--greedy", "--seed", "3"], lambda m, t: m.sample("", 100, greedy=True, seed=3), OptionConflict),
-    (["--greedy", "--num-samples", "2"], lambda m, t: m.sample(greedy=True, num_samples=2), OptionConflict),
-    (["--beam-width", "2", "--num-samples", "3"], lambda m, t: m.sample(beam_width=2, num_samples=3),
-     OptionConflict),
-    (["--beam-width", "2", "--top-k", "3"], lambda m, t: m.sample(beam_width=2, top_k=3), OptionConflict),
-    (["--length-penalty", "1"], lambda m, t: m.sample(length_penalty=1.0), OptionConflict),
-    (["--beam-width", "2", "--length-penalty", "0"], lambda m, t: m.sample(beam_width=2, length_penalty=0.0),
-     OptionConflict),
-    (["--min-length", "5"], lambda m, t: m.sample(min_length=5), OptionConflict),
-    (["--stop-at", "e", "--min-length", "100", "--length", "10"],
-     lambda m, t: m.sample(length=10, stop_at="e", min_length=100), OptionConflict),
-    (["--prime", "x", "--prime-file", "prime.txt"], lambda m, t: m.sample("x", prime_file=_prime_file(t)),
-     OptionConflict),
-    (["--temperature", "nan"], lambda m, t: m.sample(temperature=math.nan), ConfigError),
-    (["--top-p", "1.5"], lambda m, t: m.sample(top_p=1.5), ConfigError),
-    (["--length", "-1"], lambda m, t: m.sample(length=-1), ConfigError),
+def _train(**options):
+    return lambda paths: charrnn.train(paths.corpus, **options)
+
+
+def _reading(function, **options):
+    return lambda paths: function(paths.checkpoint, file=paths.text, **options)
+
+
+# (the command, CKPT, CORPUS and TEXT standing for the files; the same request through the API, given those
+# paths and the loaded model; the command line's one error line: a value out of range is an "Invalid value"
+# there and a ConfigError in Python, options that contradict each other an OptionConflict)
+REFUSALS = [
+    ("sample CKPT --greedy --temperature 0.5", _sample("", 100, 0.5, greedy=True),
+     "--greedy is deterministic; --temperature does not apply"),
+    ("sample CKPT --greedy --seed 3", _sample("", 100, greedy=True, seed=3),
+     "--greedy is deterministic; --seed does not apply"),
+    ("sample CKPT --greedy --top-k 3 --seed 1", _sample(greedy=True, top_k=3, seed=1),
+     "--greedy is deterministic; --top-k, --seed does not apply"),
+    ("sample CKPT --greedy --num-samples 2", _sample(greedy=True, num_samples=2), "--greedy gives one text"),
+    ("sample CKPT --beam-width 2 --greedy", _sample(beam_width=2, greedy=True),
+     "--beam-width is deterministic; --greedy does not apply"),
+    ("sample CKPT --beam-width 2 --temperature 0.5", _sample(beam_width=2, temperature=0.5),
+     "--beam-width is deterministic; --temperature does not apply"),
+    ("sample CKPT --beam-width 2 --top-k 3", _sample(beam_width=2, top_k=3),
+     "--beam-width is deterministic; --top-k does not apply"),
+    ("sample CKPT --beam-width 2 --num-samples 3", _sample(beam_width=2, num_samples=3),
+     "--num-samples 3 exceeds --beam-width 2"),
+    ("sample CKPT --length-penalty 1", _sample(length_penalty=1.0),
+     "--length-penalty ranks beams: it goes with --beam-width"),
+    ("sample CKPT --beam-width 2 --length-penalty 0", _sample(beam_width=2, length_penalty=0.0),
+     "--length-penalty matters only for texts that a stop string ends"),
+    ("sample CKPT --min-length 5", _sample(min_length=5),
+     "--min-length matters only for texts that a stop string ends"),
+    ("sample CKPT --stop-at e --min-length 100 --length 10", _sample(length=10, stop_at="e", min_length=100),
+     "--min-length 100 is longer than the whole text (--length 10)"),
+    ("sample CKPT --prime x --prime-file prime.txt",
+     lambda paths: paths.model.sample("x", prime_file=paths.prime), "give --prime or --prime-file, not both"),
+    ("sample CKPT --temperature nan", _sample(temperature=math.nan),
+     "'--temperature': must be a number greater than 0"),
+    ("sample CKPT --top-p 1.5", _sample(top_p=1.5), "'--top-p': must be a number in (0, 1]"),
+    ("sample CKPT --length -1", _sample(length=-1), "'--length': must be a whole number of 0 or more"),
+    ("train CORPUS --max-steps 0", _train(max_steps=0), "'--max-steps': must be at least 1"),
+    ("train CORPUS --lr inf", _train(learning_rate=math.inf), "'--lr': must be a finite number"),
+    ("train CORPUS --extend-vocab", _train(extend_vocab=True), "--extend-vocab goes with --init-from"),
+    ("train CORPUS --model gru -o forget_bias 1", _train(cell="gru", forget_bias=1.0),
+     "-o forget_bias sets the LSTM's forget gate; --model gru has none"),
+    ("train CORPUS -o spectral_radius 2", _train(spectral_radius=2.0),
+     "-o spectral_radius shapes an echo-state reservoir"),
+    ("train CORPUS --clip 0 -o clip_mode value", _train(clip=0.0, clip_mode="value"),
+     "-o clip_mode does nothing with --clip 0"),
+    ("train CORPUS --model lstm -o rnn_activation relu", _train(rnn_activation="relu"),
+     "-o rnn_activation applies to --model rnn only"),
+    ("train CORPUS --save-epochs 0", _train(save_epochs=[0]),
+     "'--save-epochs': must list whole epochs of 1 or more"),
+    ("train CORPUS -o val_max_chars 0", _train(val_max_chars=0), "'-o val_max_chars': must be at least 1"),
+    ("train CORPUS --layers 1 --skip-connections", _train(num_layers=1, skip_connections=True),
+     "--skip-connections links the layers of a stack"),
+    ("inspect CKPT TEXT --unit 0 --top 3", _reading(charrnn.inspect, unit=0, top=3),
+     "--top says how many units --rank lists"),
+    ("inspect CKPT TEXT --rank quotes --layer 1", _reading(charrnn.inspect, rank="quotes", layer=1),
+     "--layer picks the layer of --unit"),
+    ("inspect CKPT TEXT", _reading(charrnn.inspect),
+     "give --unit to colour the text, or --rank to find units"),
+    ("inspect CKPT TEXT --unit -1", _reading(charrnn.inspect, unit=-1), "'--unit': must be at least 0"),
+    ("eval-perplexity CKPT TEXT --dynamic-lr 0.1", _reading(charrnn.perplexity, dynamic_lr=0.1),
+     "--dynamic-lr is a setting of dynamic evaluation: it goes with --dynamic"),
+    ("eval-perplexity CKPT TEXT --dynamic --segment-len 0",
+     _reading(charrnn.perplexity, dynamic=True, segment_len=0), "'--segment-len': must be at least 1"),
 ]
-TRAIN_REFUSALS = [
-    (["--max-steps", "0"], {"max_steps": 0}, ConfigError),
-    (["--lr", "inf"], {"learning_rate": math.inf}, ConfigError),
-    (["--extend-vocab"], {"extend_vocab": True}, OptionConflict),
-    (["--model", "gru", "-o", "forget_bias", "1"], {"cell": "gru", "forget_bias": 1.0}, OptionConflict),
-    (["-o", "spectral_radius", "2"], {"spectral_radius": 2.0}, OptionConflict),
-    (["--clip", "0", "-o", "clip_mode", "value"], {"clip": 0.0, "clip_mode": "value"}, OptionConflict),
-    (["--model", "lstm", "-o", "rnn_activation", "relu"], {"rnn_activation": "relu"}, OptionConflict),
-    (["--save-epochs", "0"], {"save_epochs": [0]}, ConfigError),
-    (["-o", "val_max_chars", "0"], {"val_max_chars": 0}, ConfigError),
-    (["--layers", "1", "--skip-connections"], {"num_layers": 1, "skip_connections": True}, OptionConflict),
-]
 
 
-def _nothing_written(directory: Path, before: set[str]) -> None:
-    assert {path.name for path in directory.iterdir()} == before
-
-
-@pytest.mark.parametrize(("args", "call", "error"), SAMPLE_REFUSALS,
-                         ids=[" ".join(args) for args, _, _ in SAMPLE_REFUSALS])
-def test_sampling_refusals_are_the_same_through_both_doors(tiny_checkpoint, tmp_path, monkeypatch, args,
-                                                           call, error):
+@pytest.mark.parametrize(("line", "call", "said"), REFUSALS, ids=[row[0] for row in REFUSALS])
+def test_a_refusal_is_the_same_through_both_doors(tiny_checkpoint, small_corpus, tmp_path, monkeypatch, line,
+                                                  call, said):
+    """Exit 2 and one error line on the command line, the error in Python, and nothing written by either."""
     monkeypatch.chdir(tmp_path)
-    _prime_file(tmp_path)
-    before = {path.name for path in tmp_path.iterdir()}
-    printed = CliRunner().invoke(cli, ["sample", str(tiny_checkpoint), *args])
+    paths = SimpleNamespace(model=charrnn.load(tiny_checkpoint), checkpoint=tiny_checkpoint,
+                            corpus=small_corpus, prime=tmp_path / "prime.txt", text=tmp_path / "text.txt")
+    paths.prime.write_text("ROMEO:", encoding="utf-8")
+    paths.text.write_text("ROMEO:\n", encoding="utf-8")
+    before = sorted(tmp_path.iterdir())
+    files = {"CKPT": str(tiny_checkpoint), "CORPUS": str(small_corpus), "TEXT": str(paths.text)}
+    printed = CliRunner().invoke(cli, [files.get(word, word) for word in line.split()])
     assert printed.exit_code == 2 and printed.stdout == "", printed.output
-    assert printed.stderr.startswith("Error: ") and len(printed.stderr.strip().splitlines()) == 1
-    with pytest.raises(error):
-        call(charrnn.load(tiny_checkpoint), tmp_path)
-    _nothing_written(tmp_path, before)
-
-
-@pytest.mark.parametrize(("args", "options", "error"), TRAIN_REFUSALS,
-                         ids=[" ".join(args) for args, _, _ in TRAIN_REFUSALS])
-def test_training_refusals_are_the_same_through_both_doors(small_corpus, tmp_path, monkeypatch, args,
-                                                           options, error):
-    monkeypatch.chdir(tmp_path)
-    before = {path.name for path in tmp_path.iterdir()}
-    printed = CliRunner().invoke(cli, ["train", str(small_corpus), *args])
-    assert printed.exit_code == 2, printed.output
-    assert printed.stderr.startswith("Error: ") and len(printed.stderr.strip().splitlines()) == 1
-    with pytest.raises(error):
-        charrnn.train(small_corpus, **options)
-    _nothing_written(tmp_path, before)
-
-
-def test_a_refusal_names_the_parameter_as_each_door_writes_it(small_corpus, tiny_checkpoint):
-    printed = CliRunner().invoke(cli, ["train", str(small_corpus), "--max-steps", "0"])
-    assert "'--max-steps': must be at least 1" in printed.stderr
-    with pytest.raises(ConfigError, match="^max_steps must be at least 1$"):
-        charrnn.train(small_corpus, max_steps=0)
-    printed = CliRunner().invoke(cli, ["sample", str(tiny_checkpoint), "--greedy", "--seed", "3"])
-    assert "Error: --greedy is deterministic; --seed does not apply" in printed.stderr
-    with pytest.raises(OptionConflict, match="^greedy is deterministic; seed does not apply$"):
-        charrnn.load(tiny_checkpoint).sample(greedy=True, seed=3)
-
-
-@pytest.mark.parametrize(("command", "args", "call", "error"), [
-    ("inspect", ["--unit", "0", "--top", "3"], lambda c, t: charrnn.inspect(c, file=t, unit=0, top=3),
-     OptionConflict),
-    ("inspect", ["--rank", "quotes", "--layer", "1"],
-     lambda c, t: charrnn.inspect(c, file=t, rank="quotes", layer=1), OptionConflict),
-    ("inspect", [], lambda c, t: charrnn.inspect(c, file=t), OptionConflict),
-    ("inspect", ["--unit", "-1"], lambda c, t: charrnn.inspect(c, file=t, unit=-1), ConfigError),
-    ("eval-perplexity", ["--dynamic-lr", "0.1"], lambda c, t: charrnn.perplexity(c, file=t, dynamic_lr=0.1),
-     OptionConflict),
-    ("eval-perplexity", ["--dynamic", "--segment-len", "0"],
-     lambda c, t: charrnn.perplexity(c, file=t, dynamic=True, segment_len=0), ConfigError),
-])
-def test_inspect_and_scoring_refusals_are_the_same_through_both_doors(tiny_checkpoint, tmp_path, command,
-                                                                      args, call, error):
-    text = tmp_path / "text.txt"
-    text.write_text("ROMEO:\n", encoding="utf-8")
-    printed = CliRunner().invoke(cli, [command, str(tiny_checkpoint), str(text), *args])
-    assert printed.exit_code == 2 and printed.stdout == "", printed.output
-    with pytest.raises(error):
-        call(tiny_checkpoint, text)
-    assert [path.name for path in tmp_path.iterdir()] == ["text.txt"]
+    assert printed.stderr.startswith("Error: ") and printed.stderr.count("\n") == 1 and said in printed.stderr
+    with pytest.raises(ConfigError if said.startswith("'") else OptionConflict):
+        call(paths)
+    assert sorted(tmp_path.iterdir()) == before
 
 
 @pytest.mark.parametrize("link", ["same path", "symbolic link", "hard link", "run directory's file"])
@@ -390,7 +363,8 @@ def test_an_output_that_is_an_input_is_refused_before_any_work(tiny_run, tmp_pat
     assert (run / "last.pt").read_bytes() == (tiny_run / "last.pt").read_bytes()
 
 
-def test_a_run_directory_never_replaces_the_corpus_or_checkpoint_it_reads(small_corpus, tmp_path, tiny_run):
+def test_a_run_directory_never_replaces_what_it_reads_or_a_file_its_lock_links_to(small_corpus, tmp_path,
+                                                                                    tiny_run):
     run = tmp_path / "run"
     run.mkdir()
     corpus = run / "metrics.jsonl"
@@ -403,49 +377,35 @@ def test_a_run_directory_never_replaces_the_corpus_or_checkpoint_it_reads(small_
     with pytest.raises(OptionConflict, match="which is init_from"):
         charrnn.train(small_corpus, init_from=tiny_run, out_dir=tiny_run, overwrite=True, max_steps=2)
     assert corpus.read_bytes() == small_corpus.read_bytes() == (run / "best.pt").read_bytes()
-
-
-def test_a_link_at_the_lock_is_refused_and_its_target_kept(small_corpus, tmp_path):
-    run, victim = tmp_path / "run", tmp_path / "victim.txt"
-    run.mkdir()
+    locked, victim = tmp_path / "locked", tmp_path / "victim.txt"  # a link at the lock: its target is kept
+    locked.mkdir()
     victim.write_text("mine", encoding="utf-8")
-    (run / ".charrnn.lock").symlink_to(victim)
+    (locked / ".charrnn.lock").symlink_to(victim)
     with pytest.raises(CharrnnError, match="cannot create the run lock"):
-        charrnn.train(small_corpus, out_dir=run, max_steps=2, **TINY_RUN)
+        charrnn.train(small_corpus, out_dir=locked, max_steps=2, **TINY_RUN)
     assert victim.read_text(encoding="utf-8") == "mine"
 
 
-def test_an_error_quoting_a_path_with_a_line_break_stays_on_one_line(tmp_path):
-    printed = CliRunner().invoke(cli, ["sample", str(tmp_path / "a\nb.pt")])
-    assert printed.exit_code == 1 and len(printed.stderr.splitlines()) == 1 and "a\\nb.pt" in printed.stderr
-
-
-@pytest.mark.parametrize("started", [float("nan"), 1e18, "soon"])
-def test_a_budget_start_must_be_an_earlier_clock_reading(small_corpus, tmp_path, started):
-    with pytest.raises((ConfigError, ConfigTypeError), match="started"):
-        charrnn.train(small_corpus, out_dir=tmp_path / "run", time_budget=5, started=started)
+@pytest.mark.parametrize(("name", "value"), [
+    ("started", float("nan")), ("started", 1e18), ("started", "soon"),  # an earlier clock reading
+    ("finish_s", -1.0), ("finish_s", float("inf")), ("finish_s", "later"),  # a finite number of seconds
+])
+def test_a_budgets_start_and_the_time_kept_for_the_caller_are_checked(small_corpus, tmp_path, name, value):
+    with pytest.raises((ConfigError, ConfigTypeError), match=name):
+        charrnn.train(small_corpus, out_dir=tmp_path / "run", time_budget=5, **{name: value})
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("finish_s", [-1.0, float("inf"), "later"])
-def test_the_time_kept_for_the_caller_must_be_a_finite_number_of_seconds(small_corpus, tmp_path, finish_s):
-    with pytest.raises((ConfigError, ConfigTypeError), match="finish_s"):
-        charrnn.train(small_corpus, out_dir=tmp_path / "run", time_budget=5, finish_s=finish_s)
-    assert not (tmp_path / "run").exists()
-
-
-def test_a_wrong_type_among_the_dynamic_settings_is_a_type_error(tiny_checkpoint):
+def test_a_wrong_dynamic_setting_or_a_stream_of_several_texts_is_refused(tiny_checkpoint, tmp_path):
     with pytest.raises(ConfigTypeError, match="dynamic_lr must be a number, not bool True"):
         charrnn.perplexity(tiny_checkpoint, dynamic=True, dynamic_lr=True)
-
-
-def test_a_stream_refuses_several_texts_before_the_checkpoint_is_read(tmp_path):
-    for option in ({"beam_width": 3}, {"num_samples": 2}):
+    for option in ({"beam_width": 3}, {"num_samples": 2}):  # before the checkpoint is read
         with pytest.raises(OptionConflict, match="a stream is one sampled text"):
             charrnn.stream(tmp_path / "missing.pt", **option)
 
 
-def test_each_module_function_reads_its_text_once(tiny_checkpoint, tmp_path, monkeypatch):
+def test_each_module_function_reads_its_text_once_and_a_text_too_short_to_score_is_named(
+        tiny_checkpoint, tmp_path, monkeypatch):
     import charrnn.api as api
 
     (tmp_path / "prime.txt").write_text("Ca", encoding="utf-8")
@@ -458,9 +418,6 @@ def test_each_module_function_reads_its_text_once(tiny_checkpoint, tmp_path, mon
     assert charrnn.stream(tiny_checkpoint, prime_file=prime, length=5, seed=1).prime == "Ca"
     assert charrnn.inspect(tiny_checkpoint, file=tmp_path / "text.txt", unit=0).text.startswith("Café line")
     assert reads == ["prime.txt", "prime.txt", "text.txt"]
-
-
-def test_a_text_too_short_to_score_names_its_file(tiny_checkpoint, tmp_path):
     one = tmp_path / "one.txt"
     one.write_text("R", encoding="utf-8")
     model = charrnn.load(tiny_checkpoint)
@@ -476,32 +433,23 @@ def test_each_loaded_model_keeps_its_own_thread_count(tiny_checkpoint, monkeypat
     the count an earlier model's work runs with."""
     import charrnn.generation.sample as sampling
 
-    seen = []
-
-    def counting(original):
-        def wrapped(*args, **kwargs):
-            seen.append(torch.get_num_threads())
-            return original(*args, **kwargs)
-        return wrapped
+    seen, generate, before = [], sampling.generate, torch.get_num_threads()
 
     def generating(*args, **kwargs):
-        for step in original_generate(*args, **kwargs):
+        for step in generate(*args, **kwargs):
             seen.append(torch.get_num_threads())
             yield step
 
-    original_generate = sampling.generate
     monkeypatch.setattr(sampling, "generate", generating)
-    before = torch.get_num_threads()
-    one = charrnn.load(tiny_checkpoint, threads=1)
-    two = charrnn.load(tiny_checkpoint, threads=2)
-    network = one.network
-    network.forward = counting(network.forward)
+    one, two = charrnn.load(tiny_checkpoint, threads=1), charrnn.load(tiny_checkpoint, threads=2)
+    forward = one.network.forward
+    one.network.forward = lambda *args, **kw: seen.append(torch.get_num_threads()) or forward(*args, **kw)
     one.sample("R", 5, seed=1)
     assert seen
     one.perplexity(SMALL_TEXT[:200])
     list(one.stream("R", 5, seed=1))
     list(one.surprisal(SMALL_TEXT[:200]))
-    assert seen and set(seen) == {1}
+    assert set(seen) == {1}
     two.sample("R", 5, seed=1)
     assert torch.get_num_threads() == 2  # what loading the second model set, restored after each call
     torch.set_num_threads(before)

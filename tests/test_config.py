@@ -17,8 +17,6 @@ def test_bf16_needs_cuda_or_a_cpu_with_native_bf16(cpu_bf16):
     assert TrainConfig(out_dir=".", precision="bf16").precision == "bf16"
 
 
-
-
 class Name(str):
     """A string of another class, as numpy's str_ is."""
 

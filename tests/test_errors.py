@@ -14,7 +14,7 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def test_python_names_an_option_by_its_parameter_and_a_block_by_its_own_spelling():
+def test_python_names_an_option_by_its_parameter_and_a_block_by_its_own_spelling_until_it_ends():
     assert option("max_steps") == "max_steps"
     with options_spelled(flag):
         assert option("max_steps") == "--max-steps"
@@ -22,10 +22,13 @@ def test_python_names_an_option_by_its_parameter_and_a_block_by_its_own_spelling
             assert option("max_steps") == "MAX_STEPS"
         assert option("max_steps") == "--max-steps"
     assert option("max_steps") == "max_steps"
-
-
-def test_a_failure_inside_the_block_restores_the_spelling():
-    with pytest.raises(CharrnnError), options_spelled(flag):
+    seen = []
+    with options_spelled(flag):  # another thread names options as Python does
+        worker = threading.Thread(target=lambda: seen.append(option("max_steps")))
+        worker.start()
+        worker.join()
+    assert seen == ["max_steps"]
+    with pytest.raises(CharrnnError), options_spelled(flag):  # a failure inside the block restores it
         raise CharrnnError(f"{option('out_dir')} is bad")
     assert option("out_dir") == "out_dir"
 
@@ -40,15 +43,6 @@ def test_the_message_is_spelled_when_raised_and_braces_are_plain_text():
     assert conflict.field is None
 
 
-def test_another_thread_names_options_as_python_does():
-    seen = []
-    with options_spelled(flag):
-        worker = threading.Thread(target=lambda: seen.append(option("max_steps")))
-        worker.start()
-        worker.join()
-    assert seen == ["max_steps"]
-
-
 def test_a_path_with_braces_is_shown_as_it_is_through_either_door(small_corpus, tmp_path):
     missing = tmp_path / "{out_dir}" / "{{x}}.txt"
     printed = CliRunner().invoke(cli, ["train", str(missing), "--max-steps", "1"])
@@ -58,11 +52,13 @@ def test_a_path_with_braces_is_shown_as_it_is_through_either_door(small_corpus, 
     assert str(missing) in str(raised.value)
 
 
-def test_the_command_line_leaves_python_callers_their_own_names(small_corpus, tmp_path):
+def test_the_command_line_leaves_python_callers_their_own_names(small_corpus, tiny_checkpoint, tmp_path):
     printed = CliRunner().invoke(cli, ["train", str(small_corpus), "--max-steps", "0"])
     assert "'--max-steps': must be at least 1" in printed.stderr
     with pytest.raises(ConfigError, match="^max_steps must be at least 1$"):
         charrnn.train(small_corpus, out_dir=tmp_path / "run", max_steps=0)
+    with pytest.raises(OptionConflict, match="^greedy is deterministic; seed does not apply$"):
+        charrnn.load(tiny_checkpoint).sample(greedy=True, seed=3)  # the command line's: test_api.REFUSALS
 
 
 @pytest.mark.parametrize(("args", "shown"), [

@@ -14,7 +14,6 @@ from charrnn.analysis.compare import CheckpointReport, CompareSettings, compare_
 from charrnn.cli.evaluate_view import comparison_renderable
 from charrnn.cli.main import cli
 from charrnn.config import SampleConfig
-from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
 from charrnn.generation.sample import collect_samples, generate
 from charrnn.models.evaluate import evaluate
@@ -43,34 +42,31 @@ def settings(**overrides) -> CompareSettings:
     return CompareSettings(**{"prime": "ROMEO:", "sample": sample, **overrides})
 
 
-def test_reports_match_eval_and_sample(tiny_run):
+def test_reports_match_eval_and_sample_in_many_streams_or_one(tiny_run):
     paths = [tiny_run / "best.pt", tiny_run / "last.pt"]
     reports, note = compare_checkpoints(paths, settings())
     assert note is None
     loaded = load_model(paths[0])
     text = Path(loaded.payload["corpus"]["path"]).read_text(encoding="utf-8")
-    expected = evaluate(loaded.network, loaded.vocab.encode(text[loaded.payload["corpus"]["split_point"]:]))
-    assert reports[0].nats_per_char == pytest.approx(expected.nats_per_char)
+    ids = loaded.vocab.encode(text[loaded.payload["corpus"]["split_point"]:])
+    assert reports[0].nats_per_char == pytest.approx(evaluate(loaded.network, ids).nats_per_char)
     direct = collect_samples(generate(loaded.network, loaded.vocab, settings().sample, "ROMEO:"), "ROMEO:", 1)
     assert reports[0].sample == direct[0]
     assert reports[0].step == loaded.payload["step"] and reports[0].run == "run"
     assert reports[0].error is None
-
-
-def test_single_stream_scores_as_one_stream(tiny_run):
-    reports, _ = compare_checkpoints([tiny_run / "best.pt"], settings(single_stream=True))
-    loaded = load_model(tiny_run / "best.pt")
-    text = Path(loaded.payload["corpus"]["path"]).read_text(encoding="utf-8")
-    ids = loaded.vocab.encode(text[loaded.payload["corpus"]["split_point"]:])
+    reports, _ = compare_checkpoints(paths[:1], settings(single_stream=True))
     exact = evaluate(loaded.network, ids, single_stream=True)
     assert reports[0].nats_per_char == pytest.approx(exact.nats_per_char)
     result = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "--single-stream", "--json",
                                       "--length", "5"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)[0]["nats_per_char"] == pytest.approx(reports[0].nats_per_char)
+    reports, _ = compare_checkpoints(paths[:1], settings(beam_width=3))  # beam decoding reports its log-prob
+    best = charrnn.sample(tiny_run / "best.pt", "ROMEO:", 40, beam_width=3)
+    assert reports[0].sample == best.text and reports[0].log_prob == best.log_probs[0]
 
 
-def test_different_vocabularies_are_noted_and_each_still_sampled(tiny_run, other_run):
+def test_different_vocabularies_are_noted_and_each_still_sampled_and_scored_where_it_can(tiny_run, other_run):
     reports, note = compare_checkpoints([tiny_run / "best.pt", other_run / "best.pt"], settings())
     assert "different vocabularies" in note
     assert reports[0].sample.startswith("ROMEO:")
@@ -79,10 +75,7 @@ def test_different_vocabularies_are_noted_and_each_still_sampled(tiny_run, other
     assert reports[1].nats_per_char is not None  # still scored on its own validation split
     greek = compare_checkpoints([tiny_run / "best.pt", other_run / "best.pt"], settings(prime=""))[0]
     assert all(r.sample is not None for r in greek)
-
-
-def test_shared_text_with_unknown_characters(tiny_run, other_run):
-    text = "ROMEO: Café\n" * 5
+    text = "ROMEO: Café\n" * 5  # a shared text with characters the other never saw
     reports, _ = compare_checkpoints([tiny_run / "best.pt", other_run / "best.pt"],
                                      settings(prime="", text=text, text_name="shared.txt"))
     assert reports[0].scored_on == "shared.txt" and reports[0].chars == len(text) - 1
@@ -100,21 +93,19 @@ def test_a_stop_string_one_checkpoint_cannot_write_lets_it_run_to_its_length(tin
     assert reports[0].sample == unstopped
 
 
-def test_beam_decoding_reports_log_prob(tiny_run):
-    reports, _ = compare_checkpoints([tiny_run / "best.pt"], settings(beam_width=3))
-    best = charrnn.sample(tiny_run / "best.pt", "ROMEO:", 40, beam_width=3)
-    assert reports[0].sample == best.text and reports[0].log_prob == best.log_probs[0]
-
-
-def test_markdown_has_table_and_fenced_samples(tiny_run, other_run):
-    paths = [tiny_run / "best.pt", other_run / "best.pt"]
-    reports, note = compare_checkpoints(paths, settings(prime=""))
+def test_markdown_has_table_and_fenced_samples_and_the_terminal_columns_or_panels(tiny_run, other_run):
+    reports, note = compare_checkpoints([tiny_run / "best.pt", other_run / "best.pt"], settings(prime=""))
     document = to_markdown(reports, settings(prime=""), note)
     assert "| checkpoint | run | epoch | steps | nats/char | bits/char | perplexity |" in document
     assert document.count("```text") == 2 and "Note: the checkpoints have different vocabularies" in document
+    wide = render(reports, 160)
+    narrow = render(reports, 50)
+    assert "┃" in wide and "╭─" not in wide  # one table, checkpoints as columns
+    assert narrow.count("╭─") == 2  # one panel per checkpoint
+    assert "run/best.pt" in wide  # same file name in two runs: labelled with the run
 
 
-def test_markdown_shows_a_runs_name_literally_in_the_table(tiny_run, tmp_path):
+def test_markdown_shows_a_runs_name_literally_and_it_and_the_page_take_a_name_not_utf8(tiny_run, tmp_path):
     odd = tmp_path / "a|b_x_*"
     shutil.copytree(tiny_run, odd)
     reports, note = compare_checkpoints([odd / "best.pt"], settings(prime=""))
@@ -122,10 +113,6 @@ def test_markdown_shows_a_runs_name_literally_in_the_table(tiny_run, tmp_path):
                if line.startswith("| best.pt"))
     assert row.startswith("| best.pt | a&#124;b&#95;x&#95;&#42; |")
     assert row.count("|") == 8  # the columns of the table, none from the name
-
-
-
-def test_markdown_and_the_page_take_a_run_name_that_is_not_utf8(tiny_run, tmp_path):
     odd = tmp_path / os.fsdecode(b"r\xffn")
     shutil.copytree(tiny_run, odd)
     reports, note = compare_checkpoints([odd / "best.pt"], settings(prime="<!--|"))
@@ -141,16 +128,7 @@ def render(reports, width: int) -> str:
     return console.file.getvalue()
 
 
-def test_side_by_side_when_wide_stacked_when_narrow(tiny_run, other_run):
-    reports, _ = compare_checkpoints([tiny_run / "best.pt", other_run / "best.pt"], settings(prime=""))
-    wide = render(reports, 160)
-    narrow = render(reports, 50)
-    assert "┃" in wide and "╭─" not in wide  # one table, checkpoints as columns
-    assert narrow.count("╭─") == 2  # one panel per checkpoint
-    assert "run/best.pt" in wide  # same file name in two runs: labelled with the run
-
-
-def test_cli_json_and_markdown(tiny_run, other_run, tmp_path, monkeypatch):
+def test_cli_json_markdown_table_and_a_missing_checkpoint(tiny_run, other_run, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), str(other_run / "best.pt"),
                                       "--length", "20", "--json", "--markdown", "report.md"])
@@ -161,10 +139,6 @@ def test_cli_json_and_markdown(tiny_run, other_run, tmp_path, monkeypatch):
     assert all(len(e["sample"]) == 20 for e in entries)
     assert "different vocabularies" in result.stderr
     assert Path("report.md").read_text(encoding="utf-8").startswith("# Checkpoint comparison")
-
-
-def test_cli_table_and_missing_checkpoint(tiny_run, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
     shown = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "--length", "10"])
     assert shown.exit_code == 0 and "nats/char" in shown.stdout
     missing = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "nope.pt"])
@@ -172,27 +146,16 @@ def test_cli_table_and_missing_checkpoint(tiny_run, tmp_path, monkeypatch):
         "(charrnn train writes one; shakespeare names the model that comes with charrnn)")
 
 
-def test_labels_fall_back_to_full_paths(tiny_run, tmp_path):
+def test_labels_fall_back_to_full_paths_and_the_vocabulary_note_tells_checkpoints_apart(tiny_run, other_run,
+                                                                                          tmp_path):
     copy_dir = tmp_path / "elsewhere" / tiny_run.name
     copy_dir.mkdir(parents=True)
     (copy_dir / "best.pt").write_bytes((tiny_run / "best.pt").read_bytes())
     reports, _ = compare_checkpoints([tiny_run / "best.pt", copy_dir / "best.pt"], settings(length=5))
     assert checkpoint_labels(reports) == [str(tiny_run / "best.pt"), str(copy_dir / "best.pt")]
-
-
-def test_the_vocabulary_note_tells_checkpoints_apart(tiny_run, tmp_path):
-    payload = torch.load(tiny_run / "best.pt", weights_only=True)
-    other = tmp_path / "other" / "best.pt"
-    other.parent.mkdir()
-    extra = "\u00a7"  # a symbol the tiny run never saw
-    payload["vocab"] = [*payload["vocab"], extra]
-    payload["vocab_digest"] = Vocab.from_list(payload["vocab"]).digest()
-    payload["model_config"]["vocab_size"] += 1
-    for name in ("embedding.weight", "head.weight", "head.bias"):
-        tensor = payload["model_state"][name]
-        payload["model_state"][name] = torch.cat([tensor, tensor[:1]])
-    save_checkpoint(other, payload)
-    reports, note = compare_checkpoints([tiny_run / "best.pt", other], settings(length=5))
+    other = tmp_path / "other"  # the vocabulary note tells checkpoints apart by their labels
+    shutil.copytree(other_run, other)
+    reports, note = compare_checkpoints([tiny_run / "best.pt", other / "best.pt"], settings(length=5))
     assert f"{tiny_run.name}/best.pt: " in note and "other/best.pt: " in note
 
 
@@ -254,8 +217,6 @@ def test_a_text_a_checkpoint_cannot_score_fails_the_command_and_skip_unknown_sco
 
 
 def test_skip_unknown_goes_with_a_text_in_both_doors(tiny_run):
-    import charrnn
-
     refused = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "--skip-unknown"])
     assert refused.exit_code == 2 and "--skip-unknown goes with --text" in refused.stderr
     with pytest.raises(CharrnnError, match="skip_unknown goes with text_file"):

@@ -33,7 +33,7 @@ def brute_longest(text: str, reference: str) -> int:
     return best
 
 
-def test_a_verbatim_slice_is_all_copied_and_all_known():
+def test_a_verbatim_slice_is_all_copied_and_all_known_and_one_copy_inside_novel_text_is_found():
     reference = Reference(REFERENCE)
     sample = REFERENCE[15:REFERENCE.index("famish?") + len("famish?")]  # whole words, lines 2 to 8
     figures = measure(sample, reference)
@@ -42,9 +42,6 @@ def test_a_verbatim_slice_is_all_copied_and_all_known():
     assert figures.longest_copied_line == 2
     assert figures.copied_fraction == 1.0
     assert figures.known_word_fraction == 1.0
-
-
-def test_one_forty_character_copy_inside_novel_text():
     copied = REFERENCE[70:110]
     sample = "zqxv wbpk jjfl " + copied + " mmrt ykkw ghhz"
     figures = measure(sample, Reference(REFERENCE))
@@ -53,14 +50,18 @@ def test_one_forty_character_copy_inside_novel_text():
     assert figures.copied_fraction == pytest.approx(figures.longest_copied_chars / len(sample))
 
 
-def test_no_word_in_common_and_nothing_copied():
+def test_no_word_in_common_and_nothing_copied_or_no_text_at_all():
     figures = measure("zqxv wbpk jjfl", Reference(REFERENCE))
     assert figures.known_word_fraction == 0.0
     assert figures.copied_fraction == 0.0
     assert figures.longest_copied_chars == brute_longest("zqxv wbpk jjfl", REFERENCE)
+    empty = measure("", Reference(REFERENCE))
+    assert empty.known_word_fraction is None
+    assert empty.longest_copied_chars == 0 and empty.longest_copied_line is None
+    assert empty.copied_fraction == 0.0
 
 
-def test_windows_at_the_very_start_and_end_of_the_reference():
+def test_non_ascii_text_and_apostrophes_inside_words_and_windows_at_the_very_start_and_end():
     reference = Reference(REFERENCE)
     start, end = REFERENCE[:COPY_MIN_CHARS], REFERENCE[-COPY_MIN_CHARS:]
     assert copied_fraction(start, reference) == 1.0
@@ -69,10 +70,6 @@ def test_windows_at_the_very_start_and_end_of_the_reference():
     figures = measure("#" + end, reference)
     assert figures.longest_copied_chars == COPY_MIN_CHARS
     assert figures.longest_copied_line == REFERENCE.count("\n", 0, len(REFERENCE) - COPY_MIN_CHARS) + 1
-
-
-def test_non_ascii_text_and_apostrophes_inside_words():
-    reference = Reference(REFERENCE)
     assert known_word_fraction("naïve café 語 O'er", reference) == 1.0
     assert known_word_fraction("o'er", reference) == 0.0  # spelled exactly, case included
     assert known_word_fraction("'tis", reference) == 1.0  # the leading apostrophe is not part of the word
@@ -88,13 +85,6 @@ def test_matches_a_brute_force_search_on_random_texts():
                   (rng.randrange(len(REFERENCE)) for _ in range(3))]
         sample = "".join(piece + rng.choice(["#", "~~", "Ω"]) for piece in pieces)
         assert measure(sample, Reference(REFERENCE)).longest_copied_chars == brute_longest(sample, REFERENCE)
-
-
-def test_empty_text():
-    figures = measure("", Reference(REFERENCE))
-    assert figures.known_word_fraction is None
-    assert figures.longest_copied_chars == 0 and figures.longest_copied_line is None
-    assert figures.copied_fraction == 0.0
 
 
 POEM = ("Tyger Tyger, burning bright,\nIn the forests of the night;\nWhat immortal hand or eye,\n"
@@ -124,12 +114,10 @@ def test_a_model_that_memorised_a_short_text_reports_copying_near_one(tmp_path, 
     assert "| known words | longest copy (chars) |" in report and "Longest copied passage" in report
 
 
-def test_against_a_missing_file_is_one_error_line(tiny_checkpoint):
-    result = CliRunner().invoke(cli, ["compare", str(tiny_checkpoint), "--against", "no_such.txt"])
+def test_against_a_missing_file_is_one_error_line_and_a_vanished_training_corpus_is_in_the_entry(tiny_run,
+                                                                                                  tmp_path):
+    result = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "--against", "no_such.txt"])
     assert result.exit_code == 1 and result.stderr.strip() == "Error: --against no_such.txt does not exist"
-
-
-def test_against_a_vanished_training_corpus_is_reported_in_the_entry(tiny_run, tmp_path):
     checkpoint = tmp_path / "best.pt"
     payload = torch.load(tiny_run / "best.pt", weights_only=True)
     payload["corpus"]["path"] = str(tmp_path / "gone.txt")

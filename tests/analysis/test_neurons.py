@@ -16,15 +16,12 @@ from charrnn.training.checkpoint import save_checkpoint
 QUOTED = 'he said "go home" and she said "no" then left. "why" asked he. ok "fine" done\n' * 3
 
 
-def test_features():
+def test_features_and_a_copy_of_the_feature_ranked_first():
     assert text_feature('a"bc"d', "quotes").tolist() == [0, 1, 1, 1, 0, 0]
     assert text_feature("ab\ncd", "line-position").tolist() == [0, 1, 2, 0, 1]
     assert text_feature("a\n  b\n", "indent").tolist() == [0, 0, 2, 2, 2, 2]
     with pytest.raises(CharrnnError, match="unknown feature"):
         text_feature("x", "colour")
-
-
-def test_rank_puts_a_copy_of_the_feature_first():
     feature = text_feature(QUOTED, "quotes")
     acts = torch.randn(len(QUOTED), 2, 5) * 0.1
     acts[:, 1, 3] = feature * 2 - 1
@@ -33,13 +30,10 @@ def test_rank_puts_a_copy_of_the_feature_first():
 
 
 def planted_quote_model() -> tuple[CharRNN, Vocab]:
-    """A one-layer LSTM whose unit 1 flips its cell state at every double quote (see docstring math).
-
-    Embedding: [is the character '"', 1]. Unit 1: on a quote the forget gate closes
-    and the input gate opens; the candidate is tanh(3.8 - 10 h), so c goes to +1 at
-    an opening quote (h was <= 0) and to -1 at a closing one (h was +0.76). Between
-    quotes f = 1, i = 0: the cell keeps its value. Units 0 and 2 have no weights.
-    """
+    """A one-layer LSTM whose unit 1 flips its cell state at every double quote. Embedding: [is '"', 1].
+    On a quote the forget gate closes and the input gate opens; the candidate is tanh(3.8 - 10 h), so c goes
+    to +1 at an opening quote (h was <= 0) and to -1 at a closing one (h was +0.76). Between quotes f = 1,
+    i = 0: the cell keeps its value. Units 0 and 2 have no weights."""
     vocab = Vocab.from_text(QUOTED)
     model = CharRNN(ModelConfig(vocab_size=len(vocab), num_layers=1, hidden_size=3, embed_size=2))
     H, big, gain, unit = 3, 20.0, 10.0, 1
@@ -57,14 +51,11 @@ def planted_quote_model() -> tuple[CharRNN, Vocab]:
     return model.eval(), vocab
 
 
-def test_the_planted_quote_unit_is_ranked_first():
+def test_the_planted_quote_unit_is_ranked_first_and_a_cell_state_needs_an_lstm():
     model, vocab = planted_quote_model()
     acts = activations(model, vocab, QUOTED, "c")
     (layer, unit, correlation), *_ = rank_units(acts, text_feature(QUOTED, "quotes"))
     assert (layer, unit) == (0, 1) and correlation > 0.9
-
-
-def test_cell_state_needs_an_lstm():
     model = CharRNN(ModelConfig(vocab_size=3, cell="gru", hidden_size=4, embed_size=2))
     with pytest.raises(CharrnnError, match="needs an LSTM"):
         activations(model, Vocab(("a", "b", "c")), "abc", "c")
@@ -97,7 +88,7 @@ class StrictParser(HTMLParser):
             self.pre_text.append(data)
 
 
-def test_html_page_is_well_formed_and_holds_the_text():
+def test_html_page_is_well_formed_holds_the_text_keeps_strong_shades_readable_and_shows_a_colour_bar():
     text = 'a <b> & "c"\nnew line'
     page = html_page(text, [0.5] * len(text), 1.0, "unit <3>")
     parser = StrictParser()
@@ -105,13 +96,24 @@ def test_html_page_is_well_formed_and_holds_the_text():
     parser.close()
     assert parser.doctype == "DOCTYPE html" and parser.stack == []
     assert "".join(parser.pre_text) == text
+    page = html_page("ab", [0.95, 0.1], 1.0, "run/best.pt: layer 0, unit 3, hidden state")
+    assert 'color:#fff" title="0.950">a<' in page and 'color:#000" title="0.100">b<' in page  # readable
+    assert page.count('class="bar"') == 1 and "+1" in page and "-1" in page  # a colour bar
+    assert "<h1>run/best.pt: layer 0, unit 3, hidden state</h1>" in page
 
 
-def test_cli_rank_and_colour(tmp_path):
+@pytest.fixture
+def planted(tmp_path) -> tuple[Path, Vocab]:
+    """The planted model saved as a checkpoint, and its vocabulary."""
     model, vocab = planted_quote_model()
     checkpoint = tmp_path / "planted.pt"
     save_checkpoint(checkpoint, {"model_config": model.config.to_dict(), "vocab": vocab.to_list(),
                                  "model_state": model.state_dict()})
+    return checkpoint, vocab
+
+
+def test_cli_rank_and_colour(tmp_path, planted):
+    checkpoint, _ = planted
     text_file = tmp_path / "quoted.txt"
     text_file.write_text(QUOTED, encoding="utf-8")
     runner = CliRunner()
@@ -139,23 +141,13 @@ def test_cli_rank_and_colour(tmp_path):
     ("quotes", "no quotes here\nnor here\n", "no double-quoted passage"),
     ("indent", "flush\nleft\n", "no indented line"),
 ])
-def test_ranking_by_a_feature_the_text_lacks_says_so(tmp_path, feature, text, fragment):
-    model, vocab = planted_quote_model()
-    checkpoint = tmp_path / "planted.pt"
-    save_checkpoint(checkpoint, {"model_config": model.config.to_dict(), "vocab": vocab.to_list(),
-                                 "model_state": model.state_dict()})
+def test_ranking_by_a_feature_the_text_lacks_says_so(tmp_path, planted, feature, text, fragment):
+    checkpoint, vocab = planted
     text_file = tmp_path / "plain.txt"
     text_file.write_text("".join(ch for ch in text if ch in vocab.chars), encoding="utf-8")
     result = CliRunner().invoke(cli, ["inspect", str(checkpoint), str(text_file), "--rank", feature])
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.stderr.startswith("Error: the text has no ") and fragment in result.stderr
-
-
-def test_html_page_keeps_strong_shades_readable_and_shows_a_colour_bar():
-    page = html_page("ab", [0.95, 0.1], 1.0, "run/best.pt: layer 0, unit 3, hidden state")
-    assert 'color:#fff" title="0.950">a<' in page and 'color:#000" title="0.100">b<' in page
-    assert page.count('class="bar"') == 1 and "+1" in page and "-1" in page
-    assert "<h1>run/best.pt: layer 0, unit 3, hidden state</h1>" in page
 
 
 @pytest.mark.cuda

@@ -13,18 +13,22 @@ from charrnn.cli.main import cli
 from charrnn.errors import CharrnnError
 
 
-def fake_run(root: Path, name: str, epochs: int) -> Path:
+def write_run(root: Path, name: str, records: list[dict], model: dict | None = None) -> Path:
+    """A run directory holding ``records`` as its metrics.jsonl, and ``model`` in its config.json."""
     run = root / name
     run.mkdir()
-    records = []
-    for epoch in range(1, epochs + 1):
-        record = {"step": epoch * 10, "epoch": float(epoch), "train_loss": 3.0 / epoch,
-                  "val_loss": 3.2 / epoch, "elapsed_s": 5.0 * epoch}
-        if epoch in (1, epochs):
-            record["epoch_checkpoint"] = f"epoch{epoch:04d}-val{3.2 / epoch:.4f}.pt"
-        records.append(record)
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    if model:
+        (run / "config.json").write_text(json.dumps({"model": model}))
     return run
+
+
+def fake_run(root: Path, name: str, epochs: int) -> Path:
+    """An evaluation each epoch, an epoch checkpoint at the first and the last."""
+    return write_run(root, name, [
+        {"step": epoch * 10, "epoch": float(epoch), "train_loss": 3.0 / epoch, "val_loss": 3.2 / epoch,
+         "elapsed_s": 5.0 * epoch, **({"epoch_checkpoint": f"epoch{epoch:04d}-val{3.2 / epoch:.4f}.pt"}
+                                     if epoch in (1, epochs) else {})} for epoch in range(1, epochs + 1)])
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -79,11 +83,6 @@ def test_without_matplotlib_says_how_to_install(tmp_path, monkeypatch):
     assert not (tmp_path / "x.png").exists()
 
 
-def test_not_a_run_directory(tmp_path):
-    with pytest.raises(CharrnnError, match="no metrics.jsonl"):
-        read_metrics(tmp_path)
-
-
 def test_a_title_names_the_shape_when_config_json_gives_one_and_never_waits_on_it(tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model": {"num_layers": 2, "hidden_size": 64, "cell": "gru"}}))
@@ -100,7 +99,9 @@ def test_a_title_names_the_shape_when_config_json_gives_one_and_never_waits_on_i
     assert run_title(tmp_path, "run") == "run"
 
 
-def test_runs_sharing_a_directory_name_get_distinct_labels(tmp_path):
+def test_not_a_run_directory_and_runs_sharing_a_directory_name_get_distinct_labels(tmp_path):
+    with pytest.raises(CharrnnError, match="no metrics.jsonl"):
+        read_metrics(tmp_path)
     assert run_labels([tmp_path / "a" / "run", tmp_path / "b" / "run"]) == ["a/run", "b/run"]
     assert run_labels([tmp_path / "x", tmp_path / "y"]) == ["x", "y"]
 
@@ -118,21 +119,14 @@ def test_a_run_named_with_dollars_or_bytes_that_are_not_utf8_is_drawn_as_named(t
 
 def exercise_like_run(root: Path) -> Path:
     """Evaluations at every epoch to 20, then every 10 to 500; epoch checkpoints at 5, 10, 20, 50 and 500."""
-    run = root / "epochs"
-    run.mkdir()
-    epochs = [*range(1, 21), *range(30, 501, 10)]
     records = []
-    for epoch in epochs:
+    for epoch in [*range(1, 21), *range(30, 501, 10)]:
         val = 1.6 + 0.3 / epoch + 0.0003 * epoch
-        record = {"step": epoch * 100, "epoch": float(epoch), "train_loss": 1.5 / epoch ** 0.1,
-                  "val_loss": val, "elapsed_s": 14.0 * epoch}
+        records.append({"step": epoch * 100, "epoch": float(epoch), "train_loss": 1.5 / epoch ** 0.1,
+                        "val_loss": val, "elapsed_s": 14.0 * epoch})
         if epoch in (5, 10, 20, 50, 500):
-            record["epoch_checkpoint"] = f"epoch{epoch:04d}-val{val:.4f}.pt"
-        records.append(record)
-    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    model = {"num_layers": 2, "hidden_size": 128, "cell": "lstm"}
-    (run / "config.json").write_text(json.dumps({"model": model}))
-    return run
+            records[-1]["epoch_checkpoint"] = f"epoch{epoch:04d}-val{val:.4f}.pt"
+    return write_run(root, "epochs", records, {"num_layers": 2, "hidden_size": 128, "cell": "lstm"})
 
 
 def test_an_exercise_run_reads_at_a_glance(tmp_path):
@@ -153,24 +147,16 @@ def test_an_exercise_run_reads_at_a_glance(tmp_path):
     assert "epoch checkpoint (--save-epochs)" in legend and "best.pt (lowest validation loss)" not in legend
 
 
-def test_a_short_run_keeps_a_linear_epoch_axis(tmp_path):
+def test_a_short_run_keeps_a_linear_epoch_axis_and_the_legend_names_only_what_is_drawn(tmp_path):
     pytest.importorskip("matplotlib")
     from charrnn.analysis.plot import learning_curves
 
     figure = learning_curves([fake_run(tmp_path, "lstm", 5)])
     assert figure.axes[0].get_xscale() == "linear" and figure._suptitle.get_text() == "lstm"
-
-
-def test_the_legend_names_only_what_is_drawn(tmp_path):
-    """A run of one evaluation: its training loss is a marker (a one-point line draws nothing), and the
-    legend names no epoch checkpoint or best.pt that is not on the figure."""
-    pytest.importorskip("matplotlib")
-    from charrnn.analysis.plot import learning_curves
-
-    run = tmp_path / "short"
-    run.mkdir()
-    (run / "metrics.jsonl").write_text(json.dumps({"step": 3, "epoch": 0.5, "train_loss": 3.1,
-                                                   "val_loss": 3.3, "elapsed_s": 1.0}) + "\n")
+    # A run of one evaluation: its training loss is a marker (a one-point line draws nothing), and the
+    # legend names no epoch checkpoint or best.pt that is not on the figure.
+    run = write_run(tmp_path, "short", [{"step": 3, "epoch": 0.5, "train_loss": 3.1, "val_loss": 3.3,
+                                          "elapsed_s": 1.0}])
     epoch_axis = learning_curves([run]).axes[0]
     legend = [text.get_text() for text in epoch_axis.get_legend().get_texts()]
     assert legend == ["short validation", "short training"]
@@ -201,15 +187,12 @@ def test_subset_scores_are_a_series_apart_and_best_pt_is_ringed_where_it_was_sav
 
     from charrnn.analysis.plot import best_point, learning_curves
 
-    run = tmp_path / "run"
-    run.mkdir()
-    records = [{"step": 10, "epoch": 0.5, "train_loss": 2.0, "val_loss": 1.40, "elapsed_s": 10.0,
-                "val_chars": 15000},
-               {"step": 20, "epoch": 1.0, "train_loss": 1.8, "val_loss": 1.36, "elapsed_s": 20.0,
-                "val_chars": 15000},
-               {"step": 30, "epoch": 1.5, "train_loss": 1.7, "val_loss": 1.47, "averaged_val_loss": 1.46,
-                "elapsed_s": 30.0}]
-    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    run = write_run(tmp_path, "run", [
+        {"step": 10, "epoch": 0.5, "train_loss": 2.0, "val_loss": 1.4, "elapsed_s": 10.0, "val_chars": 15000},
+        {"step": 20, "epoch": 1.0, "train_loss": 1.8, "val_loss": 1.36, "elapsed_s": 20.0,
+         "val_chars": 15000},
+        {"step": 30, "epoch": 1.5, "train_loss": 1.7, "val_loss": 1.47, "averaged_val_loss": 1.46,
+         "elapsed_s": 30.0}])
     assert best_point(run, read_metrics(run), [0.5, 1.0, 1.5]) is None  # no best.pt: no ring
     torch.save({"step": 30, "best": {"nats_per_char": 1.46}}, run / "best.pt")
     assert best_point(run, read_metrics(run), [0.5, 1.0, 1.5]) == (1.5, 1.46)

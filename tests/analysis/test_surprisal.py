@@ -37,16 +37,6 @@ def test_many_streams_and_one_agree_character_by_character_past_the_warm_up(tiny
     assert all(a.nats == pytest.approx(b.nats, abs=1e-4) for a, b in zip(many, one, strict=True))
 
 
-def test_each_row_lists_the_models_guesses_most_likely_first(tiny_checkpoint):
-    for row in list(charrnn.surprisal(tiny_checkpoint, TEXT[:200], top=3)):
-        probabilities = [probability for _, probability in row.top]
-        assert len(row.top) == 3 and probabilities == sorted(probabilities, reverse=True)
-        assert sum(probabilities) <= 1 + 1e-6
-        assert row.nats >= -math.log(probabilities[0]) - 1e-5  # nothing is likelier than the top guess
-        if row.char == row.top[0][0]:
-            assert row.nats == pytest.approx(-math.log(probabilities[0]), abs=1e-5)
-
-
 def test_unknown_characters_are_refused_or_skipped_as_eval_perplexity_does(tiny_checkpoint):
     text = "ROMEO: Zebra café\nJULIET: Xylophone"
     with pytest.raises(CharrnnError, match="never saw: 'X'.*skip_unknown"):
@@ -56,9 +46,19 @@ def test_unknown_characters_are_refused_or_skipped_as_eval_perplexity_does(tiny_
     mean = math.fsum(row.nats for row in rows) / len(rows)
     expected = charrnn.perplexity(tiny_checkpoint, text, skip_unknown=True).nats_per_char
     assert mean == pytest.approx(expected, abs=1e-4)
+    with pytest.raises(OptionConflict, match="unit does not apply"):  # options for units do not apply
+        charrnn.surprisal(tiny_checkpoint, TEXT, unit=3)
 
 
-def test_the_most_surprising_come_with_their_context(tiny_checkpoint):
+def test_each_row_lists_the_guesses_most_likely_first_and_the_most_surprising_come_with_their_context(
+        tiny_checkpoint):
+    for row in list(charrnn.surprisal(tiny_checkpoint, TEXT[:200], top=3)):
+        probabilities = [probability for _, probability in row.top]
+        assert len(row.top) == 3 and probabilities == sorted(probabilities, reverse=True)
+        assert sum(probabilities) <= 1 + 1e-6
+        assert row.nats >= -math.log(probabilities[0]) - 1e-5  # nothing is likelier than the top guess
+        if row.char == row.top[0][0]:
+            assert row.nats == pytest.approx(-math.log(probabilities[0]), abs=1e-5)
     scores = charrnn.surprisal(tiny_checkpoint, TEXT[:800])
     positions = scores.most_surprising(4)
     all_nats = sorted((row.nats for row in scores), reverse=True)
@@ -68,11 +68,6 @@ def test_the_most_surprising_come_with_their_context(tiny_checkpoint):
         assert TEXT[:800][: index].endswith(position.before) and TEXT[index + 1 :].startswith(position.after)
 
 
-def test_options_for_units_do_not_apply(tiny_checkpoint):
-    with pytest.raises(OptionConflict, match="unit does not apply"):
-        charrnn.surprisal(tiny_checkpoint, TEXT, unit=3)
-
-
 @pytest.fixture
 def text_file(tmp_path: Path) -> Path:
     path = tmp_path / "held_out.txt"
@@ -80,27 +75,20 @@ def text_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_inspect_surprisal_json_streams_one_object_per_character(tiny_checkpoint, text_file):
-    result = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), "--surprisal",
-                                      "--json", "--top", "2"])
-    assert result.exit_code == 0, result.output
-    rows = [json.loads(line) for line in result.stdout.splitlines()]
-    assert len(rows) == 599 and set(rows[0]) == {"index", "char", "nats", "top"}
-    assert rows[0]["index"] == 1 and len(rows[0]["top"]) == 2
-
-
 def test_inspect_most_surprising_table_and_json(tiny_checkpoint, text_file):
     table = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), "--most-surprising",
                                      "3"])
     assert table.exit_code == 0, table.output
     assert "the most surprising characters" in table.stdout and "the model expected" in table.stdout
+    assert " char " in table.stdout  # each character named
     listed = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), "--most-surprising",
                                       "3", "--json"])
     positions = json.loads(listed.stdout)
     assert len(positions) == 3 and {"before", "after", "nats", "top"} <= set(positions[0])
 
 
-def test_inspect_surprisal_colours_the_text_and_writes_a_page(tiny_checkpoint, text_file, tmp_path):
+def test_inspect_surprisal_colours_the_text_writes_a_page_and_streams_json(tiny_checkpoint, text_file,
+                                                                          tmp_path):
     page = tmp_path / "surprisal.html"
     result = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), "--surprisal",
                                       "--html", str(page)])
@@ -108,6 +96,12 @@ def test_inspect_surprisal_colours_the_text_and_writes_a_page(tiny_checkpoint, t
     assert "nats/char on average" in result.stdout and "599 characters scored" in result.stdout
     html = page.read_text(encoding="utf-8")
     assert html.count('title="') >= 599 and "guesses:" in html and "<script" not in html
+    result = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), "--surprisal",
+                                      "--json", "--top", "2"])  # one object per character, streamed
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(rows) == 599 and set(rows[0]) == {"index", "char", "nats", "top"}
+    assert rows[0]["index"] == 1 and len(rows[0]["top"]) == 2
 
 
 @pytest.mark.parametrize(("arguments", "fragment"), [
@@ -115,6 +109,7 @@ def test_inspect_surprisal_colours_the_text_and_writes_a_page(tiny_checkpoint, t
     (["--most-surprising", "0"], "--most-surprising"),
     (["--surprisal", "--top", "0"], "--top"),
     (["--single-stream"], "--single-stream sets how it reads the text --surprisal scores"),
+    (["--skip-unknown"], "--skip-unknown drops characters"),
 ])
 def test_inspect_surprisal_refusals_are_one_line(tiny_checkpoint, text_file, arguments, fragment):
     result = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), *arguments])
@@ -136,11 +131,3 @@ def test_a_planted_misspelling_is_among_the_most_surprising(data_mirror, tmp_pat
     misspelt = held_out[:planted] + "q" + held_out[planted + 1 :]
     positions = charrnn.surprisal(run / "best.pt", misspelt).most_surprising(5)
     assert planted in [position.row.index for position in positions]
-
-
-def test_skip_unknown_alone_is_refused_and_the_table_names_each_character(tiny_checkpoint, text_file):
-    refused = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), "--skip-unknown"])
-    assert refused.exit_code == 2 and "--skip-unknown drops characters" in refused.stderr
-    table = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), "--most-surprising",
-                                     "2"])
-    assert " char " in table.stdout

@@ -14,25 +14,42 @@ def flags():
         yield
 
 
-def test_without_a_terminal_a_log_gets_a_line_every_30_seconds_and_at_each_evaluation(capsys):
-    """A time-budgeted run logging to a file: never silent for long, every line self-contained."""
+def progress(clock):
+    """A progress display without a terminal, reading the time from ``clock``."""
     from rich.console import Console
 
     from charrnn.cli.train_view import ProgressBar
+
+    return ProgressBar(Console(stderr=True), draw_bar=False, clock=clock)
+
+
+def report(step: int, progress: float, **fields):
+    """Step ``step``'s report: loss 2.0 at 800 chars/s, 40 steps an epoch, unless ``fields`` say otherwise."""
     from charrnn.training.observer import StepReport
+
+    return StepReport(**{"step": step, "epoch": step / 40, "loss": 2.0, "learning_rate": 1e-3,
+                         "chars_per_s": 800.0, "progress": progress, "skipped_steps": 0, **fields})
+
+
+def evaluation(step: int, **fields):
+    """Step ``step``'s evaluation record (40 steps an epoch, a second a step): val 1.9, train 2.25."""
     from charrnn.training.rundir import EvaluationRecord
 
+    return EvaluationRecord(**{"step": step, "epoch": step / 40, "train_loss": 2.25, "val_loss": 1.9,
+                               "val_bits_per_char": 2.7, "learning_rate": 1e-3, "chars_per_s": 800.0,
+                               "elapsed_s": float(step), **fields})
+
+
+def test_without_a_terminal_a_log_gets_a_line_every_30_seconds_and_at_each_evaluation(capsys):
+    """A time-budgeted run logging to a file: never silent for long, every line self-contained."""
     now = [100.0]
-    bar = ProgressBar(Console(stderr=True), draw_bar=False, clock=lambda: now[0])
+    bar = progress(lambda: now[0])
     bar.started = bar.last_line = now[0]
     for step in range(1, 101):  # a step every second: 100 s of training, 0% to 50% of the run
         now[0] += 1.0
-        bar.on_step(StepReport(step=step, epoch=step / 40, loss=2.0, learning_rate=1e-3,
-                               chars_per_s=800.0, progress=step / 200, skipped_steps=0))
+        bar.on_step(report(step, step / 200))
         if step == 45:
-            bar.on_eval(EvaluationRecord(step=45, epoch=1.125, train_loss=2.0, val_loss=1.9,
-                                         val_bits_per_char=2.7, learning_rate=1e-3, chars_per_s=800.0,
-                                         elapsed_s=45.0), improved=True)
+            bar.on_eval(evaluation(45, train_loss=2.0), improved=True)
     lines = capsys.readouterr().err.splitlines()
     assert [line.split()[1] for line in lines] == ["30", "45", "75"]
     assert lines[0] == ("step 30  epoch 0.750  train 2.0000  800 chars/s  elapsed 0:30  remaining 2:50  "
@@ -44,18 +61,12 @@ def test_without_a_terminal_a_log_gets_a_line_every_30_seconds_and_at_each_evalu
 def logged_steps(steps: int, progress_before: float):
     """A progress display without a terminal, after ``steps`` one-second steps, each 1% of the run, the
     run already ``progress_before`` done when they began."""
-    from rich.console import Console
-
-    from charrnn.cli.train_view import ProgressBar
-    from charrnn.training.observer import StepReport
-
     now = [0.0]
-    bar = ProgressBar(Console(stderr=True), draw_bar=False, clock=lambda: now[0])
+    bar = progress(lambda: now[0])
     bar.started = bar.last_line = now[0]
     for step in range(1, steps + 1):
         now[0] += 1.0
-        bar.on_step(StepReport(step=step, epoch=step / 40, loss=2.0, learning_rate=1e-3,
-                               chars_per_s=800.0, progress=progress_before + step / 100, skipped_steps=0))
+        bar.on_step(report(step, progress_before + step / 100))
     return bar
 
 
@@ -63,12 +74,7 @@ def test_a_log_line_at_an_evaluation_says_what_it_scored(capsys):
     """An evaluation of the validation split's start, of both weights, right after a timed line: the
     line says so, with the training loss the record averaged, as metrics.jsonl gives it for this step
     (the steps since the last line averaged 2.0)."""
-    from charrnn.training.rundir import EvaluationRecord
-
-    record = EvaluationRecord(step=30, epoch=0.75, train_loss=2.25, val_loss=1.9, val_bits_per_char=2.7,
-                              learning_rate=1e-3, chars_per_s=800.0, elapsed_s=30.0, averaged_val_loss=1.8,
-                              val_chars=12_000)
-    logged_steps(30, 0.0).on_eval(record, improved=True)
+    logged_steps(30, 0.0).on_eval(evaluation(30, averaged_val_loss=1.8, val_chars=12_000), improved=True)
     evaluated, = capsys.readouterr().err.splitlines()  # one line for the step: the timed one waited
     assert evaluated.startswith("step 30 ") and "train 2.2500" in evaluated
     assert evaluated.endswith("val 1.9000 (evaluated on the first 12,000 chars, averaged 1.8000)  (best)")
@@ -77,13 +83,10 @@ def test_a_log_line_at_an_evaluation_says_what_it_scored(capsys):
 def test_a_step_whose_line_was_written_gets_an_evaluation_only_line(capsys):
     """The watcher wrote step 30's line while its evaluation ran: the evaluation adds a line of its own,
     with no second training loss to contradict the first."""
-    from charrnn.training.rundir import EvaluationRecord
-
     bar = logged_steps(30, 0.0)
     bar.clock = lambda: 36.0  # the evaluation took longer than the watcher waits for a due line
     bar.say_if_quiet()
-    bar.on_eval(EvaluationRecord(step=30, epoch=0.75, train_loss=2.25, val_loss=1.9, val_bits_per_char=2.7,
-                                 learning_rate=1e-3, chars_per_s=800.0, elapsed_s=30.0), improved=False)
+    bar.on_eval(evaluation(30), improved=False)
     timed, evaluated = capsys.readouterr().err.splitlines()
     assert timed.startswith("step 30 ") and "train 2.0000" in timed and "elapsed 0:30" in timed
     assert evaluated == "step 30  val 1.9000 (evaluated)"
@@ -106,22 +109,19 @@ def test_a_long_silence_is_broken_by_the_watcher(capsys):
     bar.clock = lambda: 500.0
     bar.say_if_quiet()
     assert capsys.readouterr().err == ""
+    progress(lambda: 40.0).say_if_quiet()  # a first step slower than 30 seconds is not silent either
+    expected = "no step done yet; still at work (evaluating, saving or a slow step) for 0:40\n"
+    assert capsys.readouterr().err == expected
 
 
 def test_quick_steps_get_their_ordinary_line_every_30_seconds_however_the_watcher_is_timed(capsys):
     """The watcher wakes once a second; with 0.1-s steps its look at 30 s must not take the place of the
     loop's own line at the next step."""
-    from rich.console import Console
-
-    from charrnn.cli.train_view import ProgressBar
-    from charrnn.training.observer import StepReport
-
     now = [0.0]
-    bar = ProgressBar(Console(stderr=True), draw_bar=False, clock=lambda: now[0])
+    bar = progress(lambda: now[0])
     for step in range(1, 951):
         now[0] = step * 0.1
-        bar.on_step(StepReport(step=step, epoch=step / 1000, loss=2.0, learning_rate=1e-3, chars_per_s=800.0,
-                               progress=step / 1000, skipped_steps=0))
+        bar.on_step(report(step, step / 1000, epoch=step / 1000))
         if step % 10 == 0:
             bar.say_if_quiet()  # the watcher's once-a-second look
     lines = capsys.readouterr().err.splitlines()
@@ -129,41 +129,21 @@ def test_quick_steps_get_their_ordinary_line_every_30_seconds_however_the_watche
     assert all("train 2.0000" in line for line in lines)
 
 
-def test_a_first_step_slower_than_30_seconds_is_not_silent(capsys):
-    from rich.console import Console
-
-    from charrnn.cli.train_view import ProgressBar
-
-    bar = ProgressBar(Console(stderr=True), draw_bar=False, clock=lambda: 40.0)
-    bar.say_if_quiet()
-    expected = "no step done yet; still at work (evaluating, saving or a slow step) for 0:40\n"
-    assert capsys.readouterr().err == expected
-
-
-def test_the_remaining_time_never_exceeds_what_is_left_of_the_budget(capsys):
+def test_the_remaining_time_counts_from_the_budgets_start_and_never_exceeds_what_is_left_of_it(capsys):
     """Steps slowing down make the pace's estimate grow; the budget's own clock caps it."""
-    from rich.console import Console
-
-    from charrnn.cli.train_view import ProgressBar
-    from charrnn.training.observer import StepReport
-
     now = [0.0]
-    bar = ProgressBar(Console(stderr=True), draw_bar=False, clock=lambda: now[0])
+    bar = progress(lambda: now[0])
     for step in range(1, 41):
         now[0] += 1.0 if step < 20 else 4.0  # a machine that got busy
-        bar.on_step(StepReport(step=step, epoch=step / 40, loss=2.0, learning_rate=1e-3, chars_per_s=800.0,
-                               progress=0.1 + step / 200, skipped_steps=0, seconds_left=120.0 - now[0]))
+        bar.on_step(report(step, 0.1 + step / 200, seconds_left=120.0 - now[0]))
     bar.on_end(True)
     for line in capsys.readouterr().err.splitlines():
         elapsed, remaining = (line.split(f"{key} ")[1].split()[0] for key in ("elapsed", "remaining"))
         minutes, seconds = map(int, remaining.split(":"))
         elapsed_minutes, elapsed_seconds = map(int, elapsed.split(":"))
         assert 60 * minutes + seconds <= 120 - (60 * elapsed_minutes + elapsed_seconds)
-
-
-def test_a_budgets_remaining_time_counts_from_where_its_progress_started(capsys):
-    """A 100-s budget that keeps 20 s for its end starts at 20% progress: after 30 one-second steps,
-    50 remain, not the 30 that progress/step alone would suggest."""
+    # A 100-s budget that keeps 20 s for its end starts at 20% progress: after 30 one-second steps, 50 remain,
+    # not the 30 that progress/step alone would suggest.
     logged_steps(30, 0.2).on_end(True)  # the line due at step 30, written when the run ends
     line, = capsys.readouterr().err.splitlines()
     assert "elapsed 0:30  remaining 0:50" in line
@@ -171,8 +151,7 @@ def test_a_budgets_remaining_time_counts_from_where_its_progress_started(capsys)
 
 def test_the_budget_names_the_runner_up_a_larger_shape_beat_within_the_rules_error(flags):
     from charrnn.cli.train_view import budget_line
-    from charrnn.training.budget import BudgetDecision, Candidate
-    from charrnn.training.budget_rules import SCALING_LAW
+    from charrnn.training.budget import SCALING_LAW, BudgetDecision, Candidate
 
     def shape(hidden: int, loss: float, batch: int = 16) -> Candidate:
         settings = {"hidden_size": hidden, "batch_size": batch, "skip_connections": batch == 16}
@@ -238,16 +217,9 @@ def test_the_budget_says_what_its_dropout_costs_and_json_says_why_it_ends_early(
 def test_a_log_line_gives_the_runs_own_elapsed_time_as_its_summary_counts(capsys):
     """A budget's planning comes before training starts: the summary's wall time counts it, so the line
     does too (the step's report carries the run's clock)."""
-    from rich.console import Console
-
-    from charrnn.cli.train_view import ProgressBar
-    from charrnn.training.observer import StepReport
-
-    bar = ProgressBar(Console(stderr=True), draw_bar=False, clock=lambda: 40.0)
+    bar = progress(lambda: 40.0)
     bar.started = bar.last_line = 0.0
-    bar.on_step(StepReport(step=1, epoch=0.1, loss=2.0, learning_rate=1e-3, chars_per_s=800.0, progress=0.5,
-                           skipped_steps=0, elapsed_s=52.0))
-    bar.on_step(StepReport(step=2, epoch=0.2, loss=2.0, learning_rate=1e-3, chars_per_s=800.0, progress=0.6,
-                           skipped_steps=0, elapsed_s=53.0))
+    bar.on_step(report(1, 0.5, epoch=0.1, elapsed_s=52.0))
+    bar.on_step(report(2, 0.6, epoch=0.2, elapsed_s=53.0))
     line, = capsys.readouterr().err.splitlines()
     assert "elapsed 0:52" in line

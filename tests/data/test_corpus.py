@@ -20,7 +20,7 @@ from charrnn.data.vocab import UnknownCharactersError, Vocab
 from charrnn.errors import CharrnnError
 
 
-def test_stream_layout_and_targets():
+def test_stream_layout_targets_and_continuation_and_too_short_a_text_names_its_minimum():
     ids = torch.arange(23)
     batches = StreamBatches(ids, batch_size=3, seq_len=3)
     # L = (23 - 1) // 3 = 7 characters per stream; steps of 3, 3 and 1 columns.
@@ -33,16 +33,10 @@ def test_stream_layout_and_targets():
     assert x2.tolist() == [[6], [13], [20]]
     assert y2.tolist() == [[7], [14], [21]]
     assert x0.dtype == torch.int64
-
-
-def test_consecutive_steps_continue_each_stream():
-    ids = torch.arange(1000)
+    ids = torch.arange(1000)  # consecutive steps continue each stream
     batches = StreamBatches(ids, batch_size=4, seq_len=10)
     joined = torch.cat([batches[i][0] for i in range(len(batches))], dim=1)
     assert torch.equal(joined, ids[: 4 * batches.stream_len].view(4, -1))
-
-
-def test_too_short_for_one_batch_names_minimum():
     with pytest.raises(CharrnnError, match="needs at least 33"):
         StreamBatches(torch.arange(20), batch_size=4, seq_len=8)
 
@@ -52,36 +46,18 @@ def test_split_matches_nanogpt():
     assert split_point(1_115_394, 0.1, VAL_MAX_CHARS) == 1_003_854  # tiny Shakespeare is under the cap
     split = split_ids(torch.arange(100), split_point(100, 0.1))
     assert len(split.train) == 90 and split.val[0] == 90
-
-
-def test_directory_corpus_is_sorted_concatenation(tmp_path: Path):
-    (tmp_path / "b.txt").write_text("second", encoding="utf-8")
-    (tmp_path / "a.txt").write_text("first ", encoding="utf-8")
-    (tmp_path / "skip.md").write_text("ignored", encoding="utf-8")
-    assert read_corpus(tmp_path) == "first second"
-
-
-@pytest.mark.parametrize(
-    ("content", "message"),
-    [(None, "does not exist"), (b"", "is empty"), (b"ok \xff\xfe bad", "not UTF-8")],
-)
-def test_bad_corpora(tmp_path: Path, content, message):
-    path = tmp_path / "corpus.txt"
-    if content is not None:
-        path.write_bytes(content)
-    with pytest.raises(CharrnnError, match=message):
-        read_corpus(path)
-
-
-def test_empty_directory(tmp_path: Path):
-    with pytest.raises(CharrnnError, match="no \\*.txt"):
-        read_corpus(tmp_path)
-
-
-def test_a_large_corpus_holds_out_at_most_the_cap():
+    # A large corpus holds out at most the cap.
     assert split_point(100_000_000, 0.1, VAL_MAX_CHARS) == 100_000_000 - VAL_MAX_CHARS
     assert split_point(100_000_000, 0.1, None) == 90_000_000
     assert split_point(1000, 0.5, 10) == 990
+
+
+def test_an_empty_file_or_directory_is_no_corpus(tmp_path: Path):
+    with pytest.raises(CharrnnError, match="no \\*.txt"):
+        read_corpus(tmp_path)
+    (tmp_path / "corpus.txt").write_bytes(b"")
+    with pytest.raises(CharrnnError, match="is empty"):
+        read_corpus(tmp_path / "corpus.txt")
 
 
 def test_encode_corpus_records_split(small_corpus: Path):
@@ -129,31 +105,33 @@ def test_chunked_encoding_equals_whole_text_encoding(tmp_path: Path, chunk_bytes
     assert torch.equal(ids, vocab.encode(MIXED))
 
 
-def test_directory_corpus_is_its_files_in_sorted_order(tmp_path: Path):
+def test_directory_corpus_is_its_text_files_in_sorted_order(tmp_path: Path):
     write(tmp_path / "b.txt", "second 🙂")
     write(tmp_path / "a.txt", "first é ")
+    write(tmp_path / "skip.md", "ignored")
+    assert read_corpus(tmp_path) == "first é second 🙂"
     encoded = encode_corpus(tmp_path, "dir", 0.25)
     assert encoded.vocab.decode(encoded.ids) == "first é second 🙂"
     assert encoded.info.sha256 == hashlib.sha256("first é second 🙂".encode()).hexdigest()
 
 
-def test_invalid_utf8_is_reported_at_its_offset_in_the_file(tmp_path: Path):
-    corpus = tmp_path / "bad.txt"
-    corpus.write_bytes("é".encode() * 10 + b"\xff" + b"abc")
-    with pytest.raises(CharrnnError, match=r"invalid byte 0xff at offset 20"):
-        scan_corpus(corpus, chunk_bytes=3)
+@pytest.mark.parametrize(("content", "chunk_bytes", "message"), [
+    ("é".encode() * 10 + b"\xff" + b"abc", 3, r"invalid byte 0xff at offset 20"),
+    (b"abc" + "🙂".encode()[:2], 2, "offset 3"),  # a multibyte character cut short at the end
+])
+def test_invalid_utf8_is_reported_at_its_offset_in_the_file(tmp_path: Path, content, chunk_bytes, message):
+    (tmp_path / "bad.txt").write_bytes(content)
+    with pytest.raises(CharrnnError, match=message):
+        scan_corpus(tmp_path / "bad.txt", chunk_bytes=chunk_bytes)
 
 
-def test_a_truncated_multibyte_character_at_the_end_is_invalid(tmp_path: Path):
-    corpus = tmp_path / "cut.txt"
-    corpus.write_bytes(b"abc" + "🙂".encode()[:2])
-    with pytest.raises(CharrnnError, match="offset 3"):
-        scan_corpus(corpus, chunk_bytes=2)
-
-
-def test_second_use_maps_the_cached_file_without_encoding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_the_ids_map_the_cache_file_which_a_second_use_maps_without_encoding(tmp_path: Path, monkeypatch,
+                                                                              corpus_cache_dir: Path):
     corpus = write(tmp_path / "mixed.txt", MIXED)
     first = encode_corpus(corpus, "mixed", 0.1)
+    name = cache_name(scan_corpus(corpus), first.vocab, False)  # the ids are a memory map of the cache file
+    assert (corpus_cache_dir / name).stat().st_size == len(MIXED)
+    assert str(corpus_cache_dir / name) in Path("/proc/self/maps").read_text()
 
     def fail(*args, **kwargs):
         raise AssertionError("encoded again")
@@ -177,17 +155,8 @@ def test_cache_is_keyed_by_content_and_vocabulary(tmp_path: Path):
     assert cache_name(scan_corpus(corpus), own, False) != cache_name(scan, own, False)
 
 
-def test_a_cache_file_of_the_wrong_size_is_rebuilt(tmp_path: Path):
-    corpus = write(tmp_path / "mixed.txt", MIXED)
-    scan = scan_corpus(corpus)
-    vocab = scan.vocab()
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    (cache / cache_name(scan, vocab, False)).write_bytes(b"\x00" * 10)
-    assert torch.equal(cached_ids(scan, vocab, cache_dir=cache), vocab.encode(MIXED))
-
-
-@pytest.mark.parametrize("damage", ["same-size edit", "no digest", "symlink"])
+@pytest.mark.parametrize("damage", ["wrong size", "same-size edit", "no digest", "symlink",
+                                    "ids and digest edited"])
 def test_a_cache_file_is_trusted_only_by_its_content_hash(tmp_path: Path, damage: str):
     corpus = write(tmp_path / "mixed.txt", MIXED)
     scan = scan_corpus(corpus)
@@ -196,10 +165,15 @@ def test_a_cache_file_is_trusted_only_by_its_content_hash(tmp_path: Path, damage
     expected = vocab.encode(MIXED)
     assert torch.equal(cached_ids(scan, vocab, cache_dir=cache), expected)
     path = cache / cache_name(scan, vocab, False)
-    if damage == "same-size edit":
+    if damage == "wrong size":
+        path.write_bytes(b"\x00" * 10)
+    elif damage == "same-size edit":
         path.write_bytes(bytes(reversed(path.read_bytes())))
     elif damage == "no digest":
         path.with_name(path.name + ".sha256").unlink()
+    elif damage == "ids and digest edited":  # ids far outside the vocabulary, under a digest that matches
+        path.write_bytes(b"\xff" * path.stat().st_size)
+        path.with_name(path.name + ".sha256").write_text(hashlib.sha256(path.read_bytes()).hexdigest())
     else:
         elsewhere = tmp_path / "elsewhere"
         path.rename(elsewhere)
@@ -218,46 +192,27 @@ def test_unknown_characters_are_an_error_or_skipped(tmp_path: Path):
     assert ascii_only.decode(kept) == "".join(c for c in MIXED if c.isascii())
 
 
-def test_wide_vocabulary_is_stored_as_uint16(tmp_path: Path):
-    text = "".join(chr(0x4E00 + i) for i in range(400)) * 3
-    encoded = encode_corpus(write(tmp_path / "cjk.txt", text), "cjk", 0.1)
-    assert encoded.ids.dtype == torch.uint16
-    assert encoded.vocab.decode(encoded.ids) == text
-
-
-def test_a_wide_vocabulary_s_cache_is_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_a_wide_vocabulary_is_stored_as_uint16_and_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The second use checks the cached uint16 ids (torch has no max for uint16), chunk by chunk."""
     text = "".join(chr(0x4E00 + i) for i in range(400)) * 30
     corpus = write(tmp_path / "cjk.txt", text)
     first = encode_corpus(corpus, "cjk", 0.1)
+    assert first.ids.dtype == torch.uint16 and first.vocab.decode(first.ids) == text
     monkeypatch.setattr(corpus_cache, "CHUNK_BYTES", 1000)
     monkeypatch.setattr(corpus_cache, "_encode_to_file", lambda *args, **kwargs: pytest.fail("encoded again"))
     second = encode_corpus(corpus, "cjk", 0.1)
     assert second.ids.dtype == torch.uint16 and torch.equal(first.ids.int(), second.ids.int())
 
 
-def test_ids_are_a_memory_map_of_the_cache_file(tmp_path: Path, corpus_cache_dir: Path):
-    encoded = encode_corpus(write(tmp_path / "mixed.txt", MIXED), "mixed", 0.1)
-    name = cache_name(scan_corpus(tmp_path / "mixed.txt"), encoded.vocab, False)
-    assert (corpus_cache_dir / name).stat().st_size == len(MIXED)
-    assert str(corpus_cache_dir / name) in Path("/proc/self/maps").read_text()
-
-
-def test_an_unwritable_cache_encodes_small_texts_in_memory(tmp_path: Path):
+def test_an_unwritable_cache_encodes_small_texts_in_memory_and_names_the_variable_for_large_ones(
+        tmp_path: Path, monkeypatch):
     corpus = write(tmp_path / "mixed.txt", MIXED)
     blocker = tmp_path / "not_a_dir"
     blocker.write_text("")
     scan = scan_corpus(corpus)
     ids = cached_ids(scan, scan.vocab(), cache_dir=blocker / "cache")
     assert scan.vocab().decode(ids) == MIXED
-
-
-def test_an_unwritable_cache_names_the_variable_for_large_texts(tmp_path: Path, monkeypatch):
-    corpus = write(tmp_path / "mixed.txt", MIXED)
-    blocker = tmp_path / "not_a_dir"
-    blocker.write_text("")
     monkeypatch.setattr(corpus_cache, "IN_MEMORY_LIMIT_BYTES", 10)
-    scan = scan_corpus(corpus)
     with pytest.raises(CharrnnError, match="cannot write the corpus cache .*CHARRNN_CACHE_DIR"):
         cached_ids(scan, scan.vocab(), cache_dir=blocker / "cache")
 
@@ -272,22 +227,15 @@ def test_a_same_length_edit_between_scan_and_encoding_is_never_cached(tmp_path: 
     assert list(cache.iterdir()) == []
 
 
-@pytest.mark.parametrize("kind", ["fifo", "device"])
-def test_a_corpus_that_is_not_a_regular_file_is_refused_at_once(tmp_path: Path, kind):
-    if kind == "fifo":
-        path = tmp_path / "pipe"
-        os.mkfifo(path)
-    else:
-        path = Path("/dev/zero")
-    with pytest.raises(CharrnnError, match="is not a regular file"):
-        scan_corpus(path)
-
-
-def test_a_symlink_loop_corpus_is_named_as_such(tmp_path: Path):
+def test_a_corpus_that_is_not_a_regular_file_is_refused_at_once(tmp_path: Path):
+    os.mkfifo(tmp_path / "pipe")
     (tmp_path / "a.txt").symlink_to(tmp_path / "b.txt")
     (tmp_path / "b.txt").symlink_to(tmp_path / "a.txt")
-    with pytest.raises(CharrnnError, match="symbolic links"):
-        scan_corpus(tmp_path / "a.txt")
+    refusals = {tmp_path / "pipe": "is not a regular file", Path("/dev/zero"): "is not a regular file",
+                tmp_path / "a.txt": "symbolic links"}
+    for path, message in refusals.items():
+        with pytest.raises(CharrnnError, match=message):
+            scan_corpus(path)
 
 
 def test_a_failed_encoding_leaves_no_temporary_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -41,11 +41,15 @@ def test_a_different_file_at_the_datasets_path_is_never_replaced(data_mirror, tm
     assert len(path.read_text(encoding="utf-8")) == EXPECTED.chars and not path.is_symlink()
 
 
-def test_a_failed_forced_download_puts_the_users_file_back(tmp_path: Path, monkeypatch):
+def test_an_unreachable_origin_suggests_a_mirror_and_a_failed_forced_download_puts_the_users_file_back(
+        tmp_path: Path, monkeypatch):
+    monkeypatch.setenv(MIRROR_ENV, (tmp_path / "nowhere").as_uri())
+    with pytest.raises(CharrnnError, match=f"could not download.*{MIRROR_ENV}"):
+        fetch("tinyshakespeare", tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
     path = tmp_path / "tinyshakespeare" / "input.txt"
     path.parent.mkdir()
     path.write_text("mine")
-    monkeypatch.setenv(MIRROR_ENV, (tmp_path / "nowhere").as_uri())
     with pytest.raises(CharrnnError, match="could not download"):
         fetch("tinyshakespeare", tmp_path, force=True)
     assert path.read_text() == "mine" and list(path.parent.iterdir()) == [path]
@@ -62,19 +66,9 @@ def test_wrong_checksum_is_refused_and_deleted(tmp_path: Path, monkeypatch):
     assert not cache.exists()  # no file and no directory left behind
 
 
-def test_unreachable_origin_suggests_mirror(tmp_path: Path, monkeypatch):
-    monkeypatch.setenv(MIRROR_ENV, (tmp_path / "nowhere").as_uri())
-    with pytest.raises(CharrnnError, match=f"could not download.*{MIRROR_ENV}"):
-        fetch("tinyshakespeare", tmp_path / "cache")
-    assert not (tmp_path / "cache").exists()
-
-
-def test_unknown_dataset(tmp_path: Path):
+def test_an_unknown_dataset_or_a_directory_where_the_dataset_goes_is_a_clear_error(tmp_path: Path):
     with pytest.raises(CharrnnError, match="unknown dataset"):
         fetch("nope", tmp_path)
-
-
-def test_a_directory_where_the_dataset_goes_is_a_clear_error(tmp_path: Path):
     (tmp_path / "tinyshakespeare" / "input.txt").mkdir(parents=True)
     with pytest.raises(CharrnnError, match="input.txt: it is a directory"):
         fetch("tinyshakespeare", tmp_path)

@@ -51,15 +51,16 @@ def toy():
     return model, Vocab(("a", "b", "c"))
 
 
-def test_width_one_equals_greedy(tiny_checkpoint):
+@pytest.mark.parametrize("rule", [{}, {"no_repeat": 8}])
+def test_width_one_equals_greedy_with_or_without_the_no_repeat_rule(tiny_checkpoint, rule):
     loaded = load_model(tiny_checkpoint)
-    (beam,) = beam_search(loaded.network, loaded.vocab, "ROMEO:", width=1, length=80)
+    (beam,) = beam_search(loaded.network, loaded.vocab, "ROMEO:", width=1, length=200, **rule)
     greedy = "".join(c[0] for c in generate(loaded.network, loaded.vocab,
-                                            SampleConfig(length=80, greedy=True), "ROMEO:"))
+                                            SampleConfig(length=200, greedy=True, **rule), "ROMEO:"))
     assert beam.text == greedy
 
 
-def test_wide_beam_finds_the_brute_force_optimum(toy):
+def test_a_wide_beam_finds_the_brute_force_optimum_and_a_stop_string_freezes_a_beam_with_its_score(toy):
     model, vocab = toy
     every = {"".join(seq): score_text(model, vocab, "a", "".join(seq))
              for seq in itertools.product("abc", repeat=4)}
@@ -70,14 +71,16 @@ def test_wide_beam_finds_the_brute_force_optimum(toy):
     assert beams[0].log_prob == pytest.approx(every[best], abs=1e-5)
     assert sorted(b.text for b in beams) == sorted(every)
     assert math.fsum(math.exp(b.log_prob) for b in beams) == pytest.approx(1.0, abs=1e-5)
-
-
-def test_scores_equal_rescoring_the_text(tiny_checkpoint):
-    loaded = load_model(tiny_checkpoint)
-    for beam in beam_search(loaded.network, loaded.vocab, "JULIET:\n", width=5, length=40):
-        assert beam.log_prob == pytest.approx(score_text(loaded.network, loaded.vocab, "JULIET:\n",
-                                                         beam.text),
-                                              abs=1e-4)
+    beams = beam_search(model, vocab, "a", width=9, length=6, stop_at="b")  # a stop freezes a beam's score
+    for beam in beams:
+        if beam.stopped:
+            assert beam.text.endswith("b") and beam.text.count("b") == 1
+            assert beam.log_prob == pytest.approx(score_text(model, vocab, "a", beam.text), abs=1e-5)
+        else:
+            assert "b" not in beam.text and len(beam.text) == 6
+    assert any(b.stopped for b in beams)
+    assert [b.log_prob for b in beams] == sorted((b.log_prob for b in beams), reverse=True)
+    assert beam_search(model, vocab, "a", width=3, length=0)[0].text == ""  # a length of zero
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru", "rnn"])
@@ -92,24 +95,6 @@ def test_batched_equals_one_beam_at_a_time(cell):
         assert beam.log_prob == pytest.approx(score, abs=1e-5)
 
 
-def test_stop_at_freezes_a_beam_with_its_score(toy):
-    model, vocab = toy
-    beams = beam_search(model, vocab, "a", width=9, length=6, stop_at="b")
-    for beam in beams:
-        if beam.stopped:
-            assert beam.text.endswith("b") and beam.text.count("b") == 1
-            assert beam.log_prob == pytest.approx(score_text(model, vocab, "a", beam.text), abs=1e-5)
-        else:
-            assert "b" not in beam.text and len(beam.text) == 6
-    assert any(b.stopped for b in beams)
-    assert [b.log_prob for b in beams] == sorted((b.log_prob for b in beams), reverse=True)
-
-
-def test_zero_length(toy):
-    model, vocab = toy
-    assert beam_search(model, vocab, "a", width=3, length=0)[0].text == ""
-
-
 @pytest.mark.cuda
 def test_beam_search_on_cuda_finds_the_cpu_beams(tiny_checkpoint):
     on_cpu = load_model(tiny_checkpoint)
@@ -120,8 +105,12 @@ def test_beam_search_on_cuda_finds_the_cpu_beams(tiny_checkpoint):
     assert [b.log_prob for b in gpu_beams] == pytest.approx([b.log_prob for b in cpu_beams], abs=1e-3)
 
 
-def test_length_penalty_zero_is_the_plain_total_and_ranks_are_normalised(tiny_checkpoint):
+def test_scores_are_the_texts_and_length_penalty_zero_is_the_plain_total_and_ranks_are_normalised(
+        tiny_checkpoint):
     loaded = load_model(tiny_checkpoint)
+    for beam in beam_search(loaded.network, loaded.vocab, "JULIET:\n", width=5, length=40):
+        rescored = score_text(loaded.network, loaded.vocab, "JULIET:\n", beam.text)
+        assert beam.log_prob == pytest.approx(rescored, abs=1e-4)
     plain = beam_search(loaded.network, loaded.vocab, "ROMEO:", 6, 60, "\n")
     zero = beam_search(loaded.network, loaded.vocab, "ROMEO:", 6, 60, "\n", length_penalty=0.0)
     assert [(b.text, b.log_prob) for b in plain] == [(b.text, b.log_prob) for b in zero]
@@ -177,14 +166,6 @@ def test_beam_search_with_the_rule_returns_the_most_probable_allowed_continuatio
     beams = beam_search(model, vocab, prime, width=len(every), length=length, no_repeat=n)
     assert [b.text for b in beams] == [t for _, t in allowed]  # every allowed one, best first
     assert beams[0].log_prob == pytest.approx(allowed[0][0], abs=1e-6)  # float32 logits, two paths
-
-
-def test_beam_width_one_with_the_rule_is_greedy_with_the_rule(tiny_checkpoint):
-    loaded = load_model(tiny_checkpoint)
-    (beam,) = beam_search(loaded.network, loaded.vocab, "ROMEO:", width=1, length=200, no_repeat=8)
-    greedy = "".join(c[0] for c in generate(loaded.network, loaded.vocab,
-                                            SampleConfig(length=200, greedy=True, no_repeat=8), "ROMEO:"))
-    assert beam.text == greedy
 
 
 def test_the_rule_reads_the_same_from_a_text_as_from_its_index():

@@ -22,22 +22,16 @@ def loaded(tiny_checkpoint):
     return load_model(tiny_checkpoint)
 
 
-def test_same_seed_same_text(loaded):
+def test_same_seed_same_text_after_the_prime_at_the_length_asked(loaded):
     assert run(loaded, seed=7) == run(loaded, seed=7)
     assert run(loaded, seed=7) != run(loaded, seed=8)
-
-
-def test_output_starts_with_prime_and_has_requested_length(loaded):
     (text,) = run(loaded, prime="JULIET:", seed=1)
     assert text.startswith("JULIET:") and len(text) == len("JULIET:") + 60
 
 
-def test_top_k_one_is_greedy(loaded):
-    assert run(loaded, top_k=1, seed=3) == run(loaded, greedy=True)
-
-
-def test_greedy_matches_rerunning_the_whole_prefix(loaded):
+def test_greedy_is_top_k_one_and_matches_rerunning_the_whole_prefix(loaded):
     """The carried-state step path gives what re-reading the text from the start would."""
+    assert run(loaded, top_k=1, seed=3) == run(loaded, greedy=True)
     (fast,) = run(loaded, prime="Caf", greedy=True, length=40)
     text = "Caf"
     with torch.no_grad():
@@ -47,19 +41,13 @@ def test_greedy_matches_rerunning_the_whole_prefix(loaded):
     assert fast == text
 
 
-def test_samples_in_a_batch_are_independent(loaded):
+def test_samples_in_a_batch_are_independent_an_empty_prime_works_and_an_unknown_one_fails_at_once(loaded):
     samples = run(loaded, seed=5, num_samples=4)
     assert len(samples) == 4 and len(set(samples)) > 1
     assert all(len(s) == len("ROMEO:") + 60 for s in samples)
-
-
-def test_empty_prime_and_zero_length(loaded):
     assert run(loaded, prime="", length=0) == [""]
     (text,) = run(loaded, prime="", length=10, seed=1)
     assert len(text) == 10
-
-
-def test_unknown_prime_fails_before_any_output(loaded):
     with pytest.raises(CharrnnError, match="never saw: 'Q'"):
         generate(loaded.network, loaded.vocab, SampleConfig(), "Q")
 
@@ -89,17 +77,12 @@ def test_invalid_settings(options, message):
     assert raised.value.field == message
 
 
-def test_stop_at_ends_each_sample_after_the_first_occurrence(loaded):
-    samples = run(loaded, prime="ROMEO:", seed=2, num_samples=3, length=400, stop_at="\n")
-    unstopped = run(loaded, prime="ROMEO:", seed=2, num_samples=3, length=400)
+@pytest.mark.parametrize("prime", ["ROMEO:", "ROMEO:\n"])  # a stop string in the prime is no stop
+def test_stop_at_ends_each_sample_after_the_first_occurrence_past_the_prime(loaded, prime):
+    samples = run(loaded, prime=prime, seed=2, num_samples=3, length=400, stop_at="\n")
+    unstopped = run(loaded, prime=prime, seed=2, num_samples=3, length=400)
     for text, whole in zip(samples, unstopped, strict=True):
-        assert text == whole[: whole.index("\n") + 1]  # the same text, ended at its first line break
-
-
-def test_stop_at_ignores_the_prime(loaded):
-    (text,) = run(loaded, prime="ROMEO:\n", seed=2, length=400, stop_at="\n")
-    (whole,) = run(loaded, prime="ROMEO:\n", seed=2, length=400)
-    assert text == whole[: whole.index("\n", len("ROMEO:\n")) + 1] and len(text) > len("ROMEO:\n") + 1
+        assert text == whole[: whole.index("\n", len(prime)) + 1] and len(text) > len(prime)
 
 
 def test_the_repeat_guard_bans_what_would_complete_a_run_already_held():

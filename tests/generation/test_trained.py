@@ -19,13 +19,10 @@ def trained(tiny_checkpoint):
     return load_model(tiny_checkpoint)
 
 
-def test_it_knows_the_checkpoint_it_came_from(trained, tiny_checkpoint):
+def test_it_knows_its_checkpoint_and_its_sampled_texts_are_the_samplers_own(trained, tiny_checkpoint):
     assert trained.checkpoint == tiny_checkpoint
     assert trained.payload["vocab"] == list(trained.vocab.chars)
     assert not trained.network.training
-
-
-def test_sampled_texts_are_the_samplers_own(trained):
     config = SampleConfig(length=50, seed=4, num_samples=3, temperature=0.9)
     written = trained.write("ROMEO:", config)
     assert written.texts == collect_samples(generate(trained.network, trained.vocab, config, "ROMEO:"), "", 3)
@@ -34,14 +31,11 @@ def test_sampled_texts_are_the_samplers_own(trained):
     assert "".join(trained.characters("ROMEO:", one)) == trained.write("ROMEO:", one).texts[0]
 
 
-def test_a_sample_without_a_seed_reports_the_one_it_drew(trained):
+def test_a_sample_without_a_seed_reports_the_one_it_drew_and_a_stream_is_one_seeded_text(trained):
     drawn = trained.write("ROMEO:", SampleConfig(length=40))
     assert drawn.seed is not None
     assert trained.write("ROMEO:", SampleConfig(length=40, seed=drawn.seed)).texts == drawn.texts
     assert trained.write("ROMEO:", SampleConfig(length=40, greedy=True)).seed is None
-
-
-def test_a_stream_is_one_seeded_text(trained):
     for config, refusal in ((SampleConfig(length=5, seed=1, num_samples=3), "a stream is one sampled text"),
                             (SampleConfig(length=5, beam_width=3), "a stream is one sampled text"),
                             (SampleConfig(length=5), "needs a seed")):
@@ -59,20 +53,15 @@ def test_beams_are_the_searchs_own_best_first(trained):
     assert written.log_probs == sorted(written.log_probs, reverse=True)
 
 
-def test_a_score_is_the_evaluators_own(trained):
+def test_a_score_is_the_evaluators_own_whatever_the_caches_id_type(trained):
+    """A vocabulary over 256 symbols is cached as uint16 (or uint32), which torch gives no min or max."""
     ids = trained.vocab.encode("".join(trained.vocab.chars) * 20).long()
     assert trained.score(ids) == evaluate(trained.network, ids)
     assert trained.score(ids, single_stream=True) == evaluate(trained.network, ids, single_stream=True)
-    assert trained.score(ids.to(torch.uint8)) == evaluate(trained.network, ids)
+    for dtype in (torch.uint8, torch.uint16, torch.uint32):
+        assert trained.score(ids.to(dtype)) == evaluate(trained.network, ids), dtype
     with pytest.raises(ConfigError, match=f"ids must hold ids from 0 to {len(trained.vocab) - 1}"):
         trained.score(torch.tensor([0, len(trained.vocab)]))
-
-
-@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32])
-def test_the_corpus_caches_wide_ids_are_scored_as_they_are(trained, dtype):
-    """A vocabulary over 256 symbols is cached as uint16 (or uint32), which torch gives no min or max."""
-    ids = trained.vocab.encode("".join(trained.vocab.chars) * 20).long()
-    assert trained.score(ids.to(dtype)) == evaluate(trained.network, ids)
 
 
 @pytest.mark.parametrize("ids", ["ROMEO", torch.zeros(3, 4, dtype=torch.long), torch.zeros(5)])

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from click.testing import CliRunner
 
 import charrnn
 from charrnn.cli.main import cli
+from charrnn.config import read_setting
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
 from charrnn.generation.webpage import WEB, model_spec
@@ -67,8 +69,11 @@ def test_the_page_is_self_contained_and_its_vocabulary_explicit(tiny_checkpoint,
     assert "<script src" not in text and "@import" not in text
     spec = json.loads(re.search(r'<script type="application/json" id="model">(.*?)</script>', text, re.S)
                       .group(1).replace("<\\/", "</"))
-    assert spec["vocab"] == list(charrnn.load(tiny_checkpoint).vocab.chars)
-    assert page.parameters == sum(p.numel() for p in charrnn.load(tiny_checkpoint).network.parameters())
+    model = charrnn.load(tiny_checkpoint)
+    assert spec["vocab"] == list(model.vocab.chars)
+    assert page.parameters == sum(p.numel() for p in model.network.parameters())
+    with pytest.raises(CharrnnError, match="does not match its model"):  # a vocabulary of another model
+        model_spec(model.network, Vocab(("a", "b")))
 
 
 @pytest.mark.parametrize(("arguments", "fragment"), [
@@ -100,11 +105,6 @@ def text_of(markup: str) -> str:
     return html.unescape(re.sub(r"<[^>]*>", "", markup))
 
 
-def browser_output(page: Path, query: str, tmp_path: Path) -> tuple[str, str]:
-    """The page's output after running it with ``query``: (state, its markup)."""
-    return browser_outputs(page, [query], tmp_path)[0]
-
-
 # Runs the page once per query, each in a frame of its own, and writes every output's state and markup.
 HARNESS = """<!doctype html><meta charset="utf-8"><pre id="results"></pre><script>
 const frames = JSON.parse(new URLSearchParams(location.search).get("q")).map(query => {
@@ -127,9 +127,7 @@ addEventListener("load", settled);
 
 
 def browser_outputs(page: Path, queries: list[str], tmp_path: Path) -> list[tuple[str, str]]:
-    """:func:`browser_output` for each query, all in one browser."""
-    from urllib.parse import quote
-
+    """The page's output after running it with each query, all in one browser: (state, its markup)."""
     harness = page.with_name(f"{page.stem}-harness.html")
     harness.write_text(HARNESS.replace("PAGE", json.dumps(page.name)), encoding="utf-8")
     dom = browser_dom(harness, f"q={quote(json.dumps(queries))}", tmp_path)
@@ -183,21 +181,6 @@ def test_the_page_samples_with_its_controls_and_reports_bad_settings(tiny_checkp
     assert browser_text(page, "prime=\u2603&length=5&autorun=1", tmp_path / "three")[0] == "error"
 
 
-def test_a_vocabulary_that_does_not_match_the_model_is_refused(tiny_checkpoint):
-    model = charrnn.load(tiny_checkpoint)
-    with pytest.raises(CharrnnError, match="does not match its model"):
-        model_spec(model.network, Vocab(("a", "b")))
-
-
-@pytest.mark.slow
-@needs_chromium
-@pytest.mark.parametrize("query", ["length=1e3", "length=10.5", "greedy=yes", "topk=5", "length=2000000"])
-def test_a_malformed_setting_in_the_address_is_an_error_never_a_guess(tiny_checkpoint, tmp_path, query):
-    page = tmp_path / "page.html"
-    charrnn.export(tiny_checkpoint, page)
-    assert browser_text(page, f"prime=ROMEO:&{query}&autorun=1", tmp_path / "profile")[0] == "error"
-
-
 FLAGS = {"length": "--length", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
          "seed": "--seed", "no_repeat": "--no-repeat"}
 # Each setting's text as a user may write it: the page and charrnn sample accept it, or both refuse it.
@@ -217,8 +200,6 @@ SETTING_ROWS = [
 
 def test_every_settings_row_is_read_alike_by_the_table_and_the_command_line(tiny_checkpoint):
     """The command line reads its options by config.SAMPLING_RULES: it accepts exactly what the table does."""
-    from charrnn.config import read_setting
-
     for name, text in SETTING_ROWS:
         try:
             read_setting(name, text)
@@ -236,10 +217,6 @@ def test_every_settings_row_is_read_alike_by_the_table_and_the_command_line(tiny
 @pytest.mark.slow
 @needs_chromium
 def test_the_page_accepts_and_refuses_every_settings_row_as_the_command_line_does(tiny_checkpoint, tmp_path):
-    from urllib.parse import quote
-
-    from charrnn.config import read_setting
-
     page = tmp_path / "page.html"
     charrnn.export(tiny_checkpoint, page)
     greedy = charrnn.sample(tiny_checkpoint, "ROMEO:", 12, greedy=True).text
@@ -252,8 +229,11 @@ def test_the_page_accepts_and_refuses_every_settings_row_as_the_command_line_doe
             expected.append("error")
         length = "" if name == "length" else "length=12&"
         queries.append(f"prime=ROMEO:&{length}{name}={quote(text)}&autorun=1")
+    # Malformed settings only the address gives, and a name the page does not know: errors, never guesses.
+    queries += [f"prime=ROMEO:&{query}&autorun=1" for query in ("greedy=yes", "topk=5", "length=2000000")]
+    expected += ["error"] * 3
     shown = browser_texts(page, queries, tmp_path / "rows")
-    assert [state for state, _ in shown] == expected, list(zip(SETTING_ROWS, shown, strict=True))
+    assert [state for state, _ in shown] == expected, list(zip(queries, shown, strict=True))
     # Sampling so cold that it is greedy, in both doors.
     assert shown[SETTING_ROWS.index(("temperature", "1e-310"))][1] == greedy == charrnn.sample(
         tiny_checkpoint, "ROMEO:", 12, temperature=1e-310, seed=1).text
@@ -274,8 +254,6 @@ def test_the_page_accepts_and_refuses_every_settings_row_as_the_command_line_doe
 @needs_chromium
 def test_the_page_keeps_a_prime_exactly_as_the_command_line_does(tmp_path):
     """A prime with carriage returns, or starting with a line break, gives the same greedy text."""
-    from urllib.parse import quote
-
     corpus = tmp_path / "crlf.txt"
     corpus.write_text("ROMEO: my lord,\r\nJULIET: good night.\r\n" * 120, encoding="utf-8", newline="")
     plan_run(corpus, tmp_path / "run", max_steps=40, hidden_size=24).run()
@@ -297,8 +275,6 @@ def test_the_page_keeps_a_prime_exactly_as_the_command_line_does(tmp_path):
 @pytest.mark.slow
 @needs_chromium
 def test_a_refusal_quoting_the_prime_shows_its_hidden_characters(tiny_checkpoint, tmp_path):
-    from urllib.parse import quote
-
     page = tmp_path / "page.html"
     charrnn.export(tiny_checkpoint, page)
     dom = browser_dom(page, f"prime={quote('ROMEO:' + chr(0x202E) + chr(27))}&length=5&autorun=1",

@@ -25,9 +25,13 @@ def session(tiny_checkpoint):
     return charrnn.load(tiny_checkpoint).writing("ROMEO:", temperature=0.8, seed=1)
 
 
-def test_undo_restores_the_state_exactly(session):
+def test_the_model_finishes_the_word_or_the_line_and_undo_restores_the_state_exactly(session):
     before = [(guess.char, guess.probability) for guess in session.guesses(5)]
     layers = [tuple(part.clone() for part in layer) for layer in session.points[-1].layers]
+    wrote = session.continue_to(" \n")
+    assert wrote and wrote[-1] in " \n" and session.written == wrote
+    line = session.continue_to("\n")
+    assert line.endswith("\n") and "\n" not in line[:-1]
     session.write("\n")
     session.continue_to("\n")
     while session.undo():
@@ -46,13 +50,6 @@ def test_the_guesses_are_the_numbers_surprisal_shows(session, tiny_checkpoint):
         [(char, round(probability, 5)) for char, probability in after_j.top]
 
 
-def test_the_model_finishes_the_word_or_the_line(session):
-    wrote = session.continue_to(" \n")
-    assert wrote and wrote[-1] in " \n" and session.written == wrote
-    line = session.continue_to("\n")
-    assert line.endswith("\n") and "\n" not in line[:-1]
-
-
 def test_the_model_writes_under_the_no_repeat_rule_and_an_undo_takes_its_runs_back(tiny_checkpoint):
     model = charrnn.load(tiny_checkpoint)
     free, ruled = (model.writing("ROMEO:", temperature=0.05, seed=1, **rule)
@@ -69,17 +66,12 @@ def test_the_model_writes_under_the_no_repeat_rule_and_an_undo_takes_its_runs_ba
     assert ruled.text.startswith(kept) and repeated_runs(ruled.text, 8) == []
 
 
-def test_a_character_the_model_never_saw_is_refused(session):
-    with pytest.raises(CharrnnError, match="never saw"):
-        session.write("\u2603")
-    assert session.written == ""
-
-
 @pytest.mark.parametrize(("arguments", "code", "fragment"), [
     (["--interactive"], 1, "--interactive needs a terminal"),
     (["--top", "3"], 2, "--top says how many guesses --interactive shows"),
     (["--interactive", "--num-samples", "2"], 2, "--num-samples does not apply"),
     (["--interactive", "--top", "0"], 2, "--top"),
+    (["--interactive", "--top", "12"], 2, "from 1 to 9 (one digit picks each guess)"),
 ])
 def test_interactive_refusals_are_one_line(tiny_checkpoint, arguments, code, fragment):
     result = CliRunner().invoke(cli, ["sample", str(tiny_checkpoint), *arguments])
@@ -141,13 +133,9 @@ def test_writing_in_a_real_terminal(tiny_checkpoint, tmp_path):
     (lambda s: s.write(5), "char"),
     (lambda s: s.continue_to(""), "ends must name at least one character"),
     (lambda s: s.continue_to(None), "ends"),
+    (lambda s: s.write("\u2603"), "never saw"),  # a character the model never saw
 ])
 def test_the_sessions_arguments_are_checked_like_every_option(session, call, error):
     with pytest.raises(CharrnnError, match=error):
         call(session)
     assert session.written == ""
-
-
-def test_more_guesses_than_digits_is_refused(tiny_checkpoint):
-    result = CliRunner().invoke(cli, ["sample", str(tiny_checkpoint), "--interactive", "--top", "12"])
-    assert result.exit_code == 2 and "from 1 to 9 (one digit picks each guess)" in result.stderr

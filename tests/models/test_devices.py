@@ -16,14 +16,11 @@ def test_auto_picks_the_gpu_only_when_there_is_one(monkeypatch):
     assert resolve_device("cpu") == "cpu"
 
 
-def test_a_model_too_large_for_memory_is_refused_with_its_size(monkeypatch):
+def test_a_model_too_large_for_memory_or_the_gpu_is_refused_with_its_size_before_allocating(monkeypatch):
+    """The CUDA branch of the memory check runs on a CPU too: the GPU's free memory is what counts."""
     monkeypatch.setattr("charrnn.models.devices.available_host_memory", lambda: 1 << 30)
     with pytest.raises(CharrnnError, match=r"about 28\.0 GiB .* cpu has 1\.0 GiB available"):
         check_model_fits(ModelConfig(vocab_size=65, hidden_size=8192, num_layers=4), "cpu")
-
-
-def test_a_model_too_large_for_the_gpu_is_refused_before_allocating(monkeypatch):
-    """The CUDA branch of the memory check, on a CPU: the GPU's free memory is what counts."""
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (1 << 20, 80 << 30))
     model_config = ModelConfig(vocab_size=65, hidden_size=512)
     with pytest.raises(CharrnnError, match="cuda has 0.0 GiB available"):
@@ -50,19 +47,16 @@ def test_auto_precision_picks_bf16_only_where_it_was_measured_faster(cpu_bf16, n
     assert resolve_precision("bf16", device, model_config) == "bf16"
 
 
-def test_a_step_whose_activations_cannot_fit_names_batch_and_sequence(monkeypatch):
+def test_a_step_whose_activations_cannot_fit_names_batch_and_sequence_else_the_model(monkeypatch):
     monkeypatch.setattr("charrnn.models.devices.available_host_memory", lambda: 4 << 30)
     wide = ModelConfig(vocab_size=20_000, hidden_size=64)  # a CJK-sized vocabulary
     with pytest.raises(CharrnnError, match=r"activations \(4,096 × 1,000 characters.*Lower batch_size or "
                                            r"seq_len"):
         check_model_fits(wide, "cpu", batch_size=4096, seq_len=1000)
     check_model_fits(wide, "cpu", batch_size=16, seq_len=50)
-
-
-def test_a_model_that_cannot_fit_even_with_one_character_a_step_names_the_model_not_the_batch(monkeypatch):
-    """Lowering the batch cannot help a model whose weights alone overflow: that advice would fail."""
+    # Lowering the batch cannot help a model whose weights alone overflow (about 40 MiB of weights,
+    # gradients and moments): that advice would fail, so the model is named instead.
     monkeypatch.setattr("charrnn.models.devices.available_host_memory", lambda: 20 << 20)
-    wide = ModelConfig(vocab_size=20_000, hidden_size=64)  # about 40 MiB of weights, gradients and moments
     with pytest.raises(CharrnnError, match=r"Choose a smaller hidden_size, embed_size or num_layers, and "
                                            r"lower batch_size or seq_len$"):  # both would be refused
         check_model_fits(wide, "cpu", batch_size=4096, seq_len=1000)

@@ -61,11 +61,20 @@ def test_many_streams_score_each_slice_after_its_warm_up_computed_by_hand(toy_mo
     assert chars == 20 and total == pytest.approx(sum(expected), rel=1e-6)
 
 
-def test_a_text_within_one_slice_scores_as_one_stream(toy_model):
+def test_the_default_layout_and_one_stream_for_a_text_within_one_slice_or_a_reservoir(toy_model):
+    layout = StreamLayout.for_text(10 * EVAL_SLICE + 1)
+    assert (layout.streams, layout.warmup, layout.slice_chars) == (10, EVAL_WARMUP, EVAL_SLICE)
+    assert StreamLayout.for_text(10 * EVAL_SLICE + 1, single_stream=True).streams == 1
     ids = torch.randint(0, 4, (EVAL_SLICE + 1,))
     assert stream_layout(toy_model, len(ids)).streams == 1
     assert evaluate(toy_model, ids).nats_per_char == pytest.approx(
         evaluate(toy_model, ids, single_stream=True).nats_per_char, rel=1e-6)
+    torch.manual_seed(0)  # an echo state reservoir is always read as one stream
+    model = CharRNN(ModelConfig(vocab_size=4, cell="esn", num_layers=1, hidden_size=8, embed_size=3))
+    layout = stream_layout(model, 10 * EVAL_SLICE)
+    assert layout.streams == 1 and layout.warmup == 0
+    ids = torch.randint(0, 4, (3 * EVAL_SLICE,))
+    assert evaluate(model, ids) == evaluate(model, ids, single_stream=True)
 
 
 @pytest.mark.slow
@@ -81,22 +90,7 @@ def test_many_streams_land_close_to_one_stream_and_chunking_changes_nothing(toy_
                                                                                        rel=1e-6)
 
 
-def test_an_echo_state_reservoir_is_always_read_as_one_stream():
-    torch.manual_seed(0)
-    model = CharRNN(ModelConfig(vocab_size=4, cell="esn", num_layers=1, hidden_size=8, embed_size=3))
-    layout = stream_layout(model, 10 * EVAL_SLICE)
-    assert layout.streams == 1 and layout.warmup == 0
-    ids = torch.randint(0, 4, (3 * EVAL_SLICE,))
-    assert evaluate(model, ids) == evaluate(model, ids, single_stream=True)
-
-
-def test_the_default_layout():
-    layout = StreamLayout.for_text(10 * EVAL_SLICE + 1)
-    assert (layout.streams, layout.warmup, layout.slice_chars) == (10, EVAL_WARMUP, EVAL_SLICE)
-    assert StreamLayout.for_text(10 * EVAL_SLICE + 1, single_stream=True).streams == 1
-
-
-def test_the_cost_of_a_pass_is_timed_on_a_few_steps_and_scaled(toy_model):
+def test_the_cost_of_a_pass_is_timed_on_a_few_steps_run_once_untimed_first_and_scaled(toy_model, monkeypatch):
     ids = torch.randint(0, 4, (40 * EVAL_SLICE + 1,))
     readings = iter([5.0, 5.5])
     layout = stream_layout(toy_model, len(ids))
@@ -105,10 +99,8 @@ def test_the_cost_of_a_pass_is_timed_on_a_few_steps_and_scaled(toy_model):
     assert predicted == pytest.approx(0.5 * layout.positions / timed)
     short = iter([1.0, 1.25])  # a text no longer than the timed part is scored whole
     assert scoring_seconds(toy_model, ids[:50], lambda: next(short)) == 0.25
-
-
-def test_the_timed_steps_are_run_once_untimed_first(toy_model, monkeypatch):
-    # A kernel's first call at a width is slow: timed, it read a pass three times too slow.
+    # The timed steps run once untimed first: a kernel's first call at a width is slow, and timed, it read a
+    # pass three times too slow.
     events = []
     forward = toy_model.forward
     monkeypatch.setattr(toy_model, "forward", lambda idx, *rest: events.append(tuple(idx.shape)) or
@@ -119,13 +111,10 @@ def test_the_timed_steps_are_run_once_untimed_first(toy_model, monkeypatch):
     assert events == [shape, "clock", shape, "clock"]
 
 
-def test_restores_training_mode(toy_model):
+def test_it_restores_training_mode_and_needs_two_characters(toy_model):
     toy_model.train()
     evaluate(toy_model, torch.tensor([0, 1, 2]))
     assert toy_model.training
-
-
-def test_needs_two_characters(toy_model):
     with pytest.raises(CharrnnError, match="at least 2"):
         evaluate(toy_model, torch.tensor([1]))
 

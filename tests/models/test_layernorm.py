@@ -85,13 +85,6 @@ def test_step_path_equals_sequence_path_and_chunks_equal_whole(cell):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
-def test_forget_bias_is_the_layer_norm_shift():
-    model = CharRNN(ModelConfig(vocab_size=5, cell="lstm", num_layers=2, hidden_size=4, embed_size=3,
-                                layer_norm=True, forget_bias=1.5))
-    for k in range(2):
-        assert torch.equal(getattr(model.rnn, f"ln_bias_l{k}")[1], torch.full((4,), 1.5))
-
-
 def test_layer_norm_model_learns(tmp_path):
     from charrnn.config import TrainConfig
     from charrnn.data.corpus import CorpusInfo, StreamBatches

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from charrnn.config import ModelConfig
-from charrnn.errors import CharrnnError, ConfigError
+from charrnn.errors import CharrnnError
 from charrnn.models.model import CharRNN
 from charrnn.models.stepper import make_stepper
 
@@ -10,18 +10,12 @@ from helpers import CELLS, make_model
 
 
 @pytest.mark.parametrize("cell", CELLS)
-def test_forward_shapes_and_state(cell):
+def test_forward_shapes_and_state_and_the_whole_sequence_equals_chunks_with_state_carried(cell):
     model = make_model(cell)
-    idx = torch.randint(0, 11, (3, 7))
-    logits, state = model(idx)
+    logits, state = model(torch.randint(0, 11, (3, 7)))
     assert logits.shape == (3, 7, 11)
     assert len(state) == (2 if cell == "lstm" else 1)
     assert all(s.shape == (2, 3, 16) for s in state)
-
-
-@pytest.mark.parametrize("cell", CELLS)
-def test_whole_sequence_equals_chunks_with_state_carried(cell):
-    model = make_model(cell)
     idx = torch.randint(0, 11, (2, 30))
     with torch.no_grad():
         whole, whole_state = model(idx)
@@ -33,21 +27,6 @@ def test_whole_sequence_equals_chunks_with_state_carried(cell):
     torch.testing.assert_close(torch.cat(parts, dim=1), whole, rtol=1e-5, atol=1e-6)
     for a, b in zip(state, whole_state, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-
-
-def test_dropout_only_in_training():
-    torch.manual_seed(0)
-    model = CharRNN(ModelConfig(vocab_size=5, num_layers=2, hidden_size=8, embed_size=4, dropout=0.5))
-    idx = torch.randint(0, 5, (2, 9))
-    model.eval()
-    with torch.no_grad():
-        a, _ = model(idx)
-        b, _ = model(idx)
-    assert torch.equal(a, b)
-    model.train()
-    with torch.no_grad():
-        c, _ = model(idx)
-    assert not torch.equal(a, c)
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
@@ -66,7 +45,7 @@ def test_dropout_between_layers_follows_torchs_generator_on_every_device(cell, d
     assert not torch.equal(outputs[0], model(idx)[0])  # and the masks do change from draw to draw
 
 
-def test_load_pretrained_copies_weights_and_keeps_new_vocabulary_rows_fresh():
+def test_load_pretrained_copies_weights_keeps_new_vocabulary_rows_fresh_and_refuses_another_shape():
     torch.manual_seed(0)
     small = CharRNN(ModelConfig(vocab_size=5, num_layers=2, hidden_size=8, embed_size=4))
     torch.manual_seed(1)
@@ -78,27 +57,20 @@ def test_load_pretrained_copies_weights_and_keeps_new_vocabulary_rows_fresh():
     assert torch.equal(wide.head.bias[:5], small.head.bias)
     assert torch.equal(wide.embedding.weight[5:], fresh_rows)
     assert torch.equal(wide.rnn.weight_hh_l1, small.rnn.weight_hh_l1)
-
-
-def test_load_pretrained_refuses_another_shape():
-    small = CharRNN(ModelConfig(vocab_size=5, hidden_size=8, embed_size=4))
-    other = CharRNN(ModelConfig(vocab_size=5, hidden_size=16, embed_size=4))
-    with pytest.raises(CharrnnError, match="has shape"):
+    other = CharRNN(ModelConfig(vocab_size=5, num_layers=2, hidden_size=16, embed_size=4))
+    with pytest.raises(CharrnnError, match="has shape"):  # another shape is refused
         other.load_pretrained(small.state_dict())
 
 
-def test_relu_only_for_the_vanilla_rnn():
-    with pytest.raises(ConfigError, match="rnn_activation applies to cell rnn only"):
-        ModelConfig(vocab_size=5, cell="lstm", rnn_activation="relu")
-
-
 @pytest.mark.parametrize("forget_bias", [1.0, 2.5, 0.0])
-def test_effective_forget_bias(forget_bias):
-    model = CharRNN(ModelConfig(vocab_size=5, cell="lstm", num_layers=2, hidden_size=6, embed_size=3,
-                                forget_bias=forget_bias))
+def test_effective_forget_bias_and_with_layer_norm_its_shift(forget_bias):
+    options = {"vocab_size": 5, "cell": "lstm", "num_layers": 2, "hidden_size": 6, "embed_size": 3,
+               "forget_bias": forget_bias}
+    model, normed = CharRNN(ModelConfig(**options)), CharRNN(ModelConfig(**options, layer_norm=True))
     for k in range(2):
         effective = getattr(model.rnn, f"bias_ih_l{k}") + getattr(model.rnn, f"bias_hh_l{k}")
         assert torch.equal(effective[6:12], torch.full((6,), forget_bias))
+        assert torch.equal(getattr(normed.rnn, f"ln_bias_l{k}")[1], torch.full((6,), forget_bias))
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru", "rnn", "esn"])

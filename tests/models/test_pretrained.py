@@ -52,25 +52,15 @@ def test_the_shipped_model_is_a_small_safe_model_folder_that_records_where_it_ca
     assert payload["best"]["chars"] == dataset.chars - corpus["split_point"] - 1
 
 
-@pytest.mark.slow
-def test_its_recorded_score_is_what_eval_perplexity_gives_on_the_downloaded_corpus(data_mirror, tmp_path):
-    corpus = fetch(DEFAULT_DATASET, tmp_path).path
-    payload = load_checkpoint(SHIPPED)
-    validation = corpus.read_text(encoding="utf-8")[payload["corpus"]["split_point"]:]
-    (tmp_path / "validation.txt").write_text(validation, encoding="utf-8")
-    result = CliRunner().invoke(main, ["eval-perplexity", "shakespeare", str(tmp_path / "validation.txt"),
-                                       "--json"])
-    assert result.exit_code == 0, result.output
-    scored = json.loads(result.stdout)
-    assert abs(scored["nats_per_char"] - payload["best"]["nats_per_char"]) < 1e-4
-    assert scored["chars"] == payload["best"]["chars"]
-
-
-def test_the_name_resolves_to_the_shipped_file_where_nothing_has_it(elsewhere):
+def test_the_name_resolves_to_the_shipped_file_where_nothing_has_it_else_to_the_users_run(elsewhere,
+                                                                                         tiny_checkpoint):
     for name in SHIPPED_MODELS:
         assert resolve_shipped(Path(name)) == shipped_path(name)
     assert checkpoint_in(Path("shakespeare")) == SHIPPED
     assert run_name(SHIPPED) == "shakespeare"
+    (elsewhere / "shakespeare").mkdir()  # a run directory of that name is the user's
+    (elsewhere / "shakespeare" / "best.pt").write_bytes(tiny_checkpoint.read_bytes())
+    assert charrnn.load("shakespeare").checkpoint == Path("shakespeare/best.pt")
 
 
 HIDDEN = ("; that shakespeare hides charrnn's own model of that name: rename it, or run "
@@ -102,6 +92,8 @@ def test_a_users_own_file_directory_or_link_named_shakespeare_comes_first_and_sa
     os.symlink(elsewhere / "gone.pt", elsewhere / "shakespeare")
     with pytest.raises(CharrnnError, match="a link to .*gone.pt, which leads to no file" + HIDDEN):
         charrnn.compare(["shakespeare"])
+    result = CliRunner().invoke(main, ["info", "shakespeare"])
+    assert result.exit_code == 1 and "is a link to" in result.stderr and "gone.pt" in result.stderr
     with pytest.raises(CharrnnError, match="which leads to no file$"):
         charrnn.load(elsewhere / "shakespeare")  # a path from the root is only what it is
     (elsewhere / "shakespeare").unlink()
@@ -111,14 +103,7 @@ def test_a_users_own_file_directory_or_link_named_shakespeare_comes_first_and_sa
         charrnn.load("kept")  # as is any other name
 
 
-def test_a_run_directory_named_shakespeare_is_the_users(elsewhere, tiny_checkpoint):
-    run = elsewhere / "shakespeare"
-    run.mkdir()
-    (run / "best.pt").write_bytes(tiny_checkpoint.read_bytes())
-    assert charrnn.load("shakespeare").checkpoint == Path("shakespeare/best.pt")
-
-
-def test_every_reader_accepts_the_name(elsewhere):
+def test_every_reader_accepts_the_name_and_its_help_says_what_it_means_and_what_comes_first(elsewhere):
     (elsewhere / "verse.txt").write_text("To be, or not to be, that is the question.\n", encoding="utf-8")
     model = charrnn.load("shakespeare")
     text = model.sample("ROMEO:", length=80, seed=1).texts[0]
@@ -134,25 +119,18 @@ def test_every_reader_accepts_the_name(elsewhere):
         result = runner.invoke(main, args)
         assert result.exit_code == 0, (args, result.output)
     assert "shakespeare" in (elsewhere / "page.html").read_text(encoding="utf-8")
-
-
-def test_the_help_says_what_the_name_means_and_what_comes_first():
+    sonnet = "Shall I compare thee to a summer's day?\nThou art more lovely and more temperate.\n"
+    (elsewhere / "sonnet.txt").write_text(sonnet * 40, encoding="utf-8")  # fine-tuning starts from it
+    result = charrnn.train(elsewhere / "sonnet.txt", out_dir=elsewhere / "tuned", init_from="shakespeare",
+                           max_steps=2, batch_size=4, seq_len=16, device="cpu")
+    payload = load_checkpoint(result.out_dir / "last.pt")
+    assert payload["model_config"]["hidden_size"] == load_checkpoint(SHIPPED)["model_config"]["hidden_size"]
     for command in ("sample", "compare", "eval-perplexity", "info", "inspect", "export"):
         text = " ".join(CliRunner().invoke(main, [command, "--help"]).output.split())
         assert "shakespeare: the model that comes with charrnn" in text, command
         assert "named shakespeare in the current directory comes first" in text, command
     assert "shakespeare names the model that comes with charrnn" in " ".join(
         CliRunner().invoke(main, ["train", "--help"]).output.split())
-
-
-def test_fine_tuning_starts_from_the_shipped_weights(elsewhere):
-    corpus = elsewhere / "verse.txt"
-    sonnet = "Shall I compare thee to a summer's day?\nThou art more lovely and more temperate.\n"
-    corpus.write_text(sonnet * 40, encoding="utf-8")
-    result = charrnn.train(corpus, out_dir=elsewhere / "tuned", init_from="shakespeare", max_steps=2,
-                           batch_size=4, seq_len=16, device="cpu")
-    payload = load_checkpoint(result.out_dir / "last.pt")
-    assert payload["model_config"]["hidden_size"] == load_checkpoint(SHIPPED)["model_config"]["hidden_size"]
 
 
 @pytest.mark.slow
@@ -210,7 +188,8 @@ def test_no_output_may_replace_the_shipped_model_whatever_is_read(package_copy, 
     assert contents(package_copy.parent) == before
 
 
-def test_no_plot_or_run_lands_in_the_shipped_models_folder(package_copy, tiny_run, small_corpus):
+def test_no_plot_run_corpus_cache_or_download_lands_in_the_shipped_models_folder(package_copy, tiny_run,
+                                                                                   small_corpus, monkeypatch):
     link = package_copy.parent.parent.parent / "curves.png"
     link.symlink_to(package_copy / "model.safetensors")
     before = contents(package_copy.parent)
@@ -221,12 +200,8 @@ def test_no_plot_or_run_lands_in_the_shipped_models_folder(package_copy, tiny_ru
                                            str(package_copy.parent), *extra])
         assert result.exit_code == 2 and "never written" in result.stderr, result.output
     assert contents(package_copy.parent) == before
-
-
-def test_no_corpus_cache_or_download_lands_in_the_shipped_models_folder(package_copy, small_corpus,
-                                                                          monkeypatch):
-    """Naming the folder as the cache (CHARRNN_CACHE_DIR) or the data directory (--data-dir,
-    CHARRNN_DATA_DIR) is refused before anything is written there."""
+    # Naming the folder as the cache (CHARRNN_CACHE_DIR) or the data directory (--data-dir, CHARRNN_DATA_DIR)
+    # is refused before anything is written there.
     folder = package_copy.parent
     monkeypatch.setenv(CACHE_DIR_ENV, str(folder))
     result = CliRunner().invoke(main, ["train", str(small_corpus), "--max-steps", "1", "--out", "run"])
@@ -241,22 +216,16 @@ def test_no_corpus_cache_or_download_lands_in_the_shipped_models_folder(package_
     assert sorted(path.name for path in package_copy.iterdir()) == sorted(FOLDER_FILES)
 
 
-def test_the_shipped_model_is_never_resumed_and_says_how_to_fine_tune(elsewhere):
+@pytest.fixture
+def data_dir(elsewhere, monkeypatch) -> Path:
+    monkeypatch.setenv(DATA_DIR_ENV, str(elsewhere / "data"))
+    return elsewhere / "data"
+
+
+def test_its_own_validation_split_is_read_from_the_data_directory_and_it_is_never_resumed(data_dir):
     result = CliRunner().invoke(main, ["train", "--resume", "shakespeare", "--max-steps", "2"])
     assert result.exit_code == 1
     assert result.stderr.strip().endswith("cannot be resumed; fine-tune it with --init-from shakespeare")
-
-
-def test_a_broken_link_named_shakespeare_is_reported_as_one(elsewhere):
-    os.symlink(elsewhere / "gone.pt", elsewhere / "shakespeare")
-    result = CliRunner().invoke(main, ["info", "shakespeare"])
-    assert result.exit_code == 1 and "is a link to" in result.stderr and "gone.pt" in result.stderr
-
-
-def test_its_own_validation_split_is_read_from_the_data_directory(elsewhere, monkeypatch):
-    from charrnn.data.datasets import DATA_DIR_ENV
-
-    monkeypatch.setenv(DATA_DIR_ENV, str(elsewhere / "data"))
     missing = CliRunner().invoke(main, ["eval-perplexity", "shakespeare"])
     assert missing.exit_code == 1
     assert "`charrnn data get tinyshakespeare` fetches it" in missing.stderr and "data" in missing.stderr
@@ -264,21 +233,17 @@ def test_its_own_validation_split_is_read_from_the_data_directory(elsewhere, mon
 
 
 @pytest.mark.slow
-def test_with_the_dataset_fetched_it_scores_its_own_split(data_mirror, elsewhere, monkeypatch):
-    from charrnn.data.datasets import DATA_DIR_ENV
-
-    monkeypatch.setenv(DATA_DIR_ENV, str(elsewhere / "data"))
-    fetch(DEFAULT_DATASET, elsewhere / "data")
-    scored = charrnn.perplexity("shakespeare", device="cpu").score
-    assert abs(scored.nats_per_char - load_checkpoint(SHIPPED)["best"]["nats_per_char"]) < 1e-3
+def test_with_the_dataset_fetched_it_scores_its_own_split_as_recorded(data_mirror, data_dir):
+    fetch(DEFAULT_DATASET, data_dir)
+    result = CliRunner().invoke(main, ["eval-perplexity", "shakespeare", "--json"])
+    assert result.exit_code == 0, result.output
+    scored, best = json.loads(result.stdout), load_checkpoint(SHIPPED)["best"]
+    assert abs(scored["nats_per_char"] - best["nats_per_char"]) < 1e-4 and scored["chars"] == best["chars"]
     assert charrnn.info("shakespeare").facts["corpus"]["status"] == "present, unchanged"
 
 
-def test_no_output_may_replace_the_copy_of_its_corpus_it_would_read(elsewhere, monkeypatch):
-    from charrnn.data.datasets import DATA_DIR_ENV
-
-    monkeypatch.setenv(DATA_DIR_ENV, str(elsewhere / "data"))
-    copy = elsewhere / "data" / "tinyshakespeare" / "input.txt"
+def test_no_output_may_replace_the_copy_of_its_corpus_it_would_read(data_dir):
+    copy = data_dir / "tinyshakespeare" / "input.txt"
     copy.parent.mkdir(parents=True)
     copy.write_text("First Citizen:\n", encoding="utf-8")
     result = CliRunner().invoke(main, ["compare", "shakespeare", "--length", "5", "--markdown", str(copy)])

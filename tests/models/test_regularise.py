@@ -84,7 +84,7 @@ def test_weight_drop_sends_no_gradient_to_the_dropped_recurrent_weights():
     assert bool((rnn.weight_hh_l0.grad[kept] != 0).all())
 
 
-def test_locked_dropout_keeps_one_mask_across_time():
+def test_locked_dropout_keeps_one_mask_across_time_and_embedding_dropout_drops_whole_characters():
     torch.manual_seed(0)
     x = torch.ones(6, 40, 9)
     y = locked_dropout(x, 0.5, training=True)
@@ -93,9 +93,6 @@ def test_locked_dropout_keeps_one_mask_across_time():
     assert locked_dropout(x, 0.5, training=False) is x
     unlocked = sequence_dropout(x, 0.5, training=True, locked=False)
     assert not torch.equal(unlocked, unlocked[:, :1].expand_as(unlocked))
-
-
-def test_embedding_dropout_drops_whole_characters():
     torch.manual_seed(0)
     table = nn.Embedding(30, 8)
     idx = torch.randint(0, 30, (5, 50))
@@ -160,11 +157,6 @@ def test_rates_are_probabilities(field, value):
     with pytest.raises(ConfigError) as raised:
         ModelConfig(vocab_size=5, **{field: value})
     assert raised.value.field == field
-
-
-def test_weight_drop_does_not_apply_to_a_frozen_reservoir():
-    with pytest.raises(ConfigError, match="esn"):
-        ModelConfig(vocab_size=5, cell="esn", weight_drop=0.2)
 
 
 SKIP_CELLS = [("lstm", "tanh"), ("gru", "tanh"), ("rnn", "tanh"), ("rnn", "relu")]
@@ -237,10 +229,15 @@ def test_skip_connections_train_with_the_regularisation():
     assert all(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in model.parameters())
 
 
-@pytest.mark.parametrize("options", [{"cell": "esn"}, {"layer_norm": True}])
-def test_skip_connections_need_a_fused_cell(options):
-    with pytest.raises(ConfigError, match="skip_connections applies"):
-        ModelConfig(vocab_size=5, skip_connections=True, **options)
+@pytest.mark.parametrize(("options", "refusal"), [
+    ({"cell": "esn", "weight_drop": 0.2}, "esn"),  # weight drop does not apply to a frozen reservoir
+    ({"cell": "esn", "skip_connections": True}, "skip_connections applies"),  # skips need a fused cell
+    ({"layer_norm": True, "skip_connections": True}, "skip_connections applies"),
+    ({"cell": "lstm", "rnn_activation": "relu"}, "rnn_activation applies to cell rnn only"),
+])
+def test_options_for_another_kind_of_cell_are_refused(options, refusal):
+    with pytest.raises(ConfigError, match=refusal):
+        ModelConfig(vocab_size=5, **options)
 
 
 @pytest.mark.cuda

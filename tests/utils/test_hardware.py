@@ -1,5 +1,6 @@
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,19 +25,16 @@ XEON = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R)\nflags\t\t: fpu avx2 avx5
 EPYC = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512f\n"
 
 
-def test_cpu_flags_read_the_first_flags_line():
+def test_the_flags_and_model_name_are_the_first_processors():
     assert {"avx512_bf16", "amx_bf16"} <= cpu_flags(XEON)
     assert cpu_flags(EPYC) & NATIVE_BF16_FLAGS == set()
     assert cpu_flags("") == frozenset()
-
-
-def test_the_model_name_is_the_first_processors():
     assert model_name(XEON) == "Intel(R) Xeon(R)"
     assert model_name(EPYC) == "AMD EPYC"
     assert model_name("") == "unknown"
 
 
-def test_a_process_knows_how_long_it_has_run():
+def test_a_process_knows_how_long_it_has_run(monkeypatch):
     """A time budget counts the interpreter's start: a process that slept half a second first says so."""
     probe = ("import time; time.sleep(0.5); from charrnn.utils.hardware import process_age_s; "
              "print(process_age_s())")
@@ -44,16 +42,8 @@ def test_a_process_knows_how_long_it_has_run():
     age = float(printed)
     assert 0.5 <= age < 30
     assert process_age_s() > 0
-
-
-def test_without_proc_the_age_is_zero(monkeypatch):
-    from pathlib import Path
-
-    def unreadable(*args, **kwargs):
-        raise OSError("no /proc here")
-
-    monkeypatch.setattr(Path, "read_text", unreadable)
-    assert process_age_s() == 0.0
+    monkeypatch.setattr(Path, "read_text", lambda *args, **kwargs: (_ for _ in ()).throw(OSError("no /proc")))
+    assert process_age_s() == 0.0  # without /proc, the age is zero
 
 
 @pytest.mark.parametrize("value", ["0", "1"])
@@ -94,33 +84,23 @@ def auto(monkeypatch):
     monkeypatch.setattr(threads_module.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
 
 
-def test_core_times_reads_each_core_and_counts_io_wait_as_idle():
+def test_core_times_count_io_wait_as_idle_and_a_core_another_program_keeps_busy_is_counted():
     text = "cpu  9 9 9 9 9 9 9 9\ncpu0 10 1 2 100 5 1 1 0 0 0\ncpu1 3 0 0 7\n"
     assert core_times(text) == {"cpu0": (15, 120), "cpu1": (3, 10)}
-
-
-def test_a_core_another_program_keeps_busy_is_counted():
     before = core_times(stat_text({0: (100, 100), 1: (100, 100)}))
     after = core_times(stat_text({0: (114, 101), 1: (101, 114)}))  # cpu0 93% busy, cpu1 7%
     assert busy_cores(before, after, {0, 1}) == 1
     assert busy_cores(before, after, {1}) == 0  # a core this process may not use is not counted
 
 
-def test_a_busy_core_leaves_one_thread(auto):
-    read = fake_stat({0: (0, 0), 1: (0, 0)}, {0: (15, 0), 1: (0, 15)})
-    choice = choose_threads(read_stat=read, sleep=lambda s: None)
-    assert choice.count == 1
-    assert choice.describe() == "1 (2 cores, 1 busy with other work)"
-
-
-def test_a_quiet_machine_uses_every_core(auto):
-    read = fake_stat({0: (0, 0), 1: (0, 0)}, {0: (1, 14), 1: (0, 15)})
-    assert choose_threads(read_stat=read, sleep=lambda s: None).count == 2
-
-
-def test_every_core_busy_still_runs_one_thread(auto):
-    read = fake_stat({0: (0, 0), 1: (0, 0)}, {0: (15, 0), 1: (15, 0)})
-    assert choose_threads(read_stat=read, sleep=lambda s: None).count == 1
+@pytest.mark.parametrize(("after", "said"), [
+    ({0: (15, 0), 1: (0, 15)}, "1 (2 cores, 1 busy with other work)"),  # a busy core leaves one thread
+    ({0: (1, 14), 1: (0, 15)}, "2 (2 cores, all free)"),  # a quiet machine uses every core
+    ({0: (15, 0), 1: (15, 0)}, "1 (2 cores, 2 busy with other work)"),  # every core busy: still one
+])
+def test_the_threads_are_the_cores_no_other_program_keeps_busy(auto, after, said):
+    choice = choose_threads(read_stat=fake_stat({0: (0, 0), 1: (0, 0)}, after), sleep=lambda s: None)
+    assert choice.describe() == said and choice.count == int(said[0])
 
 
 def test_torchrun_processes_share_the_free_cores(auto, monkeypatch):
@@ -147,15 +127,12 @@ def test_no_proc_stat_leaves_torchs_default(auto):
     assert choose_threads(read_stat=missing, sleep=lambda s: None) is None
 
 
-@pytest.mark.parametrize("bad", [0, -1, 2**40, 10**20])
-def test_a_thread_count_out_of_range_is_refused(bad):
-    with pytest.raises(ConfigError, match="threads must be a whole number of at least 1 \\(at most 1,024\\)"):
-        check_threads(bad)
-
-
-@pytest.mark.parametrize("bad", [1.5, 2.0, True, "2"])
-def test_a_thread_count_of_another_type_is_a_type_error(bad):
-    with pytest.raises(ConfigTypeError, match="threads must be a whole number"):
+@pytest.mark.parametrize(("bad", "error", "said"), [
+    *((value, ConfigError, " of at least 1 \\(at most 1,024\\)") for value in (0, -1, 2**40, 10**20)),
+    *((value, ConfigTypeError, "") for value in (1.5, 2.0, True, "2")),  # of another type: a type error
+])
+def test_a_thread_count_out_of_range_or_of_another_type_is_refused(bad, error, said):
+    with pytest.raises(error, match="threads must be a whole number" + said):
         check_threads(bad)
 
 
@@ -175,11 +152,8 @@ def test_a_blank_omp_num_threads_is_unset(auto):
         del threads_module.os.environ["OMP_NUM_THREADS"]
 
 
-def test_more_threads_than_cores_are_taken_and_said(auto):
+def test_more_threads_than_cores_are_taken_and_said_and_one_core_is_named_in_the_singular(auto, monkeypatch):
     assert choose_threads(5).describe() == "5 (--threads, more than the 2 cores this process may use)"
-
-
-def test_one_core_is_named_in_the_singular(auto, monkeypatch):
     monkeypatch.setattr(threads_module.os, "sched_getaffinity", lambda pid: {1}, raising=False)
     read = fake_stat({1: (0, 0)}, {1: (0, 15)})
     assert choose_threads(read_stat=read, sleep=lambda s: None).describe() == "1 (1 core, free)"

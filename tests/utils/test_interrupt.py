@@ -16,9 +16,8 @@ from charrnn.training.checkpoint import load_checkpoint
 from charrnn.utils.interrupt import EXIT_CODES
 
 LONG = "1000000"
-# A stop is honoured "within moments": on a quiet machine every command here stops in under 1.5 s; the
-# margin is for a loaded one, where inspect --surprisal once took 2.7 s. A command that ignored the
-# signal would run on for minutes.
+# "Within moments": under 1.5 s on a quiet machine; the margin is for a loaded one, where inspect --surprisal
+# once took 2.7 s. A command that ignored the signal would run on for minutes.
 STOP_WITHIN_S = 5.0
 
 
@@ -41,8 +40,7 @@ def commands(checkpoint: Path, text: Path, out: Path) -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def long_text(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("long") / "long.txt"
-    # 26 million characters the tiny model knows: two cores of a Xeon score 2.6 million one stream at a
-    # time in about 5 s, so a tenth of this ended before the signal came.
+    # 26 million characters the tiny model knows: a tenth (2.6 million, about 5 s) ended before the signal.
     path.write_text(SMALL_TEXT * 2000, encoding="utf-8")
     return path
 

@@ -3,6 +3,7 @@ its escape; what ``sample`` writes as its product stays exact."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -27,6 +28,8 @@ def test_shown_keeps_line_breaks_and_tabs_and_escapes_every_other_hidden_charact
     assert shown(HOSTILE) == "\\x1b[2J\\x1b]0;pwned\\x07\\x9b31m\\u202e\\u200b\\u2028"
     assert shown("\U000e0001") == "\\U000e0001"  # a format character beyond the BMP (a language tag)
     assert shown("\u00a0non-breaking") == "\u00a0non-breaking"  # a space is not hidden, whatever its width
+    named = os.fsdecode(b"run\xff")  # a byte not UTF-8, in a file name Python read: shown as that byte
+    assert is_hidden(named[-1]) and one_line(named) == "run\\xff" and shown("\udc00") == "\\udc00"
 
 
 def test_one_line_escapes_line_breaks_too_and_the_parts_say_which_are_escapes():
@@ -110,25 +113,16 @@ def test_sample_previews_while_training_stay_one_escaped_line(tmp_path):
         assert "\\x1b]0;" in line
 
 
-def test_the_interactive_screen_shows_the_text_written_so_far_escaped(hostile_run):
+def test_the_interactive_screen_and_a_run_named_with_markup_show_what_was_written_escaped(hostile_run,
+                                                                                          tmp_path):
     session = charrnn.load(hostile_run / "run" / "best.pt").writing("\x1b]0;pwned\x07\r", seed=1)
     drawn = screen(session, 3, "")
     own_codes = drawn.replace(CLEAR, "").replace("\x1b[2m", "").replace("\x1b[0m", "")
     assert_no_raw_hidden(own_codes)
     assert "\\x1b]0;pwned\\x07\\r▌" in own_codes
-
-
-def test_a_run_directory_named_with_markup_and_escapes_is_shown_as_written(hostile_run, tmp_path):
-    import shutil
-
     odd = tmp_path / "run [bold]x[/bold] \x1b]0;t\x07"
     shutil.copytree(hostile_run / "run", odd)
     result = CliRunner().invoke(cli, ["compare", str(odd), "--evolution"])
     assert result.exit_code == 0, result.output
     assert "[bold]x[/bold]" in result.stdout and "\\x1b]0;t\\x07" in result.stdout
     assert_no_raw_hidden(result.stdout)
-
-
-def test_a_byte_that_was_not_utf8_is_shown_as_that_byte():
-    named = os.fsdecode(b"run\xff")  # a file name of another encoding, as Python reads it
-    assert is_hidden(named[-1]) and one_line(named) == "run\\xff" and shown("\udc00") == "\\udc00"
