@@ -212,8 +212,8 @@ class BudgetDecision:
         choice, outranked = self.choice, self.outranked()  # the outranked is named already, with why
         runner_up = _lowest(c for c in self.candidates
                             if c is not outranked and not _alike(c.settings, choice.settings))
-        close = runner_up is not None and \
-            runner_up.predicted_loss - _lowest(self.candidates).predicted_loss < SCALING_LAW.rms_error
+        close = (runner_up is not None
+                 and runner_up.predicted_loss - _lowest(self.candidates).predicted_loss < self.tie_error)
         return runner_up if close else None
 
     def ends_early(self) -> bool:
@@ -228,7 +228,6 @@ class BudgetDecision:
         """Every field, and the indices of the choice, the outranked, the close call and the longer plan."""
         def index(candidate: Candidate | None) -> int | None:
             return None if candidate is None else self.candidates.index(candidate)
-
         return {**asdict(self), "choice": index(self.choice), "outranked": index(self.outranked()),
                 "close_call": index(self.close_call()), "ends_early": self.ends_early(),
                 "longer_plan": index(self.longer_plan())}
@@ -236,9 +235,8 @@ class BudgetDecision:
 
 def choose(candidates: tuple[Candidate, ...]) -> Candidate:
     """The lowest prediction, or the largest measured shape that trains alike and ties with it, unless a
-    larger one predicts lower; the fastest when none can train. A tied shape stopping at its pass limit
-    yields to one that trains to the budget's end, so the probe's wobble never decides how much of the
-    budget trains (docs/defaults.md, "Choose")."""
+    larger one predicts lower; the fastest when none can train. A tie stopping at its pass limit yields to one
+    training to the budget's end (docs/defaults.md, "Choose")."""
     lowest = _lowest(candidates)
     if lowest is None:
         return candidates[0]
@@ -366,8 +364,7 @@ def _cost_line(points: list[tuple[int, float]]) -> Callable[[float], float]:
 def measure_speed(model_config: ModelConfig, config: TrainConfig, vocab: Vocab, corpus: CorpusInfo,
                   train_ids: torch.Tensor, val_ids: torch.Tensor, limit_s: float,
                   clock: Callable[[], float] = time.perf_counter) -> Speed:
-    """How fast this machine trains and evaluates this shape: the steps of a throwaway run that ``limit_s``
-    allows (the first untimed: it pays for allocation and kernel selection), then a scoring."""
+    """This shape's speed here: a throwaway run's steps in ``limit_s`` (after an untimed one), and a score."""
     run = TrainingRun(model_config, config, vocab, corpus,
                       StreamBatches(train_ids, config.batch_size, config.seq_len), group=ProcessGroup())
     train_step(run, config.learning_rate)
@@ -389,12 +386,11 @@ def measuring_seconds(chars_per_s: float, chars_per_step: int, limit_s: float) -
     return PROBE_COST_MARGIN * (1 + timed_steps) * step_s
 
 
-def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, vocab: Vocab,
-                corpus: CorpusInfo, train_ids: torch.Tensor, val_ids: torch.Tensor,
-                group: ProcessGroup | None = None, clock: Callable[[], float] = time.perf_counter,
-                started: float | None = None, measure: Callable[..., Speed] | None = None) -> BudgetDecision:
-    """Time the ladder within :data:`BUDGET_PROBE_SHARE` of ``seconds``, predict and choose. ``given``: the
-    user's options, kept in every shape; ``started``: a ``clock`` reading when the budget began."""
+def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, vocab: Vocab, corpus: CorpusInfo,
+                train_ids: torch.Tensor, val_ids: torch.Tensor, group: ProcessGroup | None = None,
+                clock: Callable[[], float] = time.perf_counter, started: float | None = None,
+                measure: Callable[..., Speed] | None = None) -> BudgetDecision:
+    """Time the ladder in :data:`BUDGET_PROBE_SHARE` of ``seconds`` and choose; all shapes keep ``given``."""
     group, measure = group or ProcessGroup(), measure or measure_speed
     # The first optimiser pays for torch's lazy import of its compiler: paid here, it is not mistaken for
     # the first shape's cost, from which the next shape's is predicted.
@@ -468,8 +464,8 @@ def _trials(given: dict[str, Any], config: TrainConfig, device: str, vocab: Voca
 def _shapes(given: dict[str, Any], vocab_size: int) -> list[tuple[dict[str, Any], int, int]]:
     """The ladder's rungs as (settings, layers, parameters), smallest first, the user's settings in place of
     the rung's. A size the user gave takes the settings of the rung nearest to it, alone."""
-    rungs = (min(BUDGET_LADDER, key=lambda rung: abs(math.log(rung.hidden_size / given["hidden_size"]))),) \
-        if "hidden_size" in given else BUDGET_LADDER
+    rungs = ((min(BUDGET_LADDER, key=lambda rung: abs(math.log(rung.hidden_size / given["hidden_size"]))),)
+             if "hidden_size" in given else BUDGET_LADDER)
     layers = given.get("num_layers", ModelConfig.__dataclass_fields__["num_layers"].default)
     shapes = []
     for rung in rungs:
@@ -532,13 +528,13 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
                     group: ProcessGroup, clock: Callable[[], float], finish_s: float,
                     started: float | None = None, resumed: dict[str, Any] | None = None,
                     evaluates: bool = True) -> BudgetEnding:
-    """A budgeted run's end, measured on a model of its shape: the seconds kept (``finish_s`` included),
-    when to evaluate during training and what to tell the user. A new run whose budget from ``started``
-    cannot pay for its end is refused; a resumed run with no time left raises :class:`RunAlreadyFinished`."""
+    """A budgeted run's end, measured on a model of its shape: the seconds kept (``finish_s`` included), when
+    to evaluate and what to tell the user. A new run whose budget from ``started`` cannot pay for its end is
+    refused; a resumed run with no time left raises :class:`RunAlreadyFinished`."""
     budget, device = config.time_budget, torch.device(config.device)
     val_ids, scored = scored_validation(val_ids, config.eval_chars)  # what every evaluation scores
-    measured = final_work_seconds(CharRNN(model_config).to(device), vocab, config, val_ids, clock) \
-        if group.is_main else BudgetEnd(0.0, 1)
+    measured = (final_work_seconds(CharRNN(model_config).to(device), vocab, config, val_ids, clock)
+                if group.is_main else BudgetEnd(0.0, 1))
     pass_s, other_s = group.reduce([measured.pass_s, measured.other_s], device, op="max")
     end = BudgetEnd(pass_s, 2 if config.ema_decay > 0 else 1, other_s)
     each_s = end.weight_sets * pass_s

@@ -46,7 +46,6 @@ from charrnn.utils.files import (
 from charrnn.utils.terminal import markdown_text
 
 FORMAT_VERSION = 1
-Number = int | float
 # In every checkpoint (a model folder's too); what resuming needs; what a model folder's config.json keeps
 # of how its weights were made (never the state to resume from).
 REQUIRED, RESUMES, RECORDED = "required", "resumes", "recorded"
@@ -58,10 +57,7 @@ def _part(*roles: str, non_negative: bool = False) -> Any:
 
 @dataclass
 class Checkpoint:
-    """The one schema of a checkpoint: each field it may hold, its type and its part (docs/long-runs.md).
-    A checkpoint is a plain dict of these fields, so that it loads with ``weights_only=True``:
-    :func:`save_checkpoint` writes one, :func:`load_checkpoint` reads one and checks every field against
-    this. Dataclass-typed fields are checked field by field."""
+    """The one schema of a checkpoint's dict: each field, its type and its part (docs/long-runs.md)."""
 
     format_version: int = _part(REQUIRED)
     model_config: ModelConfig = _part(REQUIRED)
@@ -75,11 +71,11 @@ class Checkpoint:
     step: int = _part(RESUMES, RECORDED, non_negative=True)
     epoch: int = _part(RESUMES, RECORDED, non_negative=True)  # completed passes over the training split
     epoch_step: int = _part(RESUMES, non_negative=True)  # the next step within the epoch
-    progress_epochs: Number = _part(RESUMES, RECORDED, non_negative=True)
+    progress_epochs: int | float = _part(RESUMES, RECORDED, non_negative=True)
     best: EvalResult | None = _part(RECORDED)  # the run's best validation score when saved
     latest_eval: EvalResult | None = _part(RECORDED)  # the last validation result, with its step
     skipped_steps: int = _part(non_negative=True)
-    elapsed_s: Number = _part(RESUMES, RECORDED, non_negative=True)
+    elapsed_s: int | float = _part(RESUMES, RECORDED, non_negative=True)
     machine: str = _part(RECORDED)  # the processor or GPU it trained on
     score: EvalResult | None = _part(RECORDED)  # a model folder's: the validation score of its own weights
     carried_state: list[torch.Tensor] = _part(RESUMES)  # the hidden state of every stream
@@ -104,18 +100,12 @@ def _to_cpu(value: Any) -> Any:
     return value
 
 
-def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    """Save ``payload`` (see module docstring) atomically, tensors moved to the CPU."""
-    payload = {"format_version": FORMAT_VERSION, **_to_cpu(payload)}
-    replace_file(path, lambda handle: _torch_save(payload, handle))
-
-
 class _KeepingWriteErrors:
     """A file for torch.save that keeps the OSError a write raised (a full disk, a file-size limit):
     torch turns it into a RuntimeError that no longer says why."""
 
     def __init__(self, handle: BinaryIO):
-        self.handle = handle
+        self.handle, self.flush = handle, handle.flush
         self.error: OSError | None = None
 
     def write(self, data: bytes) -> int:
@@ -125,40 +115,35 @@ class _KeepingWriteErrors:
             self.error = exc
             raise
 
-    def flush(self) -> None:
-        self.handle.flush()
 
+def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    """Save ``payload`` atomically, tensors moved to the CPU; a failed write raises its own OSError."""
+    payload = {"format_version": FORMAT_VERSION, **_to_cpu(payload)}
 
-def _torch_save(payload: dict[str, Any], handle: BinaryIO) -> None:
-    """``torch.save``, raising the OSError of a failed write as such, so the caller names its cause."""
-    writer = _KeepingWriteErrors(handle)
-    try:
-        torch.save(payload, writer)
-    except RuntimeError:
-        if writer.error is not None:
-            raise writer.error from None
-        raise
+    def write(handle: BinaryIO) -> None:
+        writer = _KeepingWriteErrors(handle)
+        try:
+            torch.save(payload, writer)
+        except RuntimeError:
+            if writer.error is not None:
+                raise writer.error from None
+            raise
+
+    replace_file(path, write)
 
 
 def saved_by_torch(path: Path) -> bool:
-    """Whether ``path`` begins as torch.save's files do (its zip, or a legacy pickle): a cheap look, no
-    promise that it loads."""
+    """Whether ``path`` begins as torch.save's files do (a zip or a pickle): a cheap look, not a load."""
     with open(path, "rb") as handle:
         magic = handle.read(4)
-    return magic[:4] == b"PK\x03\x04" or magic[:1] == b"\x80"
+    return magic == b"PK\x03\x04" or magic[:1] == b"\x80"
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Load a checkpoint (or a model folder) safely onto the CPU and check it; any problem is a one-line
-    :class:`CharrnnError`."""
+    """Load and check a checkpoint or model folder safely on the CPU; a problem is a one-line CharrnnError."""
     path = Path(path)
     if is_model_folder(path):
-        payload = {"format_version": FORMAT_VERSION, **read_model_folder(path)}
-        try:
-            validate_payload(payload)
-        except CharrnnError as exc:
-            raise CharrnnError(f"{file_at_fault(path, str(exc))}: {exc}") from None
-        return payload
+        return read_model_folder(path)
     if path.is_symlink() and not path.exists():
         raise CharrnnError(f"checkpoint {path} is a link to {os.readlink(path)}, which leads to no file")
     if not path.is_file():
@@ -190,9 +175,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def checkpoint_in(path: Path, name: str = "best.pt") -> Path:
-    """``path`` itself (a file or a model folder), for a run directory its checkpoint ``name`` (best.pt,
-    or last.pt to resume), or the model shipped under the name ``path`` gives
-    (:mod:`charrnn.models.pretrained`)."""
+    """``path`` itself (a file or model folder), a run directory's checkpoint ``name``, or a shipped model."""
     path = resolve_shipped(Path(path))
     if not path.is_dir() or is_model_folder(path):
         return path
@@ -227,9 +210,8 @@ def _check_type(value: Any, hint: Any, where: str) -> None:
 
 
 def check_record(cls: type, values: dict[str, Any], where: str, build: bool = True) -> Any:
-    """Check the type of each field of dataclass ``cls`` in a checkpoint's dict; with ``build``, construct
-    it, which checks ranges too. Unknown keys are ignored (a newer charrnn may add some); a missing field
-    takes its default, or is an error without one."""
+    """Check the types of dataclass ``cls``'s fields in a checkpoint's dict (unknown keys, which a newer
+    charrnn may add, ignored; a missing field takes its default); ``build`` constructs it: ranges too."""
     problem = record_problem(cls, values)
     if problem is not None:
         name, expected = problem
@@ -272,7 +254,13 @@ def validate_payload(payload: dict[str, Any]) -> ModelConfig:
     if "train_config" in payload:
         # Types only: whether its precision suits this machine is a question for resuming, not loading.
         check_record(TrainConfig, payload["train_config"], "train_config", build=False)
-    vocab = _vocab(payload, config)
+    try:
+        vocab = Vocab.from_list(payload["vocab"])
+    except CharrnnError as exc:
+        raise CharrnnError(f"vocab: {exc}") from None
+    if len(vocab) != config.vocab_size:
+        raise CharrnnError(f"vocab has {len(vocab)} characters; model_config.vocab_size is "
+                           f"{config.vocab_size}")
     if "vocab_digest" in payload and payload["vocab_digest"] != vocab.digest():
         raise CharrnnError("vocab does not match vocab_digest: the vocabulary was changed after training")
     _check_state(payload["model_state"], config)
@@ -284,17 +272,6 @@ def validate_payload(payload: dict[str, Any]) -> ModelConfig:
             raise CharrnnError("weight_average must hold weights (a dict) and updates (a whole number)")
         _check_state(average["weights"], config, "weight_average")
     return config
-
-
-def _vocab(payload: dict[str, Any], config: ModelConfig) -> Vocab:
-    try:
-        vocab = Vocab.from_list(payload["vocab"])
-    except CharrnnError as exc:
-        raise CharrnnError(f"vocab: {exc}") from None
-    if len(vocab) != config.vocab_size:
-        raise CharrnnError(f"vocab has {len(vocab)} characters; model_config.vocab_size is "
-                           f"{config.vocab_size}")
-    return vocab
 
 
 def _check_state(state: dict[str, Any], config: ModelConfig, label: str = "model_state") -> None:
@@ -319,8 +296,7 @@ def _check_state(state: dict[str, Any], config: ModelConfig, label: str = "model
 
 
 def load_named_checkpoint(path: Path) -> dict[str, Any]:
-    """:func:`load_checkpoint` for a reader that takes a shipped model's name (not a resume): an error
-    says when a local thing of that name hides the shipped model."""
+    """:func:`load_checkpoint` for a path that may name a shipped model: an error says what hides it."""
     with naming_what_hides_shipped(path):
         return load_checkpoint(path)
 
@@ -349,34 +325,22 @@ def corpus_status(corpus: dict[str, Any] | None) -> str:
 
 
 def describe_checkpoint(payload: dict[str, Any], path: Path) -> dict[str, Any]:
-    """What a (validated) checkpoint read from ``path`` holds, for ``charrnn info``: plain JSON-ready
-    values."""
-    vocab = payload["vocab"]
-    corpus = payload.get("corpus")
-    return {
-        "format_version": payload["format_version"],
-        "run_id": payload.get("run_id"),
-        "model": payload["model_config"],
-        "parameters": sum(tensor.numel() for tensor in payload["model_state"].values()),
-        "weights_dtype": weights_dtype(payload["model_state"]),
-        "score": weights_score(payload, path),
-        "vocab_size": len(vocab),
-        "vocab": "".join(vocab),
-        "step": payload.get("step"),
-        "epoch": payload.get("progress_epochs"),
-        "best": payload.get("best"),
-        "best_is_average": bool(payload.get("best_is_average")),
-        "latest_eval": payload.get("latest_eval"),
-        "corpus": None if corpus is None else {**corpus, "status": corpus_status(corpus)},
-        "training": payload.get("train_config"),
-        "machine": payload.get("machine"),
-        "resumable": all(name in payload for name in RESUME_FIELDS),
-    }
+    """What a (validated) checkpoint read from ``path`` holds, for ``charrnn info``, as plain JSON values."""
+    vocab, corpus, state = payload["vocab"], payload.get("corpus"), payload["model_state"]
+    return {"format_version": payload["format_version"], "run_id": payload.get("run_id"),
+            "model": payload["model_config"], "parameters": sum(tensor.numel() for tensor in state.values()),
+            "weights_dtype": weights_dtype(state), "score": weights_score(payload, path),
+            "vocab_size": len(vocab), "vocab": "".join(vocab), "step": payload.get("step"),
+            "epoch": payload.get("progress_epochs"), "best": payload.get("best"),
+            "best_is_average": bool(payload.get("best_is_average")),
+            "latest_eval": payload.get("latest_eval"),
+            "corpus": None if corpus is None else {**corpus, "status": corpus_status(corpus)},
+            "training": payload.get("train_config"), "machine": payload.get("machine"),
+            "resumable": all(name in payload for name in RESUME_FIELDS)}
 
 
 # ---------------------------------------------------------------------------- model folders
 # A trained model in the form others load (docs/model-folder.md).
-
 # A run directory's checkpoints: a folder that holds one stays a run directory, never a model folder.
 CHECKPOINT_NAMES = ("last.pt", "best.pt")
 WEIGHTS, CONFIG, VOCAB, CARD = "model.safetensors", "config.json", "vocab.json", "README.md"
@@ -388,12 +352,10 @@ NORMED_GATE_ORDER = {**GATE_ORDER, "gru": "z r n"}
 
 
 def is_model_folder(path: Path) -> bool:
-    """Whether ``path`` is a folder that holds a model folder's weights or charrnn's config, and no run's
-    checkpoint (a run directory stays one, whatever is copied into it)."""
+    """Whether ``path`` holds a model folder's weights or charrnn's config and no run's checkpoint."""
     folder = Path(path)
-    if not folder.is_dir() or any(os.path.lexists(folder / name) for name in CHECKPOINT_NAMES):
-        return False
-    return os.path.lexists(folder / WEIGHTS) or read_folder_config(folder) is not None
+    return (folder.is_dir() and not any(os.path.lexists(folder / name) for name in CHECKPOINT_NAMES)
+            and (os.path.lexists(folder / WEIGHTS) or read_folder_config(folder) is not None))
 
 
 def read_folder_config(path: Path) -> dict[str, Any] | None:
@@ -403,8 +365,7 @@ def read_folder_config(path: Path) -> dict[str, Any] | None:
 
 
 def not_exported(path: Path) -> list[str]:
-    """What in folder ``path`` an export did not write (none: an export may replace it): names of no model
-    folder's file, or else its config.json when that is not charrnn's."""
+    """What in folder ``path`` an export did not write: foreign names, or its config.json if not charrnn's."""
     try:
         foreign = sorted(entry.name for entry in Path(path).iterdir() if entry.name not in FOLDER_FILES)
     except OSError:
@@ -427,17 +388,8 @@ def weights_score(payload: dict[str, Any], source: Path) -> dict[str, Any] | Non
 
 def _json_ready(record: Any) -> Any:
     """An evaluation record as JSON keeps it: none at all when its score is not a finite number."""
-    finite = isinstance(record, dict) and isinstance(record.get("nats_per_char"), int | float) and \
-        math.isfinite(record["nats_per_char"])
-    return record if finite else None
-
-
-def _sampler_notes(model_config: dict[str, Any]) -> dict[str, Any]:
-    """What a reader in another language needs beyond the shapes: how the tensors are read."""
-    normed = bool(model_config.get("layer_norm"))
-    notes = {"initial_state": "zeros", "tensor_names": "PyTorch's nn.LSTM, nn.GRU and nn.RNN names",
-             "gate_order": (NORMED_GATE_ORDER if normed else GATE_ORDER).get(model_config.get("cell"))}
-    return notes | ({"layer_norm_epsilon": EPSILON} if normed else {})
+    score = record.get("nats_per_char") if isinstance(record, dict) else None
+    return record if isinstance(score, int | float) and math.isfinite(score) else None
 
 
 def weights_dtype(state: dict[str, Any]) -> str:
@@ -446,39 +398,39 @@ def weights_dtype(state: dict[str, Any]) -> str:
     return dtypes[0] if len(dtypes) == 1 else f"mixed: {', '.join(dtypes)}"
 
 
-def folder_files(payload: dict[str, Any], source: Path, name: str, path_shown: str,
-                 float32: bool = False) -> dict[str, bytes]:
-    """The files of the model folder for the checked checkpoint ``payload`` read from ``source``: float32
-    weights with ``float32``, else its own. ``name`` titles the card; ``path_shown`` is its commands'."""
+def write_model_folder(payload: dict[str, Any], source: Path, target: Path, name: str, float32: bool = False,
+                       shown: str | None = None) -> int:
+    """Write the model folder of checked ``payload`` (read from ``source``) at ``target`` atomically, over an
+    empty folder or an export, float32 with ``float32``; ``name`` titles its card, ``shown`` (default: the
+    folder's name) names it in the card's commands. Returns the weights' size in bytes."""
     from safetensors.torch import save
 
+    shown = shown or (target.name if not target.name.startswith("-") else f"./{target.name}")
+    model = payload["model_config"]
     state = {key: (value.float() if float32 else value).contiguous() for key, value in
              payload["model_state"].items()}
     recorded = {**payload, "score": weights_score(payload, source)}
     recorded |= {key: _json_ready(recorded.get(key)) for key in SCORES}
+    # What a reader in another language needs beyond the shapes: how the tensors are read.
+    normed = bool(model.get("layer_norm"))
+    sampler = {"initial_state": "zeros", "tensor_names": "PyTorch's nn.LSTM, nn.GRU and nn.RNN names",
+               "gate_order": (NORMED_GATE_ORDER if normed else GATE_ORDER).get(model.get("cell"))}
     config = {"format": FOLDER_FORMAT, "format_version": FOLDER_VERSION, "charrnn_version": VERSION,
-              "model_config": payload["model_config"], "weights_dtype": weights_dtype(state),
-              "sampler": _sampler_notes(payload["model_config"]),
+              "model_config": model, "weights_dtype": weights_dtype(state),
+              "sampler": sampler | ({"layer_norm_epsilon": EPSILON} if normed else {}),
               **{key: recorded[key] for key in RECORDED_FIELDS if recorded.get(key) is not None}}
-    card = model_card(config, sum(value.numel() for value in state.values()), name, path_shown)
-    return {WEIGHTS: save(state, metadata={"format": "pt"}), CONFIG: json_text(config, indent=2).encode(),
-            VOCAB: json_text(payload["vocab"], ensure_ascii=True).encode(), CARD: card.encode("utf-8")}
+    card = model_card(config, sum(value.numel() for value in state.values()), name, shown)
+    weights = save(state, metadata={"format": "pt"})
+    replace_folder(target, {WEIGHTS: weights, CONFIG: json_text(config, indent=2).encode(),
+                            VOCAB: json_text(payload["vocab"], ensure_ascii=True).encode(),
+                            CARD: card.encode("utf-8")}, not_exported)
+    return len(weights)
 
 
-def write_model_folder(payload: dict[str, Any], source: Path, target: Path, name: str, float32: bool = False,
-                       shown: str | None = None) -> int:
-    """Write the model folder of ``payload`` (read from ``source``) at ``target`` atomically (an empty
-    folder, or one an export wrote, gives way; ``shown``: how its card names it, default the folder's
-    name); return the weights' size in bytes."""
-    shown = shown or (target.name if not target.name.startswith("-") else f"./{target.name}")
-    files = folder_files(payload, source, name, shown, float32)
-    replace_folder(target, files, not_exported)
-    return len(files[WEIGHTS])
-
-
-def refuse_writing_in_a_model_folder(target: Path, named: str, what: str) -> None:
-    """Refuse an output ``target`` (given by option ``named``, a ``what``) inside a model folder, through
-    links too: such a folder holds its own files alone."""
+def refuse_writing_in_model_folders(target: Path, named: str, what: str) -> None:
+    """Refuse an output ``target`` (option ``named``, a ``what``) in the shipped models' folder or inside a
+    model folder, through links too."""
+    refuse_writing_in_shipped(target, named, what)
     for place in dict.fromkeys([Path(target), real_path(target)]):
         folder = next((parent for parent in place.parents if read_folder_config(parent) is not None), None)
         if folder is not None:
@@ -487,13 +439,11 @@ def refuse_writing_in_a_model_folder(target: Path, named: str, what: str) -> Non
 
 
 def check_folder_output(target: Path, named: str, source: Path) -> None:
-    """Refuse, before any work, a model folder's output ``target`` (given by option ``named``) that has no
-    parent directory, is in the shipped models' folder, holds the checkpoint ``source`` it is made from, or
-    holds anything but a model folder charrnn wrote."""
+    """Refuse, before any work, a model folder's output ``target`` (option ``named``) without a parent, in the
+    shipped models' folder, holding its checkpoint ``source``, or holding anything but an export."""
     if not target.parent.is_dir():
         raise CharrnnError(f"{named} {target}: there is no directory {target.parent}")
-    refuse_writing_in_shipped(target, named, "folder")
-    refuse_writing_in_a_model_folder(target, named, "folder")
+    refuse_writing_in_model_folders(target, named, "folder")
     if within_folder(source, target):
         relation = "is" if same_file(source, target) else "holds"
         raise OptionConflict(f"{named} {target} {relation} {source}, the checkpoint read: writing the folder "
@@ -502,9 +452,7 @@ def check_folder_output(target: Path, named: str, source: Path) -> None:
 
 
 def read_model_folder(folder: Path) -> dict[str, Any]:
-    """A model folder as a checkpoint's dict (its weights and record; no training state, no format
-    version), not yet checked: :func:`~charrnn.training.checkpoint.load_checkpoint` checks it and names the
-    file at fault."""
+    """A model folder as a checked checkpoint's dict (no training state); errors name the file at fault."""
     config = _json(folder / CONFIG)
     if not isinstance(config, dict) or config.get("format") != FOLDER_FORMAT:
         raise CharrnnError(f"{folder / CONFIG} is not a charrnn model folder's config (its format is not "
@@ -527,18 +475,19 @@ def read_model_folder(folder: Path) -> dict[str, Any]:
     for key in SCORES:  # an infinite perplexity was written null
         if isinstance(recorded.get(key), dict) and recorded[key].get("perplexity", 0) is None:
             recorded[key] = {**recorded[key], "perplexity": math.inf}
-    return {"model_config": config["model_config"],
-            "vocab": _json(folder / VOCAB), "model_state": state, **recorded}
-
-
-def file_at_fault(folder: Path, problem: str) -> str:
-    """Where in ``folder`` a problem :func:`validate_payload` found (it names the field) lies: one file,
-    or two that do not match (a problem that cites model_config)."""
-    field = re.match(r"[a-z_]*", problem).group()
-    file = WEIGHTS if field in ("model_state", "training_weights") else VOCAB if field == "vocab" else CONFIG
-    if file != CONFIG and "model_config" in problem:
-        return f"{folder / file} does not match {folder / CONFIG}"
-    return str(folder / file)
+    payload = {"format_version": FORMAT_VERSION, "model_config": config["model_config"],
+               "vocab": _json(folder / VOCAB), "model_state": state, **recorded}
+    try:
+        validate_payload(payload)
+    except CharrnnError as exc:
+        # The problem names its field, so its file: or two that do not match, for one citing model_config.
+        problem, field = str(exc), re.match(r"[a-z_]*", str(exc)).group()
+        weights = field in ("model_state", "training_weights")
+        file = WEIGHTS if weights else VOCAB if field == "vocab" else CONFIG
+        mismatch = file != CONFIG and "model_config" in problem
+        at_fault = f"{folder / file} does not match {folder / CONFIG}" if mismatch else str(folder / file)
+        raise CharrnnError(f"{at_fault}: {problem}") from None
+    return payload
 
 
 def _bytes(path: Path) -> bytes:
@@ -559,17 +508,7 @@ def _json(path: Path) -> Any:
 
 # ---------------------------------------------------------------------------- the model card
 # README.md: what the model is, what it scores on which text, and how it was made.
-
 NOT_RECORDED = "not recorded"
-
-
-def _shape(model: dict[str, Any], parameters: int) -> str:
-    extras = [f"embedding {model['embed_size']}"]
-    extras += ["skip connections"] if model.get("skip_connections") else []
-    extras += ["layer normalisation"] if model.get("layer_norm") else []
-    cell = model["cell"].upper() + (f" ({model['rnn_activation']})" if model["cell"] == "rnn" else "")
-    return (f"A character-level {model['num_layers']}-layer {cell} of {model['hidden_size']} units "
-            f"({', '.join(extras)}): {parameters:,} parameters, {model['vocab_size']} characters.")
 
 
 def _scores(config: dict[str, Any], folder: str) -> list[str]:
@@ -583,17 +522,19 @@ def _scores(config: dict[str, Any], folder: str) -> list[str]:
     part = f"the first {score['chars'] + 1:,} of " if held and score["chars"] < held - 1 else ""
     held_out = (f"{part}the last {held:,} characters of {markdown_text(corpus['name'])}" if corpus
                 else "its validation split")
-    perplexity = "∞" if score["perplexity"] is None or math.isinf(score["perplexity"]) else \
-        f"{score['perplexity']:.3f}"
-    return ["| text | characters scored | nats/char | bits/char | perplexity |",
-            "|---|---|---|---|---|",
+    infinite = score["perplexity"] is None or math.isinf(score["perplexity"])
+    perplexity = "∞" if infinite else f"{score['perplexity']:.3f}"
+    return ["| text | characters scored | nats/char | bits/char | perplexity |", "|---|---|---|---|---|",
             f"| validation: {held_out} | {score['chars']:,} | {score['nats_per_char']:.4f} | "
             f"{score['bits_per_char']:.4f} | {perplexity} |"]
 
 
-def _training(config: dict[str, Any], weights: str) -> list[str]:
+def _training(config: dict[str, Any]) -> list[str]:
     corpus, train = config.get("corpus"), config.get("train_config") or {}
     home = f" ({corpus['path']})" if corpus and corpus["path"].startswith("https://") else ""
+    # A fine-tune's source without the machine's folders: a checkpoint file with its run's name.
+    source = PurePath(train.get("init_from") or "")
+    source_name = "/".join(source.parts[-2:] if source.suffix == ".pt" else source.parts[-1:])
     rows = {
         "corpus": (f"{markdown_text(corpus['name'])}{home}, {corpus['chars']:,} characters, sha256 "
                    f"`{corpus['sha256']}`" if corpus else NOT_RECORDED),
@@ -607,41 +548,35 @@ def _training(config: dict[str, Any], weights: str) -> list[str]:
         "machine": markdown_text(config.get("machine") or NOT_RECORDED),
         "batch × sequence": (f"{train['batch_size']} × {train['seq_len']}" if "batch_size" in train
                              else NOT_RECORDED),
-        **({"fine-tuned from": markdown_text(_last_parts(train["init_from"]))} if train.get("init_from")
-           else {}),
-        "weights": f"{weights} in model.safetensors",
-        "charrnn": config["charrnn_version"],
+        **({"fine-tuned from": markdown_text(source_name)} if train.get("init_from") else {}),
+        "weights": f"{config['weights_dtype']} in model.safetensors", "charrnn": config["charrnn_version"],
     }
     return ["| | |", "|---|---|", *(f"| {key} | {value} |" for key, value in rows.items())]
-
-
-def _last_parts(path: str) -> str:
-    """A path as a card names it without the machine's folders: a checkpoint file with its run's name."""
-    parts = PurePath(path).parts
-    return "/".join(parts[-2:] if PurePath(path).suffix == ".pt" else parts[-1:])
 
 
 def model_card(config: dict[str, Any], parameters: int, name: str, folder: str) -> str:
     """The card of a model folder whose config.json holds ``config``, named ``name``, at ``folder``."""
     model, quoted = config["model_config"], shlex.quote(folder)
+    extras = [f"embedding {model['embed_size']}"]
+    extras += ["skip connections"] if model.get("skip_connections") else []
+    extras += ["layer normalisation"] if model.get("layer_norm") else []
+    cell = model["cell"].upper() + (f" ({model['rnn_activation']})" if model["cell"] == "rnn" else "")
+    shape = (f"A character-level {model['num_layers']}-layer {cell} of {model['hidden_size']} units "
+             f"({', '.join(extras)}): {parameters:,} parameters, {model['vocab_size']} characters.")
     lines = [
         "---", "library_name: charrnn", "pipeline_tag: text-generation",
         f"tags: [character-level, {model['cell']}, charrnn]", "---", "",
-        f"# {markdown_text(name)}", "", _shape(model, parameters), "",
-        "## Scores", "", *_scores(config, quoted), "",
-        "## Training", "", *_training(config, config["weights_dtype"]), "",
+        f"# {markdown_text(name)}", "", shape, "",
+        "## Scores", "", *_scores(config, quoted), "", "## Training", "", *_training(config), "",
         "## Use", "", "```bash",
         f"charrnn sample {quoted} --temperature 0.8 --length 300",
         f"charrnn eval-perplexity {quoted}   # its validation split, with the corpus at hand; or add a text",
-        f"charrnn train my_text.txt --init-from {quoted} --extend-vocab --time-budget 300",
-        "```", "",
+        f"charrnn train my_text.txt --init-from {quoted} --extend-vocab --time-budget 300", "```", "",
         "The prime must use characters the model knows (vocab.json). A fine-tune keeps the model's shape.",
-        "",
-        "## Files", "",
+        "", "## Files", "",
         "- `model.safetensors`: the weights, under PyTorch's names (`rnn.weight_ih_l0`, ...).",
         "- `config.json`: the model's shape, how a reader steps it (`sampler`), and what training recorded.",
-        "- `vocab.json`: the characters, in id order.",
-        "",
+        "- `vocab.json`: the characters, in id order.", "",
         "The folder holds no optimiser state: it samples, scores and fine-tunes, but cannot be resumed.",
     ]
     return "\n".join(lines) + "\n"

@@ -33,14 +33,14 @@ class ProcessGroup:
 
     def only_main(self, say: Callable[[str], None]) -> Callable[[str], None]:
         """``say`` on the main process; elsewhere a function that drops the line."""
-        return say if self.is_main else _drop
+        return say if self.is_main else lambda text: None
 
     def rows(self, batch_size: int) -> slice:
         """This rank's block of the ``batch_size`` streams: all of them."""
         return slice(None)
 
     def reduce(self, values: list[float], device: torch.device, op: str = "sum") -> list[float]:
-        """Element-wise ``sum`` or ``max`` of ``values`` over all ranks: the values themselves."""
+        """Element-wise ``sum`` or ``max`` of ``values`` over all ranks (one collective)."""
         return list(values)
 
     def from_main(self, value: T) -> T:
@@ -48,16 +48,12 @@ class ProcessGroup:
         return value
 
     def gather_rows(self, tensor: torch.Tensor, dim: int) -> torch.Tensor:
-        """Every rank's block of ``tensor`` along ``dim``, in rank order."""
+        """Every rank's block of ``tensor`` along ``dim``, in rank order (a collective: all ranks call it)."""
         return tensor
 
     def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
         """The module a training step calls: the model itself."""
         return model
-
-
-def _drop(text: str) -> None:
-    """What ranks other than 0 do with status lines."""
 
 
 @dataclass(frozen=True)
@@ -68,29 +64,23 @@ class TorchrunGroup(ProcessGroup):
     world_size: int  # number of processes
 
     def rows(self, batch_size: int) -> slice:
-        """This rank's block of the ``batch_size`` streams."""
         if batch_size % self.world_size:
-            raise CharrnnError(
-                f"{option('batch_size')} {batch_size} does not split evenly over {self.world_size} "
-                f"processes; use a multiple of {self.world_size}"
-            )
+            raise CharrnnError(f"{option('batch_size')} {batch_size} does not split evenly over "
+                               f"{self.world_size} processes; use a multiple of {self.world_size}")
         per_rank = batch_size // self.world_size
         return slice(self.rank * per_rank, (self.rank + 1) * per_rank)
 
     def reduce(self, values: list[float], device: torch.device, op: str = "sum") -> list[float]:
-        """Element-wise ``sum`` or ``max`` of ``values`` over all ranks (one collective)."""
         tensor = torch.tensor(values, dtype=torch.float64, device=device)
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
         return tensor.tolist()
 
     def from_main(self, value: T) -> T:
-        """Rank 0's ``value``, on every rank."""
         box = [value]
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
     def gather_rows(self, tensor: torch.Tensor, dim: int) -> torch.Tensor:
-        """Every rank's block of ``tensor`` along ``dim``, in rank order (all ranks must call)."""
         parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
         dist.all_gather(parts, tensor.contiguous())
         return torch.cat(parts, dim=dim)
@@ -113,8 +103,7 @@ def _environment_int(name: str, default: str | None = None) -> int:
 
 
 def world_size_from_environment() -> int:
-    """``WORLD_SIZE`` as torchrun sets it; 1 when unset, and 1 for a value that is not a number
-    (the command then reports it: see :func:`join_from_environment`)."""
+    """``WORLD_SIZE`` as torchrun sets it; 1 when unset or not a number (join_from_environment says so)."""
     try:
         return _environment_int("WORLD_SIZE", "1")
     except CharrnnError:
@@ -122,8 +111,7 @@ def world_size_from_environment() -> int:
 
 
 def join_from_environment(device: str) -> tuple[ProcessGroup, str]:
-    """Join the process group torchrun set up (gloo on ``cpu``, nccl on ``cuda``, one GPU per local rank);
-    return it (a :class:`ProcessGroup` when alone) and this rank's device."""
+    """Join torchrun's process group (gloo on cpu, nccl on cuda); return it and this rank's device."""
     world_size = _environment_int("WORLD_SIZE", "1")
     if world_size <= 1:
         return ProcessGroup(), device
@@ -164,9 +152,8 @@ def leave(group: ProcessGroup) -> None:
 
 def end_process(exit_code: int) -> NoReturn:
     """End a torchrun worker at once, skipping the interpreter's shutdown: gloo's threads releasing tensors
-    then abort the process (pytorch/pytorch#190489, docs/distributed.md). ``destroy_process_group`` does not
-    help: DDP's references keep the group and its threads alive. Every file charrnn writes is closed by
-    now, so only the standard streams are flushed."""
+    then abort the process (pytorch/pytorch#190489, docs/distributed.md), and DDP keeps them past
+    ``destroy_process_group``. Every file charrnn writes is closed by now: only stdout and stderr flush."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(exit_code)

@@ -25,12 +25,7 @@ from charrnn.models.devices import autocast
 from charrnn.models.evaluate import evaluate
 from charrnn.models.model import CharRNN
 from charrnn.training.observer import StepReport, TrainObserver
-from charrnn.training.rundir import (
-    EvaluationRecord,
-    RunDirectory,
-    SampleRecord,
-    epoch_checkpoint_name,
-)
+from charrnn.training.rundir import EvaluationRecord, RunDirectory, SampleRecord, epoch_checkpoint_name
 from charrnn.training.schedule import Schedule, StopReason
 from charrnn.training.state import TrainingRun
 from charrnn.utils.hardware import LoadWatch, ThreadChoice
@@ -64,7 +59,8 @@ class TrainingLoop:
         self.run, self.config, self.schedule = run, run.config, schedule
         # Every evaluation scores the same text: the validation split, or its start (TrainConfig.eval_chars).
         self.val_ids, self.val_chars = scored_validation(val_ids, self.config.eval_chars)  # (N,) ids
-        self.observer, self.stop, self.run_dir, self.clock = observer, stop, run_dir, clock
+        self.observer, self.run_dir, self.clock = observer, run_dir, clock
+        self.stop = stop if stop is not None else GracefulStop()  # never entered: no signal reaches it
         self.start = start  # the clock's reading at the run's start (a resumed run's earlier sessions too)
         # Other programs' use of the cores, watched where charrnn chose the threads (never the user's).
         self.load = LoadWatch() if threads is not None and not threads.given and threads.count > 1 else None
@@ -75,16 +71,10 @@ class TrainingLoop:
 
     def _start_window(self) -> None:
         """Start the averages that the next evaluation record reports."""
-        self.loss_sum, self.loss_count = 0.0, 0
-        self.window_chars, self.window_start = 0, self.clock()
-
-    def chars_per_s(self, now: float) -> float:
-        """Training throughput since the window started, as of ``now`` (a ``clock`` reading)."""
-        return self.window_chars / max(now - self.window_start, 1e-9)
+        self.loss_sum, self.loss_count, self.window_chars, self.window_start = 0.0, 0, 0, self.clock()
 
     def run_until_stopped(self) -> tuple[StopReason, float, float]:
-        """Train until the schedule or a signal stops the run; return why, the run's wall time when
-        training stopped (before its final evaluation and saves), and its wall time at the end."""
+        """Train until stopped; return why, and the run's wall time when training stopped and at the end."""
         run, schedule = self.run, self.schedule
         reason: StopReason | None = None
         while reason is None:
@@ -100,26 +90,23 @@ class TrainingLoop:
                 self.loss_sum, self.loss_count = self.loss_sum + loss, self.loss_count + 1
             self.window_chars += chars
             now = self.clock()
-            alone = run.group.world_size == 1
-            slowed = schedule.slowed(self.chars_per_s(now), now - self.window_start, alone)
+            speed = self.window_chars / max(now - self.window_start, 1e-9)  # chars/s since the window started
+            slowed = schedule.slowed(speed, now - self.window_start, alone=run.group.world_size == 1)
             for message in (slowed and self.load and self.load.leave_busy_cores(), slowed):
                 if message:
                     self.observer.on_message(message)
-            reason = self._agreed_stop(now)
+            reason = self._agreed_stop()
             self.observer.on_step(StepReport(
                 step=run.step, epoch=run.epoch, loss=loss, learning_rate=learning_rate,
-                chars_per_s=self.chars_per_s(now), progress=schedule.progress(run, self.elapsed),
+                chars_per_s=speed, progress=schedule.progress(run, self.elapsed),
                 skipped_steps=run.skipped, seconds_left=schedule.seconds_left(self.elapsed),
                 elapsed_s=now - self.start))
             with saving_if_memory_runs_out(self.run, self.run_dir, self.elapsed):
-                dropped = self.evaluate_and_save(reason, learning_rate, self.chars_per_s(now))
+                dropped = self.evaluate_and_save(reason, learning_rate, speed)
             if dropped is not None:  # a stop asked for while scoring: last.pt holds this step
                 self.trained_out = reason is not None
                 reason = StopReason("signal", signal_name=dropped)
         return reason, self.elapsed, self.clock() - self.start
-
-    def _stop_asked(self) -> bool:
-        return self.stop is not None and self.stop.signal_name is not None
 
     def _agreed(self, values: list[float]) -> list[float]:
         """``values`` and rank 0's clock, each the largest over the ranks: every rank then decides alike,
@@ -127,51 +114,47 @@ class TrainingLoop:
         own_clock = self.clock() - self.start if self.run.group.is_main else 0.0
         return self.run.group.reduce([*values, own_clock], self.run.device, op="max")
 
-    def _agreed_stop(self, now: float) -> StopReason | None:
+    def _agreed_stop(self) -> StopReason | None:
         """A signal any rank received, else the limit reached on rank 0's clock: the same on every rank."""
-        signal_name = self.stop.signal_name if self.stop is not None else None
+        signal_name = self.stop.signal_name
         number, self.elapsed = self._agreed([signal.Signals[signal_name].value if signal_name else 0])
-        if number:
-            return StopReason("signal", signal_name=signal.Signals(int(number)).name)
-        return self.schedule.stop(self.run, self.elapsed)
+        return (StopReason("signal", signal_name=signal.Signals(int(number)).name) if number
+                else self.schedule.stop(self.run, self.elapsed))
 
     def evaluate_and_save(self, reason: StopReason | None, learning_rate: float,
                           chars_per_s: float) -> str | None:
-        """Evaluate, sample and save as the schedule says. A stop asked for while scoring drops the
-        evaluation, saves last.pt and returns the signal's name."""
+        """Evaluate, sample and save as scheduled; a stop while scoring saves last.pt, returns its signal."""
         run, run_dir = self.run, self.run_dir
-        due = self.schedule.due(run, self.elapsed, reason)
-        if not (due.evaluate or due.save or due.sample):
+        evaluating, saving, sampling, epoch_end = self.schedule.due(run, self.elapsed, reason)
+        if not (evaluating or saving or sampling):
             return None
-        val_loss = None
-        carried = run.carried_state()  # a collective: every rank gathers
-        if due.evaluate and run_dir is not None:
+        carried, val_loss = run.carried_state(), None  # the carried state: a collective, every rank gathers
+        if evaluating and run_dir is not None:
             try:
-                val_loss = self._evaluate(run_dir, carried, learning_rate, chars_per_s, due.epoch_end)
+                val_loss = self._evaluate(run_dir, carried, learning_rate, chars_per_s, epoch_end)
             except StopRequested as stopped:
                 run_dir.save("last.pt", run.payload(self.elapsed, carried))
                 return stopped.signal_name
-        if due.sample and run_dir is not None:
+        if sampling and run_dir is not None:
             started = self.clock()
             sample = draw_sample(run.model, run.vocab, self.config, run.step, run.epoch, started - self.start,
-                                 val_loss, stopped=self._stop_asked)
+                                 val_loss, stopped=lambda: self.stop.signal_name is not None)
             if sample is not None:
-                run_dir.append_sample(sample)
+                run_dir.append(sample)
                 self.observer.on_sample(sample)
             self.window_start += self.clock() - started  # the throughput reported is training's alone
-        if due.evaluate:
+        if evaluating:
             self._start_window()
-        if due.save and run_dir is not None:
+        if saving and run_dir is not None:
             run_dir.save("last.pt", run.payload(self.elapsed, carried))
         return None
 
     def _evaluate(self, run_dir: RunDirectory, carried: tuple[torch.Tensor, ...], learning_rate: float,
                   chars_per_s: float, epoch_end: bool) -> float:
-        """Score the trained weights (and the averaged ones), keep best.pt and an epoch's checkpoint,
-        and record it; the trained weights' nats/char. In float32 whatever the precision: exact scores.
-        A stop asked for meanwhile raises :class:`StopRequested` at once."""
+        """Score the trained (and averaged) weights in float32, keep best.pt and an epoch's checkpoint, record
+        it; the trained weights' nats/char. A stop asked for meanwhile raises StopRequested at once."""
         run = self.run
-        with self.stop.raising() if self.stop is not None else contextlib.nullcontext():
+        with self.stop.raising():
             trained = evaluate(run.model, self.val_ids)
             averaged = None
             if run.average is not None:
@@ -186,16 +169,14 @@ class TrainingLoop:
             run_dir.save("best.pt", run.payload(self.elapsed, carried, averaged=use_average))
         val_loss = trained.nats_per_char
         record = EvaluationRecord(
-            step=run.step, epoch=round(run.epoch, 4),
-            train_loss=self.loss_sum / self.loss_count if self.loss_count else None,
-            val_loss=val_loss, val_bits_per_char=trained.bits_per_char, learning_rate=learning_rate,
-            chars_per_s=chars_per_s, elapsed_s=round(self.clock() - self.start, 3),
-            epoch_checkpoint=epoch_checkpoint_name(run.epochs_done, val_loss) if epoch_end else None,
-            averaged_val_loss=averaged.nats_per_char if averaged is not None else None,
-            val_chars=self.val_chars)
+            step=run.step, epoch=round(run.epoch, 4), learning_rate=learning_rate, val_chars=self.val_chars,
+            train_loss=self.loss_sum / self.loss_count if self.loss_count else None, chars_per_s=chars_per_s,
+            val_loss=val_loss, averaged_val_loss=averaged.nats_per_char if averaged is not None else None,
+            val_bits_per_char=trained.bits_per_char, elapsed_s=round(self.clock() - self.start, 3),
+            epoch_checkpoint=epoch_checkpoint_name(run.epochs_done, val_loss) if epoch_end else None)
         if record.epoch_checkpoint is not None:
             run_dir.save(record.epoch_checkpoint, run.payload(self.elapsed, carried))
-        run_dir.append_metrics(record)
+        run_dir.append(record)
         self.observer.on_eval(record, improved)
         return val_loss
 
@@ -207,30 +188,22 @@ def saving_if_memory_runs_out(run: TrainingRun, run_dir: RunDirectory | None,
     completed step (a failed step changes nothing) and becomes a one-line error."""
     try:
         yield
-    except (MemoryError, RuntimeError) as exc:
-        if not out_of_memory(exc):
+    except (MemoryError, RuntimeError) as exc:  # Python's allocation failure, or the CPU or CUDA allocator's
+        text = str(exc)
+        if not (isinstance(exc, MemoryError | torch.OutOfMemoryError) or "can't allocate memory" in text
+                or "out of memory" in text.lower()):
             raise
     else:
         return
     gc.collect()
     kept = "nothing newer than the run's last checkpoint was saved"
     if run_dir is not None:
-        try:
+        with contextlib.suppress(MemoryError, RuntimeError, CharrnnError):
             run_dir.save("last.pt", run.payload(elapsed, run.carried_state()))
             kept = (f"saved last.pt at step {run.step:,}; resume with {option('resume')} {run_dir.path} once "
                     f"memory is free")
-        except (MemoryError, RuntimeError, CharrnnError):
-            pass
     raise CharrnnError(f"out of memory after step {run.step:,}; {kept}, or start again with a smaller "
                        f"{option('batch_size')}, {option('seq_len')} or {option('hidden_size')}") from None
-
-
-def out_of_memory(exc: BaseException) -> bool:
-    """Whether ``exc`` is an allocation failure: Python's, or the CPU or CUDA allocator's."""
-    if isinstance(exc, MemoryError | torch.OutOfMemoryError):
-        return True
-    text = str(exc)
-    return "can't allocate memory" in text or "out of memory" in text.lower()
 
 
 def draw_sample(model: CharRNN, vocab: Vocab, config: TrainConfig, step: int, epoch: float, seconds: float,
@@ -239,8 +212,7 @@ def draw_sample(model: CharRNN, vocab: Vocab, config: TrainConfig, step: int, ep
     is asked after each character: a stop mid-sample abandons it (None), so the run stops at once."""
     decoding = SampleConfig(length=config.sample_length, temperature=config.sample_temperature,
                             seed=config.sample_seed)
-    was_training = model.training
-    pieces = []
+    was_training, pieces = model.training, []
     try:
         for chars in generate(model, vocab, decoding, config.sample_prime):
             if stopped():
@@ -248,7 +220,6 @@ def draw_sample(model: CharRNN, vocab: Vocab, config: TrainConfig, step: int, ep
             pieces.append(chars[0])
     finally:
         model.train(was_training)
-    text = "".join(pieces)
     prime = config.sample_prime or default_warmup(vocab)  # what an empty prime reads: a newline
     return SampleRecord(step, round(epoch, 4), round(seconds, 3), val_loss, prime,
-                        config.sample_temperature, config.sample_seed, text)
+                        config.sample_temperature, config.sample_seed, "".join(pieces))

@@ -27,10 +27,8 @@ class StepReport:
     elapsed_s: float | None = None  # the run's wall time at this step, from where its summary counts
 
 
-
 class TrainObserver:
-    """Hooks :func:`charrnn.api.train` and the loop call; the default does nothing. The CLI's draws a
-    progress bar."""
+    """Hooks :func:`charrnn.api.train` and the loop call, doing nothing here (the CLI's draws progress)."""
 
     def on_message(self, text: str) -> None:
         """A note or warning before training starts, each option named as the caller spells it."""

@@ -5,10 +5,10 @@ every caller; what cannot run is refused here, and nothing after the plan change
 
 from __future__ import annotations
 
-import dataclasses
 import time
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,24 +24,10 @@ from charrnn.config import (
     partial_eval_chars,
     split_options,
 )
-from charrnn.data.corpus import (
-    CorpusInfo,
-    EncodedCorpus,
-    Split,
-    StreamBatches,
-    corpus_name,
-    encode_corpus,
-    split_ids,
-)
+from charrnn.data.corpus import CorpusInfo, Split, StreamBatches, corpus_name, encode_corpus, split_ids
 from charrnn.data.datasets import DEFAULT_DATASET, dataset_path, fetch
 from charrnn.data.vocab import UnknownCharactersError, Vocab, describe_chars
-from charrnn.errors import (
-    CharrnnError,
-    OptionConflict,
-    TrainingInterrupted,
-    option,
-    options_spelled,
-)
+from charrnn.errors import CharrnnError, OptionConflict, TrainingInterrupted, option, options_spelled
 from charrnn.models.devices import (
     check_generation_fits,
     check_model_fits,
@@ -60,7 +46,6 @@ from charrnn.training.rundir import (
     check_run_output,
     checkpoint_bytes,
     held_run_directory,
-    new_run_id,
     resume_checkpoint,
     resume_target,
 )
@@ -84,6 +69,8 @@ if TYPE_CHECKING:  # a loaded model's type lives above training
 RESUME_MAY_CHANGE = ("epochs", "max_steps", "time_budget", "learning_rate", "min_lr_ratio", "warmup_steps",
                      "clip", "clip_mode", "max_bad_steps", "save_epochs", "eval_every", "save_every",
                      "device", "precision", "sample_every", *SAMPLE_SETTINGS)
+
+
 @dataclass(frozen=True)
 class Sources:
     """The checkpoint a request continues or fine-tunes from, found and loaded once (:func:`read_sources`)."""
@@ -149,19 +136,17 @@ class TrainResult:
     def to_dict(self) -> dict[str, Any]:
         with options_spelled(str):  # a record reads the same from either door
             stopped = str(self.stop_reason)
-        return {
-            "stopped": stopped, "steps": self.steps, "epoch": self.epoch,
-            "elapsed_s": self.elapsed_s, "trained_s": self.trained_s, "best": self.best.to_dict(),
-            "best_is_average": self.best_is_average,
-            "skipped_steps": self.skipped_steps, "out_dir": str(self.out_dir),
-            "best_checkpoint": str(self.out_dir / "best.pt"),
-            "last_checkpoint": str(self.out_dir / "last.pt"),
-            "epoch_checkpoints": [str(path) for path in self.epoch_checkpoints],
-            "model": None if self.model_config is None else self.model_config.to_dict(),
-            "training": None if self.config is None else self.config.to_dict(),
-            "budget": None if self.budget is None else self.budget.to_dict(),
-            "threads": None if self.threads is None else dataclasses.asdict(self.threads),
-        }
+        out_dir = self.out_dir
+        return {"stopped": stopped, "steps": self.steps, "epoch": self.epoch, "elapsed_s": self.elapsed_s,
+                "trained_s": self.trained_s, "best": self.best.to_dict(),
+                "best_is_average": self.best_is_average, "skipped_steps": self.skipped_steps,
+                "out_dir": str(out_dir), "best_checkpoint": str(out_dir / "best.pt"),
+                "last_checkpoint": str(out_dir / "last.pt"),
+                "epoch_checkpoints": [str(path) for path in self.epoch_checkpoints],
+                "model": None if self.model_config is None else self.model_config.to_dict(),
+                "training": None if self.config is None else self.config.to_dict(),
+                "budget": None if self.budget is None else self.budget.to_dict(),
+                "threads": None if self.threads is None else asdict(self.threads)}
 
 
 @dataclass
@@ -196,10 +181,9 @@ class TrainingPlan:
 
     def run(self, observer: TrainObserver | None = None, stop: GracefulStop | None = None,
             group: ProcessGroup | None = None, clock: Callable[[], float] = time.perf_counter) -> TrainResult:
-        """Train this plan into its ``config.out_dir`` through a :class:`TrainingLoop`; a branch gets a new
-        run id. On a signal from ``stop``, the step finishes, ``last.pt`` is written and
-        :class:`TrainingInterrupted` raised. Under torchrun every rank calls this with the same plan; rank 0
-        alone writes and reports. ``clock`` times the run from ``started`` (tests give a fake one)."""
+        """Train this plan into ``config.out_dir`` through a :class:`TrainingLoop`, timed by ``clock`` from
+        ``started``; a branch gets a new run id. On a signal from ``stop`` the step finishes, ``last.pt`` is
+        written and TrainingInterrupted raised. Under torchrun every rank calls it; rank 0 alone writes."""
         config, resume_from = self.config, self.resume_from
         group = group if group is not None else ProcessGroup()
         observer = observer if observer is not None and group.is_main else TrainObserver()
@@ -213,7 +197,7 @@ class TrainingPlan:
             if resume_from is not None:
                 run.restore(resume_from)
             if self.branches:
-                run.run_id, run.best = new_run_id(), None
+                run.run_id, run.best = uuid.uuid4().hex, None
             run_dir = self._open_run_directory(run) if group.is_main else None
             steps = planned_steps(config, len(batches))
             for message in (*schedule_warnings(config, len(batches), steps),
@@ -240,64 +224,67 @@ class TrainingPlan:
         assert best is not None  # a run that was not interrupted ends with an evaluation
         return TrainResult(
             out_dir=out_dir, steps=run.step, epoch=run.epoch, best=best, best_is_average=best_is_average,
-            elapsed_s=elapsed_s, trained_s=trained_s, stop_reason=reason, skipped_steps=run.skipped,
-            epoch_checkpoints=run_dir.epoch_checkpoints() if run_dir is not None else [],
-            model_config=self.model_config, config=config, budget=self.budget, rank=group.rank,
-            threads=self.threads,
-        )
+            elapsed_s=elapsed_s, trained_s=trained_s, skipped_steps=run.skipped, config=config,
+            stop_reason=reason, epoch_checkpoints=run_dir.epoch_checkpoints() if run_dir is not None else [],
+            model_config=self.model_config, budget=self.budget, rank=group.rank, threads=self.threads)
 
     def _open_run_directory(self, run: TrainingRun) -> RunDirectory:
         """The run directory, with its config.json: fresh for a new run or a branch, else continued."""
-        resume_from = self.resume_from
         parameters = sum(p.numel() for p in run.model.parameters())
         return RunDirectory(Path(self.config.out_dir), {
             "run_id": run.run_id, "model": self.model_config.to_dict(), "train": self.config.to_dict(),
             "corpus": self.corpus.to_dict(), "world_size": run.group.world_size,
             "budget": None if self.budget is None else self.budget.to_dict(),
-        }, fresh=resume_from is None or self.branches,
-            resumed_at=resume_from["step"] if resume_from is not None else None, branch_from=self.branch_from,
+        }, fresh=self.resume_from is None or self.branches, branch_from=self.branch_from,
+            resumed_at=self.resume_from["step"] if self.resume_from is not None else None,
             space_needed=3 * checkpoint_bytes(parameters, averaging=run.average is not None))
 
 
-def plan_training(request: TrainingRequest, group: ProcessGroup | None = None,
-                  started: float | None = None, finish_s: float = 0.0,
-                  sources: Sources | None = None, threads: ThreadChoice | None = None,
+def plan_training(request: TrainingRequest, group: ProcessGroup | None = None, started: float | None = None,
+                  finish_s: float = 0.0, sources: Sources | None = None, threads: ThreadChoice | None = None,
                   say: Callable[[str], None] = lambda message: None) -> TrainingPlan:
-    """Decide everything about the run ``request`` asks for, and make the plan once, whole; nothing is
-    written yet. A time budget is measured here, counting from ``started`` (a ``time.perf_counter()``
-    reading) and keeping ``finish_s`` for the caller; under torchrun every rank takes rank 0's figures.
-    ``sources``: what :func:`read_sources` found, if the caller read it already; ``threads``: the CPU
-    threads chosen for the run; ``say`` is told of the built-in corpus's download."""
+    """Decide everything about the run ``request`` asks for and make the plan once, whole, writing nothing.
+    A time budget is measured here from ``started`` (a ``time.perf_counter()`` reading), keeping ``finish_s``
+    for the caller; under torchrun every rank takes rank 0's figures. ``sources``: what :func:`read_sources`
+    found, if read already; ``say`` is told of the built-in corpus's download."""
     group = group if group is not None else ProcessGroup()
     sources = sources if sources is not None else read_sources(request)
     decided = _decide(request, sources, group, started, finish_s, say)
-    config, model_config, budget = decided["config"], decided["model_config"], decided.get("budget")
-    split = _refuse_what_cannot_run(config, model_config, decided["vocab"], decided["ids"], decided["corpus"])
+    config, model_config, vocab = decided["config"], decided["model_config"], decided["vocab"]
+    # Refused before any write or measurement: a validation split too short to score, a model or a recorded
+    # sample too large for memory, a sample prime the model cannot read, a corpus too short for one batch.
+    split = _scorable_split(decided["ids"], decided["corpus"])
+    check_model_fits(model_config, config.device, config.batch_size, config.seq_len)
+    try:
+        vocab.encode(config.sample_prime)
+    except UnknownCharactersError as exc:
+        raise CharrnnError(f"{option('sample_prime')} has characters the corpus does not: "
+                           f"{describe_chars(exc.unknown)}") from None
+    if config.sample_every is not None or config.save_epochs:
+        check_generation_fits(1, config.sample_length, model_config, config.device, "num_samples",
+                              "sample_length")
+    StreamBatches(split.train, config.batch_size, config.seq_len)
     ending = None
     if config.time_budget is not None:
-        evaluates = budget is None or budget.evaluates
-        ending = plan_budget_end(model_config, config, decided["vocab"], split.val, group, time.perf_counter,
-                                 finish_s, started, decided.get("resume_from"), evaluates)
-        ending = dataclasses.replace(ending, chars_per_s=planned_speed(budget))
+        budget = decided.get("budget")
+        ending = plan_budget_end(model_config, config, vocab, split.val, group, time.perf_counter, finish_s,
+                                 started, decided.get("resume_from"), budget is None or budget.evaluates)
+        ending = replace(ending, chars_per_s=planned_speed(budget))
     return TrainingPlan(**decided, ending=ending, started=started, threads=threads)
 
 
 def _decide(request: TrainingRequest, sources: Sources, group: ProcessGroup, started: float | None,
             finish_s: float, say: Callable[[str], None]) -> dict[str, Any]:
-    """The :class:`TrainingPlan` fields of a new run, a fine-tune or a resumed run, before its checks and a
-    budget's end."""
+    """The plan's fields for a new run, a fine-tune or a resumed run, before its checks and a budget's end."""
     model_options, train_options = split_options(request.options)
     if sources.resume is not None:
         return _plan_resume(request, sources, model_options, train_options)
     builtin = request.corpus is None  # tiny Shakespeare, downloaded once and verified
     name = request.corpus_name or (DEFAULT_DATASET if builtin else corpus_name(request.corpus))
     corpus = dataset_path(DEFAULT_DATASET, request.data_dir) if builtin else request.corpus
-    config = TrainConfig(**{
-        **train_options,
-        "out_dir": str(request.out_dir or Path("checkpoints") / name),
-        "device": request.device,
-        "init_from": request.init_from and str(request.init_from),
-    })
+    config = TrainConfig(**{**train_options, "out_dir": str(request.out_dir or Path("checkpoints") / name),
+                            "device": request.device,
+                            "init_from": request.init_from and str(request.init_from)})
     reads = {"corpus": corpus, "init_from": sources.init_from}
     check_run_output(Path(config.out_dir), request.overwrite, reads)  # before a download or any measuring
     if builtin:
@@ -307,15 +294,21 @@ def _decide(request: TrainingRequest, sources: Sources, group: ProcessGroup, sta
     source, source_path = sources.init_model, sources.init_from
     if source is None or source_path is None:
         encoded = encode_corpus(corpus, name, config.val_frac, val_max_chars=config.val_max_chars)
-        budget = None
-        if config.time_budget is not None:
+        model_config, budget = ModelConfig(vocab_size=len(encoded.vocab), **model_options), None
+        if config.time_budget is not None and (model_config.cell != "lstm" or model_config.layer_norm):
+            budget = _unplanned(config, model_config, f"the scaling rule covers plain LSTMs, so this "
+                                f"{model_config.cell}{' with layer norm' if model_config.layer_norm else ''} "
+                                f"keeps the plain defaults")
+        elif config.time_budget is not None:  # it chooses the fields the user left unset
             # What the caller needs after training is, like what went before it, not there to train.
-            budget = _budget_decision(config, encoded, model_options, train_options, group,
-                                      (time.perf_counter() if started is None else started) - finish_s)
+            begun = (time.perf_counter() if started is None else started) - finish_s
+            split = _scorable_split(encoded.ids, encoded.info)  # refused before the shapes are timed
+            budget = plan_budget(config.time_budget, {**model_options, **train_options}, config,
+                                 encoded.vocab, encoded.info, split.train, split.val, group, started=begun)
             model_options |= {key: value for key, value in budget.chosen.items() if key in MODEL_FIELDS}
-            config = dataclasses.replace(config, **{key: value for key, value in budget.chosen.items()
-                                                    if key not in MODEL_FIELDS})
-        model_config = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
+            config = replace(config, **{key: value for key, value in budget.chosen.items()
+                                        if key not in MODEL_FIELDS})
+            model_config = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
         return dict(model_config=model_config, config=config, vocab=encoded.vocab, ids=encoded.ids,
                     corpus=encoded.info, overwrite=request.overwrite, budget=budget)
     try:
@@ -333,24 +326,8 @@ def _decide(request: TrainingRequest, sources: Sources, group: ProcessGroup, sta
                 fine_tune=FineTuneFacts(source_path, len(source.vocab), source.network.config), budget=budget)
 
 
-def _budget_decision(config: TrainConfig, encoded: EncodedCorpus, model_options: dict[str, Any],
-                     train_options: dict[str, Any], group: ProcessGroup | None,
-                     started: float | None) -> BudgetDecision:
-    """What the time budget chooses for the fields the user left unset. Other cells and layer-normalised
-    LSTMs keep the plain defaults: the scaling rule was fitted on plain LSTMs."""
-    model = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
-    if model.cell != "lstm" or model.layer_norm:
-        return _unplanned(config, model, f"the scaling rule covers plain LSTMs, so this {model.cell}"
-                                         f"{' with layer norm' if model.layer_norm else ''} keeps the plain "
-                                         f"defaults")
-    split = _scorable_split(encoded.ids, encoded.info)  # refused before the shapes are timed
-    return plan_budget(config.time_budget, {**model_options, **train_options}, config,
-                       encoded.vocab, encoded.info, split.train, split.val, group, started=started)
-
-
 def _unplanned(config: TrainConfig, model: ModelConfig, because: str) -> BudgetDecision:
-    """A time budget that only stops the run, ``because`` (said to the user): every setting not given
-    keeps its plain default."""
+    """A time budget that only stops the run, ``because`` (told the user): all else keeps plain defaults."""
     device = config.device.split(":")[0]
     return BudgetDecision(config.time_budget, device, resolve_precision(config.precision, device, model),
                           planned=False, chosen={}, unplanned_because=because)
@@ -362,30 +339,13 @@ def _scorable_split(ids: torch.Tensor, corpus: CorpusInfo) -> Split:
     if len(split.val) < 2:
         raise CharrnnError(
             f"the validation split has {len(split.val)} character(s); it needs at least 2 (use a longer "
-            f"corpus, a larger {option('val_frac')} or a larger {option('val_max_chars')})"
-        )
-    return split
-
-
-def _refuse_what_cannot_run(config: TrainConfig, model_config: ModelConfig, vocab: Vocab, ids: torch.Tensor,
-                            corpus: CorpusInfo) -> Split:
-    """The run's split, once what cannot run is refused (before any write or measurement): a validation
-    split too short to score, a model or a recorded sample too large for memory, a sample prime the model
-    cannot read, a corpus too short for one batch."""
-    split = _scorable_split(ids, corpus)
-    check_model_fits(model_config, config.device, config.batch_size, config.seq_len)
-    check_sample_prime(config, vocab)
-    if config.sample_every is not None or config.save_epochs:
-        check_generation_fits(1, config.sample_length, model_config, config.device, "num_samples",
-                              "sample_length")
-    StreamBatches(split.train, config.batch_size, config.seq_len)
+            f"corpus, a larger {option('val_frac')} or a larger {option('val_max_chars')})")
     return split
 
 
 def fine_tune_config(source: ModelConfig, model_options: dict[str, Any], vocab_size: int) -> ModelConfig:
-    """The checkpoint's model, with a larger vocabulary if extended; only its regularisation
-    (:data:`~charrnn.config.REGULARISATION_FIELDS`) may change, and it is kept unless given: keeping the
-    dropout fine-tunes better (docs/shipped-model.md)."""
+    """The checkpoint's model, with a larger vocabulary if extended; only its regularisation may change
+    (REGULARISATION_FIELDS), kept unless given: its dropout fine-tunes better (docs/shipped-model.md)."""
     values = source.to_dict() | {"vocab_size": vocab_size}
     for key, value in model_options.items():
         if value == values[key]:
@@ -397,21 +357,17 @@ def fine_tune_config(source: ModelConfig, model_options: dict[str, Any], vocab_s
     return ModelConfig(**values)
 
 
-def resume_config(
-    payload: dict[str, Any], model_options: dict[str, Any], train_options: dict[str, Any],
-    out_dir: Path | None = None,
-) -> tuple[ModelConfig, TrainConfig, list[tuple[str, Any, Any]]]:
+def resume_config(payload: dict[str, Any], model_options: dict[str, Any], train_options: dict[str, Any],
+                  out_dir: Path | None = None) -> tuple[ModelConfig, TrainConfig, list[tuple[str, Any, Any]]]:
     """The configuration a resumed run continues with (into ``out_dir``, default the checkpoint's own), and
-    (field, old, new) for each option changed.
-    Only :data:`RESUME_MAY_CHANGE` may change: the weights and the place in the data make sense only with
-    the rest. A run that has already reached its limits cannot continue without a larger one."""
+    (field, old, new) for each option changed. Only :data:`RESUME_MAY_CHANGE` may change: the weights and
+    the place in the data make sense only with the rest. A run at its limits needs a larger one."""
     model_config = ModelConfig.from_dict(payload["model_config"])
     for key, value in model_options.items():
         if getattr(model_config, key) != value:
             raise OptionConflict(
                 f"{option(key)} {value!r} contradicts the checkpoint ({option(key)} "
-                f"{getattr(model_config, key)!r}); a resumed run keeps its model"
-            )
+                f"{getattr(model_config, key)!r}); a resumed run keeps its model")
     saved, corpus = dict(payload["train_config"]), payload["corpus"]
     # eval_chars past the split's end means the whole split, as none does
     whole = corpus["chars"] - corpus["split_point"] - 1
@@ -425,10 +381,9 @@ def resume_config(
             continue
         if key not in RESUME_MAY_CHANGE:
             may_change = ", ".join(option(name) for name in RESUME_MAY_CHANGE if name != "device")
-            raise OptionConflict(
-                f"{option(key)} {_shown(value)} contradicts the checkpoint ({option(key)} "
-                f"{_shown(saved.get(key))}); resuming may change only {may_change} and the device"
-            )
+            given, kept = ("none" if shown is None else repr(shown) for shown in (value, saved.get(key)))
+            raise OptionConflict(f"{option(key)} {given} contradicts the checkpoint ({option(key)} {kept}); "
+                                 f"resuming may change only {may_change} and the device")
         changes.append((key, saved.get(key), value))
         saved[key] = value
     config = TrainConfig.from_dict(saved if out_dir is None else {**saved, "out_dir": str(out_dir)})
@@ -436,11 +391,6 @@ def resume_config(
     if finished:
         raise RunAlreadyFinished(finished)
     return model_config, config, changes
-
-
-def _shown(value: Any) -> str:
-    """A setting as the command line takes it: ``none`` for None."""
-    return "none" if value is None else repr(value)
 
 
 def _plan_resume(request: TrainingRequest, sources: Sources, model_options: dict[str, Any],
@@ -451,30 +401,18 @@ def _plan_resume(request: TrainingRequest, sources: Sources, model_options: dict
     if missing:
         raise CharrnnError(f"{checkpoint} cannot be resumed (it holds no training state: {missing[0]} "
                            f"is missing)")
-    target = resume_target(checkpoint, payload, request.out_dir, request.overwrite)
+    out_dir, branch = resume_target(checkpoint, payload, request.out_dir, request.overwrite)
     model_config, config, changes = resume_config(payload, model_options,
-                                                  {**train_options, "device": request.device}, target.out_dir)
+                                                  {**train_options, "device": request.device}, out_dir)
     saved_corpus = payload["corpus"]
     corpus = request.corpus or Path(saved_corpus["path"])
-    check_run_output(target.out_dir, request.overwrite or not target.branch, {"corpus": corpus})
+    check_run_output(out_dir, request.overwrite or not branch, {"corpus": corpus})
     # The checkpoint's own vocabulary encodes the ids (a fine-tune's may differ from the corpus's).
     vocab = Vocab.from_list(payload["vocab"])
     # The run keeps the split it was trained with, whatever the rule for new runs has become.
     encoded = encode_corpus(corpus, saved_corpus["name"], config.val_frac, vocab,
                             expected_sha256=saved_corpus["sha256"], split_at=saved_corpus["split_point"])
-    return dict(
-        model_config=model_config, config=config, vocab=vocab, ids=encoded.ids, corpus=encoded.info,
-        resume_from=payload,
-        resume=ResumeFacts(checkpoint, payload["step"], payload["progress_epochs"], changes, target.branch),
-        branch_from=checkpoint.parent if target.branch and belongs_to(checkpoint.parent, payload) else None,
-    )
-
-
-def check_sample_prime(config: TrainConfig, vocab: Vocab) -> None:
-    """Refuse, before training, a sample prime with characters the model cannot read."""
-    try:
-        vocab.encode(config.sample_prime)
-    except UnknownCharactersError as exc:
-        unknown = describe_chars(exc.unknown)
-        raise CharrnnError(f"{option('sample_prime')} has characters the corpus does not: "
-                           f"{unknown}") from None
+    return dict(model_config=model_config, config=config, vocab=vocab, ids=encoded.ids, corpus=encoded.info,
+                resume_from=payload,
+                resume=ResumeFacts(checkpoint, payload["step"], payload["progress_epochs"], changes, branch),
+                branch_from=checkpoint.parent if branch and belongs_to(checkpoint.parent, payload) else None)

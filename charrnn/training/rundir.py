@@ -13,7 +13,6 @@ import fcntl
 import os
 import shutil
 import stat
-import uuid
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
@@ -24,14 +23,15 @@ from typing import Any, ClassVar
 import torch
 
 from charrnn.config import record_problem
+from charrnn.data.corpus import corpus_location
 from charrnn.errors import CharrnnError, OptionConflict, option, short_repr
-from charrnn.models.pretrained import refuse_writing_in_shipped, resolve_shipped
+from charrnn.models.pretrained import resolve_shipped
 from charrnn.training.checkpoint import (
     CHECKPOINT_NAMES,
     file_in_run_directory,
     is_model_folder,
     read_folder_config,
-    refuse_writing_in_a_model_folder,
+    refuse_writing_in_model_folders,
     save_checkpoint,
     saved_by_torch,
 )
@@ -57,14 +57,10 @@ EPOCH_CHECKPOINT_GLOB = "epoch*-val*.pt"
 SAMPLES_NAME = "samples.jsonl"
 LOCK_NAME = ".charrnn.lock"
 # The one list of the files a run writes (with the lock, the names a run directory keeps for its own), in
-# the order an older run's go (retire_run): config.json first, so a failure part-way leaves leftovers that
+# the order an older run's go (RunDirectory): config.json first, so a failure part-way leaves leftovers that
 # name no run (no --resume takes them for one; the next --overwrite removes them); its checkpoints last.
 RUN_FILES = ("config.json", SAMPLES_NAME, "metrics.jsonl", *reversed(CHECKPOINT_NAMES))
 RESERVED = (*RUN_FILES, LOCK_NAME)
-
-
-def new_run_id() -> str:
-    return uuid.uuid4().hex
 
 
 def epoch_checkpoint_name(epoch: int, val_loss: float) -> str:
@@ -73,18 +69,13 @@ def epoch_checkpoint_name(epoch: int, val_loss: float) -> str:
 
 
 def checkpoint_bytes(parameters: int, averaging: bool = False) -> int:
-    """At most what one checkpoint of ``parameters`` takes on disk: float32 weights, Adam's two moments, a
-    margin and, with ``averaging``, the average (an averaged best.pt also holds the trained weights)."""
-    copies = 4 if averaging else 3
-    return copies * 4 * parameters + (1 << 20)
+    """At most a checkpoint's bytes: float32 weights, Adam's moments, ``averaging``'s average, a margin."""
+    return (4 if averaging else 3) * 4 * parameters + (1 << 20)
 
 
 # ---------------------------------------------------------------------------- the saved states
-
-
 def checkpoint_files(out_dir: Path) -> list[Path]:
     """The checkpoints in ``out_dir`` under names a run saves: last.pt, best.pt and epoch checkpoints."""
-    out_dir = Path(out_dir)
     return [*(out_dir / name for name in CHECKPOINT_NAMES if os.path.lexists(out_dir / name)),
             *sorted(out_dir.glob(EPOCH_CHECKPOINT_GLOB))]
 
@@ -102,58 +93,25 @@ def read_header(path: Path) -> dict[str, Any] | None:
     return payload if isinstance(payload, dict) else None
 
 
-def _step_and_run(path: Path) -> tuple[int, Any] | None:
-    """A checkpoint's step and run id, read without loading its tensors; None if it cannot be read."""
-    payload = read_header(path)
-    step = payload.get("step") if payload is not None else None
-    if not isinstance(step, int) or isinstance(step, bool):
-        return None
-    return step, payload.get("run_id")
-
-
-@dataclass(frozen=True)
-class SavedSteps:
-    """What a run directory's checkpoints say of run ``run_id``'s saved states."""
-
-    newest: tuple[int, Path] | None  # the newest step saved, and the file that holds it (last.pt on a tie)
-    unreadable: tuple[Path, ...]  # checkpoint files whose step cannot be read
-
-
-def saved_steps(out_dir: Path, run_id: str | None, ignore: Path | None = None) -> SavedSteps:
-    """The states of run ``run_id`` (None: of any run) saved in ``out_dir``, read from each checkpoint's
-    header; ``ignore``: a file not to count (the checkpoint being resumed)."""
+def saved_steps(out_dir: Path, run_id: str | None,
+                ignore: Path | None = None) -> tuple[tuple[int, Path] | None, list[Path]]:
+    """From the checkpoints' headers in ``out_dir`` but ``ignore``: run ``run_id``'s (None: any run's) newest
+    (step, file; last.pt on a tie), None without one, and the checkpoint files whose step cannot be read."""
     ranked, unreadable = [], []
     for path in checkpoint_files(out_dir):
         if ignore is not None and same_file(path, ignore):
             continue
-        header = _step_and_run(path)
-        if header is None:
+        header = read_header(path) or {}
+        step = header.get("step")
+        if not isinstance(step, int) or isinstance(step, bool):
             unreadable.append(path)
-        elif run_id is None or header[1] == run_id:
-            ranked.append(((header[0], path.name == "last.pt"), path))
+        elif run_id is None or header.get("run_id") == run_id:
+            ranked.append(((step, path.name == "last.pt"), path))
     best = max(ranked, key=lambda each: each[0], default=None)
-    return SavedSteps(None if best is None else (best[0][0], best[1]), tuple(unreadable))
+    return None if best is None else (best[0][0], best[1]), unreadable
 
 
 # ---------------------------------------------------------------------------- checks before anything runs
-
-
-def check_free_space(out_dir: Path, needed: int) -> None:
-    """Refuse to start when the disk cannot hold the checkpoints a run writes (best, last and a temporary)."""
-    free = shutil.disk_usage(out_dir).free
-    if free < needed:
-        raise CharrnnError(
-            f"only {free / 2**20:,.1f} MiB free under {option('out_dir')} {out_dir}; a run needs about "
-            f"{needed / 2**20:,.1f} MiB for its checkpoints"
-        )
-
-
-def existing_run_files(out_dir: Path) -> list[str]:
-    """The names of a run's files in ``out_dir`` (a few epoch checkpoints at most, for messages)."""
-    existing = [name for name in RUN_FILES if (out_dir / name).exists()]
-    return existing + sorted(path.name for path in out_dir.glob(EPOCH_CHECKPOINT_GLOB))[:3]
-
-
 def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
     """Refuse, reading only, a run directory that is a file, a model folder, holds a run (unless
     ``overwrite``) or a directory where a run keeps a file."""
@@ -166,15 +124,18 @@ def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
     if is_model_folder(out_dir):
         raise CharrnnError(f"{option('out_dir')} {out_dir} is a model folder, not a run directory; choose "
                            f"another directory for the run")
-    existing = existing_run_files(out_dir)
+    existing = [name for name in RUN_FILES if (out_dir / name).exists()]
+    existing += sorted(path.name for path in out_dir.glob(EPOCH_CHECKPOINT_GLOB))[:3]  # a few, for messages
     if existing and not overwrite:
         # Advise --resume only for a last.pt that torch wrote: anything else would fail in turn.
         last = out_dir / "last.pt"
-        resume = f"continue it with {option('resume')} {last}, " if _resumable(last) else ""
+        resumable = False
+        with contextlib.suppress(OSError):
+            resumable = last.is_file() and saved_by_torch(last)
+        resume = f"continue it with {option('resume')} {last}, " if resumable else ""
         raise CharrnnError(
             f"{option('out_dir')} {out_dir} already holds a training run ({', '.join(existing)}); "
-            f"{resume}pass {option('overwrite')} to replace it, or choose another {option('out_dir')}"
-        )
+            f"{resume}pass {option('overwrite')} to replace it, or choose another {option('out_dir')}")
     for name in RESERVED:
         if (out_dir / name).is_dir() and not (out_dir / name).is_symlink():
             raise CharrnnError(f"{out_dir / name} is a directory where the run keeps its {name}; move it "
@@ -182,18 +143,10 @@ def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
 
 
 def check_run_output(out_dir: Path, overwrite: bool, reads: dict[str, Any]) -> None:
-    """Every check of a run's directory, in one call before anything slow: it writes over nothing it reads
-    (:func:`refuse_writing_over_reads`), and it is a directory that holds no other run unless
-    ``overwrite`` (:func:`check_out_dir`)."""
+    """Every check of a run's directory, in one call before anything slow: it writes over nothing read
+    (:func:`refuse_writing_over_reads`) and, unless ``overwrite``, holds no run (:func:`check_out_dir`)."""
     refuse_writing_over_reads(out_dir, "out_dir", reads, run_directory=True)
     check_out_dir(out_dir, overwrite)
-
-
-def _resumable(last: Path) -> bool:
-    try:
-        return last.is_file() and saved_by_torch(last)
-    except OSError:
-        return False
 
 
 def resume_checkpoint(path: Path) -> Path:
@@ -207,39 +160,31 @@ def resume_checkpoint(path: Path) -> Path:
     if not path.is_dir():
         return path
     config = read_json_object(path / "config.json")
-    newest = saved_steps(path, config.get("run_id") if config else None).newest
+    newest = saved_steps(path, config.get("run_id") if config else None)[0]
     return newest[1] if newest is not None else file_in_run_directory(path, "last.pt")
 
 
 def belongs_to(out_dir: Path, payload: dict[str, Any]) -> bool:
-    """Whether ``out_dir`` is the run that wrote checkpoint ``payload``: its config.json carries the same
-    ``run_id``. Without a config.json (a new run stopped before writing it), every checkpoint there must be
-    readable and carry that ``run_id``, with no log beside."""
+    """Whether ``out_dir`` is the run that wrote checkpoint ``payload``: its config.json has its ``run_id``;
+    without one (a run stopped before writing it), every checkpoint there has, and there is no log."""
     run_id = payload.get("run_id")
     if not os.path.lexists(out_dir / "config.json"):
-        headers = [read_header(path) for path in checkpoint_files(out_dir)]
-        return run_id is not None and bool(headers) and all(
-            header is not None and header.get("run_id") == run_id for header in headers
-        ) and not os.path.lexists(out_dir / "metrics.jsonl")
+        headers = [read_header(path) or {} for path in checkpoint_files(out_dir)]
+        ours = bool(headers) and all(header.get("run_id") == run_id for header in headers)
+        return run_id is not None and ours and not os.path.lexists(out_dir / "metrics.jsonl")
     config = read_json_object(out_dir / "config.json")
     return config is not None and run_id is not None and config.get("run_id") == run_id
 
 
-@dataclass(frozen=True)
-class ResumeTarget:
-    out_dir: Path  # where the resumed run writes
-    branch: bool  # True: a new directory, starting from the checkpoint's history
-
-
 def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | None,
-                  overwrite: bool = False) -> ResumeTarget:
-    """Where a resumed run may write: ``out_dir`` None (or the checkpoint's own directory) continues in
-    place; any other is a branch, refused if it holds a run unless ``overwrite``."""
+                  overwrite: bool = False) -> tuple[Path, bool]:
+    """Where a resumed run may write, and whether it branches there: ``out_dir`` None (or the checkpoint's
+    own directory) continues in place; another is a branch, refused if it holds a run unless ``overwrite``."""
     own_dir = checkpoint.parent
     if out_dir is not None and out_dir.exists() and out_dir.resolve() == own_dir.resolve():
         out_dir = None
     if out_dir is not None:  # made when the run starts (held_run_directory), not before
-        return ResumeTarget(out_dir, branch=True)
+        return out_dir, True
     if overwrite:
         raise OptionConflict(f"{option('overwrite')} with {option('resume')} replaces nothing in the run's "
                              f"own directory; give it with {option('out_dir')} NEW_DIR to replace a run "
@@ -248,38 +193,37 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
         raise CharrnnError(
             f"{own_dir} is not the run that wrote {checkpoint.name} (its config.json is missing or belongs "
             f"to another run), so resuming there could overwrite its files; continue it elsewhere with "
-            f"{option('out_dir')} NEW_DIR"
-        )
+            f"{option('out_dir')} NEW_DIR")
     branch = f"branch from it with {option('resume')} {checkpoint} {option('out_dir')} NEW_DIR"
-    saved = saved_steps(own_dir, payload["run_id"], ignore=checkpoint)  # belongs_to: it has a run id
-    if saved.newest is not None and saved.newest[0] > payload["step"]:
-        step, newest = saved.newest
+    newest, unreadable = saved_steps(own_dir, payload["run_id"], ignore=checkpoint)  # belongs_to: it has one
+    if newest is not None and newest[0] > payload["step"]:
+        step, file = newest
         raise CharrnnError(
-            f"{own_dir} has newer results ({newest.name} was saved at step {step:,}; {checkpoint.name} is at "
+            f"{own_dir} has newer results ({file.name} was saved at step {step:,}; {checkpoint.name} is at "
             f"step {payload['step']:,}), which resuming here would replace; resume the newest with "
             f"{option('resume')} {own_dir}, or {branch}")
-    if saved.unreadable:
+    if unreadable:
         raise CharrnnError(
-            f"cannot tell whether {saved.unreadable[0]} holds newer results than {checkpoint.name}: it "
+            f"cannot tell whether {unreadable[0]} holds newer results than {checkpoint.name}: it "
             f"cannot be read as a checkpoint, and resuming in {own_dir} would replace it; {branch}")
-    return ResumeTarget(own_dir, branch=False)
+    return own_dir, False
 
 
 # ---------------------------------------------------------------------------- outputs against inputs
-
-
 def refuse_writing_over_reads(target: Path, name: str, reads: dict[str, Any],
                               run_directory: bool = False) -> None:
     """Never write over what is read: the one check every command makes before it writes a file or a run.
     Refuse writing ``target`` (option ``name``; with ``run_directory``, the files a run writes there) over
-    anything in ``reads`` (option name → a path, paths or None; shipped names resolved), by path or link,
-    or inside a corpus directory read. A file at a name a run directory keeps is refused too, and nothing
-    is written in the shipped models' folder. A path read stands for more than itself: a checkpoint or run
-    directory for its run's files and corpus, another directory for its text files."""
+    anything in ``reads`` (option name → a path, paths or None), by path or link, or inside a corpus
+    directory read; nor a file at a name a run directory keeps, nor in the shipped models' folder. A
+    checkpoint or run directory read stands for its run's files and corpus, a directory for its texts."""
     what = "run directory" if run_directory else "file"
-    refuse_writing_in_shipped(target, option(name), what)
-    refuse_writing_in_a_model_folder(target, option(name), what)
-    writes = _run_files(target) if run_directory else [target]
+    refuse_writing_in_model_folders(target, option(name), what)
+    writes = [target]
+    if run_directory:  # with its epoch checkpoints and the temporaries of ended processes it clears away
+        writes = [target / reserved for reserved in RESERVED]
+        if target.is_dir():
+            writes += sorted(target.glob(EPOCH_CHECKPOINT_GLOB)) + sorted(target.glob(TEMPORARY_GLOB))
     corpora_of: dict[Path, Path | None] = {}  # each checkpoint's corpus, its header read once
     for read_name, given in reads.items():
         for each in given if isinstance(given, list | tuple) else [given]:
@@ -305,17 +249,13 @@ def refuse_writing_over_reads(target: Path, name: str, reads: dict[str, Any],
                 raise OptionConflict(f"{option(name)} {target} is inside the corpus directory "
                                      f"{inside}{whose}: writing there would change what is read; choose "
                                      f"another {what}")
-    if not run_directory:
-        _refuse_a_run_directorys_name(target, name)
-
-
-def _run_files(out_dir: Path) -> list[Path]:
-    """The files a run in ``out_dir`` writes, with its epoch checkpoints and the temporaries of ended
-    processes it clears away (:func:`~charrnn.utils.files.remove_stale_temporaries`) there already."""
-    files = [out_dir / reserved for reserved in RESERVED]
-    if out_dir.is_dir():
-        files += sorted(out_dir.glob(EPOCH_CHECKPOINT_GLOB)) + sorted(out_dir.glob(TEMPORARY_GLOB))
-    return files
+    if not run_directory:  # nor a file, through any link, at a name a run directory keeps for its own files
+        for landing in dict.fromkeys([target, real_path(target)]):
+            kept = (landing.suffix == ".pt" or landing.name in RESERVED
+                    or landing.name.startswith(TEMPORARY_PREFIX))
+            if kept and any((landing.parent / reserved).exists() for reserved in RESERVED):
+                raise OptionConflict(f"{option(name)} {target} would be {landing}, a name the run directory "
+                                     f"{landing.parent} keeps for its own files; choose another file")
 
 
 CORPUS = "the corpus {} was trained on"  # the part a checkpoint's corpus plays in what it stands for
@@ -338,16 +278,13 @@ def _stands_for(path: Path, corpora_of: dict[Path, Path | None]) -> dict[Path, s
     for file in run_files:
         if file not in corpora_of:
             corpora_of[file] = _trained_on(read_header(file)) if file.suffix == ".pt" else None
-        corpus = corpora_of[file]
-        if corpus is not None:
-            parts.setdefault(corpus, CORPUS)
+        if corpora_of[file] is not None:
+            parts.setdefault(corpora_of[file], CORPUS)
     return parts
 
 
 def _trained_on(header: dict[str, Any] | None) -> Path | None:
     """The corpus a checkpoint's header or a model folder's config names; None if it names none."""
-    from charrnn.data.corpus import corpus_location
-
     corpus = (header or {}).get("corpus")
     path = corpus.get("path") if isinstance(corpus, dict) else None
     if not isinstance(path, str) or not path:
@@ -356,105 +293,64 @@ def _trained_on(header: dict[str, Any] | None) -> Path | None:
     return corpus_location(corpus) if isinstance(corpus.get("sha256"), str) else Path(path)
 
 
-def _refuse_a_run_directorys_name(target: Path, name: str) -> None:
-    """Refuse an output that would land, through any link, on a name a run directory keeps for itself
-    (its checkpoints, records, lock and temporaries)."""
-    for landing in dict.fromkeys([target, real_path(target)]):
-        folder = landing.parent
-        if not any((folder / reserved).exists() for reserved in RESERVED):
-            continue
-        if landing.suffix == ".pt" or landing.name in RESERVED or landing.name.startswith(TEMPORARY_PREFIX):
-            raise OptionConflict(f"{option(name)} {target} would be {landing}, a name the run directory "
-                                 f"{folder} keeps for its own files; choose another file")
-
-
 # ---------------------------------------------------------------------------- the lock
-
-
 PID_RECORD_BYTES = 20  # the PID, space-padded, and a newline
 LARGEST_LOCK_BYTES = 64  # anything larger at the lock's name is not a charrnn lock
 
 
-class RunLock:
-    """Hold ``out_dir/.charrnn.lock`` for the life of a ``with`` block. The file holds the PID for a
-    competitor's message; it is never written through a link, and a file there that is not a lock file is
-    refused, never truncated."""
-
-    def __init__(self, out_dir: Path):
-        self.path = Path(out_dir) / LOCK_NAME
-        self._fd: int | None = None
-
-    def __enter__(self) -> RunLock:
-        while True:
-            try:
-                # O_NOFOLLOW: a link planted at the lock's name is refused, never followed into a file
-                fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o666)
-            except OSError as exc:
-                raise CharrnnError(f"cannot create the run lock {self.path}: {reason(exc)}") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, PID_RECORD_BYTES, 0).decode("ascii", "replace").strip()
-                os.close(fd)
-                who = f" (PID {holder})" if holder.isdigit() else ""
-                raise CharrnnError(
-                    f"another training{who} is writing to {self.path.parent} and holds its lock {self.path}; "
-                    f"wait for it or choose another {option('out_dir')}"
-                ) from None
-            # The holder before us may have removed the file while we waited to lock it: a lock
-            # on that removed file guards nothing, so start again on the file now at the path.
-            try:
-                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or not _holds_a_lock_record(fd, info.st_size):
-            os.close(fd)
-            raise CharrnnError(f"{self.path} is not a charrnn run lock (another file, or a link to one, has "
-                               f"its name); move it away or choose another {option('out_dir')}")
+@contextlib.contextmanager
+def run_lock(out_dir: Path) -> Iterator[None]:
+    """Hold ``out_dir/.charrnn.lock`` for a ``with`` block. It holds the PID for a competitor's message, is
+    never written through a link, and a file there that is not a lock is refused, never truncated."""
+    path = Path(out_dir) / LOCK_NAME
+    while True:
         try:
-            os.pwrite(fd, f"{os.getpid():<{PID_RECORD_BYTES - 1}}\n".encode("ascii"), 0)
+            # O_NOFOLLOW: a link planted at the lock's name is refused, never followed into a file
+            fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o666)
         except OSError as exc:
+            raise CharrnnError(f"cannot create the run lock {path}: {reason(exc)}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, PID_RECORD_BYTES, 0).decode("ascii", "replace").strip()
             os.close(fd)
-            raise CharrnnError(f"cannot write the run lock {self.path}: {reason(exc)}") from None
-        self._fd = fd
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._fd is None:
-            return
+            who = f" (PID {holder})" if holder.isdigit() else ""
+            raise CharrnnError(f"another training{who} is writing to {path.parent} and holds its lock "
+                               f"{path}; wait for it or choose another {option('out_dir')}") from None
+        # The holder before us may have removed the file while we waited to lock it: a lock
+        # on that removed file guards nothing, so start again on the file now at the path.
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                break
+        os.close(fd)
+    info = os.fstat(fd)
+    # A run lock's file is empty, or holds what a run lock writes: a process id and a newline.
+    lock_file = stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and info.st_size <= LARGEST_LOCK_BYTES
+    record = os.pread(fd, info.st_size, 0) if lock_file else b""
+    if not lock_file or (info.st_size and not (record.endswith(b"\n") and record.strip().isdigit())):
+        os.close(fd)
+        raise CharrnnError(f"{path} is not a charrnn run lock (another file, or a link to one, has its "
+                           f"name); move it away or choose another {option('out_dir')}")
+    try:
+        os.pwrite(fd, f"{os.getpid():<{PID_RECORD_BYTES - 1}}\n".encode("ascii"), 0)
+    except OSError as exc:
+        os.close(fd)
+        raise CharrnnError(f"cannot write the run lock {path}: {reason(exc)}") from None
+    try:
+        yield
+    finally:
         # Removed while still locked, so no competitor can lock the file after it is gone. A lock
         # file that cannot be removed is harmless: the next run takes it over.
-        try:
-            self.path.unlink(missing_ok=True)
-        except OSError:
-            pass
-        os.close(self._fd)
-        self._fd = None
-
-
-def _holds_a_lock_record(fd: int, size: int) -> bool:
-    """Whether the open file is empty or holds what a run lock writes: a process id and a newline."""
-    if size == 0:
-        return True
-    if size > LARGEST_LOCK_BYTES:
-        return False
-    record = os.pread(fd, size, 0)
-    parts = record.split()
-    return record.endswith(b"\n") and len(parts) == 1 and parts[0].isdigit()
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+        os.close(fd)
 
 
 # ---------------------------------------------------------------------------- the run's writes
-
-
 @contextlib.contextmanager
 def held_run_directory(out_dir: Path, overwrite: bool = False, writer: bool = True) -> Iterator[None]:
-    """Check, create and lock the run directory for the ``with`` block (``writer``: rank 0 alone under
-    torchrun) and clear its stale temporaries. If the run fails, the empty directories this made are
-    removed again: a run refused before it wrote anything leaves no trace."""
+    """Check, create and lock the run directory for the ``with`` block (``writer``: rank 0 alone, under
+    torchrun) and clear its stale temporaries; if the run fails, the empty directories made go again."""
     if not writer:
         yield
         return
@@ -465,7 +361,7 @@ def held_run_directory(out_dir: Path, overwrite: bool = False, writer: bool = Tr
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise CharrnnError(f"cannot write to {option('out_dir')} {out_dir}: {reason(exc)}") from None
-        with RunLock(out_dir):
+        with run_lock(out_dir):
             remove_stale_temporaries(out_dir)
             yield
     except BaseException:
@@ -479,10 +375,9 @@ def held_run_directory(out_dir: Path, overwrite: bool = False, writer: bool = Tr
 
 @dataclass
 class RunDirectory:
-    """One run's directory, written only through :meth:`save`, :meth:`append_metrics` and
-    :meth:`append_sample`. A fresh run retires the older run's files just before its first write, so the
-    directory never holds two runs' records. Logs hold one row per step: a resumed run drops the rows past
-    its step; a branch starts with its source's rows up to it."""
+    """One run's directory, written only through :meth:`save` and :meth:`append`. A fresh run retires an
+    older run's files just before its first write: never two runs' records. Logs hold one row per step: a
+    resumed run drops the rows past its step; a branch starts with its source's rows up to it."""
 
     path: Path  # the directory
     config_record: dict[str, Any]  # config.json: model, train, corpus, run_id, world_size, budget
@@ -494,12 +389,14 @@ class RunDirectory:
     kept_rows: dict[str, list[str]] = field(init=False, default_factory=dict)  # log -> rows a resume keeps
 
     def __post_init__(self) -> None:
-        check_free_space(self.path, self.space_needed)
+        free = shutil.disk_usage(self.path).free  # the checkpoints a run writes: best, last and a temporary
+        if free < self.space_needed:
+            raise CharrnnError(f"only {free / 2**20:,.1f} MiB free under {option('out_dir')} {self.path}; a "
+                               f"run needs about {self.space_needed / 2**20:,.1f} MiB for its checkpoints")
         source = self.branch_from if self.fresh else self.path
         if self.resumed_at is not None and source is not None:  # read now: a damaged log stops no run midway
-            logs = {"metrics.jsonl": EvaluationRecord, SAMPLES_NAME: SampleRecord}
-            self.kept_rows = {name: rows_up_to(source / name, self.resumed_at, cls) for name, cls in
-                              logs.items()}
+            self.kept_rows = {cls.LOG: rows_up_to(source / cls.LOG, self.resumed_at, cls)
+                              for cls in (EvaluationRecord, SampleRecord)}
 
     def save(self, name: str, payload: dict[str, Any]) -> None:
         """Save checkpoint ``name``; its header says which run and step it holds."""
@@ -507,14 +404,9 @@ class RunDirectory:
         save_checkpoint(self.path / name, payload)
         self._wrote(name)
 
-    def append_metrics(self, record: EvaluationRecord) -> None:
-        self._append_row("metrics.jsonl", record.to_json())
-
-    def append_sample(self, record: SampleRecord) -> None:
-        self._append_row(SAMPLES_NAME, record.to_json())
-
-    def _append_row(self, name: str, line: str) -> None:
-        """Add one row to log ``name``; its first row of this run settles what the log starts with."""
+    def append(self, record: EvaluationRecord | SampleRecord) -> None:
+        """Add one row to the record's log; its first row of this run settles what the log starts with."""
+        name, line = record.LOG, record.to_json()
         path = self.path / name
         self._retire_older_run()
         if name in self.written or not (self.fresh or self.resumed_at is not None):
@@ -528,41 +420,33 @@ class RunDirectory:
         return sorted(self.path / name for name in self.written if fnmatch(name, EPOCH_CHECKPOINT_GLOB))
 
     def _retire_older_run(self) -> None:
-        """Before this run's first write (fresh runs): every file of an older run goes."""
-        if self.fresh and not self.written:
-            retire_run(self.path)
+        """Before a fresh run's first write, an older run's files go, in :data:`RUN_FILES`'s order."""
+        if not self.fresh or self.written:
+            return
+        logs, checkpoints = RUN_FILES[:-len(CHECKPOINT_NAMES)], RUN_FILES[-len(CHECKPOINT_NAMES):]
+        for path in [*(self.path / name for name in logs), *sorted(self.path.glob(EPOCH_CHECKPOINT_GLOB)),
+                     *(self.path / name for name in checkpoints)]:
+            try:
+                if path.is_symlink() or path.is_file():
+                    path.unlink()
+            except OSError as exc:
+                raise CharrnnError(f"cannot remove {path} of the run {option('overwrite')} replaces: "
+                                   f"{reason(exc)}") from None
 
     def _wrote(self, name: str) -> None:
         """After each write; after the first, config.json: it never stands without a state or a log."""
-        first = not self.written
-        self.written.add(name)
-        if first:
+        if not self.written:
+            self.written.add(name)
             write_json(self.path / "config.json", self.config_record)
-            self.written.add("config.json")
-
-
-def retire_run(out_dir: Path) -> None:
-    """Remove every file of the run in ``out_dir`` before a new run writes there; other files stay."""
-    logs, checkpoints = RUN_FILES[:-len(CHECKPOINT_NAMES)], RUN_FILES[-len(CHECKPOINT_NAMES):]
-    doomed = [*(out_dir / name for name in logs), *sorted(out_dir.glob(EPOCH_CHECKPOINT_GLOB)),
-              *(out_dir / name for name in checkpoints)]
-    for path in doomed:
-        try:
-            if path.is_symlink() or path.is_file():
-                path.unlink()
-        except OSError as exc:
-            raise CharrnnError(f"cannot remove {path} of the run {option('overwrite')} replaces: "
-                               f"{reason(exc)}") from None
+        self.written |= {name, "config.json"}
 
 
 def read_row(cls: type, line: str) -> Any:
-    """One row of a run's JSON-lines log as record ``cls``: one JSON object whose fields have their types
-    (:func:`~charrnn.config.record_problem`). A ValueError says what is wrong, for the log's reader to name
-    the line."""
-    try:
+    """One row of a run's JSON-lines log as record ``cls``: one JSON object whose fields have their types;
+    else a ValueError says what is wrong, for the log's reader to name the line."""
+    row = None
+    with contextlib.suppress(ValueError):
         row = parse_json(line)
-    except ValueError:
-        row = None
     if not isinstance(row, dict):
         raise ValueError(f"is not {cls.KIND} (one JSON object)")
     problem = record_problem(cls, row)
@@ -578,6 +462,7 @@ class EvaluationRecord:
     """One line of ``metrics.jsonl``: a validation pass during training."""
 
     KIND: ClassVar[str] = "an evaluation record"
+    LOG: ClassVar[str] = "metrics.jsonl"
     step: int | float  # optimiser steps done (a hand-made log may hold another number)
     epoch: float  # passes over the training split done, fractional
     val_loss: float | None  # validation nats/char (None if not finite)
@@ -591,11 +476,9 @@ class EvaluationRecord:
     val_chars: int | None = None  # validation characters scored, when only the split's start was
 
     def to_json(self) -> str:
-        record = asdict(self)
-        for optional in ("epoch_checkpoint", "averaged_val_loss", "val_chars"):
-            if record[optional] is None:
-                del record[optional]
-        return json_text(record)
+        optional = ("epoch_checkpoint", "averaged_val_loss", "val_chars")  # written only when set
+        return json_text({key: value for key, value in asdict(self).items()
+                          if value is not None or key not in optional})
 
 
 def read_metrics(run_dir: Path) -> list[EvaluationRecord]:
@@ -623,7 +506,7 @@ class SampleRecord:
     """One row of ``samples.jsonl``."""
 
     KIND: ClassVar[str] = "a recorded sample"
-
+    LOG: ClassVar[str] = SAMPLES_NAME
     step: int  # optimiser steps done when the sample was drawn
     epoch: float  # passes over the training split done, fractional
     seconds: float  # wall time of the run so far
@@ -635,7 +518,6 @@ class SampleRecord:
 
     def to_json(self) -> str:
         return json_text(asdict(self), ensure_ascii=False)
-
 
 
 def read_samples(run_dir: Path) -> list[SampleRecord]:

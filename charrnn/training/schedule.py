@@ -13,8 +13,6 @@ from charrnn.errors import CharrnnError, option
 if TYPE_CHECKING:
     from charrnn.training.state import TrainingRun
 
-StopCriterion = Literal["max_steps", "epochs", "time_budget", "signal"]
-
 # A run slower than its plan measured keeps more time for its end (:meth:`Schedule.slowed`):
 SLOWDOWN_WINDOW_SHARE = 0.05  # its speed judged over at least this share of the budget;
 SLOWDOWN_NOTICED = 1.25  # the user told past this slowdown,
@@ -26,7 +24,7 @@ SLOWDOWN_END_EXPONENT = 1.25  # the end slows more than training: the time kept 
 class StopReason:
     """Why a run ended: a limit of its configuration was reached, or a signal arrived."""
 
-    criterion: StopCriterion  # the TrainConfig field whose limit was reached, or "signal"
+    criterion: Literal["max_steps", "epochs", "time_budget", "signal"]  # the TrainConfig limit reached
     limit: float | int | None = None  # that limit (None for a signal)
     signal_name: str | None = None  # the signal, e.g. "SIGINT" (for a signal only)
 
@@ -44,8 +42,7 @@ class StopReason:
             return f"reached {option('max_steps')} {self.limit}"
         return f"reached {option('epochs')} {self.limit:g}"
 
-    def __str__(self) -> str:
-        return self.describe()
+    __str__ = describe
 
 
 class RunAlreadyFinished(CharrnnError):
@@ -71,24 +68,14 @@ def stop_reason(config: TrainConfig, step: int, epoch: float, elapsed: float) ->
 
 def run_progress(config: TrainConfig, step: int, epoch: float, elapsed: float) -> float | None:
     """The fraction done by whichever stopping criterion is nearest, or None without one."""
-    fractions = []
-    if config.max_steps is not None:
-        fractions.append(step / config.max_steps)
-    if config.epochs is not None:
-        fractions.append(epoch / config.epochs)
-    if config.time_budget is not None:
-        fractions.append(elapsed / config.time_budget)
-    return max(fractions) if fractions else None
+    limits = ((step, config.max_steps), (epoch, config.epochs), (elapsed, config.time_budget))
+    return max((done / limit for done, limit in limits if limit is not None), default=None)
 
 
 def planned_steps(config: TrainConfig, steps_per_epoch: int) -> int | None:
     """Steps the run will take when a step or epoch limit is set (a time budget may end it sooner)."""
-    limits = []
-    if config.max_steps is not None:
-        limits.append(config.max_steps)
-    if config.epochs is not None:
-        limits.append(math.ceil(config.epochs * steps_per_epoch))
-    return min(limits) if limits else None
+    by_epochs = None if config.epochs is None else math.ceil(config.epochs * steps_per_epoch)
+    return min((limit for limit in (config.max_steps, by_epochs) if limit is not None), default=None)
 
 
 # Every-N-steps schedules, and what an N beyond the run's end means (None when left at its default:
@@ -98,8 +85,7 @@ SCHEDULES = {"eval_every": "it evaluates only at the end", "save_every": "last.p
 
 
 def schedule_warnings(config: TrainConfig, steps_per_epoch: int, total_steps: int | None) -> list[str]:
-    """What to say of the ``save_epochs`` this run will not reach, and of an every-N-steps schedule given
-    with an N beyond its end, as :meth:`TrainObserver.on_message` takes it."""
+    """Warnings of the ``save_epochs`` this run will not reach and every-N-steps schedules past its end."""
     warnings = []
     unreachable = [epoch for epoch in config.save_epochs
                    if total_steps is not None and epoch * steps_per_epoch > total_steps]
@@ -131,16 +117,6 @@ def learning_rate_at(config: TrainConfig, step: int, progress: float | None) -> 
 
 
 @dataclass(frozen=True)
-class Due:
-    """What the run does after a step."""
-
-    evaluate: bool  # score the validation text (and keep best.pt)
-    save: bool  # write last.pt
-    sample: bool  # record a sample
-    epoch_end: bool  # a save_epochs epoch has just ended: keep its checkpoint
-
-
-@dataclass(frozen=True)
 class BudgetEnding:
     """A budgeted run's end, and its evaluations before (:func:`~charrnn.training.budget.plan_budget_end`)."""
 
@@ -152,13 +128,11 @@ class BudgetEnding:
 
 
 class Schedule:
-    """A run's timetable, as its plan decided it: when training stops, the learning rate, and when to
-    evaluate, sample and save; the loop asks it after every step. A budgeted run (``ending``) stops
-    ``reserve`` seconds early, to evaluate and save inside its budget."""
+    """A run's timetable, as its plan decided it, which the loop asks after every step: when to stop,
+    evaluate, sample and save, and the learning rate. A budgeted run stops early, to end inside its budget."""
 
     def __init__(self, config: TrainConfig, ending: BudgetEnding | None = None):
-        self.config = config
-        self.ending = ending
+        self.config, self.ending = config, ending
         self.reserve = ending.reserve_s if ending is not None else 0.0  # seconds kept for the end
         self.told_reserve = self.reserve  # the time kept for the end that the user was last told of
         self.slowdown = 1.0  # how much slower than planned training has run (kept at its worst)
@@ -168,22 +142,17 @@ class Schedule:
         self.began = (0, 0.0, 0.0)  # the step, epoch and spent seconds (reserve included) at its start
 
     def begin(self, run: TrainingRun, elapsed: float) -> None:
-        """Start the planned evaluations' clock where training starts: a budgeted or resumed run starts
-        part-done."""
+        """Start the planned evaluations' clock here, where training starts: it may start part-done."""
         self.began = (run.step, run.epoch, elapsed + self.reserve)
 
     def _along(self, run: TrainingRun, elapsed: float) -> float:
         """How much of its training the run has done since it began, by its nearest limit: planned
         evaluations fall evenly along it, whichever limit ends the run."""
         step, epoch, spent = self.began
-        config, fractions = self.config, [0.0]
-        if config.max_steps is not None and config.max_steps > step:
-            fractions.append((run.step - step) / (config.max_steps - step))
-        if config.epochs is not None and config.epochs > epoch:
-            fractions.append((run.epoch - epoch) / (config.epochs - epoch))
-        if config.time_budget is not None and config.time_budget > spent:
-            fractions.append((elapsed + self.reserve - spent) / (config.time_budget - spent))
-        return max(fractions)
+        limits = ((run.step, step, self.config.max_steps), (run.epoch, epoch, self.config.epochs),
+                  (elapsed + self.reserve, spent, self.config.time_budget))
+        return max([0.0, *((now - began) / (limit - began) for now, began, limit in limits
+                           if limit is not None and limit > began)])
 
     def progress(self, run: TrainingRun, elapsed: float) -> float | None:
         """How much of the run is done (None without a limit): the end's reserved time counts as spent."""
@@ -199,9 +168,10 @@ class Schedule:
     def stop(self, run: TrainingRun, elapsed: float) -> StopReason | None:
         return stop_reason(self.config, run.step, run.epoch, elapsed + self.reserve)
 
-    def due(self, run: TrainingRun, elapsed: float, reason: StopReason | None) -> Due:
-        """What to do after this step; ``reason``: why the run stops here, if it does. An interrupted run
-        saves at once, without evaluating or sampling: the user is waiting."""
+    def due(self, run: TrainingRun, elapsed: float, reason: StopReason | None) -> tuple[bool, ...]:
+        """Whether to evaluate (and keep best.pt), save last.pt and record a sample after this step, and
+        whether a save_epochs epoch just ended (keep its checkpoint); ``reason``: why the run stops here, if
+        it does. An interrupted run saves at once, without evaluating or sampling: the user is waiting."""
         config, last = self.config, reason is not None
         interrupted = last and reason.interrupted
         epoch_end = run.position == 0 and run.epochs_done in config.save_epochs
@@ -214,16 +184,15 @@ class Schedule:
         evaluate = last or epoch_end or timed or (interval is not None and run.step % interval == 0)
         sample = epoch_end or (config.sample_every is not None
                                and (last or run.step % config.sample_every == 0))
-        return Due(evaluate and not interrupted, last or run.step % config.save_every == 0,
-                   sample and not interrupted, epoch_end)
+        return (evaluate and not interrupted, last or run.step % config.save_every == 0,
+                sample and not interrupted, epoch_end)
 
     def slowed(self, chars_per_s: float, window_s: float, alone: bool) -> str | None:
         """Follow the training speed: a machine slower than planned is slower over the end too, so the time
-        kept grows with the slowdown; returns what to tell the user of it. Only ``alone``: torchrun's ranks
-        would each see their own."""
+        kept grows; returns what to tell the user. Only ``alone``: each torchrun rank sees its own."""
         ending = self.ending
-        if ending is None or ending.chars_per_s is None or not alone or \
-                window_s < SLOWDOWN_WINDOW_SHARE * (self.config.time_budget or 0.0):
+        if (ending is None or ending.chars_per_s is None or not alone
+                or window_s < SLOWDOWN_WINDOW_SHARE * (self.config.time_budget or 0.0)):
             return None
         slowdown = ending.chars_per_s / max(chars_per_s, 1e-9)
         if slowdown <= self.slowdown:

@@ -1,21 +1,18 @@
-"""The state of one training run: model, optimiser, the weights' moving average, place in the data, random
-generators.
+"""The state of one training run: model, optimiser, weights' moving average, place in the data, generators.
 
-A :class:`TrainingRun` holds what the step (:func:`charrnn.training.loop.train_step`) works on and turns
-itself into a checkpoint dict and back, exactly: a resumed run takes the steps an uninterrupted one would
-have."""
+A :class:`TrainingRun` holds what the step (:func:`~charrnn.training.loop.train_step`) works on and turns
+itself into a checkpoint dict and back, exactly: a resumed run takes the steps an unbroken one would have."""
 
 from __future__ import annotations
 
 import contextlib
 import math
 import random
+import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import torch
-from torch import nn
 
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data.corpus import CorpusInfo, StreamBatches
@@ -25,25 +22,18 @@ from charrnn.models.devices import resolve_precision
 from charrnn.models.evaluate import EvalResult
 from charrnn.models.model import CharRNN, detach_state
 from charrnn.training.distributed import ProcessGroup
-from charrnn.training.rundir import new_run_id
 from charrnn.utils.hardware import machine_description
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)
-
-
 def restore_cuda_rng(states: list[torch.Tensor]) -> None:
-    """Restore saved CUDA generator states onto the GPUs this machine has (the first ones, if fewer); with
-    no states or no GPU, the CUDA generators stay as they are."""
+    """Restore saved CUDA generator states onto this machine's GPUs, if any (the first ones, if fewer)."""
     if not states or not torch.cuda.is_available():
         return
     for index, state in enumerate(states[: torch.cuda.device_count()]):
         torch.cuda.set_rng_state(state, index)
 
 
-@contextmanager
+@contextlib.contextmanager
 def _refusing_to_resume(problem: str) -> Iterator[None]:
     """Turn a saved state that will not load into "cannot resume: ``problem``", with the first line of why."""
     try:
@@ -52,34 +42,18 @@ def _refusing_to_resume(problem: str) -> Iterator[None]:
         raise CharrnnError(f"cannot resume: {problem} ({first_line(exc, 120)})") from None
 
 
-def _plain_python_rng_state(state: tuple) -> list:
-    """``random.getstate()`` as lists and ints, which weights-only loading accepts."""
-    version, internal, gauss = state
-    return [version, list(internal), gauss]
-
-
-def _python_rng_state(plain: list) -> tuple:
-    version, internal, gauss = plain
-    return version, tuple(internal), gauss
-
-
 class TrainingRun:
-    """The mutable state of one run: model, optimiser, place in the data, best result so far. Under
-    torchrun this rank trains its own block of the streams through DistributedDataParallel."""
+    """One run's mutable state; under torchrun this rank trains its block of the streams through DDP."""
 
     def __init__(self, model_config: ModelConfig, config: TrainConfig, vocab: Vocab, corpus: CorpusInfo,
                  batches: StreamBatches, initial_weights: dict[str, torch.Tensor] | None = None,
                  group: ProcessGroup | None = None):
-        self.model_config = model_config
-        self.config = config
-        self.vocab = vocab
-        self.corpus = corpus
-        self.batches = batches
+        self.model_config, self.config, self.vocab = model_config, config, vocab
+        self.corpus, self.batches = corpus, batches
         self.device = torch.device(config.device)
         self.precision = resolve_precision(config.precision, config.device, model_config)  # fp32 or bf16
-        # Host batches reach a GPU through pinned memory, copied without blocking the host.
-        self.pin_batches = self.device.type == "cuda"
-        seed_everything(config.seed)
+        random.seed(config.seed)
+        torch.manual_seed(config.seed)
         self.model = CharRNN(model_config)
         if initial_weights is not None:
             self.model.load_pretrained(initial_weights)
@@ -103,7 +77,7 @@ class TrainingRun:
         self.best_is_average = False  # whether best.pt holds the averaged weights
         self.skipped = 0  # steps skipped for a non-finite loss or gradient
         self.bad_streak = 0  # consecutive skipped steps up to now
-        self.run_id = new_run_id()  # names the run directory's run in config.json and every checkpoint
+        self.run_id = uuid.uuid4().hex  # names the run directory's run in config.json and every checkpoint
         self.latest_eval: dict[str, Any] | None = None  # the last validation result, with its step
 
     @property
@@ -116,14 +90,13 @@ class TrainingRun:
         if self.position == 0:
             self.state = self.model.initial_state(self.local_batch, self.device)
         window = self.batches[self.position]
-        if self.pin_batches:
+        if self.device.type == "cuda":  # through pinned memory, copied without blocking the host
             return tuple(part[self.rows].pin_memory().to(self.device, non_blocking=True) for part in window)
         return tuple(part[self.rows] for part in window)
 
     def clip_gradients(self) -> torch.Tensor:
         """Textbook notes §3: by norm, g ← g·v/‖g‖ when ‖g‖ > v (all parameters jointly); by value, each
-        element clamped to ±v. Returns the norm before clipping, which also tells whether the step is
-        finite."""
+        element clamped to ±v. Returns the norm before clipping: it tells whether the step is finite."""
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
         if self.config.clip_mode == "value" and self.config.clip > 0:
             torch.nn.utils.clip_grad_value_(self.params, self.config.clip)
@@ -154,15 +127,12 @@ class TrainingRun:
         """Carry ``state`` into the next window, detached (else the next backward pass would run on into
         this one), and move to that window; set only once a step has succeeded."""
         self.state = detach_state(tuple(s.float() for s in state))
-        self.step += 1
-        self.position += 1
-        if self.position == len(self.batches):
-            self.position = 0
+        self.step, self.position = self.step + 1, (self.position + 1) % len(self.batches)
+        if self.position == 0:  # the epoch has ended
             self.epochs_done += 1
 
     def restore(self, payload: dict[str, Any]) -> None:
-        """Continue exactly where ``payload`` (a checkpoint of this run) left off: weights, optimiser,
-        place in the data, carried state, best result and every random generator."""
+        """Continue exactly where ``payload`` (a checkpoint of this run) left off, random generators too."""
         if not 0 <= payload["epoch_step"] < len(self.batches):
             raise CharrnnError(f"cannot resume: epoch_step {payload['epoch_step']} is outside this run's "
                                f"{len(self.batches)} steps per epoch")
@@ -175,21 +145,19 @@ class TrainingRun:
         self.model.load_state_dict(payload.get("training_weights") or payload["model_state"])
         with _refusing_to_resume("optimizer_state does not fit this model"):
             self.optimizer.load_state_dict(payload["optimizer_state"])
-        self.step = payload["step"]
-        self.epochs_done = payload["epoch"]
-        self.position = payload["epoch_step"]
+        self.step, self.epochs_done, self.position = payload["step"], payload["epoch"], payload["epoch_step"]
         self.state = tuple(s[:, self.rows].to(self.device) for s in carried)
         self.best = EvalResult(**payload["best"]) if payload.get("best") else None
         self.best_is_average = bool(payload.get("best_is_average"))
         if self.average is not None:
             with _refusing_to_resume("weight_average does not fit this run"):
                 self.average.load_state(payload["weight_average"])
-        self.skipped = payload.get("skipped_steps", 0)
+        self.skipped, self.latest_eval = payload.get("skipped_steps", 0), payload.get("latest_eval")
         self.run_id = payload.get("run_id", self.run_id)
-        self.latest_eval = payload.get("latest_eval")
         rng = payload["rng"]
         with _refusing_to_resume("rng holds no valid generator state"):
-            random.setstate(_python_rng_state(rng["python"]))
+            version, internal, gauss = rng["python"]
+            random.setstate((version, tuple(internal), gauss))
             torch.set_rng_state(rng["torch"])
             restore_cuda_rng(rng.get("cuda") or [])
 
@@ -199,51 +167,35 @@ class TrainingRun:
 
     def payload(self, elapsed_s: float, carried_state: tuple[torch.Tensor, ...],
                 averaged: bool = False) -> dict[str, Any]:
-        """The checkpoint dict: all :meth:`restore` needs, and what readers want. ``carried_state``: what
-        :meth:`carried_state` gathered on every rank. With ``averaged``, ``model_state`` holds the
-        averaged weights and ``training_weights`` the trained ones."""
+        """The checkpoint dict: all :meth:`restore` needs and readers want (``carried_state``: as all ranks
+        gathered it); with ``averaged``, model_state holds the average, training_weights the trained."""
         weights = {"model_state": self.model.state_dict()}
         if averaged:
             assert self.average is not None
             weights = {"model_state": self.average.weights, "training_weights": self.model.state_dict()}
-        return {
-            "run_id": self.run_id,
-            "model_config": self.model_config.to_dict(),
-            "train_config": self.config.to_dict(),
-            "vocab": self.vocab.to_list(),
-            "vocab_digest": self.vocab.digest(),
-            **weights,
-            "weight_average": self.average.state() if self.average is not None else None,
-            "optimizer_state": self.optimizer.state_dict(),
-            "step": self.step,
-            "epoch": self.epochs_done,
-            "epoch_step": self.position,
-            "progress_epochs": self.epoch,
-            "best": self.best.to_dict() if self.best else None,
-            "best_is_average": self.best_is_average,
-            "latest_eval": self.latest_eval,
-            "skipped_steps": self.skipped,
-            "elapsed_s": elapsed_s,
-            "machine": machine_description(self.config.device),
-            "carried_state": list(carried_state),
-            "rng": {
-                "python": _plain_python_rng_state(random.getstate()),
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            },
-            "corpus": self.corpus.to_dict(),
-        }
+        version, internal, gauss = random.getstate()  # as lists and ints for weights-only loading
+        return {"run_id": self.run_id, "model_config": self.model_config.to_dict(),
+                "train_config": self.config.to_dict(), "vocab": self.vocab.to_list(),
+                "vocab_digest": self.vocab.digest(), **weights,
+                "weight_average": self.average.state() if self.average is not None else None,
+                "optimizer_state": self.optimizer.state_dict(), "step": self.step, "epoch": self.epochs_done,
+                "epoch_step": self.position, "progress_epochs": self.epoch,
+                "best": self.best.to_dict() if self.best else None, "best_is_average": self.best_is_average,
+                "latest_eval": self.latest_eval, "skipped_steps": self.skipped, "elapsed_s": elapsed_s,
+                "machine": machine_description(self.config.device), "carried_state": list(carried_state),
+                "rng": {"python": [version, list(internal), gauss], "torch": torch.get_rng_state(),
+                        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+                "corpus": self.corpus.to_dict()}
 
 
 # ---------------------------------------------------------------------------- the weights' moving average
 # An exponential moving average (EMA) of the weights (Polyak and Juditsky 1992). After applied optimiser
 # step t (from 1), avg ← r·avg + (1 − r)·w with r = min(decay, (1 + t) / (10 + t)): the warm-up forgets the
 # random initial weights fast. The average is scored, never trained (docs/techniques.md).
-
 class WeightAverage:
     """The running average of ``model``'s weights (the same names and shapes as its state dict)."""
 
-    def __init__(self, model: nn.Module, decay: float):
+    def __init__(self, model: torch.nn.Module, decay: float):
         self.decay = decay  # the rate r approaches as the warm-up ends
         self.updates = 0  # averaging steps taken (applied optimiser steps)
         live = model.state_dict()  # views of the model's own tensors, which training updates in place
@@ -263,7 +215,7 @@ class WeightAverage:
         self.updates += 1
 
     @contextlib.contextmanager
-    def swapped_in(self, model: nn.Module) -> Iterator[nn.Module]:
+    def swapped_in(self, model: torch.nn.Module) -> Iterator[torch.nn.Module]:
         """``model`` holding the averaged weights for the ``with`` block, its own ones afterwards."""
         own = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
         model.load_state_dict(self.weights)

@@ -23,9 +23,9 @@ from charrnn.training.checkpoint import load_checkpoint
 from charrnn.training.observer import TrainObserver
 from charrnn.training.rundir import (
     LOCK_NAME,
-    RunLock,
     refuse_writing_over_reads,
     resume_checkpoint,
+    run_lock,
     saved_steps,
 )
 from charrnn.utils.files import TEMPORARY_PREFIX
@@ -397,7 +397,7 @@ def _contend(directory: str, start: float, log: str) -> None:
     while time.time() < start:
         time.sleep(0.001)
     try:
-        with RunLock(Path(directory)):
+        with run_lock(Path(directory)):
             with open(log, "a") as handle:
                 handle.write(f"in {time.monotonic()}\n")
             time.sleep(0.05)
@@ -432,12 +432,12 @@ def test_processes_racing_for_the_lock_never_hold_it_together(tmp_path, stale_fi
 
 
 def test_the_lock_is_released_and_removed_on_exit(tmp_path):
-    with RunLock(tmp_path):
+    with run_lock(tmp_path):
         assert (tmp_path / LOCK_NAME).read_text().strip().isdigit()
         with pytest.raises(CharrnnError, match="holds its lock"):
-            RunLock(tmp_path).__enter__()
+            run_lock(tmp_path).__enter__()
     assert not (tmp_path / LOCK_NAME).exists()
-    with RunLock(tmp_path):
+    with run_lock(tmp_path):
         pass
 
 
@@ -457,7 +457,7 @@ def test_a_file_of_the_users_at_the_locks_name_is_refused_and_left_untouched(tmp
         mine.rename(lock)
         mine = lock
     with pytest.raises(CharrnnError, match="run lock"):
-        with RunLock(run):
+        with run_lock(run):
             pass
     assert mine.read_bytes() == before
 
@@ -537,8 +537,8 @@ def resume_in_place(checkpoint: Path, **options):
 
 def test_the_checkpoints_own_headers_tell_the_newest_state(run_with_epochs):
     run_id = json.loads((run_with_epochs / "config.json").read_text())["run_id"]
-    assert saved_steps(run_with_epochs, run_id).newest == (24, run_with_epochs / "last.pt")
-    assert saved_steps(run_with_epochs, "another run").newest is None
+    assert saved_steps(run_with_epochs, run_id)[0] == (24, run_with_epochs / "last.pt")
+    assert saved_steps(run_with_epochs, "another run")[0] is None
     assert not (run_with_epochs / "manifest.json").exists()
 
 
