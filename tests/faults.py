@@ -1,12 +1,7 @@
 """Fault injection at every file-system mutation (the method of SQLite's crash tests and ALICE).
 
-:class:`Mutations` patches the calls through which a Python process changes files
-(opening for writing, write, fsync, rename and replace, unlink, mkdir, link,
-truncate, chmod, fallocate) and, for the paths under one directory, either
-records them or makes the k-th fail with an ``OSError`` (ENOSPC or EIO), or kills
-the process there with SIGKILL. A scenario is run once to count its mutations,
-then once per k with the k-th failing; the tests check what is left on disk.
-"""
+:class:`Mutations` patches the calls through which a process changes files under one directory, and records
+them, or makes the k-th fail with an ``OSError`` (ENOSPC or EIO), or SIGKILLs the process there."""
 
 from __future__ import annotations
 
@@ -118,13 +113,9 @@ class Mutations:
 
 
 class Watched:
-    """A file object opened for writing under the root.
-
-    Its first ``write`` and its ``close`` (where buffered bytes reach the disk) are
-    mutations; the writes between them fail the same way as the first (the file is
-    left incomplete), so they are not injection points of their own: torch.save
-    alone makes hundreds.
-    """
+    """A file opened for writing under the root: its first ``write`` and its ``close`` (where buffered bytes
+    reach the disk) are mutations. The writes between fail as the first would (the file is left incomplete),
+    so they are no injection points of their own: torch.save alone makes hundreds."""
 
     def __init__(self, file: Any, mutations: Mutations, path: Any):
         self._file, self._mutations, self._path = file, mutations, path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import runpy
 import shlex
 import subprocess
 import sys
@@ -23,21 +24,19 @@ DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"```(console|bash)\n(.*?)```", re.DOTALL)
 
 
+def blocks() -> list[tuple[str, str, str]]:
+    """(document, kind, text) for each console or bash block of the README and docs/."""
+    return [(document.name, *found) for document in DOCUMENTS
+            for found in FENCE.findall(document.read_text(encoding="utf-8"))]
+
+
 def example_commands() -> list[tuple[str, str]]:
     """(where, command line) for each charrnn command in a console or bash block."""
     found = []
-    for document in DOCUMENTS:
-        for kind, block in FENCE.findall(document.read_text(encoding="utf-8")):
-            lines = block.replace("\\\n", " ").splitlines()
-            for line in lines:
-                line = line.strip()
-                if kind == "console":
-                    if not line.startswith("$ charrnn "):
-                        continue
-                    line = line[2:]
-                elif not line.startswith("charrnn "):
-                    continue
-                found.append((document.name, line))
+    for where, kind, block in blocks():
+        for line in (line.strip() for line in block.replace("\\\n", " ").splitlines()):
+            if line.startswith("$ charrnn " if kind == "console" else "charrnn "):
+                found.append((where, line.removeprefix("$ ")))
     return found + help_examples(cli, "charrnn")
 
 
@@ -52,8 +51,7 @@ def help_examples(command: click.Command, path: str) -> list[tuple[str, str]]:
 
 
 def parse(args: list[str]) -> None:
-    """Parse a command line down to its subcommand, as the real program would, and check its values
-    with the library's own checks, without running it."""
+    """Parse a command line to its subcommand as the program would, and check its values, running nothing."""
     command: click.Command = cli
     context = command.make_context("charrnn", list(args))
     while isinstance(command, click.Group):
@@ -121,19 +119,15 @@ def test_help_and_version_answer(args):
 def console_examples() -> list[tuple[str, list[str]]]:
     """(command line, the output lines shown under it) for each ``$ charrnn`` line of a console block."""
     found = []
-    for document in DOCUMENTS:
-        for kind, block in FENCE.findall(document.read_text(encoding="utf-8")):
-            if kind != "console":
-                continue
-            lines = block.splitlines()
-            for index, line in enumerate(lines):
-                if line.startswith("$ charrnn "):
-                    shown = []
-                    for following in lines[index + 1:]:
-                        if following.startswith("$ "):
-                            break
-                        shown.append(following)
-                    found.append((line[2:], shown))
+    for lines in (block.splitlines() for _, kind, block in blocks() if kind == "console"):
+        for index, line in enumerate(lines):
+            if line.startswith("$ charrnn "):
+                shown = []
+                for following in lines[index + 1:]:
+                    if following.startswith("$ "):
+                        break
+                    shown.append(following)
+                found.append((line[2:], shown))
     return found
 
 
@@ -173,8 +167,7 @@ EFFECTIVE_DEFAULTS = {("train", "--eval-every"): DEFAULT_EVAL_EVERY,
 
 
 def test_the_readme_states_defaults_for_the_main_options():
-    flags = {flag for _, flag, _ in STATED_DEFAULTS}
-    assert {"--layers", "--hidden", "--length", "--temperature"} <= flags
+    assert {"--layers", "--hidden", "--length", "--temperature"} <= {flag for _, flag, _ in STATED_DEFAULTS}
 
 
 @pytest.mark.parametrize(("command", "flag", "stated"), STATED_DEFAULTS,
@@ -199,8 +192,7 @@ def test_the_command_line_reference_is_what_the_code_generates():
 
 
 def test_the_docs_read_at_a_breath():
-    """No sentence of the README or docs/ runs past 40 words, and neither the README nor the budget's page
-    sprawls."""
+    """No sentence of the README or docs/ runs past 40 words; the README and the budget page do not sprawl."""
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / "prose_check.py"), *map(str, DOCUMENTS)],
                             cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
@@ -209,11 +201,7 @@ def test_the_docs_read_at_a_breath():
 
 
 def test_the_prose_check_splits_sentences_and_skips_code_and_tables():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        from prose_check import long_sentences
-    finally:
-        sys.path.pop(0)
+    long_sentences = runpy.run_path(str(ROOT / "scripts" / "prose_check.py"))["long_sentences"]
     long = " ".join(["word"] * 41)
     text = f"{long}. Short one.\n\n```\n{long}\n```\n\n| {long} |\n\n    {long}\n\n- Two. X{' x' * 40}\n"
     assert [(line, count) for line, count, _ in long_sentences(text)] == [(1, 41), (11, 41)]

@@ -1,21 +1,12 @@
 """A failure injected at every file-system mutation of each command that writes (see faults.py).
 
-For every scenario the command first runs undisturbed, recording its mutations
-and its results; then, for each k, it runs again from the same starting files
-with the k-th mutation failing (ENOSPC, or EIO for every third point), and:
-
-1. every file that existed before is byte-identical, or is one the command was
-   asked to write and now holds the undisturbed run's result (or, for training
-   files whose bytes depend on timing, a valid newer version);
-2. no file under a final name is partial: checkpoints load, logs parse;
-3. a training run resumes from the newest state it saved and ends with exactly the
-   weights of the undisturbed run;
-4. the command failed with one line and no traceback (or, where the failure was
-   harmless, succeeded).
-
-A sample of points is also hit with SIGKILL in a real process. ``make test-fast``
-tries every ninth point; ``make test`` (the slow marker) tries them all.
-"""
+Each scenario runs once undisturbed, recording its mutations and results, then once per k from the same
+starting files with the k-th mutation failing (ENOSPC; EIO every third), after which: 1. every earlier file
+is byte-identical, or an output asked for holding the undisturbed result (for training files whose bytes
+depend on timing, a valid newer version); 2. nothing under a final name is partial (checkpoints load, logs
+parse); 3. a training run resumes from its newest state to exactly the undisturbed weights; 4. the command
+failed in one line without a traceback (or, the failure harmless, succeeded). Some points are also hit with
+SIGKILL in a real process. ``make test-fast`` tries every FAST_STRIDE-th point; ``make test`` all of them."""
 
 from __future__ import annotations
 
@@ -72,15 +63,13 @@ def train_args(root: Path, out: str = "run", *extra: str) -> list[str]:
 TRAIN = ("--epochs", "2", "--save-epochs", "1", "--eval-every", "10")
 
 
-def with_base_run(root: Path) -> None:
-    """A corpus and a finished run (base/) that later commands read."""
-    write_corpus(root)
-    invoke(train_args(root, "base", "--max-steps", "10", "--eval-every", "5"))
+def with_a_run(name: str) -> Callable[[Path], None]:
+    """A corpus and a run finished at step 10 (``name``/), which later commands read or resume."""
+    def make(root: Path) -> None:
+        write_corpus(root)
+        invoke(train_args(root, name, "--max-steps", "10", "--eval-every", "5"))
 
-
-def with_a_run_at_step_10(root: Path) -> None:
-    write_corpus(root)
-    invoke(train_args(root, "run", "--max-steps", "10", "--eval-every", "5"))
+    return make
 
 
 def resume_or_start(arguments: Callable[[Path], list[str]], run: str) -> Callable[[Path], list[str]]:
@@ -94,8 +83,7 @@ def resume_or_start(arguments: Callable[[Path], list[str]], run: str) -> Callabl
 
 
 def with_a_sampled_run(root: Path) -> None:
-    """A finished run with epoch checkpoints and samples, which an --overwrite run replaces; a copy of its
-    config.json beside it tells the older run from the new one."""
+    """A finished run with epoch checkpoints and samples for --overwrite to replace, and its config's copy."""
     write_corpus(root)
     invoke(train_args(root, "run", "--max-steps", "30", "--save-epochs", "1", "--sample-every", "10",
                       "--eval-every", "10"))
@@ -107,8 +95,7 @@ def overwrite(root: Path) -> list[str]:
 
 
 def finish_overwrite(root: Path) -> list[str]:
-    """After a failure: resume the new run if it began, else overwrite again (whatever the older run
-    left)."""
+    """After a failure: resume the new run if it began, else overwrite again (whatever the older run left)."""
     config = root / "run" / "config.json"
     if config.exists() and config.read_bytes() != (root / "older-config.json").read_bytes():
         return ["train", "--resume", str(root / "run"), "--quiet", *CPU]
@@ -124,9 +111,9 @@ def resume_to_20(root: Path) -> list[str]:
     return ["train", "--resume", str(root / "run"), "--max-steps", "20", "--eval-every", "5", "--quiet", *CPU]
 
 
-def with_old_file(name: str, setup: Callable[[Path], None] = with_base_run) -> Callable[[Path], None]:
+def with_old_file(name: str) -> Callable[[Path], None]:
     def make(root: Path) -> None:
-        setup(root)
+        with_a_run("base")(root)
         (root / name).write_text("the user's earlier file\n")
 
     return make
@@ -140,11 +127,10 @@ def with_an_edited_copy(root: Path) -> None:
 SCENARIOS = [
     Scenario("train", write_corpus, lambda root: train_args(root, "run", *TRAIN), outputs=("run",),
              run_dir="run", resume=resume_or_start(lambda root: train_args(root, "run", *TRAIN), "run")),
-    Scenario("resume", with_a_run_at_step_10, resume_to_20, outputs=("run",), run_dir="run",
-             resume=resume_to_20),
+    Scenario("resume", with_a_run("run"), resume_to_20, outputs=("run",), run_dir="run", resume=resume_to_20),
     Scenario("train --overwrite", with_a_sampled_run, overwrite, outputs=("run",), run_dir="run",
              resume=finish_overwrite),
-    Scenario("fine-tune", with_base_run, fine_tune, outputs=("tuned",), run_dir="tuned",
+    Scenario("fine-tune", with_a_run("base"), fine_tune, outputs=("tuned",), run_dir="tuned",
              resume=resume_or_start(fine_tune, "tuned")),
     # A budget's run, cut short by a step limit: the same writes, in a second rather than five.
     Scenario("time budget", write_corpus,
@@ -170,8 +156,7 @@ SCENARIOS = [
 
 
 def invoke(arguments: list[str], environment: dict[str, str] | None = None):
-    result = CliRunner().invoke(cli, arguments, env=environment)
-    return result
+    return CliRunner().invoke(cli, arguments, env=environment)
 
 
 def check_valid(path: Path) -> None:
@@ -200,8 +185,8 @@ class Reference:
 
 
 def prepare(scenario: Scenario, root: Path, template: Path | None = None) -> dict[str, str]:
-    """The scenario's starting files at ``root``. With ``template``, its setup runs once and is copied
-    back for every later try, at the same path: the files record absolute paths."""
+    """The starting files at ``root``; with ``template``, set up once and copied to the same path (they hold
+    absolute paths) for every later try."""
     if root.exists():
         shutil.rmtree(root)
     if template is not None and template.exists():
@@ -214,13 +199,6 @@ def prepare(scenario: Scenario, root: Path, template: Path | None = None) -> dic
     return {key: mirror_url() if value == "MIRROR" else value for key, value in scenario.environment.items()}
 
 
-def final_state(scenario: Scenario, root: Path) -> tuple[dict[str, torch.Tensor] | None, int | None]:
-    if scenario.resume is None:
-        return None, None
-    payload = load_checkpoint(root / scenario.run_dir / "last.pt")
-    return payload["model_state"], payload["step"]
-
-
 _references: dict[str, Reference] = {}
 
 
@@ -231,8 +209,9 @@ def reference(scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> R
         with Mutations(root / "r") as recorded:
             result = invoke(scenario.command(root / "r"), environment)
         assert result.exit_code == 0, result.output
-        _references[scenario.name] = Reference(recorded.log, snapshot(root / "r"),
-                                               *final_state(scenario, root / "r"))
+        payload = load_checkpoint(root / "r" / scenario.run_dir / "last.pt") if scenario.resume else {}
+        _references[scenario.name] = Reference(recorded.log, snapshot(root / "r"), payload.get("model_state"),
+                                               payload.get("step"))
     return _references[scenario.name]
 
 
@@ -262,7 +241,9 @@ def check_after_failure(scenario: Scenario, root: Path, before: dict[str, bytes]
             assert content in (ref.files[relative], before.get(relative)), f"{relative} is partial"
         check_valid(root / relative)
     if scenario.run_dir is not None and (root / scenario.run_dir / "config.json").exists():
-        one_run(root / scenario.run_dir)
+        run_id = json.loads((root / scenario.run_dir / "config.json").read_text(encoding="utf-8"))["run_id"]
+        for path in (root / scenario.run_dir).glob("*.pt"):
+            assert load_checkpoint(path)["run_id"] == run_id, f"{path.name} is another run's"
     # 3. the run resumes and ends where the undisturbed run ended
     if scenario.resume is not None:
         run_dir = root / scenario.run_dir
@@ -277,17 +258,6 @@ def check_after_failure(scenario: Scenario, root: Path, before: dict[str, bytes]
             assert torch.equal(weights[key], ref.weights[key]), f"{key} differs after resuming"
 
 
-def one_run(run_dir: Path) -> None:
-    """A run directory holds one run's records: every checkpoint names its config.json's run."""
-    run_id = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))["run_id"]
-    for path in run_dir.glob("*.pt"):
-        assert load_checkpoint(path)["run_id"] == run_id, f"{path.name} is another run's"
-
-
-def injection_points(count: int, every: int) -> list[int]:
-    return list(range(1, count + 1, every))
-
-
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[scenario.name for scenario in SCENARIOS])
 @pytest.mark.parametrize("every", [pytest.param(FAST_STRIDE, id="sampled"),
                                    pytest.param(1, id="every-point", marks=pytest.mark.slow)])
@@ -297,7 +267,7 @@ def test_a_failure_at_any_write_loses_nothing(scenario: Scenario, every: int, tm
     ref = reference(scenario, tmp_path_factory)
     assert ref.mutations, "the scenario wrote nothing"
     base = tmp_path_factory.mktemp("fault")
-    for k in injection_points(len(ref.mutations), every):
+    for k in range(1, len(ref.mutations) + 1, every):
         root = base / "r"
         environment = prepare(scenario, root, base / "template")
         before = snapshot(root)

@@ -1,5 +1,4 @@
-"""Property-based fuzzing of the command line (hypothesis is a test-only dependency): whatever the options,
-corpus bytes or prime, never a traceback, never exit code 0 with an error message, never a partial file."""
+"""Fuzzing (hypothesis): whatever the options, bytes or prime: no traceback, exit 0 error or partial file."""
 
 from __future__ import annotations
 
@@ -17,6 +16,7 @@ from hypothesis import strategies as st
 
 import charrnn
 from charrnn.cli.main import cli
+from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError
 from charrnn.training.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow  # many drawn examples per test
@@ -41,8 +41,7 @@ corpora = st.one_of(
 
 
 def check_outcome(result, directory: Path, inputs: tuple[Path, ...] = ()) -> None:
-    """No traceback; an error is one last ``Error:`` line; every checkpoint charrnn wrote (all but
-    ``inputs``) loads."""
+    """No traceback; an error is one last ``Error:`` line; every checkpoint written (not ``inputs``) loads."""
     output = result.output
     assert "Traceback" not in output, output
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
@@ -121,8 +120,7 @@ NESTED = ("model_config", "corpus", "train_config", "best", "rng", "sampler")
 
 
 def mutate_payload(payload: dict, data: st.DataObject, where: str | None = None) -> None:
-    """One random hostile edit (``where``: top, nested or tensor; drawn if None): a field replaced by junk
-    or removed, or a weight reshaped or poisoned."""
+    """A hostile edit at ``where`` (top, nested, tensor; else drawn): junk or no field, a bad weight."""
     where = where or data.draw(st.sampled_from(["top", "nested", "tensor"]))
     if where == "tensor":
         name = data.draw(st.sampled_from(sorted(payload["model_state"])))
@@ -161,8 +159,7 @@ def test_a_mutated_checkpoint_never_crashes(tiny_run, data):
 
 
 def mutate_folder(folder: Path, data: st.DataObject) -> None:
-    """One random hostile edit of a model folder: a JSON value replaced by junk or removed, a file cut
-    short or flipped, or a weight reshaped or poisoned."""
+    """A hostile edit of a model folder: a JSON value junked or gone, a file cut or flipped, a bad weight."""
     from safetensors.torch import load_file, save_file
 
     name = data.draw(st.sampled_from(["config.json", "vocab.json", "model.safetensors", "bytes"]))
@@ -227,8 +224,6 @@ SAMPLE_PARAMETERS = ["prime", "length", "temperature", "top_k", "top_p", "greedy
 
 def refused_before_any_write(call, directory: Path) -> None:
     """``call()`` works, or raises a CharrnnError; a refused option leaves ``directory`` as it was."""
-    from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError
-
     before = sorted(directory.rglob("*"))
     try:
         call()
@@ -241,8 +236,6 @@ def refused_before_any_write(call, directory: Path) -> None:
 @FUZZ
 @given(data=st.data())
 def test_the_api_works_or_raises_a_charrnn_error_before_writing(tiny_run, data):
-    import charrnn
-
     chosen = data.draw(st.dictionaries(st.sampled_from(TRAIN_PARAMETERS), anything, max_size=4))
     chosen.setdefault("max_steps", 3)
     with tempfile.TemporaryDirectory() as scratch:

@@ -1,3 +1,4 @@
+import dataclasses
 import io
 import json
 import os
@@ -83,8 +84,7 @@ def test_different_vocabularies_are_noted_and_each_still_sampled_and_scored_wher
 
 
 def test_a_stop_string_one_checkpoint_cannot_write_lets_it_run_to_its_length(tiny_run, other_run):
-    """'Ω' is in the other model's vocabulary only: it may end the other's sample, never the tiny one's,
-    which is sampled to its full length as if no stop string were given."""
+    """'Ω' is in the other's vocabulary only: the tiny model samples to its length as if no stop was given."""
     stopping = SampleConfig(length=40, seed=3, temperature=0.9, stop_at="Ω")
     reports, _ = compare_checkpoints([tiny_run / "best.pt", other_run / "best.pt"],
                                      settings(prime="", sample=stopping))
@@ -93,7 +93,7 @@ def test_a_stop_string_one_checkpoint_cannot_write_lets_it_run_to_its_length(tin
     assert reports[0].sample == unstopped
 
 
-def test_markdown_has_table_and_fenced_samples_and_the_terminal_columns_or_panels(tiny_run, other_run):
+def test_markdown_table_and_samples_and_terminal_columns_or_panels_write_an_epoch_alike(tiny_run, other_run):
     reports, note = compare_checkpoints([tiny_run / "best.pt", other_run / "best.pt"], settings(prime=""))
     document = to_markdown(reports, settings(prime=""), note)
     assert "| checkpoint | run | epoch | steps | nats/char | bits/char | perplexity |" in document
@@ -103,6 +103,9 @@ def test_markdown_has_table_and_fenced_samples_and_the_terminal_columns_or_panel
     assert "┃" in wide and "╭─" not in wide  # one table, checkpoints as columns
     assert narrow.count("╭─") == 2  # one panel per checkpoint
     assert "run/best.pt" in wide  # same file name in two runs: labelled with the run
+    reports = [dataclasses.replace(reports[0], epoch=2.711111)]  # the same epoch, in two places
+    assert "| 2.71 |" in to_markdown(reports, settings(prime=""), note)
+    assert "2.71 " in render(reports, 160) and "2.711" not in render(reports, 160)
 
 
 def test_markdown_shows_a_runs_name_literally_and_it_and_the_page_take_a_name_not_utf8(tiny_run, tmp_path):
@@ -195,7 +198,7 @@ def test_compare_takes_the_sampling_options_of_sample(tiny_run, tmp_path):
     assert refused.exit_code == 2 and "--greedy is deterministic" in refused.stderr
 
 
-def test_a_text_a_checkpoint_cannot_score_fails_the_command_and_skip_unknown_scores_the_rest(
+def test_a_text_a_checkpoint_cannot_score_fails_the_command_and_skip_unknown_with_it_scores_the_rest(
         tiny_run, other_run, tmp_path):
     text = tmp_path / "shared.txt"
     text.write_text("ROMEO: Café\n" * 5, encoding="utf-8")
@@ -214,9 +217,6 @@ def test_a_text_a_checkpoint_cannot_score_fails_the_command_and_skip_unknown_sco
     entries = json.loads(skipped.stdout)
     assert all(entry["nats_per_char"] is not None for entry in entries)
     assert entries[1]["chars"] < entries[0]["chars"]
-
-
-def test_skip_unknown_goes_with_a_text_in_both_doors(tiny_run):
     refused = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "--skip-unknown"])
     assert refused.exit_code == 2 and "--skip-unknown goes with --text" in refused.stderr
     with pytest.raises(CharrnnError, match="skip_unknown goes with text_file"):
@@ -239,11 +239,3 @@ def test_markdown_names_the_reference_of_memorisation_only_when_all_share_it():
     mixed = to_markdown([report("a", "one.txt"), report("b", "two.txt")], settings, None)
     assert "Memorisation measured against each checkpoint's own training split." in mixed
 
-
-def test_markdown_and_the_terminal_write_an_epoch_alike(tiny_run):
-    import dataclasses
-
-    reports, note = compare_checkpoints([tiny_run / "best.pt"], settings(prime=""))
-    reports = [dataclasses.replace(reports[0], epoch=2.711111)]
-    assert "| 2.71 |" in to_markdown(reports, settings(prime=""), note)
-    assert "2.71 " in render(reports, 160) and "2.711" not in render(reports, 160)

@@ -50,14 +50,7 @@ def test_a_repeated_novel_passage_scores_much_better_dynamically(loaded, split):
     assert adapted.nats_per_char < static.nats_per_char - 0.5, (static, adapted)
 
 
-def test_the_settings_are_checked():
-    with pytest.raises(ConfigError, match="learning_rate must be 0"):
-        DynamicConfig(learning_rate=-1)
-    with pytest.raises(ConfigError, match="segment_len must be at least 1"):
-        DynamicConfig(segment_len=0)
-
-
-def test_the_command_reports_both_scores_and_leaves_the_checkpoint_alone(tiny_run, tmp_path):
+def test_the_command_reports_both_scores_leaves_the_checkpoint_alone_and_checks_the_settings(tiny_run):
     checkpoint = tiny_run / "best.pt"
     before = checkpoint.read_bytes(), checkpoint.stat().st_mtime_ns
     runner = CliRunner()
@@ -73,6 +66,10 @@ def test_the_command_reports_both_scores_and_leaves_the_checkpoint_alone(tiny_ru
     refused = runner.invoke(cli, ["eval-perplexity", str(checkpoint), "--dynamic", "--dynamic-lr", "-1"])
     assert refused.exit_code == 2
     assert "Invalid value for '--dynamic-lr': must be 0 (the static score) or positive" in refused.stderr
+    with pytest.raises(ConfigError, match="learning_rate must be 0"):
+        DynamicConfig(learning_rate=-1)
+    with pytest.raises(ConfigError, match="segment_len must be at least 1"):
+        DynamicConfig(segment_len=0)
 
 
 def test_without_the_training_corpus_dynamic_evaluation_says_why(tiny_run, tmp_path):
@@ -109,8 +106,7 @@ def test_compare_reports_the_dynamic_score_beside_the_static_one(tiny_run, tmp_p
 
 @pytest.mark.cuda
 def test_on_cuda_it_adapts_as_on_the_cpu_and_leaves_cudnn_on(loaded, split):
-    """cuDNN takes no gradients in eval mode: the adapting runs on PyTorch's own kernels, then cuDNN is
-    back for everything else."""
+    """cuDNN takes no gradients in eval mode: adapting runs on PyTorch's kernels, then cuDNN is back on."""
     import copy
 
     config = DynamicConfig(learning_rate=1e-3, segment_len=25)

@@ -131,8 +131,6 @@ def test_cli_rank_and_colour(tmp_path, planted):
     parser.feed(Path(tmp_path / "unit1.html").read_text(encoding="utf-8"))
     assert "".join(parser.pre_text) == QUOTED and parser.stack == []
 
-    missing = runner.invoke(cli, ["inspect", str(checkpoint), str(text_file)])
-    assert missing.exit_code == 2 and "give --unit" in missing.stderr
     too_far = runner.invoke(cli, ["inspect", str(checkpoint), str(text_file), "--unit", "9"])
     assert too_far.exit_code == 2 and "units 0 to 2" in too_far.stderr
 

@@ -129,7 +129,7 @@ def exercise_like_run(root: Path) -> Path:
     return write_run(root, "epochs", records, {"num_layers": 2, "hidden_size": 128, "cell": "lstm"})
 
 
-def test_an_exercise_run_reads_at_a_glance(tmp_path):
+def test_an_exercise_run_reads_at_a_glance_and_a_short_one_keeps_a_linear_epoch_axis(tmp_path):
     pytest.importorskip("matplotlib")
     from charrnn.analysis.plot import learning_curves, text_box
 
@@ -145,12 +145,6 @@ def test_an_exercise_run_reads_at_a_glance(tmp_path):
     legend = [text.get_text() for text in epoch_axis.get_legend().get_texts()]
     # These records come with no best.pt to ring, so the legend does not name one.
     assert "epoch checkpoint (--save-epochs)" in legend and "best.pt (lowest validation loss)" not in legend
-
-
-def test_a_short_run_keeps_a_linear_epoch_axis_and_the_legend_names_only_what_is_drawn(tmp_path):
-    pytest.importorskip("matplotlib")
-    from charrnn.analysis.plot import learning_curves
-
     figure = learning_curves([fake_run(tmp_path, "lstm", 5)])
     assert figure.axes[0].get_xscale() == "linear" and figure._suptitle.get_text() == "lstm"
     # A run of one evaluation: its training loss is a marker (a one-point line draws nothing), and the
@@ -180,8 +174,7 @@ def test_the_exercise_figure_redraws_from_the_kept_records(tmp_path):
 
 
 def test_subset_scores_are_a_series_apart_and_best_pt_is_ringed_where_it_was_saved(tmp_path):
-    """A budgeted run: two evaluations on the validation split's start (lower, on easier text), then the
-    end's on the whole split, whose weights best.pt holds."""
+    """A budget's run: two scores on the split's (easier) start, then the end's on all of it, as best.pt's."""
     pytest.importorskip("matplotlib")
     import torch
 

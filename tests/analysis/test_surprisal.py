@@ -75,7 +75,8 @@ def text_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_inspect_most_surprising_table_and_json(tiny_checkpoint, text_file):
+def test_inspect_ranks_the_most_surprising_and_colours_the_text_writes_a_page_and_streams_json(
+        tiny_checkpoint, text_file, tmp_path):
     table = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), "--most-surprising",
                                      "3"])
     assert table.exit_code == 0, table.output
@@ -85,10 +86,6 @@ def test_inspect_most_surprising_table_and_json(tiny_checkpoint, text_file):
                                       "3", "--json"])
     positions = json.loads(listed.stdout)
     assert len(positions) == 3 and {"before", "after", "nats", "top"} <= set(positions[0])
-
-
-def test_inspect_surprisal_colours_the_text_writes_a_page_and_streams_json(tiny_checkpoint, text_file,
-                                                                          tmp_path):
     page = tmp_path / "surprisal.html"
     result = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), "--surprisal",
                                       "--html", str(page)])

@@ -105,7 +105,8 @@ def test_an_existing_run_is_kept_unless_overwrite_and_a_resume_may_not_contradic
 
 
 @pytest.mark.slow
-def test_resume_continues_the_run_with_epoch_checkpoints(runner, small_corpus):
+def test_resume_continues_the_run_and_resuming_an_earlier_checkpoint_never_replaces_newer_results(
+        runner, small_corpus):
     # small.txt: 13,100 chars, 11,790 for training; 4 streams of 2,947, seq-len 16: 185 steps an epoch.
     first = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--epochs", "1", "--save-epochs", "1,2",
                    "--eval-every", "1000")
@@ -118,6 +119,18 @@ def test_resume_continues_the_run_with_epoch_checkpoints(runner, small_corpus):
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r.get("epoch_checkpoint", "")[:9] for r in records] == ["epoch0001", "epoch0002"]
     assert torch.load(run / "last.pt", weights_only=True)["step"] == 2 * records[0]["step"]
+    before = {name: (run / name).read_bytes() for name in ("best.pt", "last.pt", "metrics.jsonl")}
+    earlier = next(run.glob("epoch0001-*.pt"))
+    refused = invoke(runner, "train", "--resume", earlier, "--epochs", "2")
+    assert_one_line_error(refused, "has newer results")
+    assert "--out NEW_DIR" in refused.stderr
+    branched = invoke(runner, "train", "--resume", earlier, "--epochs", "2", "--out", "branch")
+    assert branched.exit_code == 0, branched.output
+    assert {name: (run / name).read_bytes() for name in before} == before
+    history = [json.loads(line) for line in Path("branch/metrics.jsonl").read_text().splitlines()]
+    assert history[0] == records[0]  # the branch starts with the run's history up to the checkpoint
+    assert torch.load("branch/last.pt", weights_only=True)["run_id"] != \
+        torch.load(run / "last.pt", weights_only=True)["run_id"]
 
 
 def train_tiny_run(runner: CliRunner, corpus: Path, out: str, *extra: str):
@@ -138,26 +151,6 @@ def test_resume_of_a_fine_tuned_run_trains_on_the_checkpoints_vocabulary(runner,
     assert straight["vocab"] == halves["vocab"] != sorted(halves["vocab"])
     for name, tensor in straight["model_state"].items():
         assert torch.equal(tensor, halves["model_state"][name]), name
-
-
-@pytest.mark.slow
-def test_resuming_an_earlier_checkpoint_never_replaces_newer_results(runner, small_corpus):
-    assert invoke(runner, "train", small_corpus, *TINY_TRAIN, "--epochs", "3", "--save-epochs", "1,2",
-                  "--eval-every", "1000", "--out", "ep").exit_code == 0
-    run = Path("ep")
-    before = {name: (run / name).read_bytes() for name in ("best.pt", "last.pt", "metrics.jsonl")}
-    first = next(run.glob("epoch0001-*.pt"))
-    refused = invoke(runner, "train", "--resume", first, "--epochs", "2")
-    assert_one_line_error(refused, "has newer results")
-    assert "--out NEW_DIR" in refused.stderr
-    branched = invoke(runner, "train", "--resume", first, "--epochs", "2", "--out", "branch")
-    assert branched.exit_code == 0, branched.output
-    assert {name: (run / name).read_bytes() for name in before} == before
-    history = [json.loads(line) for line in Path("branch/metrics.jsonl").read_text().splitlines()]
-    original = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert history[0] == original[0]  # the branch starts with the run's history up to the checkpoint
-    assert torch.load("branch/last.pt", weights_only=True)["run_id"] != \
-        torch.load(run / "last.pt", weights_only=True)["run_id"]
 
 
 def test_a_run_directory_stands_for_its_checkpoint_and_a_resume_keeps_to_its_own_run(runner, small_corpus):
@@ -192,6 +185,9 @@ def test_fine_tune_with_extended_vocabulary(runner, tiny_checkpoint):
                    "--max-steps", "2", "--batch-size", "4", "--seq-len", "16", "--dropout", "0.1",
                    "--weight-drop", "0.2", "-o", "locked_dropout", "true")
     assert tuned.exit_code == 0, tuned.output
+    assert (f"fine-tuning {tiny_checkpoint}: its shape and regularisation (--dropout 0.1 (given; the "
+            "checkpoint's 0), --weight-drop 0.2 (given; the checkpoint's 0)) are kept unless given; the "
+            "vocabulary grows from") in tuned.stderr
     old = torch.load(tiny_checkpoint, weights_only=True)
     new = torch.load("checkpoints/new/last.pt", weights_only=True)
     assert new["vocab"][: len(old["vocab"])] == old["vocab"]  # no id moved
@@ -211,6 +207,8 @@ def test_a_time_budget_says_what_it_leaves_to_the_defaults(runner, tiny_checkpoi
     assert tuned.exit_code == 0, tuned.output
     assert ("--time-budget 30 s: a fine-tune keeps its checkpoint's shape and regularisation, and every "
             "other setting not given keeps its plain default") in tuned.stderr
+    assert (f"fine-tuning {tiny_checkpoint}: its shape and regularisation (no dropout) are kept unless "
+            "given\n") in tuned.stderr  # and the vocabulary, not extended, does not grow
     saved = json.loads(Path("tuned/config.json").read_text())["train"]
     assert saved["weight_decay"] == 0.0 and saved["learning_rate"] == TrainConfig.learning_rate
     gru = invoke(runner, "train", small_corpus, "--model", "gru", "--time-budget", "30", "--max-steps", "1",
@@ -219,10 +217,14 @@ def test_a_time_budget_says_what_it_leaves_to_the_defaults(runner, tiny_checkpoi
     assert "the scaling rule covers plain LSTMs, so this gru keeps the plain defaults" in gru.stderr
 
 
-def test_several_samples_to_a_file_or_as_json(runner, tiny_checkpoint):
-    result = invoke(runner, "sample", tiny_checkpoint, "--num-samples", "3", "--length", "20", "--seed", "2",
-                    "--output", "out.txt")
-    assert result.exit_code == 0 and result.stdout == ""
+def test_several_samples_to_a_file_that_follows_the_umask_or_as_json(runner, tiny_checkpoint):
+    previous = os.umask(0o002)
+    try:
+        result = invoke(runner, "sample", tiny_checkpoint, "--num-samples", "3", "--length", "20", "--seed",
+                        "2", "--output", "out.txt")
+    finally:
+        os.umask(previous)
+    assert result.exit_code == 0 and result.stdout == "" and Path("out.txt").stat().st_mode & 0o777 == 0o664
     text = Path("out.txt").read_text(encoding="utf-8")
     parts = re.split(r"=== sample (\d) ===\n", text)
     assert parts[0] == "" and parts[1::2] == ["1", "2", "3"]
@@ -234,7 +236,7 @@ def test_several_samples_to_a_file_or_as_json(runner, tiny_checkpoint):
     assert len(records) == 2 and all(set(record) == {"text"} for record in records)
 
 
-def test_beam_search_prints_the_best_beams_with_scores_on_stderr(runner, tiny_checkpoint):
+def test_beam_search_prints_the_best_beams_with_scores_or_as_json_best_first(runner, tiny_checkpoint):
     result = invoke(runner, "sample", tiny_checkpoint, "--prime", "ROMEO:", "--beam-width", "4",
                     "--num-samples", "2", "--length", "30")
     assert result.exit_code == 0, result.output
@@ -249,9 +251,6 @@ def test_beam_search_prints_the_best_beams_with_scores_on_stderr(runner, tiny_ch
     assert width_one.exit_code == 0 and greedy.exit_code == 0, width_one.output + greedy.output
     assert width_one.stdout == greedy.stdout  # one beam: the text alone, no header
     assert greedy.stdout.startswith("ROMEO:") and len(greedy.stdout) == len("ROMEO:") + 30 + 1
-
-
-def test_beams_as_json_give_one_object_per_line_best_first(runner, tiny_checkpoint):
     beams = invoke(runner, "sample", tiny_checkpoint, "--beam-width", "3", "--num-samples", "3",
                    "--length", "10", "--stop-at", "\n", "--json")
     records = [json.loads(line) for line in beams.stdout.splitlines()]
@@ -284,14 +283,11 @@ def test_eval_unknown_characters_named_and_skippable(runner, tiny_checkpoint):
     assert "skipped 4 character(s)" in skipped.stderr
 
 
-def test_data_get_uses_the_mirror(runner, data_mirror):
+def test_data_get_uses_the_mirror_and_train_without_corpus_fetches_tiny_shakespeare(runner, data_mirror):
     result = invoke(runner, "data", "get", "tinyshakespeare", "--data-dir", "cache")
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == str(Path("cache/tinyshakespeare/input.txt"))
     assert len(Path("cache/tinyshakespeare/input.txt").read_text(encoding="utf-8")) == 1_115_394
-
-
-def test_train_without_corpus_fetches_tiny_shakespeare(runner, data_mirror):
     result = invoke(runner, "train", "--layers", "1", "--hidden", "8", "--embed", "4", "--batch-size", "2",
                     "--seq-len", "8", "--max-steps", "2")
     assert result.exit_code == 0, result.output
@@ -347,6 +343,8 @@ BAD_INPUTS = [
     (["export", "CKPT", "--output", "page.html", "--threads", "0"], "'--threads': must be a whole number"),
     (["sample", "CKPT", "--threads", "two"], "'--threads': 'two' is not a valid integer"),
     (["sample", "CKPT", "--threads", "99999999999999999999"], "at least 1 (at most 1,024)"),
+    *([(["sample", "CKPT", "--device", "cuda"], "no CUDA GPU is available")]
+      if not torch.cuda.is_available() else []),
 ]
 
 
@@ -356,12 +354,6 @@ def test_bad_input_is_one_line_error(runner, small_corpus, bad_files, tiny_check
     result = invoke(runner, *args)
     assert_one_line_error(result, fragment)
     assert not any(Path("checkpoints").glob("**/*.pt"))  # nothing half-written
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-def test_cuda_without_a_gpu_is_one_line_error(runner, tiny_checkpoint):
-    assert_one_line_error(invoke(runner, "sample", tiny_checkpoint, "--device", "cuda"),
-                          "no CUDA GPU is available")
 
 
 def run_installed(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -467,8 +459,7 @@ def test_a_time_budget_on_cuda_plans_from_the_gpu_s_own_throughput(runner, small
     ["OMP_NUM_THREADS=0", "train", "text.txt"],
 ])
 def test_a_bad_option_is_refused_before_torch_is_imported(args, tmp_path):
-    """The refusal comes in a fraction of torch's import time (seconds on a small machine): neither the
-    command line's module nor an argument error imports torch or matplotlib."""
+    """Refused in a fraction of torch's import time: no argument error imports torch or matplotlib."""
     (tmp_path / "text.txt").write_text("To be, or not to be\n", encoding="utf-8")
     environment = dict(os.environ, **dict(arg.split("=") for arg in args if "=" in arg))
     probe = ("import sys\nfrom charrnn.cli.main import main\ntry:\n    main()\nexcept SystemExit as end:\n"
@@ -487,8 +478,7 @@ def test_a_group_named_without_its_command_shows_its_help():
 
 
 def test_the_command_line_reaches_the_library_only_through_the_api():
-    """Modules of cli/ import charrnn.api and the ground beneath every floor (config, errors, utils), never a
-    floor itself, except for type names under TYPE_CHECKING."""
+    """cli/ imports api, config, errors and utils, no other floor (but type names under TYPE_CHECKING)."""
     allowed = ("charrnn.api", "charrnn.cli", "charrnn.config", "charrnn.errors", "charrnn.utils")
     found = []
     for path in sorted((Path(charrnn.__file__).parent / "cli").glob("*.py")):
@@ -701,8 +691,7 @@ def test_bf16_asked_for_an_lstm_too_wide_for_it_warns(runner, small_corpus, cpu_
 
 
 def test_the_help_lists_every_mode_whole_and_its_examples_can_be_typed_as_shown(runner):
-    """A mode that is a flag of a command (--evolution, --surprisal, --interactive) is found in
-    ``charrnn --help``'s list, and no entry is cut short."""
+    """A mode that is a flag (--evolution, --surprisal, --interactive) is in the list; no entry is cut."""
     shown = invoke(runner, "sample", "--help").stdout
     assert "--stop-at $'\\n\\n'" in shown  # bash passes a newline only with $'...'
     assert all(line == "" or line.startswith((" ", "Usage:")) or line.endswith(":")  # a group of options
@@ -724,16 +713,3 @@ def test_a_mistyped_cpu_bf16_setting_is_refused_by_every_command(runner, tiny_ch
         assert result.stderr.strip() == (f"Error: CHARRNN_CPU_BF16 must be 0 (no native bfloat16) or 1 "
                                          f"(native bfloat16), not {value!r}; unset it to detect the "
                                          f"processor's")
-
-
-def test_a_fine_tune_says_what_it_keeps_and_how_its_vocabulary_grows(runner, tiny_checkpoint, small_corpus,
-                                                                     tmp_path):
-    novel = tmp_path / "novel.txt"
-    novel.write_text(small_corpus.read_text(encoding="utf-8") + "{~|}\n" * 20, encoding="utf-8")
-    for extra, said in ((["--dropout", "0.2"], "--dropout 0.2 (given; the checkpoint's 0)"),
-                        ([], "no dropout")):
-        result = invoke(runner, "train", novel, "--init-from", tiny_checkpoint, "--extend-vocab",
-                        "--max-steps", "1", "--quiet", "--out", f"tuned{len(extra)}", *extra)
-        assert result.exit_code == 0, result.output
-        assert (f"fine-tuning {tiny_checkpoint}: its shape and regularisation ({said}) are kept unless "
-                f"given; the vocabulary grows from") in result.stderr

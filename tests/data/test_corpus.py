@@ -52,14 +52,6 @@ def test_split_matches_nanogpt():
     assert split_point(1000, 0.5, 10) == 990
 
 
-def test_an_empty_file_or_directory_is_no_corpus(tmp_path: Path):
-    with pytest.raises(CharrnnError, match="no \\*.txt"):
-        read_corpus(tmp_path)
-    (tmp_path / "corpus.txt").write_bytes(b"")
-    with pytest.raises(CharrnnError, match="is empty"):
-        read_corpus(tmp_path / "corpus.txt")
-
-
 def test_encode_corpus_records_split(small_corpus: Path):
     encoded = encode_corpus(small_corpus, "small", 0.25)
     assert encoded.info.chars == len(encoded.ids)
@@ -70,9 +62,13 @@ def test_encode_corpus_records_split(small_corpus: Path):
     assert encode_corpus(small_corpus, "small", 0.25, val_max_chars=100, split_at=7).info.split_point == 7
 
 
-def test_a_file_that_cannot_be_read_as_text_is_named_by_its_path_not_a_role(tmp_path):
-    """The same reader takes corpora, primes and texts to score: its errors name the file, and the
-    caller's option says what it was for."""
+def test_an_empty_file_or_directory_is_no_corpus_and_a_file_unread_is_named_by_its_path_not_a_role(tmp_path):
+    """One reader takes corpora, primes and texts: its errors name the file, the caller's option its use."""
+    with pytest.raises(CharrnnError, match="no \\*.txt"):
+        read_corpus(tmp_path)
+    (tmp_path / "corpus.txt").write_bytes(b"")
+    with pytest.raises(CharrnnError, match="is empty"):
+        read_corpus(tmp_path / "corpus.txt")
     bad = tmp_path / "prime.txt"
     bad.write_bytes(b"ok\xff")
     not_text = r"^\S*prime\.txt is not UTF-8 text \(invalid byte 0xff at offset 2\)$"

@@ -66,17 +66,15 @@ def test_wrong_checksum_is_refused_and_deleted(tmp_path: Path, monkeypatch):
     assert not cache.exists()  # no file and no directory left behind
 
 
-def test_an_unknown_dataset_or_a_directory_where_the_dataset_goes_is_a_clear_error(tmp_path: Path):
+def test_an_unknown_dataset_a_directory_where_the_dataset_goes_or_an_unreadable_copy_is_a_clear_error(
+        tmp_path: Path, monkeypatch):
     with pytest.raises(CharrnnError, match="unknown dataset"):
         fetch("nope", tmp_path)
     (tmp_path / "tinyshakespeare" / "input.txt").mkdir(parents=True)
     with pytest.raises(CharrnnError, match="input.txt: it is a directory"):
         fetch("tinyshakespeare", tmp_path)
-
-
-def test_an_unreadable_cached_copy_is_a_clear_error(tmp_path: Path, monkeypatch):
     target = tmp_path / "tinyshakespeare" / "input.txt"
-    target.parent.mkdir()
+    target.rmdir()
     target.write_text("x")
 
     def denied(path):

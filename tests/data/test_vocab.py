@@ -18,16 +18,7 @@ def test_a_round_trip_with_non_ascii_ids_in_code_point_order_and_emoji_and_cjk_o
     assert len(vocab) == 2 and vocab.chars == ("語", "🙂")  # code point order: U+8A9E before U+1F642
     ids = vocab.encode("🙂語🙂")
     assert ids.tolist() == [1, 0, 1] and vocab.decode(ids.tolist()) == "🙂語🙂"
-
-
-@pytest.mark.parametrize("size, dtype", [(1, torch.uint8), (256, torch.uint8), (257, torch.uint16),
-                                         (65_536, torch.uint16), (65_537, torch.uint32)])
-def test_smallest_id_dtype(size: int, dtype: torch.dtype):
-    assert id_dtype(size) == dtype
-
-
-def test_wide_vocabulary_round_trips_in_uint16():
-    wide = Vocab.from_text("".join(chr(0x4E00 + i) for i in range(300)) + "🙂")
+    wide = Vocab.from_text("".join(chr(0x4E00 + i) for i in range(300)) + "🙂")  # more than 256: uint16 ids
     assert wide.id_dtype == torch.uint16
     text = "".join(wide.chars[::-1])
     ids = wide.encode(text)
@@ -35,11 +26,10 @@ def test_wide_vocabulary_round_trips_in_uint16():
     assert wide.decode(ids) == text
 
 
-def test_lookup_marks_characters_beyond_the_table():
-    vocab = Vocab.from_text("ab")
-    points = torch.tensor([ord("a"), ord("z"), 0x1F642, ord("b")], dtype=torch.int32)
-    assert vocab.lookup(points).tolist() == [0, -1, -1, 1]
-    assert code_points("").shape == (0,)
+@pytest.mark.parametrize("size, dtype", [(1, torch.uint8), (256, torch.uint8), (257, torch.uint16),
+                                         (65_536, torch.uint16), (65_537, torch.uint32)])
+def test_smallest_id_dtype(size: int, dtype: torch.dtype):
+    assert id_dtype(size) == dtype
 
 
 def test_extended_vocabulary_keeps_every_id_and_appends_and_duplicates_are_refused():
@@ -62,3 +52,6 @@ def test_characters_outside_the_vocabulary_are_named_and_counted_once_whatever_t
         vocab.encode("abzzé")
     assert raised.value.unknown == {"z": 2, "é": 1} and "'z' (U+007A) ×2" in str(raised.value)
     assert vocab.decode(vocab.encode("a?b!c", skip_unknown=True)) == "abc"  # or skipped
+    points = torch.tensor([ord("a"), ord("z"), 0x1F642, ord("b")], dtype=torch.int32)
+    assert vocab.lookup(points).tolist() == [0, -1, -1, 1]  # the table marks them
+    assert code_points("").shape == (0,)

@@ -142,8 +142,7 @@ def test_min_length_keeps_stop_strings_from_ending_short_texts(tiny_checkpoint):
 
 
 def allowed_by_the_rule(text: str, start: int, n: int, vocab: Vocab) -> bool:
-    """Whether every character of ``text`` after ``start`` obeys the no-repeat rule, written out: it
-    completes no run of ``n`` characters found earlier, unless every character would."""
+    """Whether each character after ``start`` completes no earlier run of ``n`` (unless every one would)."""
     for end in range(start, len(text)):
         earlier, tail = text[:end], text[end - n + 1 : end]
         if end < n - 1:

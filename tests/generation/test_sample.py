@@ -22,13 +22,6 @@ def loaded(tiny_checkpoint):
     return load_model(tiny_checkpoint)
 
 
-def test_same_seed_same_text_after_the_prime_at_the_length_asked(loaded):
-    assert run(loaded, seed=7) == run(loaded, seed=7)
-    assert run(loaded, seed=7) != run(loaded, seed=8)
-    (text,) = run(loaded, prime="JULIET:", seed=1)
-    assert text.startswith("JULIET:") and len(text) == len("JULIET:") + 60
-
-
 def test_greedy_is_top_k_one_and_matches_rerunning_the_whole_prefix(loaded):
     """The carried-state step path gives what re-reading the text from the start would."""
     assert run(loaded, top_k=1, seed=3) == run(loaded, greedy=True)
@@ -41,7 +34,12 @@ def test_greedy_is_top_k_one_and_matches_rerunning_the_whole_prefix(loaded):
     assert fast == text
 
 
-def test_samples_in_a_batch_are_independent_an_empty_prime_works_and_an_unknown_one_fails_at_once(loaded):
+def test_same_seed_same_text_at_the_length_asked_a_batch_independent_an_empty_prime_an_unknown_one_refused(
+        loaded):
+    assert run(loaded, seed=7) == run(loaded, seed=7)
+    assert run(loaded, seed=7) != run(loaded, seed=8)
+    (text,) = run(loaded, prime="JULIET:", seed=1)
+    assert text.startswith("JULIET:") and len(text) == len("JULIET:") + 60
     samples = run(loaded, seed=5, num_samples=4)
     assert len(samples) == 4 and len(set(samples)) > 1
     assert all(len(s) == len("ROMEO:") + 60 for s in samples)

@@ -71,8 +71,7 @@ def test_a_score_of_anything_but_character_ids_is_refused(trained, ids):
 
 
 def test_a_stop_string_it_cannot_write_ends_nothing(trained):
-    """Checkpoints compared side by side may not share a vocabulary: a stop string one of them cannot
-    write lets it run to its length (the API refuses it for a single model)."""
+    """Compare may pass a stop string a model cannot write: it runs to its length (sample refuses one)."""
     never = next(chr(code) for code in range(0x4E00, 0x9FFF) if chr(code) not in trained.vocab.chars)
     stopped = trained.write("R", SampleConfig(length=30, seed=1, stop_at=never))
     assert stopped.texts == trained.write("R", SampleConfig(length=30, seed=1)).texts

@@ -1,5 +1,4 @@
-"""The exported web page: the JavaScript step against the Python stepper (node), and greedy text in a
-real browser (headless Chromium) against charrnn sample --greedy."""
+"""The exported page: its JavaScript step against the Python stepper (node), its text in headless Chromium."""
 
 from __future__ import annotations
 
@@ -150,8 +149,7 @@ def browser_dom(page: Path, query: str, tmp_path: Path) -> str:
 @needs_chromium
 @pytest.mark.parametrize("kind", ["lstm with skip connections", "layer-normalised gru", "rnn relu"])
 def test_greedy_text_in_the_browser_is_charrnn_samples(kind, tmp_path):
-    """Trained on text with emoji, CJK and combining marks: 400 characters, the same in both, without and
-    with the no-repeat rule."""
+    """Trained on emoji, CJK and combining marks: 400 characters alike, with or without the no-repeat rule."""
     corpus = tmp_path / "corpus.txt"
     lines = (f"ROMEO 🙂 {n}: café, cafe\u0301 語 — “quoted” line {n % 9}.\n" for n in range(300))
     corpus.write_text("".join(lines), encoding="utf-8")
@@ -167,18 +165,6 @@ def test_greedy_text_in_the_browser_is_charrnn_samples(kind, tmp_path):
         assert state == "done" and shown == expected
     assert repeated_runs(shown, 6) == [] and shown != charrnn.sample(tmp_path / "run" / "best.pt", prime, 400,
                                                                       greedy=True).text
-
-
-@pytest.mark.slow
-@needs_chromium
-def test_the_page_samples_with_its_controls_and_reports_bad_settings(tiny_checkpoint, tmp_path):
-    page = tmp_path / "page.html"
-    charrnn.export(tiny_checkpoint, page)
-    query = "prime=ROMEO:&length=50&temperature=0.9&top_k=5&seed=4&autorun=1"
-    state, shown = browser_text(page, query, tmp_path / "one")
-    again = browser_text(page, query, tmp_path / "two")
-    assert state == "done" and shown.startswith("ROMEO:") and len(shown) == 56 and again == (state, shown)
-    assert browser_text(page, "prime=\u2603&length=5&autorun=1", tmp_path / "three")[0] == "error"
 
 
 FLAGS = {"length": "--length", "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
@@ -216,7 +202,8 @@ def test_every_settings_row_is_read_alike_by_the_table_and_the_command_line(tiny
 
 @pytest.mark.slow
 @needs_chromium
-def test_the_page_accepts_and_refuses_every_settings_row_as_the_command_line_does(tiny_checkpoint, tmp_path):
+def test_the_page_samples_with_its_controls_and_refuses_every_bad_setting_as_the_command_line_does(
+        tiny_checkpoint, tmp_path):
     page = tmp_path / "page.html"
     charrnn.export(tiny_checkpoint, page)
     greedy = charrnn.sample(tiny_checkpoint, "ROMEO:", 12, greedy=True).text
@@ -232,8 +219,12 @@ def test_the_page_accepts_and_refuses_every_settings_row_as_the_command_line_doe
     # Malformed settings only the address gives, and a name the page does not know: errors, never guesses.
     queries += [f"prime=ROMEO:&{query}&autorun=1" for query in ("greedy=yes", "topk=5", "length=2000000")]
     expected += ["error"] * 3
+    controls = "prime=ROMEO:&length=50&temperature=0.9&top_k=5&seed=4&autorun=1"  # each run alike
+    queries += [controls, controls, "prime=\u2603&length=5&autorun=1"]  # and a prime it cannot write
+    expected += ["done", "done", "error"]
     shown = browser_texts(page, queries, tmp_path / "rows")
     assert [state for state, _ in shown] == expected, list(zip(queries, shown, strict=True))
+    assert shown[-3][1].startswith("ROMEO:") and len(shown[-3][1]) == 56 and shown[-2] == shown[-3]
     # Sampling so cold that it is greedy, in both doors.
     assert shown[SETTING_ROWS.index(("temperature", "1e-310"))][1] == greedy == charrnn.sample(
         tiny_checkpoint, "ROMEO:", 12, temperature=1e-310, seed=1).text

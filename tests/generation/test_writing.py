@@ -1,5 +1,4 @@
-"""Writing with the model: the session (exact undo, the guesses' numbers) and sample --interactive in a real
-terminal (tmux)."""
+"""Writing with the model: the session (exact undo, its guesses' numbers) and sample --interactive in tmux."""
 
 from __future__ import annotations
 
@@ -105,15 +104,11 @@ def test_writing_in_a_real_terminal(tiny_checkpoint, tmp_path):
     try:
         shown = wait_for(name, "next: 1 ")
         assert "ROMEO:▌" in shown and "Ctrl-D" in shown
-        subprocess.run([TMUX, "send-keys", "-t", name, "1"], check=True)  # the likeliest guess
-        wait_for(name, "took guess 1")
-        subprocess.run([TMUX, "send-keys", "-t", name, "J"], check=True)  # forced
-        wait_for(name, "wrote 'J'")
-        subprocess.run([TMUX, "send-keys", "-t", name, "Enter"], check=True)  # the model ends the line
-        wait_for(name, "the model wrote")
-        subprocess.run([TMUX, "send-keys", "-t", name, "BSpace"], check=True)  # undo its newline
-        wait_for(name, "undone")
-        subprocess.run([TMUX, "send-keys", "-t", name, "C-d"], check=True)
+        # The likeliest guess, a forced J, the model ending the line, its newline undone, and the end.
+        for key, said in (("1", "took guess 1"), ("J", "wrote 'J'"), ("Enter", "the model wrote"),
+                          ("BSpace", "undone"), ("C-d", "")):
+            subprocess.run([TMUX, "send-keys", "-t", name, key], check=True)
+            wait_for(name, said)
         deadline = time.monotonic() + 30
         while "exit" not in (out.read_text() if out.exists() else "") and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -34,7 +34,7 @@ def nll_by_hand(model: CharRNN, ids: torch.Tensor, first: int, last: int, contex
     return nlls
 
 
-def test_one_stream_is_exp_of_mean_nll_computed_by_hand(toy_model, monkeypatch):
+def test_one_stream_is_exp_of_mean_nll_by_hand_and_past_a_floats_range_infinite(toy_model, monkeypatch):
     monkeypatch.setattr(evaluation, "EVAL_CHUNK", 3)  # the state carried across 4 chunks
     ids = torch.tensor([0, 1, 2, 3, 3, 2, 1, 0, 0, 2, 1])
     mean = sum(nll_by_hand(toy_model, ids, 1, 10, 0)) / 10
@@ -43,6 +43,9 @@ def test_one_stream_is_exp_of_mean_nll_computed_by_hand(toy_model, monkeypatch):
     assert result.nats_per_char == pytest.approx(mean, rel=1e-6)
     assert result.perplexity == pytest.approx(math.exp(mean), rel=1e-6)
     assert result.bits_per_char == pytest.approx(mean / math.log(2), rel=1e-6)
+    assert EvalResult.from_total(700.0, 1).perplexity == pytest.approx(math.exp(700.0))
+    huge = EvalResult.from_total(1000.0, 1)
+    assert huge.perplexity == math.inf and huge.nats_per_char == 1000.0
 
 
 def test_many_streams_score_each_slice_after_its_warm_up_computed_by_hand(toy_model, monkeypatch):
@@ -123,8 +126,7 @@ def test_it_restores_training_mode_and_needs_two_characters(toy_model):
 @pytest.mark.parametrize("kind", [{"cell": "lstm"}, {"cell": "gru"}, {"cell": "rnn"}, {"layer_norm": True},
                                   {"skip_connections": True}])
 def test_on_a_trained_model_many_streams_land_within_the_bound_of_one(data_mirror, tmp_path, kind):
-    """The bound the documentation states (benchmarks/eval_streams.py measures it on longer-trained models):
-    on tiny Shakespeare's validation split, the many-stream score is within 1e-4 nats/char of one stream."""
+    """The documented bound: on tiny Shakespeare's validation split, many streams land within 1e-4 of one."""
     import charrnn
     from charrnn.data.corpus import checkpoint_validation_ids
 
@@ -136,9 +138,3 @@ def test_on_a_trained_model_many_streams_land_within_the_bound_of_one(data_mirro
     many, one = evaluate(model.network, ids), evaluate(model.network, ids, single_stream=True)
     assert one.nats_per_char < 2.6  # it learned something
     assert abs(many.nats_per_char - one.nats_per_char) <= 1e-4
-
-
-def test_a_score_beyond_a_floats_range_has_an_infinite_perplexity():
-    assert EvalResult.from_total(700.0, 1).perplexity == pytest.approx(math.exp(700.0))
-    huge = EvalResult.from_total(1000.0, 1)
-    assert huge.perplexity == math.inf and huge.nats_per_char == 1000.0

@@ -5,8 +5,6 @@ import torch
 
 from charrnn.config import ModelConfig
 from charrnn.models.layernorm import EPSILON, LayerNormRNN
-from charrnn.models.model import CharRNN
-from charrnn.models.stepper import make_stepper
 
 CELLS = ["rnn", "gru", "lstm"]
 
@@ -64,25 +62,6 @@ def test_one_step_equals_the_equations_by_hand(layer_and_inputs):
     with torch.no_grad():
         top, _ = layer.step(torch.tensor([x]), state)
     assert top[0].tolist() == pytest.approx(expected_h, abs=1e-5)
-
-
-@pytest.mark.parametrize("cell", CELLS)
-def test_step_path_equals_sequence_path_and_chunks_equal_whole(cell):
-    torch.manual_seed(1)
-    model = CharRNN(ModelConfig(vocab_size=9, cell=cell, num_layers=2, hidden_size=8, embed_size=5,
-                                layer_norm=True)).eval()
-    idx = torch.randint(0, 9, (3, 12))
-    with torch.no_grad():
-        whole, whole_state = model(idx)
-        first, state = model(idx[:, :5])
-        second, state = model(idx[:, 5:], state)
-    torch.testing.assert_close(torch.cat([first, second], dim=1), whole, rtol=0, atol=1e-6)
-    stepper, step_state = make_stepper(model), model.initial_state(3)
-    for t in range(12):
-        logits, step_state = stepper.step(idx[:, t], step_state)
-        torch.testing.assert_close(logits, whole[:, t], rtol=0, atol=1e-5)
-    for a, b in zip(step_state, whole_state, strict=True):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
 def test_layer_norm_model_learns(tmp_path):

@@ -222,7 +222,8 @@ def data_dir(elsewhere, monkeypatch) -> Path:
     return elsewhere / "data"
 
 
-def test_its_own_validation_split_is_read_from_the_data_directory_and_it_is_never_resumed(data_dir):
+def test_its_own_split_is_read_from_the_data_directory_whose_copy_no_output_replaces_and_it_never_resumes(
+        data_dir):
     result = CliRunner().invoke(main, ["train", "--resume", "shakespeare", "--max-steps", "2"])
     assert result.exit_code == 1
     assert result.stderr.strip().endswith("cannot be resumed; fine-tune it with --init-from shakespeare")
@@ -230,6 +231,12 @@ def test_its_own_validation_split_is_read_from_the_data_directory_and_it_is_neve
     assert missing.exit_code == 1
     assert "`charrnn data get tinyshakespeare` fetches it" in missing.stderr and "data" in missing.stderr
     assert "missing" in charrnn.info("shakespeare").facts["corpus"]["status"]
+    copy = data_dir / "tinyshakespeare" / "input.txt"
+    copy.parent.mkdir(parents=True)
+    copy.write_text("First Citizen:\n", encoding="utf-8")
+    result = CliRunner().invoke(main, ["compare", "shakespeare", "--length", "5", "--markdown", str(copy)])
+    assert result.exit_code == 2 and "writing it would destroy what is read" in result.stderr
+    assert copy.read_text(encoding="utf-8") == "First Citizen:\n"
 
 
 @pytest.mark.slow
@@ -240,15 +247,6 @@ def test_with_the_dataset_fetched_it_scores_its_own_split_as_recorded(data_mirro
     scored, best = json.loads(result.stdout), load_checkpoint(SHIPPED)["best"]
     assert abs(scored["nats_per_char"] - best["nats_per_char"]) < 1e-4 and scored["chars"] == best["chars"]
     assert charrnn.info("shakespeare").facts["corpus"]["status"] == "present, unchanged"
-
-
-def test_no_output_may_replace_the_copy_of_its_corpus_it_would_read(data_dir):
-    copy = data_dir / "tinyshakespeare" / "input.txt"
-    copy.parent.mkdir(parents=True)
-    copy.write_text("First Citizen:\n", encoding="utf-8")
-    result = CliRunner().invoke(main, ["compare", "shakespeare", "--length", "5", "--markdown", str(copy)])
-    assert result.exit_code == 2 and "writing it would destroy what is read" in result.stderr
-    assert copy.read_text(encoding="utf-8") == "First Citizen:\n"
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The one-character path against the fused modules, for every kind of cell."""
+"""The one-character path against the sequence path, for every kind of stack."""
 
 import pytest
 import torch
@@ -10,20 +10,23 @@ from charrnn.models.stepper import GRUStepper, LayerNormStepper, LSTMStepper, RN
 from helpers import CELLS, make_model
 
 CUDA = pytest.param("cuda", marks=pytest.mark.cuda)
+PLAIN = {"lstm": {"cell": "lstm"}, "gru": {"cell": "gru"}, "rnn": {"cell": "rnn"},
+         "relu": {"cell": "rnn", "rnn_activation": "relu"}}
+STACKS = {**PLAIN, "esn": {"cell": "esn"},
+          **{f"layer-normalised {cell}": {"cell": cell, "layer_norm": True} for cell in CELLS},
+          **{f"{name} with skips": {**kind, "skip_connections": True} for name, kind in PLAIN.items()}}
+# Each with 1 and 3 layers; a reservoir with 1 (by 3, its float32 rounding grows past the CPU's tolerance).
+DEPTHS = [(kind, layers) for kind in STACKS for layers in (1, 3) if kind != "esn" or layers == 1]
 
 
-@pytest.mark.parametrize("cell", [*CELLS, "relu"])
-@pytest.mark.parametrize("layers", [1, 3])
+@pytest.mark.parametrize(("kind", "layers"), DEPTHS)
 @pytest.mark.parametrize("device", ["cpu", CUDA])
-def test_step_path_equals_fused_module(cell, layers, device):
-    """The stepper, on the CPU or a GPU, against the fused module on the CPU."""
-    if cell == "relu":
-        torch.manual_seed(0)
-        model = CharRNN(ModelConfig(vocab_size=11, cell="rnn", rnn_activation="relu", num_layers=layers,
-                                    hidden_size=16, embed_size=6)).eval()
-        assert model.rnn.nonlinearity == "relu"
-    else:
-        model = make_model(cell, layers)
+def test_step_path_equals_fused_module(kind, layers, device):
+    """The stepper, on the CPU or a GPU, against the sequence path (fused where it can be) on the CPU."""
+    torch.manual_seed(0)
+    model = CharRNN(ModelConfig(vocab_size=11, num_layers=layers, hidden_size=16, embed_size=6,
+                                **STACKS[kind])).eval()
+    assert kind != "relu" or model.rnn.nonlinearity == "relu"
     # Non-zero biases everywhere, so a bias folded into the wrong place would show.
     with torch.no_grad():
         for name, param in model.named_parameters():

@@ -111,20 +111,24 @@ def test_torchrun_processes_share_the_free_cores(auto, monkeypatch):
     assert choice.count == 4 and "shared by 2 processes" in choice.reason
 
 
-def test_the_users_choice_wins_and_is_not_watched(auto, monkeypatch):
+def test_the_users_choice_wins_is_not_watched_and_is_what_use_threads_sets(auto, monkeypatch):
     def never() -> str:
         raise AssertionError("the cores were watched")
 
     assert choose_threads(2, read_stat=never) == threads_module.ThreadChoice(2, "--threads", given=True)
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     assert choose_threads(read_stat=never) == threads_module.ThreadChoice(2, "OMP_NUM_THREADS", given=True)
+    before = torch.get_num_threads()
+    try:
+        assert use_threads(2).count == 2
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_no_proc_stat_leaves_torchs_default(auto):
-    def missing() -> str:
-        raise FileNotFoundError("/proc/stat")
-
-    assert choose_threads(read_stat=missing, sleep=lambda s: None) is None
+    missing = FileNotFoundError("/proc/stat")
+    assert choose_threads(read_stat=lambda: (_ for _ in ()).throw(missing), sleep=lambda s: None) is None
 
 
 @pytest.mark.parametrize(("bad", "error", "said"), [
@@ -143,13 +147,10 @@ def test_an_omp_num_threads_that_is_no_thread_count_is_refused_not_ignored(monke
         choose_threads()
 
 
-def test_a_blank_omp_num_threads_is_unset(auto):
-    threads_module.os.environ["OMP_NUM_THREADS"] = "  "
-    try:
-        read = fake_stat({0: (0, 0), 1: (0, 0)}, {0: (0, 15), 1: (0, 15)})
-        assert choose_threads(read_stat=read, sleep=lambda s: None).count == 2
-    finally:
-        del threads_module.os.environ["OMP_NUM_THREADS"]
+def test_a_blank_omp_num_threads_is_unset(auto, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "  ")
+    read = fake_stat({0: (0, 0), 1: (0, 0)}, {0: (0, 15), 1: (0, 15)})
+    assert choose_threads(read_stat=read, sleep=lambda s: None).count == 2
 
 
 def test_more_threads_than_cores_are_taken_and_said_and_one_core_is_named_in_the_singular(auto, monkeypatch):
@@ -159,18 +160,8 @@ def test_more_threads_than_cores_are_taken_and_said_and_one_core_is_named_in_the
     assert choose_threads(read_stat=read, sleep=lambda s: None).describe() == "1 (1 core, free)"
 
 
-def test_use_threads_sets_torch():
-    before = torch.get_num_threads()
-    try:
-        assert use_threads(2).count == 2
-        assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(before)
-
-
 def test_the_load_watch_counts_the_cores_other_programs_kept_busy(auto):
-    """Two cores for 10 s: 2,000 ticks of which 1,500 busy; this process used 5 s of CPU time itself,
-    so other programs kept one core busy. A user's own thread count is marked as given."""
+    """2 cores, 10 s, 1,500 of 2,000 ticks busy, 500 ours: others kept 1 busy; a user's count is given."""
     import os
 
     from charrnn.utils.hardware import LoadWatch

@@ -1,5 +1,4 @@
-"""Every command that can run long stops within moments of SIGINT or SIGTERM, with the documented exit code,
-a one-line message and no partial output (a real signal to a real process)."""
+"""Long commands stop within moments of a real SIGINT or SIGTERM: the exit code, one line, nothing partial."""
 
 from __future__ import annotations
 
@@ -46,9 +45,8 @@ def long_text(tmp_path_factory) -> Path:
 
 
 def stop_when_ready(arguments: list[str], signum: int, ready: str | None = None) -> tuple[int, str, float]:
-    """Start ``charrnn ARGUMENTS`` as from a terminal, signal it once it is at its work (``ready``: once
-    this line of its stderr has appeared and a second more has passed; else after 4 s), and return its
-    exit status, its stderr and the seconds it took to stop."""
+    """Start ``charrnn ARGUMENTS`` as from a terminal, signal it at its work (a second after ``ready`` is on
+    its stderr; else after 4 s): its exit status, its stderr and the seconds it took to stop."""
     # As from a terminal: a shell starts a script's background jobs with SIGINT ignored, and a process
     # started so keeps ignoring it, as it should (Ctrl-C in the terminal is not meant for it).
     process = subprocess.Popen([sys.executable, "-m", "charrnn", *arguments], stdout=subprocess.DEVNULL,
@@ -109,8 +107,7 @@ def split_text(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("phase", sorted(TRAIN_PHASES))
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_train_stops_within_moments_in_every_phase(split_text, tmp_path, phase, signum):
-    """A stop while scoring drops the scoring: the user is waiting. What it leaves says what to run next,
-    and that works."""
+    """A stop while scoring drops it (the user waits); what it leaves says what to run next, which works."""
     run = tmp_path / "run"
     arguments = ["train", str(split_text), "--hidden", "512", "--embed", "8", "--batch-size", "4",
                  "--seq-len", "16", "-o", "val_frac", "0.5", "--out", str(run), *TRAIN_PHASES[phase]]

@@ -1,5 +1,4 @@
-"""Model text shown on a terminal or in a page: every character a terminal would obey or hide is seen as
-its escape; what ``sample`` writes as its product stays exact."""
+"""Model text shown: a character a terminal would obey or hide is seen as its escape; sample's is exact."""
 
 import json
 import os
@@ -22,7 +21,7 @@ from helpers import plan_run
 HOSTILE = "\x1b[2J\x1b]0;pwned\x07\x9b31m\u202e\u200b\u2028"
 
 
-def test_shown_keeps_line_breaks_and_tabs_and_escapes_every_other_hidden_character():
+def test_shown_keeps_line_breaks_and_tabs_one_line_escapes_them_too_and_the_parts_say_which_are_escapes():
     assert shown("plain text, ünïcode — fine") == "plain text, ünïcode — fine"
     assert shown("a\tb\nc\r\nd") == "a\tb\nc\\r\nd"
     assert shown(HOSTILE) == "\\x1b[2J\\x1b]0;pwned\\x07\\x9b31m\\u202e\\u200b\\u2028"
@@ -30,19 +29,13 @@ def test_shown_keeps_line_breaks_and_tabs_and_escapes_every_other_hidden_charact
     assert shown("\u00a0non-breaking") == "\u00a0non-breaking"  # a space is not hidden, whatever its width
     named = os.fsdecode(b"run\xff")  # a byte not UTF-8, in a file name Python read: shown as that byte
     assert is_hidden(named[-1]) and one_line(named) == "run\\xff" and shown("\udc00") == "\\udc00"
-
-
-def test_one_line_escapes_line_breaks_too_and_the_parts_say_which_are_escapes():
     assert one_line("a\nb\tc\x1b") == "a\\nb\\tc\\x1b"
     assert list(shown_parts("ab\x1bc")) == [("ab", False), ("\\x1b", True), ("c", False)]
     assert list(shown_parts("\r\n", keep="\n")) == [("\\r", True), ("\n", False)]
     assert visible_char(" ") == "␣" and visible_char("\n") == "⏎" and visible_char("\u202e") == "\\u202e"
     assert all(is_hidden(char) for char in "\x00\x1b\x7f\x85\x9b\u200d\u2028\u2029\ufeff")
     assert not any(is_hidden(char) for char in "a é\u00a0\u3000😀")
-
-
-def test_a_page_shows_a_carriage_return_without_a_second_line_break():
-    page = html_text("one\r\ntwo <b>\x1b")
+    page = html_text("one\r\ntwo <b>\x1b")  # a page shows a carriage return, with no second line break
     assert "\r" not in page and "\x1b" not in page
     assert page == ('one<span class="hidden">\\r</span>\ntwo &lt;b&gt;<span class="hidden">\\x1b</span>')
 
