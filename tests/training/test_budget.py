@@ -31,6 +31,7 @@ from charrnn.training.budget import (
     measuring_seconds,
     most_epochs,
     plan_budget,
+    planned_speed,
     predict_candidates,
 )
 from charrnn.training.rundir import checkpoint_bytes
@@ -49,9 +50,7 @@ class FakeClock:
 
 def machine(work_per_s: float, clock: FakeClock | None = None, cold_start_s: float = 0.0,
             timed: list | None = None):
-    """A fake machine that trains a shape at work_per_s / parameters chars/s and evaluates ten times as
-    fast. With a clock, each measurement takes what measure_speed's steps take at that speed, and the
-    first cold_start_s more."""
+    """Trains at work_per_s / parameters chars/s, evaluates 10× faster; a clock is moved as probes take."""
     measured = []
 
     def measure(model_config, config, vocab, corpus, train_ids, val_ids, limit_s, clock_=None):
@@ -86,10 +85,6 @@ def plan(encoded, seconds, work_per_s=3e10, given=None, clock=None, **kwargs):
                        **kwargs)
 
 
-def test_the_shipped_scaling_law_is_the_committed_fit():
-    assert json.loads(FIT.read_text())["law"] == dataclasses.asdict(SCALING_LAW)
-
-
 def test_the_law_improves_with_size_and_characters_and_repeats_count_for_less():
     law = SCALING_LAW
     assert law.effective_chars(5e5, 1e6) == 5e5 and law.effective_chars(1e6, 1e6) == 1e6
@@ -122,7 +117,8 @@ def test_a_hundred_seconds_on_two_epyc_cores_choose_what_scored_best_there(shake
     assert decision.choice.settings["hidden_size"] == 256
 
 
-def test_the_law_fits_the_recorded_runs_within_a_few_hundredths():
+def test_the_shipped_law_is_the_committed_fit_and_fits_the_recorded_runs_within_a_few_hundredths():
+    assert json.loads(FIT.read_text())["law"] == dataclasses.asdict(SCALING_LAW)
     points = json.loads(FIT.read_text())["points"]
     errors = [abs(SCALING_LAW.predict(p["parameters"], p["chars"], SHAKESPEARE_TRAIN) - p["loss"])
               for p in points]
@@ -130,8 +126,7 @@ def test_the_law_fits_the_recorded_runs_within_a_few_hundredths():
 
 
 def test_the_fit_is_checked_against_runs_with_charrnns_own_threads():
-    """The rule plans runs as users run them: all free cores. Such runs are among its data, and its error
-    on them is recorded apart (they run a little better than it predicts: see docs/defaults.md)."""
+    """Its error on runs with charrnn's own threads (all free cores) is recorded apart (docs/defaults.md)."""
     fit = json.loads(FIT.read_text())
     default = [p for p in fit["points"] if p["threads"] == "default"]
     assert len(default) >= 10 and {p["name"].split("-")[0] for p in default} >= {"s100", "s600"}
@@ -140,8 +135,7 @@ def test_the_fit_is_checked_against_runs_with_charrnns_own_threads():
 
 
 def test_a_smaller_corpus_makes_repeats_worth_more_and_allows_more_passes():
-    """Repeats saturate as if counted in characters seen: a corpus k times smaller than the law's has a
-    repeat scale and a pass limit k ** SMALLER_CORPUS_EXPONENT times larger; a larger one keeps both."""
+    """A corpus k times smaller scales repeats' worth and the pass limit by k ** SMALLER_CORPUS_EXPONENT."""
     law, fitted = SCALING_LAW, LAW_CORPUS_CHARS
     factor = 10 ** SMALLER_CORPUS_EXPONENT
     small = fitted / 10
@@ -211,9 +205,7 @@ def test_a_shape_not_measured_is_estimated_on_the_line_through_the_last_two_meas
 
 
 def test_dropout_is_planned_on_the_passes_a_shape_makes_with_it():
-    """A 2×256 timed for about 4 passes would make about 3 at dropout's cost, where none is called for: it
-    trains without (at 100 s on two Xeon cores it drew 0.1, made 2.97 passes and scored worse). A wide
-    shape loses little to dropout's masks, and takes it at the same timed passes."""
+    """Dropout is drawn on the passes made at its cost: a 2×256 timed at ~4 passes trains without."""
     workload = Workload(seconds=100, spent_s=0, probe_s=0, train_chars=10**6, val_chars=10**5, seq_len=50,
                         averaging=True)
 
@@ -327,10 +319,7 @@ def test_skip_connections_given_count_in_every_shapes_prediction(shakespeare_lik
     pairs = [(a, b) for a, b in zip(linked.candidates, plain.candidates, strict=True)
              if a.chars == b.chars and a.chars]
     assert pairs and all(a.predicted_loss < b.predicted_loss for a, b in pairs)
-
-
-def test_one_layer_has_no_skip_connections_to_choose(shakespeare_like):
-    decision = plan(shakespeare_like, 100, given={"num_layers": 1})
+    decision = plan(shakespeare_like, 100, given={"num_layers": 1})  # one layer: none to choose
     assert all("skip_connections" not in c.settings and c.num_layers == 1 for c in decision.candidates)
 
 
@@ -352,8 +341,7 @@ def test_measuring_stays_inside_its_share_of_the_budget_and_estimates_the_rest(s
 
 
 def test_the_last_measurement_is_timed_for_what_is_left_of_the_share(shakespeare_like):
-    """Once less than a second of the share is left, a shape is timed for what is left (its fewest steps
-    permitting), so it is measured and the share still holds."""
+    """Under a second of the share left, a shape is timed for what is left, and the share still holds."""
     clock, limits = FakeClock(), []
     timing = machine(1e10, clock)
 
@@ -368,8 +356,7 @@ def test_the_last_measurement_is_timed_for_what_is_left_of_the_share(shakespeare
 
 
 def test_a_cold_start_does_not_stop_the_measuring(shakespeare_like):
-    """The first measurement once took 2.1 s where it takes 0.3 (a cold start). The next ones are
-    predicted from its speed, not from what it took, so the probe still times the shapes that matter."""
+    """A slow first measurement (cold start) does not stop the probe: the next are predicted from speed."""
     clock, timed = FakeClock(), []
     decision = plan(shakespeare_like, 100, clock=clock, measure=machine(1e10, clock, 2.1, timed))
     assert timed[:3] == [128, 192, 256] and decision.probe_s <= BUDGET_PROBE_SHARE * 100
@@ -492,9 +479,7 @@ def test_a_limit_of_less_than_a_step_plans_the_one_step_the_run_trains(shakespea
     choice = decision.choice
     assert choice.limit == "epochs" and choice.predicted_loss is not None
     assert choice.chars == choice.settings["batch_size"] * 50  # one step of 50 characters per stream
-
-
-def test_each_candidate_says_which_limit_ends_it_before_the_budget(shakespeare_like):
+    # Each candidate says which limit ends it before the budget.
     assert plan(shakespeare_like, 36_000, work_per_s=1e11).choice.limit == "epochs"
     assert plan(shakespeare_like, 100).choice.limit is None
     steps = plan(shakespeare_like, 600, given={"max_steps": 10})
@@ -528,9 +513,7 @@ def test_the_tie_break_takes_only_measured_shapes_and_never_one_a_larger_shape_b
 
 
 def batch_machine(clock: FakeClock, true_speeds: dict[int, float], scale: float):
-    """A fake machine on which a larger batch is faster per character: 2×384 at batch 32 trains faster
-    than 2×256 at batch 16 (as measured on an Intel Xeon with two threads), ``scale`` times as fast as
-    that machine. Each measurement takes what measure_speed's steps take at that speed."""
+    """``scale`` × an Intel Xeon's two threads, where batch 32 trains faster per character than batch 16."""
     def measure(model_config, config, vocab, corpus, train_ids, val_ids, limit_s, clock_=None):
         work = scale * (4e10 if config.batch_size == 32 else 2.6e10)
         rate = work / parameter_count(model_config)
@@ -565,8 +548,7 @@ def test_shapes_estimated_from_their_batch_are_never_estimated_faster_than_they_
 
 
 def test_the_same_speeds_give_the_same_choice_whichever_wins_by_a_hair(shakespeare_like):
-    """Batch 16 given, 2×192 and 2×256 train alike; at this speed a 3% wobble in the timings flips which
-    of them predicts lower, and the choice stays the larger."""
+    """A 3% wobble flipping which of 2×192 and 2×256 predicts lower leaves the choice the larger."""
     choices, lowest = set(), set()
     for wobble in (0.97, 1.0, 1.03):
         decision = plan(shakespeare_like, 100, work_per_s=1.9e10 * wobble, given={"batch_size": 16})
@@ -587,8 +569,7 @@ def small_corpus_encoded(tmp_path_factory):
 
 def test_a_small_corpus_trains_more_passes_of_a_smaller_shape_to_its_deadline(small_corpus_encoded,
                                                                             monkeypatch):
-    """On a corpus a tenth of tiny Shakespeare's size, repeated passes are worth more than the law fitted
-    there credits: the plan trains a smaller shape for more passes, with more dropout, to its end."""
+    """On a tenth of tiny Shakespeare, repeats are worth more: a smaller shape, more passes, to the end."""
     decision = plan(small_corpus_encoded, 300, work_per_s=3e10)
     choice = decision.choice
     assert choice.limit is None and not decision.ends_early() and decision.longer_plan() is None
@@ -601,8 +582,6 @@ def test_a_small_corpus_trains_more_passes_of_a_smaller_shape_to_its_deadline(sm
 
 
 def test_the_run_is_told_the_speed_its_shape_was_timed_at_with_dropouts_cost(small_corpus_encoded):
-    from charrnn.training.budget import planned_speed
-
     decision = plan(small_corpus_encoded, 300, work_per_s=3e10)  # many passes: dropout
     choice = decision.choice
     assert planned_speed(decision) == choice.chars_per_s * choice.speed_share and choice.speed_share < 1
@@ -622,17 +601,14 @@ def test_a_short_plan_warms_up_over_a_tenth_of_its_steps_and_a_long_one_keeps_th
 
 
 def test_a_ten_times_faster_machine_plans_beyond_the_old_ladder_and_trains_to_its_deadline(shakespeare_like):
-    """Ten times the fake CPU: no early end, and at 600 s a shape wider than 2×1280 (the old ladder's
-    top), which would have trained five passes and stopped at about 60% of the budget."""
+    """Ten times the fake CPU: no early end, and at 600 s a shape wider than the old ladder's top, 2×1280."""
     for seconds in (100, 600):
         assert plan(shakespeare_like, seconds, work_per_s=3e11).choice.limit is None
     assert plan(shakespeare_like, 600, work_per_s=3e11).choice.settings["hidden_size"] > 1280
 
 
 def test_a_hundred_times_faster_machine_trains_the_widest_shape_and_says_why_it_ends_early(shakespeare_like):
-    """A hundred times the fake CPU: at 100 s the widest shape trains to its deadline; at 600 s even it
-    has time for more than five passes over tiny Shakespeare, where more scored worse, so the run ends
-    early and the plan says so."""
+    """At 600 s even the widest shape has time for over five passes: the run ends early and says so."""
     short = plan(shakespeare_like, 100, work_per_s=3e12)
     assert short.choice.settings["hidden_size"] == BUDGET_LADDER[-1].hidden_size and not short.ends_early()
     long = plan(shakespeare_like, 600, work_per_s=3e12)
@@ -642,9 +618,7 @@ def test_a_hundred_times_faster_machine_trains_the_widest_shape_and_says_why_it_
 
 
 def test_a_close_call_never_decides_how_much_of_the_budget_trains():
-    """The lowest prediction ends at its pass limit; a shape trained otherwise predicts within the rule's
-    error and trains to the budget's end: it is chosen, and the probe's wobble between them no longer
-    decides whether 60% or all of the budget trains."""
+    """A shape within the rule's error that trains to the end beats one stopping at its pass limit."""
     error = SCALING_LAW.rms_error
     early = dataclasses.replace(candidate(1, 1.45, batch_size=24), limit="epochs")
     spending = candidate(2, 1.45 + error / 2, batch_size=32)
@@ -658,9 +632,7 @@ def test_a_close_call_never_decides_how_much_of_the_budget_trains():
 
 
 def test_a_tie_broken_toward_the_budgets_end_always_chooses():
-    """Two-core speeds on a 90,000-character split at 100 s: 2×256 predicts lowest but stops at its pass
-    limit; 2×384, measured, trains to the end; 2×512, estimated and larger, predicts lower than 2×384
-    and trains to the end too. The choice is among those that train to the end: never none."""
+    """Among shapes that train to the end the choice is never none, though one ending early predicts lower."""
     shapes = budget._shapes({}, 65)
     speeds = [Speed(rate, 5 * rate) for rate in (86_846, 37_249, 27_546, 15_986)] + [None] * (len(shapes) - 4)
     candidates = predict_candidates(shapes, speeds, Workload(100, 1.0, 1.0, 90_000, 10_000, 50, True))

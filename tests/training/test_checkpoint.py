@@ -51,11 +51,6 @@ def test_checkpoint_is_plain_data(tiny_checkpoint):
     assert all(t.device.type == "cpu" for t in payload["model_state"].values())
 
 
-def test_missing(tmp_path):
-    with pytest.raises(CharrnnError, match="does not exist"):
-        load_checkpoint(tmp_path / "none.pt")
-
-
 def test_a_path_that_is_there_but_no_file_is_not_called_missing(tmp_path):
     os.mkfifo(tmp_path / "pipe.pt")
     for path in (tmp_path / "pipe.pt", Path(os.devnull)):
@@ -64,35 +59,22 @@ def test_a_path_that_is_there_but_no_file_is_not_called_missing(tmp_path):
             load_checkpoint(path)
 
 
-def test_truncated(tiny_checkpoint, tmp_path):
-    cut = tmp_path / "cut.pt"
-    cut.write_bytes(tiny_checkpoint.read_bytes()[:2000])
-    with pytest.raises(CharrnnError, match="not a readable charrnn checkpoint"):
-        load_checkpoint(cut)
+NOT_TORCH = r"is not a charrnn checkpoint \(not a file that torch.save"
 
 
-@pytest.mark.parametrize("content", [b"just some text\n", b""])
-def test_not_a_torch_file(tmp_path, content):
-    path = tmp_path / "x.pt"
-    path.write_bytes(content)
-    with pytest.raises(CharrnnError, match="is not a charrnn checkpoint \\(not a file that torch.save"):
-        load_checkpoint(path)
-
-
-def test_foreign_torch_file(tmp_path):
-    path = tmp_path / "foreign.pt"
-    torch.save({"weights": torch.zeros(3)}, path)
-    with pytest.raises(CharrnnError, match="not a charrnn checkpoint"):
-        load_checkpoint(path)
-
-
-def test_unknown_format_version(tiny_checkpoint, tmp_path):
-    payload = torch.load(tiny_checkpoint, weights_only=True)
-    payload["format_version"] = 99
-    path = tmp_path / "future.pt"
-    torch.save(payload, path)
-    with pytest.raises(CharrnnError, match="format version 99"):
-        load_checkpoint(path)
+@pytest.mark.parametrize(("make", "refusal"), [
+    (lambda tiny, path: None, "does not exist"),
+    (lambda tiny, path: path.write_bytes(tiny.read_bytes()[:2000]), "not a readable charrnn checkpoint"),
+    (lambda tiny, path: path.write_bytes(b"just some text\n"), NOT_TORCH),
+    (lambda tiny, path: path.write_bytes(b""), NOT_TORCH),
+    (lambda tiny, path: torch.save({"weights": torch.zeros(3)}, path), "not a charrnn checkpoint"),
+    (lambda tiny, path: torch.save({**torch.load(tiny, weights_only=True), "format_version": 99}, path),
+     "format version 99"),
+], ids=["missing", "truncated", "text", "empty", "foreign torch file", "unknown format version"])
+def test_what_is_no_loadable_checkpoint_is_refused(tiny_checkpoint, tmp_path, make, refusal):
+    make(tiny_checkpoint, tmp_path / "x.pt")
+    with pytest.raises(CharrnnError, match=refusal):
+        load_checkpoint(tmp_path / "x.pt")
 
 
 class _Payload:

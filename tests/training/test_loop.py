@@ -30,8 +30,7 @@ OPTIONS = {"hidden_size": 64, "embed_size": 16, "batch_size": 8, "seq_len": 32, 
 
 @pytest.fixture(autouse=True)
 def the_fake_clocks_are_the_planned_machine(monkeypatch):
-    """A budget's probe times this machine on the wall clock, while a FakeClock makes a machine of its
-    own: its runs see the speed their plan expects, unless a test says otherwise."""
+    """A budget's probe times the wall clock; FakeClock runs see the speed their plan expects."""
     monkeypatch.setattr("charrnn.training.plan.planned_speed", lambda budget: None)
 
 
@@ -68,19 +67,16 @@ def test_run_directory_contents(make_run, repeated_corpus, tmp_path):
     assert config["run_id"] == payload["run_id"]
 
 
-def test_epochs_stop_after_full_passes(make_run, repeated_corpus, tmp_path):
-    # 2430 training chars, 8 streams of 303, seq 32: 10 steps per epoch.
-    result = train_tiny(make_run, repeated_corpus, tmp_path / "run", epochs=2, eval_every=100)
-    assert result.steps == 20 and result.epoch == 2.0
-    assert result.stop_reason == StopReason("epochs", 2)
-
-
 class FakeClock(TrainObserver):
     """A wall clock that moves only when a step ends, by ``step_seconds``: runs become exact."""
 
     def __init__(self, step_seconds: float):
         self.now = 1000.0
         self.step_seconds = step_seconds
+        self.messages: list[str] = []
+
+    def on_message(self, text: str) -> None:
+        self.messages.append(text)
 
     def __call__(self) -> float:
         return self.now
@@ -121,26 +117,20 @@ def test_validation_split_too_short(make_run, tmp_path):
         train_tiny(make_run, path, tmp_path / "run", val_frac=0.004, batch_size=2, seq_len=4, max_steps=1)
 
 
-def test_unwritable_out_is_reported_before_training(make_run, repeated_corpus, tmp_path):
-    blocker = tmp_path / "file"
-    blocker.write_text("")
-    with pytest.raises(CharrnnError, match="cannot use the run directory .*Not a directory"):
-        train_tiny(make_run, repeated_corpus, blocker / "run", max_steps=1)
-
-
-@pytest.mark.parametrize("out", ["existing_file", "/dev/null"])
-def test_out_naming_a_file_says_so(make_run, repeated_corpus, tmp_path, out):
-    target = tmp_path / out if out == "existing_file" else Path(out)
-    if out == "existing_file":
-        target.write_text("")
-    with pytest.raises(CharrnnError, match="is a file, not a directory"):
-        train_tiny(make_run, repeated_corpus, target, max_steps=1)
+@pytest.mark.parametrize(("out", "refusal"), [("file/run", "cannot use the run directory .*Not a directory"),
+                                              ("file", "is a file, not a directory"),
+                                              ("/dev/null", "is a file, not a directory")])
+def test_out_under_or_naming_a_file_is_refused(make_run, repeated_corpus, tmp_path, out, refusal):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(CharrnnError, match=refusal):
+        train_tiny(make_run, repeated_corpus, tmp_path / out, max_steps=1)
 
 
 def test_save_epochs_keeps_named_checkpoints_and_marks_metrics(make_run, repeated_corpus, tmp_path):
     out = tmp_path / "run"
-    # 10 steps per epoch (see test_epochs_stop_after_full_passes).
-    train_tiny(make_run, repeated_corpus, out, epochs=3, eval_every=1000, save_epochs=[1, 3])
+    # 2430 training chars, 8 streams of 303, seq 32: 10 steps per epoch, and epochs stop after full passes.
+    result = train_tiny(make_run, repeated_corpus, out, epochs=3, eval_every=1000, save_epochs=[1, 3])
+    assert result.steps == 30 and result.epoch == 3.0 and result.stop_reason == StopReason("epochs", 3)
     names = sorted(p.name for p in out.glob("epoch*.pt"))
     assert [n[:9] for n in names] == ["epoch0001", "epoch0003"]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -239,8 +229,7 @@ def test_running_out_of_memory_saves_the_last_whole_step_and_resumes_exactly(
 
 
 def measured_end(monkeypatch, pass_s: float, other_s: float = 0.0) -> None:
-    """Make a time budget's measurement of its end say a pass over the validation split takes ``pass_s``
-    and the saves ``other_s``."""
+    """A time budget's end measured at ``pass_s`` a pass over the validation split and ``other_s`` to save."""
     import charrnn.training.budget as budget_module
 
     monkeypatch.setattr(budget_module, "final_work_seconds",
@@ -252,34 +241,29 @@ def test_a_time_budget_keeps_time_for_the_final_evaluation_and_saves(repeated_co
     # Kept for the end: two passes (the trained and the averaged weights) of 0.2 s, × FINAL_WORK_MARGIN 1.25.
     measured_end(monkeypatch, pass_s=0.2)
     clock = FakeClock(step_seconds=0.125)
-    messages = []
-    clock.on_message = messages.append
     result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=1.5).run(clock, clock=clock)
     assert result.stop_reason == StopReason("time_budget", 1.5)
     assert result.steps == 9  # step 9 sees 8 × 0.125 = 1.0 s, and 1.0 + 0.5 reaches the budget
     assert result.trained_s == 1.0 and result.to_dict()["trained_s"] == 1.0  # when training stopped
-    assert any("stops about 0.5 s before the end" in message for message in messages)
+    assert any("stops about 0.5 s before the end" in message for message in clock.messages)
     # A caller that needs a quarter second once training returns (the command line: its exit) gets it.
     finishing = plan_run(repeated_corpus, tmp_path / "finishing", **OPTIONS, time_budget=1.5,
                          finish_s=0.25).run(clock, clock=clock)
-    assert finishing.steps == 7 and any("stops about 0.8 s before the end" in message for message in messages)
+    assert finishing.steps == 7 and any("stops about 0.8 s before the end" in m for m in clock.messages)
 
 
 def test_a_machine_slower_than_planned_keeps_more_time_for_the_end_and_says_so(repeated_corpus, tmp_path,
                                                                              monkeypatch):
-    """The plan measured twice the speed the run sees (another program took the machine): the end's
-    evaluation and saves will be slower too, so training stops earlier than the plan said."""
+    """The plan measured twice the speed the run sees: training stops earlier, keeping time for the end."""
     measured_end(monkeypatch, pass_s=0.2)
     clock = FakeClock(step_seconds=0.125)  # 8 × 32 characters a step: 2,048 chars/s on this clock
-    messages = []
-    clock.on_message = messages.append
     plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=1.5)
     assert plan.ending.reserve_s == pytest.approx(0.5)
     slowed = dataclasses.replace(plan, ending=dataclasses.replace(plan.ending, chars_per_s=4096.0))
     result = slowed.run(clock, clock=clock)
     assert result.stop_reason == StopReason("time_budget", 1.5)
     assert result.steps < 9  # the planned speed's run trains 9 steps (the test above)
-    noticed = [message for message in messages if message.startswith("this machine slowed")]
+    noticed = [message for message in clock.messages if message.startswith("this machine slowed")]
     assert noticed and all("not the 4,096 the plan measured" in message for message in noticed)
     kept = [float(message.split("training now stops ")[1].split(" s")[0]) for message in noticed]
     assert kept == sorted(kept) and kept[0] > 0.5  # each says the time kept has grown again
@@ -289,8 +273,7 @@ def test_a_machine_slower_than_planned_keeps_more_time_for_the_end_and_says_so(r
 @pytest.mark.parametrize("given", [False, True])
 def test_a_slowed_run_leaves_the_cores_other_programs_keep_busy_unless_its_threads_were_given(
         repeated_corpus, tmp_path, monkeypatch, given):
-    """A thread on a busy core slows torch's others at every operation: the run trains, and ends, on the
-    cores left; a thread count the user gave stays."""
+    """On a busy core the run trains, and ends, on the cores left; a thread count the user gave stays."""
     from charrnn.utils.hardware import LoadWatch, ThreadChoice
 
     measured_end(monkeypatch, pass_s=0.2)
@@ -299,8 +282,6 @@ def test_a_slowed_run_leaves_the_cores_other_programs_keep_busy_unless_its_threa
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     clock = FakeClock(step_seconds=0.125)
-    messages = []
-    clock.on_message = messages.append
     plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=1.5)
     threads = ThreadChoice(2, "--threads" if given else "2 cores, all free", given)
     slowed = dataclasses.replace(plan, ending=dataclasses.replace(plan.ending, chars_per_s=4096.0),
@@ -310,7 +291,7 @@ def test_a_slowed_run_leaves_the_cores_other_programs_keep_busy_unless_its_threa
         assert torch.get_num_threads() == (2 if given else 1)
     finally:
         torch.set_num_threads(before)
-    left = [message for message in messages if message.startswith("other programs keep")]
+    left = [message for message in clock.messages if message.startswith("other programs keep")]
     said = "other programs keep 1 of this machine's 2 cores busy: training goes on with 1 thread"
     assert left == ([] if given else [said])
 
@@ -341,8 +322,6 @@ def test_a_long_budget_evaluates_during_training_and_keeps_the_best_weights(repe
     # the budget's end (the epoch limit, given, is out of reach).
     measured_end(monkeypatch, pass_s=0.5)
     clock = FakeClock(step_seconds=0.5)
-    messages = []
-    clock.on_message = messages.append
     result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000).run(
         clock, clock=clock)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -351,14 +330,13 @@ def test_a_long_budget_evaluates_during_training_and_keeps_the_best_weights(repe
     assert all(0 <= record["elapsed_s"] - moment <= 1
                for record, moment in zip(records, planned, strict=False))
     assert any("5 evaluations during training, evenly through it (the whole validation split, about 1.0 s "
-               "each)" in message for message in messages)
+               "each)" in message for message in clock.messages)
     assert not any("val_chars" in record for record in records)
     assert result.best.nats_per_char == min(record["val_loss"] for record in records)
 
 
 def planned_evaluations(monkeypatch, evaluates: bool) -> None:
-    """Have a time budget plan its every shape to evaluate during training, or not (which its passes
-    decide: a tiny corpus makes many)."""
+    """Have a time budget plan its every shape to evaluate during training, or not."""
     import charrnn.training.budget as budget_module
 
     predict = budget_module.predict_candidates
@@ -376,16 +354,14 @@ def test_a_budget_planned_for_few_passes_evaluates_only_at_its_end(repeated_corp
     plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000)
     assert plan.budget.choice.epochs >= BUDGET_GUARD_EPOCHS and plan.budget.choice.evaluates  # many passes
     clock = FakeClock(step_seconds=0.5)
-    messages = []
-    clock.on_message = messages.append
     planned_evaluations(monkeypatch, False)
     plan = plan_run(repeated_corpus, tmp_path / "few", **OPTIONS, time_budget=100, epochs=1000)
     plan.run(clock, clock=clock)
     records = (tmp_path / "few" / "metrics.jsonl").read_text().splitlines()
     assert len(records) == 1
     assert any("no evaluations during training (with them its shape would train under 3 epochs" in message
-               for message in messages)
-    assert any("stops about 1.2 s before the end" in message for message in messages)  # 2 passes × 1.25
+               for message in clock.messages)
+    assert any("stops about 1.2 s before the end" in m for m in clock.messages)  # 2 passes × 1.25
     scheduled = plan_run(repeated_corpus, tmp_path / "scheduled", **OPTIONS, time_budget=100, epochs=1000,
                          eval_every=50)
     clock = FakeClock(step_seconds=0.5)
@@ -411,14 +387,12 @@ def test_a_budget_whose_share_pays_for_fewer_than_three_evaluations_makes_none(r
     # An evaluation (of the trained and the averaged weights) costs 2 s: 5% of 100 s pays for 2.5.
     measured_end(monkeypatch, pass_s=1.0)
     clock = FakeClock(step_seconds=0.5)
-    messages = []
-    clock.on_message = messages.append
     planned_evaluations(monkeypatch, True)
     plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000)
     plan.run(clock, clock=clock)
-    assert not any("evaluations during training, evenly" in message for message in messages)
+    assert not any("evaluations during training, evenly" in message for message in clock.messages)
     assert any("no evaluations during training (5% of the budget pays for fewer than 3)" in message
-               for message in messages)
+               for message in clock.messages)
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1
 
 
@@ -436,8 +410,10 @@ def test_a_budgets_evaluations_are_spread_over_what_is_left_once_training_starts
                for record, moment in zip(records, planned, strict=False))
 
 
+@pytest.mark.parametrize("spent", [0.0, 0.4])
 def test_a_budget_that_affords_more_passes_than_the_rule_trusts_ends_early(repeated_corpus, tmp_path,
-                                                                           monkeypatch):
+                                                                           monkeypatch, spent):
+    """With or without 40% spent before training, evaluations fall evenly through the passes it trains."""
     from charrnn.training.budget import most_epochs
 
     limit = most_epochs(2430)  # the passes a budget plans over this corpus's training split, at most
@@ -445,34 +421,14 @@ def test_a_budget_that_affords_more_passes_than_the_rule_trusts_ends_early(repea
     clock = FakeClock(step_seconds=0.5)
     budget = 10 * limit * 2  # time for twice the limit's steps (ten a pass)
     plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=budget)
-    result = plan.run(clock, clock=clock)
+    result = dataclasses.replace(plan, started=clock.now - spent * budget).run(clock, clock=clock)
     assert result.stop_reason == StopReason("epochs", limit)
     assert result.epoch == pytest.approx(limit, abs=0.1)  # in whole steps
-    assert result.config.epochs == limit and result.trained_s < 0.6 * budget
+    assert result.config.epochs == limit and result.trained_s < (spent + 0.6) * budget
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     # Its evaluations are spread over the passes it makes (near limit × k / (n + 1)), never before.
     evaluations = len(records) - 1
     assert evaluations >= 3 and records[-1]["epoch"] == result.epoch
-    assert all(0 <= record["epoch"] - limit * k / (evaluations + 1) <= 0.2
-               for k, record in enumerate(records[:-1], start=1))
-
-
-def test_a_budget_ending_at_its_pass_limit_spreads_its_evaluations_over_its_passes(repeated_corpus,
-                                                                                  tmp_path, monkeypatch):
-    # As above, but 40% of the budget went before training: the evaluations still fall evenly through
-    # the passes it trains, not crowded into the second half.
-    from charrnn.training.budget import most_epochs
-
-    limit = most_epochs(2430)
-    measured_end(monkeypatch, pass_s=0.5)
-    clock = FakeClock(step_seconds=0.5)
-    budget = 10 * limit * 2
-    plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=budget)
-    result = dataclasses.replace(plan, started=clock.now - 0.4 * budget).run(clock, clock=clock)
-    assert result.stop_reason == StopReason("epochs", limit)
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    evaluations = len(records) - 1
-    assert evaluations >= 3
     assert all(0 <= record["epoch"] - limit * k / (evaluations + 1) <= 0.2
                for k, record in enumerate(records[:-1], start=1))
 
@@ -483,18 +439,16 @@ def test_a_resumed_budget_plans_evaluations_for_what_is_left_of_it(repeated_corp
     clock = FakeClock(step_seconds=0.5)
     first = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000)
     first.run(clock, clock=clock)
-    messages = []
-    clock.on_message = messages.append
+    clock.messages.clear()
     plan_run(None, None, resume=tmp_path / "run", time_budget=110).run(clock, clock=clock)
     records = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(records) == 7  # five during the first session, its end's, and the resumed session's end
     assert any("no evaluations during training (too little of the budget is left)" in message
-               for message in messages)
+               for message in clock.messages)
 
 
 def whole_score(checkpoint: Path, corpus: Path, chars: int | None = None) -> tuple[dict, float]:
-    """A checkpoint's recorded best, and its weights' score on the validation split (its first ``chars``),
-    recomputed on the device the run trained and scored on."""
+    """A checkpoint's recorded best, and its weights' score on the val split (its first ``chars``)."""
     from charrnn.data.corpus import encode_corpus, split_ids
     from charrnn.models.evaluate import evaluate
 
@@ -536,8 +490,7 @@ def test_best_pt_keeps_the_best_weights_a_budget_evaluated_when_the_run_ends_wor
 
 
 def test_a_budget_whose_end_needs_the_time_left_cannot_be_resumed(repeated_corpus, tmp_path, monkeypatch):
-    """A run stops when what is left of its budget is what its end needs: resumed with the same budget,
-    it has no time to train and says so, before it writes anything."""
+    """Resumed with the same budget, a run whose end needs the time left says so before writing anything."""
     from charrnn.training.schedule import RunAlreadyFinished
 
     measured_end(monkeypatch, pass_s=0.2)  # 0.5 s kept for the end
@@ -551,8 +504,7 @@ def test_a_budget_whose_end_needs_the_time_left_cannot_be_resumed(repeated_corpu
 
 def test_a_budget_that_cannot_pay_for_its_end_is_refused_before_anything_is_written(repeated_corpus,
                                                                                     tmp_path, monkeypatch):
-    """Scoring a large validation split can take longer than the whole budget: the run says so at once
-    rather than train a step and overrun."""
+    """A budget too short to score the validation split is refused at once, rather than overrun."""
     measured_end(monkeypatch, pass_s=30.0)  # two passes, with the margin: 75 s for the end of a 60-s budget
     clock = FakeClock(step_seconds=0.5)
     expected = (r"time_budget 60 s cannot pay for this run's end: scoring the \d+ validation characters "
@@ -578,12 +530,10 @@ def test_a_short_budget_only_evaluates_at_the_end(repeated_corpus, tmp_path, mon
 
 def test_a_budget_and_a_step_limit_stop_at_whichever_comes_first_and_say_so(repeated_corpus, tmp_path):
     clock = FakeClock(step_seconds=0.125)
-    messages = []
-    clock.on_message = messages.append
     result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, max_steps=5).run(
         clock, clock=clock)
     assert result.stop_reason == StopReason("max_steps", 5)
-    assert "time_budget 100 s and max_steps 5: the run stops at whichever comes first" in messages
+    assert "time_budget 100 s and max_steps 5: the run stops at whichever comes first" in clock.messages
 
 
 def test_an_every_n_steps_schedule_beyond_the_runs_end_is_named():

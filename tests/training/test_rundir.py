@@ -269,8 +269,7 @@ def test_a_second_ctrl_c_aborts_at_once_and_leaves_a_whole_checkpoint(small_corp
 
 @pytest.mark.slow
 def test_overwrite_retires_the_whole_older_run_before_the_new_one_writes(small_corpus, tmp_path):
-    """An older run's samples, best.pt and scores never pass for a new run's: not when the new run
-    records no samples, nor when it is interrupted before its first evaluation."""
+    """An older run's samples, best.pt and scores never pass for a new run's, even one stopped early."""
     out = tmp_path / "run"
     tiny_plan(small_corpus, out, max_steps=None, epochs=2, save_epochs=[1], sample_every=4,
               sample_length=20).run()
@@ -338,8 +337,7 @@ def test_a_run_directory_without_last_pt_is_not_advised_for_resume(small_corpus,
 
 @pytest.mark.parametrize("log", ["metrics.jsonl", "samples.jsonl"])
 def test_a_resume_never_drops_a_log_it_cannot_read_whole(small_corpus, tmp_path, log):
-    """A row that is not UTF-8 or not JSON is refused before training, in place and in a branch, and every
-    file stays as it was; once the row is removed, the resume keeps the others."""
+    """A bad row is refused before training, in place or branched, files untouched; removed, rows are kept."""
     run = tmp_path / "run"
     plan_run(small_corpus, run, max_steps=6, eval_every=2, sample_every=2, sample_length=8).run()
     damages = {b'{"step": 1, "x": "\xff"}\n': r"line 4 is not UTF-8 text",
@@ -483,6 +481,9 @@ def test_a_file_is_refused_at_a_run_directory_s_own_names(tiny_run):
         with pytest.raises(OptionConflict, match="keeps for its own files"):
             refuse_writing_over_reads(tiny_run / name, "output", {})
     refuse_writing_over_reads(tiny_run / "notes.md", "output", {})
+    shipped = Path(charrnn.__file__).parent / "models" / "weights"  # nothing is written in the shipped folder
+    with pytest.raises(OptionConflict, match="never written; choose another run directory"):
+        refuse_writing_over_reads(shipped / "mine", "out_dir", {}, run_directory=True)
 
 
 def test_a_run_directory_is_refused_where_its_files_are_what_the_run_reads(small_corpus, tmp_path):
@@ -498,12 +499,6 @@ def test_a_run_directory_is_refused_where_its_files_are_what_the_run_reads(small
             refuse_writing_over_reads(run, "out_dir", reads, run_directory=True)
     refuse_writing_over_reads(tmp_path / "fresh", "out_dir", {"corpus": corpus_dir, "init_from": None},
                               run_directory=True)
-
-
-def test_nothing_is_written_in_the_shipped_models_folder():
-    shipped = Path(charrnn.__file__).parent / "models" / "weights"
-    with pytest.raises(OptionConflict, match="never written; choose another run directory"):
-        refuse_writing_over_reads(shipped / "mine", "out_dir", {}, run_directory=True)
 
 
 def test_a_run_directory_is_refused_inside_a_directory_corpus_or_over_a_temporary_it_reads(
@@ -559,6 +554,7 @@ def test_resuming_an_older_state_in_place_is_refused_and_says_how_to_branch(run_
         resume_in_place(run_with_an_older_state / "best.pt", max_steps=30)
     branch = run_with_an_older_state / "best.pt"
     assert f"branch from it with resume {branch} out_dir NEW_DIR" in str(refused.value)
+    assert resume_in_place(run_with_an_older_state / "last.pt", max_steps=30).run().steps == 30  # the newest
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncate"])
@@ -576,10 +572,6 @@ def test_an_older_last_pt_copied_over_a_newer_one_is_what_a_resume_continues(run
     shutil.copy(run_with_an_older_state / "best.pt", run_with_an_older_state / "last.pt")  # both at step 8
     assert resume_checkpoint(run_with_an_older_state) == run_with_an_older_state / "last.pt"
     assert resume_in_place(run_with_an_older_state, max_steps=10).run().steps == 10
-
-
-def test_the_newest_state_resumes_in_place(run_with_an_older_state):
-    assert resume_in_place(run_with_an_older_state / "last.pt", max_steps=30).run().steps == 30
 
 
 def test_an_unreadable_epoch_checkpoint_is_refused(run_with_epochs):

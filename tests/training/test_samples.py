@@ -180,8 +180,7 @@ def test_the_evolutions_markdown_shows_markup_as_text(tmp_path):
 
 @pytest.mark.slow
 def test_a_stop_during_a_long_recorded_sample_is_honoured_within_moments(small_corpus, tmp_path):
-    """A sample of a million characters would take minutes: SIGINT abandons it, and the run saves
-    last.pt and stops as after any step."""
+    """SIGINT abandons a minutes-long sample; the run saves last.pt and stops as after any step."""
     import signal
     import subprocess
     import sys
