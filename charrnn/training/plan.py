@@ -59,6 +59,7 @@ from charrnn.training.schedule import (
     stop_reason,
 )
 from charrnn.training.state import TrainingRun
+from charrnn.utils.files import read_json_object
 from charrnn.utils.hardware import ThreadChoice
 from charrnn.utils.interrupt import GracefulStop
 
@@ -231,10 +232,13 @@ class TrainingPlan:
     def _open_run_directory(self, run: TrainingRun) -> RunDirectory:
         """The run directory, with its config.json: fresh for a new run or a branch, else continued."""
         parameters = sum(p.numel() for p in run.model.parameters())
+        budget = None if self.budget is None else self.budget.to_dict()
+        if budget is None and self.resume is not None:  # a resumed run keeps what its budget weighed
+            source = self.branch_from if self.branches else Path(self.config.out_dir)
+            budget = (read_json_object(source / "config.json") or {}).get("budget") if source else None
         return RunDirectory(Path(self.config.out_dir), {
             "run_id": run.run_id, "model": self.model_config.to_dict(), "train": self.config.to_dict(),
-            "corpus": self.corpus.to_dict(), "world_size": run.group.world_size,
-            "budget": None if self.budget is None else self.budget.to_dict(),
+            "corpus": self.corpus.to_dict(), "world_size": run.group.world_size, "budget": budget,
         }, fresh=self.resume_from is None or self.branches, branch_from=self.branch_from,
             resumed_at=self.resume_from["step"] if self.resume_from is not None else None,
             space_needed=3 * checkpoint_bytes(parameters, averaging=run.average is not None))

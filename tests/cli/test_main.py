@@ -407,6 +407,8 @@ def test_a_time_budget_picks_the_settings_not_given(runner, small_corpus, monkey
     # The settings made for the user, which they may override, are in config.json's budget.
     chosen = config["budget"]["chosen"]
     assert chosen["learning_rate"] == 5e-3 and "hidden_size" not in chosen
+    assert invoke(runner, "train", "--resume", "run", "--max-steps", "4").exit_code == 0
+    assert json.loads(Path("run/config.json").read_text())["budget"] == config["budget"]  # a resume keeps it
 
 
 @pytest.mark.slow
