@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from charrnn.errors import ConfigError, ConfigTypeError, OptionConflict, option
+from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, option, short_repr
 from charrnn.utils.hardware import CPU_BF16_ENV, check_threads, cpu_has_native_bf16
 from charrnn.utils.terminal import require_valid_text
 
@@ -119,6 +119,35 @@ def record_problem(cls: type, values: dict[str, Any]) -> tuple[str, str | None] 
         if expected is not None:
             return spec.name, expected
     return None
+
+
+def describe(value: Any) -> str:
+    """A stored value as an error shows it: its short form and its type."""
+    return f"{short_repr(value)} (a {type(value).__name__})"
+
+
+def check_type(value: Any, hint: Any, where: str) -> None:
+    """Refuse a stored ``value`` that is not of type ``hint`` (:func:`expected_type`)."""
+    expected = expected_type(value, hint)
+    if expected is not None:
+        raise CharrnnError(f"{where} is {describe(value)}; expected {expected}")
+
+
+def check_record(cls: type, values: dict[str, Any], where: str, build: bool = True) -> Any:
+    """Check the types of dataclass ``cls``'s fields in a checkpoint's dict (unknown keys, which a newer
+    charrnn may add, ignored; a missing field takes its default); ``build`` constructs it: ranges too."""
+    problem = record_problem(cls, values)
+    if problem is not None:
+        name, expected = problem
+        if expected is None:
+            raise CharrnnError(f"{where}.{name} is missing")
+        raise CharrnnError(f"{where}.{name} is {describe(values[name])}; expected {expected}")
+    if not build:
+        return None
+    try:
+        return cls(**{spec.name: values[spec.name] for spec in fields(cls) if spec.name in values})
+    except (CharrnnError, ValueError, TypeError) as exc:
+        raise CharrnnError(f"{where}: {exc}") from None
 
 
 def _matches(value: Any, hint: Any) -> bool:

@@ -7,8 +7,6 @@ It is a model folder whose 16-bit weights load into float32; scripts/retrain_shi
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from charrnn.errors import CharrnnError, OptionConflict
@@ -29,22 +27,6 @@ def resolve_shipped(path: Path) -> Path:
     if str(path) in SHIPPED_MODELS and not os.path.lexists(path):
         return shipped_path(str(path))
     return path
-
-
-@contextmanager
-def naming_what_hides_shipped(path: Path) -> Iterator[None]:
-    """A checkpoint error about ``path`` (``shakespeare``, or a file in it) says so when a shipped model's
-    name is taken here by something unusable: the user may have meant the shipped model. Only for readers
-    that take the name: the shipped model cannot be resumed."""
-    try:
-        yield
-    except CharrnnError as exc:
-        given = Path(path)
-        first = given.parts[0] if given.parts and not given.is_absolute() else None
-        if first not in SHIPPED_MODELS or not os.path.lexists(first):
-            raise
-        raise CharrnnError(f"{exc}; that {first} hides charrnn's own model of that name: rename it, or "
-                           f"run from another directory") from None
 
 
 def run_name(path: Path) -> str:

@@ -15,21 +15,23 @@ import os
 import re
 import shlex
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePath
 from typing import Any, BinaryIO
 
 import torch
 
-from charrnn.config import VERSION, ModelConfig, TrainConfig, expected_type, field_types, record_problem
+from charrnn.config import VERSION, ModelConfig, TrainConfig, check_record, check_type, describe, field_types
 from charrnn.data.corpus import CorpusInfo, corpus_path, scan_corpus
 from charrnn.data.vocab import Vocab
-from charrnn.errors import CharrnnError, OptionConflict, first_line, short_repr
+from charrnn.errors import CharrnnError, OptionConflict, first_line
 from charrnn.generation.trained import TrainedModel
 from charrnn.models.evaluate import EvalResult
 from charrnn.models.layernorm import EPSILON
 from charrnn.models.model import CharRNN, state_shapes
-from charrnn.models.pretrained import naming_what_hides_shipped, refuse_writing_in_shipped, resolve_shipped
+from charrnn.models.pretrained import SHIPPED_MODELS, refuse_writing_in_shipped, resolve_shipped
 from charrnn.utils.files import (
     folder_in_the_way,
     json_text,
@@ -174,6 +176,22 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return payload
 
 
+@contextmanager
+def naming_what_hides_shipped(path: Path) -> Iterator[None]:
+    """A checkpoint error about ``path`` (``shakespeare``, or a file in it) says so when a shipped model's
+    name is taken here by something unusable: the user may have meant the shipped model. Only for readers
+    that take the name: the shipped model cannot be resumed."""
+    try:
+        yield
+    except CharrnnError as exc:
+        given = Path(path)
+        first = given.parts[0] if given.parts and not given.is_absolute() else None
+        if first not in SHIPPED_MODELS or not os.path.lexists(first):
+            raise
+        raise CharrnnError(f"{exc}; that {first} hides charrnn's own model of that name: rename it, or "
+                           f"run from another directory") from None
+
+
 def checkpoint_in(path: Path, name: str = "best.pt") -> Path:
     """``path`` itself (a file or model folder), a run directory's checkpoint ``name``, or a shipped model."""
     path = resolve_shipped(Path(path))
@@ -198,34 +216,6 @@ def file_in_run_directory(path: Path, name: str) -> Path:
     return path / name
 
 
-def _describe(value: Any) -> str:
-    return f"{short_repr(value)} (a {type(value).__name__})"
-
-
-def _check_type(value: Any, hint: Any, where: str) -> None:
-    """Refuse a stored ``value`` that is not of type ``hint`` (:func:`charrnn.config.expected_type`)."""
-    expected = expected_type(value, hint)
-    if expected is not None:
-        raise CharrnnError(f"{where} is {_describe(value)}; expected {expected}")
-
-
-def check_record(cls: type, values: dict[str, Any], where: str, build: bool = True) -> Any:
-    """Check the types of dataclass ``cls``'s fields in a checkpoint's dict (unknown keys, which a newer
-    charrnn may add, ignored; a missing field takes its default); ``build`` constructs it: ranges too."""
-    problem = record_problem(cls, values)
-    if problem is not None:
-        name, expected = problem
-        if expected is None:
-            raise CharrnnError(f"{where}.{name} is missing")
-        raise CharrnnError(f"{where}.{name} is {_describe(values[name])}; expected {expected}")
-    if not build:
-        return None
-    try:
-        return cls(**{spec.name: values[spec.name] for spec in fields(cls) if spec.name in values})
-    except (CharrnnError, ValueError, TypeError) as exc:
-        raise CharrnnError(f"{where}: {exc}") from None
-
-
 def validate_payload(payload: dict[str, Any]) -> ModelConfig:
     """Check every field of a checkpoint's dict; return its model configuration. Tensor shapes are checked
     before any model is built, so a small file that declares a huge model costs nothing."""
@@ -237,7 +227,7 @@ def validate_payload(payload: dict[str, Any]) -> ModelConfig:
                 raise CharrnnError(f"{name} is missing")
             continue
         value = payload[name]
-        _check_type(value, hints[name], name)
+        check_type(value, hints[name], name)
         if spec.metadata["non_negative"] and not (math.isfinite(value) and value >= 0):
             raise CharrnnError(f"{name} is {value}; expected 0 or more")
     if payload["format_version"] != FORMAT_VERSION:
@@ -250,7 +240,7 @@ def validate_payload(payload: dict[str, Any]) -> ModelConfig:
         if payload.get(name) is not None:
             check_record(EvalResult, payload[name], name)
     if payload.get("latest_eval") is not None:
-        _check_type(payload["latest_eval"].get("step"), int, "latest_eval.step")
+        check_type(payload["latest_eval"].get("step"), int, "latest_eval.step")
     if "train_config" in payload:
         # Types only: whether its precision suits this machine is a question for resuming, not loading.
         check_record(TrainConfig, payload["train_config"], "train_config", build=False)
@@ -281,7 +271,7 @@ def _check_state(state: dict[str, Any], config: ModelConfig, label: str = "model
             raise CharrnnError(f"{label} lacks {name}, which model_config needs")
         tensor = state[name]
         if not isinstance(tensor, torch.Tensor):
-            raise CharrnnError(f"{label}[{name!r}] is {_describe(tensor)}; expected a tensor")
+            raise CharrnnError(f"{label}[{name!r}] is {describe(tensor)}; expected a tensor")
         if tuple(tensor.shape) != shape:
             raise CharrnnError(f"{label}[{name!r}] has shape {tuple(tensor.shape)}; model_config "
                                f"declares {shape}")

@@ -140,7 +140,7 @@ class TrainingLoop:
             sample = draw_sample(run.model, run.vocab, self.config, run.step, run.epoch, started - self.start,
                                  val_loss, stopped=lambda: self.stop.signal_name is not None)
             if sample is not None:
-                run_dir.append(sample)
+                run_dir.log(sample)
                 self.observer.on_sample(sample)
             self.window_start += self.clock() - started  # the throughput reported is training's alone
         if evaluating:
@@ -176,7 +176,7 @@ class TrainingLoop:
             epoch_checkpoint=epoch_checkpoint_name(run.epochs_done, val_loss) if epoch_end else None)
         if record.epoch_checkpoint is not None:
             run_dir.save(record.epoch_checkpoint, run.payload(self.elapsed, carried))
-        run_dir.append(record)
+        run_dir.log(record)
         self.observer.on_eval(record, improved)
         return val_loss
 

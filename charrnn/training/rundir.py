@@ -404,7 +404,7 @@ class RunDirectory:
         save_checkpoint(self.path / name, payload)
         self._wrote(name)
 
-    def append(self, record: EvaluationRecord | SampleRecord) -> None:
+    def log(self, record: EvaluationRecord | SampleRecord) -> None:
         """Add one row to the record's log; its first row of this run settles what the log starts with."""
         name, line = record.LOG, record.to_json()
         path = self.path / name
