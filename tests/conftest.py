@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -121,6 +124,19 @@ def make_run():
 def tiny_checkpoint(tiny_run: Path) -> Path:
     return tiny_run / "best.pt"
 
+
+
+@pytest.fixture(scope="session")
+def stop_allowance_s(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> float:
+    """How long a stop may take: the time, measured here and now, that the tiny model takes to score 1.3
+    million characters from a cold start. Every stop test's work takes ten times that or more, so a command
+    that ran on would fail; a loaded machine slows the allowance with the stop, so no stopwatch is fixed."""
+    text = tmp_path_factory.mktemp("allowance") / "twentieth.txt"
+    text.write_text(SMALL_TEXT * 100, encoding="utf-8")
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-m", "charrnn", "eval-perplexity", str(tiny_run / "best.pt"), str(text),
+                    "--single-stream", "--skip-unknown"], check=True, capture_output=True, timeout=600)
+    return time.monotonic() - started
 
 
 @pytest.fixture(autouse=True)

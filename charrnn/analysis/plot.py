@@ -1,4 +1,4 @@
-"""Learning curves from runs' ``metrics.jsonl``: loss against epoch and against wall time.
+"""Learning curves from runs' ``metrics.jsonl`` and ``losses.jsonl``: loss against epoch and wall time.
 
 matplotlib is an optional extra (``charrnn-cli[plot]``), imported only when a plot is drawn."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from charrnn.errors import CharrnnError, shortened
-from charrnn.training.rundir import read_header, read_metrics
+from charrnn.training.rundir import read_header, read_losses, read_metrics
 from charrnn.utils.files import atomic_write, read_json_object
 from charrnn.utils.terminal import one_line
 
@@ -91,6 +91,7 @@ def learning_curves(run_dirs: list[Path]) -> Any:
     the runs' shapes. Whole-split and split-start scores are separate series; best.pt is ringed at its score;
     epoch checkpoints are starred and labelled without overlap; the epoch axis is log past two decades."""
     runs = [(Path(run_dir), read_metrics(run_dir)) for run_dir in run_dirs]
+    losses = {run_dir: read_losses(run_dir) for run_dir, _ in runs}  # the training curve, where logged
     names = run_labels([run_dir for run_dir, _ in runs])
     plt = _pyplot()
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
@@ -114,8 +115,9 @@ def learning_curves(run_dirs: list[Path]) -> Any:
                 chars = min(r.val_chars for r in records if r.val_chars is not None)
                 axis.plot(*zip(*subset, strict=True), ":^", color=colour, markersize=3, alpha=0.8,
                           label=f"{name} validation, first {chars:,} chars (another measure)")
-            training = [(xi, r.train_loss) for xi, r in zip(x, records, strict=True)
-                        if r.train_loss is not None]
+            training = ([(getattr(row, x_key), row.train_loss) for row in losses[run_dir]]
+                        or [(xi, r.train_loss) for xi, r in zip(x, records, strict=True)
+                            if r.train_loss is not None])
             if training:  # one point has no line to draw: it is marked instead
                 axis.plot(*zip(*training, strict=True), "--" if len(training) > 1 else "x",
                           color=colour, alpha=0.6, label=f"{name} training")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+
 import torch
 
 from charrnn.config import ModelConfig
@@ -60,10 +64,34 @@ def precision_warning(precision: str, model_config: ModelConfig) -> str | None:
             f"frequencies); {option('precision')} auto trains them in fp32")
 
 
-def autocast(device: torch.device, precision: str):
+@contextmanager
+def autocast(device: torch.device, precision: str) -> Iterator[None]:
     """bfloat16 autocast of the training forward pass for ``precision == "bf16"``; a no-op for fp32.
-    Weights, optimiser state and the loss stay float32, so checkpoints are the same either way."""
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+    Weights, optimiser state and the loss stay float32, so checkpoints are the same either way. Where
+    oneDNN has no bfloat16 LSTM kernel (a processor without AVX512-BF16 or AMX that ``CHARRNN_CPU_BF16=1``
+    calls native), the recurrent layers run torch's own kernels instead: slower, never wrong."""
+    enabled = precision == "bf16"
+    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled):
+        if not (enabled and device.type == "cpu" and not _onednn_has_bf16_lstm()):
+            yield
+            return
+        onednn = torch.backends.mkldnn.enabled
+        torch.backends.mkldnn.enabled = False
+        try:
+            yield
+        finally:
+            torch.backends.mkldnn.enabled = onednn
+
+
+@cache
+def _onednn_has_bf16_lstm() -> bool:
+    """Whether oneDNN can build its bfloat16 LSTM kernel on this processor: one tiny forward pass tells."""
+    try:  # the random numbers of the run are not drawn on: a resumed run stays exact
+        with torch.random.fork_rng(devices=[]), torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            torch.nn.LSTM(1, 1)(torch.zeros(1, 1, 1))
+    except RuntimeError:
+        return False
+    return True
 
 
 def _available(device_name: str) -> int | None:

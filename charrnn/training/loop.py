@@ -25,7 +25,13 @@ from charrnn.models.devices import autocast
 from charrnn.models.evaluate import evaluate
 from charrnn.models.model import CharRNN
 from charrnn.training.observer import StepReport, TrainObserver
-from charrnn.training.rundir import EvaluationRecord, RunDirectory, SampleRecord, epoch_checkpoint_name
+from charrnn.training.rundir import (
+    EvaluationRecord,
+    LossRecord,
+    RunDirectory,
+    SampleRecord,
+    epoch_checkpoint_name,
+)
 from charrnn.training.schedule import Schedule, StopReason
 from charrnn.training.state import TrainingRun
 from charrnn.utils.hardware import LoadWatch, ThreadChoice
@@ -68,6 +74,8 @@ class TrainingLoop:
         schedule.begin(run, self.elapsed)
         self.trained_out = False  # a stop came in the final evaluation: nothing is left to train
         self._start_window()
+        self.losses: list[float] = []  # the finite training losses since the last row of losses.jsonl
+        self.loss_mark = self._loss_mark(schedule.progress(run, self.elapsed))  # the last row's hundredth
 
     def _start_window(self) -> None:
         """Start the averages that the next evaluation record reports."""
@@ -88,6 +96,7 @@ class TrainingLoop:
                     f"good state; try a lower {option('learning_rate')} (now {self.config.learning_rate:g})")
             if math.isfinite(loss):
                 self.loss_sum, self.loss_count = self.loss_sum + loss, self.loss_count + 1
+                self.losses.append(loss)
             self.window_chars += chars
             now = self.clock()
             speed = self.window_chars / max(now - self.window_start, 1e-9)  # chars/s since the window started
@@ -96,9 +105,11 @@ class TrainingLoop:
                 if message:
                     self.observer.on_message(message)
             reason = self._agreed_stop()
+            progress = schedule.progress(run, self.elapsed)
+            self._log_loss(progress, now)
             self.observer.on_step(StepReport(
                 step=run.step, epoch=run.epoch, loss=loss, learning_rate=learning_rate,
-                chars_per_s=speed, progress=schedule.progress(run, self.elapsed),
+                chars_per_s=speed, progress=progress,
                 skipped_steps=run.skipped, seconds_left=schedule.seconds_left(self.elapsed),
                 elapsed_s=now - self.start))
             with saving_if_memory_runs_out(self.run, self.run_dir, self.elapsed):
@@ -107,6 +118,20 @@ class TrainingLoop:
                 self.trained_out = reason is not None
                 reason = StopReason("signal", signal_name=dropped)
         return reason, self.elapsed, self.clock() - self.start
+
+    def _loss_mark(self, progress: float | None) -> int:
+        """Which hundredth of the run ``progress`` is in (without a limit: which hundred steps)."""
+        return int(progress * 100) if progress is not None else self.run.step // 100
+
+    def _log_loss(self, progress: float | None, now: float) -> None:
+        """A row of losses.jsonl at each hundredth of the run: the mean of its finite training losses."""
+        mark = self._loss_mark(progress)
+        if mark == self.loss_mark or not self.losses:
+            return
+        self.loss_mark, losses, self.losses = mark, self.losses, []
+        if self.run_dir is not None:
+            self.run_dir.log(LossRecord(self.run.step, round(self.run.epoch, 4), round(now - self.start, 3),
+                                        sum(losses) / len(losses)))
 
     def _agreed(self, values: list[float]) -> list[float]:
         """``values`` and rank 0's clock, each the largest over the ranks: every rank then decides alike,

@@ -55,11 +55,12 @@ from charrnn.utils.files import (
 
 EPOCH_CHECKPOINT_GLOB = "epoch*-val*.pt"
 SAMPLES_NAME = "samples.jsonl"
+LOSSES_NAME = "losses.jsonl"
 LOCK_NAME = ".charrnn.lock"
 # The one list of the files a run writes (with the lock, the names a run directory keeps for its own), in
 # the order an older run's go (RunDirectory): config.json first, so a failure part-way leaves leftovers that
 # name no run (no --resume takes them for one; the next --overwrite removes them); its checkpoints last.
-RUN_FILES = ("config.json", SAMPLES_NAME, "metrics.jsonl", *reversed(CHECKPOINT_NAMES))
+RUN_FILES = ("config.json", SAMPLES_NAME, LOSSES_NAME, "metrics.jsonl", *reversed(CHECKPOINT_NAMES))
 RESERVED = (*RUN_FILES, LOCK_NAME)
 
 
@@ -396,7 +397,7 @@ class RunDirectory:
         source = self.branch_from if self.fresh else self.path
         if self.resumed_at is not None and source is not None:  # read now: a damaged log stops no run midway
             self.kept_rows = {cls.LOG: rows_up_to(source / cls.LOG, self.resumed_at, cls)
-                              for cls in (EvaluationRecord, SampleRecord)}
+                              for cls in (EvaluationRecord, LossRecord, SampleRecord)}
 
     def save(self, name: str, payload: dict[str, Any]) -> None:
         """Save checkpoint ``name``; its header says which run and step it holds."""
@@ -404,7 +405,7 @@ class RunDirectory:
         save_checkpoint(self.path / name, payload)
         self._wrote(name)
 
-    def log(self, record: EvaluationRecord | SampleRecord) -> None:
+    def log(self, record: EvaluationRecord | LossRecord | SampleRecord) -> None:
         """Add one row to the record's log; its first row of this run settles what the log starts with."""
         name, line = record.LOG, record.to_json()
         path = self.path / name
@@ -490,6 +491,28 @@ def read_metrics(run_dir: Path) -> list[EvaluationRecord]:
     if not records:
         raise CharrnnError(f"{path} has no evaluations yet; plot it after the run's first evaluation")
     return records
+
+
+@dataclass(frozen=True)
+class LossRecord:
+    """One line of ``losses.jsonl``: the training loss through the run, about every hundredth of it, so that
+    a run with few evaluations (a time budget's) still draws a training curve."""
+
+    KIND: ClassVar[str] = "a training loss record"
+    LOG: ClassVar[str] = LOSSES_NAME
+    step: int  # optimiser steps done
+    epoch: float  # passes over the training split done, fractional
+    elapsed_s: float  # wall time of the run so far
+    train_loss: float  # mean training loss (nats/char) of the finite steps since the previous row
+
+    def to_json(self) -> str:
+        return json_text(asdict(self))
+
+
+def read_losses(run_dir: Path) -> list[LossRecord]:
+    """The training losses a run logged, oldest first (none for a run without ``losses.jsonl``)."""
+    path = Path(run_dir) / LOSSES_NAME
+    return read_log(path, lambda line: read_row(LossRecord, line)) if os.path.lexists(path) else []
 
 
 def rows_up_to(path: Path, step: int, cls: type) -> list[str]:

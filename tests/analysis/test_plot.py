@@ -64,6 +64,22 @@ def test_draws_each_runs_curves_from_its_records_into_a_png(tmp_path):
         assert (distance < 0.02).sum() > 100
 
 
+def test_a_run_with_one_evaluation_draws_its_training_curve_from_losses_jsonl(tmp_path):
+    pytest.importorskip("matplotlib")
+    from charrnn.analysis.plot import learning_curves
+
+    run = write_run(tmp_path, "budget", [{"step": 30, "epoch": 0.3, "train_loss": 2.0, "val_loss": 2.1,
+                                          "elapsed_s": 12.0}])
+    (run / "losses.jsonl").write_text("".join(
+        json.dumps({"step": step, "epoch": step / 100, "elapsed_s": step * 0.4, "train_loss": 4 - step / 10})
+        + "\n" for step in (10, 20, 30)))
+    time_axis = learning_curves([run]).axes[1]
+    training = {line.get_label(): line for line in time_axis.get_lines()}["budget training"]
+    assert list(training.get_xdata()) == pytest.approx([4.0, 8.0, 12.0])
+    assert list(training.get_ydata()) == pytest.approx([3.0, 2.0, 1.0])
+    assert training.get_linestyle() == "--"  # a curve, not the lone mark of one evaluation
+
+
 @pytest.mark.slow
 def test_cli_plot_from_a_real_run(tiny_run, tmp_path):
     pytest.importorskip("matplotlib")

@@ -3,6 +3,7 @@ import torch
 
 from charrnn.config import ModelConfig
 from charrnn.errors import CharrnnError
+from charrnn.models import devices
 from charrnn.models.devices import check_model_fits, precision_warning, resolve_device, resolve_precision
 
 
@@ -81,3 +82,20 @@ def test_bf16_asked_for_a_wide_lstm_warns_that_auto_keeps_it_in_float32():
     assert precision_warning("auto", wide) is None and precision_warning("fp32", wide) is None
     assert precision_warning("bf16", ModelConfig(vocab_size=5, hidden_size=768)) is None
     assert precision_warning("bf16", ModelConfig(vocab_size=5, hidden_size=1280, cell="gru")) is None
+
+
+def test_bf16_autocast_without_onednn_kernels_runs_torchs_own_and_draws_no_random_numbers(monkeypatch):
+    """Where oneDNN has no bfloat16 LSTM (CHARRNN_CPU_BF16=1 on an AVX2 processor), the step still runs."""
+    devices._onednn_has_bf16_lstm.cache_clear()
+    before = torch.get_rng_state()
+    devices._onednn_has_bf16_lstm()
+    assert torch.equal(torch.get_rng_state(), before)  # a seeded or resumed run stays exact
+    monkeypatch.setattr(devices, "_onednn_has_bf16_lstm", lambda: False)
+    lstm, head = torch.nn.LSTM(4, 8, batch_first=True), torch.nn.Linear(8, 3)
+    with devices.autocast(torch.device("cpu"), "bf16"):
+        assert not torch.backends.mkldnn.enabled
+        output, _ = lstm(torch.randn(2, 5, 4))
+        logits = head(output)
+    assert torch.backends.mkldnn.enabled and logits.dtype == torch.bfloat16
+    logits.float().sum().backward()
+    assert lstm.weight_ih_l0.grad.dtype == torch.float32

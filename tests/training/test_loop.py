@@ -53,9 +53,14 @@ def test_overfits_repeated_text_then_greedy_reproduces_it(make_run, repeated_cor
 def test_run_directory_contents(make_run, repeated_corpus, tmp_path):
     out = tmp_path / "run"
     result = train_tiny(make_run, repeated_corpus, out, max_steps=12, eval_every=5, save_every=5)
-    assert {p.name for p in out.iterdir()} == {"best.pt", "last.pt", "metrics.jsonl", "config.json"}
+    assert {p.name for p in out.iterdir()} == {"best.pt", "last.pt", "metrics.jsonl", "losses.jsonl",
+                                               "config.json"}
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [5, 10, 12]
+    # Every step is a hundredth or more of a 12-step run: a row each, whose means the evaluations report.
+    losses = [json.loads(line) for line in (out / "losses.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in losses] == list(range(1, 13))
+    assert records[0]["train_loss"] == pytest.approx(sum(row["train_loss"] for row in losses[:5]) / 5)
     assert set(records[0]) == {"step", "epoch", "train_loss", "val_loss", "val_bits_per_char",
                                "learning_rate", "chars_per_s", "elapsed_s"}
     assert result.best.nats_per_char == min(r["val_loss"] for r in records)

@@ -289,8 +289,11 @@ def test_overwrite_retires_the_whole_older_run_before_the_new_one_writes(small_c
         tiny_plan(small_corpus, out, overwrite=True, max_steps=20, sample_every=4).run(SignalAfter(stop),
                                                                                         stop=stop)
     third_id = json.loads((out / "config.json").read_text())["run_id"]
-    assert sorted(path.name for path in out.iterdir()) == ["config.json", "last.pt"]
-    assert load_checkpoint(out / "last.pt")["run_id"] == third_id != new_id
+    assert sorted(path.name for path in out.iterdir()) == ["config.json", "last.pt", "losses.jsonl"]
+    last = load_checkpoint(out / "last.pt")
+    assert last["run_id"] == third_id != new_id
+    logged = [json.loads(row)["step"] for row in (out / "losses.jsonl").read_text().splitlines()]
+    assert logged == list(range(1, last["step"] + 1))  # this run's losses alone
     from click.testing import CliRunner
 
     from charrnn.cli.main import cli

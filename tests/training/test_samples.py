@@ -179,7 +179,8 @@ def test_the_evolutions_markdown_shows_markup_as_text(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_stop_during_a_long_recorded_sample_is_honoured_within_moments(small_corpus, tmp_path):
+def test_a_stop_during_a_long_recorded_sample_is_honoured_within_moments(small_corpus, tmp_path,
+                                                                         stop_allowance_s):
     """SIGINT abandons a minutes-long sample; the run saves last.pt and stops as after any step."""
     import signal
     import subprocess
@@ -200,7 +201,7 @@ def test_a_stop_during_a_long_recorded_sample_is_honoured_within_moments(small_c
     process.send_signal(signal.SIGINT)
     asked = time.monotonic()
     _, stderr = process.communicate(timeout=30)
-    assert time.monotonic() - asked < 5, "the stop waited for the sample"
+    assert time.monotonic() - asked < stop_allowance_s, "the stop waited for the sample"
     assert process.returncode == 130, stderr
     assert torch.load(out / "last.pt", weights_only=True)["step"] >= 1
     assert not (out / SAMPLES_NAME).exists()  # the abandoned sample is not recorded
