@@ -31,7 +31,7 @@ from charrnn.generation.trained import TrainedModel, refuse_several_texts_in_a_s
 from charrnn.models.pretrained import resolve_shipped, run_name
 from charrnn.training.observer import TrainObserver
 from charrnn.utils.hardware import check_threads, use_threads
-from charrnn.utils.terminal import markdown_text, one_line, require_valid_text
+from charrnn.utils.terminal import counted, markdown_text, one_line, require_valid_text
 
 if TYPE_CHECKING:  # torch is imported only once the options are checked and there is work to do
     from charrnn.models.evaluate import EvalResult
@@ -233,7 +233,7 @@ class TextScore:
             return []
         from charrnn.data.vocab import describe_chars
 
-        return [f"skipped {sum(self.skipped.values()):,} character(s) outside the vocabulary: "
+        return [f"skipped {counted(sum(self.skipped.values()), 'character')} outside the vocabulary: "
                 f"{describe_chars(self.skipped)}"]
 
     def __getattr__(self, name: str) -> Any:
@@ -361,8 +361,8 @@ class Model(TrainedModel):
         written = self.write(request.prime, config)
         notes = []
         if len(written.texts) < config.num_samples:
-            notes.append(f"only {len(written.texts)} distinct continuation(s) of {config.length} characters "
-                         f"exist over this model's {len(self.vocab)}-symbol vocabulary; returning "
+            notes.append(f"only {counted(len(written.texts), 'distinct continuation')} of {config.length} "
+                         f"characters exist over this model's {len(self.vocab)}-symbol vocabulary; returning "
                          f"{len(written.texts)}")
         return Samples([request.prime + text for text in written.texts], written.seed, request.seed_drawn,
                        written.log_probs, written.stopped, notes, self.checkpoint)

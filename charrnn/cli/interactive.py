@@ -14,7 +14,7 @@ import tty
 from typing import TYPE_CHECKING, Any
 
 from charrnn.errors import CharrnnError
-from charrnn.utils.terminal import shown, visible_char
+from charrnn.utils.terminal import counted, shown, visible_char
 
 if TYPE_CHECKING:
     from charrnn.generation.writing import WritingSession
@@ -67,7 +67,7 @@ def write_interactively(session: WritingSession, top: int) -> str:
     """Run the session on the terminal; the text when Ctrl-D (or the end of the input) ends it."""
     fd = sys.stdin.fileno()
     saved = termios.tcgetattr(fd)
-    note, typed = f"writing after {len(session.prime)} character(s) of prime", keys(fd)
+    note, typed = f"writing after {counted(len(session.prime), 'character')} of prime", keys(fd)
     try:
         tty.setcbreak(fd)  # keys one by one, unechoed; Ctrl-C still interrupts
         while True:

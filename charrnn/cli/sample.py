@@ -19,7 +19,7 @@ from charrnn.cli.options import (
 from charrnn.cli.output import message, say_checkpoint, write_file
 from charrnn.config import DEFAULT_LENGTH_PENALTY, SURPRISAL_TOP, SampleConfig
 from charrnn.utils.files import json_text
-from charrnn.utils.terminal import stream_stdout, write_stdout
+from charrnn.utils.terminal import counted, stream_stdout, write_stdout
 
 DEFAULTS = SampleConfig()
 
@@ -108,7 +108,7 @@ def sample_command(ctx: click.Context, checkpoint: str, output: str | None, as_j
     if output is None:
         write_stdout(rendered)
     else:
-        write_file(output, rendered, f"{len(samples.texts)} sample(s)")
+        write_file(output, rendered, counted(len(samples.texts), "sample"))
 
 
 COMMANDS = [sample_command]

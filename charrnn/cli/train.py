@@ -148,6 +148,7 @@ def train_command(ctx: click.Context, corpus: str | None, as_json: bool, quiet: 
         print_json(result.to_dict())
     else:
         show(training_summary(result))
+        message(f"sample with: charrnn sample {shlex.quote(str(result.out_dir / 'best.pt'))}")
 
 
 COMMANDS = [train_command]

@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # result types, named for their readers; importing them would
 
 
 LOG_EVERY_S = 30.0  # without a terminal, a progress line at least this often
+BAR_UNITS = 1000  # the bar counts thousandths of the run's progress
 DUE_LINE_WAIT_S = 5.0  # beyond LOG_EVERY_S, how long the watcher leaves a line to the loop before writing
 
 
@@ -67,8 +68,12 @@ class ProgressBar(TrainObserver):
         self.finished = threading.Event()  # set when the run ends: the watcher stops
 
     def on_message(self, text: str) -> None:
-        """Notes and warnings, quiet or not."""
+        """Notes and warnings, quiet or not: above the bar, which is drawn again below them."""
+        if self.bar is not None:
+            self.bar.clear()
         self.console.print(Text(one_line(text)), soft_wrap=True)
+        if self.bar is not None:
+            self.bar.refresh()
 
     def on_plan(self, plan: TrainingPlan) -> None:
         """Say what the plan decided that the user did not ask for in so many words."""
@@ -126,10 +131,7 @@ class ProgressBar(TrainObserver):
             "out": config.out_dir,
         }
         self.console.print(key_value_table("charrnn train", rows))
-        if self.draw_bar:
-            self.bar = tqdm(total=total_steps, initial=first_step, unit="step", dynamic_ncols=True,
-                            file=sys.stderr)
-        else:
+        if not self.draw_bar:
             threading.Thread(target=self._watch, name="charrnn-progress", daemon=True).start()
 
     def _watch(self) -> None:
@@ -158,6 +160,9 @@ class ProgressBar(TrainObserver):
     def on_step(self, report: StepReport) -> None:
         if self.first_report is None:
             self.first_report = report
+            if self.draw_bar:  # drawn from the first step: every note before it stands above it
+                self.bar = tqdm(total=BAR_UNITS, unit="‰", dynamic_ncols=True, file=sys.stderr,
+                                bar_format="{percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
         if self.bar is None:
             with self.writing:
                 if self.line_due is not None:  # the previous step's line: no evaluation wrote one for it
@@ -169,15 +174,13 @@ class ProgressBar(TrainObserver):
                     self.line_due = now if now - self.last_line >= LOG_EVERY_S else None
             return
         self.last_step = report
-        if (to_go := self._steps_to_go(report)) is not None:
-            # Whichever limit is nearest (a time budget included) sets the bar's end and so its ETA.
-            self.bar.total = report.step + round(to_go)
-        postfix = {"loss": f"{report.loss:.3f}", "chars/s": f"{report.chars_per_s:,.0f}",
-                   "lr": f"{report.learning_rate:.2e}"}
+        postfix = {"step": f"{report.step:,}", "loss": f"{report.loss:.3f}",
+                   "chars/s": f"{report.chars_per_s:,.0f}", "lr": f"{report.learning_rate:.2e}"}
         if report.skipped_steps:
             postfix["skipped"] = report.skipped_steps
         self.bar.set_postfix(postfix, refresh=False)
-        self.bar.update(1)
+        # The run's progress, whichever limit is nearest (a time budget included): a steady end and ETA.
+        self.bar.update(round(BAR_UNITS * (report.progress or 0.0)) - self.bar.n)
 
     def _steps_to_go(self, report: StepReport) -> float | None:
         """Steps left at the pace progress has made since this process's first step: a time budget's
@@ -247,7 +250,7 @@ class ProgressBar(TrainObserver):
         """One line: the step and the start of the sample, its line breaks shown as ⏎, cut to the width."""
         if self.quiet:
             return
-        head = f"sample @ step {record.step}: "
+        head = f"sample @ step {record.step:,}: "
         width = max(20, shutil.get_terminal_size().columns - len(head) - 1)
         text = one_line((record.prime + record.text).replace("\n", "⏎"))
         tqdm.write(head + (text if len(text) <= width else text[: width - 1] + "…"), file=sys.stderr)
@@ -258,9 +261,8 @@ class ProgressBar(TrainObserver):
             if self.line_due is not None:
                 self._log_line()
         if self.bar is not None:
-            if completed:  # a time budget's estimated end was approximate: show where it really ended
-                self.bar.total = self.bar.n
-                self.bar.refresh()
+            if completed:  # a limit's end is reached, however near the last step's progress came to it
+                self.bar.update(BAR_UNITS - self.bar.n)
             self.bar.close()
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from charrnn.errors import CharrnnError
+from charrnn.utils.terminal import counted
 
 
 def code_points(text: str) -> torch.Tensor:
@@ -47,8 +48,8 @@ class UnknownCharactersError(CharrnnError):
         self.unknown = unknown
         total = sum(unknown.values())
         super().__init__(
-            f"{total} character(s) of {len(unknown)} kind(s) are not in the model's vocabulary: "
-            f"{describe_chars(unknown)}" + (f" ({hint})" if hint else ""),
+            f"{counted(total, 'character')} of {counted(len(unknown), 'kind')} are not in the model's "
+            f"vocabulary: {describe_chars(unknown)}" + (f" ({hint})" if hint else ""),
         )
 
 

@@ -527,10 +527,11 @@ def final_work_seconds(model: CharRNN, vocab: Vocab, config: TrainConfig, val_id
 def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab, val_ids: torch.Tensor,
                     group: ProcessGroup, clock: Callable[[], float], finish_s: float,
                     started: float | None = None, resumed: dict[str, Any] | None = None,
-                    evaluates: bool = True) -> BudgetEnding:
+                    evaluates: bool = True, chosen: Iterable[str] = ()) -> BudgetEnding:
     """A budgeted run's end, measured on a model of its shape: the seconds kept (``finish_s`` included), when
-    to evaluate and what to tell the user. A new run whose budget from ``started`` cannot pay for its end is
-    refused; a resumed run with no time left raises :class:`RunAlreadyFinished`."""
+    to evaluate and what to tell the user (of the limits beside the budget, those not ``chosen`` by its
+    plan). A new run whose budget from ``started`` cannot pay for its end is refused; a resumed run with no
+    time left raises :class:`RunAlreadyFinished`."""
     budget, device = config.time_budget, torch.device(config.device)
     val_ids, scored = scored_validation(val_ids, config.eval_chars)  # what every evaluation scores
     measured = (final_work_seconds(CharRNN(model_config).to(device), vocab, config, val_ids, clock)
@@ -563,7 +564,8 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
                        f"that short was seen to overfit; their time trains it")
         messages.append(f"{head}: no evaluations during training ({because}); best.pt is scored at the end")
     messages += [f"{head} and {option(other)} {getattr(config, other):g}: the run stops at whichever comes "
-                 f"first" for other in ("max_steps", "epochs") if getattr(config, other) is not None]
+                 f"first" for other in ("max_steps", "epochs")
+                 if getattr(config, other) is not None and other not in chosen]
     if resumed is not None:
         finished = stop_reason(config, resumed["step"], resumed["progress_epochs"],
                                resumed["elapsed_s"] + reserve)

@@ -76,6 +76,9 @@ class TrainingLoop:
         self._start_window()
         self.losses: list[float] = []  # the finite training losses since the last row of losses.jsonl
         self.loss_mark = self._loss_mark(schedule.progress(run, self.elapsed))  # the last row's hundredth
+        # Its rows wait for the loop's next writes: they add no moment of their own at which an overwritten
+        # run gives way.
+        self.loss_rows: list[LossRecord] = []
 
     def _start_window(self) -> None:
         """Start the averages that the next evaluation record reports."""
@@ -124,14 +127,13 @@ class TrainingLoop:
         return int(progress * 100) if progress is not None else self.run.step // 100
 
     def _log_loss(self, progress: float | None, now: float) -> None:
-        """A row of losses.jsonl at each hundredth of the run: the mean of its finite training losses."""
+        """A row of losses.jsonl for each hundredth of the run: the mean of its finite training losses."""
         mark = self._loss_mark(progress)
         if mark == self.loss_mark or not self.losses:
             return
         self.loss_mark, losses, self.losses = mark, self.losses, []
-        if self.run_dir is not None:
-            self.run_dir.log(LossRecord(self.run.step, round(self.run.epoch, 4), round(now - self.start, 3),
-                                        sum(losses) / len(losses)))
+        self.loss_rows.append(LossRecord(self.run.step, round(self.run.epoch, 4), round(now - self.start, 3),
+                                         sum(losses) / len(losses)))
 
     def _agreed(self, values: list[float]) -> list[float]:
         """``values`` and rank 0's clock, each the largest over the ranks: every rank then decides alike,
@@ -159,6 +161,7 @@ class TrainingLoop:
                 val_loss = self._evaluate(run_dir, carried, learning_rate, chars_per_s, epoch_end)
             except StopRequested as stopped:
                 run_dir.save("last.pt", run.payload(self.elapsed, carried))
+                self._write_losses()
                 return stopped.signal_name
         if sampling and run_dir is not None:
             started = self.clock()
@@ -172,7 +175,14 @@ class TrainingLoop:
             self._start_window()
         if saving and run_dir is not None:
             run_dir.save("last.pt", run.payload(self.elapsed, carried))
+        self._write_losses()
         return None
+
+    def _write_losses(self) -> None:
+        """The rows of losses.jsonl that wait, after the writes they wait for."""
+        if self.loss_rows and self.run_dir is not None:
+            self.run_dir.log(*self.loss_rows)
+        self.loss_rows = []
 
     def _evaluate(self, run_dir: RunDirectory, carried: tuple[torch.Tensor, ...], learning_rate: float,
                   chars_per_s: float, epoch_end: bool) -> float:

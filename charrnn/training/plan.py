@@ -272,7 +272,8 @@ def plan_training(request: TrainingRequest, group: ProcessGroup | None = None, s
     if config.time_budget is not None:
         budget = decided.get("budget")
         ending = plan_budget_end(model_config, config, vocab, split.val, group, time.perf_counter, finish_s,
-                                 started, decided.get("resume_from"), budget is None or budget.evaluates)
+                                 started, decided.get("resume_from"), budget is None or budget.evaluates,
+                                 chosen=budget.chosen if budget is not None else ())
         ending = replace(ending, chars_per_s=planned_speed(budget))
     return TrainingPlan(**decided, ending=ending, started=started, threads=threads)
 

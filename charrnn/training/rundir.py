@@ -405,9 +405,10 @@ class RunDirectory:
         save_checkpoint(self.path / name, payload)
         self._wrote(name)
 
-    def log(self, record: EvaluationRecord | LossRecord | SampleRecord) -> None:
-        """Add one row to the record's log; its first row of this run settles what the log starts with."""
-        name, line = record.LOG, record.to_json()
+    def log(self, *records: EvaluationRecord | LossRecord | SampleRecord) -> None:
+        """Add rows to the records' log (one log: one kind of record), in one write; its first rows of this
+        run settle what the log starts with."""
+        name, line = records[0].LOG, "\n".join(record.to_json() for record in records)
         path = self.path / name
         self._retire_older_run()
         if name in self.written or not (self.fresh or self.resumed_at is not None):

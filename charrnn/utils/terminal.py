@@ -267,7 +267,12 @@ def colour(value: float, scale: float) -> tuple[int, int, int]:
 SATURATION_NATS = 6.0  # surprisal at which the colour is fully red (p ≈ 0.25%)
 
 
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 sample``, ``2 samples``: a count with its noun agreeing."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+
+
 def heat(nats: float) -> tuple[int, int, int]:
     """White for no surprise, through yellow, to red at :data:`SATURATION_NATS` and beyond."""
     level = max(0.0, min(1.0, nats / SATURATION_NATS))
-    return 255, round(255 * (1 - 0.45 * level)), round(255 * (1 - level))
+    return 255, round(255 * min(1.0, 2 - 2 * level)), round(255 * max(0.0, 1 - 2 * level))

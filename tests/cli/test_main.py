@@ -49,9 +49,11 @@ def test_train_sample_eval_round_trip(runner, small_corpus):
     result = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "25")
     assert result.exit_code == 0, result.output
     run = Path("checkpoints/small")
-    assert {p.name for p in run.iterdir()} == {"best.pt", "last.pt", "metrics.jsonl", "config.json"}
+    assert {p.name for p in run.iterdir()} == {"best.pt", "last.pt", "metrics.jsonl", "losses.jsonl",
+                                               "config.json"}
     assert "best validation" in result.stdout and "reached --max-steps 25" in result.stdout
     assert "parameters" in result.stderr  # configuration table
+    assert result.stderr.splitlines()[-1] == "sample with: charrnn sample checkpoints/small/best.pt"
     first = invoke(runner, "sample", run / "best.pt", "--prime", "ROMEO:", "--length", "80", "--seed", "4")
     second = invoke(runner, "sample", run / "best.pt", "--prime", "ROMEO:", "--length", "80", "--seed", "4")
     assert first.exit_code == 0 and first.stdout == second.stdout
@@ -280,7 +282,7 @@ def test_eval_unknown_characters_named_and_skippable(runner, tiny_checkpoint):
     skipped = invoke(runner, "eval-perplexity", tiny_checkpoint, "other.txt", "--skip-unknown", "--json")
     assert skipped.exit_code == 0
     assert json.loads(skipped.stdout)["chars"] == len("ROMEO: Café  ") - 1
-    assert "skipped 4 character(s)" in skipped.stderr
+    assert "skipped 4 characters" in skipped.stderr
 
 
 def test_data_get_uses_the_mirror_and_train_without_corpus_fetches_tiny_shakespeare(runner, data_mirror):

@@ -65,13 +65,13 @@ def test_sample_streams_the_text_and_says_the_drawn_seed(fake):
 
 def test_beams_print_their_texts_and_their_scores(fake):
     fake.answer("sample", api.Samples(["AB-x", "AB-y"], None, False, [-1.5, -2.25], [True, False],
-                                      ["only 2 distinct continuation(s)"], Path("best.pt")))
+                                      ["only 2 distinct continuations"], Path("best.pt")))
     result = invoke("sample", "best.pt", "--prime", "AB", "--beam-width", "3", "--num-samples", "2", "--json")
     assert result.exit_code == 0, result.output
     assert [json.loads(line) for line in result.stdout.splitlines()] == [
         {"text": "AB-x", "log_prob": -1.5, "stopped": True},
         {"text": "AB-y", "log_prob": -2.25, "stopped": False}]
-    assert result.stderr.splitlines() == ["note: only 2 distinct continuation(s)",
+    assert result.stderr.splitlines() == ["note: only 2 distinct continuations",
                                           "beam 1: log-prob -1.5000 (stopped)", "beam 2: log-prob -2.2500"]
 
 
@@ -81,7 +81,7 @@ def test_eval_perplexity_json_is_the_results_dict(fake):
     result = invoke("eval-perplexity", "best.pt", "held_out.txt", "--json", "--skip-unknown")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == scored.to_dict()
-    assert "skipped 2 character(s) outside the vocabulary" in result.stderr
+    assert "skipped 2 characters outside the vocabulary" in result.stderr
     table = invoke("eval-perplexity", "best.pt", "held_out.txt", "--skip-unknown")
     assert "1.2500" in table.stdout and "held_out.txt" in table.stdout
     kwargs = fake.calls[0][2]

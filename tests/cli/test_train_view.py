@@ -223,3 +223,24 @@ def test_a_log_line_gives_the_runs_own_elapsed_time_as_its_summary_counts(capsys
     bar.on_step(report(2, 0.6, epoch=0.2, elapsed_s=53.0))
     line, = capsys.readouterr().err.splitlines()
     assert "elapsed 0:52" in line
+
+
+def test_on_a_terminal_the_bar_counts_the_runs_progress_below_every_note(capsys):
+    """Notes before the first step stand above a bar not yet drawn; the bar's end never moves."""
+    from rich.console import Console
+
+    from charrnn.cli.train_view import BAR_UNITS, ProgressBar
+
+    bar = ProgressBar(Console(stderr=True), draw_bar=True)
+    bar.on_message("--time-budget 120 s: training stops about 3.0 s before the end")
+    assert bar.bar is None and capsys.readouterr().err.startswith("--time-budget 120 s: training stops")
+    seen = []
+    for step, done in ((1, 0.2), (2, 0.25), (3, 0.5)):  # a budget's progress starts above 0
+        bar.on_step(report(step, done))
+        seen.append((bar.bar.n, bar.bar.total))
+    assert seen == [(200, BAR_UNITS), (250, BAR_UNITS), (500, BAR_UNITS)]
+    bar.on_message("a note while training")
+    bar.on_end(True)
+    assert bar.bar.n == BAR_UNITS
+    err = capsys.readouterr().err
+    assert "a note while training\n" in err and "step=3" in err

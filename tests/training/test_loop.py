@@ -541,6 +541,15 @@ def test_a_budget_and_a_step_limit_stop_at_whichever_comes_first_and_say_so(repe
     assert "time_budget 100 s and max_steps 5: the run stops at whichever comes first" in clock.messages
 
 
+def test_a_limit_the_budgets_plan_chose_is_not_told_as_the_users(repeated_corpus, tmp_path, monkeypatch):
+    measured_end(monkeypatch, pass_s=0.0)
+    clock = FakeClock(step_seconds=0.125)
+    plan = plan_run(repeated_corpus, tmp_path / "run", time_budget=2, save_every=10)
+    assert "epochs" in plan.budget.chosen  # the plan's pass limit, not the user's
+    plan.run(clock, clock=clock)
+    assert not [message for message in clock.messages if "whichever comes first" in message]
+
+
 def test_an_every_n_steps_schedule_beyond_the_runs_end_is_named():
     from charrnn.training.schedule import schedule_warnings
 

@@ -119,8 +119,8 @@ def test_a_time_budget_on_a_gpu_plans_from_that_device_s_own_measurements(monkey
     monkeypatch.setattr("charrnn.training.budget.check_model_fits", lambda *args: None)
     # This machine has no such GPU to check the chosen shape's fit on, or to time its end with.
     monkeypatch.setattr("charrnn.training.plan.check_model_fits", lambda *args: None)
-    monkeypatch.setattr("charrnn.training.plan.plan_budget_end", lambda model, config, *args: BudgetEnding(
-        config, 0.0, (), ()))
+    monkeypatch.setattr("charrnn.training.plan.plan_budget_end",
+                        lambda model, config, *args, **kwargs: BudgetEnding(config, 0.0, (), ()))
     plan = plan_training(TrainingRequest(small_corpus, {"time_budget": 100, "precision": "fp32"},
                                          device="cuda:1"))
     assert devices == {"cuda:1"} and plan.budget.device == "cuda" and plan.budget.planned
