@@ -734,11 +734,17 @@ class Evolution:
     def to_markdown(self) -> str:
         """A table of step, epoch, validation loss and text, escaped for Markdown."""
         lines = [f"# Samples while training: {markdown_text(str(self.run_dir.name or self.run_dir))}", "",
+                 f"{EVOLUTION_VAL_NOTE}.", "",
                  "| step | epoch | val nats/char | sample |", "|---:|---:|---:|---|"]
         for row in self.rows:
             loss = "" if row.val_loss is None else f"{row.val_loss:.4f}"
             lines.append(f"| {row.step:,} | {row.epoch:g} | {loss} | {markdown_text(row.prime + row.text)} |")
         return "\n".join(lines) + "\n"
+
+
+# The samples are drawn from the weights being trained, so their scores are those weights' own.
+EVOLUTION_VAL_NOTE = ("val nats/char: the validation score of the weights that wrote the sample, the trained "
+                      "ones; best.pt may hold their average, which scores apart")
 
 
 def evolution(run_dir: PathArg, **unused: Any) -> Evolution:

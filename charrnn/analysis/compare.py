@@ -231,8 +231,8 @@ def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note
              f"scored on {markdown_text(reports[0].scored_on if reports else 'validation split')}.", ""]
     if note:
         lines += [f"Note: {markdown_text(note)}.", ""]
-    header = "| checkpoint | run | epoch | steps | nats/char | bits/char | perplexity |"
-    rule = "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+    header = "| checkpoint | run | epoch | steps | nats/char | bits/char | perplexity | chars scored |"
+    rule = "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
     if (dynamic := settings.dynamic) is not None:
         lines += [f"Dynamic evaluation: lr {dynamic.learning_rate:g}, decay {dynamic.decay:g}, "
                   f"segments of {dynamic.segment_len}.", ""]
@@ -248,7 +248,8 @@ def to_markdown(reports: list[CheckpointReport], settings: CompareSettings, note
     labels = checkpoint_labels(reports)
     for r, label in zip(reports, labels, strict=True):
         cells = " | ".join([format_epoch(r.epoch), str(r.step), format_score(r.nats_per_char),
-                            format_score(r.bits_per_char), format_score(r.perplexity, 3)])
+                            format_score(r.bits_per_char), format_score(r.perplexity, 3),
+                            "n/a" if r.chars is None else f"{r.chars:,}"])
         row = f"| {markdown_text(label)} | {markdown_text(r.run)} | {cells} |"
         if dynamic is not None:
             row += f" {format_score(r.dynamic['nats_per_char'] if r.dynamic else None)} |"

@@ -22,7 +22,10 @@ SIDE_BY_SIDE_MIN_COLUMN = 32  # narrower than this per checkpoint, panels are st
 
 def evolution_table(evolution: Any) -> Table:
     """``compare --evolution``: one row per recorded sample (an :class:`charrnn.api.Evolution`)."""
-    table = Table(title=Text(f"samples while training: {one_line(str(evolution.run_dir))}"), show_lines=True)
+    from charrnn.api import EVOLUTION_VAL_NOTE
+
+    table = Table(title=Text(f"samples while training: {one_line(str(evolution.run_dir))}"), show_lines=True,
+                  caption=EVOLUTION_VAL_NOTE)
     for column in ("step", "epoch", "val nats/char"):
         table.add_column(column, justify="right")
     table.add_column("sample")
@@ -51,7 +54,9 @@ def _report_rows(report: CheckpointReport) -> dict[str, str]:
     rows = {"run": report.run, "epoch": format_epoch(report.epoch),
             "steps": f"{report.step:,}" if report.step is not None else "n/a",
             "nats/char": format_score(report.nats_per_char), "bits/char": format_score(report.bits_per_char),
-            "perplexity": format_score(report.perplexity, 3)}
+            "perplexity": format_score(report.perplexity, 3),
+            # Scores of texts that differ (each model's own split, or a text less what each cannot read).
+            "chars scored": f"{report.chars:,}" if report.chars is not None else "n/a"}
     if report.dynamic is not None:
         rows["dynamic nats/char"] = format_score(report.dynamic["nats_per_char"])
     if report.log_prob is not None:

@@ -298,7 +298,8 @@ def training_summary(result: TrainResult) -> Table:
     return key_value_table("training finished", {
         "stopped": result.stop_reason.describe(),
         "steps": f"{result.steps:,} ({result.epoch:.2f} epochs)",
-        "wall time": f"{result.elapsed_s:.1f} s",
+        "wall time": f"{result.elapsed_s:.1f} s" + (f" ({result.earlier_s:.1f} s of it in earlier sessions)"
+                                                     if result.earlier_s else ""),
         "best validation": f"{best.nats_per_char:.4f} nats/char, {best.bits_per_char:.4f} bits/char, "
                            f"perplexity {best.perplexity:.3f}"
                            f"{' (averaged weights)' if result.best_is_average else ''}"

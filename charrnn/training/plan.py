@@ -133,13 +133,14 @@ class TrainResult:
     rank: int = 0  # this process's rank under torchrun; rank 0 alone wrote the run and reports it
     threads: ThreadChoice | None = None  # the CPU threads it ran with, and why (None: torch's own)
     trained_s: float | None = None  # elapsed_s when training stopped, before the final evaluation and saves
+    earlier_s: float = 0.0  # of elapsed_s, the wall time of a resumed run's earlier sessions
 
     def to_dict(self) -> dict[str, Any]:
         with options_spelled(str):  # a record reads the same from either door
             stopped = str(self.stop_reason)
         out_dir = self.out_dir
         return {"stopped": stopped, "steps": self.steps, "epoch": self.epoch, "elapsed_s": self.elapsed_s,
-                "trained_s": self.trained_s, "best": self.best.to_dict(),
+                "trained_s": self.trained_s, "earlier_s": self.earlier_s, "best": self.best.to_dict(),
                 "best_is_average": self.best_is_average, "skipped_steps": self.skipped_steps,
                 "out_dir": str(out_dir), "best_checkpoint": str(out_dir / "best.pt"),
                 "last_checkpoint": str(out_dir / "last.pt"),
@@ -227,7 +228,8 @@ class TrainingPlan:
             out_dir=out_dir, steps=run.step, epoch=run.epoch, best=best, best_is_average=best_is_average,
             elapsed_s=elapsed_s, trained_s=trained_s, skipped_steps=run.skipped, config=config,
             stop_reason=reason, epoch_checkpoints=run_dir.epoch_checkpoints() if run_dir is not None else [],
-            model_config=self.model_config, budget=self.budget, rank=group.rank, threads=self.threads)
+            model_config=self.model_config, budget=self.budget, rank=group.rank, threads=self.threads,
+            earlier_s=resume_from["elapsed_s"] if resume_from else 0.0)
 
     def _open_run_directory(self, run: TrainingRun) -> RunDirectory:
         """The run directory, with its config.json: fresh for a new run or a branch, else continued."""

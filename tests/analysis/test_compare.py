@@ -96,7 +96,10 @@ def test_a_stop_string_one_checkpoint_cannot_write_lets_it_run_to_its_length(tin
 def test_markdown_table_and_samples_and_terminal_columns_or_panels_write_an_epoch_alike(tiny_run, other_run):
     reports, note = compare_checkpoints([tiny_run / "best.pt", other_run / "best.pt"], settings(prime=""))
     document = to_markdown(reports, settings(prime=""), note)
-    assert "| checkpoint | run | epoch | steps | nats/char | bits/char | perplexity |" in document
+    header = "| checkpoint | run | epoch | steps | nats/char | bits/char | perplexity | chars scored |"
+    assert header in document
+    assert all(f"| {report.chars:,} |" in document for report in reports)  # texts that differ say so
+    assert all(f"{report.chars:,}" in render(reports, 160) for report in reports)
     assert document.count("```text") == 2 and "Note: the checkpoints have different vocabularies" in document
     wide = render(reports, 160)
     narrow = render(reports, 50)
@@ -115,7 +118,7 @@ def test_markdown_shows_a_runs_name_literally_and_it_and_the_page_take_a_name_no
     row = next(line for line in to_markdown(reports, settings(prime=""), note).splitlines()
                if line.startswith("| best.pt"))
     assert row.startswith("| best.pt | a&#124;b&#95;x&#95;&#42; |")
-    assert row.count("|") == 8  # the columns of the table, none from the name
+    assert row.count("|") == 9  # the columns of the table, none from the name
     odd = tmp_path / os.fsdecode(b"r\xffn")
     shutil.copytree(tiny_run, odd)
     reports, note = compare_checkpoints([odd / "best.pt"], settings(prime="<!--|"))

@@ -179,7 +179,8 @@ def test_resume_is_exact_with_dropout(make_run, repeated_corpus, tmp_path, cell,
     train_tiny(make_run, repeated_corpus, halves, max_steps=7, **options)
     plan = plan_run(None, None, resume=halves / "last.pt", max_steps=14)
     assert plan.resume.changes == [("max_steps", 7, 14)] and not plan.resume.branch
-    plan.run()
+    earlier = torch.load(halves / "last.pt", weights_only=True)["elapsed_s"]
+    assert plan.run().earlier_s == earlier > 0  # the summary says how much of its wall time came before
     for name, value in params_of(straight / "last.pt").items():
         assert (value - params_of(halves / "last.pt")[name]).abs().max() <= 1e-6, name
     if "ema_decay" in regularisation:

@@ -123,6 +123,7 @@ def test_the_evolution_is_the_recorded_samples(sampled_run):
     assert evolution.to_dict()["samples"][0]["step"] == 4
     markdown = evolution.to_markdown()
     assert "| step | epoch | val nats/char | sample |" in markdown and "<br>" in markdown
+    assert "the trained ones; best.pt may hold their average" in markdown  # which weights the scores are
 
 
 def test_compare_evolution_as_a_table_json_and_markdown(sampled_run, tmp_path):
