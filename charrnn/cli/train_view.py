@@ -24,6 +24,7 @@ from charrnn.cli.display import (
     key_value_table,
 )
 from charrnn.config import REGULARISATION_RATES, ModelConfig, TrainConfig
+from charrnn.data.datasets import DEFAULT_DATASET
 from charrnn.errors import option
 from charrnn.utils.terminal import one_line
 
@@ -79,7 +80,7 @@ class ProgressBar(TrainObserver):
         """Say what the plan decided that the user did not ask for in so many words."""
         self.threads, self.precision = plan.threads, plan.precision
         if plan.budget is not None:
-            self.on_message(budget_line(plan.budget))
+            self.on_message(budget_line(plan.budget, plan.corpus.name != DEFAULT_DATASET))
         if (tuned := plan.fine_tune) is not None:
             now, before = plan.model_config.to_dict(), tuned.model_before.to_dict()
             kept = ", ".join(
@@ -266,9 +267,10 @@ class ProgressBar(TrainObserver):
             self.bar.close()
 
 
-def budget_line(budget: Any) -> str:
+def budget_line(budget: Any, other_text: bool = False) -> str:
     """What a time budget chose, in one line: the shape, its speed, passes and prediction, and the runner-up
-    (of the others, the lowest prediction: the shape the tie rule passed over, when it did)."""
+    (of the others, the lowest prediction: the shape the tie rule passed over, when it did). With
+    ``other_text`` (a corpus of the user's own), it says the predictions are tiny Shakespeare's."""
     head, choice = f"{option('time_budget')} {budget.seconds:g} s", budget.choice
     if not budget.planned:
         return f"{head}: {budget.unplanned_because}"
@@ -286,8 +288,9 @@ def budget_line(budget: Any) -> str:
         gap = second.predicted_loss - choice.predicted_loss
         tie = ", within the rule's error" if abs(gap) < budget.tie_error else ""
         runner_up = f"; runner-up {second.describe()} predicts {second.predicted_loss:.3f} ({gap:+.3f}{tie})"
+    scale = " on tiny Shakespeare (the rule's text: this text scores otherwise)" if other_text else ""
     return (f"{head}: {choice.describe()} at {speed}, {choice.epochs:.1f} epochs{limit}{slowed}, predicts "
-            f"{choice.predicted_loss:.3f} nats/char{runner_up}")
+            f"{choice.predicted_loss:.3f} nats/char{scale}{runner_up}")
 
 
 def training_summary(result: TrainResult) -> Table:

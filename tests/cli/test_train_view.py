@@ -165,6 +165,8 @@ def test_the_budget_names_the_runner_up_a_larger_shape_beat_within_the_rules_err
     assert budget_line(decision) == (f"--time-budget 100 s: 2×256 LSTM at 1,000 chars/s in bf16, 2.0 epochs, "
                                      f"predicts {1.478 + tie:.3f} nats/char; runner-up 2×192 LSTM predicts "
                                      f"1.478 ({-tie:+.3f}, within the rule's error)")
+    assert "predicts 1.478 nats/char on tiny Shakespeare (the rule's text" in budget_line(
+        dataclasses.replace(decision, candidates=decision.candidates[:1]), other_text=True)
     # --json says which rule passed it over, and names the close call.
     assert decision.to_dict()["outranked"] == 0 and decision.to_dict()["close_call"] == 2
     estimated = dataclasses.replace(shape(192, 1.5), measured=False)
