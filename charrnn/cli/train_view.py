@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 from tqdm import tqdm
 
-from charrnn.api import TrainObserver
+from charrnn.api import DEFAULT_DATASET, TrainObserver
 from charrnn.cli.display import (
     clock_time,
     describe_evaluations,
@@ -24,7 +24,6 @@ from charrnn.cli.display import (
     key_value_table,
 )
 from charrnn.config import REGULARISATION_RATES, ModelConfig, TrainConfig
-from charrnn.data.datasets import DEFAULT_DATASET
 from charrnn.errors import option
 from charrnn.utils.terminal import one_line
 
@@ -81,6 +80,8 @@ class ProgressBar(TrainObserver):
         self.threads, self.precision = plan.threads, plan.precision
         if plan.budget is not None:
             self.on_message(budget_line(plan.budget, plan.corpus.name != DEFAULT_DATASET))
+            if (warning := plan.budget.short_of_a_pass()) is not None:
+                self.on_message(warning)
         if (tuned := plan.fine_tune) is not None:
             now, before = plan.model_config.to_dict(), tuned.model_before.to_dict()
             kept = ", ".join(

@@ -24,7 +24,7 @@ from charrnn.config import partial_eval_chars, split_point
 from charrnn.data.datasets import DATA_DIR_ENV, local_copy
 from charrnn.data.vocab import UnknownCharactersError, Vocab, code_points
 from charrnn.errors import CharrnnError, option
-from charrnn.models.pretrained import refuse_writing_in_shipped
+from charrnn.models.pretrained import refuse_writing_in_model_folders
 from charrnn.utils.files import (
     file_sha256,
     read_regular,
@@ -185,8 +185,8 @@ def cached_ids(scan: CorpusScan, vocab: Vocab, skip_unknown: bool = False, cache
     if length == 0:
         return torch.empty(0, dtype=vocab.id_dtype)
     cache_dir = cache_dir or default_cache_dir()
-    refuse_writing_in_shipped(cache_dir, CACHE_DIR_ENV, "directory", by_option=False)
     path = cache_dir / cache_name(scan, vocab, dropped_unknown=bool(unknown))
+    refuse_writing_in_model_folders(path, CACHE_DIR_ENV, "directory", by_option=False, shown=cache_dir)
     itemsize = vocab.id_dtype.itemsize
     if _verified(path, length * itemsize):
         ids = torch.from_file(str(path), shared=False, size=length, dtype=vocab.id_dtype)
@@ -272,8 +272,13 @@ def _encode_to_file(scan: CorpusScan, vocab: Vocab, path: Path, length: int, chu
 # ------------------------------------------------------------------------ corpora, their split and batches
 
 def corpus_name(path: Path) -> str:
-    """A short name for run directories: the file's stem or the directory's name."""
-    return path.name if path.is_dir() else path.stem
+    """A short name for run directories and model cards: the file's stem or the directory's name, and for
+    char-rnn's layout (``data/NAME/input.txt``) its directory's name."""
+    if path.is_dir():
+        return path.name
+    if path.name == "input.txt" and path.parent.name not in ("", ".", ".."):
+        return path.parent.name
+    return path.stem
 
 
 def read_corpus(path: Path) -> str:

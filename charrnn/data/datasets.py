@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from charrnn.errors import CharrnnError, option
-from charrnn.models.pretrained import refuse_writing_in_shipped
+from charrnn.models.pretrained import refuse_writing_in_model_folders
 from charrnn.utils.files import (
     NotRegularFile,
     file_sha256,
@@ -162,9 +162,9 @@ def fetch(name: str, data_dir: Path | None = None, force: bool = False) -> Datas
         raise CharrnnError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
     dataset = DATASETS[name]
     given = data_dir is not None
-    refuse_writing_in_shipped(data_dir or default_data_dir(), option("data_dir") if given else DATA_DIR_ENV,
-                              "directory", given)
     target = dataset_path(name, data_dir)
+    refuse_writing_in_model_folders(target, option("data_dir") if given else DATA_DIR_ENV, "directory", given,
+                                    shown=data_dir or default_data_dir())
     if target.is_dir():
         raise CharrnnError(f"cannot store {dataset.name} at {target}: it is a directory")
     problem = _cached_copy_problem(target, dataset)

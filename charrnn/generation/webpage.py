@@ -59,22 +59,24 @@ def model_spec(model: CharRNN, vocab: Vocab) -> dict[str, Any]:
             "vocab": list(vocab.chars), "tensors": {name: _tensor(value) for name, value in tensors.items()}}
 
 
-def _script_safe(text: str) -> str:
-    """Text that cannot end the ``<script>`` element it sits in."""
-    return text.replace("</", "<\\/")
+# Inside a <script> element, "</script" ends it and "<!--" or "<script" changes how the browser finds its
+# end; JSON escapes every "<" (and ">", "&" alike) as \u003c..., which JSON.parse reads back unchanged.
+SCRIPT_ESCAPES = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026"}
+
+
+def script_json(value: Any) -> str:
+    """``value`` as JSON that a ``<script>`` element holds whole, whatever text it carries."""
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":")).translate(SCRIPT_ESCAPES)
 
 
 def export_page(model: CharRNN, vocab: Vocab, title: str, about: str, prime: str = "") -> str:
     """The whole page, as text (see the module docstring)."""
-    spec = json.dumps(model_spec(model, vocab), ensure_ascii=True, separators=(",", ":"))
     # The prime travels as JSON, not as the text area's content: the HTML parser drops a text area's
     # leading line break, and its value turns every carriage return into a line break.
-    settings = json.dumps({"prime": prime, "max_length": PAGE_MAX_LENGTH,
-                           "rules": {name: rule.to_dict() for name, rule in SAMPLING_RULES.items()}},
-                          ensure_ascii=True, separators=(",", ":"))
+    settings = {"prime": prime, "max_length": PAGE_MAX_LENGTH,
+                "rules": {name: rule.to_dict() for name, rule in SAMPLING_RULES.items()}}
     return Template((WEB / "page.html").read_text(encoding="utf-8")).substitute(
-        title=html.escape(title), about=html.escape(about), spec=_script_safe(spec),
-        settings=_script_safe(settings),
-        model_js=_script_safe((WEB / "model.js").read_text(encoding="utf-8")),
-        page_js=_script_safe((WEB / "page.js").read_text(encoding="utf-8")),
+        title=html.escape(title), about=html.escape(about), spec=script_json(model_spec(model, vocab)),
+        settings=script_json(settings), model_js=(WEB / "model.js").read_text(encoding="utf-8"),
+        page_js=(WEB / "page.js").read_text(encoding="utf-8"),
     )

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from charrnn.errors import CharrnnError, OptionConflict
-from charrnn.utils.files import real_path, within_folder
+from charrnn.utils.files import model_folder_holding, real_path, within_folder
 
 SHIPPED_MODELS = ("shakespeare",)  # the names a checkpoint argument may give instead of a path
 # The folder of the models that come with charrnn: nothing ever writes there.
@@ -36,12 +36,17 @@ def run_name(path: Path) -> str:
     return resolved.name if resolved.is_dir() else resolved.parent.name
 
 
-def refuse_writing_in_shipped(path: Path, named: str, instead: str, by_option: bool = True) -> None:
-    """Refuse ``path`` (``named``: the option, or else the variable, that gave it) when it is in the
-    folder of the models charrnn ships with, which nothing writes; ``instead`` says what to choose."""
-    if within_folder(path, SHIPPED_FOLDER):
-        message = (f"{named} {path} is in the folder of the model that comes with charrnn, which is never "
-                   f"written; choose another {instead}")
-        if by_option:  # a usage error
-            raise OptionConflict(message)
-        raise CharrnnError(message)
+def refuse_writing_in_model_folders(path: Path, named: str, instead: str, by_option: bool = True,
+                                    shown: Path | None = None) -> None:
+    """Refuse writing ``path`` in the folder of the models charrnn ships with or inside a model folder,
+    through links too: nothing but an export writes there. ``named`` is the option, or else the variable,
+    that gave ``shown`` (default ``path``); ``instead`` says what to choose."""
+    folder = SHIPPED_FOLDER if within_folder(path, SHIPPED_FOLDER) else model_folder_holding(path)
+    if folder is None:
+        return
+    where = (f"inside the model folder {folder}, which holds its own files alone" if folder != SHIPPED_FOLDER
+             else "in the folder of the model that comes with charrnn, which is never written")
+    message = f"{named} {shown or path} is {where}; choose another {instead}"
+    if by_option:  # a usage error
+        raise OptionConflict(message)
+    raise CharrnnError(message)

@@ -115,6 +115,7 @@ FINAL_WORK_MARGIN = 1.25  # the estimate's safety factor
 BUDGET_EVALUATION_SHARE = 0.05  # of a time budget, at most this much goes to evaluations during training
 BUDGET_EVALUATIONS = (3, 10)  # evaluations during a budgeted run: at least this many (else none), at most
 BUDGET_GUARD_EPOCHS = 3.0  # a plan of fewer passes evaluates only at its end: none that short overfit
+USEFUL_EPOCHS = 0.5  # a size the user gave that a budget trains less than this share of a pass is warned of
 
 
 def smaller_corpus_factor(corpus_chars: float) -> float:
@@ -173,6 +174,8 @@ class Candidate:
     evaluates: bool = True  # during training: it trains BUDGET_GUARD_EPOCHS passes, or eval_every was given
     dropout: float = 0.0  # the user's, else the plan's: dropout_for_epochs of its passes at dropout_speed
     speed_share: float = 1.0  # share of its timed speed it trains at: below 1 only with the plan's dropout
+    end_s: float = 0.0  # the time kept for its final evaluation and saves
+    users_limit: bool = False  # the limit that ends it sooner is one the user gave, not the plan's
 
     def describe(self) -> str:
         return f"{self.num_layers}×{self.settings['hidden_size']} LSTM"
@@ -224,6 +227,18 @@ class BudgetDecision:
         """When the choice :meth:`ends_early`, the best shape that would train to the budget's end."""
         return _lowest(c for c in self.candidates if c.limit is None) if self.ends_early() else None
 
+    def short_of_a_pass(self) -> str | None:
+        """A warning when the user gave the shape's size and the budget trains it less than
+        :data:`USEFUL_EPOCHS` of a pass; else None."""
+        choice = self.choice
+        if not self.planned or choice is None or "hidden_size" in self.chosen:
+            return None
+        if choice.epochs >= USEFUL_EPOCHS:
+            return None
+        return (f"warning: in {self.seconds:g} s the {choice.describe()} given trains {choice.epochs:.2f} "
+                f"epochs here, under {USEFUL_EPOCHS:g} of a pass over the text: leave "
+                f"{option('hidden_size')} to {option('time_budget')}, or give it more time")
+
     def to_dict(self) -> dict[str, Any]:
         """Every field, and the indices of the choice, the outranked, the close call and the longer plan."""
         def index(candidate: Candidate | None) -> int | None:
@@ -236,10 +251,13 @@ class BudgetDecision:
 def choose(candidates: tuple[Candidate, ...]) -> Candidate:
     """The lowest prediction, or the largest measured shape that trains alike and ties with it, unless a
     larger one predicts lower; the fastest when none can train. A tie stopping at its pass limit yields to one
-    training to the budget's end (docs/defaults.md, "Choose")."""
-    lowest = _lowest(candidates)
+    training to the budget's end, and a shape that the user's limit stops before its end costs more than its
+    training is passed over: that limit leaves the budget's time unspent (docs/defaults.md, "Choose")."""
+    worth = tuple(c for c in candidates if not c.users_limit or c.end_s <= _training_seconds(c))
+    lowest = _lowest(worth)
     if lowest is None:
         return candidates[0]
+    candidates = worth
     spending = [c for c in candidates if c.limit is None and c.predicted_loss is not None
                 and c.predicted_loss - lowest.predicted_loss < SCALING_LAW.rms_error]
     eligible = spending if lowest.limit is not None and spending else candidates
@@ -251,6 +269,11 @@ def choose(candidates: tuple[Candidate, ...]) -> Candidate:
         other.parameters > c.parameters and other.predicted_loss is not None
         and other.predicted_loss < c.predicted_loss for other in eligible)]
     return max(undominated, key=lambda c: c.parameters)
+
+
+def _training_seconds(candidate: Candidate) -> float:
+    """What its training takes: its characters at its speed."""
+    return candidate.chars / max(candidate.chars_per_s * candidate.speed_share, 1e-9)
 
 
 def _lowest(candidates: Iterable[Candidate]) -> Candidate | None:
@@ -320,7 +343,9 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
             training_s=training_s, chars=chars, epochs=chars / workload.train_chars,
             budget_epochs=affordable / workload.train_chars, predicted_loss=SCALING_LAW.predict(params, chars,
                 workload.train_chars, settings.get("skip_connections", False)) if chars else None,
-            limit=limit, precision=precision, evaluates=evaluates, dropout=dropout, speed_share=share))
+            limit=limit, precision=precision, evaluates=evaluates, dropout=dropout, speed_share=share,
+            end_s=end.reserve_s(), users_limit=limit == "max_steps" or (
+                limit == "epochs" and workload.max_epochs is not None)))
     return tuple(candidates)
 
 

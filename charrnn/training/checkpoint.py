@@ -30,22 +30,27 @@ from charrnn.errors import CharrnnError, OptionConflict, first_line
 from charrnn.generation.trained import TrainedModel
 from charrnn.models.evaluate import EvalResult
 from charrnn.models.layernorm import EPSILON
-from charrnn.models.model import CharRNN, state_shapes
-from charrnn.models.pretrained import SHIPPED_MODELS, refuse_writing_in_shipped, resolve_shipped
+from charrnn.models.model import CharRNN, parameter_count, state_shapes
+from charrnn.models.pretrained import SHIPPED_MODELS, refuse_writing_in_model_folders, resolve_shipped
 from charrnn.utils.files import (
+    JSON_OBJECT_MOST_BYTES,
+    MODEL_FOLDER_FORMAT,
+    FileTooLarge,
     folder_in_the_way,
     json_text,
+    opened_in_folder,
     parse_json,
+    read_at_most,
     read_json_object,
-    read_regular,
-    real_path,
     reason,
     replace_file,
     replace_folder,
     same_file,
+    settle_folder,
     within_folder,
 )
-from charrnn.utils.terminal import markdown_text
+from charrnn.utils.hardware import available_host_memory
+from charrnn.utils.terminal import markdown_text, one_line
 
 FORMAT_VERSION = 1
 # In every checkpoint (a model folder's too); what resuming needs; what a model folder's config.json keeps
@@ -216,9 +221,10 @@ def file_in_run_directory(path: Path, name: str) -> Path:
     return path / name
 
 
-def validate_payload(payload: dict[str, Any]) -> ModelConfig:
+def validate_payload(payload: dict[str, Any], values: bool = True) -> ModelConfig:
     """Check every field of a checkpoint's dict; return its model configuration. Tensor shapes are checked
-    before any model is built, so a small file that declares a huge model costs nothing."""
+    before any model is built, so a small file that declares a huge model costs nothing; without
+    ``values``, the weights' values are not looked at (they may be meta tensors)."""
     hints = field_types(Checkpoint)
     for spec in fields(Checkpoint):
         name = spec.name
@@ -253,7 +259,7 @@ def validate_payload(payload: dict[str, Any]) -> ModelConfig:
                            f"{config.vocab_size}")
     if "vocab_digest" in payload and payload["vocab_digest"] != vocab.digest():
         raise CharrnnError("vocab does not match vocab_digest: the vocabulary was changed after training")
-    _check_state(payload["model_state"], config)
+    _check_state(payload["model_state"], config, values=values)
     if "training_weights" in payload:
         _check_state(payload["training_weights"], config, "training_weights")
     if payload.get("weight_average") is not None:
@@ -264,7 +270,10 @@ def validate_payload(payload: dict[str, Any]) -> ModelConfig:
     return config
 
 
-def _check_state(state: dict[str, Any], config: ModelConfig, label: str = "model_state") -> None:
+def _check_state(state: dict[str, Any], config: ModelConfig, label: str = "model_state",
+                 values: bool = True) -> None:
+    """Names, shapes and dtypes of ``state`` against ``config``; with ``values``, that every value is finite
+    (without, ``state`` may hold meta tensors: a file's layout, checked before its data is read)."""
     expected = state_shapes(config)
     for name, shape in expected.items():
         if name not in state:
@@ -278,7 +287,7 @@ def _check_state(state: dict[str, Any], config: ModelConfig, label: str = "model
         if tensor.dtype not in WEIGHT_DTYPES:
             raise CharrnnError(f"{label}[{name!r}] holds {tensor.dtype} values; expected float16, bfloat16, "
                                f"float32 or float64")
-        if not bool(torch.isfinite(tensor).all()):
+        if values and not bool(torch.isfinite(tensor).all()):
             raise CharrnnError(f"{label}[{name!r}] holds non-finite values (NaN or infinity)")
     unexpected = sorted(set(state) - set(expected))
     if unexpected:
@@ -335,15 +344,17 @@ def describe_checkpoint(payload: dict[str, Any], path: Path) -> dict[str, Any]:
 CHECKPOINT_NAMES = ("last.pt", "best.pt")
 WEIGHTS, CONFIG, VOCAB, CARD = "model.safetensors", "config.json", "vocab.json", "README.md"
 FOLDER_FILES = (WEIGHTS, CONFIG, VOCAB, CARD)
-FOLDER_FORMAT, FOLDER_VERSION = "charrnn-model", 1
+FOLDER_FORMAT, FOLDER_VERSION = MODEL_FOLDER_FORMAT, 1
 SCORES = ("best", "latest_eval", "score")  # evaluation records: JSON has no infinity, so one is written null
 GATE_ORDER = {"lstm": "i f g o", "gru": "r z n", "rnn": "one", "esn": "one"}
 NORMED_GATE_ORDER = {**GATE_ORDER, "gru": "z r n"}
 
 
 def is_model_folder(path: Path) -> bool:
-    """Whether ``path`` holds a model folder's weights or charrnn's config and no run's checkpoint."""
+    """Whether ``path`` holds a model folder's weights or charrnn's config and no run's checkpoint; what an
+    export killed at that name left is settled first, so the name holds a whole folder."""
     folder = Path(path)
+    settle_folder(folder)
     return (folder.is_dir() and not any(os.path.lexists(folder / name) for name in CHECKPOINT_NAMES)
             and (os.path.lexists(folder / WEIGHTS) or read_folder_config(folder) is not None))
 
@@ -417,17 +428,6 @@ def write_model_folder(payload: dict[str, Any], source: Path, target: Path, name
     return len(weights)
 
 
-def refuse_writing_in_model_folders(target: Path, named: str, what: str) -> None:
-    """Refuse an output ``target`` (option ``named``, a ``what``) in the shipped models' folder or inside a
-    model folder, through links too."""
-    refuse_writing_in_shipped(target, named, what)
-    for place in dict.fromkeys([Path(target), real_path(target)]):
-        folder = next((parent for parent in place.parents if read_folder_config(parent) is not None), None)
-        if folder is not None:
-            raise OptionConflict(f"{named} {target} is inside the model folder {folder}, which holds its own "
-                                 f"files alone; choose another {what}")
-
-
 def check_folder_output(target: Path, named: str, source: Path) -> None:
     """Refuse, before any work, a model folder's output ``target`` (option ``named``) without a parent, in the
     shipped models' folder, holding its checkpoint ``source``, or holding anything but an export."""
@@ -438,12 +438,38 @@ def check_folder_output(target: Path, named: str, source: Path) -> None:
         relation = "is" if same_file(source, target) else "holds"
         raise OptionConflict(f"{named} {target} {relation} {source}, the checkpoint read: writing the folder "
                              f"would replace it; choose another folder")
+    settle_folder(target)
     folder_in_the_way(target, not_exported, named)
 
 
+# Sizes past which a folder's file is refused unread: nothing charrnn writes comes near them.
+VOCAB_ENTRY_MOST_BYTES = 32  # one character as JSON ("\ud83d\ude00" is 14 bytes), its comma and indent
+CODE_POINTS = 0x110000  # no vocabulary holds more distinct characters
+WEIGHTS_HEADER_MOST_BYTES = 2**20  # a few hundred bytes per tensor
+# safetensors' dtype names, as torch names them (those not among WEIGHT_DTYPES are refused by name).
+SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
+                      "BF16": torch.bfloat16, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+                      "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+                      "U8": torch.uint8, "BOOL": torch.bool}
+
+
 def read_model_folder(folder: Path) -> dict[str, Any]:
-    """A model folder as a checked checkpoint's dict (no training state); errors name the file at fault."""
-    config = _json(folder / CONFIG)
+    """A model folder as a checked checkpoint's dict (no training state); errors name the file at fault.
+    Its files are read as one view of one folder, and their sizes, the weights' names, shapes, dtypes and
+    offsets, and the memory they need are checked before any weights are read."""
+    folder = Path(folder)
+    try:
+        with opened_in_folder(folder, FOLDER_FILES[:3]) as handles:
+            return _read_opened_folder(folder, handles)
+    except FileNotFoundError as exc:
+        raise CharrnnError(f"{exc.filename} is missing: a model folder holds {', '.join(FOLDER_FILES[:3])}") \
+            from None
+    except OSError as exc:
+        raise CharrnnError(f"cannot read {exc.filename or folder}: {reason(exc)}") from None
+
+
+def _read_opened_folder(folder: Path, handles: dict[str, BinaryIO]) -> dict[str, Any]:
+    config = _json(handles[CONFIG], folder / CONFIG, JSON_OBJECT_MOST_BYTES)
     if not isinstance(config, dict) or config.get("format") != FOLDER_FORMAT:
         raise CharrnnError(f"{folder / CONFIG} is not a charrnn model folder's config (its format is not "
                            f"{FOLDER_FORMAT!r})")
@@ -453,52 +479,176 @@ def read_model_folder(folder: Path) -> dict[str, Any]:
                            f"{FOLDER_VERSION}")
     if "model_config" not in config:
         raise CharrnnError(f"{folder / CONFIG} lacks model_config")
-    from safetensors import SafetensorError
-    from safetensors.torch import load
-
-    weights = folder / WEIGHTS
-    try:
-        state = load(_bytes(weights))
-    except (SafetensorError, ValueError, RuntimeError, TypeError) as exc:
-        raise CharrnnError(f"{weights} is not a readable safetensors file ({first_line(exc)})") from None
+    with _naming_the_file(folder):
+        model = check_record(ModelConfig, config["model_config"], "model_config")
+    vocab = _json(handles[VOCAB], folder / VOCAB, VOCAB_ENTRY_MOST_BYTES * min(model.vocab_size, CODE_POINTS)
+                  + 1024)
     recorded = {"score": None} | {key: config[key] for key in RECORDED_FIELDS if key in config}
     for key in SCORES:  # an infinite perplexity was written null
         if isinstance(recorded.get(key), dict) and recorded[key].get("perplexity", 0) is None:
             recorded[key] = {**recorded[key], "perplexity": math.inf}
-    payload = {"format_version": FORMAT_VERSION, "model_config": config["model_config"],
-               "vocab": _json(folder / VOCAB), "model_state": state, **recorded}
+    weights = folder / WEIGHTS
+    layout = _safetensors_layout(handles[WEIGHTS], weights)
+    payload = {"format_version": FORMAT_VERSION, "model_config": config["model_config"], "vocab": vocab,
+               "model_state": {name: torch.empty(shape, dtype=dtype, device="meta")
+                               for name, (shape, dtype) in layout.items()}, **recorded}
+    with _naming_the_file(folder):
+        validate_payload(payload, values=False)
+    _check_memory(weights, os.fstat(handles[WEIGHTS].fileno()).st_size, parameter_count(model))
+    payload["model_state"] = _load_safetensors(handles[WEIGHTS], weights)
+    with _naming_the_file(folder):
+        _check_state(payload["model_state"], model)
+    return payload
+
+
+@contextmanager
+def _naming_the_file(folder: Path) -> Iterator[None]:
+    """A checkpoint field's problem as the problem of the folder's file that holds the field: or of two
+    files that do not match, for one citing model_config."""
     try:
-        validate_payload(payload)
+        yield
     except CharrnnError as exc:
-        # The problem names its field, so its file: or two that do not match, for one citing model_config.
         problem, field = str(exc), re.match(r"[a-z_]*", str(exc)).group()
         weights = field in ("model_state", "training_weights")
         file = WEIGHTS if weights else VOCAB if field == "vocab" else CONFIG
         mismatch = file != CONFIG and "model_config" in problem
         at_fault = f"{folder / file} does not match {folder / CONFIG}" if mismatch else str(folder / file)
         raise CharrnnError(f"{at_fault}: {problem}") from None
-    return payload
 
 
-def _bytes(path: Path) -> bytes:
-    if not os.path.lexists(path):
-        raise CharrnnError(f"{path} is missing: a model folder holds {', '.join(FOLDER_FILES[:3])}")
+def _read(handle: BinaryIO, path: Path, most_bytes: int | None = None) -> bytes:
     try:
-        return read_regular(path)
+        return read_at_most(handle, most_bytes)
+    except FileTooLarge as exc:
+        raise CharrnnError(f"{path} is refused unread: {exc}") from None
     except OSError as exc:
         raise CharrnnError(f"cannot read {path}: {reason(exc)}") from None
 
 
-def _json(path: Path) -> Any:
+def _json(handle: BinaryIO, path: Path, most_bytes: int) -> Any:
     try:
-        return parse_json(_bytes(path).decode("utf-8"))
+        return parse_json(_read(handle, path, most_bytes).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise CharrnnError(f"{path} is not JSON ({first_line(exc)})") from None
 
 
+def _safetensors_layout(handle: BinaryIO, path: Path) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """Each tensor's name, shape and dtype in safetensors file ``handle`` (read from ``path``), from its
+    header alone: a header too long or not safetensors', an unknown dtype, or tensors that do not fill the
+    file's data exactly (past its end, overlapping, leaving gaps) is refused."""
+
+    def unreadable(why: str) -> CharrnnError:
+        return CharrnnError(f"{path} is not a readable safetensors file ({why})")
+
+    size = os.fstat(handle.fileno()).st_size
+    prefix = handle.read(8)
+    length = int.from_bytes(prefix, "little") if len(prefix) == 8 else None
+    if length is None or length > min(WEIGHTS_HEADER_MOST_BYTES, size - 8):
+        said = "no header length" if length is None else f"a header of {length:,} bytes"
+        raise unreadable(f"it declares {said} in {size:,} bytes; a header takes at most "
+                         f"{WEIGHTS_HEADER_MOST_BYTES:,}")
+    try:
+        header = parse_json(handle.read(length).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise unreadable(f"its header is not JSON: {first_line(exc)}") from None
+    if not isinstance(header, dict):
+        raise unreadable("its header is not a JSON object")
+    data_bytes, layout, spans = size - 8 - length, {}, []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        entry = entry if isinstance(entry, dict) else {}
+        shape, offsets, named = entry.get("shape"), entry.get("data_offsets"), entry.get("dtype")
+        dtype = SAFETENSORS_DTYPES.get(named) if isinstance(named, str) else None
+        if dtype is None or not _counts(shape) or not _counts(offsets) or len(offsets) != 2:
+            raise unreadable(f"its header's {name!r} is not a tensor of a dtype charrnn knows ({named!r})")
+        begin, end = offsets
+        if end > data_bytes:
+            raise unreadable(f"tensor {name!r} ends at byte {end:,} of its data, past the file's end: it "
+                             f"holds {data_bytes:,} bytes of tensors")
+        if any(dim > data_bytes for dim in shape) or not begin <= end \
+                or end - begin != math.prod(shape) * dtype.itemsize:
+            raise unreadable(f"tensor {name!r}: its offsets do not hold its shape {tuple(shape)}")
+        layout[name] = (tuple(shape), dtype)
+        spans.append((begin, end))
+    filled = 0
+    for begin, end in sorted(spans):
+        if begin != filled:
+            raise unreadable("its tensors overlap or leave gaps")
+        filled = end
+    if filled != data_bytes:
+        raise unreadable(f"its header declares {filled:,} bytes of tensors; the file holds {data_bytes:,}")
+    return layout
+
+
+def _counts(value: Any) -> bool:
+    """Whether ``value`` is a list of whole numbers of 0 or more (a shape, or a pair of offsets)."""
+    return isinstance(value, list) and all(type(item) is int and item >= 0 for item in value)
+
+
+def _check_memory(path: Path, file_bytes: int, parameters: int) -> None:
+    """Refuse weights file ``path`` when this machine has not the memory to load it: the file, its tensors
+    and the float32 model built from them."""
+    needed, available = 2 * file_bytes + 4 * parameters, available_host_memory()
+    if available is not None and needed > available:
+        raise CharrnnError(f"{path} holds {parameters:,} parameters: loading them needs about "
+                           f"{needed / 2**30:,.1f} GiB of memory; this machine has {available / 2**30:,.1f} "
+                           f"GiB available")
+
+
+def _load_safetensors(handle: BinaryIO, path: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    handle.seek(0)
+    try:
+        return load(_read(handle, path))
+    except (SafetensorError, ValueError, RuntimeError, TypeError) as exc:
+        raise CharrnnError(f"{path} is not a readable safetensors file ({first_line(exc)})") from None
+
+
 # ---------------------------------------------------------------------------- the model card
-# README.md: what the model is, what it scores on which text, and how it was made.
+# README.md: what the model is, what it scores on which text, and how it was made. Every recorded text is
+# escaped for where it lands: Markdown text (markdown_text), a code span, a fenced block, a shell word.
 NOT_RECORDED = "not recorded"
+
+
+def _shell_word(text: str) -> str:
+    """``text`` as one shell word on one line: quoted as a shell needs, and with a hidden character (a line
+    break, a byte that is not UTF-8) as an escape of bash's ``$'...'``, which gives that very character."""
+    if text.isprintable():
+        return shlex.quote(text)
+
+    def escaped(char: str) -> str:
+        code = ord(char)
+        if char in "\\'":
+            return "\\" + char
+        if char.isprintable():
+            return char
+        if code < 0x80 or 0xDC80 <= code <= 0xDCFF:  # an ASCII control, or a byte that is not UTF-8
+            return f"\\x{code & 0xFF:02x}"
+        return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+    return "$'" + "".join(map(escaped, text)) + "'"
+
+
+def _longest_backtick_run(text: str) -> int:
+    return max(map(len, re.findall("`+", text)), default=0)
+
+
+def _code_span(text: str, in_table: bool = False) -> str:
+    """``text`` as a Markdown code span on one line (hidden characters as escapes), between more backticks
+    than any run inside; in a table, its pipes escaped, which GitHub reads as cell breaks even in code."""
+    text = one_line(text)
+    fence = "`" * (_longest_backtick_run(text) + 1)
+    padded = f" {text} " if text[:1] in ("`", " ") or text[-1:] in ("`", " ") else text
+    return f"{fence}{padded.replace('|', chr(92) + '|') if in_table else padded}{fence}"
+
+
+def _fenced(language: str, lines: list[str]) -> list[str]:
+    """``lines`` as a fenced code block whose fence is longer than any backtick run inside."""
+    fence = "`" * max(3, _longest_backtick_run("\n".join(lines)) + 1)
+    return [f"{fence}{language}", *lines, fence]
 
 
 def _scores(config: dict[str, Any], folder: str) -> list[str]:
@@ -506,8 +656,9 @@ def _scores(config: dict[str, Any], folder: str) -> list[str]:
     if not score:
         run_best = (f" The run's best evaluation, of its best.pt's weights, scored "
                     f"{best['nats_per_char']:.4f} nats/char." if best else "")
-        return [f"These weights were not scored when they were saved.{run_best} `charrnn eval-perplexity "
-                f"{folder}` scores them on their validation split, with the corpus at hand."]
+        return [f"These weights were not scored when they were saved.{run_best} "
+                f"{_code_span(f'charrnn eval-perplexity {folder}')} scores them on their validation split, "
+                f"with the corpus at hand."]
     held = corpus["chars"] - corpus["split_point"] if corpus else None
     part = f"the first {score['chars'] + 1:,} of " if held and score["chars"] < held - 1 else ""
     held_out = (f"{part}the last {held:,} characters of {markdown_text(corpus['name'])}" if corpus
@@ -521,13 +672,13 @@ def _scores(config: dict[str, Any], folder: str) -> list[str]:
 
 def _training(config: dict[str, Any]) -> list[str]:
     corpus, train = config.get("corpus"), config.get("train_config") or {}
-    home = f" ({corpus['path']})" if corpus and corpus["path"].startswith("https://") else ""
+    home = f" ({markdown_text(corpus['path'])})" if corpus and corpus["path"].startswith("https://") else ""
     # A fine-tune's source without the machine's folders: a checkpoint file with its run's name.
     source = PurePath(train.get("init_from") or "")
     source_name = "/".join(source.parts[-2:] if source.suffix == ".pt" else source.parts[-1:])
     rows = {
         "corpus": (f"{markdown_text(corpus['name'])}{home}, {corpus['chars']:,} characters, sha256 "
-                   f"`{corpus['sha256']}`" if corpus else NOT_RECORDED),
+                   f"{_code_span(corpus['sha256'], in_table=True)}" if corpus else NOT_RECORDED),
         "validation split": (f"characters {corpus['split_point']:,} to the end, "
                              f"{1 - corpus['split_point'] / corpus['chars']:.1%} of the corpus" if corpus
                              else NOT_RECORDED),
@@ -546,7 +697,7 @@ def _training(config: dict[str, Any]) -> list[str]:
 
 def model_card(config: dict[str, Any], parameters: int, name: str, folder: str) -> str:
     """The card of a model folder whose config.json holds ``config``, named ``name``, at ``folder``."""
-    model, quoted = config["model_config"], shlex.quote(folder)
+    model, quoted = config["model_config"], _shell_word(folder)
     extras = [f"embedding {model['embed_size']}"]
     extras += ["skip connections"] if model.get("skip_connections") else []
     extras += ["layer normalisation"] if model.get("layer_norm") else []
@@ -558,10 +709,12 @@ def model_card(config: dict[str, Any], parameters: int, name: str, folder: str) 
         f"tags: [character-level, {model['cell']}, charrnn]", "---", "",
         f"# {markdown_text(name)}", "", shape, "",
         "## Scores", "", *_scores(config, quoted), "", "## Training", "", *_training(config), "",
-        "## Use", "", "```bash",
-        f"charrnn sample {quoted} --temperature 0.8 --length 300",
-        f"charrnn eval-perplexity {quoted}   # its validation split, with the corpus at hand; or add a text",
-        f"charrnn train my_text.txt --init-from {quoted} --extend-vocab --time-budget 300", "```", "",
+        "## Use", "", f"From the directory that holds {_code_span(folder)} (elsewhere, give its path):", "",
+        *_fenced("bash", [
+            f"charrnn sample {quoted} --temperature 0.8 --length 300",
+            f"charrnn eval-perplexity {quoted}   # its validation split, with the corpus at hand; or add a "
+            f"text",
+            f"charrnn train my_text.txt --init-from {quoted} --extend-vocab --time-budget 300"]), "",
         "The prime must use characters the model knows (vocab.json). A fine-tune keeps the model's shape.",
         "", "## Files", "",
         "- `model.safetensors`: the weights, under PyTorch's names (`rnn.weight_ih_l0`, ...).",

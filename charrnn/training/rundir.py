@@ -25,13 +25,12 @@ import torch
 from charrnn.config import record_problem
 from charrnn.data.corpus import corpus_location
 from charrnn.errors import CharrnnError, OptionConflict, option, short_repr
-from charrnn.models.pretrained import resolve_shipped
+from charrnn.models.pretrained import refuse_writing_in_model_folders, resolve_shipped
 from charrnn.training.checkpoint import (
     CHECKPOINT_NAMES,
     file_in_run_directory,
     is_model_folder,
     read_folder_config,
-    refuse_writing_in_model_folders,
     save_checkpoint,
     saved_by_torch,
 )

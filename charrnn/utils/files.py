@@ -5,16 +5,20 @@ replaced whole (:func:`replace_file`); a user's output is written as what it is 
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import errno
+import fcntl
 import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
@@ -54,11 +58,16 @@ class NotRegularFile(OSError):
     """A FIFO, device, socket or directory where charrnn reads a file it keeps."""
 
 
-@contextmanager
-def open_regular(path: Path) -> Iterator[BinaryIO]:
-    """Open ``path`` for reading if it is a regular file (links followed), else raise
-    :class:`NotRegularFile`. A FIFO is opened without waiting, so it is refused rather than hanging."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+class FileTooLarge(OSError):
+    """A file larger than anything charrnn could need from it: refused before it is read."""
+
+
+@contextlib.contextmanager
+def open_regular(path: Path, dir_fd: int | None = None) -> Iterator[BinaryIO]:
+    """Open ``path`` (relative to directory ``dir_fd`` if given) for reading if it is a regular file (links
+    followed), else raise :class:`NotRegularFile`. A FIFO is opened without waiting, so it is refused
+    rather than hanging."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK, dir_fd=dir_fd)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise NotRegularFile(errno.EINVAL, "not a regular file", str(path))
@@ -77,10 +86,57 @@ def file_sha256(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def read_regular(path: Path) -> bytes:
-    """The bytes of regular file ``path`` (see :func:`open_regular`)."""
-    with open_regular(path) as handle:
+def read_at_most(handle: BinaryIO, most_bytes: int | None) -> bytes:
+    """The rest of regular file ``handle``; one larger than ``most_bytes`` is :class:`FileTooLarge`, refused
+    by its size before anything is read."""
+    if most_bytes is None:
         return handle.read()
+    size = os.fstat(handle.fileno()).st_size
+    data = b"" if size > most_bytes else handle.read(most_bytes + 1)  # one byte more: it may have grown
+    if len(data) > most_bytes or size > most_bytes:
+        raise FileTooLarge(f"it holds {max(size, len(data)):,} bytes, more than the {most_bytes:,} it can "
+                           f"need")
+    return data
+
+
+def read_regular(path: Path, most_bytes: int | None = None) -> bytes:
+    """The bytes of regular file ``path`` (see :func:`open_regular`), at most ``most_bytes``
+    (:func:`read_at_most`)."""
+    with open_regular(path) as handle:
+        return read_at_most(handle, most_bytes)
+
+
+# A read of a folder's files that a swap came between starts again on the new folder, up to this many times.
+FOLDER_READ_TRIES = 3
+
+
+@contextlib.contextmanager
+def opened_in_folder(folder: Path, names: Sequence[str]) -> Iterator[dict[str, BinaryIO]]:
+    """Regular files ``names`` of ``folder``, opened as one view of one folder: through a descriptor of the
+    folder itself, so an export renaming a new folder over the name cannot mix old files with new ones.
+    An ``OSError`` names the file at fault (``folder/name``); a missing file is a FileNotFoundError."""
+    for attempt in range(1, FOLDER_READ_TRIES + 1):
+        directory = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        with contextlib.ExitStack() as stack:
+            stack.callback(os.close, directory)
+            try:
+                handles = {name: stack.enter_context(open_regular(name, directory)) for name in names}
+            except OSError as exc:
+                # A folder emptied after a swap took its name: the name now holds the new one, whole.
+                if isinstance(exc, FileNotFoundError) and attempt < FOLDER_READ_TRIES \
+                        and not _still_at(folder, directory):
+                    continue
+                raise OSError(exc.errno, exc.strerror, str(Path(folder) / exc.filename)) from None
+            yield handles
+            return
+
+
+def _still_at(folder: Path, directory: int) -> bool:
+    """Whether name ``folder`` still leads to the directory open as ``directory``."""
+    try:
+        return os.path.samestat(os.stat(folder), os.fstat(directory))
+    except OSError:
+        return False
 
 
 def stat_or_none(path: Path, failing: str) -> os.stat_result | None:
@@ -113,7 +169,7 @@ def temporary_sibling(path: Path) -> str:
     return name
 
 
-@contextmanager
+@contextlib.contextmanager
 def replacing(path: Path, failure: Callable[[OSError], str],
               error: type[CharrnnError] = CharrnnError) -> Iterator[str]:
     """Yield the name of an empty temporary sibling of regular file ``path``; when the block succeeds,
@@ -242,22 +298,42 @@ def read_log(path: Path, parse: Callable[[str], Row]) -> list[Row]:
     return rows
 
 
-def read_json_object(path: Path) -> dict[str, Any] | None:
-    """The JSON object in UTF-8 regular file ``path``; None when it is missing, unreadable or not an
-    object."""
+# A JSON object charrnn keeps (a run's or a model folder's config.json) is a few kilobytes.
+JSON_OBJECT_MOST_BYTES = 2**20
+# Far deeper than anything charrnn writes; deeper JSON would exhaust the parser's recursion.
+JSON_MOST_DEPTH = 64
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_JSON_BRACKET = re.compile(r"[][{}]")
+_NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def read_json_object(path: Path, most_bytes: int = JSON_OBJECT_MOST_BYTES) -> dict[str, Any] | None:
+    """The JSON object in UTF-8 regular file ``path``; None when it is missing, unreadable, larger than
+    ``most_bytes`` or not an object."""
     try:
-        value = parse_json(read_regular(path).decode("utf-8"))
+        value = parse_json(read_regular(path, most_bytes).decode("utf-8"))
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
 
 
+def json_depth(text: str) -> int:
+    """How deep arrays and objects nest in JSON ``text`` (brackets inside strings do not count)."""
+    brackets = _JSON_BRACKET.findall(_JSON_STRING.sub("", text))
+    return max(accumulate(map(_NESTING.__getitem__, brackets)), default=0)
+
+
 def parse_json(text: str | bytes) -> Any:
     """``text`` parsed as JSON; anything that is not JSON a reader can take (a syntax error, nesting
-    deeper than the parser's recursion allows) is a ValueError, for the caller to name its file."""
+    deeper than :data:`JSON_MOST_DEPTH`) is a ValueError, for the caller to name its file. The depth is
+    measured before parsing, so no depth of nesting reaches the parser's recursion."""
+    if isinstance(text, bytes):
+        text = text.decode(json.detect_encoding(text), "surrogatepass")
+    if text.count("[") + text.count("{") > JSON_MOST_DEPTH and json_depth(text) > JSON_MOST_DEPTH:
+        raise ValueError(f"is nested more than {JSON_MOST_DEPTH} levels deep")
     try:
         return json.loads(text)
-    except RecursionError:
+    except RecursionError:  # a call stack already deep when the parser started
         raise ValueError("is nested too deeply to read") from None
 
 
@@ -352,42 +428,140 @@ def folder_in_the_way(path: Path, foreign: Callable[[Path], list[str]], named: s
     return bool(held)
 
 
+# An export's temporary folders beside its target: the new folder being written (after a swap, the earlier
+# one until it is removed), and the earlier one set aside between two renames. Their names carry the
+# target's (as a digest), so that what a killed export set aside goes back under the right name.
+STAGING, ASIDE = "new", "old"
+
+
+def _name_digest(name: str) -> str:
+    return hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def _export_temporaries(directory: Path, kind: str, name: str = "*") -> list[Path]:
+    digest = name if name == "*" else _name_digest(name)
+    return [path for path in Path(directory).glob(f"{TEMPORARY_PREFIX}*-{kind}-{digest}-*")
+            if _pid_of(path) is not None and path.is_dir() and not path.is_symlink()]
+
+
+@contextlib.contextmanager
+def _exports_locked(directory: Path, wait: bool) -> Iterator[bool]:
+    """Hold the lock of exports into ``directory`` (a flock on the directory, which the system drops when
+    its holder dies, so a reused PID never looks alive); yield whether it is held. Without ``wait`` it is
+    not while an export runs; where the file system has no locks, never."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            held = True
+        except OSError:
+            held = False
+        yield held
+    finally:
+        os.close(fd)
+
+
+def _settle(given: Path) -> None:
+    """With the exports' lock held, so no export is under way: put back the folder a killed export set
+    aside from ``given`` if nothing took the name (the latest one set aside), remove every other aside of
+    it and every export's temporary folder."""
+    for staging in _export_temporaries(given.parent, STAGING):
+        shutil.rmtree(staging, ignore_errors=True)
+    asides = sorted(_export_temporaries(given.parent, ASIDE, given.name),
+                    key=lambda path: path.stat().st_ctime, reverse=True)
+    for aside in asides:
+        if not any(aside.iterdir()):  # set aside before the earlier folder was moved into it
+            aside.rmdir()
+        else:
+            _put_back_or_remove(given, aside)
+    if asides:
+        fsync_directory(given.parent)
+
+
+def settle_folder(path: Path) -> None:
+    """Make name ``path`` hold a whole folder, the earlier or the new, whatever moment an export to it was
+    killed at (:func:`replace_folder`), and clear the temporary folders killed exports left beside it.
+    Where an export is under way, what it has set aside is its own: only a name left empty is waited for."""
+    given = Path(path)
+    if not _export_temporaries(given.parent, "*"):
+        return
+    empty = not os.path.lexists(given) and bool(_export_temporaries(given.parent, ASIDE, given.name))
+    with _exports_locked(given.parent, wait=empty) as held:
+        if held:
+            try:
+                _settle(given)
+            except OSError:  # a folder this user cannot change: reading it goes on as it stands
+                pass
+
+
 def replace_folder(path: Path, files: dict[str, bytes], foreign: Callable[[Path], list[str]]) -> None:
     """Make folder ``path`` hold exactly ``files`` (name → contents), all or nothing: they are written
-    and fsynced in a temporary sibling folder that is then renamed into place, with the mode of the folder
-    it replaces. What is at ``path`` may give way only if it is an empty folder or ``foreign`` names nothing;
-    a failure leaves it as it was, and a stop signal waits until the swap is done."""
+    and fsynced in a temporary sibling folder, with the mode of the folder it replaces, that then takes the
+    name: swapped with the earlier folder in one step where the system can, else by two renames. What is
+    at ``path`` may give way only if it is an empty folder or ``foreign`` names nothing; a failure leaves it
+    as it was, and a stop signal waits until the swap is done. Exports into one directory take turns, so
+    the next one (or a reader, :func:`settle_folder`) finds what a killed one left."""
     from charrnn.utils.interrupt import signals_deferred
 
     given = Path(path)
-    previous = folder_in_the_way(given, foreign)
-    staging = aside = None
-    try:
-        staging = Path(tempfile.mkdtemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-", dir=given.parent))
-        mode = stat_or_none(given, f"could not write {given}")
-        os.chmod(staging, stat.S_IMODE(mode.st_mode) if mode is not None else 0o777 & ~current_umask())
-        for name, contents in files.items():
-            with open(staging / name, "wb") as handle:
-                handle.write(contents)
-                handle.flush()
-                os.fsync(handle.fileno())
-        fsync_directory(staging)
-        with signals_deferred():
-            if previous:  # set aside, never deleted before the new folder stands
-                aside = Path(tempfile.mkdtemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-old-",
-                                              dir=given.parent))
-                os.replace(given, aside)
-            os.replace(staging, given)  # over nothing, or an empty folder
-            staging = None
+    digest = _name_digest(given.name)
+    with _exports_locked(given.parent, wait=True) as held:
+        staging = aside = None
+        try:
+            if held:
+                _settle(given)
+            previous = folder_in_the_way(given, foreign)
+            staging = Path(tempfile.mkdtemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-{STAGING}-{digest}-",
+                                            dir=given.parent))
+            mode = stat_or_none(given, f"could not write {given}")
+            os.chmod(staging, stat.S_IMODE(mode.st_mode) if mode is not None else 0o777 & ~current_umask())
+            for name, contents in files.items():
+                with open(staging / name, "wb") as handle:
+                    handle.write(contents)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            fsync_directory(staging)
+            with signals_deferred():
+                if previous and _exchange(staging, given):
+                    earlier, staging = staging, None  # the swap left the earlier folder at the staging name
+                    shutil.rmtree(earlier, ignore_errors=True)
+                else:  # two renames: a reader may find the name empty between them
+                    if previous:  # set aside, never deleted before the new folder stands
+                        aside = Path(tempfile.mkdtemp(
+                            prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-{ASIDE}-{digest}-", dir=given.parent))
+                        os.replace(given, aside)
+                    os.replace(staging, given)  # over nothing, or an empty folder
+                    staging = None
+                    _put_back_or_remove(given, aside)
+                    aside = None
+                fsync_directory(given.parent)
+        except OSError as exc:
+            raise CharrnnError(f"could not write {given}: {reason(exc)}; what was there is intact") from None
+        finally:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
             _put_back_or_remove(given, aside)
-            aside = None
-            fsync_directory(given.parent)
-    except OSError as exc:
-        raise CharrnnError(f"could not write {given}: {reason(exc)}; what was there is intact") from None
-    finally:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
-        _put_back_or_remove(given, aside)
+
+
+AT_FDCWD, RENAME_EXCHANGE = -100, 2  # Linux's renameat2: paths from the working directory; swap the two
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap what names ``first`` and ``second`` lead to, in one step no reader can fall between (Linux's
+    renameat2); False where the system or file system cannot, and nothing changed."""
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is None:
+        return False
+    if renameat2(AT_FDCWD, os.fsencode(first), AT_FDCWD, os.fsencode(second), RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(code, os.strerror(code), str(second))
 
 
 def _put_back_or_remove(given: Path, aside: Path | None) -> None:
@@ -396,3 +570,24 @@ def _put_back_or_remove(given: Path, aside: Path | None) -> None:
         os.replace(aside, given)
     elif aside is not None:
         shutil.rmtree(aside, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- model folders
+# Recognised here, below every module that writes, by what its config.json says it is (docs/model-folder.md).
+MODEL_FOLDER_FORMAT = "charrnn-model"
+
+
+def is_model_folder_config(path: Path) -> bool:
+    """Whether ``path`` holds the config.json of a charrnn model folder."""
+    config = read_json_object(Path(path) / "config.json")
+    return config is not None and config.get("format") == MODEL_FOLDER_FORMAT
+
+
+def model_folder_holding(path: Path) -> Path | None:
+    """The model folder that ``path`` would be written inside (one of its parents, through links too), or
+    None: nothing but an export writes there."""
+    for place in dict.fromkeys([Path(path), real_path(path)]):
+        folder = next((parent for parent in place.parents if is_model_folder_config(parent)), None)
+        if folder is not None:
+            return folder
+    return None

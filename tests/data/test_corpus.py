@@ -1,4 +1,5 @@
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from charrnn.data.corpus import (
 )
 from charrnn.data.vocab import UnknownCharactersError, Vocab
 from charrnn.errors import CharrnnError
+from charrnn.models.pretrained import SHIPPED_FOLDER
 
 
 def test_stream_layout_targets_and_continuation_and_too_short_a_text_names_its_minimum():
@@ -246,3 +248,34 @@ def test_a_failed_encoding_leaves_no_temporary_file(tmp_path: Path, monkeypatch:
     with pytest.raises(KeyboardInterrupt):
         cached_ids(scan, scan.vocab(), cache_dir=cache)
     assert list(cache.iterdir()) == []
+
+
+@pytest.mark.parametrize(("cache", "fragment"), [
+    ("model", "is inside the model folder"),
+    ("model/cache/deeper", "is inside the model folder"),
+    ("link/cache", "is inside the model folder"),
+    (str(SHIPPED_FOLDER / "shakespeare"), "is in the folder of the model that comes with charrnn"),
+])
+def test_a_cache_directory_among_models_is_refused_and_nothing_written(tmp_path: Path, monkeypatch, cache,
+                                                                       fragment):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"format": "charrnn-model"}), encoding="utf-8")
+    (tmp_path / "link").symlink_to(model, target_is_directory=True)
+    monkeypatch.setenv("CHARRNN_CACHE_DIR", str(tmp_path / cache))
+    scan = scan_corpus(write(tmp_path / "mixed.txt", MIXED))
+    shipped_before = sorted(SHIPPED_FOLDER.rglob("*"))
+    with pytest.raises(CharrnnError, match=f"CHARRNN_CACHE_DIR .*{fragment}"):
+        cached_ids(scan, scan.vocab())
+    assert [path.name for path in model.iterdir()] == ["config.json"]
+    assert sorted(SHIPPED_FOLDER.rglob("*")) == shipped_before
+
+
+def test_a_corpus_is_named_by_its_stem_or_directory_and_char_rnns_input_txt_by_its_folder(tmp_path: Path):
+    from charrnn.data.corpus import corpus_name
+
+    (tmp_path / "poems").mkdir()
+    assert corpus_name(tmp_path / "poems") == "poems"
+    assert corpus_name(tmp_path / "poems" / "odes.txt") == "odes"
+    assert corpus_name(tmp_path / "tinyshakespeare" / "input.txt") == "tinyshakespeare"  # char-rnn's layout
+    assert corpus_name(Path("input.txt")) == "input"  # no folder to name it by

@@ -90,3 +90,20 @@ def test_an_unwritable_data_directory_is_a_clear_error(tmp_path: Path, data_mirr
     blocker.write_text("")
     with pytest.raises(CharrnnError, match="cannot create .*Not a directory"):
         fetch("tinyshakespeare", blocker / "data")
+
+
+@pytest.mark.parametrize("inside", ["model", "link/deeper"])
+def test_a_data_directory_in_a_model_folder_is_refused_before_any_download(data_mirror, tmp_path: Path,
+                                                                           monkeypatch, inside):
+    import json
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"format": "charrnn-model"}), encoding="utf-8")
+    (tmp_path / "link").symlink_to(model, target_is_directory=True)
+    monkeypatch.setenv(datasets.DATA_DIR_ENV, str(tmp_path / inside))
+    with pytest.raises(CharrnnError, match=r"CHARRNN_DATA_DIR .* is inside the model folder .*, which"):
+        fetch("tinyshakespeare")
+    with pytest.raises(CharrnnError, match=r"data_dir .* is inside the model folder"):
+        fetch("tinyshakespeare", tmp_path / inside)
+    assert sorted(path.name for path in model.iterdir()) == ["config.json"]

@@ -16,10 +16,11 @@ from click.testing import CliRunner
 
 import charrnn
 from charrnn.cli.main import cli
-from charrnn.config import read_setting
+from charrnn.config import ModelConfig, read_setting
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
-from charrnn.generation.webpage import WEB, model_spec
+from charrnn.generation.webpage import WEB, export_page, model_spec
+from charrnn.models.model import CharRNN
 from charrnn.models.stepper import make_stepper
 
 from helpers import KINDS, VOCAB, plan_run, random_model, repeated_runs
@@ -273,3 +274,36 @@ def test_a_refusal_quoting_the_prime_shows_its_hidden_characters(tiny_checkpoint
     status = re.search(r'<p id="status">(.*?)</p>', dom, re.S).group(1)
     assert chr(0x202E) not in status and chr(27) not in status  # quoted, never obeyed
     assert r'"\u202e"' in status and r'"\u001b"' in status
+
+
+# Each would end a <script> element early, or make the browser look past its end for another.
+SCRIPT_BREAKERS = re.compile(r"</script|<!--|<script", re.I)
+HOSTILE_PRIME = "<!--<script></script>&"
+
+
+def hostile_page(tmp_path: Path) -> Path:
+    """The page of a model whose vocabulary, and so prime and title, can spell HTML."""
+    vocab = Vocab(tuple("<!-scrip>/& t"))
+    torch.manual_seed(0)
+    model = CharRNN(ModelConfig(vocab_size=len(vocab), hidden_size=8, embed_size=4)).eval()
+    page = tmp_path / "page.html"
+    page.write_text(export_page(model, vocab, "</title><script>", "</p><!--", HOSTILE_PRIME),
+                    encoding="utf-8")
+    return page
+
+
+def test_no_text_the_page_embeds_can_end_or_open_its_script_elements(tmp_path):
+    text = hostile_page(tmp_path).read_text(encoding="utf-8")
+    scripts = re.findall(r"<script[^>]*>(.*?)</script>", text, re.S)
+    assert len(scripts) == 4 and not any(SCRIPT_BREAKERS.search(script) for script in scripts)
+    spec, settings = (json.loads(script) for script in scripts[:2])
+    assert settings["prime"] == HOSTILE_PRIME and "".join(spec["vocab"]) == "<!-scrip>/& t"
+    assert "<title>&lt;/title&gt;&lt;script&gt;</title>" in text
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_a_page_whose_prime_spells_html_runs(tmp_path):
+    page = hostile_page(tmp_path)
+    (state, shown), = browser_texts(page, ["length=20&greedy=1&autorun=1"], tmp_path / "profile")
+    assert state == "done" and shown.startswith(HOSTILE_PRIME) and len(shown) == len(HOSTILE_PRIME) + 20

@@ -654,3 +654,32 @@ def test_the_choice_is_always_one_of_the_candidates_whatever_their_predictions_a
         decision = budget.BudgetDecision(100, "cpu", "fp32", True, {"epochs": 5.0}, candidates)
         assert decision.choice in candidates
         decision.to_dict()
+
+
+def test_a_shape_whose_end_costs_more_than_the_training_the_users_limit_leaves_is_passed_over(
+        shakespeare_like):
+    # Each trains 5 characters at 1 a second: 5 s. The larger one's end would take 50 s.
+    small, large = candidate(1, 2.0), candidate(2, 1.5)
+    cheap, costly = (dataclasses.replace(c, limit="epochs", users_limit=True, end_s=end)
+                     for c, end in ((small, 4.0), (large, 50.0)))
+    assert budget.choose((cheap, costly)) is cheap
+    plans = dataclasses.replace(costly, users_limit=False)  # the plan's own pass limit: the budget is spent
+    assert budget.choose((cheap, plans)) is plans
+    # --epochs 0.001 beside a vast budget: the ladder's top would score for minutes after one step.
+    tiny = plan(shakespeare_like, 1e9, given={"epochs": 0.001})
+    assert tiny.choice.parameters < max(c.parameters for c in tiny.candidates if c.predicted_loss is not None)
+
+
+def test_a_size_the_user_gave_that_trains_under_half_a_pass_is_warned_of():
+    from charrnn.errors import options_spelled
+    from charrnn.training.budget import USEFUL_EPOCHS
+
+    short = budget.BudgetDecision(60, "cpu", "fp32", True, {}, (dataclasses.replace(candidate(512, 3.3),
+                                                                                   epochs=0.19),))
+    with options_spelled(lambda field: "--" + field.replace("_", "-")):
+        warning = short.short_of_a_pass()
+    assert warning == (
+        "warning: in 60 s the 2×512 LSTM given trains 0.19 epochs here, under 0.5 of a pass over the text: "
+        "leave --hidden-size to --time-budget, or give it more time") and USEFUL_EPOCHS == 0.5
+    chosen = budget.BudgetDecision(60, "cpu", "fp32", True, {"hidden_size": 512}, short.candidates)
+    assert chosen.short_of_a_pass() is None  # the budget's own choice

@@ -1,4 +1,6 @@
+import html
 import json
+import math
 import os
 import pickle
 import re
@@ -14,7 +16,9 @@ from click.testing import CliRunner
 
 import charrnn
 from charrnn.cli.main import cli
+from charrnn.config import ModelConfig
 from charrnn.errors import CharrnnError
+from charrnn.models.model import state_shapes
 from charrnn.training.checkpoint import (
     CONFIG,
     FOLDER_FILES,
@@ -228,6 +232,38 @@ def test_the_model_card_says_what_the_model_scores_and_how_it_was_made(tiny_chec
     assert "not recorded" not in card
 
 
+# A line break, a fence, HTML, a pipe, backticks and a byte that is not UTF-8 (no slash: it names folders).
+HOSTILE_TEXT = "x\n```\n<img src=x onerror=alert(1)> | `tick` `` \udcff"
+
+
+def test_the_model_card_keeps_every_recorded_text_where_it_lands(tiny_checkpoint, tmp_path):
+    from markdown_it import MarkdownIt
+
+    payload = {key: value for key, value in load_checkpoint(tiny_checkpoint).items() if key != "best"}
+    corpus = {**payload["corpus"], "name": HOSTILE_TEXT, "sha256": HOSTILE_TEXT,
+              "path": f"https://example.org/<script>{HOSTILE_TEXT}"}
+    run = tmp_path / f"run {HOSTILE_TEXT}"
+    run.mkdir()
+    save_checkpoint(run / "best.pt", {**payload, "corpus": corpus, "machine": HOSTILE_TEXT})
+    target = tmp_path / f"model {HOSTILE_TEXT}"
+    charrnn.export(run / "best.pt", target, format="safetensors")
+    rendered = MarkdownIt("commonmark").enable("table").render((target / "README.md").read_text("utf-8"))
+    assert not re.search(r"<(img|script)\b", rendered)  # recorded HTML is shown, never run
+    blocks = re.findall(r"<pre><code[^>]*>(.*?)</code></pre>", rendered, re.S)
+    assert len(blocks) == 1
+    commands = html.unescape(blocks[0]).splitlines()
+    spans = [html.unescape(span) for span in re.findall(r"<code>(.*?)</code>", rendered, re.S)]
+    scoring = next(span for span in spans if span.startswith("charrnn eval-perplexity"))
+    assert len(commands) == 3 and "\n" not in scoring
+    for command in (commands[0], scoring):  # the shell reads the folder's own name back from each
+        word = subprocess.run(["bash", "-c", f'set -- {command.removeprefix("charrnn ")}; printf %s "$2"'],
+                              capture_output=True, check=True).stdout
+        assert word == os.fsencode(target.name)
+    rows = re.findall(r"<tr>(.*?)</tr>", rendered, re.S)
+    assert rows and all(row.count("<td>") == 2 for row in rows if "<td>" in row)
+    assert "# run x<br>" in (target / "README.md").read_text("utf-8")  # the title stays on its line
+
+
 def test_an_export_replaces_only_a_folder_it_wrote(tiny_checkpoint, folder, tmp_path):
     again = charrnn.export(tiny_checkpoint, folder, format="safetensors", float32=True)
     assert again.path == folder and sorted(p.name for p in folder.iterdir()) == sorted(FOLDER_FILES)
@@ -323,6 +359,67 @@ DAMAGE = {
                         "non-finite"),
     "a weight too many": (_edit_weights(lambda s: {**s, "extra": torch.zeros(2)}), WEIGHTS, "'extra'"),
     "a weight missing": (_edit_weights(lambda s: dict(sorted(s.items())[1:])), WEIGHTS, "lacks"),
+}
+
+
+def _sparse_weights(extra: dict, model: dict | None = None, missing: int = 0):
+    """A weights file whose header declares the tensors of ``model`` (default: the folder's own) plus
+    ``extra`` (name → shape), all float32, with data as long as declared (less ``missing`` bytes): sparse,
+    a few KB on disk."""
+    def apply(folder: Path) -> None:
+        if model is not None:
+            _edit_json(CONFIG, lambda c: {**c, "model_config": {**c["model_config"], **model}})(folder)
+        shapes = state_shapes(ModelConfig(**json.loads((folder / CONFIG).read_text())["model_config"]))
+        header, offset = {}, 0
+        for name, shape in {**shapes, **extra}.items():
+            end = offset + 4 * math.prod(shape)
+            header[name], offset = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, end]}, end
+        raw = json.dumps(header).encode()
+        (folder / WEIGHTS).write_bytes(len(raw).to_bytes(8, "little") + raw)
+        os.truncate(folder / WEIGHTS, 8 + len(raw) + offset - missing)
+    return apply
+
+
+def _sparse(name: str, size: int, start: bytes = b"["):
+    def apply(folder: Path) -> None:
+        (folder / name).write_bytes(start)
+        os.truncate(folder / name, size)
+    return apply
+
+
+DEEP = "[" * 600 + "]" * 600
+
+
+def _nested(name: str):
+    """``name``'s JSON with a value nested 600 deep added (as ``deep`` in an object, or a list's last)."""
+    def apply(folder: Path) -> None:
+        text = (folder / name).read_text(encoding="utf-8").rstrip()
+        key = "" if text.endswith("]") else '"deep": '
+        (folder / name).write_text(f"{text[:-1]}, {key}{DEEP}{text[-1]}", encoding="utf-8")
+    return apply
+
+
+def _nested_header(folder: Path) -> None:
+    raw = f'{{"__metadata__": {DEEP}}}'.encode()
+    (folder / WEIGHTS).write_bytes(len(raw).to_bytes(8, "little") + raw)
+
+
+# Refused from sizes, counts, depth and the weights' header, before any data is read: each file is
+# sparse, gigabytes on paper and a few KB on disk, so reading one would run out of memory or time.
+DAMAGE |= {
+    "a model too large for memory": (_sparse_weights({}, {"num_layers": 1, "hidden_size": 131072,
+                                                           "skip_connections": False}), WEIGHTS,
+                                     "GiB of memory; this machine has"),
+    "an undeclared tensor of 256 GiB": (_sparse_weights({"extra": (2**36,)}), WEIGHTS, "'extra'"),
+    "a weights header of 2 GiB": (_sparse(WEIGHTS, 2**31 + 8, (2**31).to_bytes(8, "little")), WEIGHTS,
+                                  "a header of 2,147,483,648 bytes"),
+    "a tensor past the file's end": (_sparse_weights({"extra": (2**36,)}, missing=2**38), WEIGHTS,
+                                     "past the file's end"),
+    "a vocabulary of 100 GiB": (_sparse(VOCAB, 100 * 2**30), VOCAB, "is refused unread"),
+    "a config of 100 GiB": (_sparse(CONFIG, 100 * 2**30, b"{"), CONFIG, "is refused unread"),
+    "a config nested 600 deep": (_nested(CONFIG), CONFIG, "nested more than 64 levels deep"),
+    "a vocabulary nested 600 deep": (_nested(VOCAB), VOCAB, "nested more than 64 levels deep"),
+    "a weights header nested 600 deep": (_nested_header, WEIGHTS, "nested more than 64 levels deep"),
 }
 
 

@@ -7,21 +7,27 @@ import os
 import signal
 import stat
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
 from charrnn.errors import CharrnnError
+from charrnn.utils import files
 from charrnn.utils.files import (
     TEMPORARY_PREFIX,
     atomic_write,
     atomic_write_text,
     current_umask,
+    model_folder_holding,
+    opened_in_folder,
+    parse_json,
     read_json_object,
     read_log,
     remove_stale_temporaries,
     replace_folder,
+    settle_folder,
 )
 
 
@@ -136,8 +142,15 @@ def _ours(folder: Path) -> list[str]:
     return [] if (folder / "mine").exists() else sorted(p.name for p in folder.iterdir())
 
 
-def test_a_folder_is_replaced_whole_or_left_as_it_was(tmp_path, monkeypatch):
+def _no_exchange(first, second):
+    return False
+
+
+@pytest.mark.parametrize("swap", ["exchange", "two renames"])
+def test_a_folder_is_replaced_whole_or_left_as_it_was(tmp_path, monkeypatch, swap):
     target = tmp_path / "model"
+    if swap == "two renames":  # a system that cannot swap two names at once
+        monkeypatch.setattr(files, "_exchange", _no_exchange)
     replace_folder(target, {"a": b"1", "mine": b""}, _ours)
     replace_folder(target, {"b": b"2", "mine": b""}, _ours)
     assert sorted(p.name for p in target.iterdir()) == ["b", "mine"]
@@ -149,6 +162,8 @@ def test_a_folder_is_replaced_whole_or_left_as_it_was(tmp_path, monkeypatch):
         real_replace(source, destination)
 
     monkeypatch.setattr(os, "replace", failing)
+    if swap == "exchange":
+        monkeypatch.setattr(files, "_exchange", lambda first, second: failing(first, second))
     with pytest.raises(CharrnnError, match="No space left on device; what was there is intact"):
         replace_folder(target, {"c": b"3", "mine": b""}, _ours)
     monkeypatch.setattr(os, "replace", real_replace)
@@ -173,16 +188,21 @@ def test_a_folder_not_ours_is_never_replaced(tmp_path, make, fragment):
     assert (empty / "a").read_bytes() == b"1"
 
 
-def test_a_stop_signal_during_the_swap_waits_until_the_new_folder_stands(tmp_path, monkeypatch):
+@pytest.mark.parametrize("swap", ["_exchange", "two renames"])
+def test_a_stop_signal_during_the_swap_waits_until_the_new_folder_stands(tmp_path, monkeypatch, swap):
     target = tmp_path / "model"
     replace_folder(target, {"a": b"1", "mine": b""}, _ours)
-    real_replace = os.replace
+    real = getattr(files, swap) if swap == "_exchange" else os.replace
 
     def interrupted(source, destination):  # Ctrl-C as the new folder takes its place
         signal.raise_signal(signal.SIGINT)
-        real_replace(source, destination)
+        return real(source, destination)
 
-    monkeypatch.setattr(os, "replace", interrupted)
+    if swap == "_exchange":
+        monkeypatch.setattr(files, "_exchange", interrupted)
+    else:
+        monkeypatch.setattr(files, "_exchange", _no_exchange)
+        monkeypatch.setattr(os, "replace", interrupted)
     # Python's own Ctrl-C handler, even where the tests were started with SIGINT ignored (`make test &`)
     inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
@@ -226,3 +246,99 @@ def test_a_log_reads_row_by_row_naming_the_line_it_cannot_read_and_a_json_object
     assert read_json_object(path) is None
     os.mkfifo(path)  # never opened for reading: nothing would ever write it
     assert read_json_object(path) is None
+
+
+def test_json_nested_past_any_reader_or_too_large_is_refused_before_parsing(tmp_path):
+    deep = "[" * 600 + "]" * 600
+    with pytest.raises(ValueError, match="nested more than 64 levels deep"):
+        parse_json(deep)
+    assert parse_json('["' + "[" * 600 + '"]') == ["[" * 600]  # brackets inside a string are text
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"a": 1}\n{"a": ' + deep + "}\n")
+    with pytest.raises(CharrnnError, match=r"log.jsonl line 2 is nested more than 64 levels deep"):
+        read_log(log, parse_json)
+    path = tmp_path / "config.json"
+    path.write_text('{"a": ' + deep + "}")
+    assert read_json_object(path) is None
+    path.write_text('{"a": 1}')
+    os.truncate(path, 2**40)  # a terabyte on paper, a few bytes on disk: never read
+    assert read_json_object(path) is None
+
+
+# A process that dies by SIGKILL at a chosen moment of an export over an earlier folder.
+KILLED_EXPORT = """
+import os, signal, sys
+from pathlib import Path
+from charrnn.utils import files
+moment, target = sys.argv[1], Path(sys.argv[2])
+real = {"fsync": os.fsync, "replace": os.replace, "rmtree": files.shutil.rmtree}
+calls = []
+
+def dying(name):
+    def call(*args, **kwargs):
+        calls.append(name)
+        if name == moment and (name != "replace" or calls.count(name) == 2):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real[name](*args, **kwargs)
+    return call
+
+os.fsync, os.replace, files.shutil.rmtree = dying("fsync"), dying("replace"), dying("rmtree")
+if moment == "replace":  # a system that cannot swap two names at once renames twice
+    files._exchange = lambda first, second: False
+files.replace_folder(target, {"a": b"new", "b": b"new"}, lambda folder: [])
+"""
+KILL_MOMENTS = {"writing the new folder": ("fsync", b"old"), "between two renames": ("replace", b"old"),
+                "removing the earlier folder": ("rmtree", b"new")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("access", ["read", "export"])
+@pytest.mark.parametrize("moment", KILL_MOMENTS, ids=list(KILL_MOMENTS))
+def test_an_export_killed_at_any_moment_leaves_a_whole_folder_to_the_next_access(tmp_path, moment, access):
+    target = tmp_path / "model"
+    replace_folder(target, {"a": b"old", "b": b"old"}, lambda folder: [])
+    call, survivor = KILL_MOMENTS[moment]
+    killed = subprocess.run([sys.executable, "-c", KILLED_EXPORT, call, str(target)], capture_output=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert list(tmp_path.glob(f"{TEMPORARY_PREFIX}*"))  # what the killed export left
+    if access == "read":
+        settle_folder(target)
+    else:
+        replace_folder(target, {"a": b"newer", "b": b"newer"}, lambda folder: [])
+        survivor = b"newer"
+    assert {path.name: path.read_bytes() for path in target.iterdir()} == {"a": survivor, "b": survivor}
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["model"]
+
+
+@pytest.mark.parametrize(("swap_before", "seen"), [("b", b"new"), (None, b"old")])
+def test_a_folder_read_while_an_export_replaces_it_is_read_from_one_export(tmp_path, monkeypatch, swap_before,
+                                                                          seen):
+    target = tmp_path / "model"
+    replace_folder(target, {"a": b"old", "b": b"old"}, lambda folder: [])
+    real_open, landed = files.open_regular, []
+
+    def export_lands(name, dir_fd=None):  # an export finishes between the reader's opens of two files
+        if name == swap_before and not landed:
+            replace_folder(target, {"a": b"new", "b": b"new"}, lambda folder: [])
+            landed.append(name)
+        return real_open(name, dir_fd)
+
+    monkeypatch.setattr(files, "open_regular", export_lands)
+    with opened_in_folder(target, ["a", "b"]) as handles:
+        replace_folder(target, {"a": b"newer", "b": b"newer"}, lambda folder: [])  # after the opens
+        assert {name: handle.read() for name, handle in handles.items()} == {"a": seen, "b": seen}
+    with pytest.raises(FileNotFoundError, match=f"{target}/c"):
+        with opened_in_folder(target, ["a", "c"]):
+            pass
+
+
+def test_a_place_inside_a_model_folder_is_found_through_links_too(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"format": "charrnn-model"}))
+    (tmp_path / "link").symlink_to(model, target_is_directory=True)
+    for inside in (model / "cache" / "file", tmp_path / "link" / "file", model / "file"):
+        assert model_folder_holding(inside).resolve() == model, inside
+    assert model_folder_holding(model) is None  # the folder itself: an export replaces it whole
+    (model / "config.json").write_text(json.dumps({"format": "something else"}))
+    assert model_folder_holding(model / "file") is None
