@@ -665,7 +665,6 @@ class Comparison:
                 if (lacking := report.missing(self.settings))]
 
     def to_markdown(self) -> str:
-        """The comparison as Markdown."""
         from charrnn.analysis.compare import to_markdown
 
         return to_markdown(self.reports, self.settings, self.note)

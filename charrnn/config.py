@@ -52,8 +52,6 @@ MAX_LAYERS = 128  # far deeper than any character model needs; a very deep nn.LS
 # Wider than any machine can train, yet small enough that torch can compute each weight matrix's size.
 MAX_WIDTH = 2**24
 MAX_LEARNING_RATE = 1e3  # far above any useful rate; larger ones overflow float32 updates
-
-
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
 
 
@@ -81,8 +79,6 @@ def require_at_least(config: object, minimum: int, *fields: str) -> None:
     for name in fields:
         value = getattr(config, name)
         require(value is None or value >= minimum, name, f"must be at least {minimum}")
-
-
 
 
 def check_seed(seed: int | None, name: str = "seed") -> None:
@@ -202,7 +198,9 @@ def checked(value: Any, hint: Any, name: str) -> Any:
         expected = _named(declared)
         if typing.get_origin(declared) is Literal and isinstance(value, str):
             raise ConfigError(f"must be {expected}", name)
-        raise ConfigTypeError(f"must be {expected}, not {_kind(value)}", name)
+        shown = repr(value)  # the value too, when short
+        kind = f"{type(value).__name__} {shown}" if len(shown) <= 40 else type(value).__name__
+        raise ConfigTypeError(f"must be {expected}, not {kind}", name)
     if origin is list:
         return [checked(item, args[0], name) for item in value]
     if hint is int:
@@ -214,12 +212,6 @@ def checked(value: Any, hint: Any, name: str) -> Any:
     if isinstance(value, str):  # a subclass (numpy's str_) would not survive a checkpoint's safe loading
         return str(value)
     return value
-
-
-def _kind(value: Any) -> str:
-    """How a refused value is shown: its type, and the value when short."""
-    shown = repr(value)
-    return f"{type(value).__name__} {shown}" if len(shown) <= 40 else type(value).__name__
 
 
 def check_field_types(config: Any) -> None:
@@ -632,36 +624,32 @@ class TrainingRequest:
     threads: int | None = None  # CPU threads; None: the cores no other program is busy on (utils.threads)
 
     def __post_init__(self) -> None:
-        _check(self)
-
-
-def _check(request: TrainingRequest) -> None:
-    """The checks that need nothing but the request itself (cheap: made before any download)."""
-    unknown = sorted(set(request.options) - OPTION_FIELDS)
-    if unknown:
-        raise ConfigError(f"unknown training option {unknown[0]!r}; the options are the fields of "
-                          f"ModelConfig and TrainConfig except {', '.join(sorted(NOT_OPTIONS))}")
-    check_threads(request.threads)
-    if request.init_from is not None and request.resume is not None:
-        raise OptionConflict(f"{option('init_from')} starts a new run and {option('resume')} continues one: "
-                             f"give one of them")
-    if request.extend_vocab and request.init_from is None:
-        raise OptionConflict(f"{option('extend_vocab')} goes with {option('init_from')}")
-    if request.data_dir is not None and (request.corpus is not None or request.resume is not None):
-        raise OptionConflict(f"{option('data_dir')} keeps the built-in corpus, used only when no corpus is "
-                             f"given")
-    # Each value is checked by its dataclass now, before a download, a checkpoint or a corpus is read.
-    model_options, train_options = split_options(request.options)
-    model = ModelConfig(vocab_size=1, **model_options)
-    # "auto" may yet mean a GPU: what needs the device itself is checked again once the plan resolves it.
-    device = "cuda" if request.device == "auto" else request.device
-    config = TrainConfig(out_dir=".", device=device, **train_options)
-    _refuse_ignored(request.options, model, config)
-    if request.resume is None and config.sample_every is None and not config.save_epochs:
-        for name in SAMPLE_SETTINGS:
-            if name in request.options:
-                raise OptionConflict(f"{option(name)} shapes the samples recorded while training: it goes "
-                                     f"with {option('sample_every')} (or {option('save_epochs')})")
+        """The checks that need nothing but the request itself (cheap: made before any download)."""
+        unknown = sorted(set(self.options) - OPTION_FIELDS)
+        if unknown:
+            raise ConfigError(f"unknown training option {unknown[0]!r}; the options are the fields of "
+                              f"ModelConfig and TrainConfig except {', '.join(sorted(NOT_OPTIONS))}")
+        check_threads(self.threads)
+        if self.init_from is not None and self.resume is not None:
+            raise OptionConflict(f"{option('init_from')} starts a new run and {option('resume')} continues "
+                                 f"one: give one of them")
+        if self.extend_vocab and self.init_from is None:
+            raise OptionConflict(f"{option('extend_vocab')} goes with {option('init_from')}")
+        if self.data_dir is not None and (self.corpus is not None or self.resume is not None):
+            raise OptionConflict(f"{option('data_dir')} keeps the built-in corpus, used only when no corpus "
+                                 f"is given")
+        # Each value is checked by its dataclass now, before a download, a checkpoint or a corpus is read.
+        model_options, train_options = split_options(self.options)
+        model = ModelConfig(vocab_size=1, **model_options)
+        # "auto" may yet mean a GPU: what needs the device itself is checked again once the plan resolves it.
+        device = "cuda" if self.device == "auto" else self.device
+        config = TrainConfig(out_dir=".", device=device, **train_options)
+        _refuse_ignored(self.options, model, config)
+        if self.resume is None and config.sample_every is None and not config.save_epochs:
+            for name in SAMPLE_SETTINGS:
+                if name in self.options:
+                    raise OptionConflict(f"{option(name)} shapes the samples recorded while training: it "
+                                         f"goes with {option('sample_every')} (or {option('save_epochs')})")
 
 
 def _refuse_ignored(given: dict[str, Any], model: ModelConfig, config: TrainConfig) -> None:

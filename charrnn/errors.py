@@ -54,8 +54,7 @@ class ConfigError(CharrnnError, ValueError):
 
     def __init__(self, problem: str, field: str | None = None):
         super().__init__(problem if field is None else f"{option(field)} {problem}")
-        self.field = field
-        self.problem = problem
+        self.field, self.problem = field, problem
 
 
 class ConfigTypeError(ConfigError, TypeError):
@@ -75,7 +74,5 @@ class TrainingInterrupted(KeyboardInterrupt):
     def __init__(self, signal_name: str, checkpoint: Path, step: int, trained_out: bool = False):
         during = " during the final evaluation, after the last step" if trained_out else " after step"
         super().__init__(f"interrupted by {signal_name}{during} {step:,}; saved {checkpoint}")
-        self.signal_name = signal_name
-        self.checkpoint = checkpoint
-        self.step = step
-        self.trained_out = trained_out
+        self.signal_name, self.checkpoint = signal_name, checkpoint
+        self.step, self.trained_out = step, trained_out

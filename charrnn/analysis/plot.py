@@ -49,8 +49,6 @@ LOG_AXIS_SPAN = 100  # a run whose evaluations span more than two decades of epo
 # Where an epoch label may sit, in points from its star, tried in this order: right of it, stepping up
 # and down, then left of it.
 LABEL_OFFSETS = [(dx, dy) for dx in (5, -52) for dy in (7, 19, -15, 31, -27, 43, -39, 55, 67, 79)]
-
-
 TITLE_SHAPE_MOST = 40  # a shape longer than this (only a hand-edited config.json) is cut: drawing it is slow
 
 

@@ -242,11 +242,8 @@ class ProgressBar(TrainObserver):
         averaged = "" if record.averaged_val_loss is None else f"  averaged {record.averaged_val_loss:.4f}"
         if record.val_chars is not None:
             averaged += f"  (first {record.val_chars:,} validation chars)"
-        tqdm.write(
-            f"step {record.step:>6}  epoch {record.epoch:>7.3f}  {train_part}  "
-            f"val {record.val_loss:.4f} nats/char ({record.val_bits_per_char:.3f} bits){averaged}{marker}",
-            file=sys.stderr,
-        )
+        val = f"val {record.val_loss:.4f} nats/char ({record.val_bits_per_char:.3f} bits){averaged}{marker}"
+        tqdm.write(f"step {record.step:>6}  epoch {record.epoch:>7.3f}  {train_part}  {val}", file=sys.stderr)
 
     def on_sample(self, record: SampleRecord) -> None:
         """One line: the step and the start of the sample, its line breaks shown as ⏎, cut to the width."""

@@ -85,41 +85,38 @@ def _largest_id(ids: torch.Tensor) -> int:
     return max(int(ids[start:start + step].to(torch.int32).max()) for start in range(0, len(ids), step))
 
 
-def _file_chunks(file: Path, chunk_bytes: int) -> Iterator[tuple[bytes, torch.Tensor]]:
-    """Each chunk of ``file`` as its raw bytes and the code points it completes (a character split
-    across chunks counts in the second). ASCII chunks skip decoding: their bytes are their code points
-    (``uint8``); others give ``int32``."""
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    offset = 0
-    try:
-        handle = open(file, "rb")
-    except OSError as exc:
-        raise unreadable_corpus_error(file, exc) from None
-    with handle:
-        while True:
-            try:
-                raw = handle.read(chunk_bytes)
-            except OSError as exc:
-                raise unreadable_corpus_error(file, exc) from None
-            final = len(raw) < chunk_bytes
-            pending = len(decoder.getstate()[0])
-            if not pending and raw.isascii():
-                points = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else \
-                    torch.empty(0, dtype=torch.uint8)
-            else:
-                try:
-                    points = code_points(decoder.decode(raw, final))
-                except UnicodeDecodeError as exc:
-                    raise not_utf8_error(file, exc.object[exc.start], offset - pending + exc.start) from None
-            yield raw, points
-            offset += len(raw)
-            if final:
-                return
-
-
 def _chunks(files: list[Path], chunk_bytes: int) -> Iterator[tuple[bytes, torch.Tensor]]:
+    """Each chunk of ``files``, in order, as its raw bytes and the code points it completes (a character
+    split across chunks counts in the second). ASCII chunks skip decoding: their bytes are their code points
+    (``uint8``); others give ``int32``."""
     for file in files:
-        yield from _file_chunks(file, chunk_bytes)
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        offset = 0
+        try:
+            handle = open(file, "rb")
+        except OSError as exc:
+            raise unreadable_corpus_error(file, exc) from None
+        with handle:
+            while True:
+                try:
+                    raw = handle.read(chunk_bytes)
+                except OSError as exc:
+                    raise unreadable_corpus_error(file, exc) from None
+                final = len(raw) < chunk_bytes
+                pending = len(decoder.getstate()[0])
+                if not pending and raw.isascii():
+                    points = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else \
+                        torch.empty(0, dtype=torch.uint8)
+                else:
+                    try:
+                        points = code_points(decoder.decode(raw, final))
+                    except UnicodeDecodeError as exc:
+                        at = offset - pending + exc.start
+                        raise not_utf8_error(file, exc.object[exc.start], at) from None
+                yield raw, points
+                offset += len(raw)
+                if final:
+                    break
 
 
 @dataclass(frozen=True)
@@ -337,10 +334,9 @@ class EncodedCorpus:
     info: CorpusInfo  # where it came from and how it is split
 
 
-def encode_corpus(
-    path: Path, name: str, val_frac: float, vocab: Vocab | None = None, extend_vocab: bool = False,
-    expected_sha256: str | None = None, val_max_chars: int | None = None, split_at: int | None = None,
-) -> EncodedCorpus:
+def encode_corpus(path: Path, name: str, val_frac: float, vocab: Vocab | None = None,
+                  extend_vocab: bool = False, expected_sha256: str | None = None,
+                  val_max_chars: int | None = None, split_at: int | None = None) -> EncodedCorpus:
     """Encode a corpus through the id cache, recording the split: the tail ``val_frac``, at most
     ``val_max_chars``, unless ``split_at`` gives it. A given ``vocab`` refuses other characters unless
     ``extend_vocab`` appends them (ids never move); else the corpus's own is used. ``expected_sha256``
@@ -424,13 +420,11 @@ class StreamBatches:
     def __init__(self, ids: torch.Tensor, batch_size: int, seq_len: int):
         minimum = batch_size * seq_len + 1
         if len(ids) < minimum:
-            raise CharrnnError(
-                f"the training split has {len(ids):,} characters; one batch of {option('batch_size')} "
-                f"{batch_size} × {option('seq_len')} {seq_len} needs at least {minimum:,} (use a longer "
-                f"corpus or smaller {option('batch_size')}/{option('seq_len')})"
-            )
-        self.batch_size = batch_size
-        self.seq_len = seq_len
+            raise CharrnnError(f"the training split has {len(ids):,} characters; one batch of "
+                               f"{option('batch_size')} {batch_size} × {option('seq_len')} {seq_len} needs "
+                               f"at least {minimum:,} (use a longer corpus or smaller "
+                               f"{option('batch_size')}/{option('seq_len')})")
+        self.batch_size, self.seq_len = batch_size, seq_len
         self.stream_len = (len(ids) - 1) // batch_size
         used = batch_size * self.stream_len
         self.inputs = ids[:used].view(batch_size, self.stream_len)  # (B, L)

@@ -14,13 +14,7 @@ from typing import Any
 
 from charrnn.errors import CharrnnError, option
 from charrnn.models.pretrained import refuse_writing_in_model_folders
-from charrnn.utils.files import (
-    NotRegularFile,
-    file_sha256,
-    read_regular,
-    reason,
-    replacing,
-)
+from charrnn.utils.files import NotRegularFile, file_sha256, read_regular, reason, replacing
 
 MIRROR_ENV = "CHARRNN_DATA_MIRROR"
 DATA_DIR_ENV = "CHARRNN_DATA_DIR"
@@ -77,17 +71,15 @@ def local_copy(sha256: str) -> tuple[str, Path] | None:
     return None
 
 
-def dataset_url(dataset: DatasetSource) -> str:
-    base = os.environ.get(MIRROR_ENV) or dataset.origin
-    return f"{base.rstrip('/')}/{dataset.relative_path}"
-
-
 def _verify(path: Path, dataset: DatasetSource) -> str | None:
     """Return why ``path`` is not the expected file, or ``None`` when it is."""
     actual = file_sha256(path)
     if actual != dataset.sha256:
         return f"SHA-256 {actual[:12]}… does not match the expected {dataset.sha256[:12]}…"
-    chars = len(read_regular(path).decode("utf-8"))
+    try:
+        chars = len(read_regular(path).decode("utf-8"))
+    except UnicodeDecodeError:
+        return "not UTF-8"
     if chars != dataset.chars:
         return f"{chars:,} characters instead of {dataset.chars:,}"
     return None
@@ -102,8 +94,6 @@ def _cached_copy_problem(target: Path, dataset: DatasetSource) -> str | None:
         return "a symbolic link to nothing"
     try:
         return _verify(target, dataset)
-    except UnicodeDecodeError:
-        return "not UTF-8"
     except NotRegularFile:
         return "not a regular file"
     except OSError as exc:
@@ -174,7 +164,7 @@ def fetch(name: str, data_dir: Path | None = None, force: bool = False) -> Datas
         raise CharrnnError(f"{target} is there but is not {dataset.name} ({problem}); it is never replaced: "
                            f"move it away, or fetch with force (charrnn data get --force) to keep it under a "
                            f"new name and download")
-    url = dataset_url(dataset)
+    url = f"{(os.environ.get(MIRROR_ENV) or dataset.origin).rstrip('/')}/{dataset.relative_path}"
     created = _make_parents(target.parent)
     kept = _set_aside(target, problem) if problem not in (None, "absent") else None
     try:
@@ -205,10 +195,7 @@ def _download(dataset: DatasetSource, url: str, target: Path) -> None:
             except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
                 raise CharrnnError(f"the download of {dataset.name} from {url} broke off: "
                                    f"{getattr(exc, 'reason', None) or exc}") from None
-        try:
-            problem = _verify(Path(tmp_name), dataset)
-        except UnicodeDecodeError:
-            problem = "not UTF-8"
+        problem = _verify(Path(tmp_name), dataset)
         if problem is not None:
             raise CharrnnError(f"refused the download of {dataset.name} from {url}: {problem}; "
                                f"deleted it")

@@ -47,10 +47,8 @@ class UnknownCharactersError(CharrnnError):
         """``hint``: what would avoid the error, naming options by :func:`~charrnn.errors.option`."""
         self.unknown = unknown
         total = sum(unknown.values())
-        super().__init__(
-            f"{counted(total, 'character')} of {counted(len(unknown), 'kind')} are not in the model's "
-            f"vocabulary: {describe_chars(unknown)}" + (f" ({hint})" if hint else ""),
-        )
+        super().__init__(f"{counted(total, 'character')} of {counted(len(unknown), 'kind')} are not in the "
+                         f"model's vocabulary: {describe_chars(unknown)}" + (f" ({hint})" if hint else ""))
 
 
 @dataclass(frozen=True)
@@ -84,8 +82,7 @@ class Vocab:
 
     def extended(self, chars) -> Vocab:
         """This vocabulary with ``chars`` it lacks appended (sorted): every existing id is kept."""
-        new = sorted(set(chars) - self._index.keys())
-        return Vocab(self.chars + tuple(new))
+        return Vocab(self.chars + tuple(sorted(set(chars) - self._index.keys())))
 
     def __len__(self) -> int:
         return len(self.chars)

@@ -78,5 +78,4 @@ def export_page(model: CharRNN, vocab: Vocab, title: str, about: str, prime: str
     return Template((WEB / "page.html").read_text(encoding="utf-8")).substitute(
         title=html.escape(title), about=html.escape(about), spec=script_json(model_spec(model, vocab)),
         settings=script_json(settings), model_js=(WEB / "model.js").read_text(encoding="utf-8"),
-        page_js=(WEB / "page.js").read_text(encoding="utf-8"),
-    )
+        page_js=(WEB / "page.js").read_text(encoding="utf-8"))

@@ -136,7 +136,6 @@ def check_model_fits(model_config: ModelConfig, device_name: str, batch_size: in
     available = _available(device_name)
     if available is None or state + activations <= available:
         return
-    count = parameter_count(model_config)
     # Lowering the batch helps only where the model fits with the smallest one (1 × 1 characters).
     smallest = training_bytes(model_config, 1, 1)[1]
     if state + smallest <= available:
@@ -148,9 +147,9 @@ def check_model_fits(model_config: ModelConfig, device_name: str, batch_size: in
     # Activations past what the device holds would refuse the smaller model next: both are named at once.
     batch = f", and lower {option('batch_size')} or {option('seq_len')}" \
         if activations > max(available, smallest) else ""
-    raise CharrnnError(
-        f"the model has {count:,} parameters, and training it needs about {state / 2**30:,.1f} GiB (weights, "
-        f"gradients and Adam's moments) and {activations / 2**30:,.1f} GiB of activations; {device_name} has "
-        f"{available / 2**30:,.1f} GiB available. Choose a smaller {option('hidden_size')}, "
-        f"{option('embed_size')} or {option('num_layers')}{batch}"
-    )
+    count = parameter_count(model_config)
+    raise CharrnnError(f"the model has {count:,} parameters, and training it needs about "
+                       f"{state / 2**30:,.1f} GiB (weights, gradients and Adam's moments) and "
+                       f"{activations / 2**30:,.1f} GiB of activations; {device_name} has "
+                       f"{available / 2**30:,.1f} GiB available. Choose a smaller {option('hidden_size')}, "
+                       f"{option('embed_size')} or {option('num_layers')}{batch}")

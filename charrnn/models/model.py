@@ -43,14 +43,9 @@ class CharRNN(nn.Module):
                                  between_layers)
         else:
             options = {"nonlinearity": config.rnn_activation} if config.cell in ("rnn", "esn") else {}
-            self.rnn = _RNN_CLASSES[config.cell](
-                config.embed_size,
-                config.hidden_size,
-                num_layers=config.num_layers,
-                dropout=between_layers,
-                batch_first=True,
-                **options,
-            )
+            self.rnn = _RNN_CLASSES[config.cell](config.embed_size, config.hidden_size,
+                                                 num_layers=config.num_layers, dropout=between_layers,
+                                                 batch_first=True, **options)
         # The fused multi-layer kernel cannot mask W_hh or lock the dropout between layers: such a model
         # trains one fused layer at a time, as a SkipStack always runs.
         self.layerwise_in_training = not config.layer_norm and (
@@ -117,10 +112,8 @@ class CharRNN(nn.Module):
                         and source.shape[0] < target.shape[0]:
                     target[: source.shape[0]].copy_(source)
                 else:
-                    raise CharrnnError(
-                        f"the checkpoint's {name} has shape {tuple(source.shape)}, this model's "
-                        f"{tuple(target.shape)}"
-                    )
+                    raise CharrnnError(f"the checkpoint's {name} has shape {tuple(source.shape)}, this "
+                                       f"model's {tuple(target.shape)}")
 
 
 def state_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -140,11 +133,6 @@ def spectral_radius(matrix: torch.Tensor) -> float:
     return float(torch.linalg.eigvals(matrix.detach().double()).abs().max())
 
 
-def _recurrent_blocks(weight: torch.Tensor, hidden_size: int) -> list[torch.Tensor]:
-    """The H×H recurrent matrices stacked in ``weight_hh`` (one per gate), as views."""
-    return list(weight.split(hidden_size, dim=0))
-
-
 @torch.no_grad()
 def initialise(model: CharRNN) -> None:
     """Apply ``model.config.init`` and the LSTM forget-gate bias (textbook notes §2), in place.
@@ -161,8 +149,7 @@ def initialise(model: CharRNN) -> None:
             bound = weight.shape[1] ** -0.5
             weight.uniform_(-bound, bound)
     for k in range(config.num_layers):
-        blocks = _recurrent_blocks(getattr(rnn, f"weight_hh_l{k}"), H)
-        for block in blocks:
+        for block in getattr(rnn, f"weight_hh_l{k}").split(H, dim=0):  # its H×H matrix per gate, as views
             if scheme == "orthogonal":
                 nn.init.orthogonal_(block)
             elif scheme == "esn":

@@ -47,6 +47,4 @@ def refuse_writing_in_model_folders(path: Path, named: str, instead: str, by_opt
     where = (f"inside the model folder {folder}, which holds its own files alone" if folder != SHIPPED_FOLDER
              else "in the folder of the model that comes with charrnn, which is never written")
     message = f"{named} {shown or path} is {where}; choose another {instead}"
-    if by_option:  # a usage error
-        raise OptionConflict(message)
-    raise CharrnnError(message)
+    raise (OptionConflict if by_option else CharrnnError)(message)  # by an option: a usage error

@@ -140,10 +140,8 @@ class GRUStepper(Stepper):
         with torch.no_grad():
             self.input_table = torch.addmm(rnn.bias_ih_l0, model.embedding.weight,
                                            rnn.weight_ih_l0.t())  # (V, 3H)
-            self.recurrent = [
-                (getattr(rnn, f"weight_hh_l{k}").t().contiguous(), getattr(rnn, f"bias_hh_l{k}"))
-                for k in range(self.num_layers)
-            ]
+            self.recurrent = [(getattr(rnn, f"weight_hh_l{k}").t().contiguous(),
+                               getattr(rnn, f"bias_hh_l{k}")) for k in range(self.num_layers)]
             self.upper_inputs = []
             for k in range(1, self.num_layers):
                 reads_below, base = self.upper_input(model, k, getattr(rnn, f"bias_ih_l{k}"))

@@ -228,12 +228,9 @@ class BudgetDecision:
         return _lowest(c for c in self.candidates if c.limit is None) if self.ends_early() else None
 
     def short_of_a_pass(self) -> str | None:
-        """A warning when the user gave the shape's size and the budget trains it less than
-        :data:`USEFUL_EPOCHS` of a pass; else None."""
-        choice = self.choice
-        if not self.planned or choice is None or "hidden_size" in self.chosen:
-            return None
-        if choice.epochs >= USEFUL_EPOCHS:
+        """A warning when the budget trains a size the user gave under :data:`USEFUL_EPOCHS` of a pass."""
+        choice = self.choice if self.planned and "hidden_size" not in self.chosen else None
+        if choice is None or choice.epochs >= USEFUL_EPOCHS:
             return None
         return (f"warning: in {self.seconds:g} s the {choice.describe()} given trains {choice.epochs:.2f} "
                 f"epochs here, under {USEFUL_EPOCHS:g} of a pass over the text: leave "
@@ -253,14 +250,14 @@ def choose(candidates: tuple[Candidate, ...]) -> Candidate:
     larger one predicts lower; the fastest when none can train. A tie stopping at its pass limit yields to one
     training to the budget's end, and a shape that the user's limit stops before its end costs more than its
     training is passed over: that limit leaves the budget's time unspent (docs/defaults.md, "Choose")."""
-    worth = tuple(c for c in candidates if not c.users_limit or c.end_s <= _training_seconds(c))
+    worth = tuple(c for c in candidates
+                  if not c.users_limit or c.end_s <= c.chars / max(c.chars_per_s * c.speed_share, 1e-9))
     lowest = _lowest(worth)
     if lowest is None:
         return candidates[0]
-    candidates = worth
-    spending = [c for c in candidates if c.limit is None and c.predicted_loss is not None
+    spending = [c for c in worth if c.limit is None and c.predicted_loss is not None
                 and c.predicted_loss - lowest.predicted_loss < SCALING_LAW.rms_error]
-    eligible = spending if lowest.limit is not None and spending else candidates
+    eligible = spending if lowest.limit is not None and spending else worth
     best = _lowest(eligible)
     tied = [c for c in eligible if c is best or (
         c.measured and c.predicted_loss is not None and _alike(c.settings, best.settings)
@@ -269,11 +266,6 @@ def choose(candidates: tuple[Candidate, ...]) -> Candidate:
         other.parameters > c.parameters and other.predicted_loss is not None
         and other.predicted_loss < c.predicted_loss for other in eligible)]
     return max(undominated, key=lambda c: c.parameters)
-
-
-def _training_seconds(candidate: Candidate) -> float:
-    """What its training takes: its characters at its speed."""
-    return candidate.chars / max(candidate.chars_per_s * candidate.speed_share, 1e-9)
 
 
 def _lowest(candidates: Iterable[Candidate]) -> Candidate | None:

@@ -242,7 +242,7 @@ def validate_payload(payload: dict[str, Any], values: bool = True) -> ModelConfi
     config = check_record(ModelConfig, payload["model_config"], "model_config")
     if "corpus" in payload:
         check_record(CorpusInfo, payload["corpus"], "corpus")
-    for name in ("best", "latest_eval", "score"):
+    for name in SCORES:
         if payload.get(name) is not None:
             check_record(EvalResult, payload[name], name)
     if payload.get("latest_eval") is not None:
@@ -262,8 +262,7 @@ def validate_payload(payload: dict[str, Any], values: bool = True) -> ModelConfi
     _check_state(payload["model_state"], config, values=values)
     if "training_weights" in payload:
         _check_state(payload["training_weights"], config, "training_weights")
-    if payload.get("weight_average") is not None:
-        average = payload["weight_average"]
+    if (average := payload.get("weight_average")) is not None:
         if not isinstance(average.get("weights"), dict) or not isinstance(average.get("updates"), int):
             raise CharrnnError("weight_average must hold weights (a dict) and updates (a whole number)")
         _check_state(average["weights"], config, "weight_average")
@@ -289,8 +288,7 @@ def _check_state(state: dict[str, Any], config: ModelConfig, label: str = "model
                                f"float32 or float64")
         if values and not bool(torch.isfinite(tensor).all()):
             raise CharrnnError(f"{label}[{name!r}] holds non-finite values (NaN or infinity)")
-    unexpected = sorted(set(state) - set(expected))
-    if unexpected:
+    if unexpected := sorted(set(state) - set(expected)):
         raise CharrnnError(f"{label} has {unexpected[0]!r}, which model_config does not declare")
 
 
@@ -401,9 +399,8 @@ def weights_dtype(state: dict[str, Any]) -> str:
 
 def write_model_folder(payload: dict[str, Any], source: Path, target: Path, name: str, float32: bool = False,
                        shown: str | None = None) -> int:
-    """Write the model folder of checked ``payload`` (read from ``source``) at ``target`` atomically, over an
-    empty folder or an export, float32 with ``float32``; ``name`` titles its card, ``shown`` (default: the
-    folder's name) names it in the card's commands. Returns the weights' size in bytes."""
+    """Write checked ``payload``'s model folder at ``target`` atomically, over an empty folder or an export;
+    ``name`` titles its card, ``shown`` names it in the card's commands. Returns the weights' bytes."""
     from safetensors.torch import save
 
     shown = shown or (target.name if not target.name.startswith("-") else f"./{target.name}")
@@ -455,20 +452,22 @@ SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.f
 
 def read_model_folder(folder: Path) -> dict[str, Any]:
     """A model folder as a checked checkpoint's dict (no training state); errors name the file at fault.
-    Its files are read as one view of one folder, and their sizes, the weights' names, shapes, dtypes and
-    offsets, and the memory they need are checked before any weights are read."""
+    Its files are read as one view of one folder, and all is checked before any weights are read."""
     folder = Path(folder)
     try:
         with opened_in_folder(folder, FOLDER_FILES[:3]) as handles:
             return _read_opened_folder(folder, handles)
     except FileNotFoundError as exc:
-        raise CharrnnError(f"{exc.filename} is missing: a model folder holds {', '.join(FOLDER_FILES[:3])}") \
-            from None
+        files = ", ".join(FOLDER_FILES[:3])
+        raise CharrnnError(f"{exc.filename} is missing: a model folder holds {files}") from None
     except OSError as exc:
         raise CharrnnError(f"cannot read {exc.filename or folder}: {reason(exc)}") from None
 
 
 def _read_opened_folder(folder: Path, handles: dict[str, BinaryIO]) -> dict[str, Any]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
     config = _json(handles[CONFIG], folder / CONFIG, JSON_OBJECT_MOST_BYTES)
     if not isinstance(config, dict) or config.get("format") != FOLDER_FORMAT:
         raise CharrnnError(f"{folder / CONFIG} is not a charrnn model folder's config (its format is not "
@@ -494,8 +493,18 @@ def _read_opened_folder(folder: Path, handles: dict[str, BinaryIO]) -> dict[str,
                                for name, (shape, dtype) in layout.items()}, **recorded}
     with _naming_the_file(folder):
         validate_payload(payload, values=False)
-    _check_memory(weights, os.fstat(handles[WEIGHTS].fileno()).st_size, parameter_count(model))
-    payload["model_state"] = _load_safetensors(handles[WEIGHTS], weights)
+    # Refused without the memory for the file, its tensors and the float32 model built from them.
+    parameters, available = parameter_count(model), available_host_memory()
+    needed = 2 * os.fstat(handles[WEIGHTS].fileno()).st_size + 4 * parameters
+    if available is not None and needed > available:
+        raise CharrnnError(f"{weights} holds {parameters:,} parameters: loading them needs about "
+                           f"{needed / 2**30:,.1f} GiB of memory; this machine has {available / 2**30:,.1f} "
+                           f"GiB available")
+    handles[WEIGHTS].seek(0)
+    try:
+        payload["model_state"] = load(_read(handles[WEIGHTS], weights))
+    except (SafetensorError, ValueError, RuntimeError, TypeError) as exc:
+        raise CharrnnError(f"{weights} is not a readable safetensors file ({first_line(exc)})") from None
     with _naming_the_file(folder):
         _check_state(payload["model_state"], model)
     return payload
@@ -503,8 +512,7 @@ def _read_opened_folder(folder: Path, handles: dict[str, BinaryIO]) -> dict[str,
 
 @contextmanager
 def _naming_the_file(folder: Path) -> Iterator[None]:
-    """A checkpoint field's problem as the problem of the folder's file that holds the field: or of two
-    files that do not match, for one citing model_config."""
+    """A checkpoint field's problem as that of the folder's file holding it (or two, citing model_config)."""
     try:
         yield
     except CharrnnError as exc:
@@ -566,8 +574,8 @@ def _safetensors_layout(handle: BinaryIO, path: Path) -> dict[str, tuple[tuple[i
         if end > data_bytes:
             raise unreadable(f"tensor {name!r} ends at byte {end:,} of its data, past the file's end: it "
                              f"holds {data_bytes:,} bytes of tensors")
-        if any(dim > data_bytes for dim in shape) or not begin <= end \
-                or end - begin != math.prod(shape) * dtype.itemsize:
+        if (any(dim > data_bytes for dim in shape) or not begin <= end
+                or end - begin != math.prod(shape) * dtype.itemsize):
             raise unreadable(f"tensor {name!r}: its offsets do not hold its shape {tuple(shape)}")
         layout[name] = (tuple(shape), dtype)
         spans.append((begin, end))
@@ -584,27 +592,6 @@ def _safetensors_layout(handle: BinaryIO, path: Path) -> dict[str, tuple[tuple[i
 def _counts(value: Any) -> bool:
     """Whether ``value`` is a list of whole numbers of 0 or more (a shape, or a pair of offsets)."""
     return isinstance(value, list) and all(type(item) is int and item >= 0 for item in value)
-
-
-def _check_memory(path: Path, file_bytes: int, parameters: int) -> None:
-    """Refuse weights file ``path`` when this machine has not the memory to load it: the file, its tensors
-    and the float32 model built from them."""
-    needed, available = 2 * file_bytes + 4 * parameters, available_host_memory()
-    if available is not None and needed > available:
-        raise CharrnnError(f"{path} holds {parameters:,} parameters: loading them needs about "
-                           f"{needed / 2**30:,.1f} GiB of memory; this machine has {available / 2**30:,.1f} "
-                           f"GiB available")
-
-
-def _load_safetensors(handle: BinaryIO, path: Path) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load
-
-    handle.seek(0)
-    try:
-        return load(_read(handle, path))
-    except (SafetensorError, ValueError, RuntimeError, TypeError) as exc:
-        raise CharrnnError(f"{path} is not a readable safetensors file ({first_line(exc)})") from None
 
 
 # ---------------------------------------------------------------------------- the model card
@@ -643,12 +630,6 @@ def _code_span(text: str, in_table: bool = False) -> str:
     fence = "`" * (_longest_backtick_run(text) + 1)
     padded = f" {text} " if text[:1] in ("`", " ") or text[-1:] in ("`", " ") else text
     return f"{fence}{padded.replace('|', chr(92) + '|') if in_table else padded}{fence}"
-
-
-def _fenced(language: str, lines: list[str]) -> list[str]:
-    """``lines`` as a fenced code block whose fence is longer than any backtick run inside."""
-    fence = "`" * max(3, _longest_backtick_run("\n".join(lines)) + 1)
-    return [f"{fence}{language}", *lines, fence]
 
 
 def _scores(config: dict[str, Any], folder: str) -> list[str]:
@@ -704,17 +685,18 @@ def model_card(config: dict[str, Any], parameters: int, name: str, folder: str) 
     cell = model["cell"].upper() + (f" ({model['rnn_activation']})" if model["cell"] == "rnn" else "")
     shape = (f"A character-level {model['num_layers']}-layer {cell} of {model['hidden_size']} units "
              f"({', '.join(extras)}): {parameters:,} parameters, {model['vocab_size']} characters.")
+    commands = [f"charrnn sample {quoted} --temperature 0.8 --length 300",
+                f"charrnn eval-perplexity {quoted}   # its validation split, with the corpus at hand; or add "
+                f"a text",
+                f"charrnn train my_text.txt --init-from {quoted} --extend-vocab --time-budget 300"]
+    fence = "`" * max(3, _longest_backtick_run("\n".join(commands)) + 1)  # longer than any run inside
     lines = [
         "---", "library_name: charrnn", "pipeline_tag: text-generation",
         f"tags: [character-level, {model['cell']}, charrnn]", "---", "",
         f"# {markdown_text(name)}", "", shape, "",
         "## Scores", "", *_scores(config, quoted), "", "## Training", "", *_training(config), "",
         "## Use", "", f"From the directory that holds {_code_span(folder)} (elsewhere, give its path):", "",
-        *_fenced("bash", [
-            f"charrnn sample {quoted} --temperature 0.8 --length 300",
-            f"charrnn eval-perplexity {quoted}   # its validation split, with the corpus at hand; or add a "
-            f"text",
-            f"charrnn train my_text.txt --init-from {quoted} --extend-vocab --time-budget 300"]), "",
+        f"{fence}bash", *commands, fence, "",
         "The prime must use characters the model knows (vocab.json). A fine-tune keeps the model's shape.",
         "", "## Files", "",
         "- `model.safetensors`: the weights, under PyTorch's names (`rnn.weight_ih_l0`, ...).",

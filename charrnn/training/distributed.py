@@ -20,8 +20,7 @@ T = TypeVar("T")
 
 
 class ProcessGroup:
-    """The processes that train together. This base is a world of one (a process on its own): every
-    collective is the identity, and this process is the main one; :class:`TorchrunGroup` is torchrun's."""
+    """The processes that train together: this base is a world of one, every collective the identity."""
 
     rank = 0  # this process's index among all processes
     world_size = 1  # number of processes

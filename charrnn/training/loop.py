@@ -56,8 +56,7 @@ def train_step(run: TrainingRun, learning_rate: float) -> tuple[float, int]:
 
 
 class TrainingLoop:
-    """Step until the schedule or a signal stops the run, evaluating, sampling and saving when it says.
-    Every rank runs it and takes the same decisions; rank 0 alone evaluates and writes."""
+    """Step until stopped, evaluating, sampling and saving as scheduled; rank 0 alone evaluates and writes."""
 
     def __init__(self, run: TrainingRun, val_ids: torch.Tensor, observer: TrainObserver,
                  stop: GracefulStop | None, run_dir: RunDirectory | None, schedule: Schedule, start: float,
@@ -76,8 +75,7 @@ class TrainingLoop:
         self._start_window()
         self.losses: list[float] = []  # the finite training losses since the last row of losses.jsonl
         self.loss_mark = self._loss_mark(schedule.progress(run, self.elapsed))  # the last row's hundredth
-        # Its rows wait for the loop's next writes: they add no moment of their own at which an overwritten
-        # run gives way.
+        # Rows wait for the loop's next writes, adding no moment of their own for an overwritten run to go.
         self.loss_rows: list[LossRecord] = []
 
     def _start_window(self) -> None:
@@ -107,9 +105,17 @@ class TrainingLoop:
             for message in (slowed and self.load and self.load.leave_busy_cores(), slowed):
                 if message:
                     self.observer.on_message(message)
-            reason = self._agreed_stop()
+            # A signal any rank received, else the limit reached on rank 0's clock: the same on every rank.
+            signal_name = self.stop.signal_name
+            number, self.elapsed = self._agreed([signal.Signals[signal_name].value if signal_name else 0])
+            reason = (StopReason("signal", signal_name=signal.Signals(int(number)).name) if number
+                      else schedule.stop(run, self.elapsed))
             progress = schedule.progress(run, self.elapsed)
-            self._log_loss(progress, now)
+            # A row of losses.jsonl for each hundredth of the run: the mean of its finite training losses.
+            if (mark := self._loss_mark(progress)) != self.loss_mark and self.losses:
+                self.loss_rows.append(LossRecord(run.step, round(run.epoch, 4), round(now - self.start, 3),
+                                                 sum(self.losses) / len(self.losses)))
+                self.loss_mark, self.losses = mark, []
             self.observer.on_step(StepReport(
                 step=run.step, epoch=run.epoch, loss=loss, learning_rate=learning_rate,
                 chars_per_s=speed, progress=progress,
@@ -126,27 +132,11 @@ class TrainingLoop:
         """Which hundredth of the run ``progress`` is in (without a limit: which hundred steps)."""
         return int(progress * 100) if progress is not None else self.run.step // 100
 
-    def _log_loss(self, progress: float | None, now: float) -> None:
-        """A row of losses.jsonl for each hundredth of the run: the mean of its finite training losses."""
-        mark = self._loss_mark(progress)
-        if mark == self.loss_mark or not self.losses:
-            return
-        self.loss_mark, losses, self.losses = mark, self.losses, []
-        self.loss_rows.append(LossRecord(self.run.step, round(self.run.epoch, 4), round(now - self.start, 3),
-                                         sum(losses) / len(losses)))
-
     def _agreed(self, values: list[float]) -> list[float]:
         """``values`` and rank 0's clock, each the largest over the ranks: every rank then decides alike,
         or their collectives would no longer pair up."""
         own_clock = self.clock() - self.start if self.run.group.is_main else 0.0
         return self.run.group.reduce([*values, own_clock], self.run.device, op="max")
-
-    def _agreed_stop(self) -> StopReason | None:
-        """A signal any rank received, else the limit reached on rank 0's clock: the same on every rank."""
-        signal_name = self.stop.signal_name
-        number, self.elapsed = self._agreed([signal.Signals[signal_name].value if signal_name else 0])
-        return (StopReason("signal", signal_name=signal.Signals(int(number)).name) if number
-                else self.schedule.stop(self.run, self.elapsed))
 
     def evaluate_and_save(self, reason: StopReason | None, learning_rate: float,
                           chars_per_s: float) -> str | None:
@@ -196,7 +186,7 @@ class TrainingLoop:
                 with run.average.swapped_in(run.model):
                     averaged = evaluate(run.model, self.val_ids)
         use_average = averaged is not None and averaged.nats_per_char < trained.nats_per_char
-        candidate = averaged if averaged is not None and use_average else trained
+        candidate = averaged if use_average else trained
         improved = run.best is None or candidate.nats_per_char < run.best.nats_per_char
         run.latest_eval = {"step": run.step, **trained.to_dict()}
         if improved:

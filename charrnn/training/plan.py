@@ -83,8 +83,7 @@ class Sources:
 
 
 def read_sources(request: TrainingRequest) -> Sources:
-    """Find and load, once per request, the checkpoint ``request`` resumes (a run directory's newest state)
-    or fine-tunes from (a run directory's best.pt; ``shakespeare``, the shipped model)."""
+    """Load, once per request, the checkpoint ``request`` resumes (its newest state) or fine-tunes from."""
     if request.resume is not None:
         path = resume_checkpoint(request.resume)
         return Sources(resume=path, resume_payload=load_checkpoint(path))
@@ -394,8 +393,7 @@ def resume_config(payload: dict[str, Any], model_options: dict[str, Any], train_
         changes.append((key, saved.get(key), value))
         saved[key] = value
     config = TrainConfig.from_dict(saved if out_dir is None else {**saved, "out_dir": str(out_dir)})
-    finished = stop_reason(config, payload["step"], payload["progress_epochs"], payload["elapsed_s"])
-    if finished:
+    if finished := stop_reason(config, payload["step"], payload["progress_epochs"], payload["elapsed_s"]):
         raise RunAlreadyFinished(finished)
     return model_config, config, changes
 
@@ -404,8 +402,7 @@ def _plan_resume(request: TrainingRequest, sources: Sources, model_options: dict
                  train_options: dict[str, Any]) -> dict[str, Any]:
     checkpoint, payload = sources.resume, sources.resume_payload
     assert checkpoint is not None and payload is not None
-    missing = [name for name in RESUME_FIELDS if name not in payload]
-    if missing:
+    if missing := [name for name in RESUME_FIELDS if name not in payload]:
         raise CharrnnError(f"{checkpoint} cannot be resumed (it holds no training state: {missing[0]} "
                            f"is missing)")
     out_dir, branch = resume_target(checkpoint, payload, request.out_dir, request.overwrite)

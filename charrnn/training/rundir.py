@@ -53,9 +53,7 @@ from charrnn.utils.files import (
 )
 
 EPOCH_CHECKPOINT_GLOB = "epoch*-val*.pt"
-SAMPLES_NAME = "samples.jsonl"
-LOSSES_NAME = "losses.jsonl"
-LOCK_NAME = ".charrnn.lock"
+SAMPLES_NAME, LOSSES_NAME, LOCK_NAME = "samples.jsonl", "losses.jsonl", ".charrnn.lock"
 # The one list of the files a run writes (with the lock, the names a run directory keeps for its own), in
 # the order an older run's go (RunDirectory): config.json first, so a failure part-way leaves leftovers that
 # name no run (no --resume takes them for one; the next --overwrite removes them); its checkpoints last.
@@ -113,8 +111,7 @@ def saved_steps(out_dir: Path, run_id: str | None,
 
 # ---------------------------------------------------------------------------- checks before anything runs
 def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
-    """Refuse, reading only, a run directory that is a file, a model folder, holds a run (unless
-    ``overwrite``) or a directory where a run keeps a file."""
+    """Refuse, reading only, a file, a model folder, a run (unless ``overwrite``), a folder at a run file."""
     info = stat_or_none(out_dir, f"cannot use the run directory {out_dir}")
     if info is None:
         return
@@ -128,8 +125,7 @@ def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
     existing += sorted(path.name for path in out_dir.glob(EPOCH_CHECKPOINT_GLOB))[:3]  # a few, for messages
     if existing and not overwrite:
         # Advise --resume only for a last.pt that torch wrote: anything else would fail in turn.
-        last = out_dir / "last.pt"
-        resumable = False
+        last, resumable = out_dir / "last.pt", False
         with contextlib.suppress(OSError):
             resumable = last.is_file() and saved_by_torch(last)
         resume = f"continue it with {option('resume')} {last}, " if resumable else ""
@@ -143,15 +139,13 @@ def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
 
 
 def check_run_output(out_dir: Path, overwrite: bool, reads: dict[str, Any]) -> None:
-    """Every check of a run's directory, in one call before anything slow: it writes over nothing read
-    (:func:`refuse_writing_over_reads`) and, unless ``overwrite``, holds no run (:func:`check_out_dir`)."""
+    """Every check of a run's directory, in one call before anything slow, writing over nothing read."""
     refuse_writing_over_reads(out_dir, "out_dir", reads, run_directory=True)
     check_out_dir(out_dir, overwrite)
 
 
 def resume_checkpoint(path: Path) -> Path:
-    """What ``--resume PATH`` continues: a checkpoint file or a run directory's newest saved state (usually
-    last.pt). A model folder, the shipped model included, is refused before its weights are read."""
+    """What ``--resume PATH`` continues: a checkpoint, or a run directory's newest state; no model folder."""
     given = Path(path)
     path = resolve_shipped(given)
     if is_model_folder(path):
@@ -181,10 +175,8 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
     """Where a resumed run may write, and whether it branches there: ``out_dir`` None (or the checkpoint's
     own directory) continues in place; another is a branch, refused if it holds a run unless ``overwrite``."""
     own_dir = checkpoint.parent
-    if out_dir is not None and out_dir.exists() and out_dir.resolve() == own_dir.resolve():
-        out_dir = None
-    if out_dir is not None:  # made when the run starts (held_run_directory), not before
-        return out_dir, True
+    if out_dir is not None and not (out_dir.exists() and out_dir.resolve() == own_dir.resolve()):
+        return out_dir, True  # a branch, its directory made when the run starts (held_run_directory)
     if overwrite:
         raise OptionConflict(f"{option('overwrite')} with {option('resume')} replaces nothing in the run's "
                              f"own directory; give it with {option('out_dir')} NEW_DIR to replace a run "
@@ -405,8 +397,7 @@ class RunDirectory:
         self._wrote(name)
 
     def log(self, *records: EvaluationRecord | LossRecord | SampleRecord) -> None:
-        """Add rows to the records' log (one log: one kind of record), in one write; its first rows of this
-        run settle what the log starts with."""
+        """Add rows to their log in one write (one kind of record); this run's first rows settle its start."""
         name, line = records[0].LOG, "\n".join(record.to_json() for record in records)
         path = self.path / name
         self._retire_older_run()
@@ -450,8 +441,7 @@ def read_row(cls: type, line: str) -> Any:
         row = parse_json(line)
     if not isinstance(row, dict):
         raise ValueError(f"is not {cls.KIND} (one JSON object)")
-    problem = record_problem(cls, row)
-    if problem is not None:
+    if (problem := record_problem(cls, row)) is not None:
         name, expected = problem
         raise ValueError(f"is not {cls.KIND}: it lacks {name}" if expected is None else
                          f"is not {cls.KIND}: {name} is {short_repr(row[name])}, not {expected}")

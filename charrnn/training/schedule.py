@@ -105,8 +105,7 @@ def schedule_warnings(config: TrainConfig, steps_per_epoch: int, total_steps: in
 
 
 def learning_rate_at(config: TrainConfig, step: int, progress: float | None) -> float:
-    """Linear warm-up for ``warmup_steps``, then cosine decay to ``min_lr_ratio`` of the peak over
-    ``progress`` in [0, 1]; with no known end (None) the rate stays at its peak."""
+    """Linear warm-up, then cosine decay to ``min_lr_ratio`` of the peak over ``progress`` (None: peak)."""
     peak = config.learning_rate
     if step < config.warmup_steps:
         return peak * (step + 1) / config.warmup_steps
@@ -145,15 +144,6 @@ class Schedule:
         """Start the planned evaluations' clock here, where training starts: it may start part-done."""
         self.began = (run.step, run.epoch, elapsed + self.reserve)
 
-    def _along(self, run: TrainingRun, elapsed: float) -> float:
-        """How much of its training the run has done since it began, by its nearest limit: planned
-        evaluations fall evenly along it, whichever limit ends the run."""
-        step, epoch, spent = self.began
-        limits = ((run.step, step, self.config.max_steps), (run.epoch, epoch, self.config.epochs),
-                  (elapsed + self.reserve, spent, self.config.time_budget))
-        return max([0.0, *((now - began) / (limit - began) for now, began, limit in limits
-                           if limit is not None and limit > began)])
-
     def progress(self, run: TrainingRun, elapsed: float) -> float | None:
         """How much of the run is done (None without a limit): the end's reserved time counts as spent."""
         return run_progress(self.config, run.step, run.epoch, elapsed + self.reserve)
@@ -175,7 +165,13 @@ class Schedule:
         config, last = self.config, reason is not None
         interrupted = last and reason.interrupted
         epoch_end = run.position == 0 and run.epochs_done in config.save_epochs
-        progress = self._along(run, elapsed)
+        # The share of its training done since it began, by its nearest limit: planned evaluations fall
+        # evenly along it, whichever limit ends the run.
+        step, epoch, spent = self.began
+        limits = ((run.step, step, config.max_steps), (run.epoch, epoch, config.epochs),
+                  (elapsed + self.reserve, spent, config.time_budget))
+        progress = max([0.0, *((now - began) / (limit - began) for now, began, limit in limits
+                               if limit is not None and limit > began)])
         timed = bool(self.points) and progress >= self.points[0]
         if timed:  # a slow step may pass a moment: one evaluation for all passed, none just before the end
             self.points = [point for point in self.points if point > progress]

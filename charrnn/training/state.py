@@ -27,10 +27,9 @@ from charrnn.utils.hardware import machine_description
 
 def restore_cuda_rng(states: list[torch.Tensor]) -> None:
     """Restore saved CUDA generator states onto this machine's GPUs, if any (the first ones, if fewer)."""
-    if not states or not torch.cuda.is_available():
-        return
-    for index, state in enumerate(states[: torch.cuda.device_count()]):
-        torch.cuda.set_rng_state(state, index)
+    if states and torch.cuda.is_available():
+        for index, state in enumerate(states[: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(state, index)
 
 
 @contextlib.contextmanager
@@ -85,8 +84,7 @@ class TrainingRun:
         return self.epochs_done + self.position / len(self.batches)
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The inputs and targets of the next window, (B, T) each for this rank's B streams, on the device
-        (through pinned memory to a GPU); at an epoch's start the carried state starts from zeros."""
+        """The next window's inputs and targets, (B, T) for this rank's streams; epochs start from zeros."""
         if self.position == 0:
             self.state = self.model.initial_state(self.local_batch, self.device)
         window = self.batches[self.position]

@@ -161,14 +161,6 @@ def resolve_destination(path: Path) -> Path:
     return resolved
 
 
-def temporary_sibling(path: Path) -> str:
-    """Create an empty temporary file beside ``path`` and return its name."""
-    fd, name = tempfile.mkstemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-{path.name}.", suffix=".tmp",
-                                dir=path.parent)
-    os.close(fd)
-    return name
-
-
 @contextlib.contextmanager
 def replacing(path: Path, failure: Callable[[OSError], str],
               error: type[CharrnnError] = CharrnnError) -> Iterator[str]:
@@ -177,7 +169,9 @@ def replacing(path: Path, failure: Callable[[OSError], str],
     temporary is removed and ``path`` left as it was; an ``OSError`` becomes ``error(failure(exc))``."""
     tmp_name = None
     try:
-        tmp_name = temporary_sibling(path)
+        fd, tmp_name = tempfile.mkstemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-{path.name}.", suffix=".tmp",
+                                        dir=path.parent)
+        os.close(fd)
         yield tmp_name
         try:
             mode = stat.S_IMODE(os.stat(path).st_mode)
@@ -216,9 +210,8 @@ def replace_file(path: Path, write: Callable[[BinaryIO], None]) -> None:
     given = Path(path)
     if given.is_dir() and not given.is_symlink():
         raise CharrnnError(f"could not write {given}: it is a directory")
-    with replacing(given, _failure_message(given)) as tmp_name:
-        with open(tmp_name, "wb") as handle:
-            write(handle)
+    with replacing(given, _failure_message(given)) as tmp_name, open(tmp_name, "wb") as handle:
+        write(handle)
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
@@ -227,25 +220,18 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
     :class:`CharrnnError` that leaves what was there before."""
     given = Path(path)
     target = resolve_destination(given)
-    failure = _failure_message(given)
     info = stat_or_none(target, f"could not write {given}")
     if info is not None and stat.S_ISDIR(info.st_mode):
         raise CharrnnError(f"could not write {given}: it is a directory")
-    if info is not None and not stat.S_ISREG(info.st_mode):
-        _write_through(given, target, write)
+    if info is not None and not stat.S_ISREG(info.st_mode):  # a device node, FIFO or socket: as ``>`` would
+        try:
+            with open(target, "wb") as handle:
+                write(handle)
+        except OSError as exc:
+            raise CharrnnError(f"could not write {given}: {reason(exc)}") from None
         return
-    with replacing(target, failure) as tmp_name:
-        with open(tmp_name, "wb") as handle:
-            write(handle)
-
-
-def _write_through(given: Path, target: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Write straight into a device node, FIFO or socket, as ``>`` in a shell would."""
-    try:
-        with open(target, "wb") as handle:
-            write(handle)
-    except OSError as exc:
-        raise CharrnnError(f"could not write {given}: {reason(exc)}") from None
+    with replacing(target, _failure_message(given)) as tmp_name, open(tmp_name, "wb") as handle:
+        write(handle)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -267,12 +253,6 @@ def json_text(value: Any, **options: Any) -> str:
     return json.dumps(finite(value), allow_nan=False, **options)
 
 
-def log_lines(text: str) -> list[str]:
-    """The rows of a JSON-lines log: split at line feeds only. A row's JSON may hold characters that
-    ``str.splitlines`` would also split at (U+2028, U+0085, a form feed) inside its strings."""
-    return text.split("\n")
-
-
 def read_log(path: Path, parse: Callable[[str], Row]) -> list[Row]:
     """Each non-blank row of JSON-lines log ``path`` through ``parse``; an unreadable log, or a row that
     ``parse`` refuses with a ValueError (saying why), is a :class:`CharrnnError` naming it."""
@@ -286,7 +266,9 @@ def read_log(path: Path, parse: Callable[[str], Row]) -> list[Row]:
     except OSError as exc:
         raise CharrnnError(f"cannot read {path}: {reason(exc)}") from None
     rows = []
-    for number, line in enumerate(log_lines(text), start=1):
+    # Split at line feeds only: a row's JSON may hold characters that ``str.splitlines`` would also split
+    # at (U+2028, U+0085, a form feed) inside its strings.
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -317,20 +299,16 @@ def read_json_object(path: Path, most_bytes: int = JSON_OBJECT_MOST_BYTES) -> di
     return value if isinstance(value, dict) else None
 
 
-def json_depth(text: str) -> int:
-    """How deep arrays and objects nest in JSON ``text`` (brackets inside strings do not count)."""
-    brackets = _JSON_BRACKET.findall(_JSON_STRING.sub("", text))
-    return max(accumulate(map(_NESTING.__getitem__, brackets)), default=0)
-
-
 def parse_json(text: str | bytes) -> Any:
     """``text`` parsed as JSON; anything that is not JSON a reader can take (a syntax error, nesting
     deeper than :data:`JSON_MOST_DEPTH`) is a ValueError, for the caller to name its file. The depth is
     measured before parsing, so no depth of nesting reaches the parser's recursion."""
     if isinstance(text, bytes):
         text = text.decode(json.detect_encoding(text), "surrogatepass")
-    if text.count("[") + text.count("{") > JSON_MOST_DEPTH and json_depth(text) > JSON_MOST_DEPTH:
-        raise ValueError(f"is nested more than {JSON_MOST_DEPTH} levels deep")
+    if text.count("[") + text.count("{") > JSON_MOST_DEPTH:
+        brackets = _JSON_BRACKET.findall(_JSON_STRING.sub("", text))  # those inside strings do not count
+        if max(accumulate(map(_NESTING.__getitem__, brackets)), default=0) > JSON_MOST_DEPTH:
+            raise ValueError(f"is nested more than {JSON_MOST_DEPTH} levels deep")
     try:
         return json.loads(text)
     except RecursionError:  # a call stack already deep when the parser started
@@ -421,8 +399,7 @@ def folder_in_the_way(path: Path, foreign: Callable[[Path], list[str]], named: s
         held = sorted(entry.name for entry in path.iterdir()) if info is not None else []
     except OSError as exc:
         raise CharrnnError(f"cannot read the folder {shown}: {reason(exc)}") from None
-    listed = foreign(path) if held else []
-    if listed:
+    if held and (listed := foreign(path)):
         raise error(f"{shown} holds what an export did not write ({', '.join(listed[:3])}"
                     f"{', ...' if len(listed) > 3 else ''}); choose a new or empty folder")
     return bool(held)
@@ -577,17 +554,11 @@ def _put_back_or_remove(given: Path, aside: Path | None) -> None:
 MODEL_FOLDER_FORMAT = "charrnn-model"
 
 
-def is_model_folder_config(path: Path) -> bool:
-    """Whether ``path`` holds the config.json of a charrnn model folder."""
-    config = read_json_object(Path(path) / "config.json")
-    return config is not None and config.get("format") == MODEL_FOLDER_FORMAT
-
-
 def model_folder_holding(path: Path) -> Path | None:
     """The model folder that ``path`` would be written inside (one of its parents, through links too), or
     None: nothing but an export writes there."""
     for place in dict.fromkeys([Path(path), real_path(path)]):
-        folder = next((parent for parent in place.parents if is_model_folder_config(parent)), None)
-        if folder is not None:
-            return folder
+        for parent in place.parents:
+            if (read_json_object(parent / "config.json") or {}).get("format") == MODEL_FOLDER_FORMAT:
+                return parent
     return None

@@ -216,12 +216,9 @@ def choose_threads(requested: int | None = None, processes: int = 1,
     requested = check_threads(requested)
     cores = usable_cores()
     more = f", more than the {_cores(len(cores))} this process may use"
-    if requested is not None:
-        return ThreadChoice(requested, "--threads" + (more if requested > len(cores) else ""), given=True)
-    from_environment = _from_environment()
-    if from_environment is not None:
-        beyond = more if from_environment > len(cores) else ""
-        return ThreadChoice(from_environment, "OMP_NUM_THREADS" + beyond, given=True)
+    for count, source in ((requested, "--threads"), (_from_environment(), "OMP_NUM_THREADS")):
+        if count is not None:  # the user's own choice
+            return ThreadChoice(count, source + (more if count > len(cores) else ""), given=True)
     try:
         before = core_times(read_stat())
         sleep(BUSY_LOOK_S)

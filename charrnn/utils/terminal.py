@@ -246,11 +246,8 @@ def format_epoch(epoch: float | None) -> str:
 def checkpoint_labels(reports: list[Any]) -> list[str]:
     """The shortest of file name, run/file name and full path that tells the checkpoints apart (each
     report has ``checkpoint``, a path, and ``run``, its run directory's name)."""
-    candidates = [
-        [Path(report.checkpoint).name for report in reports],
-        [f"{report.run}/{Path(report.checkpoint).name}" for report in reports],
-    ]
-    for labels in candidates:
+    for labels in ([Path(report.checkpoint).name for report in reports],
+                   [f"{report.run}/{Path(report.checkpoint).name}" for report in reports]):
         if len(set(labels)) == len(labels):
             return labels
     return [report.checkpoint for report in reports]

@@ -219,7 +219,7 @@ def test_a_time_budget_says_what_it_leaves_to_the_defaults(runner, tiny_checkpoi
     assert "the scaling rule covers plain LSTMs, so this gru keeps the plain defaults" in gru.stderr
 
 
-def test_several_samples_to_a_file_that_follows_the_umask_or_as_json(runner, tiny_checkpoint):
+def test_samples_to_a_file_as_the_umask_says_or_as_json_and_a_drawn_seed_draws_again(runner, tiny_checkpoint):
     previous = os.umask(0o002)
     try:
         result = invoke(runner, "sample", tiny_checkpoint, "--num-samples", "3", "--length", "20", "--seed",
@@ -236,6 +236,10 @@ def test_several_samples_to_a_file_that_follows_the_umask_or_as_json(runner, tin
                      "--json")  # one object per line
     records = [json.loads(line) for line in sampled.stdout.splitlines()]
     assert len(records) == 2 and all(set(record) == {"text"} for record in records)
+    first = invoke(runner, "sample", tiny_checkpoint, "--length", "30")
+    seed = next(line.split()[1] for line in first.stderr.splitlines() if line.startswith("seed "))
+    again = invoke(runner, "sample", tiny_checkpoint, "--length", "30", "--seed", seed)
+    assert again.stdout == first.stdout and "seed " not in again.stderr
 
 
 def test_beam_search_prints_the_best_beams_with_scores_or_as_json_best_first(runner, tiny_checkpoint):
@@ -557,13 +561,6 @@ def test_train_json_quiet_and_a_log_without_a_progress_bar(runner, small_corpus)
     logged = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "10", "--out", "log")
     assert "step/s" not in logged.stderr  # stderr is no terminal here: no bar, only evaluation lines
     assert [line for line in logged.stderr.splitlines() if line.startswith("step ")]
-
-
-def test_sample_reports_the_seed_it_drew_so_the_text_can_be_drawn_again(runner, tiny_checkpoint):
-    first = invoke(runner, "sample", tiny_checkpoint, "--length", "30")
-    seed = next(line.split()[1] for line in first.stderr.splitlines() if line.startswith("seed "))
-    again = invoke(runner, "sample", tiny_checkpoint, "--length", "30", "--seed", seed)
-    assert again.stdout == first.stdout and "seed " not in again.stderr
 
 
 @pytest.mark.parametrize("native", [False, True])

@@ -43,7 +43,7 @@ def test_stream_layout_targets_and_continuation_and_too_short_a_text_names_its_m
         StreamBatches(torch.arange(20), batch_size=4, seq_len=8)
 
 
-def test_split_matches_nanogpt():
+def test_split_matches_nanogpt_and_encode_corpus_records_it(small_corpus: Path):
     assert split_point(1_115_394, 0.1) == 1_003_854
     assert split_point(1_115_394, 0.1, VAL_MAX_CHARS) == 1_003_854  # tiny Shakespeare is under the cap
     split = split_ids(torch.arange(100), split_point(100, 0.1))
@@ -52,9 +52,6 @@ def test_split_matches_nanogpt():
     assert split_point(100_000_000, 0.1, VAL_MAX_CHARS) == 100_000_000 - VAL_MAX_CHARS
     assert split_point(100_000_000, 0.1, None) == 90_000_000
     assert split_point(1000, 0.5, 10) == 990
-
-
-def test_encode_corpus_records_split(small_corpus: Path):
     encoded = encode_corpus(small_corpus, "small", 0.25)
     assert encoded.info.chars == len(encoded.ids)
     assert encoded.info.split_point == int(len(encoded.ids) * 0.75)
@@ -103,7 +100,7 @@ def test_chunked_encoding_equals_whole_text_encoding(tmp_path: Path, chunk_bytes
     assert torch.equal(ids, vocab.encode(MIXED))
 
 
-def test_directory_corpus_is_its_text_files_in_sorted_order(tmp_path: Path):
+def test_a_directory_corpus_is_its_text_files_in_order_and_a_corpus_named_by_stem_or_folder(tmp_path: Path):
     write(tmp_path / "b.txt", "second 🙂")
     write(tmp_path / "a.txt", "first é ")
     write(tmp_path / "skip.md", "ignored")
@@ -111,6 +108,13 @@ def test_directory_corpus_is_its_text_files_in_sorted_order(tmp_path: Path):
     encoded = encode_corpus(tmp_path, "dir", 0.25)
     assert encoded.vocab.decode(encoded.ids) == "first é second 🙂"
     assert encoded.info.sha256 == hashlib.sha256("first é second 🙂".encode()).hexdigest()
+    from charrnn.data.corpus import corpus_name
+
+    (tmp_path / "poems").mkdir()
+    assert corpus_name(tmp_path / "poems") == "poems"
+    assert corpus_name(tmp_path / "poems" / "odes.txt") == "odes"
+    assert corpus_name(tmp_path / "tinyshakespeare" / "input.txt") == "tinyshakespeare"  # char-rnn's layout
+    assert corpus_name(Path("input.txt")) == "input"  # no folder to name it by
 
 
 @pytest.mark.parametrize(("content", "chunk_bytes", "message"), [
@@ -215,12 +219,23 @@ def test_an_unwritable_cache_encodes_small_texts_in_memory_and_names_the_variabl
         cached_ids(scan, scan.vocab(), cache_dir=blocker / "cache")
 
 
-def test_a_same_length_edit_between_scan_and_encoding_is_never_cached(tmp_path: Path):
+def test_an_edit_after_the_scan_or_a_failed_encoding_leaves_nothing_cached(tmp_path: Path, monkeypatch):
     corpus = write(tmp_path / "mixed.txt", MIXED)
     scan = scan_corpus(corpus)
     corpus.write_text(MIXED.replace("a", "b", 1), encoding="utf-8")  # same length, same vocabulary
     cache = tmp_path / "cache"
     with pytest.raises(CharrnnError, match="changed while it was being read"):
+        cached_ids(scan, scan.vocab(), cache_dir=cache)
+    assert list(cache.iterdir()) == []
+    corpus = write(tmp_path / "mixed.txt", MIXED)
+    scan = scan_corpus(corpus)
+    cache = tmp_path / "cache"
+
+    def broken_lookup(self, points):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Vocab, "lookup", broken_lookup)
+    with pytest.raises(KeyboardInterrupt):
         cached_ids(scan, scan.vocab(), cache_dir=cache)
     assert list(cache.iterdir()) == []
 
@@ -234,20 +249,6 @@ def test_a_corpus_that_is_not_a_regular_file_is_refused_at_once(tmp_path: Path):
     for path, message in refusals.items():
         with pytest.raises(CharrnnError, match=message):
             scan_corpus(path)
-
-
-def test_a_failed_encoding_leaves_no_temporary_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    corpus = write(tmp_path / "mixed.txt", MIXED)
-    scan = scan_corpus(corpus)
-    cache = tmp_path / "cache"
-
-    def broken_lookup(self, points):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(Vocab, "lookup", broken_lookup)
-    with pytest.raises(KeyboardInterrupt):
-        cached_ids(scan, scan.vocab(), cache_dir=cache)
-    assert list(cache.iterdir()) == []
 
 
 @pytest.mark.parametrize(("cache", "fragment"), [
@@ -270,12 +271,3 @@ def test_a_cache_directory_among_models_is_refused_and_nothing_written(tmp_path:
     assert [path.name for path in model.iterdir()] == ["config.json"]
     assert sorted(SHIPPED_FOLDER.rglob("*")) == shipped_before
 
-
-def test_a_corpus_is_named_by_its_stem_or_directory_and_char_rnns_input_txt_by_its_folder(tmp_path: Path):
-    from charrnn.data.corpus import corpus_name
-
-    (tmp_path / "poems").mkdir()
-    assert corpus_name(tmp_path / "poems") == "poems"
-    assert corpus_name(tmp_path / "poems" / "odes.txt") == "odes"
-    assert corpus_name(tmp_path / "tinyshakespeare" / "input.txt") == "tinyshakespeare"  # char-rnn's layout
-    assert corpus_name(Path("input.txt")) == "input"  # no folder to name it by

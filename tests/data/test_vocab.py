@@ -43,9 +43,6 @@ def test_extended_vocabulary_keeps_every_id_and_appends_and_duplicates_are_refus
     assert Vocab.from_list(wider.to_list()) == wider  # the order survives a checkpoint
     with pytest.raises(CharrnnError, match="unique"):
         Vocab(("a", "a"))
-
-
-def test_characters_outside_the_vocabulary_are_named_and_counted_once_whatever_the_source():
     vocab = Vocab.from_text("abc")
     assert vocab.outside({"a": 3, "z": 2, "é": 1}) == {"z": 2, "é": 1}
     with pytest.raises(UnknownCharactersError) as raised:
@@ -55,3 +52,4 @@ def test_characters_outside_the_vocabulary_are_named_and_counted_once_whatever_t
     points = torch.tensor([ord("a"), ord("z"), 0x1F642, ord("b")], dtype=torch.int32)
     assert vocab.lookup(points).tolist() == [0, -1, -1, 1]  # the table marks them
     assert code_points("").shape == (0,)
+

@@ -98,6 +98,20 @@ def test_the_law_improves_with_size_and_characters_and_repeats_count_for_less():
     assert law.predict(1e6, 1e7, 1e7) < law.predict(1e6, 1e7, 1e6)
     assert law.skip_gain > 0 and law.predict(1e6, 1e6, 1e6, skip_connections=True) == pytest.approx(
         law.predict(1e6, 1e6, 1e6) - law.skip_gain)
+    # A corpus k times smaller scales repeats' worth and the pass limit by k ** SMALLER_CORPUS_EXPONENT.
+    law, fitted = SCALING_LAW, LAW_CORPUS_CHARS
+    factor = 10 ** SMALLER_CORPUS_EXPONENT
+    small = fitted / 10
+    assert law.effective_chars(1e12, small) == pytest.approx(small * (1 + law.repeat_scale * factor))
+    assert law.effective_chars(1e12, fitted * 10) == pytest.approx(fitted * 10 * (1 + law.repeat_scale))
+    assert most_epochs(fitted) == most_epochs(fitted * 10) == BUDGET_MOST_EPOCHS
+    assert most_epochs(fitted / 10) == round(BUDGET_MOST_EPOCHS * factor, 1) > BUDGET_MOST_EPOCHS
+    # Below the smallest corpus it was fitted on, the rule is not extrapolated.
+    assert most_epochs(SMALLEST_FITTED_CHARS) == most_epochs(2_000) == most_epochs(1) < 3 * BUDGET_MOST_EPOCHS
+    assert law.effective_chars(1e12, 2_000) / 2_000 == law.effective_chars(1e12, SMALLEST_FITTED_CHARS) / \
+        SMALLEST_FITTED_CHARS
+    # The same characters predict better on the smaller corpus once they repeat there, never worse.
+    assert law.predict(1e6, 5e6, fitted / 10) < SCALING_LAW.predict(1e6, 5e6, fitted / 10 + 1) + 1e-3
 
 
 # Speeds (train, evaluate, in chars/s) an AMD EPYC's two cores measured at 100 s, and what each shape then
@@ -123,32 +137,12 @@ def test_the_shipped_law_is_the_committed_fit_and_fits_the_recorded_runs_within_
     errors = [abs(SCALING_LAW.predict(p["parameters"], p["chars"], SHAKESPEARE_TRAIN) - p["loss"])
               for p in points]
     assert len(points) >= 30 and max(errors) < 0.05
-
-
-def test_the_fit_is_checked_against_runs_with_charrnns_own_threads():
-    """Its error on runs with charrnn's own threads (all free cores) is recorded apart (docs/defaults.md)."""
+    # Its error on runs with charrnn's own threads (all free cores) is recorded apart (docs/defaults.md).
     fit = json.loads(FIT.read_text())
-    default = [p for p in fit["points"] if p["threads"] == "default"]
+    default = [p for p in points if p["threads"] == "default"]
     assert len(default) >= 10 and {p["name"].split("-")[0] for p in default} >= {"s100", "s600"}
     assert fit["default_threads_rms_error"] < 0.03
     assert max(abs(p["predicted"] - p["loss"]) for p in default) < 0.05
-
-
-def test_a_smaller_corpus_makes_repeats_worth_more_and_allows_more_passes():
-    """A corpus k times smaller scales repeats' worth and the pass limit by k ** SMALLER_CORPUS_EXPONENT."""
-    law, fitted = SCALING_LAW, LAW_CORPUS_CHARS
-    factor = 10 ** SMALLER_CORPUS_EXPONENT
-    small = fitted / 10
-    assert law.effective_chars(1e12, small) == pytest.approx(small * (1 + law.repeat_scale * factor))
-    assert law.effective_chars(1e12, fitted * 10) == pytest.approx(fitted * 10 * (1 + law.repeat_scale))
-    assert most_epochs(fitted) == most_epochs(fitted * 10) == BUDGET_MOST_EPOCHS
-    assert most_epochs(fitted / 10) == round(BUDGET_MOST_EPOCHS * factor, 1) > BUDGET_MOST_EPOCHS
-    # Below the smallest corpus it was fitted on, the rule is not extrapolated.
-    assert most_epochs(SMALLEST_FITTED_CHARS) == most_epochs(2_000) == most_epochs(1) < 3 * BUDGET_MOST_EPOCHS
-    assert law.effective_chars(1e12, 2_000) / 2_000 == law.effective_chars(1e12, SMALLEST_FITTED_CHARS) / \
-        SMALLEST_FITTED_CHARS
-    # The same characters predict better on the smaller corpus once they repeat there, never worse.
-    assert law.predict(1e6, 5e6, fitted / 10) < SCALING_LAW.predict(1e6, 5e6, fitted / 10 + 1) + 1e-3
 
 
 @pytest.mark.parametrize(("epochs", "dropout"), [
@@ -245,9 +239,6 @@ def test_a_shape_is_never_estimated_from_speeds_measured_in_another_precision():
     alike = predict_candidates(shapes, speeds, workload, ["bf16", "fp32", "fp32"])
     assert alike[2].estimable and alike[2].chars_per_s == pytest.approx(1800 * 13 / 20)  # from 2×1024 alone
     assert [c.precision for c in alike] == ["bf16", "fp32", "fp32"]
-
-
-def test_a_slow_evaluation_leaves_less_time_to_train():
     shapes = [({"hidden_size": 1, "batch_size": 16, "learning_rate": 5e-3}, 2, 10**6)]
     workload = Workload(seconds=100, spent_s=0, probe_s=0, train_chars=10**8, val_chars=10**5, seq_len=50,
                         averaging=True)
@@ -273,7 +264,7 @@ def test_a_longer_budget_or_a_faster_machine_never_chooses_a_smaller_model_or_a_
     assert fast[0] >= slow[0] and fast[1] < slow[1]
 
 
-def test_the_choice_sets_regularisation_for_its_passes(shakespeare_like):
+def test_the_choice_sets_regularisation_for_its_passes_and_each_shape_its_rungs_decay(shakespeare_like):
     decision = plan(shakespeare_like, 600)
     choice = decision.choice
     assert choice is budget.choose(decision.candidates)
@@ -282,9 +273,6 @@ def test_the_choice_sets_regularisation_for_its_passes(shakespeare_like):
                                "ema_decay": average_decay_for_steps(steps), "epochs": BUDGET_MOST_EPOCHS}
     assert decision.planned and 0.9 * 600 < choice.training_s < (0.95 if choice.evaluates else 1) * 600
     assert decision.to_dict()["candidates"][0]["settings"] == decision.candidates[0].settings
-
-
-def test_each_shape_plans_its_rungs_weight_decay_and_a_given_one_wins(shakespeare_like):
     decays = {rung.hidden_size: rung.weight_decay for rung in BUDGET_LADDER}
     wide = {size: decay for size, decay in decays.items() if decay != 0.1}
     assert wide == dict.fromkeys((1280, 1536, 2048), 0.3)
@@ -299,7 +287,7 @@ def test_each_shape_plans_its_rungs_weight_decay_and_a_given_one_wins(shakespear
     assert "weight_decay" not in given.chosen
 
 
-def test_what_the_user_gave_stays_and_is_timed(shakespeare_like):
+def test_what_the_user_gave_stays_and_is_timed_and_skip_connections_count_everywhere(shakespeare_like):
     timed = []
     decision = plan(shakespeare_like, 600, given={"hidden_size": 64, "batch_size": 4, "dropout": 0.5},
                     measure=machine(3e10, timed=timed))
@@ -307,9 +295,6 @@ def test_what_the_user_gave_stays_and_is_timed(shakespeare_like):
     assert decision.candidates[0].settings["learning_rate"] == BUDGET_LADDER[0].learning_rate
     assert not {"hidden_size", "batch_size", "dropout"} & decision.chosen.keys()
     assert all(c.settings["hidden_size"] == 64 and c.settings["batch_size"] == 4 for c in decision.candidates)
-
-
-def test_skip_connections_given_count_in_every_shapes_prediction(shakespeare_like):
     linked = plan(shakespeare_like, 600, given={"skip_connections": True})
     assert all(c.settings["skip_connections"] for c in linked.candidates)
     assert "skip_connections" not in linked.chosen
@@ -338,10 +323,12 @@ def test_measuring_stays_inside_its_share_of_the_budget_and_estimates_the_rest(s
     assert decision.probe_s + measuring_seconds(
         WORK / following.parameters, following.settings["batch_size"] * 50, 0.0) > allowance
     assert [c.measured for c in decision.candidates].count(False) == len(BUDGET_LADDER) - len(timed)
-
-
-def test_the_last_measurement_is_timed_for_what_is_left_of_the_share(shakespeare_like):
-    """Under a second of the share left, a shape is timed for what is left, and the share still holds."""
+    # A slow first measurement (cold start) does not stop the probe: the next are predicted from speed.
+    clock, timed = FakeClock(), []
+    decision = plan(shakespeare_like, 100, clock=clock, measure=machine(1e10, clock, 2.1, timed))
+    assert timed[:3] == [128, 192, 256] and decision.probe_s <= BUDGET_PROBE_SHARE * 100
+    assert decision.choice.measured
+    # Under a second of the share left, a shape is timed for what is left, and the share still holds.
     clock, limits = FakeClock(), []
     timing = machine(1e10, clock)
 
@@ -353,14 +340,6 @@ def test_the_last_measurement_is_timed_for_what_is_left_of_the_share(shakespeare
     decision = plan(shakespeare_like, 30, clock=clock, measure=measure)
     assert len(limits) == 2 and limits[0] == 1.0 and 0.5 < limits[1] < 1.0
     assert decision.probe_s <= BUDGET_PROBE_SHARE * 30
-
-
-def test_a_cold_start_does_not_stop_the_measuring(shakespeare_like):
-    """A slow first measurement (cold start) does not stop the probe: the next are predicted from speed."""
-    clock, timed = FakeClock(), []
-    decision = plan(shakespeare_like, 100, clock=clock, measure=machine(1e10, clock, 2.1, timed))
-    assert timed[:3] == [128, 192, 256] and decision.probe_s <= BUDGET_PROBE_SHARE * 100
-    assert decision.choice.measured
 
 
 def test_measuring_stops_once_a_larger_shape_predicts_worse(shakespeare_like):
@@ -430,9 +409,6 @@ def test_a_budget_too_short_for_any_shape_trains_the_fastest_with_no_prediction(
     assert all(c.predicted_loss is None and c.chars == 0 for c in decision.candidates)
     assert decision.choice is decision.candidates[0] and decision.chosen["dropout"] == 0.0
     assert json.loads(json.dumps(decision.to_dict()))["candidates"][0]["predicted_loss"] is None
-
-
-def test_what_went_before_planning_is_not_there_to_train(shakespeare_like):
     clock = FakeClock()
     clock.now = 30.0
     late = plan(shakespeare_like, 100, clock=clock, started=0.0)
@@ -484,6 +460,16 @@ def test_a_limit_of_less_than_a_step_plans_the_one_step_the_run_trains(shakespea
     assert plan(shakespeare_like, 100).choice.limit is None
     steps = plan(shakespeare_like, 600, given={"max_steps": 10})
     assert all(c.limit == "max_steps" for c in steps.candidates if c.predicted_loss is not None)
+    # Each trains 5 characters at 1 a second: 5 s. The larger one's end would take 50 s.
+    small, large = candidate(1, 2.0), candidate(2, 1.5)
+    cheap, costly = (dataclasses.replace(c, limit="epochs", users_limit=True, end_s=end)
+                     for c, end in ((small, 4.0), (large, 50.0)))
+    assert budget.choose((cheap, costly)) is cheap
+    plans = dataclasses.replace(costly, users_limit=False)  # the plan's own pass limit: the budget is spent
+    assert budget.choose((cheap, plans)) is plans
+    # --epochs 0.001 beside a vast budget: the ladder's top would score for minutes after one step.
+    tiny = plan(shakespeare_like, 1e9, given={"epochs": 0.001})
+    assert tiny.choice.parameters < max(c.parameters for c in tiny.candidates if c.predicted_loss is not None)
 
 
 def test_of_shapes_that_train_alike_and_tie_the_larger_is_chosen_and_another_recipe_is_named():
@@ -500,9 +486,6 @@ def test_of_shapes_that_train_alike_and_tie_the_larger_is_chosen_and_another_rec
     apart = budget.BudgetDecision(100, "cpu", "fp32", True, {}, (candidate(1, 1.50 - 2 * error), middle))
     assert apart.choice.parameters == 1 and apart.close_call() is None and apart.outranked() is None
     assert budget.choose((candidate(1, None), candidate(2, None))).parameters == 1  # the fastest
-
-
-def test_the_tie_break_takes_only_measured_shapes_and_never_one_a_larger_shape_beats():
     error = SCALING_LAW.rms_error
     measured = candidate(1, 1.50)
     estimated = dataclasses.replace(candidate(2, 1.50 + error / 2), measured=False)
@@ -524,16 +507,14 @@ def batch_machine(clock: FakeClock, true_speeds: dict[int, float], scale: float)
     return measure
 
 
-def test_a_shape_is_never_estimated_from_another_batchs_speed(shakespeare_like):
+def test_a_shape_is_estimated_only_from_its_own_batchs_speed_and_never_faster_than_it_runs(shakespeare_like):
     clock, speeds = FakeClock(), {}
     decision = plan(shakespeare_like, 100, clock=clock, measure=batch_machine(clock, speeds, 0.2))
     assert sorted(speeds) == [128, 192, 256]  # the probe's share ran out before 2×384
     larger = [c for c in decision.candidates if c.settings["batch_size"] == 32]
     assert larger and all(not c.estimable and c.predicted_loss is None for c in larger)
     assert decision.choice.measured and decision.choice.settings["batch_size"] in (16, 24)
-
-
-def test_shapes_estimated_from_their_batch_are_never_estimated_faster_than_they_run(shakespeare_like):
+    # Shapes estimated from their own batch are never estimated faster than they run.
     clock, speeds = FakeClock(), {}
     decision = plan(shakespeare_like, 100, clock=clock, measure=batch_machine(clock, speeds, 0.4),
                     given={"precision": "fp32"})  # one precision for all: a bf16 CPU trains only some in it
@@ -575,18 +556,14 @@ def test_a_small_corpus_trains_more_passes_of_a_smaller_shape_to_its_deadline(sm
     assert choice.limit is None and not decision.ends_early() and decision.longer_plan() is None
     assert decision.chosen["epochs"] == most_epochs(90_000) > BUDGET_MOST_EPOCHS
     assert decision.chosen["dropout"] == dropout_for_epochs(choice.epochs) and choice.training_s > 0.85 * 300
+    # The run is told the speed its shape was timed at, with dropout's cost (many passes: dropout).
+    assert planned_speed(decision) == choice.chars_per_s * choice.speed_share and choice.speed_share < 1
+    assert planned_speed(None) is None
+    assert planned_speed(dataclasses.replace(decision, planned=False)) is None
     monkeypatch.setattr(budget, "SMALLER_CORPUS_EXPONENT", 0.0)  # the law as fitted on tiny Shakespeare
     fitted = plan(small_corpus_encoded, 300, work_per_s=3e10).choice
     assert choice.parameters < fitted.parameters and choice.epochs > fitted.epochs
     assert choice.dropout > fitted.dropout
-
-
-def test_the_run_is_told_the_speed_its_shape_was_timed_at_with_dropouts_cost(small_corpus_encoded):
-    decision = plan(small_corpus_encoded, 300, work_per_s=3e10)  # many passes: dropout
-    choice = decision.choice
-    assert planned_speed(decision) == choice.chars_per_s * choice.speed_share and choice.speed_share < 1
-    assert planned_speed(None) is None
-    assert planned_speed(dataclasses.replace(decision, planned=False)) is None
 
 
 def test_a_short_plan_warms_up_over_a_tenth_of_its_steps_and_a_long_one_keeps_the_default(
@@ -600,15 +577,13 @@ def test_a_short_plan_warms_up_over_a_tenth_of_its_steps_and_a_long_one_keeps_th
     assert "warmup_steps" not in given.chosen  # the user's stays
 
 
-def test_a_ten_times_faster_machine_plans_beyond_the_old_ladder_and_trains_to_its_deadline(shakespeare_like):
-    """Ten times the fake CPU: no early end, and at 600 s a shape wider than the old ladder's top, 2×1280."""
+def test_a_faster_machine_plans_beyond_the_old_ladder_to_its_deadline_or_says_why_it_ends_early(
+        shakespeare_like):
+    """Ten times the fake CPU: no early end, and at 600 s a shape wider than the old ladder's top, 2×1280.
+    A hundred times: at 600 s even the widest shape has time for over five passes, and the run says so."""
     for seconds in (100, 600):
         assert plan(shakespeare_like, seconds, work_per_s=3e11).choice.limit is None
     assert plan(shakespeare_like, 600, work_per_s=3e11).choice.settings["hidden_size"] > 1280
-
-
-def test_a_hundred_times_faster_machine_trains_the_widest_shape_and_says_why_it_ends_early(shakespeare_like):
-    """At 600 s even the widest shape has time for over five passes: the run ends early and says so."""
     short = plan(shakespeare_like, 100, work_per_s=3e12)
     assert short.choice.settings["hidden_size"] == BUDGET_LADDER[-1].hidden_size and not short.ends_early()
     long = plan(shakespeare_like, 600, work_per_s=3e12)
@@ -629,10 +604,7 @@ def test_a_close_call_never_decides_how_much_of_the_budget_trains():
     alone = budget.BudgetDecision(600, "cpu", "fp32", True, {"epochs": 5.0},
                                   (early, dataclasses.replace(spending, predicted_loss=1.50)))
     assert alone.ends_early() and alone.longer_plan().parameters == 2 and alone.to_dict()["longer_plan"] == 1
-
-
-def test_a_tie_broken_toward_the_budgets_end_always_chooses():
-    """Among shapes that train to the end the choice is never none, though one ending early predicts lower."""
+    # Among shapes that train to the end the choice is never none, though one ending early predicts lower.
     shapes = budget._shapes({}, 65)
     speeds = [Speed(rate, 5 * rate) for rate in (86_846, 37_249, 27_546, 15_986)] + [None] * (len(shapes) - 4)
     candidates = predict_candidates(shapes, speeds, Workload(100, 1.0, 1.0, 90_000, 10_000, 50, True))
@@ -654,20 +626,6 @@ def test_the_choice_is_always_one_of_the_candidates_whatever_their_predictions_a
         decision = budget.BudgetDecision(100, "cpu", "fp32", True, {"epochs": 5.0}, candidates)
         assert decision.choice in candidates
         decision.to_dict()
-
-
-def test_a_shape_whose_end_costs_more_than_the_training_the_users_limit_leaves_is_passed_over(
-        shakespeare_like):
-    # Each trains 5 characters at 1 a second: 5 s. The larger one's end would take 50 s.
-    small, large = candidate(1, 2.0), candidate(2, 1.5)
-    cheap, costly = (dataclasses.replace(c, limit="epochs", users_limit=True, end_s=end)
-                     for c, end in ((small, 4.0), (large, 50.0)))
-    assert budget.choose((cheap, costly)) is cheap
-    plans = dataclasses.replace(costly, users_limit=False)  # the plan's own pass limit: the budget is spent
-    assert budget.choose((cheap, plans)) is plans
-    # --epochs 0.001 beside a vast budget: the ladder's top would score for minutes after one step.
-    tiny = plan(shakespeare_like, 1e9, given={"epochs": 0.001})
-    assert tiny.choice.parameters < max(c.parameters for c in tiny.candidates if c.predicted_loss is not None)
 
 
 def test_a_size_the_user_gave_that_trains_under_half_a_pass_is_warned_of():

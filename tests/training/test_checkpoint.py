@@ -35,7 +35,7 @@ from helpers import KINDS, random_model
 from helpers import VOCAB as KINDS_VOCAB
 
 
-def test_round_trip_gives_identical_logits(tiny_checkpoint, tmp_path):
+def test_round_trip_gives_identical_logits_and_the_format_is_plain_documented_data(tiny_checkpoint, tmp_path):
     loaded = load_model(tiny_checkpoint)
     copy = tmp_path / "copy.pt"
     save_checkpoint(copy, loaded.payload)
@@ -44,41 +44,42 @@ def test_round_trip_gives_identical_logits(tiny_checkpoint, tmp_path):
     with torch.no_grad():
         assert torch.equal(loaded.network(idx)[0], again.network(idx)[0])
     assert again.vocab == loaded.vocab
-
-
-def test_checkpoint_is_plain_data(tiny_checkpoint):
     payload = torch.load(tiny_checkpoint, weights_only=True)
     assert payload["format_version"] == FORMAT_VERSION
     assert isinstance(payload["vocab"], list) and "🙂" in payload["vocab"]
     assert {"model_config", "train_config", "model_state", "optimizer_state", "step", "epoch",
             "best", "corpus"} <= payload.keys()
     assert all(t.device.type == "cpu" for t in payload["model_state"].values())
+    # The format is described in one place for readers (docs/how-it-works.md); this keeps it complete.
+    from dataclasses import fields
 
+    from charrnn.training.checkpoint import Checkpoint
 
-def test_a_path_that_is_there_but_no_file_is_not_called_missing(tmp_path):
-    os.mkfifo(tmp_path / "pipe.pt")
-    for path in (tmp_path / "pipe.pt", Path(os.devnull)):
-        with pytest.raises(CharrnnError, match="is not a regular file .*give a checkpoint file or a run "
-                                               "directory"):
-            load_checkpoint(path)
+    described = (Path(__file__).parents[2] / "docs" / "how-it-works.md").read_text(encoding="utf-8")
+    missing = [spec.name for spec in fields(Checkpoint) if f"`{spec.name}`" not in described]
+    assert missing == []
 
 
 NOT_TORCH = r"is not a charrnn checkpoint \(not a file that torch.save"
+NO_FILE = "is not a regular file .*give a checkpoint file or a run directory"  # there, but not called missing
 
 
 @pytest.mark.parametrize(("make", "refusal"), [
     (lambda tiny, path: None, "does not exist"),
+    (lambda tiny, path: os.mkfifo(path), NO_FILE),
+    (lambda tiny, path: Path(os.devnull), NO_FILE),
     (lambda tiny, path: path.write_bytes(tiny.read_bytes()[:2000]), "not a readable charrnn checkpoint"),
     (lambda tiny, path: path.write_bytes(b"just some text\n"), NOT_TORCH),
     (lambda tiny, path: path.write_bytes(b""), NOT_TORCH),
     (lambda tiny, path: torch.save({"weights": torch.zeros(3)}, path), "not a charrnn checkpoint"),
     (lambda tiny, path: torch.save({**torch.load(tiny, weights_only=True), "format_version": 99}, path),
      "format version 99"),
-], ids=["missing", "truncated", "text", "empty", "foreign torch file", "unknown format version"])
+], ids=["missing", "fifo", "device", "truncated", "text", "empty", "foreign torch file",
+        "unknown format version"])
 def test_what_is_no_loadable_checkpoint_is_refused(tiny_checkpoint, tmp_path, make, refusal):
-    make(tiny_checkpoint, tmp_path / "x.pt")
+    made = make(tiny_checkpoint, tmp_path / "x.pt")
     with pytest.raises(CharrnnError, match=refusal):
-        load_checkpoint(tmp_path / "x.pt")
+        load_checkpoint(made if isinstance(made, Path) else tmp_path / "x.pt")
 
 
 class _Payload:
@@ -100,17 +101,6 @@ def test_pickled_code_is_refused_and_never_runs(tmp_path, via_torch_save):
     with pytest.raises(CharrnnError, match="not a readable charrnn checkpoint"):
         load_checkpoint(path)
     assert not marker.exists()
-
-
-def test_the_docs_name_every_checkpoint_field():
-    """The format is described in one place for readers (docs/how-it-works.md); this keeps it complete."""
-    from dataclasses import fields
-
-    from charrnn.training.checkpoint import Checkpoint
-
-    described = (Path(__file__).parents[2] / "docs" / "how-it-works.md").read_text(encoding="utf-8")
-    missing = [spec.name for spec in fields(Checkpoint) if f"`{spec.name}`" not in described]
-    assert missing == []
 
 
 @pytest.mark.slow
@@ -470,16 +460,6 @@ def test_the_shipped_model_reads_in_plain_numpy_as_in_charrnn(tmp_path):
         "shakespeare", "ROMEO:", 200, greedy=True, device="cpu").text
 
 
-def test_a_run_never_writes_into_a_model_folder(folder, small_corpus):
-    before = {path.name: path.read_bytes() for path in folder.iterdir()}
-    for extra in ([], ["--overwrite"], ["--init-from", str(folder)]):
-        arguments = ["train", str(small_corpus), "--out", str(folder), "--max-steps", "1", *extra]
-        result = CliRunner().invoke(cli, arguments)
-        assert result.exit_code != 0 and len(result.stderr.splitlines()) == 1, result.output
-        assert "model folder" in result.stderr, result.stderr
-    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
-
-
 def test_a_folder_scores_its_own_weights_and_keeps_an_infinite_perplexity(tiny_run, tmp_path):
     last = load_checkpoint(tiny_run / "last.pt")
     scored = charrnn.export(tiny_run / "last.pt", tmp_path / "last", format="safetensors").path
@@ -507,8 +487,13 @@ def test_a_folder_scores_its_own_weights_and_keeps_an_infinite_perplexity(tiny_r
     assert charrnn.info(folder).facts["best"]["perplexity"] == float("inf")
 
 
-def test_no_output_lands_inside_a_model_folder(folder, small_corpus, tmp_path):
+def test_no_run_or_output_lands_in_or_inside_a_model_folder(folder, small_corpus, tmp_path):
     before = {path.name: path.read_bytes() for path in folder.iterdir()}
+    for extra in ([], ["--overwrite"], ["--init-from", str(folder)]):
+        arguments = ["train", str(small_corpus), "--out", str(folder), "--max-steps", "1", *extra]
+        result = CliRunner().invoke(cli, arguments)
+        assert result.exit_code != 0 and len(result.stderr.splitlines()) == 1, result.output
+        assert "model folder" in result.stderr, result.stderr
     for arguments in (["sample", str(folder), "--length", "5", "--output", str(folder / "notes.txt")],
                       ["export", str(folder), "--output", str(folder / "page.html")],
                       ["export", str(folder), "--format", "safetensors", "--output", str(folder / "inner")],

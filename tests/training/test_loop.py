@@ -103,16 +103,19 @@ def test_time_budget_stops_cleanly_and_evaluates_only_at_the_end(repeated_corpus
     assert len(records) == 1 and json.loads(records[0])["step"] == 13
 
 
-def test_evaluation_interval():
+def test_evaluation_interval_and_a_schedule_beyond_the_runs_end_is_named():
     assert TrainConfig(out_dir=".").evaluation_interval == 1000
     assert TrainConfig(out_dir=".", time_budget=60).evaluation_interval is None
     assert TrainConfig(out_dir=".", time_budget=60, eval_every=50).evaluation_interval == 50
+    from charrnn.training.schedule import schedule_warnings
 
-
-def test_same_seed_same_model(make_run, repeated_corpus, tmp_path):
-    a = train_tiny(make_run, repeated_corpus, tmp_path / "a", max_steps=5)
-    b = train_tiny(make_run, repeated_corpus, tmp_path / "b", max_steps=5)
-    assert a.best == b.best
+    config = TrainConfig(out_dir=".", max_steps=300, eval_every=500, save_every=400, sample_every=1000)
+    warnings = schedule_warnings(config, steps_per_epoch=100, total_steps=300)
+    end = "lies beyond this run's end (300 steps, 3.00 epochs)"
+    assert warnings == [f"warning: eval_every 500 {end}: it evaluates only at the end",
+                        f"warning: save_every 400 {end}: last.pt is written only at the end",
+                        f"warning: sample_every 1,000 {end}: it records a sample only at the end"]
+    assert schedule_warnings(TrainConfig(out_dir=".", max_steps=300), 100, 300) == []  # defaults say nothing
 
 
 def test_validation_split_too_short(make_run, tmp_path):
@@ -146,15 +149,6 @@ def test_save_epochs_keeps_named_checkpoints_and_marks_metrics(make_run, repeate
         payload = torch.load(out / name, weights_only=True)
         assert payload["epoch"] == int(record["epoch"]) and payload["epoch_step"] == 0
     assert [r["step"] for r in records] == [10, 30]  # the final evaluation is the epoch-3 one
-
-
-def test_overwrite_removes_an_older_runs_epoch_checkpoints(make_run, repeated_corpus, tmp_path):
-    out = tmp_path / "run"
-    train_tiny(make_run, repeated_corpus, out, epochs=1, save_epochs=[1])
-    with pytest.raises(CharrnnError, match="already holds a training run"):
-        train_tiny(make_run, repeated_corpus, out, max_steps=2)
-    train_tiny(make_run, repeated_corpus, out, max_steps=2, overwrite=True)
-    assert not list(out.glob("epoch*.pt"))
 
 
 def params_of(path: Path) -> dict[str, torch.Tensor]:
@@ -525,15 +519,6 @@ def test_a_budget_that_cannot_pay_for_its_end_is_refused_before_anything_is_writ
     assert (tmp_path / "mine").is_dir() and not any((tmp_path / "mine").iterdir())
 
 
-def test_a_short_budget_only_evaluates_at_the_end(repeated_corpus, tmp_path, monkeypatch):
-    measured_end(monkeypatch, pass_s=0.5)
-    clock = FakeClock(step_seconds=0.5)
-    result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=40).run(clock, clock=clock)
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert len(records) == 1  # 2 s would buy 2: too few
-    assert records[0]["step"] == result.steps and "val_chars" not in records[0]  # the end's: the whole split
-
-
 def test_a_budget_and_a_step_limit_stop_at_whichever_comes_first_and_say_so(repeated_corpus, tmp_path):
     clock = FakeClock(step_seconds=0.125)
     result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, max_steps=5).run(
@@ -549,18 +534,6 @@ def test_a_limit_the_budgets_plan_chose_is_not_told_as_the_users(repeated_corpus
     assert "epochs" in plan.budget.chosen  # the plan's pass limit, not the user's
     plan.run(clock, clock=clock)
     assert not [message for message in clock.messages if "whichever comes first" in message]
-
-
-def test_an_every_n_steps_schedule_beyond_the_runs_end_is_named():
-    from charrnn.training.schedule import schedule_warnings
-
-    config = TrainConfig(out_dir=".", max_steps=300, eval_every=500, save_every=400, sample_every=1000)
-    warnings = schedule_warnings(config, steps_per_epoch=100, total_steps=300)
-    end = "lies beyond this run's end (300 steps, 3.00 epochs)"
-    assert warnings == [f"warning: eval_every 500 {end}: it evaluates only at the end",
-                        f"warning: save_every 400 {end}: last.pt is written only at the end",
-                        f"warning: sample_every 1,000 {end}: it records a sample only at the end"]
-    assert schedule_warnings(TrainConfig(out_dir=".", max_steps=300), 100, 300) == []  # defaults say nothing
 
 
 def test_a_budget_that_records_samples_keeps_time_for_one(small_corpus, tmp_path):

@@ -463,7 +463,7 @@ def test_a_file_of_the_users_at_the_locks_name_is_refused_and_left_untouched(tmp
     assert mine.read_bytes() == before
 
 
-def test_a_file_is_refused_on_what_a_checkpoint_stands_for(tiny_run, tmp_path):
+def test_a_file_is_refused_on_what_a_checkpoint_stands_for_and_at_a_run_directorys_names(tiny_run, tmp_path):
     checkpoint = tiny_run / "best.pt"
     corpus = tiny_run.parent / "small.txt"
     last = tiny_run / "last.pt"
@@ -477,9 +477,6 @@ def test_a_file_is_refused_on_what_a_checkpoint_stands_for(tiny_run, tmp_path):
     with pytest.raises(OptionConflict, match="linked.txt is .*small.txt, the corpus .* was trained on"):
         refuse_writing_over_reads(tmp_path / "linked.txt", "output", {"checkpoint": [checkpoint]})
     refuse_writing_over_reads(tmp_path / "page.html", "output", {"checkpoint": [checkpoint], "other": None})
-
-
-def test_a_file_is_refused_at_a_run_directory_s_own_names(tiny_run):
     for name in ("notes.pt", "config.json", ".charrnn-x"):
         with pytest.raises(OptionConflict, match="keeps for its own files"):
             refuse_writing_over_reads(tiny_run / name, "output", {})
@@ -533,11 +530,14 @@ def resume_in_place(checkpoint: Path, **options):
     return plan_run(None, None, resume=checkpoint, **options)
 
 
-def test_the_checkpoints_own_headers_tell_the_newest_state(run_with_epochs):
+def test_the_checkpoints_own_headers_tell_the_newest_state_and_an_unreadable_one_is_refused(run_with_epochs):
     run_id = json.loads((run_with_epochs / "config.json").read_text())["run_id"]
     assert saved_steps(run_with_epochs, run_id)[0] == (24, run_with_epochs / "last.pt")
     assert saved_steps(run_with_epochs, "another run")[0] is None
     assert not (run_with_epochs / "manifest.json").exists()
+    (run_with_epochs / "epoch0003-val1.000.pt").write_bytes(b"\x00" * 10)
+    with pytest.raises(CharrnnError, match="cannot tell whether .*epoch0003.* holds newer results"):
+        resume_in_place(run_with_epochs / "last.pt", max_steps=30)
 
 
 @pytest.fixture
@@ -575,12 +575,6 @@ def test_an_older_last_pt_copied_over_a_newer_one_is_what_a_resume_continues(run
     shutil.copy(run_with_an_older_state / "best.pt", run_with_an_older_state / "last.pt")  # both at step 8
     assert resume_checkpoint(run_with_an_older_state) == run_with_an_older_state / "last.pt"
     assert resume_in_place(run_with_an_older_state, max_steps=10).run().steps == 10
-
-
-def test_an_unreadable_epoch_checkpoint_is_refused(run_with_epochs):
-    (run_with_epochs / "epoch0003-val1.000.pt").write_bytes(b"\x00" * 10)
-    with pytest.raises(CharrnnError, match="cannot tell whether .*epoch0003.* holds newer results"):
-        resume_in_place(run_with_epochs / "last.pt", max_steps=30)
 
 
 def test_a_link_planted_at_a_run_file_is_replaced_and_what_it_led_to_is_untouched(run_with_epochs, tmp_path):

@@ -18,30 +18,25 @@ def test_schedule_warms_up_then_decays_to_floor():
     assert learning_rate_at(config, 10, None) == 1.0
 
 
-def test_progress_follows_nearest_limit():
+def test_progress_follows_nearest_limit_and_epochs_stop_within_rounding():
     config = TrainConfig(out_dir="x", max_steps=100, time_budget=10.0)
     assert run_progress(config, 10, 0.0, 5.0) == 0.5
     assert stop_reason(config, 10, 0.0, 5.0) is None
     assert stop_reason(config, 100, 0.0, 5.0) == StopReason("max_steps", 100)
     assert stop_reason(config, 10, 0.0, 10.0) == StopReason("time_budget", 10.0)
-
-
-def test_epochs_count_as_stopping_within_rounding():
     config = TrainConfig(out_dir="x", epochs=3.0)
     assert stop_reason(config, 30, 3.0 - 1e-12, 0.0) == StopReason("epochs", 3.0)
     assert stop_reason(config, 29, 2.9, 0.0) is None
 
 
-def test_planned_steps_take_the_nearer_of_steps_and_epochs():
+def test_planned_steps_take_the_nearer_limit_and_a_stop_reason_names_it_as_spelled():
     assert planned_steps(TrainConfig(out_dir="x", max_steps=100, epochs=2.5), steps_per_epoch=30) == 75
     assert planned_steps(TrainConfig(out_dir="x", max_steps=50, epochs=2.5), steps_per_epoch=30) == 50
     assert planned_steps(TrainConfig(out_dir="x", time_budget=60), steps_per_epoch=30) is None
-
-
-def test_a_stop_reason_names_its_limit_as_the_caller_spells_it():
     assert str(StopReason("max_steps", 40)) == "reached max_steps 40"
     with options_spelled(lambda name: "--" + name):
         assert StopReason("time_budget", 60.0).describe() == "used the --time_budget of 60 s"
     assert str(StopReason("signal", signal_name="SIGTERM")) == "interrupted by SIGTERM"
     assert StopReason("signal", signal_name="SIGINT").interrupted
     assert not StopReason("epochs", 2.0).interrupted
+

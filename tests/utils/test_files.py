@@ -31,11 +31,7 @@ from charrnn.utils.files import (
 )
 
 
-def mode_of(path: Path) -> int:
-    return stat.S_IMODE(os.stat(path).st_mode)
-
-
-def test_atomic_write_leaves_previous_file_on_failure(tmp_path):
+def test_atomic_write_leaves_previous_file_on_failure_and_a_loop_or_directory_is_a_clear_error(tmp_path):
     target = tmp_path / "file.txt"
     atomic_write_text(target, "old")
 
@@ -47,6 +43,12 @@ def test_atomic_write_leaves_previous_file_on_failure(tmp_path):
         atomic_write(target, explode)
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["file.txt"]
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(CharrnnError, match="symbolic links"):
+        atomic_write_text(tmp_path / "a", "x")
+    with pytest.raises(CharrnnError, match="is a directory"):
+        atomic_write_text(tmp_path, "x")
 
 
 @pytest.mark.parametrize("target", ["real.txt", "absent.txt"])
@@ -56,15 +58,6 @@ def test_a_symlinked_destination_writes_its_target_existing_or_not_and_stays_a_l
     link.symlink_to(tmp_path / target)
     atomic_write_text(link, "new")
     assert link.is_symlink() and (tmp_path / target).read_text() == "new"
-
-
-def test_a_symlink_loop_or_a_directory_destination_is_a_clear_error(tmp_path):
-    (tmp_path / "a").symlink_to(tmp_path / "b")
-    (tmp_path / "b").symlink_to(tmp_path / "a")
-    with pytest.raises(CharrnnError, match="symbolic links"):
-        atomic_write_text(tmp_path / "a", "x")
-    with pytest.raises(CharrnnError, match="is a directory"):
-        atomic_write_text(tmp_path, "x")
 
 
 def test_a_hard_link_is_replaced_whole_and_the_other_names_keep_the_old_text(tmp_path, monkeypatch):
@@ -109,13 +102,13 @@ def test_new_files_follow_the_umask_and_replaced_files_keep_their_mode(tmp_path)
         assert current_umask() == 0o002
         fresh = tmp_path / "fresh.txt"
         atomic_write_text(fresh, "x")
-        assert mode_of(fresh) == 0o664
+        assert stat.S_IMODE(os.stat(fresh).st_mode) == 0o664
         os.umask(0o077)
         existing = tmp_path / "existing.txt"
         existing.write_text("old")
         existing.chmod(0o640)
         atomic_write_text(existing, "new")
-        assert mode_of(existing) == 0o640
+        assert stat.S_IMODE(os.stat(existing).st_mode) == 0o640
     finally:
         os.umask(previous)
 
@@ -142,15 +135,11 @@ def _ours(folder: Path) -> list[str]:
     return [] if (folder / "mine").exists() else sorted(p.name for p in folder.iterdir())
 
 
-def _no_exchange(first, second):
-    return False
-
-
 @pytest.mark.parametrize("swap", ["exchange", "two renames"])
 def test_a_folder_is_replaced_whole_or_left_as_it_was(tmp_path, monkeypatch, swap):
     target = tmp_path / "model"
     if swap == "two renames":  # a system that cannot swap two names at once
-        monkeypatch.setattr(files, "_exchange", _no_exchange)
+        monkeypatch.setattr(files, "_exchange", lambda first, second: False)
     replace_folder(target, {"a": b"1", "mine": b""}, _ours)
     replace_folder(target, {"b": b"2", "mine": b""}, _ours)
     assert sorted(p.name for p in target.iterdir()) == ["b", "mine"]
@@ -201,7 +190,7 @@ def test_a_stop_signal_during_the_swap_waits_until_the_new_folder_stands(tmp_pat
     if swap == "_exchange":
         monkeypatch.setattr(files, "_exchange", interrupted)
     else:
-        monkeypatch.setattr(files, "_exchange", _no_exchange)
+        monkeypatch.setattr(files, "_exchange", lambda first, second: False)
         monkeypatch.setattr(os, "replace", interrupted)
     # Python's own Ctrl-C handler, even where the tests were started with SIGINT ignored (`make test &`)
     inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
