@@ -72,6 +72,17 @@ def corpus_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+# A phrase a tiny model learns by heart: repeated_corpus is it 60 times.
+PHRASE = "the quick brown fox jumps over the lazy dog. "
+
+
+@pytest.fixture
+def repeated_corpus(tmp_path: Path) -> Path:
+    path = tmp_path / "repeat.txt"
+    path.write_text(PHRASE * 60, encoding="utf-8")
+    return path
+
+
 @pytest.fixture
 def small_corpus(tmp_path: Path) -> Path:
     path = tmp_path / "small.txt"

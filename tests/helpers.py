@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,14 @@ CELLS = ["lstm", "gru", "rnn"]
 # The charrnn command installed beside this interpreter, for tests that run it as a real process.
 INSTALLED = Path(sys.executable).with_name("charrnn")
 needs_installed = pytest.mark.skipif(not INSTALLED.exists(), reason="charrnn is not installed here")
+
+
+def run_installed(*args: Any, env: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """The installed ``charrnn ARGS`` as a process of its own, ``env`` added to this one's; its output is
+    captured as text unless ``stdout`` or ``stderr`` say otherwise."""
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs}
+    return subprocess.run([str(INSTALLED), *map(str, args)], text=True, env={**os.environ, **(env or {})},
+                          timeout=300, **streams)
 
 # The device tests train, sample and score on: a CUDA GPU where one is present, so that a GPU machine runs
 # the whole suite on it, else the CPU. Tests of CPU-only behaviour name "cpu" themselves.
@@ -82,6 +93,11 @@ def plan_run(corpus: Path | None, out: Path | None, *, overwrite: bool = False, 
     given = options if resume is not None else {**TINY_RUN, **options}
     request = TrainingRequest(corpus, given, out, overwrite=overwrite, resume=resume, device=device)
     return plan_training(request, finish_s=finish_s)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The records of a JSON-lines file (metrics.jsonl, losses.jsonl, samples.jsonl)."""
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
 
 
 def repeated_runs(text: str, n: int) -> list[str]:

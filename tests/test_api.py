@@ -23,7 +23,7 @@ from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionCon
 from helpers import TINY_RUN
 
 
-def test_load_then_sample_gives_the_commands_text(tiny_run):
+def test_load_then_sample_gives_the_commands_text_and_draws_seeds_several_texts_beams_and_options(tiny_run):
     model = charrnn.load(tiny_run)  # a run directory means its best.pt
     assert model.checkpoint == tiny_run / "best.pt"
     samples = model.sample("ROMEO:", length=80, temperature=0.8, seed=1)
@@ -33,10 +33,7 @@ def test_load_then_sample_gives_the_commands_text(tiny_run):
     assert samples.text.startswith("ROMEO:") and len(samples.text) == len("ROMEO:") + 80
     assert (samples.seed, samples.seed_drawn) == (1, False)
     assert model.sample("ROMEO:", length=80, temperature=0.8, seed=1) == samples
-
-
-def test_sampling_from_python_drawn_seeds_several_texts_beams_and_options(tiny_checkpoint):
-    model = charrnn.load(tiny_checkpoint)
+    # A drawn seed; several texts; beams; options.
     drawn = model.sample("J", 40)  # a drawn seed is reported and draws the same text again
     assert drawn.seed_drawn and isinstance(drawn.seed, int)
     assert model.sample("J", 40, seed=drawn.seed).text == drawn.text
@@ -82,8 +79,8 @@ def test_perplexity_equals_eval_perplexity(tiny_checkpoint, tmp_path):
     assert adapted.to_dict()["dynamic"]["learning_rate"] == 0.0
 
 
-def test_train_from_python_then_resume(small_corpus, tmp_path):
-    out = tmp_path / "run"
+def test_train_from_python_then_resume_and_ctrl_c_saves_a_resumable_checkpoint(small_corpus, tmp_path):
+    out, stopped = tmp_path / "run", tmp_path / "stopped"
     options = {"hidden_size": 16, "embed_size": 8, "num_layers": 1, "batch_size": 4, "seq_len": 16}
     first = charrnn.train(small_corpus, out_dir=out, device="cpu", max_steps=6, **options)
     assert first.steps == 6 and first.out_dir == out and (out / "best.pt").exists()
@@ -94,6 +91,17 @@ def test_train_from_python_then_resume(small_corpus, tmp_path):
     resumed = charrnn.train(resume=out, max_steps=10)
     assert resumed.steps == 10
     assert charrnn.load(out / "last.pt").payload["step"] == 10
+
+    class CtrlC(TrainObserver):
+        def on_step(self, report):
+            if report.step == 3:
+                os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(TrainingInterrupted) as interrupted:
+        charrnn.train(small_corpus, out_dir=stopped, device="cpu", max_steps=50, observer=CtrlC(), **TINY_RUN)
+    assert isinstance(interrupted.value, KeyboardInterrupt)
+    assert interrupted.value.checkpoint == stopped / "last.pt" and interrupted.value.step in (3, 4)
+    assert charrnn.train(resume=interrupted.value.checkpoint, max_steps=5).steps == 5
 
 
 @pytest.mark.slow
@@ -106,20 +114,6 @@ def test_the_plan_a_time_budget_chose_is_in_the_result(small_corpus, tmp_path):
     assert result.model_config.hidden_size == hidden == result.budget.chosen["hidden_size"]
     assert result.config.learning_rate == choice.settings["learning_rate"]
     assert result.to_dict()["budget"]["chosen"]["hidden_size"] == choice.settings["hidden_size"]
-
-
-def test_ctrl_c_saves_a_resumable_checkpoint_and_says_where(small_corpus, tmp_path):
-    class CtrlC(TrainObserver):
-        def on_step(self, report):
-            if report.step == 3:
-                os.kill(os.getpid(), signal.SIGINT)
-
-    out = tmp_path / "run"
-    with pytest.raises(TrainingInterrupted) as interrupted:
-        charrnn.train(small_corpus, out_dir=out, device="cpu", max_steps=50, observer=CtrlC(), **TINY_RUN)
-    assert isinstance(interrupted.value, KeyboardInterrupt)
-    assert interrupted.value.checkpoint == out / "last.pt" and interrupted.value.step in (3, 4)
-    assert charrnn.train(resume=interrupted.value.checkpoint, max_steps=5).steps == 5
 
 
 @pytest.mark.slow
@@ -178,6 +172,12 @@ def test_every_call_that_runs_a_model_takes_threads_and_checks_it_first(call, tm
     ({"dropout": math.nan}, ConfigError),
     ({"time_budget": math.inf}, ConfigError),
     ({"layer_norm": 1}, ConfigTypeError),
+    # A budget's start (an earlier clock reading) and the time kept for the caller (a finite number of s).
+    *(({name: value, "time_budget": 5}, error) for name, value, error in [
+        ("started", math.nan, ConfigError), ("started", 1e18, ConfigError),
+        ("started", "soon", ConfigTypeError), ("finish_s", -1.0, ConfigError),
+        ("finish_s", math.inf, ConfigError), ("finish_s", "later", ConfigTypeError),
+    ]),
 ])
 def test_wrong_types_and_non_finite_numbers_are_refused_before_anything_is_written(
         small_corpus, tmp_path, options, error):
@@ -373,16 +373,6 @@ def test_a_run_directory_never_replaces_what_it_reads_or_a_file_its_lock_links_t
     with pytest.raises(CharrnnError, match="cannot create the run lock"):
         charrnn.train(small_corpus, out_dir=locked, max_steps=2, **TINY_RUN)
     assert victim.read_text(encoding="utf-8") == "mine"
-
-
-@pytest.mark.parametrize(("name", "value"), [
-    ("started", float("nan")), ("started", 1e18), ("started", "soon"),  # an earlier clock reading
-    ("finish_s", -1.0), ("finish_s", float("inf")), ("finish_s", "later"),  # a finite number of seconds
-])
-def test_a_budgets_start_and_the_time_kept_for_the_caller_are_checked(small_corpus, tmp_path, name, value):
-    with pytest.raises((ConfigError, ConfigTypeError), match=name):
-        charrnn.train(small_corpus, out_dir=tmp_path / "run", time_budget=5, **{name: value})
-    assert not (tmp_path / "run").exists()
 
 
 def test_a_wrong_dynamic_setting_or_a_stream_of_several_texts_is_refused(tiny_checkpoint, tmp_path):

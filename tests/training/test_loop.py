@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import PHRASE
 
 from charrnn.config import SampleConfig, TrainConfig
 from charrnn.errors import CharrnnError
@@ -12,17 +13,7 @@ from charrnn.training.checkpoint import load_model
 from charrnn.training.observer import TrainObserver
 from charrnn.training.schedule import StopReason
 
-from helpers import SCORE_TOLERANCE, TEST_DEVICE, plan_run
-
-PHRASE = "the quick brown fox jumps over the lazy dog. "
-
-
-@pytest.fixture
-def repeated_corpus(tmp_path: Path) -> Path:
-    path = tmp_path / "repeat.txt"
-    path.write_text(PHRASE * 60, encoding="utf-8")
-    return path
-
+from helpers import SCORE_TOLERANCE, TEST_DEVICE, plan_run, read_jsonl
 
 # 2430 training characters in 8 streams of 303, 32 per step: 10 steps per epoch.
 OPTIONS = {"hidden_size": 64, "embed_size": 16, "batch_size": 8, "seq_len": 32, "warmup_steps": 10}
@@ -55,10 +46,10 @@ def test_run_directory_contents(make_run, repeated_corpus, tmp_path):
     result = train_tiny(make_run, repeated_corpus, out, max_steps=12, eval_every=5, save_every=5)
     assert {p.name for p in out.iterdir()} == {"best.pt", "last.pt", "metrics.jsonl", "losses.jsonl",
                                                "config.json"}
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    records = read_jsonl(out / "metrics.jsonl")
     assert [r["step"] for r in records] == [5, 10, 12]
     # Every step is a hundredth or more of a 12-step run: a row each, whose means the evaluations report.
-    losses = [json.loads(line) for line in (out / "losses.jsonl").read_text().splitlines()]
+    losses = read_jsonl(out / "losses.jsonl")
     assert [row["step"] for row in losses] == list(range(1, 13))
     assert records[0]["train_loss"] == pytest.approx(sum(row["train_loss"] for row in losses[:5]) / 5)
     assert set(records[0]) == {"step", "epoch", "train_loss", "val_loss", "val_bits_per_char",
@@ -90,17 +81,41 @@ class FakeClock(TrainObserver):
         self.now += self.step_seconds
 
 
-def test_time_budget_stops_cleanly_and_evaluates_only_at_the_end(repeated_corpus, tmp_path, monkeypatch):
-    measured_end(monkeypatch, pass_s=0.0)  # a clock that stood still: an end that costs nothing
-    clock = FakeClock(step_seconds=0.125)  # exact in binary: no rounding at the boundary
-    plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=1.5, save_every=10)
-    result = plan.run(clock, clock=clock)
+def measured_end(monkeypatch, pass_s: float, other_s: float = 0.0) -> None:
+    """A time budget's end measured at ``pass_s`` a pass over the validation split and ``other_s`` to save."""
+    import charrnn.training.budget as budget_module
+
+    monkeypatch.setattr(budget_module, "final_work_seconds",
+                        lambda model, vocab, config, val, clock: budget_module.BudgetEnd(
+                            pass_s, 2 if config.ema_decay > 0 else 1, other_s))
+
+
+@pytest.fixture
+def budget_run(repeated_corpus, tmp_path, monkeypatch):
+    """``budget_run(step_s, pass_s, **options)``: a tiny run (OPTIONS, then ``options``) into tmp_path/``out``
+    on a FakeClock that moves ``step_s`` a step, its end measured at ``pass_s`` a pass (None: not replaced),
+    ``spent_s`` of it gone before training, its plan changed by ``adjust``. Returns the result, the clock and
+    metrics.jsonl's records."""
+    def run(step_s: float, pass_s: float | None = None, out: str = "run", spent_s: float = 0.0,
+            adjust=lambda plan: plan, **options):
+        if pass_s is not None:
+            measured_end(monkeypatch, pass_s)
+        clock = FakeClock(step_seconds=step_s)
+        plan = plan_run(repeated_corpus, tmp_path / out, **{**OPTIONS, **options})
+        result = adjust(dataclasses.replace(plan, started=clock.now - spent_s)).run(clock, clock=clock)
+        return result, clock, read_jsonl(tmp_path / out / "metrics.jsonl")
+
+    return run
+
+
+def test_time_budget_stops_cleanly_and_evaluates_only_at_the_end(budget_run, tmp_path):
+    # A clock that stood still: an end that costs nothing; steps of 0.125 s, exact in binary.
+    result, _, records = budget_run(0.125, pass_s=0.0, time_budget=1.5, save_every=10)
     # The clock is read after each step, before the step is reported: step 13 sees 12 × 0.125 = 1.5 s.
     assert result.stop_reason == StopReason("time_budget", 1.5)
     assert result.steps == 13 and result.elapsed_s == 13 * 0.125
     assert (tmp_path / "run" / "best.pt").exists()
-    records = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-    assert len(records) == 1 and json.loads(records[0])["step"] == 13
+    assert len(records) == 1 and records[0]["step"] == 13
 
 
 def test_evaluation_interval_and_a_schedule_beyond_the_runs_end_is_named():
@@ -141,7 +156,7 @@ def test_save_epochs_keeps_named_checkpoints_and_marks_metrics(make_run, repeate
     assert result.steps == 30 and result.epoch == 3.0 and result.stop_reason == StopReason("epochs", 3)
     names = sorted(p.name for p in out.glob("epoch*.pt"))
     assert [n[:9] for n in names] == ["epoch0001", "epoch0003"]
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    records = read_jsonl(out / "metrics.jsonl")
     marked = {r["epoch_checkpoint"]: r for r in records if "epoch_checkpoint" in r}
     assert sorted(marked) == names
     for name, record in marked.items():
@@ -183,8 +198,8 @@ def test_resume_is_exact_with_dropout(make_run, repeated_corpus, tmp_path, cell,
         assert averages[0]["updates"] == averages[1]["updates"] == 14
         for name, value in averages[0]["weights"].items():
             assert (value - averages[1]["weights"][name]).abs().max() <= 1e-6, name
-    steps = [json.loads(line)["step"] for line in (halves / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [5, 7, 10, 14]  # appended after the first half's records, not rewritten
+    # Appended after the first half's records, not rewritten.
+    assert [row["step"] for row in read_jsonl(halves / "metrics.jsonl")] == [5, 7, 10, 14]
 
 
 @pytest.mark.cuda
@@ -228,39 +243,33 @@ def test_running_out_of_memory_saves_the_last_whole_step_and_resumes_exactly(
     assert all(torch.equal(resumed[key], expected[key]) for key in expected)
 
 
-def measured_end(monkeypatch, pass_s: float, other_s: float = 0.0) -> None:
-    """A time budget's end measured at ``pass_s`` a pass over the validation split and ``other_s`` to save."""
-    import charrnn.training.budget as budget_module
-
-    monkeypatch.setattr(budget_module, "final_work_seconds",
-                        lambda model, vocab, config, val, clock: budget_module.BudgetEnd(
-                            pass_s, 2 if config.ema_decay > 0 else 1, other_s))
-
-
-def test_a_time_budget_keeps_time_for_the_final_evaluation_and_saves(repeated_corpus, tmp_path, monkeypatch):
+def test_a_time_budget_keeps_time_for_the_final_evaluation_and_saves_and_once_used_cannot_be_resumed(
+        budget_run, tmp_path):
     # Kept for the end: two passes (the trained and the averaged weights) of 0.2 s, × FINAL_WORK_MARGIN 1.25.
-    measured_end(monkeypatch, pass_s=0.2)
-    clock = FakeClock(step_seconds=0.125)
-    result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=1.5).run(clock, clock=clock)
+    result, clock, _ = budget_run(0.125, pass_s=0.2, time_budget=1.5)
     assert result.stop_reason == StopReason("time_budget", 1.5)
     assert result.steps == 9  # step 9 sees 8 × 0.125 = 1.0 s, and 1.0 + 0.5 reaches the budget
     assert result.trained_s == 1.0 and result.to_dict()["trained_s"] == 1.0  # when training stopped
     assert any("stops about 0.5 s before the end" in message for message in clock.messages)
+    # Resumed with the same budget, a run whose end needs the time left says so before writing anything.
+    from charrnn.training.schedule import RunAlreadyFinished
+
+    before = {path.name: path.read_bytes() for path in (tmp_path / "run").iterdir()}
+    with pytest.raises(RunAlreadyFinished, match="this run already used the time_budget of 1.5 s"):
+        plan_run(None, None, resume=tmp_path / "run").run(clock, clock=clock)
+    assert {path.name: path.read_bytes() for path in (tmp_path / "run").iterdir()} == before
     # A caller that needs a quarter second once training returns (the command line: its exit) gets it.
-    finishing = plan_run(repeated_corpus, tmp_path / "finishing", **OPTIONS, time_budget=1.5,
-                         finish_s=0.25).run(clock, clock=clock)
+    finishing, clock, _ = budget_run(0.125, out="finishing", time_budget=1.5, finish_s=0.25)
     assert finishing.steps == 7 and any("stops about 0.8 s before the end" in m for m in clock.messages)
 
 
-def test_a_machine_slower_than_planned_keeps_more_time_for_the_end_and_says_so(repeated_corpus, tmp_path,
-                                                                             monkeypatch):
+def test_a_machine_slower_than_planned_keeps_more_time_for_the_end_and_says_so(budget_run):
     """The plan measured twice the speed the run sees: training stops earlier, keeping time for the end."""
-    measured_end(monkeypatch, pass_s=0.2)
-    clock = FakeClock(step_seconds=0.125)  # 8 × 32 characters a step: 2,048 chars/s on this clock
-    plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=1.5)
-    assert plan.ending.reserve_s == pytest.approx(0.5)
-    slowed = dataclasses.replace(plan, ending=dataclasses.replace(plan.ending, chars_per_s=4096.0))
-    result = slowed.run(clock, clock=clock)
+    def slowed(plan):  # 8 × 32 characters a step of 0.125 s: 2,048 chars/s on this clock
+        assert plan.ending.reserve_s == pytest.approx(0.5)
+        return dataclasses.replace(plan, ending=dataclasses.replace(plan.ending, chars_per_s=4096.0))
+
+    result, clock, _ = budget_run(0.125, pass_s=0.2, time_budget=1.5, adjust=slowed)
     assert result.stop_reason == StopReason("time_budget", 1.5)
     assert result.steps < 9  # the planned speed's run trains 9 steps (the test above)
     noticed = [message for message in clock.messages if message.startswith("this machine slowed")]
@@ -272,22 +281,18 @@ def test_a_machine_slower_than_planned_keeps_more_time_for_the_end_and_says_so(r
 
 @pytest.mark.parametrize("given", [False, True])
 def test_a_slowed_run_leaves_the_cores_other_programs_keep_busy_unless_its_threads_were_given(
-        repeated_corpus, tmp_path, monkeypatch, given):
+        budget_run, monkeypatch, given):
     """On a busy core the run trains, and ends, on the cores left; a thread count the user gave stays."""
     from charrnn.utils.hardware import LoadWatch, ThreadChoice
 
-    measured_end(monkeypatch, pass_s=0.2)
     monkeypatch.setattr(LoadWatch, "others_busy", lambda self: 1)
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
-    clock = FakeClock(step_seconds=0.125)
-    plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=1.5)
     threads = ThreadChoice(2, "--threads" if given else "2 cores, all free", given)
-    slowed = dataclasses.replace(plan, ending=dataclasses.replace(plan.ending, chars_per_s=4096.0),
-                                 threads=threads)
     try:
-        slowed.run(clock, clock=clock)
+        _, clock, _ = budget_run(0.125, pass_s=0.2, time_budget=1.5, adjust=lambda plan: dataclasses.replace(
+            plan, ending=dataclasses.replace(plan.ending, chars_per_s=4096.0), threads=threads))
         assert torch.get_num_threads() == (2 if given else 1)
     finally:
         torch.set_num_threads(before)
@@ -296,43 +301,56 @@ def test_a_slowed_run_leaves_the_cores_other_programs_keep_busy_unless_its_threa
     assert left == ([] if given else [said])
 
 
-def test_the_final_work_is_timed_on_a_part_of_the_first_batch_and_scaled(small_corpus, tmp_path):
+def test_the_final_work_is_timed_on_a_part_of_the_first_batch_and_scaled_and_keeps_time_for_a_sample(
+        small_corpus, tmp_path):
     from charrnn.config import EVAL_SLICE
     from charrnn.data.corpus import StreamBatches
     from charrnn.models.evaluate import SCORING_PROBE_STEPS, stream_layout
-    from charrnn.training.budget import FINAL_WORK_MARGIN, final_work_seconds
+    from charrnn.training.budget import CALIBRATION_SAMPLE, FINAL_WORK_MARGIN, final_work_seconds
     from charrnn.training.state import TrainingRun
 
+    def timed(plan, val, readings):
+        run = TrainingRun(plan.model_config, plan.config, plan.vocab, plan.corpus,
+                          StreamBatches(plan.ids[:5000], 4, 16))
+        return run, final_work_seconds(run.model, run.vocab, run.config, val, lambda: next(readings))
+
     plan = plan_run(small_corpus, tmp_path / "run", max_steps=1)
-    run = TrainingRun(plan.model_config, plan.config, plan.vocab, plan.corpus,
-                      StreamBatches(plan.ids[:5000], 4, 16))
-    readings = iter([10.0, 12.0])  # the timed steps take 2 s
     val = plan.ids.repeat(8)[: 3 * EVAL_SLICE + 1]  # 3 streams
-    end = final_work_seconds(run.model, run.vocab, run.config, val, lambda: next(readings))
+    run, end = timed(plan, val, iter([10.0, 12.0]))  # the timed steps take 2 s
     layout = stream_layout(run.model, len(val))
     assert layout.streams == 3
     assert end.pass_s == pytest.approx(2.0 * layout.positions / (3 * SCORING_PROBE_STEPS))
     assert end.pass_s * FINAL_WORK_MARGIN < end.reserve_s() < (end.pass_s + 1.0) * FINAL_WORK_MARGIN
+    # A run that records samples keeps time for one.
+    sampling = plan_run(small_corpus, tmp_path / "sampling", max_steps=1, sample_every=10, sample_length=320)
+    readings = iter([0.0, 0.0, 5.0, 6.0])  # evaluation free; CALIBRATION_SAMPLE characters take 1 s
+    _, end = timed(sampling, sampling.ids[:100], readings)
+    assert end.reserve_s() >= FINAL_WORK_MARGIN * 320 / CALIBRATION_SAMPLE
 
 
-def test_a_long_budget_evaluates_during_training_and_keeps_the_best_weights(repeated_corpus, tmp_path,
-                                                                           monkeypatch):
+@pytest.mark.parametrize("spent", [0, 20])
+def test_a_long_budget_evaluates_over_what_is_left_once_training_starts_and_a_resume_plans_for_the_rest(
+        budget_run, tmp_path, spent):
     # An evaluation (of the trained and the averaged weights) costs 1 s: 5% of a 100-s budget pays for 5,
-    # evenly through the run, which trains until 1.25 s (the final evaluation's, with its margin) before
-    # the budget's end (the epoch limit, given, is out of reach).
-    measured_end(monkeypatch, pass_s=0.5)
-    clock = FakeClock(step_seconds=0.5)
-    result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000).run(
-        clock, clock=clock)
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert len(records) == 6  # five during training, one at the end
-    planned = [98.75 * k / 6 for k in range(1, 6)]  # k / (5 + 1) of the 100 - 1.25 s of training
+    # evenly through what is left once training starts (all of it, or 80 s once loading and measuring took
+    # 20), until 1.25 s (the final evaluation's, with its margin) before the budget's end (the epoch limit,
+    # given, is out of reach).
+    result, clock, records = budget_run(0.5, pass_s=0.5, spent_s=spent, time_budget=100, epochs=1000)
+    assert len(records) == 6 and records[0]["step"] > 1  # five during training, one at the end
+    planned = [spent + (98.75 - spent) * k / 6 for k in range(1, 6)]  # k / (5 + 1) of the time left
     assert all(0 <= record["elapsed_s"] - moment <= 1
                for record, moment in zip(records, planned, strict=False))
     assert any("5 evaluations during training, evenly through it (the whole validation split, about 1.0 s "
                "each)" in message for message in clock.messages)
     assert not any("val_chars" in record for record in records)
     assert result.best.nats_per_char == min(record["val_loss"] for record in records)
+    # Resumed with 10 s more, its share pays for none.
+    clock.messages.clear()
+    plan_run(None, None, resume=tmp_path / "run", time_budget=110).run(clock, clock=clock)
+    records = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert len(records) == 7  # five during the first session, its end's, and the resumed session's end
+    assert any("no evaluations during training (too little of the budget is left)" in message
+               for message in clock.messages)
 
 
 def planned_evaluations(monkeypatch, evaluates: bool) -> None:
@@ -345,7 +363,8 @@ def planned_evaluations(monkeypatch, evaluates: bool) -> None:
 
 
 @pytest.mark.slow
-def test_a_budget_planned_for_few_passes_evaluates_only_at_its_end(repeated_corpus, tmp_path, monkeypatch):
+def test_a_budget_planned_for_few_passes_evaluates_only_at_its_end(budget_run, repeated_corpus, tmp_path,
+                                                                    monkeypatch):
     # The same run as above, but its budget planned under 3 passes: it cannot overfit, so nothing is spent on
     # evaluations during training. A given --eval-every still evaluates on its schedule.
     from charrnn.training.budget import BUDGET_GUARD_EPOCHS
@@ -353,98 +372,50 @@ def test_a_budget_planned_for_few_passes_evaluates_only_at_its_end(repeated_corp
     measured_end(monkeypatch, pass_s=0.5)
     plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000)
     assert plan.budget.choice.epochs >= BUDGET_GUARD_EPOCHS and plan.budget.choice.evaluates  # many passes
-    clock = FakeClock(step_seconds=0.5)
     planned_evaluations(monkeypatch, False)
-    plan = plan_run(repeated_corpus, tmp_path / "few", **OPTIONS, time_budget=100, epochs=1000)
-    plan.run(clock, clock=clock)
-    records = (tmp_path / "few" / "metrics.jsonl").read_text().splitlines()
+    _, clock, records = budget_run(0.5, out="few", time_budget=100, epochs=1000)
     assert len(records) == 1
     assert any("no evaluations during training (with them its shape would train under 3 epochs" in message
                for message in clock.messages)
     assert any("stops about 1.2 s before the end" in m for m in clock.messages)  # 2 passes × 1.25
-    scheduled = plan_run(repeated_corpus, tmp_path / "scheduled", **OPTIONS, time_budget=100, epochs=1000,
-                         eval_every=50)
-    clock = FakeClock(step_seconds=0.5)
-    scheduled.run(clock, clock=clock)
-    assert len((tmp_path / "scheduled" / "metrics.jsonl").read_text().splitlines()) > 1
+    _, _, scheduled = budget_run(0.5, out="scheduled", time_budget=100, epochs=1000, eval_every=50)
+    assert len(scheduled) > 1
 
 
-def test_an_evaluation_a_slow_step_carried_to_the_end_is_left_to_the_ends_own(repeated_corpus, tmp_path,
-                                                                                monkeypatch):
+def test_an_evaluation_a_slow_step_carried_to_the_end_is_left_to_the_ends_own(budget_run):
     # Steps of 16.4 s on a 100-s budget: the fifth moment falls due at the step just before the last, whose
     # end's evaluation would follow it at once: four evaluations during training, then the end's.
-    measured_end(monkeypatch, pass_s=0.5)
-    clock = FakeClock(step_seconds=16.4)
-    run = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000)
-    run.run(clock, clock=clock)
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    _, _, records = budget_run(16.4, pass_s=0.5, time_budget=100, epochs=1000)
     steps = [record["step"] for record in records]
     assert len(steps) == 5 and steps[-1] - steps[-2] >= 2  # the end's evaluation stands alone
 
 
-def test_a_budget_whose_share_pays_for_fewer_than_three_evaluations_makes_none(repeated_corpus, tmp_path,
-                                                                                monkeypatch):
+def test_a_budget_whose_share_pays_for_fewer_than_three_evaluations_makes_none(budget_run, monkeypatch):
     # An evaluation (of the trained and the averaged weights) costs 2 s: 5% of 100 s pays for 2.5.
-    measured_end(monkeypatch, pass_s=1.0)
-    clock = FakeClock(step_seconds=0.5)
     planned_evaluations(monkeypatch, True)
-    plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000)
-    plan.run(clock, clock=clock)
+    _, clock, records = budget_run(0.5, pass_s=1.0, time_budget=100, epochs=1000)
     assert not any("evaluations during training, evenly" in message for message in clock.messages)
     assert any("no evaluations during training (5% of the budget pays for fewer than 3)" in message
                for message in clock.messages)
-    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1
-
-
-def test_a_budgets_evaluations_are_spread_over_what_is_left_once_training_starts(repeated_corpus, tmp_path,
-                                                                                 monkeypatch):
-    # 20 s of the 100 went before training (loading, measuring): five evaluations share the 78.75 s left.
-    measured_end(monkeypatch, pass_s=0.5)
-    clock = FakeClock(step_seconds=0.5)
-    plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000)
-    dataclasses.replace(plan, started=clock.now - 20).run(clock, clock=clock)
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    planned = [20 + 78.75 * k / 6 for k in range(1, 6)]
-    assert len(records) == 6 and records[0]["step"] > 1
-    assert all(0 <= record["elapsed_s"] - moment <= 1
-               for record, moment in zip(records, planned, strict=False))
+    assert len(records) == 1
 
 
 @pytest.mark.parametrize("spent", [0.0, 0.4])
-def test_a_budget_that_affords_more_passes_than_the_rule_trusts_ends_early(repeated_corpus, tmp_path,
-                                                                           monkeypatch, spent):
+def test_a_budget_that_affords_more_passes_than_the_rule_trusts_ends_early(budget_run, spent):
     """With or without 40% spent before training, evaluations fall evenly through the passes it trains."""
     from charrnn.training.budget import most_epochs
 
     limit = most_epochs(2430)  # the passes a budget plans over this corpus's training split, at most
-    measured_end(monkeypatch, pass_s=0.5)
-    clock = FakeClock(step_seconds=0.5)
     budget = 10 * limit * 2  # time for twice the limit's steps (ten a pass)
-    plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=budget)
-    result = dataclasses.replace(plan, started=clock.now - spent * budget).run(clock, clock=clock)
+    result, _, records = budget_run(0.5, pass_s=0.5, spent_s=spent * budget, time_budget=budget)
     assert result.stop_reason == StopReason("epochs", limit)
     assert result.epoch == pytest.approx(limit, abs=0.1)  # in whole steps
     assert result.config.epochs == limit and result.trained_s < (spent + 0.6) * budget
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     # Its evaluations are spread over the passes it makes (near limit × k / (n + 1)), never before.
     evaluations = len(records) - 1
     assert evaluations >= 3 and records[-1]["epoch"] == result.epoch
     assert all(0 <= record["epoch"] - limit * k / (evaluations + 1) <= 0.2
                for k, record in enumerate(records[:-1], start=1))
-
-
-def test_a_resumed_budget_plans_evaluations_for_what_is_left_of_it(repeated_corpus, tmp_path, monkeypatch):
-    # Five evaluations in 100 s (as above); resumed with 10 s more, its share pays for none.
-    measured_end(monkeypatch, pass_s=0.5)
-    clock = FakeClock(step_seconds=0.5)
-    first = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000)
-    first.run(clock, clock=clock)
-    clock.messages.clear()
-    plan_run(None, None, resume=tmp_path / "run", time_budget=110).run(clock, clock=clock)
-    records = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-    assert len(records) == 7  # five during the first session, its end's, and the resumed session's end
-    assert any("no evaluations during training (too little of the budget is left)" in message
-               for message in clock.messages)
 
 
 def whole_score(checkpoint: Path, corpus: Path, chars: int | None = None) -> tuple[dict, float]:
@@ -459,12 +430,11 @@ def whole_score(checkpoint: Path, corpus: Path, chars: int | None = None) -> tup
     return payload["best"], evaluate(model, val if chars is None else val[: chars + 1]).nats_per_char
 
 
-def test_best_pt_keeps_the_best_weights_a_budget_evaluated_when_the_run_ends_worse(repeated_corpus, tmp_path,
-                                                                                   monkeypatch):
+def test_best_pt_keeps_the_best_weights_a_budget_evaluated_when_the_run_ends_worse(
+        budget_run, repeated_corpus, tmp_path, monkeypatch):
     # Five evaluations during a 100-s budget (as above); every step from the 100th adds noise to the weights.
     from charrnn.training import loop
 
-    measured_end(monkeypatch, pass_s=0.5)
     train_step = loop.train_step
 
     def wrecking(run, learning_rate):
@@ -476,10 +446,7 @@ def test_best_pt_keeps_the_best_weights_a_budget_evaluated_when_the_run_ends_wor
         return result
 
     monkeypatch.setattr(loop, "train_step", wrecking)
-    clock = FakeClock(step_seconds=0.5)
-    result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000).run(
-        clock, clock=clock)
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    result, _, records = budget_run(0.5, pass_s=0.5, time_budget=100, epochs=1000)
     scores = [min(record["val_loss"], record["averaged_val_loss"]) for record in records]
     best_during = min(range(len(records) - 1), key=scores.__getitem__)
     assert len(records) == 6 and scores[-1] > scores[best_during]  # the run ends worse than it was
@@ -489,40 +456,23 @@ def test_best_pt_keeps_the_best_weights_a_budget_evaluated_when_the_run_ends_wor
     assert result.best.nats_per_char == recorded["nats_per_char"] == scores[best_during]
 
 
-def test_a_budget_whose_end_needs_the_time_left_cannot_be_resumed(repeated_corpus, tmp_path, monkeypatch):
-    """Resumed with the same budget, a run whose end needs the time left says so before writing anything."""
-    from charrnn.training.schedule import RunAlreadyFinished
-
-    measured_end(monkeypatch, pass_s=0.2)  # 0.5 s kept for the end
-    clock = FakeClock(step_seconds=0.125)
-    plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=1.5).run(clock, clock=clock)
-    before = {path.name: path.read_bytes() for path in (tmp_path / "run").iterdir()}
-    with pytest.raises(RunAlreadyFinished, match="this run already used the time_budget of 1.5 s"):
-        plan_run(None, None, resume=tmp_path / "run").run(clock, clock=clock)
-    assert {path.name: path.read_bytes() for path in (tmp_path / "run").iterdir()} == before
-
-
-def test_a_budget_that_cannot_pay_for_its_end_is_refused_before_anything_is_written(repeated_corpus,
-                                                                                    tmp_path, monkeypatch):
+def test_a_budget_that_cannot_pay_for_its_end_is_refused_before_anything_is_written(budget_run, tmp_path):
     """A budget too short to score the validation split is refused at once, rather than overrun."""
-    measured_end(monkeypatch, pass_s=30.0)  # two passes, with the margin: 75 s for the end of a 60-s budget
-    clock = FakeClock(step_seconds=0.5)
+    # Two passes of 30 s, with the margin: 75 s for the end of a 60-s budget.
     expected = (r"time_budget 60 s cannot pay for this run's end: scoring the \d+ validation characters "
                 r"of the trained and the averaged weights and saving take about 75.0 s.*well above 7[56] s.*"
                 r"hold out less text with val_max_chars or val_frac \(now 300000 and 0.1\)")
     with pytest.raises(CharrnnError, match=expected):
-        plan_run(repeated_corpus, tmp_path / "new" / "run", **OPTIONS, time_budget=60).run(clock, clock=clock)
+        budget_run(0.5, pass_s=30.0, out="new/run", time_budget=60)
     assert not (tmp_path / "new").exists()  # the directories it made to prove them writable are gone again
     (tmp_path / "mine").mkdir()  # a directory the user made stays, empty as it was
     with pytest.raises(CharrnnError, match=expected):
-        plan_run(repeated_corpus, tmp_path / "mine", **OPTIONS, time_budget=60).run(clock, clock=clock)
+        budget_run(0.5, out="mine", time_budget=60)
     assert (tmp_path / "mine").is_dir() and not any((tmp_path / "mine").iterdir())
 
 
-def test_a_budget_and_a_step_limit_stop_at_whichever_comes_first_and_say_so(repeated_corpus, tmp_path):
-    clock = FakeClock(step_seconds=0.125)
-    result = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, max_steps=5).run(
-        clock, clock=clock)
+def test_a_budget_and_a_step_limit_stop_at_whichever_comes_first_and_say_so(budget_run):
+    result, clock, _ = budget_run(0.125, time_budget=100, max_steps=5)
     assert result.stop_reason == StopReason("max_steps", 5)
     assert "time_budget 100 s and max_steps 5: the run stops at whichever comes first" in clock.messages
 
@@ -531,28 +481,15 @@ def test_a_limit_the_budgets_plan_chose_is_not_told_as_the_users(repeated_corpus
     measured_end(monkeypatch, pass_s=0.0)
     clock = FakeClock(step_seconds=0.125)
     plan = plan_run(repeated_corpus, tmp_path / "run", time_budget=2, save_every=10)
-    assert "epochs" in plan.budget.chosen  # the plan's pass limit, not the user's
+    assert "epochs" in plan.budget.chosen  # the plan's own pass limit, not the user's
     plan.run(clock, clock=clock)
     assert not [message for message in clock.messages if "whichever comes first" in message]
-
-
-def test_a_budget_that_records_samples_keeps_time_for_one(small_corpus, tmp_path):
-    from charrnn.data.corpus import StreamBatches
-    from charrnn.training.budget import CALIBRATION_SAMPLE, FINAL_WORK_MARGIN, final_work_seconds
-    from charrnn.training.state import TrainingRun
-
-    plan = plan_run(small_corpus, tmp_path / "run", max_steps=1, sample_every=10, sample_length=320)
-    run = TrainingRun(plan.model_config, plan.config, plan.vocab, plan.corpus,
-                      StreamBatches(plan.ids[:5000], 4, 16))
-    readings = iter([0.0, 0.0, 5.0, 6.0])  # evaluation free; CALIBRATION_SAMPLE characters take 1 s
-    end = final_work_seconds(run.model, run.vocab, run.config, plan.ids[:100], lambda: next(readings))
-    assert end.reserve_s() >= FINAL_WORK_MARGIN * 320 / CALIBRATION_SAMPLE
 
 
 def test_every_evaluation_scores_the_same_start_of_the_split_when_told(make_run, repeated_corpus, tmp_path):
     result = train_tiny(make_run, repeated_corpus, tmp_path / "run", max_steps=30, eval_every=10,
                         eval_chars=100)
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    records = read_jsonl(tmp_path / "run" / "metrics.jsonl")
     assert [record.get("val_chars") for record in records] == [100, 100, 100]  # the end's too
     recorded, recomputed = whole_score(tmp_path / "run" / "best.pt", repeated_corpus, chars=100)
     assert recorded["chars"] == result.best.chars == 100

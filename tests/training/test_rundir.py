@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from click.testing import CliRunner
 
 import charrnn
+from charrnn.cli.main import cli
 from charrnn.errors import CharrnnError, OptionConflict, TrainingInterrupted
 from charrnn.training.checkpoint import load_checkpoint
 from charrnn.training.observer import TrainObserver
@@ -31,7 +33,7 @@ from charrnn.training.rundir import (
 from charrnn.utils.files import TEMPORARY_PREFIX
 from charrnn.utils.interrupt import GracefulStop
 
-from helpers import INSTALLED, needs_installed, plan_run
+from helpers import INSTALLED, needs_installed, plan_run, read_jsonl, run_installed
 
 
 class StopAt(GracefulStop):
@@ -168,8 +170,7 @@ def test_signal_saves_and_prints_the_resume_command(small_corpus, tmp_path, sign
     assert "Traceback" not in stderr
     step = load_checkpoint(tmp_path / "run" / "last.pt")["step"]
     assert step >= 1 and not (tmp_path / "run" / LOCK_NAME).exists()
-    resumed = subprocess.run([str(INSTALLED), "train", "--resume", "run/last.pt", "--max-steps",
-                              str(step + 3)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    resumed = run_installed("train", "--resume", "run/last.pt", "--max-steps", step + 3, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert load_checkpoint(tmp_path / "run" / "last.pt")["step"] == step + 3
 
@@ -188,9 +189,9 @@ def test_sigkill_at_random_moments_never_leaves_a_broken_checkpoint(small_corpus
         if (run / "last.pt").exists():
             load_checkpoint(run / "last.pt")  # complete and loadable, or this raises
         assert len(list(run.glob(".*.tmp"))) <= 1, attempt  # at most the write that was cut short
-    finished = subprocess.run([str(INSTALLED), "train", str(small_corpus), "--layers", "1", "--hidden", "8",
-                               "--batch-size", "4", "--seq-len", "16", "--max-steps", "2", "--out", "run",
-                               "--overwrite"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    finished = run_installed("train", small_corpus, "--layers", "1", "--hidden", "8", "--batch-size", "4",
+                             "--seq-len", "16", "--max-steps", "2", "--out", "run", "--overwrite",
+                             cwd=tmp_path)
     assert finished.returncode == 0, finished.stderr  # the dead runs' lock was stale and taken over
     assert not list(run.glob(".*.tmp"))
 
@@ -198,8 +199,6 @@ def test_sigkill_at_random_moments_never_leaves_a_broken_checkpoint(small_corpus
 def test_train_in_a_thread_without_signal_handlers(small_corpus, tmp_path):
     """GracefulStop outside the main thread installs nothing and still works as a context manager."""
     import threading
-
-    from charrnn.utils.interrupt import GracefulStop
 
     errors = []
 
@@ -217,24 +216,17 @@ def test_train_in_a_thread_without_signal_handlers(small_corpus, tmp_path):
     assert errors == [] and os.path.exists(tmp_path / "run" / "last.pt")
 
 
-def test_a_full_disk_is_reported_before_training(small_corpus, tmp_path, monkeypatch):
-    import shutil as shutil_module
-
-    usage = shutil_module.disk_usage(tmp_path)
-    monkeypatch.setattr("charrnn.training.rundir.shutil.disk_usage",
-                        lambda path: usage._replace(free=100_000))
-    plan = tiny_plan(small_corpus, tmp_path / "run", max_steps=2)
-    with pytest.raises(CharrnnError, match="MiB free under out_dir"):
-        plan.run()
-    assert not (tmp_path / "run" / "last.pt").exists()
-
-
-def test_a_failed_save_says_so_and_keeps_the_previous_checkpoint(small_corpus, tmp_path, monkeypatch):
+def test_a_full_disk_is_reported_before_training_and_a_failed_save_keeps_the_previous_checkpoint(
+        small_corpus, tmp_path, monkeypatch):
     out = tmp_path / "run"
-    plan = tiny_plan(small_corpus, out, max_steps=2)
-    plan.run()
+    tiny_plan(small_corpus, out, max_steps=2).run()
     before = (out / "last.pt").read_bytes()
-
+    usage = shutil.disk_usage(tmp_path)
+    with monkeypatch.context() as full:
+        full.setattr("charrnn.training.rundir.shutil.disk_usage", lambda path: usage._replace(free=100_000))
+        with pytest.raises(CharrnnError, match="MiB free under out_dir"):
+            tiny_plan(small_corpus, tmp_path / "full", max_steps=2).run()
+    assert not (tmp_path / "full" / "last.pt").exists()
     real_replace = os.replace
 
     def disk_full_for_last(source, target):
@@ -281,8 +273,7 @@ def test_overwrite_retires_the_whole_older_run_before_the_new_one_writes(small_c
     new_id = json.loads((out / "config.json").read_text())["run_id"]
     assert new_id != old_id
     assert all(load_checkpoint(path)["run_id"] == new_id for path in out.glob("*.pt"))
-    rows = (out / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(row)["step"] for row in rows] == [6, 8]
+    assert [row["step"] for row in read_jsonl(out / "metrics.jsonl")] == [6, 8]
 
     stop = StopAt(1)
     with pytest.raises(TrainingInterrupted):
@@ -292,12 +283,8 @@ def test_overwrite_retires_the_whole_older_run_before_the_new_one_writes(small_c
     assert sorted(path.name for path in out.iterdir()) == ["config.json", "last.pt", "losses.jsonl"]
     last = load_checkpoint(out / "last.pt")
     assert last["run_id"] == third_id != new_id
-    logged = [json.loads(row)["step"] for row in (out / "losses.jsonl").read_text().splitlines()]
+    logged = [row["step"] for row in read_jsonl(out / "losses.jsonl")]
     assert logged == list(range(1, last["step"] + 1))  # this run's losses alone
-    from click.testing import CliRunner
-
-    from charrnn.cli.main import cli
-
     refused = CliRunner().invoke(cli, ["sample", str(out)])  # no best.pt yet: the message names what is there
     assert refused.exit_code == 1 and f"such as {out / 'last.pt'}" in refused.stderr
 
@@ -374,18 +361,14 @@ def test_a_branch_starts_only_with_its_own_runs_history(small_corpus, tmp_path):
     stray = tmp_path / "other" / "mine.pt"
     stray.write_bytes((tmp_path / "mine" / "last.pt").read_bytes())
     charrnn.train(resume=stray, out_dir=tmp_path / "branch", max_steps=6, eval_every=2, device="cpu")
-    rows = [json.loads(line) for line in (tmp_path / "branch" / "metrics.jsonl").read_text().splitlines()]
-    assert [row["step"] for row in rows] == [6]
+    assert [row["step"] for row in read_jsonl(tmp_path / "branch" / "metrics.jsonl")] == [6]
     charrnn.train(resume=tmp_path / "mine" / "last.pt", out_dir=tmp_path / "own", max_steps=6, eval_every=2,
                   device="cpu")
-    rows = [json.loads(line) for line in (tmp_path / "own" / "metrics.jsonl").read_text().splitlines()]
-    assert [row["step"] for row in rows] == [2, 4, 6]
+    assert [row["step"] for row in read_jsonl(tmp_path / "own" / "metrics.jsonl")] == [2, 4, 6]
 
 
 def test_a_run_directory_stays_one_whatever_is_copied_into_it(tiny_run, tmp_path):
     """A model folder's weights dropped into a run directory do not make it a model folder."""
-    import shutil
-
     run = shutil.copytree(tiny_run, tmp_path / "run")
     charrnn.export(run, tmp_path / "folder", format="safetensors")
     shutil.copy(tmp_path / "folder" / "model.safetensors", run)
@@ -486,32 +469,24 @@ def test_a_file_is_refused_on_what_a_checkpoint_stands_for_and_at_a_run_director
         refuse_writing_over_reads(shipped / "mine", "out_dir", {}, run_directory=True)
 
 
-def test_a_run_directory_is_refused_where_its_files_are_what_the_run_reads(small_corpus, tmp_path):
-    corpus_dir = tmp_path / "poems"
-    (corpus_dir / "deep").mkdir(parents=True)
-    os.link(small_corpus, corpus_dir / "deep" / "a.txt")
+def test_a_run_directory_is_refused_where_its_files_are_what_the_run_reads_or_inside_a_directory_corpus(
+        small_corpus, tmp_path):
+    poems = tmp_path / "poems"
+    (poems / "deep").mkdir(parents=True)
+    os.link(small_corpus, poems / "deep" / "a.txt")
     run = tmp_path / "run"
     run.mkdir()
     os.link(small_corpus, run / "metrics.jsonl")
-    for reads in ({"corpus": small_corpus}, {"corpus": corpus_dir}):
+    for reads in ({"corpus": small_corpus}, {"corpus": poems}):
         refused = "out_dir .*run would replace .*metrics.jsonl, which is .*corpus .*choose another run"
         with pytest.raises(OptionConflict, match=refused):
             refuse_writing_over_reads(run, "out_dir", reads, run_directory=True)
-    refuse_writing_over_reads(tmp_path / "fresh", "out_dir", {"corpus": corpus_dir, "init_from": None},
+    refuse_writing_over_reads(tmp_path / "fresh", "out_dir", {"corpus": poems, "init_from": None},
                               run_directory=True)
-
-
-def test_a_run_directory_is_refused_inside_a_directory_corpus_or_over_a_temporary_it_reads(
-        small_corpus, tmp_path):
-    poems = tmp_path / "poems"
-    poems.mkdir()
-    (poems / "a.txt").write_text("shall I compare thee\n", encoding="utf-8")
     for out in (poems, poems / "run"):
         refused = "is inside the corpus directory .*poems: writing there would change what is read"
         with pytest.raises(OptionConflict, match=refused + "; choose another run directory"):
             refuse_writing_over_reads(out, "out_dir", {"corpus": poems}, run_directory=True)
-    run = tmp_path / "run"
-    run.mkdir()
     temporary = run / ".charrnn-999999-best.pt.abc.tmp"  # a name the run clears away when its process is gone
     temporary.write_bytes(small_corpus.read_bytes())
     with pytest.raises(OptionConflict, match="would replace .*abc.tmp, which is corpus"):

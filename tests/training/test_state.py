@@ -1,5 +1,4 @@
 import contextlib
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,13 +13,6 @@ from charrnn.training.rundir import checkpoint_bytes
 from charrnn.training.state import TrainingRun, WeightAverage, restore_cuda_rng
 
 from helpers import plan_run
-
-
-@pytest.fixture
-def repeated_corpus(tmp_path: Path) -> Path:
-    path = tmp_path / "repeat.txt"
-    path.write_text("the quick brown fox jumps over the lazy dog. " * 60, encoding="utf-8")
-    return path
 
 
 def test_value_clipping_bounds_every_gradient_element(make_run, repeated_corpus, tmp_path):
