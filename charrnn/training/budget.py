@@ -544,11 +544,13 @@ def final_work_seconds(model: CharRNN, vocab: Vocab, config: TrainConfig, val_id
 def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab, val_ids: torch.Tensor,
                     group: ProcessGroup, clock: Callable[[], float], finish_s: float,
                     started: float | None = None, resumed: dict[str, Any] | None = None,
-                    evaluates: bool = True, chosen: Iterable[str] = ()) -> BudgetEnding:
+                    decision: BudgetDecision | None = None) -> BudgetEnding:
     """A budgeted run's end, measured on a model of its shape: the seconds kept (``finish_s`` included), when
-    to evaluate and what to tell the user (of the limits beside the budget, those not ``chosen`` by its
-    plan). A new run whose budget from ``started`` cannot pay for its end is refused; a resumed run with no
-    time left raises :class:`RunAlreadyFinished`."""
+    to evaluate, what to tell the user (of the limits beside the budget, those its ``decision`` did not
+    choose) and the speed it planned for. A new run whose budget from ``started`` cannot pay for its end is
+    refused; a resumed run with no time left raises :class:`RunAlreadyFinished`."""
+    evaluates, chosen = decision is None or decision.evaluates, decision.chosen if decision else {}
+    speed = planned_speed(decision)
     budget, device = config.time_budget, torch.device(config.device)
     val_ids, scored = scored_validation(val_ids, config.eval_chars)  # what every evaluation scores
     measured = (final_work_seconds(CharRNN(model_config).to(device), vocab, config, val_ids, clock)
@@ -599,4 +601,4 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
             f"out less text with {option('val_max_chars')} or {option('val_frac')} (now "
             f"{config.val_max_chars or 'none'} and {config.val_frac:g})")
     points = tuple(k / (count + 1) for k in range(1, count + 1))  # evenly through the run, not at its ends
-    return BudgetEnding(reserve, points, tuple(messages), finish_s)
+    return BudgetEnding(reserve, points, tuple(messages), finish_s, speed)

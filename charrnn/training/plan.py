@@ -35,7 +35,7 @@ from charrnn.models.devices import (
     resolve_precision,
 )
 from charrnn.models.evaluate import EvalResult
-from charrnn.training.budget import BudgetDecision, plan_budget, plan_budget_end, planned_speed
+from charrnn.training.budget import BudgetDecision, plan_budget, plan_budget_end
 from charrnn.training.checkpoint import RESUME_FIELDS, checkpoint_in, load_checkpoint, load_model
 from charrnn.training.distributed import ProcessGroup
 from charrnn.training.loop import TrainingLoop
@@ -271,11 +271,8 @@ def plan_training(request: TrainingRequest, group: ProcessGroup | None = None, s
     StreamBatches(split.train, config.batch_size, config.seq_len)
     ending = None
     if config.time_budget is not None:
-        budget = decided.get("budget")
         ending = plan_budget_end(model_config, config, vocab, split.val, group, time.perf_counter, finish_s,
-                                 started, decided.get("resume_from"), budget is None or budget.evaluates,
-                                 chosen=budget.chosen if budget is not None else ())
-        ending = replace(ending, chars_per_s=planned_speed(budget))
+                                 started, decided.get("resume_from"), decided.get("budget"))
     return TrainingPlan(**decided, ending=ending, started=started, threads=threads)
 
 

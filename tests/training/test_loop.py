@@ -22,7 +22,7 @@ OPTIONS = {"hidden_size": 64, "embed_size": 16, "batch_size": 8, "seq_len": 32, 
 @pytest.fixture(autouse=True)
 def the_fake_clocks_are_the_planned_machine(monkeypatch):
     """A budget's probe times the wall clock; FakeClock runs see the speed their plan expects."""
-    monkeypatch.setattr("charrnn.training.plan.planned_speed", lambda budget: None)
+    monkeypatch.setattr("charrnn.training.budget.planned_speed", lambda budget: None)
 
 
 def train_tiny(make_run, corpus: Path, out: Path, **options):
