@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
 import time
 from typing import Any
@@ -29,6 +28,7 @@ from charrnn.config import (
 )
 from charrnn.errors import TrainingInterrupted
 from charrnn.utils.interrupt import EXIT_CODES
+from charrnn.utils.terminal import shell_word
 
 RUN = "run directory and checkpoints"  # a help group
 SAMPLES = "samples while training"  # a help group
@@ -138,9 +138,9 @@ def train_command(ctx: click.Context, corpus: str | None, as_json: bool, quiet: 
             kept = "best.pt keeps the best weights evaluated before; " \
                 if interrupted.checkpoint.with_name("best.pt").is_file() else ""
             message(f"{kept}score the last ones with: charrnn eval-perplexity "
-                    f"{shlex.quote(str(interrupted.checkpoint))}")
+                    f"{shell_word(str(interrupted.checkpoint))}")
         else:
-            message(f"resume with: charrnn train --resume {shlex.quote(str(interrupted.checkpoint))}")
+            message(f"resume with: charrnn train --resume {shell_word(str(interrupted.checkpoint))}")
         ctx.exit(EXIT_CODES[interrupted.signal_name])
     if result.rank != 0:  # torchrun's other processes: the first one reports
         return
@@ -148,7 +148,7 @@ def train_command(ctx: click.Context, corpus: str | None, as_json: bool, quiet: 
         print_json(result.to_dict())
     else:
         show(training_summary(result))
-        message(f"sample with: charrnn sample {shlex.quote(str(result.out_dir / 'best.pt'))}")
+        message(f"sample with: charrnn sample {shell_word(str(result.out_dir / 'best.pt'))}")
 
 
 COMMANDS = [train_command]

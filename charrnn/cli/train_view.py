@@ -276,10 +276,12 @@ def budget_line(budget: Any, other_text: bool = False) -> str:
     if choice.predicted_loss is None:
         return (f"{head} leaves no shape time to train once it is measured, evaluated and saved: the "
                 f"fastest, {choice.describe()} ({speed}), trains what it can")
-    limit = f" (time for {choice.budget_epochs:.1f}: it ends early at its limit)" if choice.limit else ""
+    affords = "far more" if choice.budget_epochs > 1e6 else f"{choice.budget_epochs:.1f}"
+    limit = f" (time for {affords}: it ends early at its limit)" if choice.limit else ""
     slowed = f" with dropout {choice.dropout:g} ({1 - choice.speed_share:.0%} slower)" \
         if choice.speed_share < 1 else ""
-    others = [c for c in budget.candidates if c is not choice and c.predicted_loss is not None]
+    others = [c for c in budget.candidates if c is not choice and c.predicted_loss is not None
+              and c.pays_for_its_end]
     runner_up = ""
     if others:
         second = min(others, key=lambda c: c.predicted_loss)

@@ -151,6 +151,7 @@ class Workload:
     max_epochs: float | None = None  # an epoch limit given beside the budget
     eval_every: int | None = None  # steps between evaluations, given beside the budget: paid from it
     dropout: float | None = None  # the user's dropout, every shape timed with it; None: the plan chooses
+    uniform_loss: float = math.inf  # ln(vocabulary size): no prediction is worse than guessing alike
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,12 @@ class Candidate:
 
     def describe(self) -> str:
         return f"{self.num_layers}×{self.settings['hidden_size']} LSTM"
+
+    @property
+    def pays_for_its_end(self) -> bool:
+        """Whether the budget ends its training, or the user's limit leaves it more training than its end."""
+        training_s = self.chars / max(self.chars_per_s * self.speed_share, 1e-9)
+        return not self.users_limit or self.end_s <= training_s
 
 
 @dataclass(frozen=True)
@@ -250,8 +257,7 @@ def choose(candidates: tuple[Candidate, ...]) -> Candidate:
     larger one predicts lower; the fastest when none can train. A tie stopping at its pass limit yields to one
     training to the budget's end, and a shape that the user's limit stops before its end costs more than its
     training is passed over: that limit leaves the budget's time unspent (docs/defaults.md, "Choose")."""
-    worth = tuple(c for c in candidates
-                  if not c.users_limit or c.end_s <= c.chars / max(c.chars_per_s * c.speed_share, 1e-9))
+    worth = tuple(c for c in candidates if c.pays_for_its_end)
     lowest = _lowest(worth)
     if lowest is None:
         return candidates[0]
@@ -329,12 +335,14 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
             if planned := dropout_for_epochs(slowed[1] / workload.train_chars):
                 dropout, share, trained = planned, slowed_share, slowed
         training_s, chars, affordable, limit, evaluates = trained
+        skip = settings.get("skip_connections", False)
+        law = SCALING_LAW.predict(params, chars, workload.train_chars, skip) if chars else None
+        predicted = None if law is None else min(workload.uniform_loss, law)  # never worse than guessing
         candidates.append(Candidate(
             settings, layers, params, chars_per_s=speed.train_chars_per_s,
             eval_chars_per_s=speed.eval_chars_per_s, measured=measured_speed is not None, estimable=True,
             training_s=training_s, chars=chars, epochs=chars / workload.train_chars,
-            budget_epochs=affordable / workload.train_chars, predicted_loss=SCALING_LAW.predict(params, chars,
-                workload.train_chars, settings.get("skip_connections", False)) if chars else None,
+            budget_epochs=affordable / workload.train_chars, predicted_loss=predicted,
             limit=limit, precision=precision, evaluates=evaluates, dropout=dropout, speed_share=share,
             end_s=end.reserve_s(), users_limit=limit == "max_steps" or (
                 limit == "epochs" and workload.max_epochs is not None)))
@@ -417,7 +425,7 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
     shapes, precisions = [trial[0] for trial in trials], [trial[3] for trial in trials]
     workload = Workload(seconds, now - started if started is not None else 0.0, 0.0, len(train_ids),
                         len(val_ids), config.seq_len, given.get("ema_decay", 1.0) > 0, config.max_steps,
-                        config.epochs, config.eval_every, given.get("dropout"))
+                        config.epochs, config.eval_every, given.get("dropout"), math.log(len(vocab)))
     speeds: list[Speed | None] = [None] * len(shapes)
     previous_loss, allowance = math.inf, BUDGET_PROBE_SHARE * seconds
     # Rank 0 times shapes, smallest first, while the next's predicted timing fits; all take its figures.
@@ -439,6 +447,8 @@ def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, voca
         # Worse than the one before, and all three (or the last two) train alike: larger ones would be too.
         if loss > previous_loss and all(_alike(shape[0], settings) for shape in shapes[index - 1: index + 2]):
             break
+        if not estimate.pays_for_its_end:  # the user's limit leaves it less training than its end: larger
+            break  # ones' ends cost more still
         previous_loss = loss
     figures = [value for speed in speeds for value in (astuple(speed) if speed else (0.0, 0.0))]
     *figures, probe_s = group.reduce([*figures, clock() - now], torch.device(config.device), op="max")

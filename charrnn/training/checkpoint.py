@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import shlex
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,7 +49,7 @@ from charrnn.utils.files import (
     within_folder,
 )
 from charrnn.utils.hardware import available_host_memory
-from charrnn.utils.terminal import markdown_text, one_line
+from charrnn.utils.terminal import markdown_text, one_line, shell_word
 
 FORMAT_VERSION = 1
 # In every checkpoint (a model folder's too); what resuming needs; what a model folder's config.json keeps
@@ -403,7 +402,7 @@ def write_model_folder(payload: dict[str, Any], source: Path, target: Path, name
     ``name`` titles its card, ``shown`` names it in the card's commands. Returns the weights' bytes."""
     from safetensors.torch import save
 
-    shown = shown or (target.name if not target.name.startswith("-") else f"./{target.name}")
+    shown = shown or target.name
     model = payload["model_config"]
     state = {key: (value.float() if float32 else value).contiguous() for key, value in
              payload["model_state"].items()}
@@ -563,13 +562,17 @@ def _safetensors_layout(handle: BinaryIO, path: Path) -> dict[str, tuple[tuple[i
         raise unreadable("its header is not a JSON object")
     data_bytes, layout, spans = size - 8 - length, {}, []
     for name, entry in header.items():
-        if name == "__metadata__":
+        if name == "__metadata__":  # strings to strings, or the safetensors reader refuses it in its words
+            if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
+                raise unreadable("its header's __metadata__ is not a map of strings")
             continue
         entry = entry if isinstance(entry, dict) else {}
         shape, offsets, named = entry.get("shape"), entry.get("data_offsets"), entry.get("dtype")
         dtype = SAFETENSORS_DTYPES.get(named) if isinstance(named, str) else None
-        if dtype is None or not _counts(shape) or not _counts(offsets) or len(offsets) != 2:
+        if dtype is None:
             raise unreadable(f"its header's {name!r} is not a tensor of a dtype charrnn knows ({named!r})")
+        if not _counts(shape) or not _counts(offsets) or len(offsets) != 2:
+            raise unreadable(f"its header's {name!r} has no whole-number shape and two data offsets")
         begin, end = offsets
         if end > data_bytes:
             raise unreadable(f"tensor {name!r} ends at byte {end:,} of its data, past the file's end: it "
@@ -598,25 +601,6 @@ def _counts(value: Any) -> bool:
 # README.md: what the model is, what it scores on which text, and how it was made. Every recorded text is
 # escaped for where it lands: Markdown text (markdown_text), a code span, a fenced block, a shell word.
 NOT_RECORDED = "not recorded"
-
-
-def _shell_word(text: str) -> str:
-    """``text`` as one shell word on one line: quoted as a shell needs, and with a hidden character (a line
-    break, a byte that is not UTF-8) as an escape of bash's ``$'...'``, which gives that very character."""
-    if text.isprintable():
-        return shlex.quote(text)
-
-    def escaped(char: str) -> str:
-        code = ord(char)
-        if char in "\\'":
-            return "\\" + char
-        if char.isprintable():
-            return char
-        if code < 0x80 or 0xDC80 <= code <= 0xDCFF:  # an ASCII control, or a byte that is not UTF-8
-            return f"\\x{code & 0xFF:02x}"
-        return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
-
-    return "$'" + "".join(map(escaped, text)) + "'"
 
 
 def _longest_backtick_run(text: str) -> int:
@@ -678,7 +662,7 @@ def _training(config: dict[str, Any]) -> list[str]:
 
 def model_card(config: dict[str, Any], parameters: int, name: str, folder: str) -> str:
     """The card of a model folder whose config.json holds ``config``, named ``name``, at ``folder``."""
-    model, quoted = config["model_config"], _shell_word(folder)
+    model, quoted = config["model_config"], shell_word(folder)
     extras = [f"embedding {model['embed_size']}"]
     extras += ["skip connections"] if model.get("skip_connections") else []
     extras += ["layer normalisation"] if model.get("layer_norm") else []

@@ -506,11 +506,11 @@ def read_losses(run_dir: Path) -> list[LossRecord]:
 
 
 def rows_up_to(path: Path, step: int, cls: type) -> list[str]:
-    """The rows of log ``path`` up to ``step``, as they are; no regular file there holds none. A row that is
+    """The rows of log ``path`` up to ``step``, as they are; no file there holds none. A row that is
     not a ``cls`` record is refused, naming its line: keeping only what could be read would lose the rest."""
-    if not path.is_file():
+    if not os.path.lexists(path):
         return []
-    rows = read_log(path, lambda line: (line, read_row(cls, line).step))
+    rows = read_log(path, lambda line: (line, read_row(cls, line).step))  # a FIFO there is refused
     return [line for line, row_step in rows if row_step <= step]
 
 

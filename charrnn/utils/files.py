@@ -253,30 +253,41 @@ def json_text(value: Any, **options: Any) -> str:
     return json.dumps(finite(value), allow_nan=False, **options)
 
 
+# A row of a run's log is far shorter (a recorded sample of a million characters included): a longer one is
+# no row charrnn wrote, refused before it fills memory.
+LOG_ROW_MOST_BYTES = 2**26
+
+
 def read_log(path: Path, parse: Callable[[str], Row]) -> list[Row]:
-    """Each non-blank row of JSON-lines log ``path`` through ``parse``; an unreadable log, or a row that
-    ``parse`` refuses with a ValueError (saying why), is a :class:`CharrnnError` naming it."""
+    """Each non-blank row of JSON-lines log ``path`` through ``parse``, read a row at a time; an unreadable
+    log, a row longer than :data:`LOG_ROW_MOST_BYTES`, or one that ``parse`` refuses with a ValueError
+    (saying why), is a :class:`CharrnnError` naming it."""
+    rows, offset = [], 0
     try:
-        data = read_regular(path)
-        text = data.decode("utf-8-sig")  # a byte-order mark is not part of the first row
-    except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise CharrnnError(f"{path} line {line} is not UTF-8 text (invalid byte at offset {exc.start}); "
-                           f"remove that line to read the others") from None
+        with open_regular(path) as handle:
+            # Split at line feeds only: a row's JSON may hold characters that ``str.splitlines`` would also
+            # split at (U+2028, U+0085, a form feed) inside its strings.
+            for number, raw in enumerate(iter(lambda: handle.readline(LOG_ROW_MOST_BYTES + 1), b""), 1):
+                if len(raw) > LOG_ROW_MOST_BYTES:
+                    raise CharrnnError(f"{path} line {number} is longer than any row charrnn writes "
+                                       f"({LOG_ROW_MOST_BYTES:,} bytes); remove that line to read the others")
+                try:  # a byte-order mark is not part of the first row
+                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError as exc:
+                    raise CharrnnError(f"{path} line {number} is not UTF-8 text (invalid byte at offset "
+                                       f"{offset + exc.start}); remove that line to read the "
+                                       f"others") from None
+                offset += len(raw)
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(parse(line.rstrip("\n")))
+                except ValueError as exc:
+                    separator = "" if str(exc).startswith(":") else " "
+                    raise CharrnnError(f"{path} line {number}{separator}{exc}; remove that line to read the "
+                                       f"others") from None
     except OSError as exc:
         raise CharrnnError(f"cannot read {path}: {reason(exc)}") from None
-    rows = []
-    # Split at line feeds only: a row's JSON may hold characters that ``str.splitlines`` would also split
-    # at (U+2028, U+0085, a form feed) inside its strings.
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(parse(line))
-        except ValueError as exc:
-            separator = "" if str(exc).startswith(":") else " "
-            raise CharrnnError(f"{path} line {number}{separator}{exc}; remove that line to read the "
-                               f"others") from None
     return rows
 
 
@@ -313,6 +324,10 @@ def parse_json(text: str | bytes) -> Any:
         return json.loads(text)
     except RecursionError:  # a call stack already deep when the parser started
         raise ValueError("is nested too deeply to read") from None
+    except ValueError as exc:
+        if isinstance(exc, json.JSONDecodeError):
+            raise
+        raise ValueError("holds a number too long to read") from None  # Python's advice is for programmers
 
 
 def replace_text(path: Path, text: str) -> None:
@@ -462,8 +477,9 @@ def _settle(given: Path) -> None:
 def settle_folder(path: Path) -> None:
     """Make name ``path`` hold a whole folder, the earlier or the new, whatever moment an export to it was
     killed at (:func:`replace_folder`), and clear the temporary folders killed exports left beside it.
-    Where an export is under way, what it has set aside is its own: only a name left empty is waited for."""
-    given = Path(path)
+    Where an export is under way, what it has set aside is its own: only a name left empty is waited for.
+    A link is followed to the name it leads to, even where that name stands empty."""
+    given = Path(os.path.realpath(path))
     if not _export_temporaries(given.parent, "*"):
         return
     empty = not os.path.lexists(given) and bool(_export_temporaries(given.parent, ASIDE, given.name))

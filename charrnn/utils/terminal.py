@@ -11,6 +11,7 @@ import html
 import io
 import os
 import re
+import shlex
 import sys
 import unicodedata
 from collections.abc import Iterable, Iterator
@@ -273,3 +274,25 @@ def heat(nats: float) -> tuple[int, int, int]:
     """White for no surprise, through yellow, to red at :data:`SATURATION_NATS` and beyond."""
     level = max(0.0, min(1.0, nats / SATURATION_NATS))
     return 255, round(255 * min(1.0, 2 - 2 * level)), round(255 * max(0.0, 1 - 2 * level))
+
+
+def shell_word(path: str | Path) -> str:
+    """A path as one shell word on one line, for a command a user copies: quoted as a shell needs, a
+    leading dash behind ``./`` (no option), and a hidden character (a line break, a byte that is not UTF-8)
+    as an escape of bash's ``$'...'``, which gives that very character."""
+    text = str(path)
+    text = f"./{text}" if text.startswith("-") else text
+    if text.isprintable():
+        return shlex.quote(text)
+
+    def escaped(char: str) -> str:
+        code = ord(char)
+        if char in "\\'":
+            return "\\" + char
+        if char.isprintable():
+            return char
+        if code < 0x80 or 0xDC80 <= code <= 0xDCFF:  # an ASCII control, or a byte that is not UTF-8
+            return f"\\x{code & 0xFF:02x}"
+        return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+    return "$'" + "".join(map(escaped, text)) + "'"

@@ -389,9 +389,11 @@ def _nested(name: str):
     return apply
 
 
-def _nested_header(folder: Path) -> None:
-    raw = f'{{"__metadata__": {DEEP}}}'.encode()
-    (folder / WEIGHTS).write_bytes(len(raw).to_bytes(8, "little") + raw)
+def _header(text: str):
+    """A weights file of header ``text`` alone."""
+    def apply(folder: Path) -> None:
+        (folder / WEIGHTS).write_bytes(len(text.encode()).to_bytes(8, "little") + text.encode())
+    return apply
 
 
 # Refused from sizes, counts, depth and the weights' header, before any data is read: each file is
@@ -409,7 +411,13 @@ DAMAGE |= {
     "a config of 100 GiB": (_sparse(CONFIG, 100 * 2**30, b"{"), CONFIG, "is refused unread"),
     "a config nested 600 deep": (_nested(CONFIG), CONFIG, "nested more than 64 levels deep"),
     "a vocabulary nested 600 deep": (_nested(VOCAB), VOCAB, "nested more than 64 levels deep"),
-    "a weights header nested 600 deep": (_nested_header, WEIGHTS, "nested more than 64 levels deep"),
+    "a weights header nested 600 deep": (_header(f'{{"__metadata__": {DEEP}}}'), WEIGHTS,
+                                         "nested more than 64 levels deep"),
+    "a negative offset": (_header('{"w": {"dtype": "F32", "shape": [1], "data_offsets": [-1, 3]}}'), WEIGHTS,
+                          "'w' has no whole-number shape and two data offsets"),
+    "metadata of a list": (_header('{"__metadata__": ["a"]}'), WEIGHTS, "__metadata__ is not a map of"),
+    "a number of 5,000 digits": (lambda folder: (folder / CONFIG).write_text(f'{{"format": {"9" * 5000}}}'),
+                                 CONFIG, "holds a number too long to read"),
 }
 
 

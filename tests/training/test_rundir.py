@@ -566,3 +566,13 @@ def test_a_link_planted_at_a_run_file_is_replaced_and_what_it_led_to_is_untouche
     assert precious.read_bytes() == kept and hard.read_text() == mine
     assert not (run_with_epochs / "best.pt").is_symlink()
     assert (run_with_epochs / "metrics.jsonl").stat().st_nlink == 1
+
+
+def test_a_resume_refuses_a_fifo_at_a_log_it_would_rewrite(small_corpus, tmp_path):
+    out = tmp_path / "run"
+    tiny_plan(small_corpus, out, max_steps=6).run()
+    (out / "metrics.jsonl").unlink()
+    os.mkfifo(out / "metrics.jsonl")
+    with pytest.raises(CharrnnError, match=r"cannot read .*metrics\.jsonl: not a regular file"):
+        plan_run(None, None, resume=out / "last.pt", max_steps=8).run()
+    assert (out / "metrics.jsonl").is_fifo()

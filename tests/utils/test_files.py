@@ -220,6 +220,12 @@ def test_a_log_reads_row_by_row_naming_the_line_it_cannot_read_and_a_json_object
         read_log(log, json.loads)
     log.write_bytes(b'\xef\xbb\xbf{"a": 1}\n')  # a byte-order mark is not part of the first row
     assert read_log(log, json.loads) == [{"a": 1}]
+    with pytest.raises(ValueError, match="^holds a number too long to read$"):
+        parse_json('{"hidden_size": ' + "9" * 5000 + "}")
+    with open(log, "ab") as handle:  # a sparse gigabyte with no line break: refused, never held whole
+        handle.truncate(2**30)
+    with pytest.raises(CharrnnError, match=r"line 2 is longer than any row charrnn writes \(67,108,864"):
+        read_log(log, json.loads)
     with pytest.raises(CharrnnError, match="cannot read .*missing.jsonl: "):
         read_log(tmp_path / "missing.jsonl", json.loads)
     path = tmp_path / "config.json"  # a JSON object is read, or None whatever stands there
@@ -281,22 +287,23 @@ KILL_MOMENTS = {"writing the new folder": ("fsync", b"old"), "between two rename
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("access", ["read", "export"])
+@pytest.mark.parametrize("access", ["read", "read through a link", "export"])
 @pytest.mark.parametrize("moment", KILL_MOMENTS, ids=list(KILL_MOMENTS))
 def test_an_export_killed_at_any_moment_leaves_a_whole_folder_to_the_next_access(tmp_path, moment, access):
     target = tmp_path / "model"
     replace_folder(target, {"a": b"old", "b": b"old"}, lambda folder: [])
+    (tmp_path / "link").symlink_to("model")
     call, survivor = KILL_MOMENTS[moment]
     killed = subprocess.run([sys.executable, "-c", KILLED_EXPORT, call, str(target)], capture_output=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert list(tmp_path.glob(f"{TEMPORARY_PREFIX}*"))  # what the killed export left
-    if access == "read":
-        settle_folder(target)
+    if access.startswith("read"):
+        settle_folder(tmp_path / "link" if access.endswith("link") else target)
     else:
         replace_folder(target, {"a": b"newer", "b": b"newer"}, lambda folder: [])
         survivor = b"newer"
     assert {path.name: path.read_bytes() for path in target.iterdir()} == {"a": survivor, "b": survivor}
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["model"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["link", "model"]
 
 
 @pytest.mark.parametrize(("swap_before", "seen"), [("b", b"new"), (None, b"old")])

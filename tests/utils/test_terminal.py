@@ -119,3 +119,17 @@ def test_the_interactive_screen_and_a_run_named_with_markup_show_what_was_writte
     assert result.exit_code == 0, result.output
     assert "[bold]x[/bold]" in result.stdout and "\\x1b]0;t\\x07" in result.stdout
     assert_no_raw_hidden(result.stdout)
+
+
+@pytest.mark.parametrize("name", ["run", "-d", "a b", "it's", "nl\nx", "tab\tx", "r\udcfen", "$(x)", "é語"])
+def test_a_path_in_a_command_to_copy_is_one_word_that_the_shell_reads_back_exactly(name):
+    import os
+    import subprocess
+
+    from charrnn.utils.terminal import shell_word
+
+    word = shell_word(f"{name}/best.pt")
+    assert "\n" not in word and word.isprintable()
+    read = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, check=True).stdout
+    expected = f"./{name}/best.pt" if name.startswith("-") else f"{name}/best.pt"
+    assert read == os.fsencode(expected)
