@@ -536,7 +536,7 @@ def test_an_output_inside_a_directory_corpus_is_refused(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["config.json", "metrics.jsonl", "last.pt"])
 def test_a_fifo_at_a_name_the_run_keeps_never_blocks(small_run, name):
-    """Refused in one line, or (a log the run rewrites anyway) replaced: never waited on."""
+    """Refused in one line, never waited on: not even a log the run would rewrite is replaced."""
     (small_run / name).unlink()
     os.mkfifo(small_run / name)
     arguments = ["train", "--resume", str(small_run / "best.pt"), "--max-steps", "9"]
@@ -544,7 +544,7 @@ def test_a_fifo_at_a_name_the_run_keeps_never_blocks(small_run, name):
                              timeout=120)
     lines = process.stderr.strip().splitlines()
     assert "Traceback" not in process.stderr
-    assert process.returncode == 0 if name == "metrics.jsonl" else lines[-1].startswith("Error: ")
+    assert process.returncode == 1 and lines[-1].startswith("Error: ") and (small_run / name).is_fifo()
 
 
 @pytest.mark.parametrize(("make", "refusal", "kept"), [
