@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
@@ -28,7 +27,7 @@ from charrnn.config import (
 )
 from charrnn.errors import TrainingInterrupted
 from charrnn.utils.interrupt import EXIT_CODES
-from charrnn.utils.terminal import shell_word
+from charrnn.utils.terminal import shell_word, terminal_columns
 
 RUN = "run directory and checkpoints"  # a help group
 SAMPLES = "samples while training"  # a help group
@@ -129,7 +128,7 @@ def train_command(ctx: click.Context, corpus: str | None, as_json: bool, quiet: 
     from charrnn.cli.train_view import ProgressBar, training_summary
 
     given = {**given_options(ctx, arguments), **parse_advanced(advanced)}
-    observer = ProgressBar(err, draw_bar=sys.stderr.isatty(), quiet=quiet)
+    observer = ProgressBar(err, draw_bar=terminal_columns() > 0, quiet=quiet)
     try:
         result = api.train(corpus, observer=observer, started=started, finish_s=PROCESS_EXIT_S, **given)
     except TrainingInterrupted as interrupted:

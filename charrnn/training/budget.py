@@ -239,7 +239,7 @@ class BudgetDecision:
         choice = self.choice if self.planned and "hidden_size" not in self.chosen else None
         if choice is None or choice.epochs >= USEFUL_EPOCHS:
             return None
-        return (f"warning: in {self.seconds:g} s the {choice.describe()} given trains {choice.epochs:.2f} "
+        return (f"warning: in {self.seconds:g} s the {choice.describe()} given trains {choice.epochs:.1f} "
                 f"epochs here, under {USEFUL_EPOCHS:g} of a pass over the text: leave "
                 f"{option('hidden_size')} to {option('time_budget')}, or give it more time")
 

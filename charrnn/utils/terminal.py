@@ -247,8 +247,10 @@ def format_epoch(epoch: float | None) -> str:
 def checkpoint_labels(reports: list[Any]) -> list[str]:
     """The shortest of file name, run/file name and full path that tells the checkpoints apart (each
     report has ``checkpoint``, a path, and ``run``, its run directory's name)."""
-    for labels in ([Path(report.checkpoint).name for report in reports],
-                   [f"{report.run}/{Path(report.checkpoint).name}" for report in reports]):
+    names = [Path(report.checkpoint).name for report in reports]
+    # A model folder is its own run: its name alone, never "m1/m1".
+    for labels in (names, [name if report.run == name else f"{report.run}/{name}"
+                           for report, name in zip(reports, names, strict=True)]):
         if len(set(labels)) == len(labels):
             return labels
     return [report.checkpoint for report in reports]
@@ -296,3 +298,12 @@ def shell_word(path: str | Path) -> str:
         return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
     return "$'" + "".join(map(escaped, text)) + "'"
+
+
+def terminal_columns() -> int:
+    """The columns of the terminal standard error writes to; 0 without one, or for a terminal that
+    reports none (a bar there would draw nothing: plain lines serve instead)."""
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns if sys.stderr.isatty() else 0
+    except (OSError, ValueError):
+        return 0

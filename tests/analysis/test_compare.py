@@ -163,6 +163,10 @@ def test_labels_fall_back_to_full_paths_and_the_vocabulary_note_tells_checkpoint
     shutil.copytree(other_run, other)
     reports, note = compare_checkpoints([tiny_run / "best.pt", other / "best.pt"], settings(length=5))
     assert f"{tiny_run.name}/best.pt: " in note and "other/best.pt: " in note
+    from types import SimpleNamespace as Report  # a model folder is its own run: "m1", never "m1/m1"
+    folders = [Report(checkpoint="a/best.pt", run="a"), Report(checkpoint="b/best.pt", run="b"),
+               Report(checkpoint="m1", run="m1")]
+    assert checkpoint_labels(folders) == ["a/best.pt", "b/best.pt", "m1"]
 
 
 def test_a_checkpoint_whose_corpus_is_gone_shows_its_stored_score(tiny_run, tmp_path):

@@ -637,7 +637,7 @@ def test_a_size_the_user_gave_that_trains_under_half_a_pass_is_warned_of():
     with options_spelled(lambda field: "--" + field.replace("_", "-")):
         warning = short.short_of_a_pass()
     assert warning == (
-        "warning: in 60 s the 2×512 LSTM given trains 0.19 epochs here, under 0.5 of a pass over the text: "
+        "warning: in 60 s the 2×512 LSTM given trains 0.2 epochs here, under 0.5 of a pass over the text: "
         "leave --hidden-size to --time-budget, or give it more time") and USEFUL_EPOCHS == 0.5
     chosen = budget.BudgetDecision(60, "cpu", "fp32", True, {"hidden_size": 512}, short.candidates)
     assert chosen.short_of_a_pass() is None  # the budget's own choice

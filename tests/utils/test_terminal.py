@@ -133,3 +133,16 @@ def test_a_path_in_a_command_to_copy_is_one_word_that_the_shell_reads_back_exact
     read = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, check=True).stdout
     expected = f"./{name}/best.pt" if name.startswith("-") else f"{name}/best.pt"
     assert read == os.fsencode(expected)
+
+
+def test_a_terminal_that_reports_no_columns_gets_plain_lines_not_a_bar(monkeypatch):
+    import os
+    import sys
+
+    from charrnn.utils.terminal import terminal_columns
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    monkeypatch.setattr(os, "get_terminal_size", lambda fd: os.terminal_size((0, 0)))
+    assert terminal_columns() == 0
+    monkeypatch.setattr(os, "get_terminal_size", lambda fd: os.terminal_size((100, 40)))
+    assert terminal_columns() == 100
