@@ -85,38 +85,41 @@ def _largest_id(ids: torch.Tensor) -> int:
     return max(int(ids[start:start + step].to(torch.int32).max()) for start in range(0, len(ids), step))
 
 
-def _chunks(files: list[Path], chunk_bytes: int) -> Iterator[tuple[bytes, torch.Tensor]]:
-    """Each chunk of ``files``, in order, as its raw bytes and the code points it completes (a character
-    split across chunks counts in the second). ASCII chunks skip decoding: their bytes are their code points
+def _file_chunks(file: Path, chunk_bytes: int) -> Iterator[tuple[bytes, torch.Tensor]]:
+    """Each chunk of ``file`` as its raw bytes and the code points it completes (a character split
+    across chunks counts in the second). ASCII chunks skip decoding: their bytes are their code points
     (``uint8``); others give ``int32``."""
-    for file in files:
-        decoder = codecs.getincrementaldecoder("utf-8")()
-        offset = 0
-        try:
-            handle = open(file, "rb")
-        except OSError as exc:
-            raise unreadable_corpus_error(file, exc) from None
-        with handle:
-            while True:
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    try:
+        handle = open(file, "rb")
+    except OSError as exc:
+        raise unreadable_corpus_error(file, exc) from None
+    with handle:
+        while True:
+            try:
+                raw = handle.read(chunk_bytes)
+            except OSError as exc:
+                raise unreadable_corpus_error(file, exc) from None
+            final = len(raw) < chunk_bytes
+            pending = len(decoder.getstate()[0])
+            if not pending and raw.isascii():
+                points = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else \
+                    torch.empty(0, dtype=torch.uint8)
+            else:
                 try:
-                    raw = handle.read(chunk_bytes)
-                except OSError as exc:
-                    raise unreadable_corpus_error(file, exc) from None
-                final = len(raw) < chunk_bytes
-                pending = len(decoder.getstate()[0])
-                if not pending and raw.isascii():
-                    points = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else \
-                        torch.empty(0, dtype=torch.uint8)
-                else:
-                    try:
-                        points = code_points(decoder.decode(raw, final))
-                    except UnicodeDecodeError as exc:
-                        at = offset - pending + exc.start
-                        raise not_utf8_error(file, exc.object[exc.start], at) from None
-                yield raw, points
-                offset += len(raw)
-                if final:
-                    break
+                    points = code_points(decoder.decode(raw, final))
+                except UnicodeDecodeError as exc:
+                    raise not_utf8_error(file, exc.object[exc.start], offset - pending + exc.start) from None
+            yield raw, points
+            offset += len(raw)
+            if final:
+                return
+
+
+def _chunks(files: list[Path], chunk_bytes: int) -> Iterator[tuple[bytes, torch.Tensor]]:
+    for file in files:
+        yield from _file_chunks(file, chunk_bytes)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from charrnn.utils.files import (
     opened_in_folder,
     parse_json,
     read_at_most,
-    read_json_object,
+    read_folder_config,
     reason,
     replace_file,
     replace_folder,
@@ -354,12 +354,6 @@ def is_model_folder(path: Path) -> bool:
     settle_folder(folder)
     return (folder.is_dir() and not any(os.path.lexists(folder / name) for name in CHECKPOINT_NAMES)
             and (os.path.lexists(folder / WEIGHTS) or read_folder_config(folder) is not None))
-
-
-def read_folder_config(path: Path) -> dict[str, Any] | None:
-    """Model folder ``path``'s config.json; None when charrnn did not write it or it cannot be read."""
-    config = read_json_object(Path(path) / CONFIG)
-    return config if config is not None and config.get("format") == FOLDER_FORMAT else None
 
 
 def not_exported(path: Path) -> list[str]:

@@ -105,17 +105,9 @@ class TrainingLoop:
             for message in (slowed and self.load and self.load.leave_busy_cores(), slowed):
                 if message:
                     self.observer.on_message(message)
-            # A signal any rank received, else the limit reached on rank 0's clock: the same on every rank.
-            signal_name = self.stop.signal_name
-            number, self.elapsed = self._agreed([signal.Signals[signal_name].value if signal_name else 0])
-            reason = (StopReason("signal", signal_name=signal.Signals(int(number)).name) if number
-                      else schedule.stop(run, self.elapsed))
+            reason = self._agreed_stop()
             progress = schedule.progress(run, self.elapsed)
-            # A row of losses.jsonl for each hundredth of the run: the mean of its finite training losses.
-            if (mark := self._loss_mark(progress)) != self.loss_mark and self.losses:
-                self.loss_rows.append(LossRecord(run.step, round(run.epoch, 4), round(now - self.start, 3),
-                                                 sum(self.losses) / len(self.losses)))
-                self.loss_mark, self.losses = mark, []
+            self._log_loss(progress, now)
             self.observer.on_step(StepReport(
                 step=run.step, epoch=run.epoch, loss=loss, learning_rate=learning_rate,
                 chars_per_s=speed, progress=progress,
@@ -131,6 +123,21 @@ class TrainingLoop:
     def _loss_mark(self, progress: float | None) -> int:
         """Which hundredth of the run ``progress`` is in (without a limit: which hundred steps)."""
         return int(progress * 100) if progress is not None else self.run.step // 100
+
+    def _log_loss(self, progress: float | None, now: float) -> None:
+        """A row of losses.jsonl for each hundredth of the run: the mean of its finite training losses."""
+        if (mark := self._loss_mark(progress)) != self.loss_mark and self.losses:
+            run = self.run
+            self.loss_rows.append(LossRecord(run.step, round(run.epoch, 4), round(now - self.start, 3),
+                                             sum(self.losses) / len(self.losses)))
+            self.loss_mark, self.losses = mark, []
+
+    def _agreed_stop(self) -> StopReason | None:
+        """A signal any rank received, else the limit reached on rank 0's clock: the same on every rank."""
+        signal_name = self.stop.signal_name
+        number, self.elapsed = self._agreed([signal.Signals[signal_name].value if signal_name else 0])
+        return (StopReason("signal", signal_name=signal.Signals(int(number)).name) if number
+                else self.schedule.stop(self.run, self.elapsed))
 
     def _agreed(self, values: list[float]) -> list[float]:
         """``values`` and rank 0's clock, each the largest over the ranks: every rank then decides alike,

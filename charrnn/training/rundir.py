@@ -30,7 +30,6 @@ from charrnn.training.checkpoint import (
     CHECKPOINT_NAMES,
     file_in_run_directory,
     is_model_folder,
-    read_folder_config,
     save_checkpoint,
     saved_by_torch,
 )
@@ -40,6 +39,7 @@ from charrnn.utils.files import (
     append_line,
     json_text,
     parse_json,
+    read_folder_config,
     read_json_object,
     read_log,
     real_path,

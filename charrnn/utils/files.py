@@ -570,11 +570,17 @@ def _put_back_or_remove(given: Path, aside: Path | None) -> None:
 MODEL_FOLDER_FORMAT = "charrnn-model"
 
 
+def read_folder_config(path: Path) -> dict[str, Any] | None:
+    """Model folder ``path``'s config.json; None when charrnn did not write it or it cannot be read."""
+    config = read_json_object(Path(path) / "config.json")
+    return config if config is not None and config.get("format") == MODEL_FOLDER_FORMAT else None
+
+
 def model_folder_holding(path: Path) -> Path | None:
     """The model folder that ``path`` would be written inside (one of its parents, through links too), or
     None: nothing but an export writes there."""
     for place in dict.fromkeys([Path(path), real_path(path)]):
         for parent in place.parents:
-            if (read_json_object(parent / "config.json") or {}).get("format") == MODEL_FOLDER_FORMAT:
+            if read_folder_config(parent) is not None:
                 return parent
     return None
