@@ -5,7 +5,6 @@ for a wrong type) naming the parameter as written. Other failures raise ``Charrn
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections import Counter
@@ -41,19 +40,16 @@ PathArg = str | PathLike[str]
 
 
 def _path(value: PathArg | None, name: str) -> Path | None:
-    """A path parameter: None, a string or a path-like; anything else, or an empty path (which would
-    quietly mean the current directory), is refused by name."""
+    """A path parameter (None, a string or a path-like); an empty one (quietly ".") is refused by name."""
     if value is None:
         return None
-    wrong = ConfigTypeError(f"must be a path (a string or a pathlib.Path), not {type(value).__name__}", name)
-    if not isinstance(value, str | PathLike) or isinstance(value, bytes):
-        raise wrong
     try:
-        text = os.fspath(value)
-    except TypeError:  # a path-like whose __fspath__ returns something else
-        raise wrong from None
-    if not isinstance(text, str):
-        raise wrong
+        text = os.fspath(value) if isinstance(value, str | PathLike) else None
+    except TypeError:
+        text = None
+    if not isinstance(text, str):  # bytes, or a path-like whose __fspath__ returns something else
+        raise ConfigTypeError(f"must be a path (a string or a pathlib.Path), not {type(value).__name__}",
+                              name)
     if not text:
         raise ConfigError("must not be empty", name)
     if "\0" in text:
@@ -72,8 +68,7 @@ def _text_file(value: PathArg | None, name: str) -> Path | None:
 
 
 def _require_path(value: PathArg, name: str) -> Path:
-    path = _path(value, name)
-    if path is None:
+    if (path := _path(value, name)) is None:
         raise ConfigTypeError("must be a path (a string or a pathlib.Path), not None", name)
     return path
 
@@ -112,26 +107,6 @@ def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
     return target
 
 
-def writing_request(prime: str | None = None, *, temperature: float | None = None, seed: int | None = None,
-                    no_repeat: int | None = None, prime_file: PathArg | None = None,
-                    **unused: Any) -> Decoding:
-    """The checked settings of :meth:`Model.writing`, before any model is loaded."""
-    if unused:
-        raise OptionConflict(f"writing interactively takes a prime, a temperature, a seed and the no-repeat "
-                             f"rule: {option(sorted(unused)[0])} does not apply")
-    return Decoding.check(prime, None, temperature, prime_file, {"seed": seed, "no_repeat": no_repeat})
-
-
-def read_prime(prime: str | None, prime_file: PathArg | None) -> str:
-    """The prime: ``prime``, or the text of ``prime_file``, or nothing; giving both is a conflict."""
-    if prime is not None:
-        checked(prime, str, "prime")
-    path = _text_file(prime_file, "prime_file")
-    if prime is not None and path is not None:
-        raise OptionConflict(f"give {option('prime')} or {option('prime_file')}, not both")
-    return _read_text(path) if path is not None else require_valid_text(prime or "", "prime")
-
-
 # DynamicConfig's fields as the functions that score take them (its learning rate is not training's)
 DYNAMIC_PARAMETERS = {"learning_rate": "dynamic_lr", "decay": "dynamic_decay", "segment_len": "segment_len"}
 
@@ -141,10 +116,9 @@ def dynamic_settings(dynamic: bool | DynamicConfig, learning_rate: float | None 
     """Dynamic evaluation's settings, or None when it is off; settings without ``dynamic`` are refused."""
     given = {key: value for key, value in zip(DYNAMIC_PARAMETERS, (learning_rate, decay, segment_len),
                                               strict=True) if value is not None}
+    if isinstance(dynamic, DynamicConfig) and given:
+        raise OptionConflict(f"give the dynamic settings in {option('dynamic')} or as parameters, not both")
     if isinstance(dynamic, DynamicConfig):
-        if given:
-            raise OptionConflict(f"give the dynamic settings in {option('dynamic')} or as parameters, not "
-                                 f"both")
         return dynamic
     if not isinstance(dynamic, bool):
         raise ConfigTypeError(f"must be True, False or a DynamicConfig, not {type(dynamic).__name__}",
@@ -282,68 +256,65 @@ class Inspection:
 
 
 # ---------------------------------------------------------------------------- a model
+# Each request is checked once, before any model is loaded, by a function here that returns the arguments of
+# the Model method that does the work: Model.sample checks then works; sample() checks, loads, then works.
 
 
-@dataclass(frozen=True)
-class Decoding:
-    """A checked request for text: the decoding settings, the prime, and whether the seed was drawn."""
-
-    config: SampleConfig  # the settings, with a seed when sampling (drawn if none was given)
-    prime: str  # the text the model is warmed with
-    seed_drawn: bool  # True when no seed was given and one was drawn
-
-    @classmethod
-    def check(cls, prime: str | None, length: int | None, temperature: float | None,
-              prime_file: PathArg | None, options: dict[str, Any], *, stream: bool = False) -> Decoding:
-        """Check every option (``stream``: one text as generated), read the prime, draw a seed if needed."""
-        lengths = {} if length is None else {"length": length}
-        config = SampleConfig(temperature=temperature, **_known(options, SampleConfig), **lengths)
-        if stream:
-            refuse_several_texts_in_a_stream(config)
-        prime_text = read_prime(prime, prime_file)
-        drawn = seeded(config)
-        return cls(drawn, prime_text, drawn is not config)
+def _decoding(prime: str | None, length: int | None, temperature: float | None, prime_file: PathArg | None,
+              options: dict[str, Any], stream: bool = False) -> tuple[SampleConfig, str]:
+    """A request for text: the decoding settings (``stream``: one text, as generated) and the prime."""
+    lengths = {} if length is None else {"length": length}
+    config = SampleConfig(temperature=temperature, **_known(options, SampleConfig), **lengths)
+    if stream:
+        refuse_several_texts_in_a_stream(config)
+    if prime is not None:
+        checked(prime, str, "prime")
+    path = _text_file(prime_file, "prime_file")
+    if prime is not None and path is not None:
+        raise OptionConflict(f"give {option('prime')} or {option('prime_file')}, not both")
+    return config, _read_text(path) if path is not None else require_valid_text(prime or "", "prime")
 
 
-@dataclass(frozen=True)
-class Scoring:
-    """A checked request to score a text (:meth:`Model.perplexity`)."""
-
-    text: str | None  # the text itself, or
-    file: Path | None  # a file to read it from; neither: the checkpoint's validation split
-    skip_unknown: bool  # drop characters outside the vocabulary instead of refusing them
-    dynamic: DynamicConfig | None  # also score by dynamic evaluation, with these settings
-    single_stream: bool = False  # read the text as one stream (the exact definition) instead of many
-
-    @classmethod
-    def check(cls, text: str | None, file: PathArg | None, skip_unknown: bool, dynamic: bool | DynamicConfig,
-              dynamic_lr: float | None, dynamic_decay: float | None, segment_len: int | None,
-              single_stream: bool = False) -> Scoring:
-        settings = dynamic_settings(dynamic, dynamic_lr, dynamic_decay, segment_len)
-        checked(skip_unknown, bool, "skip_unknown")
-        checked(single_stream, bool, "single_stream")
-        if text is not None:
-            require_valid_text(checked(text, str, "text"), "text")
-        path = _text_file(file, "file")
-        if text is not None and path is not None:
-            raise OptionConflict(f"give {option('text')} or {option('file')}, not both")
-        if skip_unknown and text is None and path is None:
-            raise OptionConflict(f"{option('skip_unknown')} goes with a text to score: the validation split "
-                                 f"holds only the model's own characters")
-        return cls(text, path, skip_unknown, settings, single_stream)
+def _writing_request(prime: str | None, temperature: float | None, seed: int | None, no_repeat: int | None,
+                     prime_file: PathArg | None, unused: dict[str, Any]) -> tuple[SampleConfig, str]:
+    if unused:
+        raise OptionConflict(f"writing interactively takes a prime, a temperature, a seed and the no-repeat "
+                             f"rule: {option(sorted(unused)[0])} does not apply")
+    return _decoding(prime, None, temperature, prime_file, {"seed": seed, "no_repeat": no_repeat})
 
 
-@dataclass(frozen=True)
-class Looking:
-    """A checked request to look inside a model (:meth:`Model.inspect`)."""
+def _scoring(text: str | None, file: PathArg | None, skip_unknown: bool, dynamic: bool | DynamicConfig,
+             dynamic_lr: float | None, dynamic_decay: float | None, segment_len: int | None,
+             single_stream: bool) -> tuple[str | None, Path | None, bool, DynamicConfig | None, bool]:
+    settings = dynamic_settings(dynamic, dynamic_lr, dynamic_decay, segment_len)
+    checked(skip_unknown, bool, "skip_unknown")
+    checked(single_stream, bool, "single_stream")
+    if text is not None:
+        require_valid_text(checked(text, str, "text"), "text")
+    path = _text_file(file, "file")
+    if text is not None and path is not None:
+        raise OptionConflict(f"give {option('text')} or {option('file')}, not both")
+    if skip_unknown and text is None and path is None:
+        raise OptionConflict(f"{option('skip_unknown')} goes with a text to score: the validation split "
+                             f"holds only the model's own characters")
+    return text, path, skip_unknown, settings, single_stream
 
-    text: str  # at most config.max_chars of the text
-    config: InspectConfig  # the unit, layer, state and ranking asked for
 
-    @classmethod
-    def check(cls, text: str | None, file: PathArg | None, options: dict[str, Any]) -> Looking:
-        config = InspectConfig(**_known(options, InspectConfig))
-        return cls(_one_text(text, file)[: config.max_chars], config)
+def _looking(text: str | None, file: PathArg | None, options: dict[str, Any]) -> tuple[str, InspectConfig]:
+    config = InspectConfig(**_known(options, InspectConfig))
+    return _one_text(text, file)[: config.max_chars], config
+
+
+def _surprising(text: str | None, file: PathArg | None, top: int, skip_unknown: bool, max_chars: int | None,
+                single_stream: bool) -> tuple[str, str, int, bool, bool]:
+    if checked(top, int, "top") < 1:
+        raise ConfigError("must be at least 1", "top")
+    if max_chars is not None and checked(max_chars, int, "max_chars") < 2:
+        raise ConfigError("must be at least 2 (the first character is never scored)", "max_chars")
+    checked(skip_unknown, bool, "skip_unknown")
+    checked(single_stream, bool, "single_stream")
+    source = "the text" if file is None else str(file)
+    return _one_text(text, file)[:max_chars], source, top, skip_unknown, single_stream
 
 
 class Model(TrainedModel):
@@ -353,30 +324,31 @@ class Model(TrainedModel):
                *, prime_file: PathArg | None = None, **options: Any) -> Samples:
         """Generate ``length`` characters after ``prime`` (or ``prime_file``'s text); ``options``: the other
         SampleConfig fields. The same seed gives the same text; without one, a seed is drawn and reported."""
-        return self._sample(Decoding.check(prime, length, temperature, prime_file, options))
+        return self._sample(*_decoding(prime, length, temperature, prime_file, options))
 
-    def _sample(self, request: Decoding) -> Samples:
-        config = request.config
+    def _sample(self, config: SampleConfig, prime: str) -> Samples:
         self._refuse_an_unwritable_stop(config)
-        written = self.write(request.prime, config)
+        written = self.write(prime, config)
         notes = []
         if len(written.texts) < config.num_samples:
             notes.append(f"only {counted(len(written.texts), 'distinct continuation')} of {config.length} "
                          f"characters exist over this model's {len(self.vocab)}-symbol vocabulary; returning "
                          f"{len(written.texts)}")
-        return Samples([request.prime + text for text in written.texts], written.seed, request.seed_drawn,
-                       written.log_probs, written.stopped, notes, self.checkpoint)
+        drawn = config.seed is None and written.seed is not None
+        return Samples([prime + text for text in written.texts], written.seed, drawn, written.log_probs,
+                       written.stopped, notes, self.checkpoint)
 
     def stream(self, prime: str | None = None, length: int | None = None, temperature: float | None = None,
                *, prime_file: PathArg | None = None, **options: Any) -> SampleStream:
         """One sample, character by character, as :meth:`sample` would generate it (same seed, same text).
         The prime is checked before this returns; beam search and several samples need :meth:`sample`."""
-        return self._stream(Decoding.check(prime, length, temperature, prime_file, options, stream=True))
+        return self._stream(*_decoding(prime, length, temperature, prime_file, options, stream=True))
 
-    def _stream(self, request: Decoding) -> SampleStream:
-        self._refuse_an_unwritable_stop(request.config)
-        chars = self.characters(request.prime, request.config)
-        return SampleStream(request.prime, request.config.seed, request.seed_drawn, chars, self.checkpoint)
+    def _stream(self, config: SampleConfig, prime: str) -> SampleStream:
+        self._refuse_an_unwritable_stop(config)
+        drawn = seeded(config)
+        return SampleStream(prime, drawn.seed, drawn is not config, self.characters(prime, drawn),
+                            self.checkpoint)
 
     def _refuse_an_unwritable_stop(self, config: SampleConfig) -> None:
         """A stop string this model can never write would end nothing: the caller asked for something
@@ -393,22 +365,23 @@ class Model(TrainedModel):
         many streams each warmed up on the text before it (``single_stream``: as one, the exact definition).
         Characters outside the vocabulary are an error naming them unless ``skip_unknown`` drops them.
         ``dynamic`` also scores by dynamic evaluation (a copy of the model adapts as it reads)."""
-        return self._perplexity(Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay,
-                                              segment_len, single_stream))
+        return self._perplexity(*_scoring(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay,
+                                          segment_len, single_stream))
 
-    def _perplexity(self, request: Scoring) -> TextScore:
+    def _perplexity(self, text: str | None, file: Path | None, skip_unknown: bool,
+                    dynamic: DynamicConfig | None, single_stream: bool) -> TextScore:
         from charrnn.data.corpus import cached_ids, checkpoint_validation_ids, corpus_path, scan_corpus
         from charrnn.models.evaluate import require_scorable
 
         skipped: dict[str, int] = {}
-        if request.file is not None:
-            scan = scan_corpus(request.file)
-            skipped = _unknown(self.vocab.outside(scan.char_counts()), request.skip_unknown)
+        if file is not None:
+            scan = scan_corpus(file)
+            skipped = _unknown(self.vocab.outside(scan.char_counts()), skip_unknown)
             ids = cached_ids(scan, self.vocab, skip_unknown=True)
-            source = str(request.file)
-        elif request.text is not None:
-            skipped = _unknown(self.vocab.outside(Counter(request.text)), request.skip_unknown)
-            ids = self.vocab.encode(request.text, skip_unknown=True).long()
+            source = str(file)
+        elif text is not None:
+            skipped = _unknown(self.vocab.outside(Counter(text)), skip_unknown)
+            ids = self.vocab.encode(text, skip_unknown=True).long()
             source = "text"
         else:
             corpus = self.payload.get("corpus")
@@ -417,28 +390,28 @@ class Model(TrainedModel):
             except CharrnnError as exc:
                 raise CharrnnError(f"{exc}; give a text to score instead") from None
             source = f"validation split of {corpus_path(corpus)}"  # the copy read, where it was elsewhere
-        require_scorable(len(ids), "the text" if request.text is not None else source, bool(skipped))
+        require_scorable(len(ids), "the text" if text is not None else source, bool(skipped))
         started = time.perf_counter()
-        score = self.score(ids, request.single_stream)
+        score = self.score(ids, single_stream)
         adapted = None
-        if request.dynamic is not None:
+        if dynamic is not None:
             from charrnn.analysis.dynamic import checkpoint_dynamic_score
 
             with self.computing():
-                adapted = checkpoint_dynamic_score(self, ids, request.dynamic)
-        return TextScore(source, score, skipped, adapted, request.dynamic, time.perf_counter() - started,
-                          self.checkpoint)
+                adapted = checkpoint_dynamic_score(self, ids, dynamic)
+        return TextScore(source, score, skipped, adapted, dynamic, time.perf_counter() - started,
+                         self.checkpoint)
 
     def inspect(self, text: str | None = None, *, file: PathArg | None = None, **options: Any) -> Inspection:
         """Read ``text`` (or ``file``) and colour it by one unit, and/or rank the units by how well they
         track a feature of it; ``options``: the fields of :class:`~charrnn.config.InspectConfig`."""
-        return self._inspect(Looking.check(text, file, options))
+        return self._inspect(*_looking(text, file, options))
 
-    def _inspect(self, request: Looking) -> Inspection:
+    def _inspect(self, text: str, asked: InspectConfig) -> Inspection:
         from charrnn.analysis.neurons import activations, rank_units, text_feature
         from charrnn.data.vocab import UnknownCharactersError
 
-        model, asked = self.network.config, request.config
+        model = self.network.config
         if asked.layer_index >= model.num_layers:
             raise ConfigError(f"must be below {model.num_layers}: the model has layers 0 to "
                               f"{model.num_layers - 1}", "layer")
@@ -447,14 +420,14 @@ class Model(TrainedModel):
                               f"{model.hidden_size - 1}", "unit")
         with self.computing():
             try:
-                acts = activations(self.network, self.vocab, request.text, asked.state)
+                acts = activations(self.network, self.vocab, text, asked.state)
             except UnknownCharactersError as exc:
                 raise CharrnnError(f"{exc} in the text to inspect") from None
             ranking = None if asked.rank is None else \
-                rank_units(acts, text_feature(request.text, asked.rank), asked.units_listed)
+                rank_units(acts, text_feature(text, asked.rank), asked.units_listed)
         values = acts[:, asked.layer_index, asked.unit].tolist() if asked.unit is not None else None
         scale = 1.0 if asked.state == "h" or not values else max(1e-6, max(abs(v) for v in values))
-        return Inspection(request.text, asked.layer_index, asked.unit, asked.state, values, scale, asked.rank,
+        return Inspection(text, asked.layer_index, asked.unit, asked.state, values, scale, asked.rank,
                           ranking, self.checkpoint)
 
     def writing(self, prime: str | None = None, *, temperature: float | None = None, seed: int | None = None,
@@ -462,13 +435,14 @@ class Model(TrainedModel):
         """A :class:`~charrnn.generation.writing.WritingSession`: a text after ``prime`` written character by
         character by a person or the model, undoable exactly; the model writes at ``temperature``, under
         ``no_repeat`` if given, its choices repeatable by ``seed``. Other decoding settings are refused."""
+        return self._writing(*_writing_request(prime, temperature, seed, no_repeat, prime_file, unused))
+
+    def _writing(self, config: SampleConfig, prime: str) -> Any:
         from charrnn.generation.writing import WritingSession
 
-        request = writing_request(prime, temperature=temperature, seed=seed, no_repeat=no_repeat,
-                                  prime_file=prime_file, **unused)
-        decoding = request.config
-        return WritingSession(self.network, self.vocab, request.prime, decoding.softmax_temperature,
-                              decoding.seed, decoding.no_repeat)
+        config = seeded(config)
+        return WritingSession(self.network, self.vocab, prime, config.softmax_temperature, config.seed,
+                              config.no_repeat)
 
     def surprisal(self, text: str | None = None, *, file: PathArg | None = None, top: int = SURPRISAL_TOP,
                   skip_unknown: bool = False, max_chars: int | None = None,
@@ -476,21 +450,19 @@ class Model(TrainedModel):
         """The surprisal of each character of ``text`` (or ``file``) and the model's ``top`` guesses there;
         their mean is :meth:`perplexity`'s nats/char, read the same way. ``max_chars`` reads only the start;
         characters outside the vocabulary are refused unless ``skip_unknown`` drops them."""
-        _check_surprisal_settings(top, max_chars, skip_unknown, single_stream)
-        return self._surprisal(text, file, top, skip_unknown, max_chars, single_stream)
+        return self._surprisal(*_surprising(text, file, top, skip_unknown, max_chars, single_stream))
 
-    def _surprisal(self, text: str | None, file: PathArg | None, top: int, skip_unknown: bool,
-                   max_chars: int | None, single_stream: bool) -> Surprisal:
+    def _surprisal(self, whole: str, source: str, top: int, skip_unknown: bool,
+                   single_stream: bool) -> Surprisal:
         from charrnn.data.vocab import describe_chars
         from charrnn.models.evaluate import require_scorable
 
-        whole = _one_text(text, file)[:max_chars]
         outside = self.vocab.outside(Counter(whole))
         if outside and not skip_unknown:
             raise CharrnnError(f"the text has characters the model never saw: {describe_chars(outside)}; "
                                f"pass {option('skip_unknown')} to drop them")
         kept = len(whole) - sum(outside.values()) if skip_unknown else len(whole)
-        require_scorable(kept, "the text" if file is None else str(file), skip_unknown and bool(outside))
+        require_scorable(kept, source, skip_unknown and bool(outside))
         return Surprisal(self, whole, top, skip_unknown, single_stream)
 
 
@@ -519,7 +491,6 @@ class Surprisal:
 
     @staticmethod
     def check_count(count: int) -> int:
-        """A count of most surprising characters to list: at least 1."""
         if checked(count, int, "most_surprising") < 1:
             raise ConfigError("must be at least 1", "most_surprising")
         return count
@@ -530,16 +501,6 @@ class Surprisal:
 
         return surprisal_page(self.text, self if rows is None else rows,
                               title or f"Surprisal under {self.model.checkpoint.name}")
-
-
-def _check_surprisal_settings(top: int, max_chars: int | None, skip_unknown: bool,
-                              single_stream: bool) -> None:
-    if checked(top, int, "top") < 1:
-        raise ConfigError("must be at least 1", "top")
-    if max_chars is not None and checked(max_chars, int, "max_chars") < 2:
-        raise ConfigError("must be at least 2 (the first character is never scored)", "max_chars")
-    checked(skip_unknown, bool, "skip_unknown")
-    checked(single_stream, bool, "single_stream")
 
 
 def _known(options: dict[str, Any], config: type) -> dict[str, Any]:
@@ -593,16 +554,16 @@ def sample(checkpoint: PathArg, prime: str | None = None, length: int | None = N
            temperature: float | None = None, *, prime_file: PathArg | None = None, device: str = "cpu",
            threads: int | None = None, **options: Any) -> Samples:
     """``load(checkpoint, device, threads).sample(...)``, every option checked once, before the load."""
-    request = Decoding.check(prime, length, temperature, prime_file, options)
-    return _load(checkpoint, device, "checkpoint", threads)._sample(request)
+    request = _decoding(prime, length, temperature, prime_file, options)
+    return _load(checkpoint, device, "checkpoint", threads)._sample(*request)
 
 
 def stream(checkpoint: PathArg, prime: str | None = None, length: int | None = None,
            temperature: float | None = None, *, prime_file: PathArg | None = None, device: str = "cpu",
            threads: int | None = None, **options: Any) -> SampleStream:
     """``load(checkpoint, device, threads).stream(...)``, every option checked once, before the load."""
-    request = Decoding.check(prime, length, temperature, prime_file, options, stream=True)
-    return _load(checkpoint, device, "checkpoint", threads)._stream(request)
+    request = _decoding(prime, length, temperature, prime_file, options, stream=True)
+    return _load(checkpoint, device, "checkpoint", threads)._stream(*request)
 
 
 def perplexity(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None,
@@ -611,16 +572,24 @@ def perplexity(checkpoint: PathArg, text: str | None = None, *, file: PathArg | 
                segment_len: int | None = None, single_stream: bool = False,
                device: str = "auto", threads: int | None = None) -> TextScore:
     """``load(checkpoint, device, threads).perplexity(...)``, every option checked once, before the load."""
-    request = Scoring.check(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay, segment_len,
-                            single_stream)
-    return _load(checkpoint, device, "checkpoint", threads)._perplexity(request)
+    request = _scoring(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay, segment_len,
+                       single_stream)
+    return _load(checkpoint, device, "checkpoint", threads)._perplexity(*request)
 
 
 def inspect(checkpoint: PathArg, text: str | None = None, *, file: PathArg | None = None, device: str = "cpu",
             threads: int | None = None, **options: Any) -> Inspection:
     """``load(checkpoint, device, threads).inspect(...)``, every option checked once, before the load."""
-    request = Looking.check(text, file, options)
-    return _load(checkpoint, device, "checkpoint", threads)._inspect(request)
+    request = _looking(text, file, options)
+    return _load(checkpoint, device, "checkpoint", threads)._inspect(*request)
+
+
+def writing(checkpoint: PathArg, prime: str | None = None, *, temperature: float | None = None,
+            seed: int | None = None, no_repeat: int | None = None, prime_file: PathArg | None = None,
+            device: str = "cpu", threads: int | None = None, **unused: Any) -> Any:
+    """``load(checkpoint, device, threads).writing(...)``, every option checked once, before the load."""
+    request = _writing_request(prime, temperature, seed, no_repeat, prime_file, unused)
+    return _load(checkpoint, device, "checkpoint", threads)._writing(*request)
 
 
 # ----------------------------------------------------------------- whole-checkpoint work
@@ -682,13 +651,12 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
     with one checkpoint goes in its entry (:attr:`Comparison.failures`), not stopping the rest."""
     if isinstance(checkpoints, str | PathLike):
         raise ConfigTypeError("must be a list of paths, not one path", "checkpoints")
-    paths = [_require_path(path, "checkpoints") for path in checkpoints]
-    if not paths:
+    if not (paths := [_require_path(path, "checkpoints") for path in checkpoints]):
         raise ConfigError("must name at least one checkpoint", "checkpoints")
     for name in ("num_samples", "min_length", "length_penalty"):
         if name in sampling:
             raise OptionConflict(f"compare draws one text per checkpoint: {option(name)} does not apply")
-    decoding = SampleConfig(length=length, **_known(sampling, SampleConfig))
+    decoding, prime_text = _decoding(prime, length, sampling.pop("temperature", None), prime_file, sampling)
     if decoding.seed is None and not decoding.deterministic:
         decoding = SampleConfig(**{**decoding.to_dict(), "seed": COMPARE_SEED})
     settings_dynamic = dynamic_settings(dynamic, dynamic_lr, dynamic_decay, segment_len)
@@ -701,7 +669,6 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
     if against is not None and not isinstance(against, str | PathLike):
         raise ConfigTypeError(f"must be 'train' or a path, not {type(against).__name__}", "against")
     text_path = _text_file(text_file, "text_file")
-    prime_text = read_prime(prime, prime_file)
     from charrnn.analysis.compare import TRAINING_SPLIT, CompareSettings, compare_checkpoints
     from charrnn.models.devices import resolve_device
     from charrnn.training.checkpoint import checkpoint_in
@@ -767,9 +734,8 @@ def surprisal(checkpoint: PathArg, text: str | None = None, *, file: PathArg | N
     """``load(checkpoint, device, threads).surprisal(...)``; :func:`inspect`'s unit settings are refused."""
     if unused:
         raise OptionConflict(f"surprisal scores every character: {option(sorted(unused)[0])} does not apply")
-    _check_surprisal_settings(top, max_chars, skip_unknown, single_stream)  # once, before the model is loaded
-    model = _load(checkpoint, device, "checkpoint", threads)
-    return model._surprisal(text, file, top, skip_unknown, max_chars, single_stream)
+    request = _surprising(text, file, top, skip_unknown, max_chars, single_stream)
+    return _load(checkpoint, device, "checkpoint", threads)._surprisal(*request)
 
 
 @dataclass(frozen=True)
@@ -840,8 +806,7 @@ def plot(run_dirs: Sequence[PathArg], output: PathArg = "curves.png") -> Path:
     (its suffix picks the format); needs the optional matplotlib."""
     if isinstance(run_dirs, str | PathLike):
         raise ConfigTypeError("must be a list of run directories, not one path", "run_dirs")
-    directories = [_require_path(path, "run_dirs") for path in run_dirs]
-    if not directories:
+    if not (directories := [_require_path(path, "run_dirs") for path in run_dirs]):
         raise ConfigError("must name at least one run directory", "run_dirs")
     target = check_output(output, "output", {"run_dirs": directories})
     from charrnn.analysis.plot import plot_runs
@@ -886,10 +851,10 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
     # A time budget counts from here: loading and planning are inside it.
     called = time.perf_counter()
     if started is not None:
-        if not math.isfinite(checked(started, float, "started")) or started > called:
+        if checked(started, float, "started") > called:  # checked: a finite number
             raise ConfigError("must be an earlier time.perf_counter() reading", "started")
         called = started
-    if not math.isfinite(checked(finish_s, float, "finish_s")) or finish_s < 0:
+    if checked(finish_s, float, "finish_s") < 0:
         raise ConfigError("must be 0 or more seconds", "finish_s")
     request = TrainingRequest(
         corpus=_path(corpus, "corpus"), options=options, out_dir=_path(out_dir, "out_dir"),

@@ -1,7 +1,5 @@
-"""Typed configuration for the model, training and sampling, with every default and range check.
-
-Each dataclass round-trips through plain dicts (``asdict`` / ``from_dict``), so that checkpoints and
-``config.json`` hold only JSON-compatible values."""
+"""Typed configuration for the model, training and sampling, with every default and range check. Each
+dataclass round-trips through plain dicts (``asdict`` / ``from_dict``): checkpoints hold only JSON values."""
 
 from __future__ import annotations
 
@@ -88,31 +86,27 @@ def check_seed(seed: int | None, name: str = "seed") -> None:
 
 @functools.cache
 def field_types(cls: type) -> dict[str, Any]:
-    """Each field of dataclass ``cls`` and its type, resolved once (every configuration built, checkpoint
-    field and log row read is checked against them)."""
+    """Each field of dataclass ``cls`` and its type, resolved once: every record built or read checks them."""
     return typing.get_type_hints(cls)
 
 
 def expected_type(value: Any, hint: Any) -> str | None:
-    """What ``hint`` asks for, in words ("a whole number", "a list of strings", "one of lstm, gru"), when
-    ``value`` is not of that type; None when it is. Ints are not bools; a float may be given as an int.
-    The one rule for options, configurations and checkpoints alike."""
+    """What ``hint`` asks for, in words ("a whole number", "one of lstm, gru"), when ``value`` is not of that
+    type; None when it is. Ints are not bools; a float may be an int. One rule for options and checkpoints."""
     return None if _matches(value, hint) else _named(hint)
 
 
 def record_problem(cls: type, values: dict[str, Any]) -> tuple[str, str | None] | None:
     """The first field of dataclass ``cls`` that ``values`` (a record read from a file) lacks, having no
-    default, or holds with another type: its name and the type expected (None: missing). None when every
-    field is right. Unknown keys are ignored (a newer charrnn may add some). The one check of every typed
-    record read: checkpoint fields, model folders, log rows."""
+    default, or holds with another type: its name and the type expected (None: missing); None when all are
+    right. Unknown keys (a newer charrnn's) are ignored. Checks every record read: checkpoints, logs, ..."""
     hints = field_types(cls)
     for spec in fields(cls):
         if spec.name not in values:
             if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
                 return spec.name, None
             continue
-        expected = expected_type(values[spec.name], hints[spec.name])
-        if expected is not None:
+        if (expected := expected_type(values[spec.name], hints[spec.name])) is not None:
             return spec.name, expected
     return None
 
@@ -124,16 +118,13 @@ def describe(value: Any) -> str:
 
 def check_type(value: Any, hint: Any, where: str) -> None:
     """Refuse a stored ``value`` that is not of type ``hint`` (:func:`expected_type`)."""
-    expected = expected_type(value, hint)
-    if expected is not None:
+    if (expected := expected_type(value, hint)) is not None:
         raise CharrnnError(f"{where} is {describe(value)}; expected {expected}")
 
 
 def check_record(cls: type, values: dict[str, Any], where: str, build: bool = True) -> Any:
-    """Check the types of dataclass ``cls``'s fields in a checkpoint's dict (unknown keys, which a newer
-    charrnn may add, ignored; a missing field takes its default); ``build`` constructs it: ranges too."""
-    problem = record_problem(cls, values)
-    if problem is not None:
+    """Check a checkpoint's dict as dataclass ``cls`` (:func:`record_problem`); ``build`` constructs it."""
+    if (problem := record_problem(cls, values)) is not None:
         name, expected = problem
         if expected is None:
             raise CharrnnError(f"{where}.{name} is missing")
@@ -215,19 +206,14 @@ def checked(value: Any, hint: Any, name: str) -> Any:
 
 
 def check_field_types(config: Any) -> None:
-    """Check every field of dataclass ``config`` against its annotation (see :func:`checked`), storing
-    numbers in the field's own type."""
+    """Check every field of dataclass ``config`` by its annotation, storing what :func:`checked` gives."""
     for name, hint in field_types(type(config)).items():
-        value = getattr(config, name)
-        stored = checked(value, hint, name)
-        if stored is not value:
-            object.__setattr__(config, name, stored)
+        object.__setattr__(config, name, checked(getattr(config, name), hint, name))
 
 
 def setting(default: Any = dataclasses.MISSING, about: str = "", *,
             factory: Callable[[], Any] | None = None) -> Any:
-    """A configuration field that is an option: its default (or ``factory``) and ``about``, what it
-    means, which the command line's ``--help`` shows (:func:`field_help`)."""
+    """An option's field: its default (or ``factory``) and ``about``, what it means (--help shows it)."""
     if factory is not None:
         return field(default_factory=factory, metadata={"about": about})
     return field(default=default, metadata={"about": about})
@@ -386,9 +372,8 @@ class TrainConfig(_DictMixin):
 
     @property
     def evaluation_interval(self) -> int | None:
-        """Steps between validation passes, or None for none before the end of the run: ``eval_every``,
-        else DEFAULT_EVAL_EVERY, except in a time-budgeted run, which plans its evaluations by time
-        (:func:`charrnn.training.budget.plan_budget_end`)."""
+        """Steps between validation passes (None: none before the end): ``eval_every``, else
+        DEFAULT_EVAL_EVERY, except in a time-budgeted run, which plans them by time (plan_budget_end)."""
         if self.eval_every is not None:
             return self.eval_every
         return None if self.time_budget is not None else DEFAULT_EVAL_EVERY
@@ -425,12 +410,9 @@ class SettingRule:
         """For the exported page: the grammar as a pattern, whole-number bounds as text (the page compares
         them as BigInt: a JavaScript number is not exact beyond 2**53)."""
         whole = self.grammar == "whole"
-
-        def bound(value: int | float | None) -> int | float | str | None:
-            return str(value) if whole and value is not None else value
-
-        return {"pattern": SETTING_GRAMMARS[self.grammar], "whole": whole, "low": bound(self.low),
-                "high": bound(self.high), "low_open": self.low_open, "refusal": self.refused("greedy")}
+        high = str(self.high) if whole and self.high is not None else self.high
+        return {"pattern": SETTING_GRAMMARS[self.grammar], "whole": whole, "low": str(self.low) if whole else
+                self.low, "high": high, "low_open": self.low_open, "refusal": self.refused("greedy")}
 
 
 SAMPLING_RULES: dict[str, SettingRule] = {
@@ -625,8 +607,7 @@ class TrainingRequest:
 
     def __post_init__(self) -> None:
         """The checks that need nothing but the request itself (cheap: made before any download)."""
-        unknown = sorted(set(self.options) - OPTION_FIELDS)
-        if unknown:
+        if unknown := sorted(set(self.options) - OPTION_FIELDS):
             raise ConfigError(f"unknown training option {unknown[0]!r}; the options are the fields of "
                               f"ModelConfig and TrainConfig except {', '.join(sorted(NOT_OPTIONS))}")
         check_threads(self.threads)

@@ -19,8 +19,7 @@ from charrnn.utils.hardware import CPU_BF16_ENV
 
 from helpers import TEST_DEVICE, plan_run
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"  # beside the checkout
 
 # A small corpus with accents, CJK and an emoji, so every test exercises code points
 # beyond ASCII. Repetitive enough for a tiny model to learn something in a few steps.
@@ -40,12 +39,9 @@ torch.set_num_threads(1)
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked ``cuda`` skip on machines without a CUDA GPU."""
-    if torch.cuda.is_available():
-        return
-    no_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
-        if item.get_closest_marker("cuda"):
-            item.add_marker(no_gpu)
+        if item.get_closest_marker("cuda") and not torch.cuda.is_available():
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
 
 
 @pytest.fixture
@@ -92,11 +88,8 @@ def small_corpus(tmp_path: Path) -> Path:
 
 def mirror_url() -> str | None:
     """The data mirror: $CHARRNN_DATA_MIRROR, else the shared copy beside the checkout."""
-    if os.environ.get(MIRROR_ENV):
-        return os.environ[MIRROR_ENV]
-    if (SHARED_DATA / "tinyshakespeare" / "input.txt").is_file():
-        return SHARED_DATA.as_uri()
-    return None
+    shared = SHARED_DATA.as_uri() if (SHARED_DATA / "tinyshakespeare" / "input.txt").is_file() else None
+    return os.environ.get(MIRROR_ENV) or shared
 
 
 @pytest.fixture
@@ -120,11 +113,8 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def make_run():
-    """The one run factory: train a tiny run (see ``helpers.plan_run``) and return its result.
-
-    ``make_run(corpus, out, observer=None, stop=None, **options)``; options are fields of
-    ModelConfig and TrainConfig, plus ``overwrite`` and ``resume``.
-    """
+    """The one run factory: ``make_run(corpus, out, observer=None, stop=None, **options)`` trains a tiny run
+    (see ``helpers.plan_run``; options: fields of ModelConfig and TrainConfig, ``overwrite``, ``resume``)."""
     def run(corpus: Path | None, out: Path | None, observer=None, stop=None, **options) -> TrainResult:
         return plan_run(corpus, out, **options).run(observer, stop)
 
@@ -134,7 +124,6 @@ def make_run():
 @pytest.fixture
 def tiny_checkpoint(tiny_run: Path) -> Path:
     return tiny_run / "best.pt"
-
 
 
 @pytest.fixture(scope="session")

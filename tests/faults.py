@@ -18,10 +18,6 @@ from typing import Any
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
-class Injected(OSError):
-    """The failure the harness injects (an OSError, as the system would raise)."""
-
-
 @dataclass
 class Mutations:
     root: Path  # only mutations of paths under this directory are counted
@@ -43,7 +39,7 @@ class Mutations:
         if self.fail_at is not None and len(self.log) == self.fail_at:
             if self.kill:
                 os.kill(os.getpid(), signal.SIGKILL)
-            raise Injected(self.error, os.strerror(self.error), str(path))
+            raise OSError(self.error, os.strerror(self.error), str(path))
 
     def _patch(self, owner: Any, name: str, replacement: Callable[..., Any]) -> None:
         self._saved.append((owner, name, getattr(owner, name)))
@@ -69,23 +65,14 @@ class Mutations:
                 return fd
             return os_open(path, flags, *args, **kwargs)
 
-        def by_path(name: str, arguments: int = 1) -> None:
+        def watch(name: str, counted: Callable[..., bool]) -> None:
+            """``os.name`` is a mutation where ``counted(*its positional arguments)``."""
             original = getattr(os, name)
 
             def checked(*args: Any, **kwargs: Any) -> Any:
-                if any(self._under(path) for path in args[:arguments]):
+                if args and counted(*args):
                     self._mutation(name, args[0])
                 return original(*args, **kwargs)
-
-            self._patch(os, name, checked)
-
-        def by_fd(name: str) -> None:
-            original = getattr(os, name)
-
-            def checked(fd: int, *args: Any, **kwargs: Any) -> Any:
-                if fd in self._fds or (name == "fsync" and self._fd_under(fd)):
-                    self._mutation(name, fd)
-                return original(fd, *args, **kwargs)
 
             self._patch(os, name, checked)
 
@@ -93,11 +80,13 @@ class Mutations:
         self._patch(io, "open", checked_open)
         self._patch(os, "open", checked_os_open)
         for name in ("unlink", "remove", "rmdir", "mkdir", "truncate", "chmod"):
-            by_path(name)
+            watch(name, lambda path, *_: self._under(path))
         for name in ("replace", "rename", "link", "symlink"):
-            by_path(name, arguments=2)
-        for name in ("write", "pwrite", "ftruncate", "fsync", "posix_fallocate"):
-            by_fd(name)
+            watch(name, lambda *paths: any(self._under(path) for path in paths[:2]))
+        for name in ("write", "pwrite", "ftruncate", "posix_fallocate"):
+            watch(name, lambda fd, *_: fd in self._fds)
+        # fsync of any file or directory under the root, however it was opened
+        watch("fsync", lambda fd: fd in self._fds or self._fd_under(fd))
         return self
 
     def _fd_under(self, fd: int) -> bool:
@@ -109,7 +98,6 @@ class Mutations:
     def __exit__(self, *exc_info: object) -> None:
         for owner, name, original in reversed(self._saved):
             setattr(owner, name, original)
-        self._saved.clear()
 
 
 class Watched:
@@ -128,10 +116,8 @@ class Watched:
         return self._file.write(data)
 
     def close(self) -> None:
-        if self._file.closed:
-            return
         try:
-            if self._written:
+            if self._written and not self._file.closed:
                 self._mutations._mutation("close", self._path)
         finally:
             self._file.close()
@@ -151,8 +137,5 @@ class Watched:
 
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every regular file under ``root`` (links not followed), by path relative to it."""
-    files = {}
-    for path in sorted(Path(root).rglob("*")):
-        if path.is_file() and not path.is_symlink():
-            files[str(path.relative_to(root))] = path.read_bytes()
-    return files
+    return {str(path.relative_to(root)): path.read_bytes() for path in sorted(Path(root).rglob("*"))
+            if path.is_file() and not path.is_symlink()}

@@ -6,12 +6,15 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from click.testing import CliRunner, Result
 
+from charrnn.cli.main import cli
 from charrnn.config import ModelConfig, TrainingRequest
 from charrnn.data.vocab import Vocab
 from charrnn.models.model import CharRNN
@@ -30,6 +33,24 @@ def run_installed(*args: Any, env: dict[str, str] | None = None, **kwargs) -> su
     streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs}
     return subprocess.run([str(INSTALLED), *map(str, args)], text=True, env={**os.environ, **(env or {})},
                           timeout=300, **streams)
+
+
+def run_cli(*args: Any, env: dict[str, str] | None = None) -> Result:
+    """``charrnn ARGS`` run in this process by click's test runner, ``env`` added to this one's."""
+    return CliRunner().invoke(cli, [str(arg) for arg in args], env=env)
+
+
+def assert_one_line_error(result: Any, fragment: str = "", code: int | None = None) -> None:
+    """``result`` (of :func:`run_cli`, or a finished process) failed, with ``code`` where given, in one
+    ``Error:`` line holding ``fragment``: the last line of its standard error, after no traceback."""
+    exception = getattr(result, "exception", None)
+    assert exception is None or isinstance(exception, SystemExit), repr(exception)
+    status = result.returncode if isinstance(result, subprocess.CompletedProcess) else result.exit_code
+    assert status != 0 if code is None else status == code, result.stderr
+    assert "Traceback" not in getattr(result, "output", result.stderr), result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines and lines[-1].startswith("Error: ") and fragment in lines[-1], result.stderr
+    assert sum(line.startswith("Error") for line in lines) == 1, result.stderr
 
 # The device tests train, sample and score on: a CUDA GPU where one is present, so that a GPU machine runs
 # the whole suite on it, else the CPU. Tests of CPU-only behaviour name "cpu" themselves.
@@ -65,11 +86,9 @@ VOCAB = Vocab(tuple("ab\ncé🙂e\u0301 .,!"))  # a non-BMP character and a comb
 
 
 def random_model(options: dict) -> CharRNN:
-    """An untrained model of kind ``options`` (:data:`KINDS`) over :data:`VOCAB`, its layer norms not
-    the identity."""
+    """An untrained model of kind ``options`` (:data:`KINDS`) over :data:`VOCAB`; its layer norms matter."""
     torch.manual_seed(0)
-    config = ModelConfig(vocab_size=len(VOCAB), hidden_size=12, embed_size=5,
-                         **{"num_layers": 2, **options})
+    config = ModelConfig(vocab_size=len(VOCAB), hidden_size=12, embed_size=5, **{"num_layers": 2, **options})
     model = CharRNN(config).eval()
     with torch.no_grad():
         for name, parameter in model.named_parameters():
@@ -102,10 +121,5 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def repeated_runs(text: str, n: int) -> list[str]:
     """The runs of ``n`` characters that occur more than once in ``text``."""
-    seen, repeated = set(), []
-    for start in range(len(text) - n + 1):
-        run_ = text[start:start + n]
-        if run_ in seen:
-            repeated.append(run_)
-        seen.add(run_)
-    return repeated
+    counts = Counter(text[start:start + n] for start in range(len(text) - n + 1))
+    return [run for run, count in counts.items() if count > 1]

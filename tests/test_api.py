@@ -133,14 +133,8 @@ def test_train_without_a_corpus_fetches_tiny_shakespeare(tmp_path, monkeypatch, 
 
 
 def test_train_from_python_gets_the_commands_checks(small_corpus, tmp_path, tiny_run, monkeypatch):
-    with pytest.raises(ConfigError, match="unknown training option 'hidden'"):
-        charrnn.train(small_corpus, hidden=16)
     with pytest.raises(OptionConflict):
         charrnn.train(small_corpus, resume=tiny_run, init_from=tiny_run)
-    with pytest.raises(ConfigError, match="batch_size must be at least 1"):
-        charrnn.train(small_corpus, out_dir=tmp_path / "x", batch_size=0)
-    with pytest.raises(ConfigError, match="threads must be a whole number of at least 1"):
-        charrnn.train(small_corpus, out_dir=tmp_path / "x", threads=0)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(CharrnnError, match="device cuda was requested but no CUDA GPU"):
         charrnn.train(small_corpus, out_dir=tmp_path / "x", device="cuda")
@@ -149,6 +143,7 @@ def test_train_from_python_gets_the_commands_checks(small_corpus, tmp_path, tiny
 
 @pytest.mark.parametrize("call", [
     lambda path: charrnn.load(path, threads=0),
+    lambda path: charrnn.train(path, threads=0),
     lambda path: charrnn.sample(path, threads=0),
     lambda path: charrnn.stream(path, threads=0),
     lambda path: charrnn.perplexity(path, "some text", threads=0),
@@ -172,6 +167,7 @@ def test_every_call_that_runs_a_model_takes_threads_and_checks_it_first(call, tm
     ({"dropout": math.nan}, ConfigError),
     ({"time_budget": math.inf}, ConfigError),
     ({"layer_norm": 1}, ConfigTypeError),
+    ({"hidden": 16}, ConfigError),  # not an option
     # A budget's start (an earlier clock reading) and the time kept for the caller (a finite number of s).
     *(({name: value, "time_budget": 5}, error) for name, value, error in [
         ("started", math.nan, ConfigError), ("started", 1e18, ConfigError),
@@ -183,11 +179,8 @@ def test_wrong_types_and_non_finite_numbers_are_refused_before_anything_is_writt
         small_corpus, tmp_path, options, error):
     with pytest.raises(error) as refused:
         charrnn.train(small_corpus, out_dir=tmp_path / "run", **options)
-    assert isinstance(refused.value, ValueError | TypeError)
-    assert next(iter(options)) in str(refused.value)
+    assert isinstance(refused.value, ValueError) and next(iter(options)) in str(refused.value)
     assert not (tmp_path / "run").exists()
-    if error is ConfigTypeError:
-        assert isinstance(refused.value, TypeError)
 
 
 @pytest.mark.slow

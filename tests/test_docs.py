@@ -32,11 +32,9 @@ def blocks() -> list[tuple[str, str, str]]:
 
 def example_commands() -> list[tuple[str, str]]:
     """(where, command line) for each charrnn command in a console or bash block."""
-    found = []
-    for where, kind, block in blocks():
-        for line in (line.strip() for line in block.replace("\\\n", " ").splitlines()):
-            if line.startswith("$ charrnn " if kind == "console" else "charrnn "):
-                found.append((where, line.removeprefix("$ ")))
+    found = [(where, line.removeprefix("$ ")) for where, kind, block in blocks()
+             for line in (line.strip() for line in block.replace("\\\n", " ").splitlines())
+             if line.startswith("$ charrnn " if kind == "console" else "charrnn ")]
     return found + help_examples(cli, "charrnn")
 
 
@@ -66,13 +64,11 @@ def check_values(name: str, context: click.Context) -> None:
     """The checks the library makes of these values before any work: ranges, types, conflicts."""
     params = context.params
     if name == "train":
-        given = {key: value for key, value in params.items()
-                 if context.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
+        given = {key: value for key, value in params.items() if key not in ("device", "as_json", "quiet")
+                 and context.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT}
         given.update(parse_advanced(given.pop("advanced", ())))
         request = {key: given.pop(key) for key in ("resume", "init_from", "extend_vocab", "out_dir",
                                                    "overwrite") if key in given}
-        for key in ("device", "as_json", "quiet"):
-            given.pop(key, None)
         TrainingRequest(given.pop("corpus", None), given, **request)
     if name in ("sample", "compare"):
         decoding = {key: params[key] for key in SampleConfig.__dataclass_fields__ if key in params}
@@ -118,17 +114,9 @@ def test_help_and_version_answer(args):
 
 def console_examples() -> list[tuple[str, list[str]]]:
     """(command line, the output lines shown under it) for each ``$ charrnn`` line of a console block."""
-    found = []
-    for lines in (block.splitlines() for _, kind, block in blocks() if kind == "console"):
-        for index, line in enumerate(lines):
-            if line.startswith("$ charrnn "):
-                shown = []
-                for following in lines[index + 1:]:
-                    if following.startswith("$ "):
-                        break
-                    shown.append(following)
-                found.append((line[2:], shown))
-    return found
+    commands = [command.splitlines() for _, kind, block in blocks() if kind == "console"
+                for command in re.split(r"^\$ ", block, flags=re.MULTILINE)[1:]]
+    return [(line, shown) for line, *shown in commands if line.startswith("charrnn ")]
 
 
 CHEAP = ("charrnn data get", "charrnn sample shakespeare --greedy")  # whole outputs a test checks
@@ -150,12 +138,8 @@ DEFAULT_IN_BRACKETS = re.compile(r"`(--[a-z][a-z-]*)[^`]*`(?: \([^)]*\))? \[([^\
 def stated_defaults() -> list[tuple[str, str, str]]:
     """(command, flag, the default the README states in brackets) in each command's section."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    found = []
-    for section in readme.split("\n### `charrnn ")[1:]:
-        command = section.split()[0].rstrip("`")
-        text = section.replace("\n", " ")
-        found += [(command, flag, value) for flag, value in DEFAULT_IN_BRACKETS.findall(text)]
-    return found
+    return [(section.split()[0].rstrip("`"), flag, value) for section in readme.split("\n### `charrnn ")[1:]
+            for flag, value in DEFAULT_IN_BRACKETS.findall(section.replace("\n", " "))]
 
 
 STATED_DEFAULTS = stated_defaults()
@@ -177,10 +161,9 @@ def test_a_default_the_readme_states_is_the_options_own(command, flag, stated):
     option = next(param for param in cli.commands[command].params if flag in param.opts)
     first = re.split(r"[ ,;:]", stated.strip(), maxsplit=1)[0]
     default = EFFECTIVE_DEFAULTS.get((command, flag), option.default)
-    if isinstance(default, int | float) and not isinstance(default, bool):
-        assert float(first) == default, f"README says {flag} [{stated}], the option's default is {default}"
-    else:
-        assert first == str(default), f"README says {flag} [{stated}], the option's default is {default}"
+    number = isinstance(default, int | float) and not isinstance(default, bool)
+    said = f"README says {flag} [{stated}], the option's default is {default}"
+    assert (float(first) if number else first) == (default if number else str(default)), said
 
 
 def test_the_command_line_reference_is_what_the_code_generates():

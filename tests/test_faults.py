@@ -19,22 +19,24 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
-from click.testing import CliRunner
 from conftest import mirror_url
 from faults import Mutations, snapshot
 
-from charrnn.cli.main import cli
 from charrnn.data.datasets import MIRROR_ENV
 from charrnn.training.checkpoint import load_checkpoint
 from charrnn.training.rundir import resume_checkpoint
+
+from helpers import assert_one_line_error, read_jsonl, run_cli
 
 # On the CPU, where training is bit-for-bit repeatable: a resumed run must end with the reference's weights.
 CPU = ["--device", "cpu"]
 TINY = ["--hidden", "16", "--layers", "1", "--embed", "8", "--seq-len", "16", "--batch-size", "4", "--quiet",
         *CPU]
+TRAIN = ("--epochs", "2", "--save-epochs", "1", "--eval-every", "10")  # two epochs, a checkpoint after each
 TEXT = "ROMEO: Café naïve 語 🙂, a line of the tiny play.\nJULIET: and another one.\n" * 14
 FAST_STRIDE = 30  # make test-fast tries every FAST_STRIDE-th injection point
 
@@ -46,10 +48,18 @@ class Scenario:
     command: Callable[[Path], list[str]]  # the charrnn arguments, paths under the root
     outputs: tuple[str, ...]  # files (relative to the root) the command is asked to write
     run_dir: str | None = None  # a training run's directory, for the resume check
-    resume: Callable[[Path], list[str]] | None = None  # how to finish a training run after a failure
+    resume: Callable[[Path], list[str]] | None = None  # how to finish its run after a failure (see finish)
     exact_bytes: bool = True  # the outputs' bytes are the same on every undisturbed run
     keeps_replaced: bool = False  # a replaced input must survive under another name (data get --force)
     environment: dict[str, str] = field(default_factory=dict)
+
+    def finish(self, root: Path) -> list[str]:
+        """After a failure: ``resume``, else resume from the newest state, or start over if none was saved."""
+        if self.resume is not None:
+            return self.resume(root)
+        if not (root / self.run_dir / "config.json").exists():
+            return [*self.command(root), "--overwrite"]
+        return ["train", "--resume", str(root / self.run_dir), "--quiet", *CPU]
 
 
 def write_corpus(root: Path) -> None:
@@ -60,33 +70,20 @@ def train_args(root: Path, out: str = "run", *extra: str) -> list[str]:
     return ["train", str(root / "corpus.txt"), "--out", str(root / out), *TINY, *extra]
 
 
-TRAIN = ("--epochs", "2", "--save-epochs", "1", "--eval-every", "10")
-
-
 def with_a_run(name: str) -> Callable[[Path], None]:
     """A corpus and a run finished at step 10 (``name``/), which later commands read or resume."""
     def make(root: Path) -> None:
         write_corpus(root)
-        invoke(train_args(root, name, "--max-steps", "10", "--eval-every", "5"))
+        run_cli(*train_args(root, name, "--max-steps", "10", "--eval-every", "5"))
 
     return make
-
-
-def resume_or_start(arguments: Callable[[Path], list[str]], run: str) -> Callable[[Path], list[str]]:
-    """After a failure: resume from the run's newest state, or start again if it saved none."""
-    def finish(root: Path) -> list[str]:
-        if not (root / run / "config.json").exists():
-            return [*arguments(root), "--overwrite"]
-        return ["train", "--resume", str(root / run), "--quiet", *CPU]
-
-    return finish
 
 
 def with_a_sampled_run(root: Path) -> None:
     """A finished run with epoch checkpoints and samples for --overwrite to replace, and its config's copy."""
     write_corpus(root)
-    invoke(train_args(root, "run", "--max-steps", "30", "--save-epochs", "1", "--sample-every", "10",
-                      "--eval-every", "10"))
+    run_cli(*train_args(root, "run", "--max-steps", "30", "--save-epochs", "1", "--sample-every", "10",
+                        "--eval-every", "10"))
     shutil.copy(root / "run" / "config.json", root / "older-config.json")
 
 
@@ -126,12 +123,11 @@ def with_an_edited_copy(root: Path) -> None:
 
 SCENARIOS = [
     Scenario("train", write_corpus, lambda root: train_args(root, "run", *TRAIN), outputs=("run",),
-             run_dir="run", resume=resume_or_start(lambda root: train_args(root, "run", *TRAIN), "run")),
+             run_dir="run"),
     Scenario("resume", with_a_run("run"), resume_to_20, outputs=("run",), run_dir="run", resume=resume_to_20),
     Scenario("train --overwrite", with_a_sampled_run, overwrite, outputs=("run",), run_dir="run",
              resume=finish_overwrite),
-    Scenario("fine-tune", with_a_run("base"), fine_tune, outputs=("tuned",), run_dir="tuned",
-             resume=resume_or_start(fine_tune, "tuned")),
+    Scenario("fine-tune", with_a_run("base"), fine_tune, outputs=("tuned",), run_dir="tuned"),
     # A budget's run, cut short by a step limit: the same writes, in a second rather than five.
     Scenario("time budget", write_corpus,
              lambda root: train_args(root, "run", "--time-budget", "5", "--max-steps", "30"),
@@ -155,17 +151,12 @@ SCENARIOS = [
 ]
 
 
-def invoke(arguments: list[str], environment: dict[str, str] | None = None):
-    return CliRunner().invoke(cli, arguments, env=environment)
-
-
 def check_valid(path: Path) -> None:
     """Invariant 2: a file under a final name is whole."""
     if path.suffix == ".pt":
         load_checkpoint(path)
     elif path.suffix == ".jsonl":
-        for line in path.read_text(encoding="utf-8").splitlines():
-            json.loads(line)
+        read_jsonl(path)
     elif path.suffix == ".json":
         json.loads(path.read_text(encoding="utf-8"))
     elif path.suffix == ".svg":
@@ -207,9 +198,9 @@ def reference(scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> R
         root = tmp_path_factory.mktemp("reference")
         environment = prepare(scenario, root / "r")
         with Mutations(root / "r") as recorded:
-            result = invoke(scenario.command(root / "r"), environment)
+            result = run_cli(*scenario.command(root / "r"), env=environment)
         assert result.exit_code == 0, result.output
-        payload = load_checkpoint(root / "r" / scenario.run_dir / "last.pt") if scenario.resume else {}
+        payload = load_checkpoint(root / "r" / scenario.run_dir / "last.pt") if scenario.run_dir else {}
         _references[scenario.name] = Reference(recorded.log, snapshot(root / "r"), payload.get("model_state"),
                                                payload.get("step"))
     return _references[scenario.name]
@@ -219,11 +210,8 @@ def check_after_failure(scenario: Scenario, root: Path, before: dict[str, bytes]
                         environment: dict[str, str]) -> None:
     # 4. one line, no traceback (or a harmless failure and success)
     assert "Traceback" not in result.output, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     if result.exit_code != 0:  # notes may come first; the failure is the last line, and the only error
-        lines = [line for line in result.stderr.splitlines() if line.strip()]
-        assert lines[-1].startswith("Error: "), result.stderr
-        assert sum(line.startswith("Error") for line in lines) == 1, result.stderr
+        assert_one_line_error(result)
     after = snapshot(root)
     # 1. what existed is untouched, or replaced whole by what the command was asked to write
     for relative, content in before.items():
@@ -237,7 +225,7 @@ def check_after_failure(scenario: Scenario, root: Path, before: dict[str, bytes]
         if (not inside_outputs(relative, scenario) or Path(relative).name.startswith(".charrnn-")
                 or content == before.get(relative)):
             continue
-        if scenario.exact_bytes and relative in ref.files and scenario.resume is None:
+        if scenario.exact_bytes and relative in ref.files and scenario.run_dir is None:
             assert content in (ref.files[relative], before.get(relative)), f"{relative} is partial"
         check_valid(root / relative)
     if scenario.run_dir is not None and (root / scenario.run_dir / "config.json").exists():
@@ -245,11 +233,11 @@ def check_after_failure(scenario: Scenario, root: Path, before: dict[str, bytes]
         for path in (root / scenario.run_dir).glob("*.pt"):
             assert load_checkpoint(path)["run_id"] == run_id, f"{path.name} is another run's"
     # 3. the run resumes and ends where the undisturbed run ended
-    if scenario.resume is not None:
+    if scenario.run_dir is not None:
         run_dir = root / scenario.run_dir
         newest = resume_checkpoint(run_dir) if (run_dir / "config.json").exists() else None
         if newest is None or load_checkpoint(newest)["step"] != ref.step:  # else the training was done
-            finished = invoke(scenario.resume(root), environment)
+            finished = run_cli(*scenario.finish(root), env=environment)
             assert finished.exit_code == 0, finished.output
             newest = resume_checkpoint(run_dir)
         weights = load_checkpoint(newest)["model_state"]
@@ -273,7 +261,7 @@ def test_a_failure_at_any_write_loses_nothing(scenario: Scenario, every: int, tm
         before = snapshot(root)
         error = errno.EIO if k % 3 == 0 else errno.ENOSPC
         with Mutations(root, fail_at=k, error=error):
-            result = invoke(scenario.command(root), environment)
+            result = run_cli(*scenario.command(root), env=environment)
         try:
             check_after_failure(scenario, root, before, result, ref, environment)
         except AssertionError as exc:
@@ -282,6 +270,7 @@ def test_a_failure_at_any_write_loses_nothing(scenario: Scenario, every: int, tm
     shutil.rmtree(base)
 
 
+KILLED = SimpleNamespace(output="", stderr="Error: killed", exception=None, exit_code=1)  # as a run's result
 KILL_PROGRAM = """
 import sys
 sys.path.insert(0, {tests!r})
@@ -294,7 +283,7 @@ main()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s.resume is not None], ids=lambda s: s.name)
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s.run_dir is not None], ids=lambda s: s.name)
 def test_sigkill_at_sampled_writes_loses_nothing(scenario: Scenario, tmp_path_factory):
     ref = reference(scenario, tmp_path_factory)
     count = len(ref.mutations)
@@ -310,12 +299,8 @@ def test_sigkill_at_sampled_writes_loses_nothing(scenario: Scenario, tmp_path_fa
         killed = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
                                 env={**os.environ, **environment, "OMP_NUM_THREADS": "1"})
         assert killed.returncode == -9, (k, killed.stderr[-2000:])
-
-        class Killed:  # what check_after_failure reads of a result
-            output, stderr, exception, exit_code = "", "Error: killed", None, 1
-
         try:
-            check_after_failure(scenario, root, before, Killed, ref, environment)
+            check_after_failure(scenario, root, before, KILLED, ref, environment)
         except AssertionError as exc:
             raise AssertionError(f"SIGKILL at mutation {k} of {count} ({ref.mutations[k - 1]}): "
                                  f"{exc}") from None

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import charrnn
 from charrnn.cli.main import cli
-from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError
+from charrnn.errors import CharrnnError, ConfigError
 from charrnn.training.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow  # many drawn examples per test
@@ -67,9 +67,8 @@ def test_train_never_crashes(corpus, batch_size, seq_len, val_frac, lr, save_epo
         (directory / "corpus.txt").write_bytes(corpus)
         args = ["train", str(directory / "corpus.txt"), "--layers", "1", "--hidden", "8", "--embed", "4",
                 "--max-steps", "2", "--eval-every", "1", "--out", str(directory / "run"),
-                "--batch-size", batch_size, "--seq-len", seq_len, "-o", "val_frac", val_frac, "--lr", lr]
-        if save_epochs:
-            args += ["--save-epochs", save_epochs]
+                "--batch-size", batch_size, "--seq-len", seq_len, "-o", "val_frac", val_frac, "--lr", lr,
+                *(["--save-epochs", save_epochs] if save_epochs else [])]
         check_outcome(CliRunner().invoke(cli, args), directory)
 
 
@@ -78,15 +77,10 @@ def test_train_never_crashes(corpus, batch_size, seq_len, val_frac, lr, save_epo
        length=st.integers(-3, 60).map(str), mode=st.sampled_from(["sample", "greedy", "beam"]),
        stop_at=st.one_of(st.none(), st.text(max_size=3)), to_file=st.booleans())
 def test_sample_never_crashes(tiny_run, prime, temperature, top_k, top_p, length, mode, stop_at, to_file):
-    args = ["sample", str(tiny_run / "best.pt"), "--prime", prime, "--length", length]
-    if mode == "sample":
-        args += ["--temperature", temperature, "--top-k", top_k, "--top-p", top_p]
-    elif mode == "greedy":
-        args += ["--greedy"]
-    else:
-        args += ["--beam-width", top_k]
-    if stop_at:
-        args += ["--stop-at", stop_at]
+    modes = {"sample": ["--temperature", temperature, "--top-k", top_k, "--top-p", top_p],
+             "greedy": ["--greedy"], "beam": ["--beam-width", top_k]}
+    args = ["sample", str(tiny_run / "best.pt"), "--prime", prime, "--length", length, *modes[mode],
+            *(["--stop-at", stop_at] if stop_at else [])]
     with tempfile.TemporaryDirectory() as tmp:
         output = Path(tmp) / "out.txt"
         result = CliRunner().invoke(cli, args + (["--output", str(output)] if to_file else []))
@@ -103,9 +97,8 @@ def test_eval_perplexity_never_crashes(tiny_run, corpus_cache_dir, text, skip):
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         (directory / "text.txt").write_bytes(text)
-        args = ["eval-perplexity", str(tiny_run / "best.pt"), str(directory / "text.txt"), "--json"]
-        if skip:
-            args.append("--skip-unknown")
+        args = ["eval-perplexity", str(tiny_run / "best.pt"), str(directory / "text.txt"), "--json",
+                *(["--skip-unknown"] if skip else [])]
         result = CliRunner().invoke(cli, args)
         check_outcome(result, corpus_cache_dir)  # the encoded text is the one file eval-perplexity writes
         if result.exit_code == 0:
@@ -128,10 +121,8 @@ def mutate_payload(payload: dict, data: st.DataObject, where: str | None = None)
         payload["model_state"][name] = data.draw(st.sampled_from([
             tensor.flatten()[:-1], tensor * float("nan"), tensor * 1e30, tensor.long(), tensor.unsqueeze(0)]))
         return
-    container = payload
-    if where == "nested" and any(isinstance(payload.get(key), dict) for key in NESTED):
-        present = [key for key in NESTED if isinstance(payload.get(key), dict)]
-        container = payload[data.draw(st.sampled_from(present))]
+    present = [key for key in NESTED if isinstance(payload.get(key), dict)]
+    container = payload[data.draw(st.sampled_from(present))] if where == "nested" and present else payload
     key = data.draw(st.sampled_from(sorted(container)))
     if data.draw(st.booleans()):
         del container[key]
@@ -169,13 +160,12 @@ def mutate_folder(folder: Path, data: st.DataObject) -> None:
         at = data.draw(st.integers(0, len(raw) - 1))
         if data.draw(st.booleans()):
             raw[at] ^= data.draw(st.integers(1, 255))
-            path.write_bytes(bytes(raw))
         else:
-            path.write_bytes(bytes(raw[:at]))
+            del raw[at:]
+        path.write_bytes(bytes(raw))
         return
     if name == "model.safetensors":
-        state = load_file(folder / name)
-        payload = {"model_state": state}
+        payload = {"model_state": load_file(folder / name)}
         mutate_payload(payload, data, where="tensor")
         save_file({key: value.contiguous() for key, value in payload["model_state"].items()}, folder / name)
         return
@@ -227,7 +217,7 @@ def refused_before_any_write(call, directory: Path) -> None:
     before = sorted(directory.rglob("*"))
     try:
         call()
-    except (ConfigError, ConfigTypeError) as exc:
+    except ConfigError as exc:  # a ConfigTypeError too
         assert sorted(directory.rglob("*")) == before, f"{exc} came after a write"
     except CharrnnError:
         pass

@@ -14,38 +14,21 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest.mock import Mock
 
 import pytest
 import torch
-from click.testing import CliRunner
-from conftest import SMALL_TEXT
 
 import charrnn
-from charrnn.cli.main import cli
 from charrnn.data import corpus as corpus_cache
 from charrnn.errors import CharrnnError, ConfigTypeError
 from charrnn.training.checkpoint import load_checkpoint
 from charrnn.utils.files import TEMPORARY_GLOB
 
-from helpers import INSTALLED, needs_installed, run_installed
+from helpers import INSTALLED, assert_one_line_error, needs_installed, run_cli, run_installed
 
 TINY = ["--layers", "1", "--hidden", "16", "--embed", "8", "--batch-size", "4", "--seq-len", "16",
         "--eval-every", "5"]
-
-
-def assert_one_line_error(result, fragment: str, code: int | None = None) -> None:
-    assert "Traceback" not in result.output, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    assert result.exit_code != 0, result.output
-    if code is not None:
-        assert result.exit_code == code, result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert lines and lines[-1].startswith("Error: "), result.stderr
-    assert fragment in lines[-1], lines[-1]
-
-
-def run_cli(*args: Any, env: dict[str, str] | None = None):
-    return CliRunner().invoke(cli, [str(a) for a in args], env=env)
 
 
 # ------------------------------------------------------------------------------ crafted checkpoints
@@ -72,7 +55,6 @@ CRAFTED_CHECKPOINTS = [
     ("model_config_as_a_string", _set(("model_config",), "lstm"), "model_config is 'lstm' (a str)"),
     ("model_config_as_a_list", _set(("model_config",), [1, 2]), "model_config is [1, 2] (a list)"),
     ("hidden_size_as_a_string", _set(("model_config", "hidden_size"), "32"), "model_config.hidden_size"),
-    ("declared_hidden_size_of_8000", _set(("model_config", "hidden_size"), 8000), "has shape"),
     # a small file declaring a 160 GB model: refused before anything is allocated
     ("declared_hidden_size_of_100000", _set(("model_config", "hidden_size"), 100_000), "has shape"),
     ("cell_changed_to_gru", _set(("model_config", "cell"), "gru"), "has shape"),
@@ -160,8 +142,11 @@ def test_resuming_a_crafted_checkpoint_is_refused_and_changes_none(craft, name, 
 # ----------------------------------------------------------------------------------- bad inputs
 
 
-def _write(path: str, text: str) -> Callable[[Path], None]:
-    return lambda root: (root / path).write_text(text, encoding="utf-8")
+def _write(path: str, content: bytes) -> Callable[[Path], None]:
+    def make(root: Path) -> None:
+        (root / path).parent.mkdir(exist_ok=True)
+        (root / path).write_bytes(content)
+    return make
 
 
 def _fifo(root: Path) -> None:
@@ -173,15 +158,8 @@ def _loop(root: Path) -> None:
     (root / "b.txt").symlink_to(root / "a.txt")
 
 
-def _metrics(content: bytes) -> Callable[[Path], None]:
-    def make(root: Path) -> None:
-        (root / "run").mkdir()
-        (root / "run" / "metrics.jsonl").write_bytes(content)
-    return make
-
-
-CORPUS = _write("c.txt", "abc " * 500)
-PLOT = ["plot", "run", "--output", "p.png"]
+CORPUS = _write("c.txt", b"abc " * 500)
+PLOT, METRICS = ["plot", "run", "--output", "p.png"], "run/metrics.jsonl"
 BAD_INPUTS = [
     # (name, setup or None, arguments with CKPT for the tiny checkpoint, fragment of the one error line)
     ("invalid_utf8_prime", None, ["sample", "CKPT", "--prime", "ab\udcff"], "not valid UTF-8 (byte 0xff)"),
@@ -208,11 +186,11 @@ BAD_INPUTS = [
     ("prime_file_is_a_fifo", _fifo, ["sample", "CKPT", "--prime-file", "fifo.txt"], "is not a regular file"),
     ("dataset_target_is_a_directory", lambda r: (r / "data/tinyshakespeare/input.txt").mkdir(parents=True),
      ["data", "get", "--data-dir", "data"], "it is a directory"),
-    ("metrics_line_without_keys", _metrics(b'{"step": 1}\n'), PLOT,
+    ("metrics_line_without_keys", _write(METRICS, b'{"step": 1}\n'), PLOT,
      "line 1 is not an evaluation record: it lacks epoch"),
-    ("metrics_line_a_bare_number", _metrics(b"3\n"), PLOT, "line 1 is not an evaluation record"),
-    ("metrics_not_utf8", _metrics(b"\xff\xfe\n"), PLOT, "is not UTF-8"),
-    ("a_text_file_as_checkpoint", _write("c.txt", "abc"), ["sample", "c.txt"],
+    ("metrics_line_a_bare_number", _write(METRICS, b"3\n"), PLOT, "line 1 is not an evaluation record"),
+    ("metrics_not_utf8", _write(METRICS, b"\xff\xfe\n"), PLOT, "is not UTF-8"),
+    ("a_text_file_as_checkpoint", _write("c.txt", b"abc"), ["sample", "c.txt"],
      "c.txt is not a charrnn checkpoint (not a file that torch.save wrote)"),
 ]
 
@@ -251,15 +229,12 @@ def test_a_vanishing_temperature_or_top_p_samples_like_greedy(tiny_checkpoint, o
 @pytest.mark.slow
 def test_a_five_megabyte_prime_runs_in_bounded_memory(tiny_checkpoint, tmp_path):
     vocab = torch.load(tiny_checkpoint, weights_only=True)["vocab"]
-    prime = tmp_path / "prime.txt"
     line = "".join(ch for ch in vocab if ch.isalpha()) + "\n"
-    prime.write_text(line * (5_000_000 // len(line)), encoding="utf-8")
+    (tmp_path / "prime.txt").write_text(line * (5_000_000 // len(line)), encoding="utf-8")
     (tmp_path / "short.txt").write_text(line, encoding="utf-8")
-    peaks = {}
-    for name in ("short.txt", "prime.txt"):
-        arguments = ["sample", tiny_checkpoint, "--prime-file", tmp_path / name, "--length", "5",
-                     "--num-samples", "2", "--output", tmp_path / f"out-{name}"]
-        peaks[name] = peak_memory(*arguments)
+    peaks = {name: peak_memory("sample", tiny_checkpoint, "--prime-file", tmp_path / name, "--length", "5",
+                               "--num-samples", "2", "--output", tmp_path / f"out-{name}")
+             for name in ("short.txt", "prime.txt")}
     texts = (tmp_path / "out-prime.txt").read_text(encoding="utf-8").split("=== sample ")
     assert [text.split("\n", 1)[1][: len(line) * 3] for text in texts[1:]] == [line * 3] * 2
     # The whole prime's activations would take gigabytes: the prime is read in chunks, so the texts
@@ -278,11 +253,9 @@ def peak_memory(*arguments: Any) -> int:
     return int(result.stderr.splitlines()[-1]) * 1024  # Linux reports kilobytes
 
 
-def test_perplexity_saturates_to_infinity_and_json_stays_valid(craft, tmp_path):
+def test_perplexity_saturates_to_infinity_and_json_stays_valid(craft, small_corpus):
     checkpoint = craft(_tensor("head.weight", lambda t: t * 1e4))
-    text = tmp_path / "text.txt"
-    text.write_text("ROMEO:\nCafé 1 — naïve 語 🙂, line 1 of the tiny play.\n" * 5, encoding="utf-8")
-    result = run_cli("eval-perplexity", checkpoint, text, "--json")
+    result = run_cli("eval-perplexity", checkpoint, small_corpus, "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)  # strict JSON: no NaN or Infinity
     assert report["nats_per_char"] > 709 and report["perplexity"] is None
@@ -293,11 +266,8 @@ def test_an_overwrite_that_crashes_before_its_first_write_leaves_the_old_run_who
     out = tmp_path / "run"
     assert run_cli("train", small_corpus, *TINY, "--max-steps", "10", "--out", out).exit_code == 0
     before = {path.name: path.read_bytes() for path in out.iterdir()}
-
-    def crash(*args, **kwargs):
-        raise CharrnnError("the evaluation failed")  # as an overflow in the first evaluation once did
-
-    monkeypatch.setattr("charrnn.training.loop.evaluate", crash)
+    failure = CharrnnError("the evaluation failed")  # as an overflow in the first evaluation once did
+    monkeypatch.setattr("charrnn.training.loop.evaluate", Mock(side_effect=failure))
     failed = run_cli("train", small_corpus, *TINY, "--max-steps", "50", "--out", out, "--overwrite",
                      "--seed", "2")
     assert_one_line_error(failed, "the evaluation failed")
@@ -308,7 +278,6 @@ def test_a_diverging_run_finishes_with_valid_metrics(small_corpus, tmp_path):
     out = tmp_path / "run"
     result = run_cli("train", small_corpus, *TINY, "--max-steps", "20", "--out", out, "--lr", "100",
                      "--clip", "0", "-o", "warmup_steps", "0", "--eval-every", "10")
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     # It either survives the huge steps or stops on non-finite ones with one line that says so.
     if result.exit_code != 0:
         assert_one_line_error(result, "consecutive steps had a non-finite loss or gradient", code=1)
@@ -331,14 +300,11 @@ def test_beam_search_says_when_fewer_beams_exist_than_asked(tmp_path):
 
 
 def test_ctrl_c_while_sampling_or_sigterm_while_encoding_is_one_error_line_and_leaves_no_temporary(
-        tiny_checkpoint, tmp_path, monkeypatch):
-    monkeypatch.setattr("charrnn.generation.sample.generate", lambda *args, **kwargs: (_ for _ in ()).throw(
-        KeyboardInterrupt))
+        tiny_checkpoint, small_corpus, tmp_path, monkeypatch):
+    monkeypatch.setattr("charrnn.generation.sample.generate", Mock(side_effect=KeyboardInterrupt))
     result = run_cli("sample", tiny_checkpoint)
     assert_one_line_error(result, "interrupted by SIGINT", code=130)
     assert "Aborted!" not in result.output
-    text = tmp_path / "text.txt"
-    text.write_text("ROMEO:\nline 1 of the tiny play.\n" * 20, encoding="utf-8")
     cache = tmp_path / "cache"
     monkeypatch.setenv(corpus_cache.CACHE_DIR_ENV, str(cache))
     real_lookup = corpus_cache.Vocab.lookup
@@ -348,7 +314,7 @@ def test_ctrl_c_while_sampling_or_sigterm_while_encoding_is_one_error_line_and_l
         return real_lookup(self, points)
 
     monkeypatch.setattr(corpus_cache.Vocab, "lookup", terminated_midway)
-    result = run_cli("eval-perplexity", tiny_checkpoint, text)
+    result = run_cli("eval-perplexity", tiny_checkpoint, small_corpus)
     assert_one_line_error(result, "interrupted by SIGTERM", code=143)
     assert not list(cache.glob(TEMPORARY_GLOB)) and not list(cache.glob("*.uint8"))
 
@@ -389,16 +355,14 @@ OUTPUT_OPTIONS = {
 
 @pytest.mark.parametrize("command", sorted(OUTPUT_OPTIONS))
 @pytest.mark.parametrize("kind", sorted(DESTINATIONS))
-def test_an_output_destination_is_respected(tiny_checkpoint, tmp_path, command, kind):
+def test_an_output_destination_is_respected(tiny_checkpoint, small_corpus, tmp_path, command, kind):
     """Written through a link, under a hard link's one name (whole, never torn), or to a device; or refused
     in one line that changes nothing. Links and devices stay what they were."""
     written, refusal = DESTINATIONS[kind]
     target = _destination(kind, tmp_path)
-    text = tmp_path / "text.txt"
-    text.write_text("ROMEO:\nline 1 of the tiny play.\n" * 400, encoding="utf-8")
     before = sorted(path.name for path in tmp_path.iterdir())
     args = OUTPUT_OPTIONS[command](tiny_checkpoint, target)
-    result = run_cli(*[text if arg == "TEXT" else arg for arg in args])
+    result = run_cli(*[small_corpus if arg == "TEXT" else arg for arg in args])
     if refusal:
         assert_one_line_error(result, refusal)
         assert sorted(path.name for path in tmp_path.iterdir()) == before
@@ -442,11 +406,11 @@ def test_a_full_or_closed_stdout_is_one_error_line_not_a_lost_result(tiny_checkp
     advice = " (or use --output)" if command == "sample" else ""
     if closed:
         result = run_with_closed(1, *args, stderr=subprocess.PIPE)
+        said = f"standard output is closed; redirect it to a file{advice}"
     else:
         with open("/dev/full", "w") as full:
             result = run_installed(*args, stdout=full)
-    said = f"standard output is closed; redirect it to a file{advice}" if closed else \
-        "cannot write to standard output: No space left on device"
+        said = "cannot write to standard output: No space left on device"
     assert result.returncode == 1 and result.stderr.strip().splitlines() == [f"Error: {said}"], result.stderr
     if closed and advice:
         followed = run_with_closed(1, *args, "--output", tmp_path / "out.txt", stderr=subprocess.PIPE)
@@ -459,9 +423,7 @@ def test_a_full_or_closed_stdout_is_one_error_line_not_a_lost_result(tiny_checkp
 def test_an_ascii_stdout_with_a_non_ascii_model_is_one_error_line(tiny_checkpoint):
     result = run_installed("sample", tiny_checkpoint, "--prime", "Café", "--length", "5",
                            env={"PYTHONIOENCODING": "ascii"})
-    assert result.returncode == 1
-    last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("Error: standard output (ascii) cannot represent")
+    assert_one_line_error(result, "Error: standard output (ascii) cannot represent", code=1)
 
 
 @pytest.mark.slow
@@ -542,9 +504,8 @@ def test_a_fifo_at_a_name_the_run_keeps_never_blocks(small_run, name):
     arguments = ["train", "--resume", str(small_run / "best.pt"), "--max-steps", "9"]
     process = subprocess.run([sys.executable, "-m", "charrnn", *arguments], capture_output=True, text=True,
                              timeout=120)
-    lines = process.stderr.strip().splitlines()
-    assert "Traceback" not in process.stderr
-    assert process.returncode == 1 and lines[-1].startswith("Error: ") and (small_run / name).is_fifo()
+    assert_one_line_error(process, code=1)
+    assert (small_run / name).is_fifo()
 
 
 @pytest.mark.parametrize(("make", "refusal", "kept"), [
@@ -558,10 +519,7 @@ def test_a_fifo_or_dangling_link_where_the_dataset_goes_is_refused_or_set_aside(
     target.parent.mkdir()
     make(target)
     get = [sys.executable, "-m", "charrnn", "data", "get", "--data-dir", str(tmp_path)]
-    refused = subprocess.run(get, capture_output=True, text=True, timeout=120)
-    last = refused.stderr.strip().splitlines()[-1]
-    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
-    assert last.startswith("Error: ") and refusal in last
+    assert_one_line_error(subprocess.run(get, capture_output=True, text=True, timeout=120), refusal, code=1)
     forced = subprocess.run([*get, "--force"], capture_output=True, text=True, timeout=120)
     assert forced.returncode == 0, forced.stderr
     assert kept(os.lstat(target.with_name("input.txt.kept-1")).st_mode)
@@ -596,7 +554,7 @@ def test_notes_quoting_a_path_stay_on_one_line(small_corpus, tmp_path, make_run)
     assert any(line.startswith("resuming ") and "a\\nrun" in line for line in resumed.stderr.splitlines())
 
 
-def test_a_path_like_that_is_no_path_is_a_type_error(small_corpus):
+def test_a_path_like_that_is_no_path_is_a_type_error():
     class NotAPath:
         def __fspath__(self):
             return 3
@@ -608,15 +566,13 @@ def test_a_path_like_that_is_no_path_is_a_type_error(small_corpus):
 @pytest.mark.slow
 @needs_installed
 @pytest.mark.parametrize("columns", ["0", "5"])
-def test_a_terminal_said_to_be_narrow_still_gets_the_results(tiny_checkpoint, tmp_path, columns):
+def test_a_terminal_said_to_be_narrow_still_gets_the_results(tiny_checkpoint, small_corpus, columns):
     for args in (["info", tiny_checkpoint], ["eval-perplexity", tiny_checkpoint, "--device", "cpu"]):
         result = run_installed(*args, env={"COLUMNS": columns})
         assert result.returncode == 0, result.stderr
         assert "parameters" in result.stdout or "nats/char" in result.stdout, result.stdout
         assert max(map(len, result.stdout.splitlines())) >= 40
-    text = tmp_path / "surprising.txt"
-    text.write_text(SMALL_TEXT[:300], encoding="utf-8")
-    ranked = run_installed("inspect", tiny_checkpoint, text, "--surprisal", "--most-surprising", "2",
+    ranked = run_installed("inspect", tiny_checkpoint, small_corpus, "--surprisal", "--most-surprising", "2",
                            env={"COLUMNS": columns})
     whole = re.findall(r"│\s+\d+\.\d\d\s+│\s+\d+\.\d\d%\s+│", ranked.stdout)  # nats and p, uncut
     assert ranked.returncode == 0 and len(whole) == 2, ranked.stdout
@@ -627,19 +583,17 @@ def test_a_terminal_said_to_be_narrow_still_gets_the_results(tiny_checkpoint, tm
 @needs_installed
 @pytest.mark.parametrize("environment", [{"NO_COLOR": "1"}, {"TERM": "dumb"}, {}],
                          ids=["NO_COLOR", "dumb", "pipe"])
-def test_where_colour_carries_a_result_and_none_is_shown_the_output_says_so(tiny_checkpoint, tmp_path,
-                                                                            environment):
+def test_where_colour_carries_a_result_and_none_is_shown_the_output_says_so(tiny_checkpoint, small_corpus,
+                                                                            tmp_path, environment):
     """stdout is a pipe in every case here (no colour); NO_COLOR and TERM=dumb are what a terminal says."""
-    text = tmp_path / "text.txt"
-    text.write_text(SMALL_TEXT[:400], encoding="utf-8")
     for mode in (["--surprisal"], ["--unit", "0"]):
-        result = run_installed("inspect", tiny_checkpoint, text, *mode, env=environment)
+        result = run_installed("inspect", tiny_checkpoint, small_corpus, *mode, env=environment)
         assert result.returncode == 0, result.stderr
         assert "note: colour carries" in result.stderr and "--json or --html keep it" in result.stderr
         assert "nats and beyond" not in result.stdout  # no legend of shades nobody sees
-    result = run_installed("inspect", tiny_checkpoint, text, "--surprisal", "--most-surprising", "3",
+    result = run_installed("inspect", tiny_checkpoint, small_corpus, "--surprisal", "--most-surprising", "3",
                            env=environment)
     assert result.returncode == 0 and result.stdout.count("[") >= 3, result.stdout  # each marked
-    with_page = run_installed("inspect", tiny_checkpoint, text, "--surprisal", "--html", tmp_path / "p.html",
-                              env=environment)
+    with_page = run_installed("inspect", tiny_checkpoint, small_corpus, "--surprisal", "--html",
+                              tmp_path / "p.html", env=environment)
     assert "note: colour" not in with_page.stderr  # the page keeps the colours

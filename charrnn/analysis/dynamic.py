@@ -58,9 +58,7 @@ def gradient_rms(model: CharRNN, train_ids: torch.Tensor, segment_len: int,
 def dynamic_evaluate(model: CharRNN, ids: torch.Tensor, rms: list[torch.Tensor],
                      config: DynamicConfig) -> EvalResult:
     """Score ``ids[1:]`` given everything before, adapting a copy of ``model`` after each segment.
-    ids: (N,) integer ids, N ≥ 2. ``rms`` is :func:`gradient_rms` of the same model."""
-    if len(ids) < 2:
-        raise CharrnnError("need at least 2 characters to score (the first has no context)")
+    ids: (N,) integer ids, N ≥ 2 (callers check it). ``rms`` is :func:`gradient_rms` of the same model."""
     work = copy.deepcopy(model).eval()
     params = [p for p in work.parameters() if p.requires_grad]
     trained = [p.detach().clone() for p in params]

@@ -130,8 +130,6 @@ def copied_fraction(text: str, reference: Reference, min_chars: int = COPY_MIN_C
                     hashes: WindowHashes | None = None) -> float:
     """Share of ``text``'s characters inside a substring of ``min_chars`` or more found in the reference: a
     union of ``min_chars`` windows, so each matching window's characters are marked. ``hashes``: as above."""
-    if not text:
-        return 0.0
     hashes = WindowHashes(text) if hashes is None else hashes
     hits = reference.contains(hashes.keys(min_chars), min_chars)
     if not bool(hits.any()):

@@ -10,9 +10,8 @@ from collections.abc import Callable
 
 import torch
 
-from charrnn.config import INSPECT_FEATURES
 from charrnn.data.vocab import Vocab
-from charrnn.errors import CharrnnError, ConfigError, option
+from charrnn.errors import CharrnnError, ConfigError
 from charrnn.models.model import CharRNN
 from charrnn.models.stepper import make_stepper
 from charrnn.utils.terminal import HIDDEN_CHAR_STYLE, colour, html_text
@@ -23,9 +22,7 @@ STEP_SLICE = 4096  # characters unbound at once while stepping through a text
 @torch.no_grad()
 def activations(model: CharRNN, vocab: Vocab, text: str, state: str = "h") -> torch.Tensor:
     """Every unit's value after each character, read from a zero state: (T, num_layers, H) float32.
-    ``state`` is "h" (hidden) or, for the LSTM, "c" (cell)."""
-    if state not in ("h", "c"):
-        raise CharrnnError(f"{option('state')} must be h or c")
+    ``state`` is "h" (hidden) or, for the LSTM, "c" (cell) (InspectConfig checks it)."""
     if state == "c" and model.config.cell != "lstm":
         raise ConfigError(f"c needs an LSTM; this model is a {model.config.cell.upper()}", "state")
     device = next(model.parameters()).device
@@ -77,10 +74,9 @@ _ABSENT = {"quotes": "double-quoted passage", "line-position": "line longer than
 
 
 def text_feature(text: str, feature: str) -> torch.Tensor:
-    """A per-character property of the text, (T,) float32. quotes: 1 from an opening double quote to its
-    closing one, else 0; line-position: characters since the last newline; indent: leading spaces and tabs."""
-    if feature not in _FEATURE_FUNCTIONS:
-        raise CharrnnError(f"unknown feature {feature!r}; choose one of {', '.join(INSPECT_FEATURES)}")
+    """A per-character property of the text, (T,) float32, by ``feature`` (InspectConfig checks it). quotes: 1
+    from an opening double quote to its closing one, else 0; line-position: characters since the last newline;
+    indent: leading spaces and tabs."""
     values = torch.tensor(_FEATURE_FUNCTIONS[feature](text), dtype=torch.float32)
     if len(values) and bool((values == values[0]).all()):
         # A constant feature correlates with nothing: a table of +0.000 would only mislead.

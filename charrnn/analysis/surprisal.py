@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from charrnn.analysis.neurons import text_page
 from charrnn.data.vocab import Vocab
 from charrnn.models.devices import EVAL_CHUNK
-from charrnn.models.evaluate import scored_chunks, stream_layout
+from charrnn.models.evaluate import eval_mode, scored_chunks, stream_layout
 from charrnn.models.model import CharRNN
 from charrnn.utils.terminal import heat, html_text, visible_char
 
@@ -68,8 +68,6 @@ def surprisals(model: CharRNN, vocab: Vocab, text: str, top_k: int, skip_unknown
     # others wait in memory for it. The scores are the same, batch by batch.
     layout = dataclasses.replace(stream_layout(model, len(ids), single_stream),
                                  streams_at_once=SURPRISAL_STREAMS)
-    was_training = model.training
-    model.eval()
     chars = vocab.chars
 
     def rows(*scored: torch.Tensor) -> Iterator[CharSurprisal]:
@@ -83,7 +81,7 @@ def surprisals(model: CharRNN, vocab: Vocab, text: str, top_k: int, skip_unknown
                                     tuple((chars[guess], probability)
                                           for guess, probability in zip(guesses, probabilities, strict=True)))
 
-    try:
+    with eval_mode(model):
         for batch in layout.batches():
             waiting: list[tuple[torch.Tensor, ...]] = []
             for chunk in scored_chunks(model, ids, layout, batch):
@@ -99,8 +97,6 @@ def surprisals(model: CharRNN, vocab: Vocab, text: str, top_k: int, skip_unknown
                 where, *scores = (torch.cat(parts) for parts in zip(*waiting, strict=True))
                 order = torch.argsort(where)
                 yield from rows(where[order], *(part[order] for part in scores))
-    finally:
-        model.train(was_training)
 
 
 def most_surprising(rows: Iterable[CharSurprisal], count: int, text: str) -> list[SurprisingPosition]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from charrnn.api import DATASETS, DEFAULT_DATASET
+from charrnn import api
 from charrnn.cli.output import err, message
 from charrnn.utils.terminal import write_stdout
 
@@ -21,7 +21,7 @@ def data() -> None:
 
 
 @data.command("get")
-@click.argument("name", type=click.Choice(sorted(DATASETS)), default=DEFAULT_DATASET)
+@click.argument("name", type=click.Choice(sorted(api.DATASETS)), default=api.DEFAULT_DATASET)
 @click.option("--data-dir", type=click.Path(), default=None,
               help="Cache directory (default: $CHARRNN_DATA_DIR or ./data).")
 @click.option("--force", is_flag=True,
@@ -37,10 +37,8 @@ def data_get(name: str, data_dir: str | None, force: bool) -> None:
     Example:
       charrnn data get tinyshakespeare
     """
-    from charrnn.api import get_dataset
-
     with err.status(f"fetching {name}…"):
-        dataset = get_dataset(name, data_dir, force)
+        dataset = api.get_dataset(name, data_dir, force)
     if dataset.kept is not None:
         message(f"kept the different file that was there as {dataset.kept}")
     verb = "downloaded and verified" if dataset.downloaded else "verified cached copy of"

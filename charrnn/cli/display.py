@@ -1,5 +1,4 @@
-"""How results look in a terminal: what the commands' views share (tables, model text, a model's
-description); each command's own view is beside it (``train_view``, ``evaluate_view``, ``inspect_view``).
+"""How results look in a terminal: what the commands' views (``train_view``, ``evaluate_view``, ...) share.
 The views only arrange what the library computed. Every user-supplied string goes in as rich ``Text``,
 never as markup, so paths and samples holding ``[brackets]`` show as they are."""
 

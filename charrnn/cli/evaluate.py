@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from charrnn import api
 from charrnn.cli.options import (
     GroupedCommand,
     device_option,
@@ -49,10 +50,9 @@ def eval_perplexity_command(checkpoint: str, text_file: str | None, as_json: boo
       charrnn eval-perplexity best.pt held_out.txt --json
       charrnn eval-perplexity best.pt --dynamic
     """
-    from charrnn.api import perplexity
     from charrnn.cli.evaluate_view import score_table
 
-    result = perplexity(checkpoint, file=text_file, device=device, **scoring)
+    result = api.perplexity(checkpoint, file=text_file, device=device, **scoring)
     say_checkpoint(checkpoint, result.checkpoint)
     for note in result.notes:
         message(note)
@@ -103,7 +103,6 @@ def compare_command(ctx: click.Context, checkpoints: tuple[str, ...], as_json: b
       charrnn compare runs/*/best.pt --dynamic
       charrnn compare checkpoints/epochs --evolution --markdown evolution.md
     """
-    from charrnn import api
     from charrnn.cli.evaluate_view import comparison_renderable, evolution_table
 
     if markdown_file is not None:  # the evolution reads only the run directories
@@ -111,8 +110,7 @@ def compare_command(ctx: click.Context, checkpoints: tuple[str, ...], as_json: b
         api.check_output(markdown_file, "markdown_file",
                          {"checkpoints": checkpoints, **{name: settings.get(name) for name in reads}})
     if evolution:  # each run directory's recorded samples, as a table, JSON or Markdown
-        given = given_options(ctx, settings)
-        evolutions = [api.evolution(run_dir, **given) for run_dir in checkpoints]
+        evolutions = [api.evolution(run_dir, **given_options(ctx, settings)) for run_dir in checkpoints]
         if markdown_file is not None:
             write_file(markdown_file, "\n".join(each.to_markdown() for each in evolutions))
         if as_json:

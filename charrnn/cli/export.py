@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from charrnn import api
 from charrnn.cli.options import GroupedCommand, json_option, option, reads_checkpoints, threads_option
 from charrnn.cli.output import message, print_json, say_checkpoint
 from charrnn.config import EXPORT_FORMATS
@@ -47,10 +48,8 @@ def export_command(checkpoint: str, output: str, export_format: str, title: str 
       charrnn export checkpoints/tinyshakespeare --output shakespeare.html
       charrnn export checkpoints/tinyshakespeare --format safetensors --output shakespeare-model
     """
-    from charrnn.api import export
-
-    written = export(checkpoint, output, format=export_format, title=title, prime=prime, float32=float32,
-                     threads=threads)
+    written = api.export(checkpoint, output, format=export_format, title=title, prime=prime,
+                         float32=float32, threads=threads)
     say_checkpoint(checkpoint, written.checkpoint)
     if as_json:
         print_json(written.to_dict())

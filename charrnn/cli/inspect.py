@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from charrnn import api
 from charrnn.cli.options import (
     GroupedCommand,
     config_option,
@@ -20,6 +21,7 @@ from charrnn.cli.options import (
 )
 from charrnn.cli.output import colour_lost, print_json, say_checkpoint, show, shows_colour, write_file
 from charrnn.config import INSPECT_FEATURES, INSPECT_TOP, InspectConfig
+from charrnn.errors import OptionConflict
 from charrnn.utils.files import json_text
 from charrnn.utils.terminal import stream_stdout
 
@@ -40,10 +42,9 @@ def info_command(checkpoint: str, as_json: bool) -> None:
       charrnn info checkpoints/tinyshakespeare/best.pt
       charrnn info checkpoints/tinyshakespeare --json
     """
-    from charrnn.api import info
     from charrnn.cli.inspect_view import info_table
 
-    result = info(checkpoint)
+    result = api.info(checkpoint)
     say_checkpoint(checkpoint, result.checkpoint)
     if as_json:
         print_json(result.to_dict())
@@ -95,15 +96,12 @@ def inspect_command(ctx: click.Context, checkpoint: str, text_file: str, html_fi
       charrnn inspect best.pt held_out.txt --most-surprising 10
       charrnn inspect best.pt held_out.txt --surprisal --html surprisal.html
     """
-    from charrnn import api
     from charrnn.cli.inspect_view import coloured_text, ranking_table, surprisal_text, surprising_table
 
     if html_file is not None:
         api.check_output(html_file, "html_file", {"checkpoint": checkpoint, "text_file": text_file})
     surprising = surprisal or most_surprising is not None
     if (skip_unknown or single_stream) and not surprising:
-        from charrnn.errors import OptionConflict
-
         flag = "--skip-unknown drops characters from" if skip_unknown else "--single-stream sets how it reads"
         raise OptionConflict(f"{flag} the text --surprisal scores: it goes with --surprisal or "
                              f"--most-surprising")
@@ -170,10 +168,9 @@ def plot_command(run_dirs: tuple[str, ...], output: str) -> None:
     Example:
       charrnn plot checkpoints/epochs runs/gru --output curves.png
     """
-    from charrnn.api import plot
     from charrnn.cli.output import message
 
-    message(f"wrote {plot(list(run_dirs), output)}")
+    message(f"wrote {api.plot(list(run_dirs), output)}")
 
 
 COMMANDS = [info_command, inspect_command, plot_command]

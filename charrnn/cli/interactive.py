@@ -1,6 +1,5 @@
-"""``charrnn sample --interactive``: writing with the model in the terminal (keys: docs/guide.md).
-
-The screen, on stderr and redrawn after every key, shows the text so far and the model's likeliest next
+"""``charrnn sample --interactive``: writing with the model in the terminal (keys: docs/guide.md). The
+screen, on stderr and redrawn after every key, shows the text so far and the model's likeliest next
 characters. Ctrl-D prints the whole text to stdout; Ctrl-C leaves without printing."""
 
 from __future__ import annotations

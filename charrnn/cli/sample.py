@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from charrnn import api
 from charrnn.cli.options import (
     GroupedCommand,
     config_option,
@@ -18,17 +19,16 @@ from charrnn.cli.options import (
 )
 from charrnn.cli.output import message, say_checkpoint, write_file
 from charrnn.config import DEFAULT_LENGTH_PENALTY, SURPRISAL_TOP, SampleConfig
+from charrnn.errors import ConfigError, OptionConflict
 from charrnn.utils.files import json_text
 from charrnn.utils.terminal import counted, stream_stdout, write_stdout
-
-DEFAULTS = SampleConfig()
 
 
 @click.command("sample", cls=GroupedCommand,
                short_help="Generate text; --interactive: write it with the model.")
 @reads_checkpoints
 @click.argument("checkpoint", type=click.Path())
-@sampling_options(DEFAULTS.length)
+@sampling_options(SampleConfig().length)
 @config_option("--min-length", SampleConfig, "min_length", "decoding", type=int)
 @config_option("--length-penalty", SampleConfig, "length_penalty", "decoding", type=float,
                default_text=f"{DEFAULT_LENGTH_PENALTY:g}")
@@ -63,19 +63,16 @@ def sample_command(ctx: click.Context, checkpoint: str, output: str | None, as_j
       charrnn sample best.pt --beam-width 8 --num-samples 3 --stop-at $'\\n\\n'
       charrnn sample best.pt --interactive --prime "ROMEO:" --temperature 0.7
     """
-    from charrnn import api
-
     if interactive or given_options(ctx, {"top": top}):  # the session in the terminal, then the text
         from charrnn.cli.interactive import MOST_GUESSES, require_terminal, write_interactively
-        from charrnn.errors import ConfigError, OptionConflict
 
         if not interactive:
             raise OptionConflict("--top says how many guesses --interactive shows: it goes with it")
         if not 1 <= top <= MOST_GUESSES:
             raise ConfigError(f"must be from 1 to {MOST_GUESSES} (one digit picks each guess)", "top")
         given = given_options(ctx, {"output": output, "as_json": as_json, **decoding})
-        api.writing_request(prime, prime_file=prime_file, **given)  # refused before the model is loaded
-        session = api.load(checkpoint, device, threads).writing(prime, prime_file=prime_file, **given)
+        session = api.writing(checkpoint, prime, prime_file=prime_file, device=device, threads=threads,
+                              **given)  # every option refused before the model is loaded
         require_terminal()
         text = write_interactively(session, top)
         write_stdout(text if text.endswith("\n") else text + "\n")

@@ -196,10 +196,8 @@ class ProgressBar(TrainObserver):
                   elapsed_s: float | None = None) -> None:
         """One plain line for a log: where the run is, how fast, how long to go. ``train_loss`` and
         ``elapsed_s``: an evaluation's, as metrics.jsonl records them (else the recent mean, the step's)."""
-        report = self.last_step
+        report = self.last_step  # every caller has a step to report
         now = self.clock() if self.line_due is None else self.line_due  # a line as of when it fell due
-        if report is None:
-            return
         val = f"{self.last_val:.4f}" if self.last_val is not None else "n/a"
         if report.step == self.logged_step:  # the step has its line: this one adds the evaluation alone
             tqdm.write(f"step {report.step:,}  val {val}{evaluation}", file=sys.stderr)

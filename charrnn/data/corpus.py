@@ -43,10 +43,9 @@ IN_MEMORY_LIMIT_BYTES = 1 << 28  # ids of texts up to this size are kept in memo
 
 def default_cache_dir() -> Path:
     """``$CHARRNN_CACHE_DIR``, else ``$XDG_CACHE_HOME/charrnn``, else ``~/.cache/charrnn``."""
-    if os.environ.get(CACHE_DIR_ENV):
-        return Path(os.environ[CACHE_DIR_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "charrnn"
+    if given := os.environ.get(CACHE_DIR_ENV):
+        return Path(given)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "charrnn"
 
 
 def corpus_files(path: Path) -> list[Path]:
@@ -76,13 +75,6 @@ def unreadable_corpus_error(file: Path, exc: OSError) -> CharrnnError:
 
 def not_utf8_error(file: Path, byte: int, offset: int) -> CharrnnError:
     return CharrnnError(f"{file} is not UTF-8 text (invalid byte 0x{byte:02x} at offset {offset})")
-
-
-def _largest_id(ids: torch.Tensor) -> int:
-    """The largest id, a chunk at a time: torch has no max for uint16 (vocabularies over 256), and
-    converting a whole memory-mapped corpus at once would hold it all in memory."""
-    step = CHUNK_BYTES
-    return max(int(ids[start:start + step].to(torch.int32).max()) for start in range(0, len(ids), step))
 
 
 def _file_chunks(file: Path, chunk_bytes: int) -> Iterator[tuple[bytes, torch.Tensor]]:
@@ -152,14 +144,9 @@ def scan_corpus(path: Path, chunk_bytes: int = CHUNK_BYTES) -> CorpusScan:
     chars = 0
     for raw, points in _chunks(files, chunk_bytes):
         digest.update(raw)
-        if not len(points):
-            continue
-        chunk_counts = torch.bincount(points, minlength=len(counts))
-        if len(chunk_counts) > len(counts):
-            chunk_counts[: len(counts)] += counts
-            counts = chunk_counts
-        else:
-            counts += chunk_counts
+        grown = torch.bincount(points, minlength=len(counts))  # longer where a larger code point came
+        grown[: len(counts)] += counts
+        counts = grown
         chars += len(points)
     if chars == 0:
         raise CharrnnError(f"{path} is empty: it holds no text")
@@ -190,7 +177,11 @@ def cached_ids(scan: CorpusScan, vocab: Vocab, skip_unknown: bool = False, cache
     itemsize = vocab.id_dtype.itemsize
     if _verified(path, length * itemsize):
         ids = torch.from_file(str(path), shared=False, size=length, dtype=vocab.id_dtype)
-        if _largest_id(ids) < len(vocab):  # a file and digest edited together are still never trusted
+        # A file and digest edited together are still never trusted. The largest id is found chunk by chunk:
+        # torch has no max for uint16, and a whole memory-mapped corpus converted at once would sit in memory.
+        largest = max(int(ids[start : start + CHUNK_BYTES].to(torch.int32).max())
+                      for start in range(0, length, CHUNK_BYTES))
+        if largest < len(vocab):
             return ids
     try:
         _encode_to_file(scan, vocab, path, length, chunk_bytes)
@@ -351,35 +342,28 @@ def encode_corpus(path: Path, name: str, val_frac: float, vocab: Vocab | None = 
         vocab = scan.vocab()
     elif extend_vocab:
         vocab = vocab.extended(scan.vocab().chars)
-    ids = cached_ids(scan, vocab)
-    info = CorpusInfo(str(path.resolve()), name, scan.chars, scan.sha256, val_frac,
-                      split_point(scan.chars, val_frac, val_max_chars) if split_at is None else split_at)
-    return EncodedCorpus(vocab, ids, info)
-
-
-def _located(corpus: dict[str, Any]) -> tuple[Path, tuple[str, Path] | None]:
-    """The path a corpus record names, and where nothing is there and its text is a known dataset's, that
-    dataset's name and place in the data directory."""
-    recorded = Path(corpus["path"])
-    return recorded, None if recorded.exists() else local_copy(corpus["sha256"])
+    split = split_point(scan.chars, val_frac, val_max_chars) if split_at is None else split_at
+    return EncodedCorpus(vocab, cached_ids(scan, vocab),
+                         CorpusInfo(str(path.resolve()), name, scan.chars, scan.sha256, val_frac, split))
 
 
 def corpus_location(corpus: dict[str, Any]) -> Path:
     """Where a checkpoint's corpus record would be read on this machine: its path, or where nothing is
     there and the text is a known dataset's (another machine's checkpoint, the shipped model), the data
     directory's place for that dataset, whatever is there."""
-    recorded, known = _located(corpus)
+    recorded = Path(corpus["path"])
+    known = None if recorded.exists() else local_copy(corpus["sha256"])
     return recorded if known is None else known[1]
 
 
 def corpus_path(corpus: dict[str, Any]) -> Path:
     """:func:`corpus_location`, checked to exist, and for a data directory's copy to hold the same text
     (a recorded path's text is the caller's to check)."""
-    recorded, known = _located(corpus)
-    if known is None:
-        if not recorded.exists():
-            raise CharrnnError(f"the training corpus {corpus['path']} is gone")
+    recorded = Path(corpus["path"])
+    if recorded.exists():
         return recorded
+    if (known := local_copy(corpus["sha256"])) is None:
+        raise CharrnnError(f"the training corpus {corpus['path']} is gone")
     name, path = known
     where = f"(the data directory is ./data, or ${DATA_DIR_ENV})"
     if not path.is_file():

@@ -88,10 +88,8 @@ def _verify(path: Path, dataset: DatasetSource) -> str | None:
 def _cached_copy_problem(target: Path, dataset: DatasetSource) -> str | None:
     """Why the file at ``target`` is not the verified dataset; None when it is, "absent" when nothing
     is there."""
-    if not target.exists() and not target.is_symlink():
-        return "absent"
     if not target.exists():
-        return "a symbolic link to nothing"
+        return "a symbolic link to nothing" if target.is_symlink() else "absent"
     try:
         return _verify(target, dataset)
     except NotRegularFile:
@@ -197,5 +195,4 @@ def _download(dataset: DatasetSource, url: str, target: Path) -> None:
                                    f"{getattr(exc, 'reason', None) or exc}") from None
         problem = _verify(Path(tmp_name), dataset)
         if problem is not None:
-            raise CharrnnError(f"refused the download of {dataset.name} from {url}: {problem}; "
-                               f"deleted it")
+            raise CharrnnError(f"refused the download of {dataset.name} from {url}: {problem}; deleted it")

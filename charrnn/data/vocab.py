@@ -25,11 +25,7 @@ def code_points(text: str) -> torch.Tensor:
 
 def id_dtype(vocab_size: int) -> torch.dtype:
     """The smallest integer dtype that holds ids ``0 .. vocab_size - 1``: uint8, uint16 or uint32."""
-    if vocab_size <= 1 << 8:
-        return torch.uint8
-    if vocab_size <= 1 << 16:
-        return torch.uint16
-    return torch.uint32
+    return torch.uint8 if vocab_size <= 1 << 8 else torch.uint16 if vocab_size <= 1 << 16 else torch.uint32
 
 
 def describe_chars(chars: dict[str, int], limit: int = 10) -> str:
@@ -64,8 +60,7 @@ class Vocab:
             raise CharrnnError("a vocabulary needs at least one character")
         if any(not isinstance(c, str) or len(c) != 1 for c in self.chars):
             raise CharrnnError("every vocabulary entry must be exactly one code point")
-        surrogates = [c for c in self.chars if "\ud800" <= c <= "\udfff"]
-        if surrogates:
+        if surrogates := [c for c in self.chars if "\ud800" <= c <= "\udfff"]:
             raise CharrnnError(f"vocabulary entry {surrogates[0]!r} is a lone surrogate, not a character")
         if len(set(self.chars)) != len(self.chars):
             raise CharrnnError("vocabulary entries must be unique")

@@ -11,7 +11,6 @@ import torch
 
 from charrnn.config import DEFAULT_LENGTH_PENALTY, SampleConfig
 from charrnn.data.vocab import Vocab
-from charrnn.errors import CharrnnError
 from charrnn.generation.sample import ban_repeats, banned_ids, extend_tail, warm_state
 from charrnn.models.model import CharRNN
 from charrnn.models.stepper import make_stepper
@@ -42,10 +41,6 @@ def beam_search(model: CharRNN, vocab: Vocab, prime: str, width: int, length: in
                 length_penalty: float = 0.0, min_length: int = 0, no_repeat: int | None = None) -> list[Beam]:
     """The ``width`` likeliest continuations of ``prime``, best first, by float64 log-probability over
     :func:`length_normaliser` (only beams ``stop_at`` ended, never before ``min_length``, are shorter)."""
-    if width < 1:
-        raise CharrnnError("beam width must be at least 1")
-    if length < 0:
-        raise CharrnnError("length must be 0 or more")
     current, state = warm_state(model, vocab, prime, batch=1)  # (1,), state of one beam; model in eval mode
     device = current.device
     vocab_size = len(vocab)

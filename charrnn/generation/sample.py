@@ -76,11 +76,7 @@ def choose_next(logits: torch.Tensor, config: SampleConfig, generator: torch.Gen
 
 def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
     generator = torch.Generator(device=device)
-    if seed is None:
-        generator.seed()
-    else:
-        generator.manual_seed(seed)
-    return generator
+    return generator.manual_seed(generator.seed() if seed is None else seed)  # seed() draws a fresh one
 
 
 @torch.no_grad()

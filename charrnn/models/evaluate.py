@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import torch
@@ -139,22 +140,29 @@ def scored_chunks(model: CharRNN, ids: torch.Tensor, layout: StreamLayout,
         yield ScoredChunk(positions, logits, columns(start + 1, stop + 1))
 
 
-@torch.no_grad()
-def layout_nll(model: CharRNN, ids: torch.Tensor, layout: StreamLayout) -> tuple[float, int]:
-    """:func:`total_nll` with the streams laid out as given, in eval mode and float32 (the mode restored)."""
+@contextmanager
+def eval_mode(model: CharRNN) -> Iterator[None]:
+    """Run the block with ``model`` in eval mode, its mode restored after."""
     was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
-    total = torch.zeros((), dtype=torch.float64, device=device)
     try:
-        with torch.autocast(device_type=device.type, enabled=False):
-            for batch in layout.batches():
-                for chunk in scored_chunks(model, ids, layout, batch):
-                    losses = F.cross_entropy(chunk.logits.flatten(0, 1).float(), chunk.targets.flatten(),
-                                             reduction="none").view_as(chunk.targets).double()  # (b, T)
-                    total += losses.masked_fill(chunk.positions < 0, 0.0).sum()
+        yield
     finally:
         model.train(was_training)
+
+
+@torch.no_grad()
+def layout_nll(model: CharRNN, ids: torch.Tensor, layout: StreamLayout) -> tuple[float, int]:
+    """Summed NLL (nats) of ``ids[1:]`` given the text before each, and how many were scored, with the streams
+    laid out as given; in eval mode and float32 (the mode restored). ids: (N,) integer ids, N >= 2."""
+    device = next(model.parameters()).device
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    with eval_mode(model), torch.autocast(device_type=device.type, enabled=False):
+        for batch in layout.batches():
+            for chunk in scored_chunks(model, ids, layout, batch):
+                losses = F.cross_entropy(chunk.logits.flatten(0, 1).float(), chunk.targets.flatten(),
+                                         reduction="none").view_as(chunk.targets).double()  # (b, T)
+                total += losses.masked_fill(chunk.positions < 0, 0.0).sum()
     return float(total), layout.scored
 
 
@@ -167,16 +175,9 @@ def require_scorable(chars: int, named: str, known: bool = False) -> None:
                            f"scoring needs at least 2 (the first has no context)")
 
 
-def total_nll(model: CharRNN, ids: torch.Tensor, single_stream: bool = False) -> tuple[float, int]:
-    """Summed NLL (nats) of ``ids[1:]`` given the text before each, and how many were scored.
-    ids: (N,) integer ids, N >= 2."""
-    return layout_nll(model, ids, stream_layout(model, len(ids), single_stream))
-
-
 def evaluate(model: CharRNN, ids: torch.Tensor, single_stream: bool = False) -> EvalResult:
     """NLL per character, bits per character and perplexity of ``ids`` under ``model``."""
-    total, chars = total_nll(model, ids, single_stream)
-    return EvalResult.from_total(total, chars)
+    return EvalResult.from_total(*layout_nll(model, ids, stream_layout(model, len(ids), single_stream)))
 
 
 SCORING_PROBE_STEPS = 64  # time steps of the batch timed to predict a pass's cost
@@ -198,14 +199,10 @@ def scoring_seconds(model: CharRNN, ids: torch.Tensor, clock: Callable[[], float
     device = next(model.parameters()).device
     inputs = ids[: rows * steps].long().view(rows, steps).to(device)  # (b, T)
     targets = ids[1 : rows * steps + 1].long().view(rows, steps).to(device)  # (b, T)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         model(inputs)
         started = clock()
         logits, _ = model(inputs)
         F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="sum").item()
         elapsed = clock() - started
-    finally:
-        model.train(was_training)
     return elapsed * layout.positions / (rows * steps)

@@ -38,10 +38,9 @@ class LayerNormRNN(nn.Module):
         bound = hidden_size ** -0.5
         for k in range(num_layers):
             fan_in = input_size if k == 0 else hidden_size
-            self.register_parameter(f"weight_ih_l{k}", nn.Parameter(
-                torch.empty(gates * hidden_size, fan_in).uniform_(-bound, bound)))
-            self.register_parameter(f"weight_hh_l{k}", nn.Parameter(
-                torch.empty(gates * hidden_size, hidden_size).uniform_(-bound, bound)))
+            for name, columns in (("weight_ih", fan_in), ("weight_hh", hidden_size)):
+                self.register_parameter(f"{name}_l{k}", nn.Parameter(
+                    torch.empty(gates * hidden_size, columns).uniform_(-bound, bound)))
             self.register_parameter(f"ln_gain_l{k}", nn.Parameter(torch.ones(gates, hidden_size)))
             self.register_parameter(f"ln_bias_l{k}", nn.Parameter(torch.zeros(gates, hidden_size)))
             if cell == "lstm":
@@ -81,9 +80,7 @@ class LayerNormRNN(nn.Module):
         return list(state), [None] * self.num_layers
 
     def _join_state(self, hs, cs):
-        if self.cell == "lstm":
-            return torch.stack(hs), torch.stack(cs)
-        return torch.stack(hs)
+        return (torch.stack(hs), torch.stack(cs)) if self.cell == "lstm" else torch.stack(hs)
 
     def forward(self, x: torch.Tensor, state):
         hs, cs = self._split_state(state)

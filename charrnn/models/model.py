@@ -64,16 +64,11 @@ class CharRNN(nn.Module):
             for param in [*self.embedding.parameters(), *self.rnn.parameters()]:
                 param.requires_grad_(False)
 
-    @property
-    def state_size(self) -> int:
-        """Number of tensors in the recurrent state: 2 for the LSTM, else 1."""
-        return 2 if self.config.cell == "lstm" else 1
-
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
-        """Zero state ``h_0`` (and ``c_0``): a tuple of ``(num_layers, B, H)`` tensors."""
+        """Zero state ``h_0`` (and the LSTM's ``c_0``): a tuple of ``(num_layers, B, H)`` tensors."""
         shape = (self.config.num_layers, batch_size, self.config.hidden_size)
         device = device if device is not None else self.head.weight.device
-        return tuple(torch.zeros(shape, device=device) for _ in range(self.state_size))
+        return tuple(torch.zeros(shape, device=device) for _ in range(2 if self.config.cell == "lstm" else 1))
 
     def forward(self, idx: torch.Tensor, state: State | None = None) -> tuple[torch.Tensor, State]:
         """idx: (B, T) int64 ids; state: tuple of (num_layers, B, H), or None for zeros.
@@ -93,8 +88,7 @@ class CharRNN(nn.Module):
             out, new_state = self.rnn(x, rnn_state)  # (B, T, H)
         out = sequence_dropout(out, config.dropout, self.training, config.locked_dropout)
         logits = self.head(out)  # (B, T, V)
-        new_state = new_state if isinstance(new_state, tuple) else (new_state,)
-        return logits, new_state
+        return logits, new_state if isinstance(new_state, tuple) else (new_state,)
 
     def load_pretrained(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Start from another model's weights, for fine-tuning. Shapes must match, except that vocabulary

@@ -24,9 +24,7 @@ def shipped_path(name: str) -> Path:
 
 def resolve_shipped(path: Path) -> Path:
     """``path``, or the shipped model it names when nothing at all (not even a broken link) is there."""
-    if str(path) in SHIPPED_MODELS and not os.path.lexists(path):
-        return shipped_path(str(path))
-    return path
+    return shipped_path(str(path)) if str(path) in SHIPPED_MODELS and not os.path.lexists(path) else path
 
 
 def run_name(path: Path) -> str:

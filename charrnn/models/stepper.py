@@ -188,8 +188,4 @@ def make_stepper(model: CharRNN) -> Stepper:
     """The stepper for ``model``'s kind of cell, over a snapshot of its current weights."""
     if model.config.layer_norm:
         return LayerNormStepper(model)
-    if model.config.cell == "lstm":
-        return LSTMStepper(model)
-    if model.config.cell == "gru":
-        return GRUStepper(model)
-    return RNNStepper(model)
+    return {"lstm": LSTMStepper, "gru": GRUStepper}.get(model.config.cell, RNNStepper)(model)

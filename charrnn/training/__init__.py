@@ -1,2 +1,1 @@
-"""Training: the plan (what a request means), the loop, the run directory and its checkpoints,
-the lock, the schedule and distributed processes."""
+"""Training: the plan, the loop, its schedule and state, the run directory and its checkpoints, processes."""

@@ -207,11 +207,6 @@ class BudgetDecision:
         """What :func:`choose` chooses: when no shape has time to train, the fastest."""
         return choose(self.candidates) if self.candidates else None
 
-    @property
-    def evaluates(self) -> bool:
-        """Whether the run may evaluate during training (:attr:`Candidate.evaluates`); True when unplanned."""
-        return self.choice is None or self.choice.evaluates
-
     def outranked(self) -> Candidate | None:
         """The lowest prediction, when :func:`choose` took another that ties with it."""
         return lowest if (lowest := _lowest(self.candidates)) is not self.choice else None
@@ -222,9 +217,8 @@ class BudgetDecision:
         choice, outranked = self.choice, self.outranked()  # the outranked is named already, with why
         runner_up = _lowest(c for c in self.candidates
                             if c is not outranked and not _alike(c.settings, choice.settings))
-        close = (runner_up is not None
-                 and runner_up.predicted_loss - _lowest(self.candidates).predicted_loss < self.tie_error)
-        return runner_up if close else None
+        gap = runner_up.predicted_loss - _lowest(self.candidates).predicted_loss if runner_up else math.inf
+        return runner_up if gap < self.tie_error else None
 
     def ends_early(self) -> bool:
         """Whether the choice stops at the plan's own pass limit (not the user's) before the budget's end."""
@@ -253,10 +247,9 @@ class BudgetDecision:
 
 
 def choose(candidates: tuple[Candidate, ...]) -> Candidate:
-    """The lowest prediction, or the largest measured shape that trains alike and ties with it, unless a
-    larger one predicts lower; the fastest when none can train. A tie stopping at its pass limit yields to one
-    training to the budget's end, and a shape that the user's limit stops before its end costs more than its
-    training is passed over: that limit leaves the budget's time unspent (docs/defaults.md, "Choose")."""
+    """The lowest prediction, or the largest measured shape that trains alike and ties with it unless a larger
+    one predicts lower; the fastest when none can train. A tie stopping at its pass limit yields to one that
+    trains to the end; one the user's limit stops before a costlier end is passed over (docs/defaults.md)."""
     worth = tuple(c for c in candidates if c.pays_for_its_end)
     lowest = _lowest(worth)
     if lowest is None:
@@ -307,8 +300,7 @@ def average_decay_for_steps(steps: float) -> float:
 
 def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: list[Speed | None],
                        workload: Workload, precisions: list[str] | None = None) -> tuple[Candidate, ...]:
-    """Each shape's candidate; ``shapes`` are (settings, layers, parameters), smallest first. A shape not
-    measured is estimated from measured ones of its batch and precision (none: no candidate)."""
+    """Each shape's candidate; one not measured is estimated from measured ones of its batch and precision."""
     kinds = [(shape[0]["batch_size"], precision)
              for shape, precision in zip(shapes, precisions or ["fp32"] * len(shapes), strict=True)]
     if not any(speeds):
@@ -341,11 +333,10 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
         candidates.append(Candidate(
             settings, layers, params, chars_per_s=speed.train_chars_per_s,
             eval_chars_per_s=speed.eval_chars_per_s, measured=measured_speed is not None, estimable=True,
-            training_s=training_s, chars=chars, epochs=chars / workload.train_chars,
-            budget_epochs=affordable / workload.train_chars, predicted_loss=predicted,
-            limit=limit, precision=precision, evaluates=evaluates, dropout=dropout, speed_share=share,
-            end_s=end.reserve_s(), users_limit=limit == "max_steps" or (
-                limit == "epochs" and workload.max_epochs is not None)))
+            training_s=training_s, chars=chars, epochs=chars / workload.train_chars, predicted_loss=predicted,
+            budget_epochs=affordable / workload.train_chars, limit=limit, precision=precision,
+            evaluates=evaluates, dropout=dropout, speed_share=share, end_s=end.reserve_s(),
+            users_limit=limit == "max_steps" or (limit == "epochs" and workload.max_epochs is not None)))
     return tuple(candidates)
 
 
@@ -407,8 +398,7 @@ def measuring_seconds(chars_per_s: float, chars_per_step: int, limit_s: float) -
     """What :func:`measure_speed` takes to time a shape that trains ``chars_per_s``, with a margin."""
     step_s = chars_per_step / max(chars_per_s, 1e-9)
     fewest, most = BUDGET_PROBE_STEPS
-    timed_steps = min(max(math.ceil(limit_s / step_s), fewest), most)
-    return PROBE_COST_MARGIN * (1 + timed_steps) * step_s
+    return PROBE_COST_MARGIN * (1 + min(max(math.ceil(limit_s / step_s), fewest), most)) * step_s
 
 
 def plan_budget(seconds: float, given: dict[str, Any], config: TrainConfig, vocab: Vocab, corpus: CorpusInfo,
@@ -489,8 +479,7 @@ def _trials(given: dict[str, Any], config: TrainConfig, device: str, vocab: Voca
 
 
 def _shapes(given: dict[str, Any], vocab_size: int) -> list[tuple[dict[str, Any], int, int]]:
-    """The ladder's rungs as (settings, layers, parameters), smallest first, the user's settings in place of
-    the rung's. A size the user gave takes the settings of the rung nearest to it, alone."""
+    """The ladder's rungs as (settings, layers, parameters), smallest first, with the user's settings."""
     rungs = ((min(BUDGET_LADDER, key=lambda rung: abs(math.log(rung.hidden_size / given["hidden_size"]))),)
              if "hidden_size" in given else BUDGET_LADDER)
     layers = given.get("num_layers", ModelConfig.__dataclass_fields__["num_layers"].default)
@@ -538,8 +527,6 @@ def final_work_seconds(model: CharRNN, vocab: Vocab, config: TrainConfig, val_id
                        clock: Callable[[], float]) -> BudgetEnd:
     """What a budgeted run of ``model``'s shape pays for an evaluation, and for its end's saves and sample."""
     weight_sets = 2 if config.ema_decay > 0 else 1
-    if len(val_ids) < 2:
-        return BudgetEnd(0.0, weight_sets)
     pass_s = scoring_seconds(model, val_ids, clock)
     parameters = sum(p.numel() for p in model.parameters())
     saving = 2 * checkpoint_bytes(parameters, averaging=weight_sets == 2) / SAVE_BYTES_PER_S
@@ -556,10 +543,10 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
                     started: float | None = None, resumed: dict[str, Any] | None = None,
                     decision: BudgetDecision | None = None) -> BudgetEnding:
     """A budgeted run's end, measured on a model of its shape: the seconds kept (``finish_s`` included), when
-    to evaluate, what to tell the user (of the limits beside the budget, those its ``decision`` did not
-    choose) and the speed it planned for. A new run whose budget from ``started`` cannot pay for its end is
-    refused; a resumed run with no time left raises :class:`RunAlreadyFinished`."""
-    evaluates, chosen = decision is None or decision.evaluates, decision.chosen if decision else {}
+    to evaluate, what to tell the user and the speed planned. A new run whose budget from ``started`` cannot
+    pay for its end is refused; a resumed run with no time left raises :class:`RunAlreadyFinished`."""
+    choice, chosen = (decision.choice, decision.chosen) if decision else (None, {})
+    evaluates = choice is None or choice.evaluates  # during training (an unplanned budget's: it may)
     speed = planned_speed(decision)
     budget, device = config.time_budget, torch.device(config.device)
     val_ids, scored = scored_validation(val_ids, config.eval_chars)  # what every evaluation scores

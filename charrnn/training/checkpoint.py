@@ -1,12 +1,9 @@
-"""A trained model on disk: a checkpoint, or a model folder made from one.
-
-A checkpoint is a plain dict of Python values and CPU tensors, written atomically (docs/long-runs.md). Nothing
-else is pickled, so it loads with ``weights_only=True`` (no code runs) on any machine; :func:`load_checkpoint`
-checks every field (:class:`Checkpoint`) before anything is allocated.
-
-A model folder is the form others load (docs/model-folder.md): ``model.safetensors`` holds the weights
-(loading them runs no code), ``config.json`` the model's shape and what its training recorded, ``vocab.json``
-the characters in id order and ``README.md`` a model card. It loads as a checkpoint without training state."""
+"""A trained model on disk. A checkpoint is a plain dict of Python values and CPU tensors, written atomically
+(docs/long-runs.md): nothing else is pickled, so it loads with ``weights_only=True`` (no code runs) on any
+machine, every field checked (:class:`Checkpoint`) before anything is allocated. A model folder made from
+one is the form others load (docs/model-folder.md): ``model.safetensors`` (loading it runs no code),
+``config.json`` (the shape, what training recorded), ``vocab.json`` and a ``README.md`` card; it loads as a
+checkpoint without training state."""
 
 from __future__ import annotations
 
@@ -17,7 +14,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import torch
@@ -27,6 +24,7 @@ from charrnn.data.corpus import CorpusInfo, corpus_path, scan_corpus
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError, OptionConflict, first_line
 from charrnn.generation.trained import TrainedModel
+from charrnn.models.card import model_card
 from charrnn.models.evaluate import EvalResult
 from charrnn.models.layernorm import EPSILON
 from charrnn.models.model import CharRNN, parameter_count, state_shapes
@@ -49,7 +47,6 @@ from charrnn.utils.files import (
     within_folder,
 )
 from charrnn.utils.hardware import available_host_memory
-from charrnn.utils.terminal import markdown_text, one_line, shell_word
 
 FORMAT_VERSION = 1
 # In every checkpoint (a model folder's too); what resuming needs; what a model folder's config.json keeps
@@ -138,13 +135,6 @@ def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     replace_file(path, write)
 
 
-def saved_by_torch(path: Path) -> bool:
-    """Whether ``path`` begins as torch.save's files do (a zip or a pickle): a cheap look, not a load."""
-    with open(path, "rb") as handle:
-        magic = handle.read(4)
-    return magic == b"PK\x03\x04" or magic[:1] == b"\x80"
-
-
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load and check a checkpoint or model folder safely on the CPU; a problem is a one-line CharrnnError."""
     path = Path(path)
@@ -159,10 +149,11 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CharrnnError(f"checkpoint {path} does not exist (charrnn train writes one; shakespeare names "
                            f"the model that comes with charrnn)")
     try:
-        written = saved_by_torch(path)
+        with open(path, "rb") as handle:
+            magic = handle.read(4)  # torch.save's files begin as a zip or a pickle does: a cheap look
     except OSError as exc:
         raise CharrnnError(f"cannot read checkpoint {path}: {exc.strerror or exc}") from None
-    if not written:
+    if magic != b"PK\x03\x04" and magic[:1] != b"\x80":
         raise CharrnnError(f"{path} is not a charrnn checkpoint (not a file that torch.save wrote)")
     try:
         with warnings.catch_warnings():
@@ -182,9 +173,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 @contextmanager
 def naming_what_hides_shipped(path: Path) -> Iterator[None]:
-    """A checkpoint error about ``path`` (``shakespeare``, or a file in it) says so when a shipped model's
-    name is taken here by something unusable: the user may have meant the shipped model. Only for readers
-    that take the name: the shipped model cannot be resumed."""
+    """An error about ``path`` (``shakespeare``, or a file in it) says so when what is here hides a shipped
+    model of that name: the user may have meant it. Only for readers (the shipped model cannot be resumed)."""
     try:
         yield
     except CharrnnError as exc:
@@ -221,9 +211,8 @@ def file_in_run_directory(path: Path, name: str) -> Path:
 
 
 def validate_payload(payload: dict[str, Any], values: bool = True) -> ModelConfig:
-    """Check every field of a checkpoint's dict; return its model configuration. Tensor shapes are checked
-    before any model is built, so a small file that declares a huge model costs nothing; without
-    ``values``, the weights' values are not looked at (they may be meta tensors)."""
+    """Check every field of a checkpoint's dict, shapes before any model is built (a small file declaring a
+    huge model costs nothing); return its model config. Without ``values``, weights may be meta tensors."""
     hints = field_types(Checkpoint)
     for spec in fields(Checkpoint):
         name = spec.name
@@ -270,8 +259,7 @@ def validate_payload(payload: dict[str, Any], values: bool = True) -> ModelConfi
 
 def _check_state(state: dict[str, Any], config: ModelConfig, label: str = "model_state",
                  values: bool = True) -> None:
-    """Names, shapes and dtypes of ``state`` against ``config``; with ``values``, that every value is finite
-    (without, ``state`` may hold meta tensors: a file's layout, checked before its data is read)."""
+    """Names, shapes and dtypes of ``state`` against ``config``; with ``values``, its values finite too."""
     expected = state_shapes(config)
     for name, shape in expected.items():
         if name not in state:
@@ -366,8 +354,7 @@ def not_exported(path: Path) -> list[str]:
 
 
 def weights_score(payload: dict[str, Any], source: Path) -> dict[str, Any] | None:
-    """The validation score of the very weights in ``payload`` (read from ``source``), where one was
-    recorded: a folder's own, a best.pt's (or a weights-only file's) best, or an evaluation at its step."""
+    """The recorded validation score of the very weights in ``payload`` (read from ``source``), if any."""
     if "score" in payload:
         return payload["score"]
     if source.name == "best.pt" or "optimizer_state" not in payload:
@@ -419,8 +406,7 @@ def write_model_folder(payload: dict[str, Any], source: Path, target: Path, name
 
 
 def check_folder_output(target: Path, named: str, source: Path) -> None:
-    """Refuse, before any work, a model folder's output ``target`` (option ``named``) without a parent, in the
-    shipped models' folder, holding its checkpoint ``source``, or holding anything but an export."""
+    """Refuse, before any work, ``target`` (option ``named``) as checkpoint ``source``'s model folder."""
     if not target.parent.is_dir():
         raise CharrnnError(f"{named} {target}: there is no directory {target.parent}")
     refuse_writing_in_model_folders(target, named, "folder")
@@ -495,7 +481,9 @@ def _read_opened_folder(folder: Path, handles: dict[str, BinaryIO]) -> dict[str,
                            f"GiB available")
     handles[WEIGHTS].seek(0)
     try:
-        payload["model_state"] = load(_read(handles[WEIGHTS], weights))
+        payload["model_state"] = load(read_at_most(handles[WEIGHTS], None))
+    except OSError as exc:
+        raise CharrnnError(f"cannot read {weights}: {reason(exc)}") from None
     except (SafetensorError, ValueError, RuntimeError, TypeError) as exc:
         raise CharrnnError(f"{weights} is not a readable safetensors file ({first_line(exc)})") from None
     with _naming_the_file(folder):
@@ -517,29 +505,26 @@ def _naming_the_file(folder: Path) -> Iterator[None]:
         raise CharrnnError(f"{at_fault}: {problem}") from None
 
 
-def _read(handle: BinaryIO, path: Path, most_bytes: int | None = None) -> bytes:
+def _json(handle: BinaryIO, path: Path, most_bytes: int) -> Any:
     try:
-        return read_at_most(handle, most_bytes)
+        return parse_json(read_at_most(handle, most_bytes).decode("utf-8"))
     except FileTooLarge as exc:
         raise CharrnnError(f"{path} is refused unread: {exc}") from None
     except OSError as exc:
         raise CharrnnError(f"cannot read {path}: {reason(exc)}") from None
-
-
-def _json(handle: BinaryIO, path: Path, most_bytes: int) -> Any:
-    try:
-        return parse_json(_read(handle, path, most_bytes).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise CharrnnError(f"{path} is not JSON ({first_line(exc)})") from None
 
 
 def _safetensors_layout(handle: BinaryIO, path: Path) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """Each tensor's name, shape and dtype in safetensors file ``handle`` (read from ``path``), from its
-    header alone: a header too long or not safetensors', an unknown dtype, or tensors that do not fill the
-    file's data exactly (past its end, overlapping, leaving gaps) is refused."""
+    header alone; a header too long, an unknown dtype, or tensors not filling the data exactly are refused."""
 
     def unreadable(why: str) -> CharrnnError:
         return CharrnnError(f"{path} is not a readable safetensors file ({why})")
+
+    def counts(value: Any) -> bool:  # a shape, or a pair of offsets: whole numbers of 0 or more
+        return isinstance(value, list) and all(type(item) is int and item >= 0 for item in value)
 
     size = os.fstat(handle.fileno()).st_size
     prefix = handle.read(8)
@@ -565,7 +550,7 @@ def _safetensors_layout(handle: BinaryIO, path: Path) -> dict[str, tuple[tuple[i
         dtype = SAFETENSORS_DTYPES.get(named) if isinstance(named, str) else None
         if dtype is None:
             raise unreadable(f"its header's {name!r} is not a tensor of a dtype charrnn knows ({named!r})")
-        if not _counts(shape) or not _counts(offsets) or len(offsets) != 2:
+        if not counts(shape) or not counts(offsets) or len(offsets) != 2:
             raise unreadable(f"its header's {name!r} has no whole-number shape and two data offsets")
         begin, end = offsets
         if end > data_bytes:
@@ -584,102 +569,3 @@ def _safetensors_layout(handle: BinaryIO, path: Path) -> dict[str, tuple[tuple[i
     if filled != data_bytes:
         raise unreadable(f"its header declares {filled:,} bytes of tensors; the file holds {data_bytes:,}")
     return layout
-
-
-def _counts(value: Any) -> bool:
-    """Whether ``value`` is a list of whole numbers of 0 or more (a shape, or a pair of offsets)."""
-    return isinstance(value, list) and all(type(item) is int and item >= 0 for item in value)
-
-
-# ---------------------------------------------------------------------------- the model card
-# README.md: what the model is, what it scores on which text, and how it was made. Every recorded text is
-# escaped for where it lands: Markdown text (markdown_text), a code span, a fenced block, a shell word.
-NOT_RECORDED = "not recorded"
-
-
-def _longest_backtick_run(text: str) -> int:
-    return max(map(len, re.findall("`+", text)), default=0)
-
-
-def _code_span(text: str, in_table: bool = False) -> str:
-    """``text`` as a Markdown code span on one line (hidden characters as escapes), between more backticks
-    than any run inside; in a table, its pipes escaped, which GitHub reads as cell breaks even in code."""
-    text = one_line(text)
-    fence = "`" * (_longest_backtick_run(text) + 1)
-    padded = f" {text} " if text[:1] in ("`", " ") or text[-1:] in ("`", " ") else text
-    return f"{fence}{padded.replace('|', chr(92) + '|') if in_table else padded}{fence}"
-
-
-def _scores(config: dict[str, Any], folder: str) -> list[str]:
-    score, best, corpus = config.get("score"), config.get("best"), config.get("corpus")
-    if not score:
-        run_best = (f" The run's best evaluation, of its best.pt's weights, scored "
-                    f"{best['nats_per_char']:.4f} nats/char." if best else "")
-        return [f"These weights were not scored when they were saved.{run_best} "
-                f"{_code_span(f'charrnn eval-perplexity {folder}')} scores them on their validation split, "
-                f"with the corpus at hand."]
-    held = corpus["chars"] - corpus["split_point"] if corpus else None
-    part = f"the first {score['chars'] + 1:,} of " if held and score["chars"] < held - 1 else ""
-    held_out = (f"{part}the last {held:,} characters of {markdown_text(corpus['name'])}" if corpus
-                else "its validation split")
-    infinite = score["perplexity"] is None or math.isinf(score["perplexity"])
-    perplexity = "∞" if infinite else f"{score['perplexity']:.3f}"
-    return ["| text | characters scored | nats/char | bits/char | perplexity |", "|---|---|---|---|---|",
-            f"| validation: {held_out} | {score['chars']:,} | {score['nats_per_char']:.4f} | "
-            f"{score['bits_per_char']:.4f} | {perplexity} |"]
-
-
-def _training(config: dict[str, Any]) -> list[str]:
-    corpus, train = config.get("corpus"), config.get("train_config") or {}
-    home = f" ({markdown_text(corpus['path'])})" if corpus and corpus["path"].startswith("https://") else ""
-    # A fine-tune's source without the machine's folders: a checkpoint file with its run's name.
-    source = PurePath(train.get("init_from") or "")
-    source_name = "/".join(source.parts[-2:] if source.suffix == ".pt" else source.parts[-1:])
-    rows = {
-        "corpus": (f"{markdown_text(corpus['name'])}{home}, {corpus['chars']:,} characters, sha256 "
-                   f"{_code_span(corpus['sha256'], in_table=True)}" if corpus else NOT_RECORDED),
-        "validation split": (f"characters {corpus['split_point']:,} to the end, "
-                             f"{1 - corpus['split_point'] / corpus['chars']:.1%} of the corpus" if corpus
-                             else NOT_RECORDED),
-        "steps": f"{config['step']:,}" if "step" in config else NOT_RECORDED,
-        "passes over the training split": (f"{config['progress_epochs']:.2f}" if "progress_epochs" in config
-                                           else NOT_RECORDED),
-        "wall time": f"{config['elapsed_s']:,.0f} s" if "elapsed_s" in config else NOT_RECORDED,
-        "machine": markdown_text(config.get("machine") or NOT_RECORDED),
-        "batch × sequence": (f"{train['batch_size']} × {train['seq_len']}" if "batch_size" in train
-                             else NOT_RECORDED),
-        **({"fine-tuned from": markdown_text(source_name)} if train.get("init_from") else {}),
-        "weights": f"{config['weights_dtype']} in model.safetensors", "charrnn": config["charrnn_version"],
-    }
-    return ["| | |", "|---|---|", *(f"| {key} | {value} |" for key, value in rows.items())]
-
-
-def model_card(config: dict[str, Any], parameters: int, name: str, folder: str) -> str:
-    """The card of a model folder whose config.json holds ``config``, named ``name``, at ``folder``."""
-    model, quoted = config["model_config"], shell_word(folder)
-    extras = [f"embedding {model['embed_size']}"]
-    extras += ["skip connections"] if model.get("skip_connections") else []
-    extras += ["layer normalisation"] if model.get("layer_norm") else []
-    cell = model["cell"].upper() + (f" ({model['rnn_activation']})" if model["cell"] == "rnn" else "")
-    shape = (f"A character-level {model['num_layers']}-layer {cell} of {model['hidden_size']} units "
-             f"({', '.join(extras)}): {parameters:,} parameters, {model['vocab_size']} characters.")
-    commands = [f"charrnn sample {quoted} --temperature 0.8 --length 300",
-                f"charrnn eval-perplexity {quoted}   # its validation split, with the corpus at hand; or add "
-                f"a text",
-                f"charrnn train my_text.txt --init-from {quoted} --extend-vocab --time-budget 300"]
-    fence = "`" * max(3, _longest_backtick_run("\n".join(commands)) + 1)  # longer than any run inside
-    lines = [
-        "---", "library_name: charrnn", "pipeline_tag: text-generation",
-        f"tags: [character-level, {model['cell']}, charrnn]", "---", "",
-        f"# {markdown_text(name)}", "", shape, "",
-        "## Scores", "", *_scores(config, quoted), "", "## Training", "", *_training(config), "",
-        "## Use", "", f"From the directory that holds {_code_span(folder)} (elsewhere, give its path):", "",
-        f"{fence}bash", *commands, fence, "",
-        "The prime must use characters the model knows (vocab.json). A fine-tune keeps the model's shape.",
-        "", "## Files", "",
-        "- `model.safetensors`: the weights, under PyTorch's names (`rnn.weight_ih_l0`, ...).",
-        "- `config.json`: the model's shape, how a reader steps it (`sampler`), and what training recorded.",
-        "- `vocab.json`: the characters, in id order.", "",
-        "The folder holds no optimiser state: it samples, scores and fine-tunes, but cannot be resumed.",
-    ]
-    return "\n".join(lines) + "\n"

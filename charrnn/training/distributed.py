@@ -1,10 +1,10 @@
-"""Several processes, one run: DistributedDataParallel under ``torchrun`` (docs/distributed.md).
-
-A lone process gets a :class:`ProcessGroup`, the same interface for a world of one, so training never asks
-whether it runs alone. Each rank owns a block of the streams; rank 0 alone evaluates and writes."""
+"""Several processes, one run: DistributedDataParallel under ``torchrun`` (docs/distributed.md). A lone
+process gets a :class:`ProcessGroup`, the same interface for a world of one, so training never asks whether
+it runs alone. Each rank owns a block of the streams; rank 0 alone evaluates and writes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -35,8 +35,12 @@ class ProcessGroup:
         return say if self.is_main else lambda text: None
 
     def rows(self, batch_size: int) -> slice:
-        """This rank's block of the ``batch_size`` streams: all of them."""
-        return slice(None)
+        """This rank's block of the ``batch_size`` streams (a lone process's: all of them)."""
+        if batch_size % self.world_size:
+            raise CharrnnError(f"{option('batch_size')} {batch_size} does not split evenly over "
+                               f"{self.world_size} processes; use a multiple of {self.world_size}")
+        per_rank = batch_size // self.world_size
+        return slice(self.rank * per_rank, (self.rank + 1) * per_rank)
 
     def reduce(self, values: list[float], device: torch.device, op: str = "sum") -> list[float]:
         """Element-wise ``sum`` or ``max`` of ``values`` over all ranks (one collective)."""
@@ -61,13 +65,6 @@ class TorchrunGroup(ProcessGroup):
 
     rank: int  # this process's index among all processes, 0 .. world_size - 1
     world_size: int  # number of processes
-
-    def rows(self, batch_size: int) -> slice:
-        if batch_size % self.world_size:
-            raise CharrnnError(f"{option('batch_size')} {batch_size} does not split evenly over "
-                               f"{self.world_size} processes; use a multiple of {self.world_size}")
-        per_rank = batch_size // self.world_size
-        return slice(self.rank * per_rank, (self.rank + 1) * per_rank)
 
     def reduce(self, values: list[float], device: torch.device, op: str = "sum") -> list[float]:
         tensor = torch.tensor(values, dtype=torch.float64, device=device)
@@ -103,10 +100,9 @@ def _environment_int(name: str, default: str | None = None) -> int:
 
 def world_size_from_environment() -> int:
     """``WORLD_SIZE`` as torchrun sets it; 1 when unset or not a number (join_from_environment says so)."""
-    try:
+    with contextlib.suppress(CharrnnError):
         return _environment_int("WORLD_SIZE", "1")
-    except CharrnnError:
-        return 1
+    return 1
 
 
 def join_from_environment(device: str) -> tuple[ProcessGroup, str]:
@@ -117,8 +113,7 @@ def join_from_environment(device: str) -> tuple[ProcessGroup, str]:
     rank, local_rank = _environment_int("RANK"), _environment_int("LOCAL_RANK", "0")
     if not 0 <= rank < world_size:
         raise CharrnnError(f"RANK {rank} is outside WORLD_SIZE {world_size}; start training with torchrun")
-    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
-    if missing:
+    if missing := [name for name in ("MASTER_ADDR", "MASTER_PORT") if name not in os.environ]:
         raise CharrnnError(f"WORLD_SIZE is set but {missing[0]} is not; start multi-process training with "
                            f"torchrun")
     if device == "cuda":
@@ -138,10 +133,9 @@ def local_processes(group: ProcessGroup) -> int:
     """How many of the group's processes share this machine (torchrun's ``LOCAL_WORLD_SIZE``); 1 alone."""
     if group.world_size <= 1:
         return 1
-    try:
+    with contextlib.suppress(CharrnnError):
         return max(1, _environment_int("LOCAL_WORLD_SIZE", str(group.world_size)))
-    except CharrnnError:
-        return group.world_size
+    return group.world_size
 
 
 def leave(group: ProcessGroup) -> None:

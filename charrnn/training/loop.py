@@ -1,8 +1,6 @@
 """The training loop (textbook notes §3): after every step it evaluates, samples, saves and stops as the
-plan's :class:`~charrnn.training.schedule.Schedule` says. Start with :func:`train_step`.
-
-The loop writes only through :mod:`charrnn.training.rundir` and reports only through a
-:class:`TrainObserver`: it never prints. :meth:`charrnn.training.plan.TrainingPlan.run` sets it up."""
+plan's :class:`~charrnn.training.schedule.Schedule` says (start with :func:`train_step`). It writes only
+through :mod:`charrnn.training.rundir`, reports only through a :class:`TrainObserver` and never prints."""
 
 from __future__ import annotations
 
@@ -25,13 +23,7 @@ from charrnn.models.devices import autocast
 from charrnn.models.evaluate import evaluate
 from charrnn.models.model import CharRNN
 from charrnn.training.observer import StepReport, TrainObserver
-from charrnn.training.rundir import (
-    EvaluationRecord,
-    LossRecord,
-    RunDirectory,
-    SampleRecord,
-    epoch_checkpoint_name,
-)
+from charrnn.training.rundir import EvaluationRecord, LossRecord, RunDirectory, SampleRecord
 from charrnn.training.schedule import Schedule, StopReason
 from charrnn.training.state import TrainingRun
 from charrnn.utils.hardware import LoadWatch, ThreadChoice
@@ -109,10 +101,9 @@ class TrainingLoop:
             progress = schedule.progress(run, self.elapsed)
             self._log_loss(progress, now)
             self.observer.on_step(StepReport(
-                step=run.step, epoch=run.epoch, loss=loss, learning_rate=learning_rate,
-                chars_per_s=speed, progress=progress,
-                skipped_steps=run.skipped, seconds_left=schedule.seconds_left(self.elapsed),
-                elapsed_s=now - self.start))
+                step=run.step, epoch=run.epoch, loss=loss, learning_rate=learning_rate, chars_per_s=speed,
+                progress=progress, skipped_steps=run.skipped, elapsed_s=now - self.start,
+                seconds_left=schedule.seconds_left(self.elapsed)))
             with saving_if_memory_runs_out(self.run, self.run_dir, self.elapsed):
                 dropped = self.evaluate_and_save(reason, learning_rate, speed)
             if dropped is not None:  # a stop asked for while scoring: last.pt holds this step
@@ -205,7 +196,7 @@ class TrainingLoop:
             train_loss=self.loss_sum / self.loss_count if self.loss_count else None, chars_per_s=chars_per_s,
             val_loss=val_loss, averaged_val_loss=averaged.nats_per_char if averaged is not None else None,
             val_bits_per_char=trained.bits_per_char, elapsed_s=round(self.clock() - self.start, 3),
-            epoch_checkpoint=epoch_checkpoint_name(run.epochs_done, val_loss) if epoch_end else None)
+            epoch_checkpoint=run_dir.epoch_checkpoint_name(run.epochs_done, val_loss) if epoch_end else None)
         if record.epoch_checkpoint is not None:
             run_dir.save(record.epoch_checkpoint, run.payload(self.elapsed, carried))
         run_dir.log(record)
@@ -216,8 +207,7 @@ class TrainingLoop:
 @contextlib.contextmanager
 def saving_if_memory_runs_out(run: TrainingRun, run_dir: RunDirectory | None,
                               elapsed: float) -> Iterator[None]:
-    """An allocation failure in the block (a step, or an evaluation) saves the run's state as of its last
-    completed step (a failed step changes nothing) and becomes a one-line error."""
+    """An allocation failure in the block saves the last completed step's state: a one-line error."""
     try:
         yield
     except (MemoryError, RuntimeError) as exc:  # Python's allocation failure, or the CPU or CUDA allocator's

@@ -1,6 +1,5 @@
-"""What a training run reports as it goes: the observer's hooks and the report of each step.
-
-No torch on purpose: :func:`charrnn.api.train` checks an observer's type before any heavy import."""
+"""What a training run reports as it goes: the observer's hooks and the report of each step. No torch on
+purpose: :func:`charrnn.api.train` checks an observer's type before any heavy import."""
 
 from __future__ import annotations
 

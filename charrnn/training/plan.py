@@ -1,7 +1,6 @@
-"""What a training run will be, decided and checked before anything is trained or written.
-
-:func:`plan_training` turns a :class:`TrainingRequest` into a complete :class:`TrainingPlan`, the same for
-every caller; what cannot run is refused here, and nothing after the plan changes its configuration."""
+"""What a run will be, decided and checked before anything is trained or written: :func:`plan_training`
+turns a :class:`TrainingRequest` into a complete :class:`TrainingPlan`, the same for every caller; what
+cannot run is refused here, and nothing after the plan changes its configuration."""
 
 from __future__ import annotations
 
@@ -10,12 +9,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from charrnn.config import (
-    MODEL_FIELDS,
     REGULARISATION_FIELDS,
     SAMPLE_SETTINGS,
     ModelConfig,
@@ -28,6 +26,7 @@ from charrnn.data.corpus import CorpusInfo, Split, StreamBatches, corpus_name, e
 from charrnn.data.datasets import DEFAULT_DATASET, dataset_path, fetch
 from charrnn.data.vocab import UnknownCharactersError, Vocab, describe_chars
 from charrnn.errors import CharrnnError, OptionConflict, TrainingInterrupted, option, options_spelled
+from charrnn.generation.trained import TrainedModel
 from charrnn.models.devices import (
     check_generation_fits,
     check_model_fits,
@@ -62,9 +61,6 @@ from charrnn.training.state import TrainingRun
 from charrnn.utils.files import read_json_object
 from charrnn.utils.hardware import ThreadChoice
 from charrnn.utils.interrupt import GracefulStop
-
-if TYPE_CHECKING:  # a loaded model's type lives above training
-    from charrnn.generation.trained import TrainedModel
 
 # What a resumed run may change; anything else would not fit the checkpoint's weights or place in the data.
 RESUME_MAY_CHANGE = ("epochs", "max_steps", "time_budget", "learning_rate", "min_lr_ratio", "warmup_steps",
@@ -137,12 +133,11 @@ class TrainResult:
     def to_dict(self) -> dict[str, Any]:
         with options_spelled(str):  # a record reads the same from either door
             stopped = str(self.stop_reason)
-        out_dir = self.out_dir
         return {"stopped": stopped, "steps": self.steps, "epoch": self.epoch, "elapsed_s": self.elapsed_s,
                 "trained_s": self.trained_s, "earlier_s": self.earlier_s, "best": self.best.to_dict(),
                 "best_is_average": self.best_is_average, "skipped_steps": self.skipped_steps,
-                "out_dir": str(out_dir), "best_checkpoint": str(out_dir / "best.pt"),
-                "last_checkpoint": str(out_dir / "last.pt"),
+                "out_dir": str(self.out_dir), "best_checkpoint": str(self.out_dir / "best.pt"),
+                "last_checkpoint": str(self.out_dir / "last.pt"),
                 "epoch_checkpoints": [str(path) for path in self.epoch_checkpoints],
                 "model": None if self.model_config is None else self.model_config.to_dict(),
                 "training": None if self.config is None else self.config.to_dict(),
@@ -182,9 +177,8 @@ class TrainingPlan:
 
     def run(self, observer: TrainObserver | None = None, stop: GracefulStop | None = None,
             group: ProcessGroup | None = None, clock: Callable[[], float] = time.perf_counter) -> TrainResult:
-        """Train this plan into ``config.out_dir`` through a :class:`TrainingLoop`, timed by ``clock`` from
-        ``started``; a branch gets a new run id. On a signal from ``stop`` the step finishes, ``last.pt`` is
-        written and TrainingInterrupted raised. Under torchrun every rank calls it; rank 0 alone writes."""
+        """Train this plan into ``config.out_dir`` (a :class:`TrainingLoop`); on a signal from ``stop`` the
+        step finishes, ``last.pt`` is written and TrainingInterrupted raised. Every torchrun rank calls it."""
         config, resume_from = self.config, self.resume_from
         group = group if group is not None else ProcessGroup()
         observer = observer if observer is not None and group.is_main else TrainObserver()
@@ -222,7 +216,6 @@ class TrainingPlan:
         if reason.interrupted:
             raise TrainingInterrupted(reason.signal_name, out_dir / "last.pt", run.step, loop.trained_out)
         best, best_is_average = group.from_main((run.best, run.best_is_average))
-        assert best is not None  # a run that was not interrupted ends with an evaluation
         return TrainResult(
             out_dir=out_dir, steps=run.step, epoch=run.epoch, best=best, best_is_average=best_is_average,
             elapsed_s=elapsed_s, trained_s=trained_s, skipped_steps=run.skipped, config=config,
@@ -248,10 +241,9 @@ class TrainingPlan:
 def plan_training(request: TrainingRequest, group: ProcessGroup | None = None, started: float | None = None,
                   finish_s: float = 0.0, sources: Sources | None = None, threads: ThreadChoice | None = None,
                   say: Callable[[str], None] = lambda message: None) -> TrainingPlan:
-    """Decide everything about the run ``request`` asks for and make the plan once, whole, writing nothing.
-    A time budget is measured here from ``started`` (a ``time.perf_counter()`` reading), keeping ``finish_s``
-    for the caller; under torchrun every rank takes rank 0's figures. ``sources``: what :func:`read_sources`
-    found, if read already; ``say`` is told of the built-in corpus's download."""
+    """Decide everything about the run ``request`` asks for and make the plan once, whole, writing nothing. A
+    time budget is measured from ``started`` (a ``time.perf_counter()`` reading), keeping ``finish_s`` for the
+    caller; every torchrun rank takes rank 0's figures. ``say`` is told of the built-in corpus's download."""
     group = group if group is not None else ProcessGroup()
     sources = sources if sources is not None else read_sources(request)
     decided = _decide(request, sources, group, started, finish_s, say)
@@ -269,10 +261,9 @@ def plan_training(request: TrainingRequest, group: ProcessGroup | None = None, s
         check_generation_fits(1, config.sample_length, model_config, config.device, "num_samples",
                               "sample_length")
     StreamBatches(split.train, config.batch_size, config.seq_len)
-    ending = None
-    if config.time_budget is not None:
-        ending = plan_budget_end(model_config, config, vocab, split.val, group, time.perf_counter, finish_s,
-                                 started, decided.get("resume_from"), decided.get("budget"))
+    ending = None if config.time_budget is None else plan_budget_end(
+        model_config, config, vocab, split.val, group, time.perf_counter, finish_s, started,
+        decided.get("resume_from"), decided.get("budget"))
     return TrainingPlan(**decided, ending=ending, started=started, threads=threads)
 
 
@@ -308,10 +299,9 @@ def _decide(request: TrainingRequest, sources: Sources, group: ProcessGroup, sta
             split = _scorable_split(encoded.ids, encoded.info)  # refused before the shapes are timed
             budget = plan_budget(config.time_budget, {**model_options, **train_options}, config,
                                  encoded.vocab, encoded.info, split.train, split.val, group, started=begun)
-            model_options |= {key: value for key, value in budget.chosen.items() if key in MODEL_FIELDS}
-            config = replace(config, **{key: value for key, value in budget.chosen.items()
-                                        if key not in MODEL_FIELDS})
-            model_config = ModelConfig(vocab_size=len(encoded.vocab), **model_options)
+            chosen_model, chosen_train = split_options(budget.chosen)
+            config = replace(config, **chosen_train)
+            model_config = ModelConfig(vocab_size=len(encoded.vocab), **{**model_options, **chosen_model})
         return dict(model_config=model_config, config=config, vocab=encoded.vocab, ids=encoded.ids,
                     corpus=encoded.info, overwrite=request.overwrite, budget=budget)
     try:
@@ -363,14 +353,12 @@ def fine_tune_config(source: ModelConfig, model_options: dict[str, Any], vocab_s
 def resume_config(payload: dict[str, Any], model_options: dict[str, Any], train_options: dict[str, Any],
                   out_dir: Path | None = None) -> tuple[ModelConfig, TrainConfig, list[tuple[str, Any, Any]]]:
     """The configuration a resumed run continues with (into ``out_dir``, default the checkpoint's own), and
-    (field, old, new) for each option changed. Only :data:`RESUME_MAY_CHANGE` may change: the weights and
-    the place in the data make sense only with the rest. A run at its limits needs a larger one."""
+    (field, old, new) for each option changed (:data:`RESUME_MAY_CHANGE`); a run at its limits is refused."""
     model_config = ModelConfig.from_dict(payload["model_config"])
     for key, value in model_options.items():
         if getattr(model_config, key) != value:
-            raise OptionConflict(
-                f"{option(key)} {value!r} contradicts the checkpoint ({option(key)} "
-                f"{getattr(model_config, key)!r}); a resumed run keeps its model")
+            raise OptionConflict(f"{option(key)} {value!r} contradicts the checkpoint ({option(key)} "
+                                 f"{getattr(model_config, key)!r}); a resumed run keeps its model")
     saved, corpus = dict(payload["train_config"]), payload["corpus"]
     # eval_chars past the split's end means the whole split, as none does
     whole = corpus["chars"] - corpus["split_point"] - 1
@@ -398,7 +386,6 @@ def resume_config(payload: dict[str, Any], model_options: dict[str, Any], train_
 def _plan_resume(request: TrainingRequest, sources: Sources, model_options: dict[str, Any],
                  train_options: dict[str, Any]) -> dict[str, Any]:
     checkpoint, payload = sources.resume, sources.resume_payload
-    assert checkpoint is not None and payload is not None
     if missing := [name for name in RESUME_FIELDS if name not in payload]:
         raise CharrnnError(f"{checkpoint} cannot be resumed (it holds no training state: {missing[0]} "
                            f"is missing)")

@@ -1,10 +1,8 @@
-"""The run directory: its files, who may write them, which saved state is newest, and when an old run gives
-way to a new one (docs/files.md).
-
-Each checkpoint's own header (run id, step) is the only record of which state is newest. An old run goes,
-whole, only with ``overwrite`` and only when the new run first writes. A checkpoint resumes in place only in
-the run that wrote it, with nothing newer there; else it branches (docs/long-runs.md). One run at a time:
-``flock`` on ``.charrnn.lock``, which the kernel releases however the process ends."""
+"""The run directory (docs/files.md): its files, who may write them, which saved state is newest, and when an
+old run gives way to a new one. Each checkpoint's own header (run id, step) is the only record of which state
+is newest. An old run goes, whole, only with ``overwrite`` and only when the new run first writes. A
+checkpoint resumes in place only in the run that wrote it, with nothing newer there; else it branches
+(docs/long-runs.md). One run at a time: ``flock`` on ``.charrnn.lock``, released however the process ends."""
 
 from __future__ import annotations
 
@@ -31,7 +29,6 @@ from charrnn.training.checkpoint import (
     file_in_run_directory,
     is_model_folder,
     save_checkpoint,
-    saved_by_torch,
 )
 from charrnn.utils.files import (
     TEMPORARY_GLOB,
@@ -59,11 +56,6 @@ SAMPLES_NAME, LOSSES_NAME, LOCK_NAME = "samples.jsonl", "losses.jsonl", ".charrn
 # name no run (no --resume takes them for one; the next --overwrite removes them); its checkpoints last.
 RUN_FILES = ("config.json", SAMPLES_NAME, LOSSES_NAME, "metrics.jsonl", *reversed(CHECKPOINT_NAMES))
 RESERVED = (*RUN_FILES, LOCK_NAME)
-
-
-def epoch_checkpoint_name(epoch: int, val_loss: float) -> str:
-    """``epoch0005-val1.6123.pt``: sorts by epoch and says what it holds."""
-    return f"epoch{epoch:04d}-val{val_loss:.4f}.pt"
 
 
 def checkpoint_bytes(parameters: int, averaging: bool = False) -> int:
@@ -124,11 +116,9 @@ def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
     existing = [name for name in RUN_FILES if (out_dir / name).exists()]
     existing += sorted(path.name for path in out_dir.glob(EPOCH_CHECKPOINT_GLOB))[:3]  # a few, for messages
     if existing and not overwrite:
-        # Advise --resume only for a last.pt that torch wrote: anything else would fail in turn.
-        last, resumable = out_dir / "last.pt", False
-        with contextlib.suppress(OSError):
-            resumable = last.is_file() and saved_by_torch(last)
-        resume = f"continue it with {option('resume')} {last}, " if resumable else ""
+        # Advise --resume only for a last.pt that reads as a checkpoint: anything else would fail in turn.
+        last = out_dir / "last.pt"
+        resume = f"continue it with {option('resume')} {last}, " if read_header(last) is not None else ""
         raise CharrnnError(
             f"{option('out_dir')} {out_dir} already holds a training run ({', '.join(existing)}); "
             f"{resume}pass {option('overwrite')} to replace it, or choose another {option('out_dir')}")
@@ -153,8 +143,7 @@ def resume_checkpoint(path: Path) -> Path:
                            f"fine-tune it with {option('init_from')} {given}")
     if not path.is_dir():
         return path
-    config = read_json_object(path / "config.json")
-    newest = saved_steps(path, config.get("run_id") if config else None)[0]
+    newest = saved_steps(path, (read_json_object(path / "config.json") or {}).get("run_id"))[0]
     return newest[1] if newest is not None else file_in_run_directory(path, "last.pt")
 
 
@@ -166,14 +155,12 @@ def belongs_to(out_dir: Path, payload: dict[str, Any]) -> bool:
         headers = [read_header(path) or {} for path in checkpoint_files(out_dir)]
         ours = bool(headers) and all(header.get("run_id") == run_id for header in headers)
         return run_id is not None and ours and not os.path.lexists(out_dir / "metrics.jsonl")
-    config = read_json_object(out_dir / "config.json")
-    return config is not None and run_id is not None and config.get("run_id") == run_id
+    return run_id is not None and (read_json_object(out_dir / "config.json") or {}).get("run_id") == run_id
 
 
 def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | None,
                   overwrite: bool = False) -> tuple[Path, bool]:
-    """Where a resumed run may write, and whether it branches there: ``out_dir`` None (or the checkpoint's
-    own directory) continues in place; another is a branch, refused if it holds a run unless ``overwrite``."""
+    """Where a resumed run may write, and whether it branches there (any ``out_dir`` but its own)."""
     own_dir = checkpoint.parent
     if out_dir is not None and not (out_dir.exists() and out_dir.resolve() == own_dir.resolve()):
         return out_dir, True  # a branch, its directory made when the run starts (held_run_directory)
@@ -204,11 +191,9 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
 # ---------------------------------------------------------------------------- outputs against inputs
 def refuse_writing_over_reads(target: Path, name: str, reads: dict[str, Any],
                               run_directory: bool = False) -> None:
-    """Never write over what is read: the one check every command makes before it writes a file or a run.
-    Refuse writing ``target`` (option ``name``; with ``run_directory``, the files a run writes there) over
-    anything in ``reads`` (option name → a path, paths or None), by path or link, or inside a corpus
-    directory read; nor a file at a name a run directory keeps, nor in the shipped models' folder. A
-    checkpoint or run directory read stands for its run's files and corpus, a directory for its texts."""
+    """Never write over what is read, the one check every command makes before it writes a file or a run:
+    refuse ``target`` (option ``name``; a ``run_directory``'s files) as anything in ``reads`` (option → paths,
+    or None) by path or link, inside a corpus directory read, at a run's names or in shipped models."""
     what = "run directory" if run_directory else "file"
     refuse_writing_in_model_folders(target, option(name), what)
     writes = [target]
@@ -218,10 +203,8 @@ def refuse_writing_over_reads(target: Path, name: str, reads: dict[str, Any],
             writes += sorted(target.glob(EPOCH_CHECKPOINT_GLOB)) + sorted(target.glob(TEMPORARY_GLOB))
     corpora_of: dict[Path, Path | None] = {}  # each checkpoint's corpus, its header read once
     for read_name, given in reads.items():
-        for each in given if isinstance(given, list | tuple) else [given]:
-            if each is None:
-                continue
-            path = Path(each)
+        given = given if isinstance(given, list | tuple) else [given]
+        for path in [Path(each) for each in given if each is not None]:
             read = f"{option(read_name)} {path}"
             parts = _stands_for(path, corpora_of)
             for file, part in parts.items():
@@ -254,9 +237,8 @@ CORPUS = "the corpus {} was trained on"  # the part a checkpoint's corpus plays 
 
 
 def _stands_for(path: Path, corpora_of: dict[Path, Path | None]) -> dict[Path, str]:
-    """What reading ``path`` reads, each file with the part it plays (a phrase about the path, "{}"): for a
-    checkpoint or run directory, the run files there and each one's corpus (``corpora_of`` caches them);
-    another directory is a corpus (:data:`CORPUS`) with its text files."""
+    """What reading ``path`` reads, each file with the part it plays (a phrase about "{}"): a checkpoint's or
+    run's files and corpora (cached in ``corpora_of``), or a corpus directory's (:data:`CORPUS`) texts."""
     folder = path if path.is_dir() else path.parent if path.suffix == ".pt" else None
     neighbours = sorted(folder.iterdir()) if folder is not None and folder.is_dir() else []
     if is_model_folder(path):
@@ -292,8 +274,7 @@ LARGEST_LOCK_BYTES = 64  # anything larger at the lock's name is not a charrnn l
 
 @contextlib.contextmanager
 def run_lock(out_dir: Path) -> Iterator[None]:
-    """Hold ``out_dir/.charrnn.lock`` for a ``with`` block. It holds the PID for a competitor's message, is
-    never written through a link, and a file there that is not a lock is refused, never truncated."""
+    """Hold ``out_dir/.charrnn.lock`` for a ``with`` block, its PID in it for a competitor's message."""
     path = Path(out_dir) / LOCK_NAME
     while True:
         try:
@@ -341,8 +322,7 @@ def run_lock(out_dir: Path) -> Iterator[None]:
 # ---------------------------------------------------------------------------- the run's writes
 @contextlib.contextmanager
 def held_run_directory(out_dir: Path, overwrite: bool = False, writer: bool = True) -> Iterator[None]:
-    """Check, create and lock the run directory for the ``with`` block (``writer``: rank 0 alone, under
-    torchrun) and clear its stale temporaries; if the run fails, the empty directories made go again."""
+    """Check, create and lock the run directory for the ``with`` block (``writer``: rank 0 alone)."""
     if not writer:
         yield
         return
@@ -367,7 +347,7 @@ def held_run_directory(out_dir: Path, overwrite: bool = False, writer: bool = Tr
 
 @dataclass
 class RunDirectory:
-    """One run's directory, written only through :meth:`save` and :meth:`append`. A fresh run retires an
+    """One run's directory, written only through :meth:`save` and :meth:`log`. A fresh run retires an
     older run's files just before its first write: never two runs' records. Logs hold one row per step: a
     resumed run drops the rows past its step; a branch starts with its source's rows up to it."""
 
@@ -398,7 +378,7 @@ class RunDirectory:
 
     def log(self, *records: EvaluationRecord | LossRecord | SampleRecord) -> None:
         """Add rows to their log in one write (one kind of record); this run's first rows settle its start."""
-        name, line = records[0].LOG, "\n".join(record.to_json() for record in records)
+        name, line = records[0].LOG, "\n".join(map(_row_json, records))
         path = self.path / name
         self._retire_older_run()
         if name in self.written or not (self.fresh or self.resumed_at is not None):
@@ -406,6 +386,11 @@ class RunDirectory:
         else:
             replace_text(path, "".join(f"{row}\n" for row in [*self.kept_rows.get(name, []), line]))
         self._wrote(name)
+
+    @staticmethod
+    def epoch_checkpoint_name(epoch: int, val_loss: float) -> str:
+        """``epoch0005-val1.6123.pt``: sorts by epoch and says what it holds."""
+        return f"epoch{epoch:04d}-val{val_loss:.4f}.pt"
 
     def epoch_checkpoints(self) -> list[Path]:
         """The epoch checkpoints this run has written, in epoch order."""
@@ -434,8 +419,7 @@ class RunDirectory:
 
 
 def read_row(cls: type, line: str) -> Any:
-    """One row of a run's JSON-lines log as record ``cls``: one JSON object whose fields have their types;
-    else a ValueError says what is wrong, for the log's reader to name the line."""
+    """One row of a run's log as record ``cls``; else a ValueError saying why, for its reader to report."""
     row = None
     with contextlib.suppress(ValueError):
         row = parse_json(line)
@@ -446,6 +430,13 @@ def read_row(cls: type, line: str) -> Any:
         raise ValueError(f"is not {cls.KIND}: it lacks {name}" if expected is None else
                          f"is not {cls.KIND}: {name} is {short_repr(row[name])}, not {expected}")
     return cls(**{spec.name: row[spec.name] for spec in fields(cls) if spec.name in row})
+
+
+def _row_json(record: Any) -> str:
+    """A record as its log's line: every field, but an evaluation's occasional ones only when set."""
+    occasional = ("epoch_checkpoint", "averaged_val_loss", "val_chars")
+    return json_text({key: value for key, value in asdict(record).items()
+                      if value is not None or key not in occasional}, ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -465,11 +456,6 @@ class EvaluationRecord:
     epoch_checkpoint: str | None = None  # the epoch checkpoint written with this evaluation, if any
     averaged_val_loss: float | None = None  # validation nats/char of the averaged weights, when kept
     val_chars: int | None = None  # validation characters scored, when only the split's start was
-
-    def to_json(self) -> str:
-        optional = ("epoch_checkpoint", "averaged_val_loss", "val_chars")  # written only when set
-        return json_text({key: value for key, value in asdict(self).items()
-                          if value is not None or key not in optional})
 
 
 def read_metrics(run_dir: Path) -> list[EvaluationRecord]:
@@ -494,9 +480,6 @@ class LossRecord:
     epoch: float  # passes over the training split done, fractional
     elapsed_s: float  # wall time of the run so far
     train_loss: float  # mean training loss (nats/char) of the finite steps since the previous row
-
-    def to_json(self) -> str:
-        return json_text(asdict(self))
 
 
 def read_losses(run_dir: Path) -> list[LossRecord]:
@@ -528,9 +511,6 @@ class SampleRecord:
     temperature: float  # the sampling temperature
     seed: int  # the sampling seed
     text: str  # the generated characters
-
-    def to_json(self) -> str:
-        return json_text(asdict(self), ensure_ascii=False)
 
 
 def read_samples(run_dir: Path) -> list[SampleRecord]:

@@ -57,19 +57,19 @@ class RunAlreadyFinished(CharrnnError):
 
 def stop_reason(config: TrainConfig, step: int, epoch: float, elapsed: float) -> StopReason | None:
     """The limit of ``config`` that a run at ``step`` (``epoch``, ``elapsed`` seconds) has reached, if any."""
-    if config.max_steps is not None and step >= config.max_steps:
-        return StopReason("max_steps", config.max_steps)
-    if config.epochs is not None and epoch >= config.epochs - 1e-9:
-        return StopReason("epochs", config.epochs)
-    if config.time_budget is not None and elapsed >= config.time_budget:
-        return StopReason("time_budget", config.time_budget)
-    return None
+    limits = (("max_steps", step, config.max_steps), ("epochs", epoch + 1e-9, config.epochs),
+              ("time_budget", elapsed, config.time_budget))
+    reached = (StopReason(name, limit) for name, done, limit in limits if limit is not None and done >= limit)
+    return next(reached, None)
 
 
-def run_progress(config: TrainConfig, step: int, epoch: float, elapsed: float) -> float | None:
-    """The fraction done by whichever stopping criterion is nearest, or None without one."""
-    limits = ((step, config.max_steps), (epoch, config.epochs), (elapsed, config.time_budget))
-    return max((done / limit for done, limit in limits if limit is not None), default=None)
+def run_progress(config: TrainConfig, step: int, epoch: float, elapsed: float,
+                 began: tuple[int, float, float] = (0, 0.0, 0.0)) -> float | None:
+    """The fraction done since ``began`` (step, epoch, seconds) by the nearest limit, or None without one."""
+    limits = zip((step, epoch, elapsed), began, (config.max_steps, config.epochs, config.time_budget),
+                 strict=True)
+    return max(((now - start) / (limit - start) for now, start, limit in limits
+                if limit is not None and limit > start), default=None)
 
 
 def planned_steps(config: TrainConfig, steps_per_epoch: int) -> int | None:
@@ -127,8 +127,7 @@ class BudgetEnding:
 
 
 class Schedule:
-    """A run's timetable, as its plan decided it, which the loop asks after every step: when to stop,
-    evaluate, sample and save, and the learning rate. A budgeted run stops early, to end inside its budget."""
+    """A run's timetable as its plan decided it, which the loop asks after every step."""
 
     def __init__(self, config: TrainConfig, ending: BudgetEnding | None = None):
         self.config, self.ending = config, ending
@@ -159,19 +158,14 @@ class Schedule:
         return stop_reason(self.config, run.step, run.epoch, elapsed + self.reserve)
 
     def due(self, run: TrainingRun, elapsed: float, reason: StopReason | None) -> tuple[bool, ...]:
-        """Whether to evaluate (and keep best.pt), save last.pt and record a sample after this step, and
-        whether a save_epochs epoch just ended (keep its checkpoint); ``reason``: why the run stops here, if
-        it does. An interrupted run saves at once, without evaluating or sampling: the user is waiting."""
+        """Whether to evaluate (keep best.pt), save last.pt, record a sample and keep a save_epochs checkpoint
+        now, the run stopping for ``reason``; an interrupted run only saves, at once: the user is waiting."""
         config, last = self.config, reason is not None
         interrupted = last and reason.interrupted
         epoch_end = run.position == 0 and run.epochs_done in config.save_epochs
         # The share of its training done since it began, by its nearest limit: planned evaluations fall
         # evenly along it, whichever limit ends the run.
-        step, epoch, spent = self.began
-        limits = ((run.step, step, config.max_steps), (run.epoch, epoch, config.epochs),
-                  (elapsed + self.reserve, spent, config.time_budget))
-        progress = max([0.0, *((now - began) / (limit - began) for now, began, limit in limits
-                               if limit is not None and limit > began)])
+        progress = run_progress(config, run.step, run.epoch, elapsed + self.reserve, self.began) or 0.0
         timed = bool(self.points) and progress >= self.points[0]
         if timed:  # a slow step may pass a moment: one evaluation for all passed, none just before the end
             self.points = [point for point in self.points if point > progress]

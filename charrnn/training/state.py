@@ -1,7 +1,6 @@
 """The state of one training run: model, optimiser, weights' moving average, place in the data, generators.
-
-A :class:`TrainingRun` holds what the step (:func:`~charrnn.training.loop.train_step`) works on and turns
-itself into a checkpoint dict and back, exactly: a resumed run takes the steps an unbroken one would have."""
+A :class:`TrainingRun` holds what :func:`~charrnn.training.loop.train_step` works on and turns itself into
+a checkpoint dict and back, exactly: a resumed run takes the steps an unbroken one would have."""
 
 from __future__ import annotations
 
@@ -135,10 +134,10 @@ class TrainingRun:
             raise CharrnnError(f"cannot resume: epoch_step {payload['epoch_step']} is outside this run's "
                                f"{len(self.batches)} steps per epoch")
         carried = payload["carried_state"]
-        expected = tuple(s.shape for s in self.model.initial_state(self.config.batch_size, "meta"))
-        if tuple(tuple(s.shape) for s in carried) != tuple(tuple(shape) for shape in expected):
-            raise CharrnnError(f"cannot resume: carried_state has shapes {[tuple(s.shape) for s in carried]};"
-                               f" this run needs {[tuple(shape) for shape in expected]}")
+        shapes = [tuple(s.shape) for s in carried]
+        expected = [tuple(s.shape) for s in self.model.initial_state(self.config.batch_size, "meta")]
+        if shapes != expected:
+            raise CharrnnError(f"cannot resume: carried_state has shapes {shapes}; this run needs {expected}")
         # A best.pt that holds the averaged weights keeps the trained ones for training to go on from.
         self.model.load_state_dict(payload.get("training_weights") or payload["model_state"])
         with _refusing_to_resume("optimizer_state does not fit this model"):
@@ -167,10 +166,8 @@ class TrainingRun:
                 averaged: bool = False) -> dict[str, Any]:
         """The checkpoint dict: all :meth:`restore` needs and readers want (``carried_state``: as all ranks
         gathered it); with ``averaged``, model_state holds the average, training_weights the trained."""
-        weights = {"model_state": self.model.state_dict()}
-        if averaged:
-            assert self.average is not None
-            weights = {"model_state": self.average.weights, "training_weights": self.model.state_dict()}
+        weights = ({"model_state": self.average.weights, "training_weights": self.model.state_dict()}
+                   if averaged else {"model_state": self.model.state_dict()})
         version, internal, gauss = random.getstate()  # as lists and ints for weights-only loading
         return {"run_id": self.run_id, "model_config": self.model_config.to_dict(),
                 "train_config": self.config.to_dict(), "vocab": self.vocab.to_list(),
@@ -201,16 +198,12 @@ class WeightAverage:
         # The averages and the model's tensors in one order, for one fused update of them all.
         self._averages, self._live = list(self.weights.values()), [live[name] for name in self.weights]
 
-    def rate(self) -> float:
-        """r for the next update, the t-th: the decay, or less early in the run."""
-        t = self.updates + 1
-        return min(self.decay, (1 + t) / (10 + t))
-
     @torch.no_grad()
     def update(self) -> None:
         """Move the average towards the model's current weights (those it was made from, in place)."""
-        torch._foreach_lerp_(self._averages, self._live, 1 - self.rate())
-        self.updates += 1
+        t = self.updates + 1  # r: the decay, or less early in the run
+        torch._foreach_lerp_(self._averages, self._live, 1 - min(self.decay, (1 + t) / (10 + t)))
+        self.updates = t
 
     @contextlib.contextmanager
     def swapped_in(self, model: torch.nn.Module) -> Iterator[torch.nn.Module]:

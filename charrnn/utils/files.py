@@ -32,13 +32,10 @@ TEMPORARY_GLOB = f"{TEMPORARY_PREFIX}*.tmp"
 
 def current_umask() -> int:
     """The process's umask, read without changing it where the system allows."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
@@ -64,9 +61,8 @@ class FileTooLarge(OSError):
 
 @contextlib.contextmanager
 def open_regular(path: Path, dir_fd: int | None = None) -> Iterator[BinaryIO]:
-    """Open ``path`` (relative to directory ``dir_fd`` if given) for reading if it is a regular file (links
-    followed), else raise :class:`NotRegularFile`. A FIFO is opened without waiting, so it is refused
-    rather than hanging."""
+    """Open regular file ``path`` (relative to directory ``dir_fd`` if given; links followed) to read, else
+    raise :class:`NotRegularFile`; a FIFO, opened without waiting, is refused rather than hanging."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK, dir_fd=dir_fd)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -100,8 +96,7 @@ def read_at_most(handle: BinaryIO, most_bytes: int | None) -> bytes:
 
 
 def read_regular(path: Path, most_bytes: int | None = None) -> bytes:
-    """The bytes of regular file ``path`` (see :func:`open_regular`), at most ``most_bytes``
-    (:func:`read_at_most`)."""
+    """The bytes of regular file ``path``, at most ``most_bytes`` (:func:`read_at_most`)."""
     with open_regular(path) as handle:
         return read_at_most(handle, most_bytes)
 
@@ -147,18 +142,6 @@ def stat_or_none(path: Path, failing: str) -> os.stat_result | None:
         return None
     except OSError as exc:
         raise CharrnnError(f"{failing}: {reason(exc)}") from None
-
-
-def resolve_destination(path: Path) -> Path:
-    """The file a write to ``path`` should change: symbolic links followed, even dangling ones; a loop of
-    links is a :class:`CharrnnError`."""
-    path = Path(path)
-    if not path.is_symlink():
-        return path
-    resolved = real_path(path)
-    if resolved.is_symlink():  # realpath gives up on a loop and returns one of its links
-        raise CharrnnError(f"cannot write {path}: {os.strerror(errno.ELOOP)}")
-    return resolved
 
 
 @contextlib.contextmanager
@@ -219,7 +202,9 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
     replaced under this name, a device or FIFO written through, a directory refused. A failure is a
     :class:`CharrnnError` that leaves what was there before."""
     given = Path(path)
-    target = resolve_destination(given)
+    target = real_path(given) if given.is_symlink() else given  # links followed, even dangling ones
+    if target.is_symlink():  # realpath gives up on a loop and returns one of its links
+        raise CharrnnError(f"cannot write {given}: {os.strerror(errno.ELOOP)}")
     info = stat_or_none(target, f"could not write {given}")
     if info is not None and stat.S_ISDIR(info.st_mode):
         raise CharrnnError(f"could not write {given}: it is a directory")
@@ -355,11 +340,10 @@ def _pid_of(temporary: Path) -> int | None:
 
 def process_alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        with contextlib.suppress(PermissionError):  # exists, owned by someone else
+            os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # exists, owned by someone else
-        return True
     return True
 
 
@@ -376,10 +360,8 @@ def remove_stale_temporaries(directory: Path) -> None:
 def same_file(first: Path, second: Path) -> bool:
     """Whether writing ``first`` would replace ``second``: the same file through any link (same device
     and inode), or, when one does not exist yet, the same resolved path."""
-    try:
+    with contextlib.suppress(OSError):
         return os.path.samefile(first, second)
-    except OSError:
-        pass
     try:
         return Path(first).resolve() == Path(second).resolve()
     except (OSError, RuntimeError):  # a symbolic link loop: it leads to no file at all
@@ -441,20 +423,15 @@ def _exports_locked(directory: Path, wait: bool) -> Iterator[bool]:
     """Hold the lock of exports into ``directory`` (a flock on the directory, which the system drops when
     its holder dies, so a reused PID never looks alive); yield whether it is held. Without ``wait`` it is
     not while an export runs; where the file system has no locks, never."""
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        yield False
-        return
-    try:
+    with contextlib.ExitStack() as stack:
         try:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            stack.callback(os.close, fd)
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
             held = True
         except OSError:
             held = False
         yield held
-    finally:
-        os.close(fd)
 
 
 def _settle(given: Path) -> None:
@@ -485,10 +462,8 @@ def settle_folder(path: Path) -> None:
     empty = not os.path.lexists(given) and bool(_export_temporaries(given.parent, ASIDE, given.name))
     with _exports_locked(given.parent, wait=empty) as held:
         if held:
-            try:
+            with contextlib.suppress(OSError):  # a folder this user cannot change: it is read as it stands
                 _settle(given)
-            except OSError:  # a folder this user cannot change: reading it goes on as it stands
-                pass
 
 
 def replace_folder(path: Path, files: dict[str, bytes], foreign: Callable[[Path], list[str]]) -> None:

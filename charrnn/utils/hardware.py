@@ -8,11 +8,13 @@ import os
 import re
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError
+from charrnn.utils.terminal import counted
 
 # Either flag means bfloat16 arithmetic in hardware, which oneDNN's CPU LSTM/GRU kernels use under
 # autocast; without them bfloat16 is emulated and slower than float32.
@@ -48,12 +50,18 @@ def process_age_s() -> float:
         return 0.0
 
 
+@cache
+def _cpuinfo() -> str:
+    """This machine's ``/proc/cpuinfo`` (Linux only; "" where it cannot be read)."""
+    try:
+        return Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
 def processor_name() -> str:
     """This machine's CPU model: figures differ between machines, so measurements name it."""
-    try:
-        return model_name(Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace"))
-    except OSError:
-        return "unknown"
+    return model_name(_cpuinfo())
 
 
 @cache
@@ -72,14 +80,13 @@ def cpu_has_native_bf16() -> bool:
     """True when this machine's processor has AVX512-BF16 or AMX-BF16 (Linux only; False elsewhere), or
     as :data:`CPU_BF16_ENV` says: "0" treats the processor as one without, "1" as one with."""
     forced = cpu_bf16_setting()
-    return _cpuinfo_has_bf16() if forced is None else forced
+    return bool(cpu_flags(_cpuinfo()) & NATIVE_BF16_FLAGS) if forced is None else forced
 
 
 def cpu_bf16_setting() -> bool | None:
     """What :data:`CPU_BF16_ENV` says (None: unset or empty), refused unless 0 or 1. Every command checks
     it first, so that a mistyped value is never ignored by a command that has no use for it."""
-    forced = os.environ.get(CPU_BF16_ENV)
-    if forced is None or forced == "":
+    if not (forced := os.environ.get(CPU_BF16_ENV)):  # unset or empty
         return None
     if forced not in ("0", "1"):
         raise CharrnnError(f"{CPU_BF16_ENV} must be 0 (no native bfloat16) or 1 (native bfloat16), "
@@ -92,31 +99,12 @@ def cpu_bf16_setting() -> bool | None:
 CPU_BF16_ENV = "CHARRNN_CPU_BF16"
 
 
-@cache
-def _cpuinfo_has_bf16() -> bool:
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    return bool(cpu_flags(cpuinfo) & NATIVE_BF16_FLAGS)
-
-
-def meminfo_available(meminfo: str) -> int | None:
-    """``MemAvailable`` of a ``/proc/meminfo`` text, in bytes."""
-    for line in meminfo.splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    return None
-
-
 def available_host_memory() -> int | None:
-    """Bytes of memory available to a new allocation on this machine; None where unknown."""
-    try:
-        found = meminfo_available(Path("/proc/meminfo").read_text(encoding="ascii", errors="replace"))
-    except OSError:
-        found = None
-    if found is not None:
-        return found
+    """Bytes of memory available to a new allocation here (``MemAvailable``); None where unknown."""
+    with suppress(OSError):
+        for line in Path("/proc/meminfo").read_text(encoding="ascii", errors="replace").splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
@@ -198,8 +186,7 @@ def busy_cores(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, i
     return busy
 
 
-def _read_stat() -> str:
-    return Path("/proc/stat").read_text()
+_read_stat = Path("/proc/stat").read_text  # each core's clock ticks, read afresh at every call
 
 
 def usable_cores() -> set[int]:
@@ -215,7 +202,8 @@ def choose_threads(requested: int | None = None, processes: int = 1,
     None where the cores cannot be watched (no ``/proc/stat``): torch's own default stands."""
     requested = check_threads(requested)
     cores = usable_cores()
-    more = f", more than the {_cores(len(cores))} this process may use"
+    named = counted(len(cores), "core")
+    more = f", more than the {named} this process may use"
     for count, source in ((requested, "--threads"), (_from_environment(), "OMP_NUM_THREADS")):
         if count is not None:  # the user's own choice
             return ThreadChoice(count, source + (more if count > len(cores) else ""), given=True)
@@ -228,13 +216,8 @@ def choose_threads(requested: int | None = None, processes: int = 1,
     busy = busy_cores(before, after, cores)
     free = max(1, (len(cores) - busy) // max(processes, 1))
     shared = f", shared by {processes} processes" if processes > 1 else ""
-    if busy:
-        return ThreadChoice(free, f"{_cores(len(cores))}, {busy} busy with other work{shared}")
-    return ThreadChoice(free, f"{_cores(len(cores))}, {'all free' if len(cores) > 1 else 'free'}{shared}")
-
-
-def _cores(count: int) -> str:
-    return f"{count} core{'s' if count != 1 else ''}"
+    seen = f"{busy} busy with other work" if busy else "all free" if len(cores) > 1 else "free"
+    return ThreadChoice(free, f"{named}, {seen}{shared}")
 
 
 def use_threads(requested: int | None = None, processes: int = 1) -> ThreadChoice | None:
@@ -291,4 +274,4 @@ class LoadWatch:
             return None
         torch.set_num_threads(left)
         return (f"other programs keep {others} of this machine's {cores} cores busy: training goes on with "
-                f"{left} thread{'s' if left > 1 else ''}")
+                f"{counted(left, 'thread')}")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from types import FrameType
 
 EXIT_CODES = {"SIGHUP": 129, "SIGINT": 130, "SIGTERM": 143}  # 128 + the signal number, as shells report
@@ -32,19 +32,23 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
 
 
 @contextmanager
-def raise_on_termination() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise :class:`Terminated` (main thread only)."""
-    previous = {}
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        try:
-            previous[signum] = signal.signal(signum, _raise_terminated)
-        except ValueError:  # not the main thread
-            pass
+def _handling(signums: tuple[int, ...], handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """Within the block ``handler`` takes ``signums``, from the main thread, which alone can install signal
+    handlers; elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, handler) for signum in signums}
     try:
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        for signum, earlier in previous.items():
+            signal.signal(signum, earlier)
+
+
+def raise_on_termination() -> AbstractContextManager[None]:
+    """Within the block, SIGTERM and SIGHUP raise :class:`Terminated` (main thread only)."""
+    return _handling((signal.SIGTERM, signal.SIGHUP), _raise_terminated)
 
 
 class StopRequested(Signalled):
@@ -58,7 +62,6 @@ class GracefulStop:
 
     def __init__(self) -> None:
         self.signal_name: str | None = None
-        self._previous: dict[int, object] = {}
         self._raising = False
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
@@ -82,33 +85,22 @@ class GracefulStop:
             self._raising = False
 
     def __enter__(self) -> GracefulStop:
-        for signum in STOP_SIGNALS:
-            try:
-                self._previous[signum] = signal.signal(signum, self._handle)
-            except ValueError:  # not the main thread
-                pass
+        self._handlers = _handling(STOP_SIGNALS, self._handle)
+        self._handlers.__enter__()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous.clear()
+        self._handlers.__exit__(None, None, None)
 
 
 @contextmanager
 def signals_deferred() -> Iterator[None]:
     """Run the block whole: a stop signal that arrives during it takes effect as it ends (from the main
     thread, where Python runs signal handlers; elsewhere the block runs as it is)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     received: list[int] = []
-    previous = {signum: signal.signal(signum, lambda signum, frame: received.append(signum))
-                for signum in STOP_SIGNALS}
     try:
-        yield
+        with _handling(STOP_SIGNALS, lambda signum, frame: received.append(signum)):
+            yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
         if received:
             signal.raise_signal(received[0])

@@ -15,7 +15,7 @@ import shlex
 import sys
 import unicodedata
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +27,29 @@ class ReaderGone(Exception):
     """stdout's reader closed the pipe (``charrnn sample ... | head``): stop quietly."""
 
 
+def _to_devnull(fd: int) -> None:
+    opened = os.open(os.devnull, os.O_WRONLY)
+    if opened != fd:
+        os.dup2(opened, fd)
+        os.close(opened)
+
+
 def silence_stdout() -> None:
     """Point the descriptor at /dev/null, so the interpreter's last flush at exit cannot fail again."""
-    try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
-        pass
+    with suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        _to_devnull(sys.stdout.fileno())
 
 
 @contextmanager
 def stdout_guard() -> Iterator[None]:
     """Turn a failure to write stdout inside the block into a one-line error (or a quiet stop)."""
     if sys.stdout is None:
-        raise CharrnnError(f"standard output is closed; redirect it to a file{_file_option_advice()}")
+        import click  # only the command line runs a command; the library's callers have no stdout advice
+
+        context = click.get_current_context(silent=True)  # " (or use --output)" where the command has it
+        names = {param.name for param in context.command.params} if context is not None else set()
+        advice = " (or use --output)" if "output" in names else ""
+        raise CharrnnError(f"standard output is closed; redirect it to a file{advice}")
     try:
         yield
         sys.stdout.flush()
@@ -55,15 +65,6 @@ def stdout_guard() -> Iterator[None]:
     except OSError as exc:
         silence_stdout()
         raise CharrnnError(f"cannot write to standard output: {reason(exc)}") from None
-
-
-def _file_option_advice() -> str:
-    """" (or use --output)" where the running command has that option, else nothing."""
-    import click  # only the command line runs a command; the library's callers have no stdout advice
-
-    context = click.get_current_context(silent=True)
-    names = {param.name for param in context.command.params} if context is not None else set()
-    return " (or use --output)" if "output" in names else ""
 
 
 def write_stdout(text: str) -> None:
@@ -153,12 +154,8 @@ class StderrWhileReaderLives:
         self._stream = stream
 
     def _gone(self) -> None:
-        try:
-            opened = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(opened, self._stream.fileno())
-            os.close(opened)
-        except (OSError, ValueError, io.UnsupportedOperation):
-            pass
+        with suppress(OSError, ValueError, io.UnsupportedOperation):
+            _to_devnull(self._stream.fileno())
 
     def write(self, text: str) -> int:
         try:
@@ -172,10 +169,8 @@ class StderrWhileReaderLives:
             self._stream.flush()
         except BrokenPipeError:
             self._gone()
-            try:  # what could not be flushed is dropped with the reader
+            with suppress(OSError):  # what could not be flushed is dropped with the reader
                 self._stream.flush()
-            except OSError:
-                pass
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
@@ -189,10 +184,7 @@ def fill_closed_descriptors() -> None:
         try:
             os.fstat(fd)
         except OSError:
-            opened = os.open(os.devnull, os.O_WRONLY)
-            if opened != fd:
-                os.dup2(opened, fd)
-                os.close(opened)
+            _to_devnull(fd)
     if sys.stderr is None:
         sys.stderr = open(2, "w", closefd=False)  # lives as long as the process
     sys.stderr = StderrWhileReaderLives(sys.stderr)
@@ -288,14 +280,12 @@ def shell_word(path: str | Path) -> str:
         return shlex.quote(text)
 
     def escaped(char: str) -> str:
-        code = ord(char)
         if char in "\\'":
             return "\\" + char
         if char.isprintable():
             return char
-        if code < 0x80 or 0xDC80 <= code <= 0xDCFF:  # an ASCII control, or a byte that is not UTF-8
-            return f"\\x{code & 0xFF:02x}"
-        return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+        # bash reads \xNN as a byte, so a C1 control (a character, not a byte) takes \u
+        return f"\\u{ord(char):04x}" if 0x80 <= ord(char) < 0x100 else escape_char(char)
 
     return "$'" + "".join(map(escaped, text)) + "'"
 

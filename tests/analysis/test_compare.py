@@ -53,8 +53,7 @@ def test_reports_match_eval_and_sample_in_many_streams_or_one(tiny_run):
     assert reports[0].nats_per_char == pytest.approx(evaluate(loaded.network, ids).nats_per_char)
     direct = collect_samples(generate(loaded.network, loaded.vocab, settings().sample, "ROMEO:"), "ROMEO:", 1)
     assert reports[0].sample == direct[0]
-    assert reports[0].step == loaded.payload["step"] and reports[0].run == "run"
-    assert reports[0].error is None
+    assert reports[0].step == loaded.payload["step"] and reports[0].run == "run" and reports[0].error is None
     reports, _ = compare_checkpoints(paths[:1], settings(single_stream=True))
     exact = evaluate(loaded.network, ids, single_stream=True)
     assert reports[0].nats_per_char == pytest.approx(exact.nats_per_char)
@@ -99,10 +98,9 @@ def test_markdown_table_and_samples_and_terminal_columns_or_panels_write_an_epoc
     header = "| checkpoint | run | epoch | steps | nats/char | bits/char | perplexity | chars scored |"
     assert header in document
     assert all(f"| {report.chars:,} |" in document for report in reports)  # texts that differ say so
-    assert all(f"{report.chars:,}" in render(reports, 160) for report in reports)
+    wide, narrow = render(reports, 160), render(reports, 50)
+    assert all(f"{report.chars:,}" in wide for report in reports)
     assert document.count("```text") == 2 and "Note: the checkpoints have different vocabularies" in document
-    wide = render(reports, 160)
-    narrow = render(reports, 50)
     assert "┃" in wide and "╭─" not in wide  # one table, checkpoints as columns
     assert narrow.count("╭─") == 2  # one panel per checkpoint
     assert "run/best.pt" in wide  # same file name in two runs: labelled with the run

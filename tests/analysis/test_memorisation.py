@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from charrnn.analysis.memorisation import (
     COPY_MIN_CHARS,
+    Memorisation,
     Reference,
     copied_fraction,
     known_word_fraction,
@@ -36,12 +37,7 @@ def brute_longest(text: str, reference: str) -> int:
 def test_a_verbatim_slice_is_all_copied_and_known_a_copy_in_novel_text_found_nothing_in_common_or_no_text():
     reference = Reference(REFERENCE)
     sample = REFERENCE[15:REFERENCE.index("famish?") + len("famish?")]  # whole words, lines 2 to 8
-    figures = measure(sample, reference)
-    assert figures.longest_copied_chars == len(sample)
-    assert figures.longest_copied_passage == sample
-    assert figures.longest_copied_line == 2
-    assert figures.copied_fraction == 1.0
-    assert figures.known_word_fraction == 1.0
+    assert measure(sample, reference) == Memorisation(1.0, len(sample), 2, sample, 1.0)
     copied = REFERENCE[70:110]
     sample = "zqxv wbpk jjfl " + copied + " mmrt ykkw ghhz"
     figures = measure(sample, Reference(REFERENCE))
@@ -49,20 +45,15 @@ def test_a_verbatim_slice_is_all_copied_and_known_a_copy_in_novel_text_found_not
     assert figures.longest_copied_chars == brute_longest(sample, REFERENCE)
     assert figures.copied_fraction == pytest.approx(figures.longest_copied_chars / len(sample))
     figures = measure("zqxv wbpk jjfl", Reference(REFERENCE))
-    assert figures.known_word_fraction == 0.0
-    assert figures.copied_fraction == 0.0
+    assert (figures.known_word_fraction, figures.copied_fraction) == (0.0, 0.0)
     assert figures.longest_copied_chars == brute_longest("zqxv wbpk jjfl", REFERENCE)
-    empty = measure("", Reference(REFERENCE))
-    assert empty.known_word_fraction is None
-    assert empty.longest_copied_chars == 0 and empty.longest_copied_line is None
-    assert empty.copied_fraction == 0.0
+    assert measure("", Reference(REFERENCE)) == Memorisation(None, 0, None, "", 0.0)
 
 
 def test_non_ascii_text_and_apostrophes_inside_words_and_windows_at_the_very_start_and_end():
     reference = Reference(REFERENCE)
     start, end = REFERENCE[:COPY_MIN_CHARS], REFERENCE[-COPY_MIN_CHARS:]
-    assert copied_fraction(start, reference) == 1.0
-    assert copied_fraction(end, reference) == 1.0
+    assert copied_fraction(start, reference) == copied_fraction(end, reference) == 1.0
     assert copied_fraction(end[1:], reference) == 0.0  # one character short of a counted copy
     figures = measure("#" + end, reference)
     assert figures.longest_copied_chars == COPY_MIN_CHARS

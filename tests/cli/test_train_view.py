@@ -94,24 +94,19 @@ def test_a_step_whose_line_was_written_gets_an_evaluation_only_line(capsys):
 
 def test_a_long_silence_is_broken_by_the_watcher(capsys):
     bar = logged_steps(20, 0.0)  # 20 one-second steps, no line yet: the last was at 0 s
-    bar.clock = lambda: 31.0  # a line is due, but the loop's next step writes it: the watcher waits
-    bar.say_if_quiet()
-    assert capsys.readouterr().err == ""
-    bar.clock = lambda: 36.0
-    bar.say_if_quiet()
-    line, = capsys.readouterr().err.splitlines()
-    assert line == "step 20 done; still at work (evaluating, saving or a slow step) for 0:36"
-    bar.clock = lambda: 72.0  # the next note, 36 s on, counts from the last progress line still
-    bar.say_if_quiet()
-    later = capsys.readouterr().err.strip()
-    assert later == "step 20 done; still at work (evaluating, saving or a slow step) for 1:12"
+
+    def look(at: float) -> str:  # what the watcher writes when it looks at ``at`` seconds
+        bar.clock = lambda: at
+        bar.say_if_quiet()
+        return capsys.readouterr().err
+    assert look(31.0) == ""  # a line is due, but the loop's next step writes it: the watcher waits
+    assert look(36.0) == "step 20 done; still at work (evaluating, saving or a slow step) for 0:36\n"
+    # The next note, 36 s on, counts from the last progress line still.
+    assert look(72.0) == "step 20 done; still at work (evaluating, saving or a slow step) for 1:12\n"
     bar.finished.set()
-    bar.clock = lambda: 500.0
-    bar.say_if_quiet()
-    assert capsys.readouterr().err == ""
-    progress(lambda: 40.0).say_if_quiet()  # a first step slower than 30 seconds is not silent either
-    expected = "no step done yet; still at work (evaluating, saving or a slow step) for 0:40\n"
-    assert capsys.readouterr().err == expected
+    assert look(500.0) == ""
+    bar = progress(lambda: 0.0)  # a first step slower than 30 seconds is not silent either
+    assert look(40.0) == "no step done yet; still at work (evaluating, saving or a slow step) for 0:40\n"
 
 
 def test_quick_steps_get_their_ordinary_line_every_30_seconds_however_the_watcher_is_timed(capsys):

@@ -12,6 +12,7 @@ from charrnn.data.corpus import (
     StreamBatches,
     cache_name,
     cached_ids,
+    corpus_name,
     encode_corpus,
     read_corpus,
     scan_corpus,
@@ -26,8 +27,7 @@ def test_stream_layout_targets_and_continuation_and_too_short_a_text_names_its_m
     ids = torch.arange(23)
     batches = StreamBatches(ids, batch_size=3, seq_len=3)
     # L = (23 - 1) // 3 = 7 characters per stream; steps of 3, 3 and 1 columns.
-    assert batches.stream_len == 7
-    assert len(batches) == 3
+    assert (batches.stream_len, len(batches)) == (7, 3)
     x0, y0 = batches[0]
     assert x0.tolist() == [[0, 1, 2], [7, 8, 9], [14, 15, 16]]
     assert y0.tolist() == [[1, 2, 3], [8, 9, 10], [15, 16, 17]]
@@ -108,8 +108,6 @@ def test_a_directory_corpus_is_its_text_files_in_order_and_a_corpus_named_by_ste
     encoded = encode_corpus(tmp_path, "dir", 0.25)
     assert encoded.vocab.decode(encoded.ids) == "first é second 🙂"
     assert encoded.info.sha256 == hashlib.sha256("first é second 🙂".encode()).hexdigest()
-    from charrnn.data.corpus import corpus_name
-
     (tmp_path / "poems").mkdir()
     assert corpus_name(tmp_path / "poems") == "poems"
     assert corpus_name(tmp_path / "poems" / "odes.txt") == "odes"
@@ -227,9 +225,7 @@ def test_an_edit_after_the_scan_or_a_failed_encoding_leaves_nothing_cached(tmp_p
     with pytest.raises(CharrnnError, match="changed while it was being read"):
         cached_ids(scan, scan.vocab(), cache_dir=cache)
     assert list(cache.iterdir()) == []
-    corpus = write(tmp_path / "mixed.txt", MIXED)
-    scan = scan_corpus(corpus)
-    cache = tmp_path / "cache"
+    scan = scan_corpus(write(corpus, MIXED))
 
     def broken_lookup(self, points):
         raise KeyboardInterrupt

@@ -66,10 +66,13 @@ def test_wrong_checksum_is_refused_and_deleted(tmp_path: Path, monkeypatch):
     assert not cache.exists()  # no file and no directory left behind
 
 
-def test_an_unknown_dataset_a_directory_where_the_dataset_goes_or_an_unreadable_copy_is_a_clear_error(
-        tmp_path: Path, monkeypatch):
+def test_an_unknown_dataset_or_a_data_directory_or_copy_it_cannot_use_is_a_clear_error(tmp_path: Path,
+                                                                                        monkeypatch):
     with pytest.raises(CharrnnError, match="unknown dataset"):
         fetch("nope", tmp_path)
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(CharrnnError, match="cannot create .*Not a directory"):
+        fetch("tinyshakespeare", tmp_path / "a_file" / "data")
     (tmp_path / "tinyshakespeare" / "input.txt").mkdir(parents=True)
     with pytest.raises(CharrnnError, match="input.txt: it is a directory"):
         fetch("tinyshakespeare", tmp_path)
@@ -83,13 +86,6 @@ def test_an_unknown_dataset_a_directory_where_the_dataset_goes_or_an_unreadable_
     monkeypatch.setattr(datasets, "file_sha256", denied)
     with pytest.raises(CharrnnError, match="cannot read the cached copy .*Permission denied"):
         fetch("tinyshakespeare", tmp_path)
-
-
-def test_an_unwritable_data_directory_is_a_clear_error(tmp_path: Path, data_mirror):
-    blocker = tmp_path / "a_file"
-    blocker.write_text("")
-    with pytest.raises(CharrnnError, match="cannot create .*Not a directory"):
-        fetch("tinyshakespeare", blocker / "data")
 
 
 @pytest.mark.parametrize("inside", ["model", "link/deeper"])

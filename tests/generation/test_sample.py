@@ -3,7 +3,7 @@ import torch
 
 from charrnn.config import SampleConfig
 from charrnn.errors import CharrnnError, ConfigError
-from charrnn.generation.sample import filter_logits, generate
+from charrnn.generation.sample import collect_samples, filter_logits, generate
 from charrnn.training.checkpoint import load_model
 
 from helpers import repeated_runs
@@ -11,10 +11,7 @@ from helpers import repeated_runs
 
 def run(loaded, prime="ROMEO:", **options) -> list[str]:
     config = SampleConfig(**{"length": 60, **options})
-    samples = [prime] * config.num_samples
-    for chars in generate(loaded.network, loaded.vocab, config, prime):
-        samples = [s + c for s, c in zip(samples, chars, strict=True)]
-    return samples
+    return collect_samples(generate(loaded.network, loaded.vocab, config, prime), prime, config.num_samples)
 
 
 @pytest.fixture
@@ -36,23 +33,19 @@ def test_greedy_is_top_k_one_and_matches_rerunning_the_whole_prefix(loaded):
 
 def test_same_seed_same_text_at_the_length_asked_a_batch_independent_an_empty_prime_an_unknown_one_refused(
         loaded):
-    assert run(loaded, seed=7) == run(loaded, seed=7)
-    assert run(loaded, seed=7) != run(loaded, seed=8)
+    assert run(loaded, seed=7) == run(loaded, seed=7) != run(loaded, seed=8)
     (text,) = run(loaded, prime="JULIET:", seed=1)
     assert text.startswith("JULIET:") and len(text) == len("JULIET:") + 60
     samples = run(loaded, seed=5, num_samples=4)
-    assert len(samples) == 4 and len(set(samples)) > 1
-    assert all(len(s) == len("ROMEO:") + 60 for s in samples)
+    assert len(samples) == 4 and len(set(samples)) > 1 and all(len(s) == len("ROMEO:") + 60 for s in samples)
     assert run(loaded, prime="", length=0) == [""]
-    (text,) = run(loaded, prime="", length=10, seed=1)
-    assert len(text) == 10
+    assert [len(text) for text in run(loaded, prime="", length=10, seed=1)] == [10]
     with pytest.raises(CharrnnError, match="never saw: 'Q'"):
         generate(loaded.network, loaded.vocab, SampleConfig(), "Q")
 
 
 def test_top_k_and_top_p_masks():
-    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
-    logits = probs.log()
+    logits = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log()
     kept = lambda masked: torch.isfinite(masked[0]).tolist()  # noqa: E731
     assert kept(filter_logits(logits, top_k=2)) == [True, True, False, False]
     assert kept(filter_logits(logits, top_p=0.8)) == [True, True, False, False]

@@ -89,13 +89,9 @@ def test_export_refusals_are_one_line_and_write_nothing(tiny_checkpoint, tmp_pat
     assert tiny_checkpoint.read_bytes() == before and not (tmp_path / "page.html").exists()
 
 
-def browser_text(page: Path, query: str, tmp_path: Path) -> tuple[str, str]:
-    """What headless Chromium shows in the page's output after running it with ``query``: (state, text)."""
-    return browser_texts(page, [query], tmp_path)[0]
-
-
 def browser_texts(page: Path, queries: list[str], tmp_path: Path) -> list[tuple[str, str]]:
-    """:func:`browser_text` for each query, all in one browser."""
+    """What headless Chromium shows in the page's output after running it with each query, all in one browser:
+    (state, text)."""
     return [(state, text_of(markup)) for state, markup in browser_outputs(page, queries, tmp_path)]
 
 
@@ -161,8 +157,8 @@ def test_greedy_text_in_the_browser_is_charrnn_samples(kind, tmp_path):
     for rule in ({}, {"no_repeat": 6}):
         expected = charrnn.sample(tmp_path / "run" / "best.pt", prime, 400, greedy=True, **rule).text
         query = "".join(f"&{name}={value}" for name, value in rule.items())
-        state, shown = browser_text(page, f"prime={prime}&length=400&greedy=1&autorun=1{query}",
-                                    tmp_path / f"profile{len(rule)}")
+        (state, shown), = browser_texts(page, [f"prime={prime}&length=400&greedy=1&autorun=1{query}"],
+                                        tmp_path / f"profile{len(rule)}")
         assert state == "done" and shown == expected
     assert repeated_runs(shown, 6) == [] and shown != charrnn.sample(tmp_path / "run" / "best.pt", prime, 400,
                                                                       greedy=True).text
@@ -230,7 +226,8 @@ def test_the_page_samples_with_its_controls_and_refuses_every_bad_setting_as_the
     assert shown[SETTING_ROWS.index(("temperature", "1e-310"))][1] == greedy == charrnn.sample(
         tiny_checkpoint, "ROMEO:", 12, temperature=1e-310, seed=1).text
     # A repeated setting takes its last value, as a repeated option does.
-    assert browser_text(page, "prime=ROMEO:&length=20&length=ten&autorun=1", tmp_path / "twice")[0] == "error"
+    (state, _), = browser_texts(page, ["prime=ROMEO:&length=20&length=ten&autorun=1"], tmp_path / "twice")
+    assert state == "error"
     assert CliRunner().invoke(cli, ["sample", str(tiny_checkpoint), "--length", "20", "--length", "ten"]
                               ).exit_code == 2
     # Seeds that differ by a multiple of 2**32 are one seed to torch's generator, and so to the page.

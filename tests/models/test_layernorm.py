@@ -3,8 +3,12 @@ import math
 import pytest
 import torch
 
-from charrnn.config import ModelConfig
+from charrnn.config import ModelConfig, TrainConfig
+from charrnn.data.corpus import CorpusInfo, StreamBatches
+from charrnn.data.vocab import Vocab
 from charrnn.models.layernorm import EPSILON, LayerNormRNN
+from charrnn.training.loop import train_step
+from charrnn.training.state import TrainingRun
 
 CELLS = ["rnn", "gru", "lstm"]
 
@@ -65,12 +69,6 @@ def test_one_step_equals_the_equations_by_hand(layer_and_inputs):
 
 
 def test_layer_norm_model_learns(tmp_path):
-    from charrnn.config import TrainConfig
-    from charrnn.data.corpus import CorpusInfo, StreamBatches
-    from charrnn.data.vocab import Vocab
-    from charrnn.training.loop import train_step
-    from charrnn.training.state import TrainingRun
-
     vocab = Vocab.from_text("abcd ")
     ids = vocab.encode("abcd " * 200)
     info = CorpusInfo("x", "x", len(ids), "0", 0.1, len(ids))

@@ -32,13 +32,10 @@ def test_step_path_equals_fused_module(kind, layers, device):
         for name, param in model.named_parameters():
             if "bias" in name:
                 param.uniform_(-0.5, 0.5)
-    idx = torch.randint(0, 11, (4, 25))
-    with torch.no_grad():
+        idx = torch.randint(0, 11, (4, 25))
         fused, fused_state = model(idx)
     tolerance = 1e-5 if device == "cpu" else 1e-4  # GPU kernels sum in another order
-    stepping = model.to(device)
-    stepper = make_stepper(stepping)
-    state = stepping.initial_state(4)
+    stepper, state = make_stepper(model.to(device)), model.initial_state(4)
     for t in range(idx.shape[1]):
         logits, state = stepper.step(idx[:, t].to(device), state)
         torch.testing.assert_close(logits.cpu(), fused[:, t], rtol=0, atol=tolerance)
@@ -47,11 +44,8 @@ def test_step_path_equals_fused_module(kind, layers, device):
 
 
 @pytest.mark.parametrize(("options", "expected"), [
-    ({"cell": "lstm"}, LSTMStepper),
-    ({"cell": "gru"}, GRUStepper),
-    ({"cell": "rnn"}, RNNStepper),
-    ({"cell": "esn"}, RNNStepper),
-    ({"cell": "lstm", "layer_norm": True}, LayerNormStepper),
+    ({"cell": "lstm"}, LSTMStepper), ({"cell": "gru"}, GRUStepper), ({"cell": "rnn"}, RNNStepper),
+    ({"cell": "esn"}, RNNStepper), ({"cell": "lstm", "layer_norm": True}, LayerNormStepper),
     ({"cell": "gru", "layer_norm": True}, LayerNormStepper),
 ])
 def test_the_factory_picks_one_class_per_kind_of_cell(options, expected):

@@ -1,14 +1,16 @@
 import dataclasses
 import json
 import math
+import random
 from pathlib import Path
 
 import pytest
 import torch
 
+import charrnn
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data.corpus import encode_corpus, split_ids
-from charrnn.errors import CharrnnError
+from charrnn.errors import CharrnnError, options_spelled
 from charrnn.models.evaluate import SCORING_PROBE_STEPS, StreamLayout
 from charrnn.models.model import parameter_count
 from charrnn.training import budget
@@ -22,6 +24,7 @@ from charrnn.training.budget import (
     SCALING_LAW,
     SMALLER_CORPUS_EXPONENT,
     SMALLEST_FITTED_CHARS,
+    USEFUL_EPOCHS,
     Speed,
     Workload,
     average_decay_for_steps,
@@ -99,7 +102,6 @@ def test_the_law_improves_with_size_and_characters_and_repeats_count_for_less():
     assert law.skip_gain > 0 and law.predict(1e6, 1e6, 1e6, skip_connections=True) == pytest.approx(
         law.predict(1e6, 1e6, 1e6) - law.skip_gain)
     # A corpus k times smaller scales repeats' worth and the pass limit by k ** SMALLER_CORPUS_EXPONENT.
-    law, fitted = SCALING_LAW, LAW_CORPUS_CHARS
     factor = 10 ** SMALLER_CORPUS_EXPONENT
     small = fitted / 10
     assert law.effective_chars(1e12, small) == pytest.approx(small * (1 + law.repeat_scale * factor))
@@ -381,8 +383,6 @@ def test_a_real_measurement_counts_training_and_evaluation_characters_per_second
 
 def test_the_probe_never_changes_the_run_that_follows(small_corpus, tmp_path):
     """Timing shapes draws random numbers; the run re-seeds, so its weights match an unplanned run's."""
-    import charrnn
-
     options = {"max_steps": 3, "precision": "fp32", "hidden_size": 16, "num_layers": 1, "embed_size": 8,
                "batch_size": 4, "seq_len": 16, "dropout": 0.0, "learning_rate": 5e-3,
                "weight_decay": 0.0, "warmup_steps": 50}
@@ -486,7 +486,6 @@ def test_of_shapes_that_train_alike_and_tie_the_larger_is_chosen_and_another_rec
     apart = budget.BudgetDecision(100, "cpu", "fp32", True, {}, (candidate(1, 1.50 - 2 * error), middle))
     assert apart.choice.parameters == 1 and apart.close_call() is None and apart.outranked() is None
     assert budget.choose((candidate(1, None), candidate(2, None))).parameters == 1  # the fastest
-    error = SCALING_LAW.rms_error
     measured = candidate(1, 1.50)
     estimated = dataclasses.replace(candidate(2, 1.50 + error / 2), measured=False)
     assert budget.choose((measured, estimated)) is measured
@@ -614,8 +613,6 @@ def test_a_close_call_never_decides_how_much_of_the_budget_trains():
 
 
 def test_the_choice_is_always_one_of_the_candidates_whatever_their_predictions_and_limits():
-    import random
-
     generator = random.Random(0)
     for _ in range(3000):
         candidates = tuple(dataclasses.replace(
@@ -629,9 +626,6 @@ def test_the_choice_is_always_one_of_the_candidates_whatever_their_predictions_a
 
 
 def test_a_size_the_user_gave_that_trains_under_half_a_pass_is_warned_of():
-    from charrnn.errors import options_spelled
-    from charrnn.training.budget import USEFUL_EPOCHS
-
     short = budget.BudgetDecision(60, "cpu", "fp32", True, {}, (dataclasses.replace(candidate(512, 3.3),
                                                                                    epochs=0.19),))
     with options_spelled(lambda field: "--" + field.replace("_", "-")):

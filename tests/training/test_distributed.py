@@ -30,25 +30,16 @@ def charrnn_train(processes: int, *args, cwd: Path) -> subprocess.CompletedProce
                           timeout=300)
 
 
-@pytest.fixture
-def corpus(small_corpus: Path) -> Path:
-    return small_corpus
-
-
-def weights(checkpoint: Path) -> dict[str, torch.Tensor]:
-    return torch.load(checkpoint, weights_only=True)["model_state"]
-
-
 def max_difference(a: Path, b: Path) -> float:
-    left, right = weights(a), weights(b)
+    left, right = (torch.load(checkpoint, weights_only=True)["model_state"] for checkpoint in (a, b))
     assert left.keys() == right.keys()
     return max(float((left[k] - right[k]).abs().max()) for k in left)
 
 
-def test_two_processes_take_the_same_steps_as_one(corpus: Path, tmp_path: Path):
-    single = charrnn_train(1, corpus, "--out", "one", "--max-steps", "6", *TRAIN_ARGS, cwd=tmp_path)
+def test_two_processes_take_the_same_steps_as_one(small_corpus: Path, tmp_path: Path):
+    single = charrnn_train(1, small_corpus, "--out", "one", "--max-steps", "6", *TRAIN_ARGS, cwd=tmp_path)
     assert single.returncode == 0, single.stderr
-    double = charrnn_train(2, corpus, "--out", "two", "--max-steps", "6", *TRAIN_ARGS, cwd=tmp_path)
+    double = charrnn_train(2, small_corpus, "--out", "two", "--max-steps", "6", *TRAIN_ARGS, cwd=tmp_path)
     assert double.returncode == 0, double.stderr
     assert max_difference(tmp_path / "one" / "last.pt", tmp_path / "two" / "last.pt") <= 1e-4
     # Rank 0 alone logs and reports: one metrics line per evaluation, one summary table.
@@ -58,18 +49,19 @@ def test_two_processes_take_the_same_steps_as_one(corpus: Path, tmp_path: Path):
     assert payload["carried_state"][0].shape == (2, 8, 32)  # every stream's state, not rank 0's half
 
 
-def test_a_two_process_run_resumes_in_one_process(corpus: Path, tmp_path: Path):
-    straight = charrnn_train(1, corpus, "--out", "straight", "--max-steps", "6", *TRAIN_ARGS, cwd=tmp_path)
+def test_a_two_process_run_resumes_in_one_process(small_corpus: Path, tmp_path: Path):
+    straight = charrnn_train(1, small_corpus, "--out", "straight", "--max-steps", "6", *TRAIN_ARGS,
+                             cwd=tmp_path)
     assert straight.returncode == 0, straight.stderr
-    first = charrnn_train(2, corpus, "--out", "split", "--max-steps", "3", *TRAIN_ARGS, cwd=tmp_path)
+    first = charrnn_train(2, small_corpus, "--out", "split", "--max-steps", "3", *TRAIN_ARGS, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     second = charrnn_train(1, "--resume", tmp_path / "split" / "last.pt", "--max-steps", "6", cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     assert max_difference(tmp_path / "straight" / "last.pt", tmp_path / "split" / "last.pt") <= 1e-4
 
 
-def test_a_batch_that_does_not_split_over_the_processes_is_refused(corpus: Path, tmp_path: Path):
-    result = charrnn_train(2, corpus, "--out", "odd", "--max-steps", "2",
+def test_a_batch_that_does_not_split_over_the_processes_is_refused(small_corpus: Path, tmp_path: Path):
+    result = charrnn_train(2, small_corpus, "--out", "odd", "--max-steps", "2",
                            *TRAIN_ARGS[:8], "--batch-size", "7", "--device", "cpu", cwd=tmp_path)
     assert result.returncode != 0
     assert "Error: --batch-size 7 does not split evenly over 2 processes" in result.stderr

@@ -6,12 +6,19 @@ import pytest
 import torch
 from conftest import PHRASE
 
-from charrnn.config import SampleConfig, TrainConfig
+from charrnn.config import EVAL_SLICE, SampleConfig, TrainConfig
+from charrnn.data.corpus import StreamBatches, encode_corpus, split_ids
 from charrnn.errors import CharrnnError
 from charrnn.generation.sample import generate
+from charrnn.models.evaluate import SCORING_PROBE_STEPS, evaluate, stream_layout
+from charrnn.training import budget as budget_module
+from charrnn.training import loop
+from charrnn.training.budget import BUDGET_GUARD_EPOCHS, CALIBRATION_SAMPLE, FINAL_WORK_MARGIN, most_epochs
 from charrnn.training.checkpoint import load_model
 from charrnn.training.observer import TrainObserver
-from charrnn.training.schedule import StopReason
+from charrnn.training.schedule import RunAlreadyFinished, StopReason, schedule_warnings
+from charrnn.training.state import TrainingRun
+from charrnn.utils.hardware import LoadWatch, ThreadChoice
 
 from helpers import SCORE_TOLERANCE, TEST_DEVICE, plan_run, read_jsonl
 
@@ -83,8 +90,6 @@ class FakeClock(TrainObserver):
 
 def measured_end(monkeypatch, pass_s: float, other_s: float = 0.0) -> None:
     """A time budget's end measured at ``pass_s`` a pass over the validation split and ``other_s`` to save."""
-    import charrnn.training.budget as budget_module
-
     monkeypatch.setattr(budget_module, "final_work_seconds",
                         lambda model, vocab, config, val, clock: budget_module.BudgetEnd(
                             pass_s, 2 if config.ema_decay > 0 else 1, other_s))
@@ -122,8 +127,6 @@ def test_evaluation_interval_and_a_schedule_beyond_the_runs_end_is_named():
     assert TrainConfig(out_dir=".").evaluation_interval == 1000
     assert TrainConfig(out_dir=".", time_budget=60).evaluation_interval is None
     assert TrainConfig(out_dir=".", time_budget=60, eval_every=50).evaluation_interval == 50
-    from charrnn.training.schedule import schedule_warnings
-
     config = TrainConfig(out_dir=".", max_steps=300, eval_every=500, save_every=400, sample_every=1000)
     warnings = schedule_warnings(config, steps_per_epoch=100, total_steps=300)
     end = "lies beyond this run's end (300 steps, 3.00 epochs)"
@@ -166,10 +169,6 @@ def test_save_epochs_keeps_named_checkpoints_and_marks_metrics(make_run, repeate
     assert [r["step"] for r in records] == [10, 30]  # the final evaluation is the epoch-3 one
 
 
-def params_of(path: Path) -> dict[str, torch.Tensor]:
-    return torch.load(path, weights_only=True)["model_state"]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("cell,regularisation", [
     ("lstm", {"dropout": 0.3}),
@@ -190,11 +189,11 @@ def test_resume_is_exact_with_dropout(make_run, repeated_corpus, tmp_path, cell,
     assert plan.resume.changes == [("max_steps", 7, 14)] and not plan.resume.branch
     earlier = torch.load(halves / "last.pt", weights_only=True)["elapsed_s"]
     assert plan.run().earlier_s == earlier > 0  # the summary says how much of its wall time came before
-    for name, value in params_of(straight / "last.pt").items():
-        assert (value - params_of(halves / "last.pt")[name]).abs().max() <= 1e-6, name
+    ends = [torch.load(run / "last.pt", weights_only=True) for run in (straight, halves)]
+    for name, value in ends[0]["model_state"].items():
+        assert (value - ends[1]["model_state"][name]).abs().max() <= 1e-6, name
     if "ema_decay" in regularisation:
-        averages = [torch.load(run / "last.pt", weights_only=True)["weight_average"]
-                    for run in (straight, halves)]
+        averages = [end["weight_average"] for end in ends]
         assert averages[0]["updates"] == averages[1]["updates"] == 14
         for name, value in averages[0]["weights"].items():
             assert (value - averages[1]["weights"][name]).abs().max() <= 1e-6, name
@@ -252,8 +251,6 @@ def test_a_time_budget_keeps_time_for_the_final_evaluation_and_saves_and_once_us
     assert result.trained_s == 1.0 and result.to_dict()["trained_s"] == 1.0  # when training stopped
     assert any("stops about 0.5 s before the end" in message for message in clock.messages)
     # Resumed with the same budget, a run whose end needs the time left says so before writing anything.
-    from charrnn.training.schedule import RunAlreadyFinished
-
     before = {path.name: path.read_bytes() for path in (tmp_path / "run").iterdir()}
     with pytest.raises(RunAlreadyFinished, match="this run already used the time_budget of 1.5 s"):
         plan_run(None, None, resume=tmp_path / "run").run(clock, clock=clock)
@@ -283,8 +280,6 @@ def test_a_machine_slower_than_planned_keeps_more_time_for_the_end_and_says_so(b
 def test_a_slowed_run_leaves_the_cores_other_programs_keep_busy_unless_its_threads_were_given(
         budget_run, monkeypatch, given):
     """On a busy core the run trains, and ends, on the cores left; a thread count the user gave stays."""
-    from charrnn.utils.hardware import LoadWatch, ThreadChoice
-
     monkeypatch.setattr(LoadWatch, "others_busy", lambda self: 1)
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
     before = torch.get_num_threads()
@@ -303,16 +298,11 @@ def test_a_slowed_run_leaves_the_cores_other_programs_keep_busy_unless_its_threa
 
 def test_the_final_work_is_timed_on_a_part_of_the_first_batch_and_scaled_and_keeps_time_for_a_sample(
         small_corpus, tmp_path):
-    from charrnn.config import EVAL_SLICE
-    from charrnn.data.corpus import StreamBatches
-    from charrnn.models.evaluate import SCORING_PROBE_STEPS, stream_layout
-    from charrnn.training.budget import CALIBRATION_SAMPLE, FINAL_WORK_MARGIN, final_work_seconds
-    from charrnn.training.state import TrainingRun
-
     def timed(plan, val, readings):
         run = TrainingRun(plan.model_config, plan.config, plan.vocab, plan.corpus,
                           StreamBatches(plan.ids[:5000], 4, 16))
-        return run, final_work_seconds(run.model, run.vocab, run.config, val, lambda: next(readings))
+        end = budget_module.final_work_seconds(run.model, run.vocab, run.config, val, lambda: next(readings))
+        return run, end
 
     plan = plan_run(small_corpus, tmp_path / "run", max_steps=1)
     val = plan.ids.repeat(8)[: 3 * EVAL_SLICE + 1]  # 3 streams
@@ -355,8 +345,6 @@ def test_a_long_budget_evaluates_over_what_is_left_once_training_starts_and_a_re
 
 def planned_evaluations(monkeypatch, evaluates: bool) -> None:
     """Have a time budget plan its every shape to evaluate during training, or not."""
-    import charrnn.training.budget as budget_module
-
     predict = budget_module.predict_candidates
     monkeypatch.setattr(budget_module, "predict_candidates", lambda *args, **kwargs: tuple(
         dataclasses.replace(candidate, evaluates=evaluates) for candidate in predict(*args, **kwargs)))
@@ -367,8 +355,6 @@ def test_a_budget_planned_for_few_passes_evaluates_only_at_its_end(budget_run, r
                                                                     monkeypatch):
     # The same run as above, but its budget planned under 3 passes: it cannot overfit, so nothing is spent on
     # evaluations during training. A given --eval-every still evaluates on its schedule.
-    from charrnn.training.budget import BUDGET_GUARD_EPOCHS
-
     measured_end(monkeypatch, pass_s=0.5)
     plan = plan_run(repeated_corpus, tmp_path / "run", **OPTIONS, time_budget=100, epochs=1000)
     assert plan.budget.choice.epochs >= BUDGET_GUARD_EPOCHS and plan.budget.choice.evaluates  # many passes
@@ -403,8 +389,6 @@ def test_a_budget_whose_share_pays_for_fewer_than_three_evaluations_makes_none(b
 @pytest.mark.parametrize("spent", [0.0, 0.4])
 def test_a_budget_that_affords_more_passes_than_the_rule_trusts_ends_early(budget_run, spent):
     """With or without 40% spent before training, evaluations fall evenly through the passes it trains."""
-    from charrnn.training.budget import most_epochs
-
     limit = most_epochs(2430)  # the passes a budget plans over this corpus's training split, at most
     budget = 10 * limit * 2  # time for twice the limit's steps (ten a pass)
     result, _, records = budget_run(0.5, pass_s=0.5, spent_s=spent * budget, time_budget=budget)
@@ -420,9 +404,6 @@ def test_a_budget_that_affords_more_passes_than_the_rule_trusts_ends_early(budge
 
 def whole_score(checkpoint: Path, corpus: Path, chars: int | None = None) -> tuple[dict, float]:
     """A checkpoint's recorded best, and its weights' score on the val split (its first ``chars``)."""
-    from charrnn.data.corpus import encode_corpus, split_ids
-    from charrnn.models.evaluate import evaluate
-
     payload = torch.load(checkpoint, weights_only=True)
     encoded = encode_corpus(corpus, "repeat", 0.1)
     model = load_model(checkpoint).network.to(TEST_DEVICE)
@@ -433,8 +414,6 @@ def whole_score(checkpoint: Path, corpus: Path, chars: int | None = None) -> tup
 def test_best_pt_keeps_the_best_weights_a_budget_evaluated_when_the_run_ends_worse(
         budget_run, repeated_corpus, tmp_path, monkeypatch):
     # Five evaluations during a 100-s budget (as above); every step from the 100th adds noise to the weights.
-    from charrnn.training import loop
-
     train_step = loop.train_step
 
     def wrecking(run, learning_rate):
@@ -497,10 +476,8 @@ def test_every_evaluation_scores_the_same_start_of_the_split_when_told(make_run,
 
 
 def test_a_budget_plans_as_many_evaluations_as_its_share_pays_for():
-    from charrnn.training.budget import BudgetEnd
-
     # A pass over the validation split costs 10 s: 5% of a 1,000-s budget (50 s) pays for five.
-    end = BudgetEnd(pass_s=10.0, weight_sets=1)
+    end = budget_module.BudgetEnd(pass_s=10.0, weight_sets=1)
     assert end.evaluations(1000) == 5
     assert end.evaluations(10**6) == 10  # never more than ten
     assert end.evaluations(500) == 0  # 25 s pays for fewer than three: none

@@ -1,10 +1,12 @@
 """Planning a run: defaults, time-budget shapes, resuming and fine-tuning, checked without click."""
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 
+import charrnn
 from charrnn.config import ModelConfig, TrainingRequest
 from charrnn.errors import CharrnnError, ConfigError, OptionConflict
 from charrnn.models.devices import BF16_LARGEST_HIDDEN, resolve_precision
@@ -54,8 +56,6 @@ def test_a_resume_plan_checks_the_corpus_before_anything_runs(tiny_run, tmp_path
 
 def test_a_resumed_run_keeps_the_split_it_was_trained_with(tiny_run, monkeypatch):
     """A run keeps its split whatever the rule for new runs has become."""
-    import json
-
     recorded = json.loads((tiny_run / "config.json").read_text())["corpus"]["split_point"]
     monkeypatch.setattr("charrnn.data.corpus.split_point", lambda *args: 10)
     plan = plan_run(None, None, resume=tiny_run, max_steps=80)
@@ -137,7 +137,7 @@ def test_options_that_cannot_go_together_are_refused_before_any_work(small_corpu
         plan_training(TrainingRequest(small_corpus, {"out_dir": "x"}))
 
 
-def test_fine_tuning_keeps_the_shape_and_may_change_only_the_regularisation():
+def test_fine_tuning_keeps_the_shape_and_the_regularisation_unless_given():
     source = ModelConfig(vocab_size=10, hidden_size=32, locked_dropout=True)
     regularisation = {"dropout": 0.2, "weight_drop": 0.3, "locked_dropout": False, "input_dropout": 0.1,
                       "embed_dropout": 0.05}
@@ -145,10 +145,7 @@ def test_fine_tuning_keeps_the_shape_and_may_change_only_the_regularisation():
         vocab_size=12, hidden_size=32, **regularisation)
     with pytest.raises(CharrnnError, match="hidden_size 64 contradicts the init_from checkpoint"):
         fine_tune_config(source, {"hidden_size": 64}, 10)
-
-
-def test_a_fine_tune_keeps_the_checkpoints_regularisation_unless_given():
-    """The run's own line says so: the shipped model fine-tuned better with its dropout than without."""
+    # Kept unless given: the shipped model fine-tuned better with its dropout than without.
     source = ModelConfig(vocab_size=10, hidden_size=32, dropout=0.15, weight_drop=0.2, locked_dropout=True)
     assert fine_tune_config(source, {}, 10) == dataclasses.replace(source, vocab_size=10)
     assert fine_tune_config(source, {"dropout": 0.0}, 12).dropout == 0.0
@@ -168,9 +165,6 @@ def test_a_fine_tuning_plan_reads_the_source_vocabulary(tiny_run, small_corpus, 
 
 
 def test_locked_dropout_without_any_dropout_is_refused(small_corpus, tmp_path):
-    import charrnn
-    from charrnn.errors import OptionConflict
-
     with pytest.raises(OptionConflict, match="locked_dropout locks the dropout masks across time"):
         charrnn.train(small_corpus, out_dir=tmp_path / "run", max_steps=1, locked_dropout=True)
     assert not (tmp_path / "run").exists()

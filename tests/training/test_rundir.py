@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from charrnn.training.checkpoint import load_checkpoint
 from charrnn.training.observer import TrainObserver
 from charrnn.training.rundir import (
     LOCK_NAME,
+    check_out_dir,
     refuse_writing_over_reads,
     resume_checkpoint,
     run_lock,
@@ -198,8 +200,6 @@ def test_sigkill_at_random_moments_never_leaves_a_broken_checkpoint(small_corpus
 
 def test_train_in_a_thread_without_signal_handlers(small_corpus, tmp_path):
     """GracefulStop outside the main thread installs nothing and still works as a context manager."""
-    import threading
-
     errors = []
 
     def body():
@@ -309,8 +309,6 @@ def test_a_branch_refused_before_it_starts_leaves_no_directory(tiny_run, tmp_pat
 
 def test_a_run_directory_without_last_pt_is_not_advised_for_resume(small_corpus, tmp_path):
     """--resume needs a last.pt: the refusal advises it only where one is, and then following it works."""
-    from charrnn.training.rundir import check_out_dir
-
     plan_run(small_corpus, tmp_path / "run", max_steps=2).run()
     with pytest.raises(CharrnnError, match="continue it with resume ") as refused:
         check_out_dir(tmp_path / "run")

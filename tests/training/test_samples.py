@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,9 +15,10 @@ import torch
 from click.testing import CliRunner
 
 import charrnn
+from charrnn.api import Evolution
 from charrnn.cli.main import cli
 from charrnn.errors import CharrnnError, OptionConflict
-from charrnn.training.rundir import SAMPLES_NAME, RunDirectory, read_samples
+from charrnn.training.rundir import LOCK_NAME, SAMPLES_NAME, RunDirectory, SampleRecord, read_samples
 
 from helpers import plan_run
 
@@ -171,9 +176,6 @@ def test_the_default_prime_is_recorded_as_the_newline_it_reads(small_corpus, tmp
 
 
 def test_the_evolutions_markdown_shows_markup_as_text(tmp_path):
-    from charrnn.api import Evolution
-    from charrnn.training.rundir import SampleRecord
-
     row = SampleRecord(5, 0.1, 1.0, None, "\n", 0.8, 0, "*bold* _it_ `code` a|b <b>")
     markdown = Evolution(tmp_path, [row]).to_markdown()
     assert "&#42;bold&#42; &#95;it&#95; &#96;code&#96; a&#124;b &lt;b&gt;" in markdown
@@ -183,13 +185,6 @@ def test_the_evolutions_markdown_shows_markup_as_text(tmp_path):
 def test_a_stop_during_a_long_recorded_sample_is_honoured_within_moments(small_corpus, tmp_path,
                                                                          stop_allowance_s):
     """SIGINT abandons a minutes-long sample; the run saves last.pt and stops as after any step."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from charrnn.training.rundir import LOCK_NAME
-
     out = tmp_path / "run"
     arguments = ["train", str(small_corpus), "--out", str(out), "--hidden", "16", "--layers", "1",
                  "--sample-every", "1", "--sample-length", "1000000", "--quiet", "--device", "cpu"]

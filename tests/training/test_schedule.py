@@ -37,6 +37,5 @@ def test_planned_steps_take_the_nearer_limit_and_a_stop_reason_names_it_as_spell
     with options_spelled(lambda name: "--" + name):
         assert StopReason("time_budget", 60.0).describe() == "used the --time_budget of 60 s"
     assert str(StopReason("signal", signal_name="SIGTERM")) == "interrupted by SIGTERM"
-    assert StopReason("signal", signal_name="SIGINT").interrupted
-    assert not StopReason("epochs", 2.0).interrupted
+    assert StopReason("signal", signal_name="SIGINT").interrupted and not StopReason("epochs", 2).interrupted
 

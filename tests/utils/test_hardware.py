@@ -29,9 +29,7 @@ def test_the_flags_and_model_name_are_the_first_processors():
     assert {"avx512_bf16", "amx_bf16"} <= cpu_flags(XEON)
     assert cpu_flags(EPYC) & NATIVE_BF16_FLAGS == set()
     assert cpu_flags("") == frozenset()
-    assert model_name(XEON) == "Intel(R) Xeon(R)"
-    assert model_name(EPYC) == "AMD EPYC"
-    assert model_name("") == "unknown"
+    assert [model_name(text) for text in (XEON, EPYC, "")] == ["Intel(R) Xeon(R)", "AMD EPYC", "unknown"]
 
 
 def test_a_process_knows_how_long_it_has_run(monkeypatch):
@@ -103,8 +101,9 @@ def test_the_threads_are_the_cores_no_other_program_keeps_busy(auto, after, said
     assert choice.describe() == said and choice.count == int(said[0])
 
 
-def test_torchrun_processes_share_the_free_cores(auto, monkeypatch):
+def test_torchrun_processes_share_the_free_cores_and_a_blank_omp_num_threads_is_unset(auto, monkeypatch):
     monkeypatch.setattr(threads_module.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "  ")
     idle = {core: (0, 15) for core in range(8)}
     read = fake_stat({core: (0, 0) for core in range(8)}, idle)
     choice = choose_threads(processes=2, read_stat=read, sleep=lambda s: None)
@@ -145,12 +144,6 @@ def test_an_omp_num_threads_that_is_no_thread_count_is_refused_not_ignored(monke
     monkeypatch.setenv("OMP_NUM_THREADS", bad)
     with pytest.raises(ConfigError, match="OMP_NUM_THREADS must be a whole number from 1 to 1,024"):
         choose_threads()
-
-
-def test_a_blank_omp_num_threads_is_unset(auto, monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "  ")
-    read = fake_stat({0: (0, 0), 1: (0, 0)}, {0: (0, 15), 1: (0, 15)})
-    assert choose_threads(read_stat=read, sleep=lambda s: None).count == 2
 
 
 def test_more_threads_than_cores_are_taken_and_said_and_one_core_is_named_in_the_singular(auto, monkeypatch):

@@ -123,9 +123,6 @@ def test_the_interactive_screen_and_a_run_named_with_markup_show_what_was_writte
 
 @pytest.mark.parametrize("name", ["run", "-d", "a b", "it's", "nl\nx", "tab\tx", "r\udcfen", "$(x)", "é語"])
 def test_a_path_in_a_command_to_copy_is_one_word_that_the_shell_reads_back_exactly(name):
-    import os
-    import subprocess
-
     from charrnn.utils.terminal import shell_word
 
     word = shell_word(f"{name}/best.pt")
@@ -136,9 +133,6 @@ def test_a_path_in_a_command_to_copy_is_one_word_that_the_shell_reads_back_exact
 
 
 def test_a_terminal_that_reports_no_columns_gets_plain_lines_not_a_bar(monkeypatch):
-    import os
-    import sys
-
     from charrnn.utils.terminal import terminal_columns
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
