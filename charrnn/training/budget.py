@@ -111,7 +111,7 @@ BUDGET_AVERAGE_STEPS = (200, 1000)  # within these bounds
 # The end: the time kept for the final evaluation and saves, and the evaluations during training.
 CALIBRATION_SAMPLE = 32  # characters of a recorded sample timed to predict a whole sample's cost
 SAVE_BYTES_PER_S = 100e6  # a conservative disk: what writing (and fsyncing) a checkpoint costs
-FINAL_WORK_MARGIN = 1.25  # the estimate's safety factor
+FINAL_WORK_MARGIN = 1.05  # the estimate's safety factor
 BUDGET_EVALUATION_SHARE = 0.05  # of a time budget, at most this much goes to evaluations during training
 BUDGET_EVALUATIONS = (3, 10)  # evaluations during a budgeted run: at least this many (else none), at most
 BUDGET_GUARD_EPOCHS = 3.0  # a plan of fewer passes evaluates only at its end: none that short overfit

@@ -91,9 +91,9 @@ def test_many_streams_land_close_to_one_stream_and_chunking_changes_nothing(toy_
                                                                                        rel=1e-6)
 
 
-def test_the_cost_of_a_pass_is_timed_on_a_few_steps_run_once_untimed_first_and_scaled(toy_model, monkeypatch):
+def test_a_pass_costs_the_fastest_timing_of_a_few_steps_run_untimed_first_and_scaled(toy_model, monkeypatch):
     ids = torch.randint(0, 4, (40 * EVAL_SLICE + 1,))
-    readings = iter([5.0, 5.5])
+    readings = iter([5.0, 5.7, 6.0, 6.5, 7.0, 7.6])  # the fastest of three timings counts: 0.5 s
     layout = stream_layout(toy_model, len(ids))
     timed = 40 * evaluation.SCORING_PROBE_STEPS
     predicted = scoring_seconds(toy_model, ids, lambda: next(readings))
@@ -109,7 +109,7 @@ def test_the_cost_of_a_pass_is_timed_on_a_few_steps_run_once_untimed_first_and_s
     scoring_seconds(toy_model, torch.randint(0, 4, (40 * EVAL_SLICE + 1,)), lambda: events.append("clock")
                     or 0.0)
     shape = (40, evaluation.SCORING_PROBE_STEPS)
-    assert events == [shape, "clock", shape, "clock"]
+    assert events == [shape] + ["clock", shape, "clock"] * evaluation.SCORING_PROBE_REPEATS
 
 
 def test_it_restores_training_mode_and_needs_two_characters(toy_model):

@@ -20,6 +20,7 @@ from charrnn.training.budget import (
     BUDGET_MOST_EPOCHS,
     BUDGET_PROBE_SHARE,
     BUDGET_WARMUP_SHARE,
+    FINAL_WORK_MARGIN,
     LAW_CORPUS_CHARS,
     SCALING_LAW,
     SMALLER_CORPUS_EXPONENT,
@@ -176,7 +177,8 @@ def test_a_shape_not_measured_is_estimated_on_the_line_through_the_last_two_meas
     # both weights (2 × 0.02 s) and saving best.pt and last.pt at 100 MB/s, with a 25 % margin; 95 % of
     # that, the rest kept for evaluations during training.
     saves = 2 * checkpoint_bytes(1_000_000, averaging=True) / 100e6
-    assert candidates[0].training_s == pytest.approx((111 - 1 - 4 - 1.25 * (2 * 0.02 + saves)) * 0.95)
+    end_s = FINAL_WORK_MARGIN * (2 * 0.02 + saves)
+    assert candidates[0].training_s == pytest.approx((111 - 1 - 4 - end_s) * 0.95)
     chars = candidates[0].training_s / 2e-6
     assert candidates[0].chars == pytest.approx(chars - chars % 800)  # whole steps of 16 × 50
     assert candidates[0].epochs >= BUDGET_GUARD_EPOCHS and candidates[0].evaluates
@@ -185,19 +187,19 @@ def test_a_shape_not_measured_is_estimated_on_the_line_through_the_last_two_meas
     # Fewer passes than that, over a larger corpus: no evaluations during training, and all of it trains.
     few = predict_candidates(shapes, speeds, dataclasses.replace(workload, train_chars=10**8))
     assert not few[0].evaluates and few[0].epochs < BUDGET_GUARD_EPOCHS
-    assert few[0].training_s == pytest.approx(111 - 1 - 4 - 1.25 * (2 * 0.02 + saves))
+    assert few[0].training_s == pytest.approx(111 - 1 - 4 - end_s)
     # Evaluations on a schedule the user gave are paid for, however few the passes: one of 0.04 s every 100
     # steps of 800 characters, which train in 0.16 s at 2 µs a character, so training gets 0.16 / 0.2.
     scheduled = predict_candidates(shapes, speeds, dataclasses.replace(workload, train_chars=10**8,
                                                                        eval_every=100))
     assert scheduled[0].evaluates
-    assert scheduled[0].training_s == pytest.approx((111 - 1 - 4 - 1.25 * (2 * 0.02 + saves)) * 0.8)
+    assert scheduled[0].training_s == pytest.approx((111 - 1 - 4 - end_s) * 0.8)
     alone = predict_candidates(shapes, [Speed(1 / 2e-6, 1 / 2e-7), None, None], workload)
     assert alone[2].chars_per_s == pytest.approx(1 / 8e-6)  # through the origin from one measurement
     plain = predict_candidates(shapes, speeds, dataclasses.replace(workload, averaging=False))
     assert plain[0].evaluates
     saves = 2 * checkpoint_bytes(1_000_000, averaging=False) / 100e6
-    assert plain[0].training_s == pytest.approx((111 - 1 - 4 - 1.25 * (0.02 + saves)) * 0.95)
+    assert plain[0].training_s == pytest.approx((111 - 1 - 4 - FINAL_WORK_MARGIN * (0.02 + saves)) * 0.95)
 
 
 def test_dropout_is_planned_on_the_passes_a_shape_makes_with_it():
@@ -246,7 +248,8 @@ def test_a_shape_is_never_estimated_from_speeds_measured_in_another_precision():
                         averaging=True)
     fast, slow = (predict_candidates(shapes, [Speed(1e5, rate)], workload)[0] for rate in (1e7, 1e4))
     saves = 2 * checkpoint_bytes(1_000_000, averaging=True) / 100e6
-    assert slow.training_s == pytest.approx(100 - 1.25 * (20 + saves)) and slow.chars < fast.chars
+    assert slow.training_s == pytest.approx(100 - FINAL_WORK_MARGIN * (20 + saves))
+    assert slow.chars < fast.chars
     starved = predict_candidates(shapes, [Speed(1e5, 1e3)], workload)[0]
     assert starved.training_s == 0 and starved.chars == 0 and starved.predicted_loss is None
 
