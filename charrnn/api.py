@@ -597,10 +597,10 @@ def writing(checkpoint: PathArg, prime: str | None = None, *, temperature: float
 
 def info(checkpoint: PathArg) -> CheckpointInfo:
     """What a checkpoint (or a run directory's best.pt) holds, without building the model."""
-    from charrnn.training.checkpoint import checkpoint_in, describe_checkpoint, load_named_checkpoint
+    from charrnn.training.checkpoint import checkpoint_in, describe_checkpoint
 
     path = checkpoint_in(_require_path(checkpoint, "checkpoint"), "best.pt")
-    return CheckpointInfo(path, describe_checkpoint(load_named_checkpoint(path), path))
+    return CheckpointInfo(path, describe_checkpoint(path))
 
 
 @dataclass(frozen=True)
@@ -624,7 +624,7 @@ class Comparison:
     checkpoints: list[Path]  # the files compared (a run directory stands for its best.pt)
 
     def to_dict(self) -> list[dict[str, Any]]:
-        return [report.to_dict() for report in self.reports]
+        return [asdict(report) for report in self.reports]
 
     @property
     def failures(self) -> list[tuple[Path, list[str]]]:
@@ -881,7 +881,7 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
     observer = observer if observer is not None else TrainObserver()
     group, request.device = join_from_environment(resolve_device(request.device))
     threads = use_threads(request.threads, processes=local_processes(group))
-    say = group.only_main(observer.on_message)
+    say = observer.on_message if group.is_main else lambda text: None
     try:
         if group.world_size > 1:
             say(f"training with {group.world_size} processes (DistributedDataParallel, "

@@ -26,6 +26,7 @@ CELL_TYPES: tuple[str, ...] = get_args(CellType)
 INIT_SCHEMES: tuple[str, ...] = ("pytorch", "textbook", "orthogonal", "esn")
 RNN_ACTIVATIONS: tuple[str, ...] = ("tanh", "relu")
 CLIP_MODES: tuple[str, ...] = ("norm", "value")
+OPTIMIZERS: tuple[str, ...] = ("adamw", "muon")
 PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16")
 DEFAULT_EPOCHS = 10.0  # how long a run lasts when no stopping criterion is given
 DEFAULT_EVAL_EVERY = 1000  # steps between validation passes of a run without a time budget
@@ -124,6 +125,8 @@ def check_type(value: Any, hint: Any, where: str) -> None:
 
 def check_record(cls: type, values: dict[str, Any], where: str, build: bool = True) -> Any:
     """Check a checkpoint's dict as dataclass ``cls`` (:func:`record_problem`); ``build`` constructs it."""
+    if not isinstance(values, dict):
+        raise CharrnnError(f"{where} is {describe(values)}; expected a {cls.__name__} record")
     if (problem := record_problem(cls, values)) is not None:
         name, expected = problem
         if expected is None:
@@ -308,6 +311,9 @@ class TrainConfig(_DictMixin):
     min_lr_ratio: float = setting(0.1, "the cosine schedule decays to learning_rate * this")
     warmup_steps: int = setting(50, "linear warm-up from 0 to the peak learning rate")
     weight_decay: float = setting(0.0, "decoupled (AdamW) weight decay")
+    optimizer: str = setting("adamw", "adamw on every parameter; muon: Muon on the recurrent layers' weight "
+                                     "matrices, AdamW on the rest")
+    muon_lr: float = setting(0.04, "peak Muon learning rate (with optimizer muon)")
     ema_decay: float = setting(0.0, "keep a moving average of the weights with this decay (e.g. 0.999; 0: "
                                    "off); each evaluation scores it too, and best.pt holds it when it "
                                    "scores better")
@@ -355,6 +361,8 @@ class TrainConfig(_DictMixin):
         require(0.0 <= self.ema_decay < 1.0, "ema_decay", "must be in [0, 1) (0 turns averaging off)")
         require(self.clip >= 0, "clip", "must be 0 (off) or positive")
         require(self.clip_mode in CLIP_MODES, "clip_mode", f"must be one of {', '.join(CLIP_MODES)}")
+        require(self.optimizer in OPTIMIZERS, "optimizer", f"must be one of {', '.join(OPTIMIZERS)}")
+        require(0 < self.muon_lr <= 1, "muon_lr", "must be positive and at most 1")
         for name in ("epochs", "time_budget"):
             require(getattr(self, name) is None or getattr(self, name) > 0, name, "must be positive")
         require(self.precision in PRECISIONS, "precision", f"must be one of {', '.join(PRECISIONS)}")

@@ -53,12 +53,9 @@ class CheckpointReport:
     sample: str | None  # prime + generated text; None when it could not be sampled
     log_prob: float | None  # total log-probability of the beam (beam search only)
     error: str | None  # why a score or sample is missing
-    memorisation: dict[str, Any] | None = None  # Memorisation.to_dict() of the generated text, if asked
+    memorisation: dict[str, Any] | None = None  # asdict(Memorisation) of the generated text, if asked
     against: str | None = None  # what the memorisation figures were measured against
     dynamic: dict[str, Any] | None = None  # EvalResult.to_dict() of dynamic evaluation, if asked
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     def missing(self, settings: CompareSettings) -> list[str]:
         """What was asked of this checkpoint and is not in its report."""
@@ -161,7 +158,7 @@ def compare_checkpoint(loaded: TrainedModel, path: Path, settings: CompareSettin
     if settings.against is not None and sample is not None:
         try:
             reference, against = (references or References()).for_checkpoint(loaded, settings.against)
-            memorisation = measure(sample[len(settings.prime):], reference).to_dict()
+            memorisation = asdict(measure(sample[len(settings.prime):], reference))
         except CharrnnError as exc:
             errors.append(f"no memorisation figures: {exc}")
     return CheckpointReport(

@@ -6,8 +6,7 @@ COPY_MIN_CHARS (docs/guide.md). Windows are hashed (two moduli) and binary-searc
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
@@ -26,9 +25,6 @@ class Memorisation:
     longest_copied_line: int | None  # 1-based line of the reference where it starts
     longest_copied_passage: str  # the passage itself
     copied_fraction: float  # share of characters inside copies of >= COPY_MIN_CHARS characters
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _powers(base: int, modulus: int, count: int) -> torch.Tensor:
@@ -64,11 +60,9 @@ class WindowHashes:
         count = self.length - window + 1
         if count <= 0:
             return torch.empty(0, dtype=torch.int64)
-        parts = []
-        for modulus, prefix, powers in zip(MODULI, self.prefix, self.powers, strict=True):
-            difference = (prefix[window:window + count] - prefix[:count]) % modulus
-            parts.append(difference * powers[:count] % modulus)
-        return parts[0] * MODULI[1] + parts[1]  # < 2**62
+        first, second = ((prefix[window:window + count] - prefix[:count]) % modulus * powers[:count] % modulus
+                         for modulus, prefix, powers in zip(MODULI, self.prefix, self.powers, strict=True))
+        return first * MODULI[1] + second  # < 2**62
 
 
 class Reference:
@@ -101,11 +95,8 @@ def known_word_fraction(text: str, reference: Reference) -> float | None:
     return sum(word in reference.words for word in words) / len(words) if words else None
 
 
-def longest_copy(text: str, reference: Reference,
-                 hashes: WindowHashes | None = None) -> tuple[int, str, int | None]:
-    """Length, first instance and reference line of the longest substring of ``text`` found in the
-    reference (line None when there is none). ``hashes``: ``text``'s, when already computed."""
-    hashes = WindowHashes(text) if hashes is None else hashes
+def longest_copy(text: str, reference: Reference, hashes: WindowHashes) -> tuple[int, str, int | None]:
+    """Length, first instance and reference line (or None) of ``text``'s longest copy from the reference."""
     # Invariant: a copy of length `low` exists, and none is longer than `high`.
     low, high = 0, min(len(text), len(reference.text))
     found_at = 0
@@ -129,7 +120,7 @@ def longest_copy(text: str, reference: Reference,
 def copied_fraction(text: str, reference: Reference, min_chars: int = COPY_MIN_CHARS,
                     hashes: WindowHashes | None = None) -> float:
     """Share of ``text``'s characters inside a substring of ``min_chars`` or more found in the reference: a
-    union of ``min_chars`` windows, so each matching window's characters are marked. ``hashes``: as above."""
+    union of ``min_chars`` windows, each matching one's characters marked. ``hashes``: ``text``'s."""
     hashes = WindowHashes(text) if hashes is None else hashes
     hits = reference.contains(hashes.keys(min_chars), min_chars)
     if not bool(hits.any()):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable
+from itertools import accumulate
 
 import torch
 
@@ -41,33 +42,13 @@ def activations(model: CharRNN, vocab: Vocab, text: str, state: str = "h") -> to
     return torch.stack(rows).cpu()
 
 
-def _inside_quotes(text: str) -> list[float]:
-    inside, values = False, []
-    for char in text:
-        if char == '"':
-            inside = not inside
-        values.append(float(inside))
-    return values
-
-
-def _line_position(text: str) -> list[float]:
-    position, values = 0, []
-    for char in text:
-        values.append(float(position))
-        position = 0 if char == "\n" else position + 1
-    return values
-
-
-def _indent(text: str) -> list[float]:
-    values = []
-    for line in text.splitlines(keepends=True):
-        depth = float(len(line) - len(line.lstrip(" \t")))
-        values.extend([depth] * len(line))
-    return values
-
-
+# What each feature is per character (text_feature's docstring says it in words).
 _FEATURE_FUNCTIONS: dict[str, Callable[[str], list[float]]] = {
-    "quotes": _inside_quotes, "line-position": _line_position, "indent": _indent,
+    "quotes": lambda text: [float(quotes % 2) for quotes in accumulate(char == '"' for char in text)],
+    "line-position": lambda text: [float(at) for line in text.split("\n")
+                                   for at in range(len(line) + 1)][: len(text)],  # no "\n" ends the last line
+    "indent": lambda text: [float(len(line) - len(line.lstrip(" \t")))
+                            for line in text.splitlines(keepends=True) for _ in line],
 }
 _ABSENT = {"quotes": "double-quoted passage", "line-position": "line longer than one character",
            "indent": "indented line"}  # what a text must have for each feature to vary

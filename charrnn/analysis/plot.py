@@ -13,8 +13,6 @@ from charrnn.training.rundir import read_header, read_losses, read_metrics
 from charrnn.utils.files import atomic_write, read_json_object
 from charrnn.utils.terminal import one_line
 
-INSTALL_HINT = "charrnn plot needs matplotlib: pip install 'charrnn-cli[plot]'"
-
 
 def run_labels(run_dirs: list[Path]) -> list[str]:
     """The shortest trailing parts of each path that tell the runs apart (``a/run``, ``b/run``)."""
@@ -29,8 +27,7 @@ def run_labels(run_dirs: list[Path]) -> list[str]:
 
 
 def shown_as_written(text: str) -> str:
-    """``text`` as a plot draws it: hidden characters escaped, and a "$" never starts matplotlib's
-    mathematics."""
+    """``text`` as a plot draws it: hidden characters escaped, a "$" never starting matplotlib's maths."""
     return one_line(text).replace("$", r"\$")
 
 
@@ -38,7 +35,7 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError:
-        raise CharrnnError(INSTALL_HINT) from None
+        raise CharrnnError("charrnn plot needs matplotlib: pip install 'charrnn-cli[plot]'") from None
     matplotlib.use("Agg")  # files only; never needs a display
     import matplotlib.pyplot as plt
 

@@ -26,8 +26,8 @@ Decorator = Callable[[Any], Any]
 BUDGET_NOTE = "a --time-budget run picks its own"
 # Settings most runs never touch: -o NAME VALUE, listed at the end of train --help.
 ADVANCED = ("init", "forget_bias", "rnn_activation", "layer_norm", "spectral_radius", "recurrent_density",
-            "locked_dropout", "input_dropout", "embed_dropout", "min_lr_ratio", "warmup_steps", "clip_mode",
-            "max_bad_steps", "save_every", "val_frac", "val_max_chars", "eval_chars")
+            "locked_dropout", "input_dropout", "embed_dropout", "min_lr_ratio", "muon_lr", "warmup_steps",
+            "clip_mode", "max_bad_steps", "save_every", "val_frac", "val_max_chars", "eval_chars")
 # What an -o setting whose field defaults to None does when not given, where "none" would not say.
 ADVANCED_DEFAULTS = {"eval_chars": "the whole validation split"}
 

@@ -21,6 +21,7 @@ from charrnn.config import (
     CELL_TYPES,
     DEFAULT_EPOCHS,
     DEFAULT_EVAL_EVERY,
+    OPTIMIZERS,
     PRECISIONS,
     ModelConfig,
     TrainConfig,
@@ -66,6 +67,7 @@ def _parse_epochs(ctx: click.Context, param: click.Parameter, value: str | None)
 @config_option("--batch-size", TrainConfig, "batch_size", "optimisation", budget=True, type=int)
 @config_option("--seq-len", TrainConfig, "seq_len", "optimisation", type=int)
 @config_option("--weight-decay", TrainConfig, "weight_decay", "optimisation", budget=True, type=float)
+@config_option("--optimizer", TrainConfig, "optimizer", "optimisation", type=click.Choice(OPTIMIZERS))
 @config_option("--clip", TrainConfig, "clip", "optimisation", type=float)
 @config_option("--seed", TrainConfig, "seed", "optimisation", type=int)
 @config_option("--dropout", ModelConfig, "dropout", "regularisation", budget=True, type=float)

@@ -108,6 +108,7 @@ class ProgressBar(TrainObserver):
         frozen_note = f" ({trained:,} trained, the rest frozen)" if trained != parameters else ""
         self.started = self.last_line = self.quiet_since = self.clock()
         self.first_step = first_step
+        muon = f"Muon lr {config.muon_lr:g} on the recurrent matrices, " if config.optimizer == "muon" else ""
         rows = {
             "corpus": f"{corpus.path} ({corpus.chars:,} chars, vocabulary {model_config.vocab_size})",
             "split": describe_split(corpus.chars, corpus.split_point, corpus.val_frac),
@@ -115,7 +116,7 @@ class ProgressBar(TrainObserver):
             "parameters": f"{parameters:,}{frozen_note}",
             "batches": f"{config.batch_size} streams × {config.seq_len} chars, "
                        f"{steps_per_epoch:,} steps per epoch",
-            "optimiser": f"Adam lr {config.learning_rate:g} (warm-up {config.warmup_steps}, cosine to "
+            "optimiser": f"{muon}Adam lr {config.learning_rate:g} (warm-up {config.warmup_steps}, cosine to "
                          f"×{config.min_lr_ratio:g}), weight decay {config.weight_decay:g}, "
                          f"clip {config.clip_mode} {config.clip:g}"
                          f"{f', weight average (EMA {config.ema_decay:g})' if config.ema_decay else ''}",

@@ -9,6 +9,7 @@ import os
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
+from itertools import takewhile
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +87,7 @@ def _verify(path: Path, dataset: DatasetSource) -> str | None:
 
 
 def _cached_copy_problem(target: Path, dataset: DatasetSource) -> str | None:
-    """Why the file at ``target`` is not the verified dataset; None when it is, "absent" when nothing
-    is there."""
+    """Why the file at ``target`` is not the verified dataset: None if it is, "absent" if nothing is there."""
     if not target.exists():
         return "a symbolic link to nothing" if target.is_symlink() else "absent"
     try:
@@ -115,11 +115,7 @@ def _set_aside(target: Path, problem: str) -> Path:
 
 def _make_parents(directory: Path) -> list[Path]:
     """Create ``directory`` and its missing parents; return those created, deepest first."""
-    missing = []
-    for candidate in (directory, *directory.parents):
-        if candidate.exists():
-            break
-        missing.append(candidate)
+    missing = list(takewhile(lambda candidate: not candidate.exists(), (directory, *directory.parents)))
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -167,8 +167,7 @@ def layout_nll(model: CharRNN, ids: torch.Tensor, layout: StreamLayout) -> tuple
 
 
 def require_scorable(chars: int, named: str, known: bool = False) -> None:
-    """Refuse a text of fewer than 2 characters (nothing to score), called ``named``; ``known``: the count is
-    of the characters the model knows."""
+    """Refuse text ``named`` of under 2 characters (``known``: that the model knows): nothing to score."""
     if chars < 2:
         raise CharrnnError(f"{named} holds {chars} "
                            f"character{'' if chars == 1 else 's'}{' the model knows' if known else ''}; "

@@ -28,8 +28,7 @@ def resolve_shipped(path: Path) -> Path:
 
 
 def run_name(path: Path) -> str:
-    """The name reports give a checkpoint's run: its directory's, or a model folder's own (the shipped
-    model's too)."""
+    """The name reports give a checkpoint's run: its directory's, or a model folder's own (shipped too)."""
     resolved = real_path(path)
     return resolved.name if resolved.is_dir() else resolved.parent.name
 

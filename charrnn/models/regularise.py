@@ -30,8 +30,7 @@ def dropout_mask_like(x: torch.Tensor, p: float) -> torch.Tensor:
 
 
 def locked_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """Variational dropout: one mask per stream and feature, the same at every time step.
-    x: (B, T, F); x itself when not training or p is 0."""
+    """Variational dropout of x: (B, T, F): one mask per stream and feature, the same at every time step."""
     if not training or p == 0:
         return x
     return x * dropout_mask_like(x[:, :1], p)
@@ -43,8 +42,7 @@ def sequence_dropout(x: torch.Tensor, p: float, training: bool, locked: bool) ->
 
 
 def embedding_dropout(embedding: nn.Embedding, idx: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """Embed ``idx`` (B, T) -> (B, T, E) with whole rows dropped (every occurrence of a character) and the
-    kept rows scaled by ``1 / (1 - p)``."""
+    """Embed ``idx`` (B, T) -> (B, T, E), dropping whole rows (each a character's every use) in training."""
     if not training or p == 0:
         return embedding(idx)
     weight = embedding.weight * dropout_mask_like(embedding.weight[:, :1], p)

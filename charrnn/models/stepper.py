@@ -131,8 +131,7 @@ class RNNStepper(_SummedInputStepper):
 
 
 class GRUStepper(Stepper):
-    """Input and recurrent products stay apart: the reset gate multiplies only the recurrent part
-    of the candidate."""
+    """Input and recurrent products stay apart: the reset gate multiplies the candidate's recurrent part."""
 
     def __init__(self, model: CharRNN):
         super().__init__(model)
@@ -167,8 +166,7 @@ class GRUStepper(Stepper):
 
 
 class LayerNormStepper(Stepper):
-    """Layer-normalised cells step through their module's own one-character function, which reads
-    the live parameters."""
+    """Layer-normalised cells step through their module's own one-character step, on its live parameters."""
 
     def __init__(self, model: CharRNN):
         super().__init__(model)

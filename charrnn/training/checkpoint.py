@@ -279,15 +279,10 @@ def _check_state(state: dict[str, Any], config: ModelConfig, label: str = "model
         raise CharrnnError(f"{label} has {unexpected[0]!r}, which model_config does not declare")
 
 
-def load_named_checkpoint(path: Path) -> dict[str, Any]:
-    """:func:`load_checkpoint` for a path that may name a shipped model: an error says what hides it."""
-    with naming_what_hides_shipped(path):
-        return load_checkpoint(path)
-
-
 def load_model(path: Path, device: str = "cpu") -> TrainedModel:
     """Rebuild the model and vocabulary stored in a checkpoint, ready for inference."""
-    payload = load_named_checkpoint(path)
+    with naming_what_hides_shipped(path):
+        payload = load_checkpoint(path)
     network = CharRNN(ModelConfig.from_dict(payload["model_config"]), initialise_weights=False)
     network.load_state_dict(payload["model_state"])
     network.to(device).eval()
@@ -308,8 +303,10 @@ def corpus_status(corpus: dict[str, Any] | None) -> str:
         return f"unreadable ({exc})"
 
 
-def describe_checkpoint(payload: dict[str, Any], path: Path) -> dict[str, Any]:
-    """What a (validated) checkpoint read from ``path`` holds, for ``charrnn info``, as plain JSON values."""
+def describe_checkpoint(path: Path) -> dict[str, Any]:
+    """What checkpoint ``path`` holds (read as :func:`load_model` reads it), for ``charrnn info``, as JSON."""
+    with naming_what_hides_shipped(path):
+        payload = load_checkpoint(path)
     vocab, corpus, state = payload["vocab"], payload.get("corpus"), payload["model_state"]
     return {"format_version": payload["format_version"], "run_id": payload.get("run_id"),
             "model": payload["model_config"], "parameters": sum(tensor.numel() for tensor in state.values()),

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NoReturn, TypeVar
 
@@ -29,10 +28,6 @@ class ProcessGroup:
     def is_main(self) -> bool:
         """Rank 0: the one process that evaluates, logs and writes."""
         return self.rank == 0
-
-    def only_main(self, say: Callable[[str], None]) -> Callable[[str], None]:
-        """``say`` on the main process; elsewhere a function that drops the line."""
-        return say if self.is_main else lambda text: None
 
     def rows(self, batch_size: int) -> slice:
         """This rank's block of the ``batch_size`` streams (a lone process's: all of them)."""

@@ -196,7 +196,7 @@ class TrainingLoop:
             train_loss=self.loss_sum / self.loss_count if self.loss_count else None, chars_per_s=chars_per_s,
             val_loss=val_loss, averaged_val_loss=averaged.nats_per_char if averaged is not None else None,
             val_bits_per_char=trained.bits_per_char, elapsed_s=round(self.clock() - self.start, 3),
-            epoch_checkpoint=run_dir.epoch_checkpoint_name(run.epochs_done, val_loss) if epoch_end else None)
+            epoch_checkpoint=f"epoch{run.epochs_done:04d}-val{val_loss:.4f}.pt" if epoch_end else None)
         if record.epoch_checkpoint is not None:
             run_dir.save(record.epoch_checkpoint, run.payload(self.elapsed, carried))
         run_dir.log(record)

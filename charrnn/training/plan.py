@@ -63,9 +63,9 @@ from charrnn.utils.hardware import ThreadChoice
 from charrnn.utils.interrupt import GracefulStop
 
 # What a resumed run may change; anything else would not fit the checkpoint's weights or place in the data.
-RESUME_MAY_CHANGE = ("epochs", "max_steps", "time_budget", "learning_rate", "min_lr_ratio", "warmup_steps",
-                     "clip", "clip_mode", "max_bad_steps", "save_epochs", "eval_every", "save_every",
-                     "device", "precision", "sample_every", *SAMPLE_SETTINGS)
+RESUME_MAY_CHANGE = ("epochs", "max_steps", "time_budget", "learning_rate", "muon_lr", "min_lr_ratio",
+                     "warmup_steps", "clip", "clip_mode", "max_bad_steps", "save_epochs", "eval_every",
+                     "save_every", "device", "precision", "sample_every", *SAMPLE_SETTINGS)
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ from charrnn.utils.files import (
     write_json,
 )
 
-EPOCH_CHECKPOINT_GLOB = "epoch*-val*.pt"
+EPOCH_CHECKPOINT_GLOB = "epoch*-val*.pt"  # the loop names them epoch0005-val1.6123.pt: in epoch order, scored
 SAMPLES_NAME, LOSSES_NAME, LOCK_NAME = "samples.jsonl", "losses.jsonl", ".charrnn.lock"
 # The one list of the files a run writes (with the lock, the names a run directory keeps for its own), in
 # the order an older run's go (RunDirectory): config.json first, so a failure part-way leaves leftovers that
@@ -386,11 +386,6 @@ class RunDirectory:
         else:
             replace_text(path, "".join(f"{row}\n" for row in [*self.kept_rows.get(name, []), line]))
         self._wrote(name)
-
-    @staticmethod
-    def epoch_checkpoint_name(epoch: int, val_loss: float) -> str:
-        """``epoch0005-val1.6123.pt``: sorts by epoch and says what it holds."""
-        return f"epoch{epoch:04d}-val{val_loss:.4f}.pt"
 
     def epoch_checkpoints(self) -> list[Path]:
         """The epoch checkpoints this run has written, in epoch order."""

@@ -64,8 +64,12 @@ class TrainingRun:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         # The moving average of the weights, scored beside them at each evaluation (WeightAverage, below).
         self.average = WeightAverage(self.model, config.ema_decay) if config.ema_decay > 0 else None
-        self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate,
-                                           weight_decay=config.weight_decay)
+        if config.optimizer == "muon":
+            self.optimizer: torch.optim.Optimizer | CellMuon = CellMuon(self.model, self.params, config,
+                                                                          self.precision)
+        else:
+            self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate,
+                                               weight_decay=config.weight_decay)
         self.max_norm = config.clip if config.clip > 0 and config.clip_mode == "norm" else float("inf")
         self.step = 0  # optimiser steps taken (skipped ones included)
         self.epochs_done = 0  # completed passes over the training split
@@ -111,7 +115,7 @@ class TrainingRun:
         gradient is NaN or infinite: such an update is never applied, only counted (textbook notes §3)."""
         if math.isfinite(loss) and math.isfinite(grad_norm):
             for param_group in self.optimizer.param_groups:
-                param_group["lr"] = learning_rate
+                param_group["lr"] = learning_rate * param_group.get("lr_ratio", 1.0)
             self.optimizer.step()
             if self.average is not None:
                 self.average.update()
@@ -225,3 +229,77 @@ class WeightAverage:
         for name, tensor in state["weights"].items():
             self.weights[name].copy_(tensor)
         self.updates = int(state["updates"])
+
+
+# Muon (Jordan et al. 2024): momentum orthogonalised by five steps of a quintic Newton–Schulz iteration, with
+# its coefficients, for the recurrent layers' weight matrices (each gate stacked whole: 4H×H for an LSTM).
+NEWTON_SCHULZ = (3.4445, -4.7750, 2.0315)
+
+
+def orthogonalised(update: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``update`` (a matrix) with its singular values pushed near 1, computed in ``dtype``."""
+    a, b, c = NEWTON_SCHULZ
+    x = update.to(dtype)
+    wide = x.T if x.size(0) > x.size(1) else x  # the Gram matrix of the shorter side is the cheaper
+    wide = wide / wide.norm().clamp(min=1e-7)
+    for _ in range(5):
+        gram = wide @ wide.T
+        wide = torch.addmm(wide, torch.addmm(gram, gram, gram, beta=b, alpha=c), wide, beta=a)
+    return (wide.T if x.size(0) > x.size(1) else wide).to(update.dtype)
+
+
+class Muon(torch.optim.Optimizer):
+    """Muon for 2-D parameters: Nesterov momentum, orthogonalised, then decoupled weight decay. torch's own
+    runs the iteration in bfloat16, which a CPU without it emulates at many AdamW steps' cost
+    (docs/defaults.md, The optimiser); this one runs it in the run's precision."""
+
+    def __init__(self, params: list[torch.Tensor], lr: float, weight_decay: float, dtype: torch.dtype,
+                 momentum: float = 0.95):
+        super().__init__(params, {"lr": lr, "weight_decay": weight_decay, "momentum": momentum})
+        self.dtype = dtype
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for group in self.param_groups:
+            for param in group["params"]:
+                momentum = self.state[param].setdefault("momentum", torch.zeros_like(param))
+                momentum.lerp_(param.grad, 1 - group["momentum"])
+                update = orthogonalised(param.grad.lerp(momentum, group["momentum"]), self.dtype)
+                param.mul_(1 - group["lr"] * group["weight_decay"])  # scaled as torch's Muon scales it
+                param.add_(update, alpha=-group["lr"] * max(1.0, param.size(0) / param.size(1)) ** 0.5)
+
+
+class CellMuon:
+    """``--optimizer muon``: Muon on the recurrent layers' matrices, AdamW on the embedding, the biases and
+    the read-out. Muon's rate keeps its ratio to AdamW's through the schedule (``lr_ratio``)."""
+
+    def __init__(self, model: CharRNN, params: list[torch.Tensor], config: TrainConfig, precision: str):
+        cells = {id(p) for p in model.rnn.parameters() if p.ndim == 2}
+        ratio = config.muon_lr / config.learning_rate
+        self.parts = (
+            torch.optim.AdamW([p for p in params if id(p) not in cells], lr=config.learning_rate,
+                              weight_decay=config.weight_decay),
+            # Its decay divided by the ratio: each step shrinks every weight alike.
+            Muon([p for p in params if id(p) in cells], config.muon_lr, config.weight_decay / ratio,
+                 torch.bfloat16 if precision == "bf16" else torch.float32),
+        )
+        self.parts[1].param_groups[0]["lr_ratio"] = ratio
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return [group for part in self.parts for group in part.param_groups]
+
+    def step(self) -> None:
+        for part in self.parts:
+            part.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for part in self.parts:
+            part.zero_grad(set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"adamw": self.parts[0].state_dict(), "muon": self.parts[1].state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for part, key in zip(self.parts, ("adamw", "muon"), strict=True):
+            part.load_state_dict(state[key])

@@ -83,8 +83,7 @@ def file_sha256(path: Path) -> str:
 
 
 def read_at_most(handle: BinaryIO, most_bytes: int | None) -> bytes:
-    """The rest of regular file ``handle``; one larger than ``most_bytes`` is :class:`FileTooLarge`, refused
-    by its size before anything is read."""
+    """The rest of regular file ``handle``; :class:`FileTooLarge`, before any read, past ``most_bytes``."""
     if most_bytes is None:
         return handle.read()
     size = os.fstat(handle.fileno()).st_size
@@ -286,8 +285,7 @@ _NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 def read_json_object(path: Path, most_bytes: int = JSON_OBJECT_MOST_BYTES) -> dict[str, Any] | None:
-    """The JSON object in UTF-8 regular file ``path``; None when it is missing, unreadable, larger than
-    ``most_bytes`` or not an object."""
+    """The JSON object in UTF-8 regular file ``path``; None if missing, unreadable, too large or no object."""
     try:
         value = parse_json(read_regular(path, most_bytes).decode("utf-8"))
     except (OSError, ValueError):
@@ -348,8 +346,7 @@ def process_alive(pid: int) -> bool:
 
 
 def remove_stale_temporaries(directory: Path) -> None:
-    """Delete the temporaries that ended charrnn processes left in ``directory``: only charrnn's own
-    names, and only of processes no longer running."""
+    """Delete the temporaries (by charrnn's names alone) that ended processes left in ``directory``."""
     for leftover in Path(directory).glob(TEMPORARY_GLOB):
         pid = _pid_of(leftover)
         if pid is None or (pid != os.getpid() and process_alive(pid)):
@@ -515,16 +512,14 @@ def replace_folder(path: Path, files: dict[str, bytes], foreign: Callable[[Path]
             _put_back_or_remove(given, aside)
 
 
-AT_FDCWD, RENAME_EXCHANGE = -100, 2  # Linux's renameat2: paths from the working directory; swap the two
-
-
 def _exchange(first: Path, second: Path) -> bool:
     """Swap what names ``first`` and ``second`` lead to, in one step no reader can fall between (Linux's
     renameat2); False where the system or file system cannot, and nothing changed."""
     renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
     if renameat2 is None:
         return False
-    if renameat2(AT_FDCWD, os.fsencode(first), AT_FDCWD, os.fsencode(second), RENAME_EXCHANGE) == 0:
+    at_cwd, exchange = -100, 2  # renameat2's AT_FDCWD (paths from the working directory), RENAME_EXCHANGE
+    if renameat2(at_cwd, os.fsencode(first), at_cwd, os.fsencode(second), exchange) == 0:
         return True
     code = ctypes.get_errno()
     if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
@@ -552,8 +547,7 @@ def read_folder_config(path: Path) -> dict[str, Any] | None:
 
 
 def model_folder_holding(path: Path) -> Path | None:
-    """The model folder that ``path`` would be written inside (one of its parents, through links too), or
-    None: nothing but an export writes there."""
+    """The model folder (a parent, through links too) that ``path`` would be written inside, or None."""
     for place in dict.fromkeys([Path(path), real_path(path)]):
         for parent in place.parents:
             if read_folder_config(parent) is not None:

@@ -23,25 +23,20 @@ NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 def cpu_flags(cpuinfo: str) -> frozenset[str]:
     """The feature flags of the first processor listed in a ``/proc/cpuinfo`` text."""
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return frozenset(value.split())
-    return frozenset()
+    flags = (value for key, _, value in (line.partition(":") for line in cpuinfo.splitlines())
+             if key.strip() in ("flags", "Features"))
+    return frozenset(next(flags, "").split())
 
 
 def model_name(cpuinfo: str) -> str:
     """The model name of the first processor listed in a ``/proc/cpuinfo`` text ("unknown" if none)."""
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "model name":
-            return value.strip()
-    return "unknown"
+    names = (value for key, _, value in (line.partition(":") for line in cpuinfo.splitlines())
+             if key.strip() == "model name")
+    return next(names, "unknown").strip()
 
 
 def process_age_s() -> float:
-    """Seconds since this process started (Linux: from ``/proc``; 0.0 where that cannot be read), so a
-    time budget can count the interpreter's start-up too."""
+    """Seconds since this process started (0.0 without Linux's ``/proc``): a time budget counts start-up."""
     try:
         start_ticks = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])
         uptime = float(Path("/proc/uptime").read_text().split()[0])
@@ -66,8 +61,7 @@ def processor_name() -> str:
 
 @cache
 def machine_description(device: str) -> str:
-    """What a run trains on, for its checkpoints and model card: the GPU's name, or the processor's and
-    its core count."""
+    """What a run trains on, for its checkpoints: the GPU's name, or the processor's and its core count."""
     if device.startswith("cuda"):
         import torch
 
@@ -148,8 +142,7 @@ def check_threads(threads: int | None) -> int | None:
 
 
 def _from_environment() -> int | None:
-    """``OMP_NUM_THREADS`` when set to a thread count; unset or blank: None. Anything else is refused:
-    it names the user's choice, so it is never silently ignored."""
+    """``OMP_NUM_THREADS`` as a thread count (unset or blank: None); anything else is refused, not ignored."""
     value = os.environ.get("OMP_NUM_THREADS", "").strip()
     if not value:
         return None
@@ -174,16 +167,9 @@ def core_times(stat: str) -> dict[str, tuple[int, int]]:
 def busy_cores(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]],
                cores: set[int]) -> int:
     """How many of ``cores`` were at least :data:`BUSY_SHARE` busy between two :func:`core_times`."""
-    busy = 0
-    for core in cores:
-        name = f"cpu{core}"
-        if name not in before or name not in after:
-            continue
-        used = after[name][0] - before[name][0]
-        elapsed = after[name][1] - before[name][1]
-        if elapsed > 0 and used >= BUSY_SHARE * elapsed:
-            busy += 1
-    return busy
+    spans = [(after[name][0] - before[name][0], after[name][1] - before[name][1])  # (busy, total) ticks
+             for name in (f"cpu{core}" for core in cores) if name in before and name in after]
+    return sum(total > 0 and busy >= BUSY_SHARE * total for busy, total in spans)
 
 
 _read_stat = Path("/proc/stat").read_text  # each core's clock ticks, read afresh at every call
@@ -221,8 +207,7 @@ def choose_threads(requested: int | None = None, processes: int = 1,
 
 
 def use_threads(requested: int | None = None, processes: int = 1) -> ThreadChoice | None:
-    """Choose (:func:`choose_threads`) and set torch's thread count; the choice, or None where torch's
-    default stands."""
+    """Set torch's thread count to :func:`choose_threads`'s choice, returned (None: torch's default)."""
     choice = choose_threads(requested, processes)
     if choice is not None:
         import torch

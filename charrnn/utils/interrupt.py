@@ -33,8 +33,7 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
 
 @contextmanager
 def _handling(signums: tuple[int, ...], handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
-    """Within the block ``handler`` takes ``signums``, from the main thread, which alone can install signal
-    handlers; elsewhere the block runs as it is."""
+    """Within the block ``handler`` takes ``signums``: from the main thread, which alone can install one."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -110,8 +110,7 @@ def escape_char(char: str) -> str:
 
 
 def shown_parts(text: str, keep: str = "\n\t") -> Iterator[tuple[str, bool]]:
-    """``text`` in runs: (plain text, False) and (one hidden character's escape, True). The characters in
-    ``keep`` stay as they are."""
+    """``text`` in runs: (plain text, False) and (the escape of a hidden character not in ``keep``, True)."""
     plain_start = 0
     for index, char in enumerate(text):
         if char not in keep and is_hidden(char):
@@ -137,13 +136,9 @@ def one_line(text: str) -> str:
     return shown(text, keep="")
 
 
-VISIBLE_CHARACTERS = {" ": "␣", "\n": "⏎", "\t": "⇥"}  # characters a list of guesses would hide
-
-
 def visible_char(char: str) -> str:
-    """One character as a list of guesses shows it: a space as ␣, a line break as ⏎, a tab as ⇥, any
-    other hidden character escaped."""
-    return VISIBLE_CHARACTERS.get(char) or one_line(char)
+    """One character as a list of guesses shows it: a blank as a sign, any other hidden one escaped."""
+    return {" ": "␣", "\n": "⏎", "\t": "⇥"}.get(char) or one_line(char)
 
 
 class StderrWhileReaderLives:
@@ -191,14 +186,10 @@ def fill_closed_descriptors() -> None:
 
 
 # ---------------------------------------------------------------------------- text given and shown
-
-SURROGATE = re.compile("[\ud800-\udfff]")  # how a byte that is not UTF-8 arrives (surrogateescape)
-
-
 def require_valid_text(text: str, field: str) -> str:
     """Return ``text``, the option ``field``'s value, or refuse it naming the byte that made it invalid
     UTF-8. An argument that is not UTF-8 arrives with each bad byte as a lone surrogate (surrogateescape)."""
-    found = SURROGATE.search(text)  # one scan in C: a text may be megabytes
+    found = re.search("[\ud800-\udfff]", text)  # one scan in C: a text may be megabytes
     if found is not None:
         code = ord(found.group())
         byte = f" (byte 0x{code - 0xDC00:02x})" if code >= 0xDC80 else ""

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from charrnn.cli.inspect_view import info_table
 from charrnn.cli.main import cli
-from charrnn.training.checkpoint import describe_checkpoint, load_checkpoint
+from charrnn.training.checkpoint import describe_checkpoint
 
 
 def test_info_describes_a_checkpoint_and_a_run_directory(tiny_run):
@@ -35,7 +35,7 @@ def test_info_says_when_the_corpus_is_gone(small_corpus, tmp_path, make_run):
 
 def test_info_says_when_a_score_covers_only_the_validation_splits_start_and_quotes_spaced_settings(tiny_run):
     """A checkpoint saved during a long budget's training holds scores of the split's first characters."""
-    facts = describe_checkpoint(load_checkpoint(tiny_run / "best.pt"), tiny_run / "best.pt")
+    facts = describe_checkpoint(tiny_run / "best.pt")
     whole = facts["corpus"]["chars"] - facts["corpus"]["split_point"] - 1
     assert facts["best"]["chars"] == whole
     console = Console(record=True, width=300)

@@ -271,6 +271,8 @@ DAMAGE = {
     "config of a newer version": (_edit_json(CONFIG, lambda c: {**c, "format_version": 2}), CONFIG,
                                   "format version 2"),
     "a negative step": (_edit_json(CONFIG, lambda c: {**c, "step": -1}), CONFIG, "step is -1"),
+    "a model that is not a record": (_edit_json(CONFIG, lambda c: {**c, "model_config": None}), CONFIG,
+                                     "expected a ModelConfig record"),
     "an unknown cell": (_edit_json(CONFIG, lambda c: {**c, "model_config": {**c["model_config"],
                                                                              "cell": "transformer"}}),
                         CONFIG, "model_config"),

@@ -10,7 +10,7 @@ from charrnn.models.evaluate import EvalResult
 from charrnn.training import loop as trainer
 from charrnn.training.loop import train_step
 from charrnn.training.rundir import checkpoint_bytes
-from charrnn.training.state import TrainingRun, WeightAverage, restore_cuda_rng
+from charrnn.training.state import CellMuon, TrainingRun, WeightAverage, orthogonalised, restore_cuda_rng
 
 from helpers import plan_run
 
@@ -172,3 +172,25 @@ def test_training_goes_on_from_the_trained_weights_of_an_averaged_best_pt(script
         assert torch.equal(branched["model_state"][name], tensor), name
         average = continued["weight_average"]["weights"][name]
         assert torch.equal(branched["weight_average"]["weights"][name], average), name
+
+
+def test_muon_orthogonalises_each_recurrent_matrix_and_adam_steps_the_rest(repeated_corpus, tmp_path):
+    update = torch.randn(64, 16) @ torch.diag(torch.logspace(-1, 1, 16))  # singular values spread 100-fold
+    singular = torch.linalg.svdvals(orthogonalised(update, torch.float32))
+    assert singular.min() > 0.5 and singular.max() < 1.3  # pushed near 1, as the iteration promises
+    encoded = encode_corpus(repeated_corpus, "repeat", 0.1)
+    model_config = ModelConfig(vocab_size=len(encoded.vocab), hidden_size=16, embed_size=8)
+    batches = StreamBatches(split_ids(encoded.ids, encoded.info.split_point).train, 4, 16)
+    config = TrainConfig(out_dir=str(tmp_path), batch_size=4, seq_len=16, optimizer="muon",
+                         learning_rate=0.01, muon_lr=0.04, weight_decay=0.1)
+    run = TrainingRun(model_config, config, encoded.vocab, encoded.info, batches)
+    assert isinstance(run.optimizer, CellMuon)
+    adam, muon = (part.param_groups[0]["params"] for part in run.optimizer.parts)
+    names = {id(p): name for name, p in run.model.named_parameters()}
+    assert sorted(names[id(p)] for p in muon) == ["rnn.weight_hh_l0", "rnn.weight_hh_l1", "rnn.weight_ih_l0",
+                                                  "rnn.weight_ih_l1"]
+    assert len(adam) + len(muon) == len(run.params)
+    train_step(run, 0.005)  # half the peak: Muon's rate keeps its ratio, and both shrink weights alike
+    assert [group["lr"] for group in run.optimizer.param_groups] == [0.005, pytest.approx(0.02)]
+    assert run.optimizer.parts[1].param_groups[0]["weight_decay"] == pytest.approx(0.1 * 0.01 / 0.04)
+    assert set(run.optimizer.state_dict()) == {"adamw", "muon"}
