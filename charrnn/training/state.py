@@ -21,7 +21,7 @@ from charrnn.models.devices import resolve_precision
 from charrnn.models.evaluate import EvalResult
 from charrnn.models.model import CharRNN, detach_state
 from charrnn.training.distributed import ProcessGroup
-from charrnn.utils.hardware import machine_description
+from charrnn.utils.hardware import cpu_has_native_bf16, machine_description
 
 
 def restore_cuda_rng(states: list[torch.Tensor]) -> None:
@@ -65,8 +65,10 @@ class TrainingRun:
         # The moving average of the weights, scored beside them at each evaluation (WeightAverage, below).
         self.average = WeightAverage(self.model, config.ema_decay) if config.ema_decay > 0 else None
         if config.optimizer == "muon":
-            self.optimizer: torch.optim.Optimizer | CellMuon = CellMuon(self.model, self.params, config,
-                                                                          self.precision)
+            # bfloat16 where it is native (emulated, a 2×512 step cost 62 AdamW steps: docs/defaults.md)
+            native = self.precision == "bf16" and (self.device.type == "cuda" or cpu_has_native_bf16())
+            self.optimizer: torch.optim.Optimizer | CellMuon = CellMuon(
+                self.model, self.params, config, torch.bfloat16 if native else torch.float32)
         else:
             self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate,
                                                weight_decay=config.weight_decay)
@@ -249,9 +251,8 @@ def orthogonalised(update: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 class Muon(torch.optim.Optimizer):
-    """Muon for 2-D parameters: Nesterov momentum, orthogonalised, then decoupled weight decay. torch's own
-    runs the iteration in bfloat16, which a CPU without it emulates at many AdamW steps' cost
-    (docs/defaults.md, The optimiser); this one runs it in the run's precision."""
+    """Muon for 2-D parameters: Nesterov momentum, orthogonalised in ``dtype``, then decoupled weight decay.
+    torch's own always orthogonalises in bfloat16, which most CPUs emulate."""
 
     def __init__(self, params: list[torch.Tensor], lr: float, weight_decay: float, dtype: torch.dtype,
                  momentum: float = 0.95):
@@ -273,15 +274,14 @@ class CellMuon:
     """``--optimizer muon``: Muon on the recurrent layers' matrices, AdamW on the embedding, the biases and
     the read-out. Muon's rate keeps its ratio to AdamW's through the schedule (``lr_ratio``)."""
 
-    def __init__(self, model: CharRNN, params: list[torch.Tensor], config: TrainConfig, precision: str):
+    def __init__(self, model: CharRNN, params: list[torch.Tensor], config: TrainConfig, dtype: torch.dtype):
         cells = {id(p) for p in model.rnn.parameters() if p.ndim == 2}
         ratio = config.muon_lr / config.learning_rate
         self.parts = (
             torch.optim.AdamW([p for p in params if id(p) not in cells], lr=config.learning_rate,
                               weight_decay=config.weight_decay),
             # Its decay divided by the ratio: each step shrinks every weight alike.
-            Muon([p for p in params if id(p) in cells], config.muon_lr, config.weight_decay / ratio,
-                 torch.bfloat16 if precision == "bf16" else torch.float32),
+            Muon([p for p in params if id(p) in cells], config.muon_lr, config.weight_decay / ratio, dtype),
         )
         self.parts[1].param_groups[0]["lr_ratio"] = ratio
 
