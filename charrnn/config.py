@@ -656,6 +656,9 @@ def _refuse_ignored(given: dict[str, Any], model: ModelConfig, config: TrainConf
     if "forget_bias" in given and model.cell != "lstm":
         raise OptionConflict(f"{option('forget_bias')} sets the LSTM's forget gate; {option('cell')} "
                              f"{model.cell} has none")
+    if config.optimizer == "muon" and model.cell == "esn":
+        raise OptionConflict(f"{option('optimizer')} muon steps the recurrent matrices, which "
+                             f"{option('cell')} esn keeps as drawn")
     esn = model.cell == "esn" or model.init == "esn"
     for name in ("spectral_radius", "recurrent_density"):
         if name in given and not esn:

@@ -270,6 +270,8 @@ REFUSALS = [
     ("train CORPUS --extend-vocab", _train(extend_vocab=True), "--extend-vocab goes with --init-from"),
     ("train CORPUS --model gru -o forget_bias 1", _train(cell="gru", forget_bias=1.0),
      "-o forget_bias sets the LSTM's forget gate; --model gru has none"),
+    ("train CORPUS --model esn --optimizer muon", _train(cell="esn", optimizer="muon"),
+     "--optimizer muon steps the recurrent matrices, which --model esn keeps as drawn"),
     ("train CORPUS -o spectral_radius 2", _train(spectral_radius=2.0),
      "-o spectral_radius shapes an echo-state reservoir"),
     ("train CORPUS --clip 0 -o clip_mode value", _train(clip=0.0, clip_mode="value"),
