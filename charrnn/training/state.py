@@ -235,12 +235,11 @@ class WeightAverage:
 
 # Muon (Jordan et al. 2024): momentum orthogonalised by five steps of a quintic Newton–Schulz iteration, with
 # its coefficients, for the recurrent layers' weight matrices (each gate stacked whole: 4H×H for an LSTM).
-NEWTON_SCHULZ = (3.4445, -4.7750, 2.0315)
 
 
 def orthogonalised(update: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``update`` (a matrix) with its singular values pushed near 1, computed in ``dtype``."""
-    a, b, c = NEWTON_SCHULZ
+    a, b, c = 3.4445, -4.7750, 2.0315
     x = update.to(dtype)
     wide = x.T if x.size(0) > x.size(1) else x  # the Gram matrix of the shorter side is the cheaper
     wide = wide / wide.norm().clamp(min=1e-7)

@@ -15,14 +15,17 @@ from charrnn.training.state import CellMuon, TrainingRun, WeightAverage, orthogo
 from helpers import plan_run
 
 
-def test_value_clipping_bounds_every_gradient_element(make_run, repeated_corpus, tmp_path):
-    encoded = encode_corpus(repeated_corpus, "repeat", 0.1)
-    model_config = ModelConfig(vocab_size=len(encoded.vocab), hidden_size=32, embed_size=8)
-    batches = StreamBatches(split_ids(encoded.ids, encoded.info.split_point).train, 8, 32)
+def direct_run(corpus, tmp_path, hidden: int = 32, batch: int = 8, seq: int = 32, **options) -> TrainingRun:
+    encoded = encode_corpus(corpus, "repeat", 0.1)
+    model_config = ModelConfig(vocab_size=len(encoded.vocab), hidden_size=hidden, embed_size=8)
+    batches = StreamBatches(split_ids(encoded.ids, encoded.info.split_point).train, batch, seq)
+    config = TrainConfig(out_dir=str(tmp_path), batch_size=batch, seq_len=seq, **options)
+    return TrainingRun(model_config, config, encoded.vocab, encoded.info, batches)
+
+
+def test_value_clipping_bounds_every_gradient_element(repeated_corpus, tmp_path):
     for mode, bound in (("value", 1e-3), ("norm", None)):
-        config = TrainConfig(out_dir=str(tmp_path), batch_size=8, seq_len=32, clip=1e-3, clip_mode=mode,
-                             max_steps=1)
-        run = TrainingRun(model_config, config, encoded.vocab, encoded.info, batches)
+        run = direct_run(repeated_corpus, tmp_path, clip=1e-3, clip_mode=mode, max_steps=1)
         train_step(run, 1e-3)
         grads = torch.cat([p.grad.flatten() for p in run.params])
         if bound is not None:
@@ -48,12 +51,7 @@ def test_cuda_generator_states_are_restored_onto_the_gpus_present(monkeypatch):
 
 def test_auto_precision_trains_an_lstm_in_bf16_here_with_float32_weights(repeated_corpus, tmp_path, cpu_bf16):
     cpu_bf16(True)
-    encoded = encode_corpus(repeated_corpus, "repeat", 0.1)
-    model_config = ModelConfig(vocab_size=len(encoded.vocab), hidden_size=32, embed_size=8)
-    batches = StreamBatches(split_ids(encoded.ids, encoded.info.split_point).train, 8, 32)
-    runs = {precision: TrainingRun(model_config, TrainConfig(out_dir=str(tmp_path), batch_size=8, seq_len=32,
-                                                             precision=precision),
-                                   encoded.vocab, encoded.info, batches)
+    runs = {precision: direct_run(repeated_corpus, tmp_path, precision=precision)
             for precision in ("auto", "bf16", "fp32")}
     assert runs["auto"].precision == "bf16"
     losses = {precision: [train_step(run, 1e-2)[0] for _ in range(30)] for precision, run in runs.items()}
@@ -178,12 +176,8 @@ def test_muon_orthogonalises_each_recurrent_matrix_and_adam_steps_the_rest(repea
     update = torch.randn(64, 16) @ torch.diag(torch.logspace(-1, 1, 16))  # singular values spread 100-fold
     singular = torch.linalg.svdvals(orthogonalised(update, torch.float32))
     assert singular.min() > 0.5 and singular.max() < 1.3  # pushed near 1, as the iteration promises
-    encoded = encode_corpus(repeated_corpus, "repeat", 0.1)
-    model_config = ModelConfig(vocab_size=len(encoded.vocab), hidden_size=16, embed_size=8)
-    batches = StreamBatches(split_ids(encoded.ids, encoded.info.split_point).train, 4, 16)
-    config = TrainConfig(out_dir=str(tmp_path), batch_size=4, seq_len=16, optimizer="muon",
-                         learning_rate=0.01, muon_lr=0.04, weight_decay=0.1)
-    run = TrainingRun(model_config, config, encoded.vocab, encoded.info, batches)
+    run = direct_run(repeated_corpus, tmp_path, 16, 4, 16, optimizer="muon", learning_rate=0.01, muon_lr=0.04,
+                     weight_decay=0.1)
     assert isinstance(run.optimizer, CellMuon)
     adam, muon = (part.param_groups[0]["params"] for part in run.optimizer.parts)
     names = {id(p): name for name, p in run.model.named_parameters()}
