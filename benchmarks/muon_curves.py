@@ -21,28 +21,34 @@ import torch.nn.functional as F
 
 from charrnn.config import ModelConfig
 from charrnn.models.model import CharRNN
-from charrnn.training.state import orthogonalised
+from charrnn.training import state
+from charrnn.training.state import Muon
 
 CORPUS = "../shared/data/tinyshakespeare/input.txt"
 
 
-class BlockMuon(torch.optim.Optimizer):
-    """Muon with each of ``blocks`` row blocks orthogonalised apart (4: an LSTM's gates), no weight decay."""
+class BlockMuon(Muon):
+    """charrnn's Muon without weight decay, with each of ``blocks`` row blocks orthogonalised apart (4: an
+    LSTM's gates): its step runs with the product's orthogonalisation swapped for a block-wise one."""
 
     def __init__(self, params: list[torch.Tensor], lr: float, momentum: float, blocks: int):
-        super().__init__(params, {"lr": lr, "momentum": momentum})
+        super().__init__(params, lr, 0.0, torch.float32, momentum)
         self.blocks = blocks
 
-    @torch.no_grad()
     def step(self) -> None:
-        for group in self.param_groups:
-            for param in group["params"]:
-                momentum = self.state[param].setdefault("momentum", torch.zeros_like(param))
-                momentum.lerp_(param.grad, 1 - group["momentum"])
-                update = param.grad.lerp(momentum, group["momentum"])
-                parts = [orthogonalised(part, torch.float32) for part in update.chunk(self.blocks, 0)]
-                rows = param.size(0) // self.blocks
-                param.add_(torch.cat(parts), alpha=-group["lr"] * max(1.0, rows / param.size(1)) ** 0.5)
+        whole = state.orthogonalised
+
+        def by_blocks(update: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+            parts = update.chunk(self.blocks, 0)
+            # Muon scales a step by the whole matrix's shape; here each block's own shape scales it.
+            shape = max(1.0, parts[0].size(0) / update.size(1)) / max(1.0, update.size(0) / update.size(1))
+            return torch.cat([whole(part, dtype) for part in parts]) * shape**0.5
+
+        state.orthogonalised = by_blocks
+        try:
+            super().step()
+        finally:
+            state.orthogonalised = whole
 
 
 def main() -> None:
