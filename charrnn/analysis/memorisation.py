@@ -38,9 +38,8 @@ def _powers(base: int, modulus: int, count: int) -> torch.Tensor:
 
 
 class WindowHashes:
-    """Hashes of every fixed-length window of one text, for any window length.
-    With ``S[k] = sum_{j<k} s[j] * B^-j (mod p)``, the window ``s[i:i+L]`` hashes to
-    ``(S[i+L] - S[i]) * B^i (mod p)``, which depends on its content only."""
+    """Hashes of every window of one text, any length: with ``S[k] = sum_{j<k} s[j] * B^-j (mod p)``,
+    ``s[i:i+L]`` hashes to ``(S[i+L] - S[i]) * B^i (mod p)``, which depends on its content only."""
 
     def __init__(self, text: str):
         points = code_points(text).to(torch.int64)  # (n,)

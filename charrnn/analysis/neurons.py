@@ -55,9 +55,8 @@ _ABSENT = {"quotes": "double-quoted passage", "line-position": "line longer than
 
 
 def text_feature(text: str, feature: str) -> torch.Tensor:
-    """A per-character property of the text, (T,) float32, by ``feature`` (InspectConfig checks it). quotes: 1
-    from an opening double quote to its closing one, else 0; line-position: characters since the last newline;
-    indent: leading spaces and tabs."""
+    """A per-character property of the text, (T,) float32 (InspectConfig checks ``feature``). quotes: 1 inside
+    double quotes, else 0; line-position: characters since a newline; indent: leading spaces and tabs."""
     values = torch.tensor(_FEATURE_FUNCTIONS[feature](text), dtype=torch.float32)
     if len(values) and bool((values == values[0]).all()):
         # A constant feature correlates with nothing: a table of +0.000 would only mislead.
@@ -91,8 +90,7 @@ def _span(char: str, value: float, scale: float) -> str:
 
 
 def html_page(text: str, values: list[float], scale: float, title: str) -> str:
-    """A standalone HTML page: the text, each character shaded by its value (shown on hover),
-    under a colour bar; strong shades get white text so every character stays readable."""
+    """A standalone page: the text, each character shaded by its value (on hover), below a colour bar."""
     spans = [_span(char, value, scale) if char != "\n" else "\n"
              for char, value in zip(text, values, strict=True)]
     swatches = [-scale + 2 * scale * step / (COLOUR_BAR_STEPS - 1) for step in range(COLOUR_BAR_STEPS)]

@@ -60,8 +60,7 @@ def surprisals(model: CharRNN, vocab: Vocab, text: str, top_k: int, skip_unknown
     dropped with ``skip_unknown`` (as by ``eval-perplexity --skip-unknown``), else an error before any row."""
     ids = vocab.encode(text, skip_unknown=skip_unknown).long()
     # The positions in the text that the model reads: all (a range, no memory), or those it knows.
-    positions = [index for index, char in enumerate(text) if char in vocab] if skip_unknown else \
-        range(len(text))
+    positions = [i for i, char in enumerate(text) if char in vocab] if skip_unknown else range(len(text))
     if len(ids) < 2:
         return
     # The streams of scoring, fewer at once: only a batch's first stream is told as it is read, the
@@ -71,8 +70,7 @@ def surprisals(model: CharRNN, vocab: Vocab, text: str, top_k: int, skip_unknown
     chars = vocab.chars
 
     def rows(*scored: torch.Tensor) -> Iterator[CharSurprisal]:
-        """Rows of the scores (positions, nats, guesses' ids and probabilities), a block at a time: as
-        Python lists they take far more memory than the tensors."""
+        """Rows of the scores, a block at a time: as Python lists they take far more memory than tensors."""
         for start in range(0, len(scored[0]), EVAL_CHUNK):
             block = (part[start : start + EVAL_CHUNK].tolist() for part in scored)
             for target, surprise, guesses, probabilities in zip(*block, strict=True):

@@ -1,11 +1,10 @@
 """Corpora: encoding once, reading, splitting, and truncated-BPTT stream batches.
 
 A corpus is a UTF-8 file, or a directory's sorted ``*.txt`` files concatenated. It is encoded once
-(docs/how-it-works.md, "Corpora of any size"): :func:`scan_corpus` hashes and counts the text chunk by
-chunk; :func:`cached_ids` writes its ids to a file named by content and vocabulary, which training
-memory-maps once its SHA-256 matches the one beside it. Deleting the cache is always safe. The validation
-split is the corpus's contiguous tail, as in nanoGPT's character-level recipe, so the two report comparable
-numbers."""
+(docs/how-it-works.md, "Corpora of any size"): :func:`scan_corpus` hashes and counts the text chunk by chunk;
+:func:`cached_ids` writes its ids to a file named by content and vocabulary, which training memory-maps once
+its SHA-256 matches the one beside it. Deleting the cache is always safe. The validation split is the corpus's
+contiguous tail, as in nanoGPT's character-level recipe, so the two report comparable numbers."""
 
 from __future__ import annotations
 
@@ -49,9 +48,8 @@ def default_cache_dir() -> Path:
 
 
 def corpus_files(path: Path) -> list[Path]:
-    """The files a corpus (or a prime, or a text to score) consists of: the file itself, or a directory's
-    sorted ``*.txt``. Only regular files: a FIFO or device would hang or never end, and a stream cannot be
-    read twice (to scan, then encode). Errors name the path; the caller's option names its role."""
+    """The files of a corpus (or a prime, a text to score): itself, or a directory's sorted ``*.txt``; regular
+    ones only (a FIFO or device may hang or never end; a stream cannot be scanned, then encoded)."""
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -77,41 +75,37 @@ def not_utf8_error(file: Path, byte: int, offset: int) -> CharrnnError:
     return CharrnnError(f"{file} is not UTF-8 text (invalid byte 0x{byte:02x} at offset {offset})")
 
 
-def _file_chunks(file: Path, chunk_bytes: int) -> Iterator[tuple[bytes, torch.Tensor]]:
-    """Each chunk of ``file`` as its raw bytes and the code points it completes (a character split
-    across chunks counts in the second). ASCII chunks skip decoding: their bytes are their code points
-    (``uint8``); others give ``int32``."""
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    offset = 0
-    try:
-        handle = open(file, "rb")
-    except OSError as exc:
-        raise unreadable_corpus_error(file, exc) from None
-    with handle:
-        while True:
-            try:
-                raw = handle.read(chunk_bytes)
-            except OSError as exc:
-                raise unreadable_corpus_error(file, exc) from None
-            final = len(raw) < chunk_bytes
-            pending = len(decoder.getstate()[0])
-            if not pending and raw.isascii():
-                points = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else \
-                    torch.empty(0, dtype=torch.uint8)
-            else:
-                try:
-                    points = code_points(decoder.decode(raw, final))
-                except UnicodeDecodeError as exc:
-                    raise not_utf8_error(file, exc.object[exc.start], offset - pending + exc.start) from None
-            yield raw, points
-            offset += len(raw)
-            if final:
-                return
-
-
 def _chunks(files: list[Path], chunk_bytes: int) -> Iterator[tuple[bytes, torch.Tensor]]:
+    """Each chunk of each file as its raw bytes and the code points it completes (a character split
+    across chunks counts in the second); ASCII chunks skip decoding, their bytes their code points."""
     for file in files:
-        yield from _file_chunks(file, chunk_bytes)
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        offset = 0
+        try:
+            handle = open(file, "rb")
+        except OSError as exc:
+            raise unreadable_corpus_error(file, exc) from None
+        with handle:
+            while True:
+                try:
+                    raw = handle.read(chunk_bytes)
+                except OSError as exc:
+                    raise unreadable_corpus_error(file, exc) from None
+                final = len(raw) < chunk_bytes
+                pending = len(decoder.getstate()[0])
+                if not pending and raw.isascii():
+                    points = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else \
+                        torch.empty(0, dtype=torch.uint8)
+                else:
+                    try:
+                        points = code_points(decoder.decode(raw, final))  # int32
+                    except UnicodeDecodeError as exc:
+                        at = offset - pending + exc.start
+                        raise not_utf8_error(file, exc.object[exc.start], at) from None
+                yield raw, points
+                offset += len(raw)
+                if final:
+                    break
 
 
 @dataclass(frozen=True)
@@ -199,8 +193,7 @@ def _digest_path(path: Path) -> Path:
 
 
 def _verified(path: Path, size: int) -> bool:
-    """Whether the cached ids at ``path`` are whole and unchanged: a regular file of ``size`` bytes whose
-    SHA-256 is the one recorded beside it when it was written. Anything else is rebuilt."""
+    """Whether ``path`` holds whole cached ids: a file of ``size`` bytes hashing to the digest beside it."""
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode) or path.stat().st_size != size:
             return False
@@ -331,10 +324,9 @@ class EncodedCorpus:
 def encode_corpus(path: Path, name: str, val_frac: float, vocab: Vocab | None = None,
                   extend_vocab: bool = False, expected_sha256: str | None = None,
                   val_max_chars: int | None = None, split_at: int | None = None) -> EncodedCorpus:
-    """Encode a corpus through the id cache, recording the split: the tail ``val_frac``, at most
-    ``val_max_chars``, unless ``split_at`` gives it. A given ``vocab`` refuses other characters unless
-    ``extend_vocab`` appends them (ids never move); else the corpus's own is used. ``expected_sha256``
-    (resuming) refuses any other text before it is encoded."""
+    """Encode a corpus through the id cache, recording the split: the tail ``val_frac`` (at most
+    ``val_max_chars``) or ``split_at``. A given ``vocab`` refuses other characters unless ``extend_vocab``
+    appends them (ids never move); else the corpus's own is used. ``expected_sha256`` refuses other texts."""
     scan = scan_corpus(path)
     if expected_sha256 is not None and scan.sha256 != expected_sha256:
         raise CharrnnError(f"{path} is not the text this run was trained on; resuming needs the same corpus")
@@ -348,9 +340,8 @@ def encode_corpus(path: Path, name: str, val_frac: float, vocab: Vocab | None = 
 
 
 def corpus_location(corpus: dict[str, Any]) -> Path:
-    """Where a checkpoint's corpus record would be read on this machine: its path, or where nothing is
-    there and the text is a known dataset's (another machine's checkpoint, the shipped model), the data
-    directory's place for that dataset, whatever is there."""
+    """Where a checkpoint's corpus record is read here: its path, or where nothing is there and the text is a
+    known dataset's (another machine's run, the shipped model), the data directory's place for it."""
     recorded = Path(corpus["path"])
     known = None if recorded.exists() else local_copy(corpus["sha256"])
     return recorded if known is None else known[1]

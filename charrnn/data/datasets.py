@@ -138,10 +138,9 @@ def dataset_path(name: str, data_dir: Path | None = None) -> Path:
 
 
 def fetch(name: str, data_dir: Path | None = None, force: bool = False) -> Dataset:
-    """Make sure dataset ``name`` is in the cache, verified; say where, whether it was downloaded, and
-    where a differing file at its path was set aside. Such a file is never replaced: it is refused, or
-    with ``force`` kept as ``input.txt.kept-1``. A failed download, or one that fails verification,
-    leaves no file and no directory it created."""
+    """Make sure dataset ``name`` is in the cache, verified; say where, whether it was downloaded, and where a
+    differing file at its path was set aside: never replaced, it is refused, or with ``force`` kept as
+    ``input.txt.kept-1``. A failed or unverified download leaves no file and no directory it created."""
     if name not in DATASETS:
         raise CharrnnError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
     dataset = DATASETS[name]
@@ -178,10 +177,8 @@ def _download(dataset: DatasetSource, url: str, target: Path) -> None:
             response = urllib.request.urlopen(url, timeout=60)
         except (urllib.error.URLError, OSError, ValueError) as exc:
             cause = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
-            raise CharrnnError(
-                f"could not download {dataset.name} from {url}: {cause}"
-                f" (offline? set {MIRROR_ENV} to a base URL that holds {dataset.relative_path})"
-            ) from None
+            raise CharrnnError(f"could not download {dataset.name} from {url}: {cause} (offline? set "
+                               f"{MIRROR_ENV} to a base URL that holds {dataset.relative_path})") from None
         with response, open(tmp_name, "wb") as out:
             try:
                 for block in iter(lambda: response.read(1 << 20), b""):

@@ -34,15 +34,12 @@ BF16_LARGEST_HIDDEN = 768  # the widest LSTM that "auto" trains in bf16 (wider o
 
 
 def resolve_precision(precision: str, device: str, model_config: ModelConfig) -> str:
-    """``auto`` → ``bf16`` where it was measured faster: the fused LSTM up to :data:`BF16_LARGEST_HIDDEN` wide
-    on a CPU with native bfloat16 (AVX512-BF16 or AMX); else ``fp32``. Explicit choices are kept
-    (docs/performance.md)."""
+    """``auto`` → ``bf16`` where measured faster (docs/performance.md): an LSTM the fused kernel runs, up
+    to :data:`BF16_LARGEST_HIDDEN` wide, on a CPU with native bfloat16 (AVX512-BF16 or AMX); else ``fp32``."""
     if precision != "auto":
         return precision
-    if device == "cpu" and _fused_lstm(model_config) and not too_wide_for_bf16(model_config) \
-            and cpu_has_native_bf16():
-        return "bf16"
-    return "fp32"
+    fast = device == "cpu" and _fused_lstm(model_config) and not too_wide_for_bf16(model_config)
+    return "bf16" if fast and cpu_has_native_bf16() else "fp32"
 
 
 def _fused_lstm(model_config: ModelConfig) -> bool:
@@ -66,10 +63,9 @@ def precision_warning(precision: str, model_config: ModelConfig) -> str | None:
 
 @contextmanager
 def autocast(device: torch.device, precision: str) -> Iterator[None]:
-    """bfloat16 autocast of the training forward pass for ``precision == "bf16"``; a no-op for fp32.
-    Weights, optimiser state and the loss stay float32, so checkpoints are the same either way. Where
-    oneDNN has no bfloat16 LSTM kernel (a processor without AVX512-BF16 or AMX that ``CHARRNN_CPU_BF16=1``
-    calls native), the recurrent layers run torch's own kernels instead: slower, never wrong."""
+    """bfloat16 autocast of the training forward pass for ``precision == "bf16"``, a no-op for fp32; weights,
+    optimiser state and loss stay float32 (checkpoints alike). Where oneDNN lacks a bfloat16 LSTM kernel (no
+    AVX512-BF16 or AMX, but ``CHARRNN_CPU_BF16=1``), torch's own kernels run: slower, never wrong."""
     enabled = precision == "bf16"
     with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled):
         if not (enabled and device.type == "cpu" and not _onednn_has_bf16_lstm()):

@@ -51,10 +51,8 @@ class StreamLayout:
         """The layout of a text of ``length`` characters (at least 2): many streams, or one."""
         if length < 2:
             raise CharrnnError("need at least 2 characters to score (the first has no context)")
-        scored = length - 1
-        if single_stream:
-            return cls(scored, scored, 0, 1)
-        return cls(scored, EVAL_SLICE, EVAL_WARMUP, EVAL_STREAMS)
+        slicing = (length - 1, 0, 1) if single_stream else (EVAL_SLICE, EVAL_WARMUP, EVAL_STREAMS)
+        return cls(length - 1, *slicing)
 
     @property
     def streams(self) -> int:
@@ -99,9 +97,8 @@ def _chunk_len(rows: int, vocab_size: int) -> int:
 
 def scored_chunks(model: CharRNN, ids: torch.Tensor, layout: StreamLayout,
                   batch: range) -> Iterator[ScoredChunk]:
-    """The logits of one batch of streams' scored characters, chunk by chunk in time.
-    ids: (N,) integer ids, N = ``layout.scored + 1``; ``batch``: stream indices from ``layout.batches()``.
-    Runs under the caller's grad mode and model mode."""
+    """The logits of one batch of streams' scored characters, chunk by chunk in time, in the caller's grad and
+    model mode. ids: (N,) integer ids, N = ``layout.scored + 1``; ``batch``: from ``layout.batches()``."""
     device = next(model.parameters()).device
     width, warmup = layout.slice_chars, layout.warmup
     first, rows = batch.start, len(batch)
@@ -187,8 +184,7 @@ SCORING_PROBE_REPEATS = 3  # timings of them, the fastest kept: a shared machine
 def scoring_seconds(model: CharRNN, ids: torch.Tensor, clock: Callable[[], float],
                     single_stream: bool = False) -> float:
     """Seconds scoring all of ``ids`` would take here: a few steps of its first batch's width, timed after an
-    untimed run of the same steps (allocation, first kernel calls), scaled to every character the pass reads.
-    A text no longer than the timed part is scored whole instead."""
+    untimed run of them (allocation, first kernels), scaled to the pass; a text no longer is scored whole."""
     layout = stream_layout(model, len(ids), single_stream)
     rows = len(next(layout.batches()))
     steps = min(SCORING_PROBE_STEPS, _chunk_len(rows, model.config.vocab_size))

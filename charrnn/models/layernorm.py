@@ -22,9 +22,8 @@ def layer_norm(a: torch.Tensor, gain: torch.Tensor, bias: torch.Tensor) -> torch
 
 
 class LayerNormRNN(nn.Module):
-    """A stack of layer-normalised rnn/gru/lstm layers with nn.RNN's calling convention.
-    forward(x: (B, T, E), state) -> (out: (B, T, H), state); state is (num_layers, B, H), or (h, c) for the
-    LSTM, as PyTorch's modules take it. The sequence path and :meth:`step` share one cell step."""
+    """Layer-normalised rnn/gru/lstm layers called as nn.RNN is: forward(x: (B, T, E), state) -> (out:
+    (B, T, H), state), state (num_layers, B, H) or the LSTM's (h, c); :meth:`step` shares its cell step."""
 
     def __init__(self, cell: str, input_size: int, hidden_size: int, num_layers: int, dropout: float,
                  activation: str = "tanh", weight_drop: float = 0.0, locked_dropout: bool = False):

@@ -91,9 +91,8 @@ class CharRNN(nn.Module):
         return logits, new_state if isinstance(new_state, tuple) else (new_state,)
 
     def load_pretrained(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Start from another model's weights, for fine-tuning. Shapes must match, except that vocabulary
-        tensors may have fewer rows: the source vocabulary is then a prefix of this one, and the added
-        characters' rows keep their fresh initialisation."""
+        """Start from another model's weights, for fine-tuning. Shapes must match, but vocabulary tensors may
+        have fewer rows (the source vocabulary a prefix of this one): added characters keep fresh rows."""
         own = self.state_dict()
         with torch.no_grad():
             for name, source in state_dict.items():

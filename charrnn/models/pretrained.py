@@ -35,9 +35,8 @@ def run_name(path: Path) -> str:
 
 def refuse_writing_in_model_folders(path: Path, named: str, instead: str, by_option: bool = True,
                                     shown: Path | None = None) -> None:
-    """Refuse writing ``path`` in the folder of the models charrnn ships with or inside a model folder,
-    through links too: nothing but an export writes there. ``named`` is the option, or else the variable,
-    that gave ``shown`` (default ``path``); ``instead`` says what to choose."""
+    """Refuse writing ``path`` in the shipped models' folder or inside a model folder, through links too (only
+    an export writes there); ``named``: the option or variable that gave ``shown`` (default ``path``)."""
     folder = SHIPPED_FOLDER if within_folder(path, SHIPPED_FOLDER) else model_folder_holding(path)
     if folder is None:
         return

@@ -22,9 +22,8 @@ warnings.filterwarnings("ignore", message="RNN module weights are not part of si
 
 
 def dropout_mask_like(x: torch.Tensor, p: float) -> torch.Tensor:
-    """A dropout mask of ``x``'s shape: 0 with probability ``p``, else ``1 / (1 - p)``.
-    Drawn as ``uniform < 1 - p``, which takes half the time of ``bernoulli_`` on the CPU; weight drop
-    draws one per layer at every step."""
+    """A dropout mask of ``x``'s shape: 0 with probability ``p``, else ``1 / (1 - p)``. ``uniform < 1 - p``
+    takes half the time of ``bernoulli_`` on the CPU, and weight drop draws one per layer at every step."""
     keep = 1 - p
     return (torch.rand_like(x) < keep).to(x.dtype).div_(keep)
 
@@ -85,9 +84,8 @@ def layerwise_recurrence(rnn: nn.Module, x: torch.Tensor, state: torch.Tensor | 
 
 class SkipStack(nn.Module):
     """Stacked layers with skip connections (Graves 2013): input to every layer, every layer to the output.
-    Names and layout are ``nn.LSTM``'s / ``nn.GRU``'s / ``nn.RNN``'s, but ``weight_ih_l{k}`` for k ≥ 1 is
-    (G·H, E + H), its first E columns reading the input. PyTorch's initialisation (uniform in ±1/√H);
-    it runs through :func:`layerwise_recurrence`."""
+    Names, layout and initialisation (uniform in ±1/√H) are ``nn.LSTM``'s / ``nn.GRU``'s / ``nn.RNN``'s, but
+    ``weight_ih_l{k}`` for k ≥ 1 is (G·H, E + H), its first E columns reading the input."""
 
     def __init__(self, mode: str, input_size: int, hidden_size: int, num_layers: int, dropout: float):
         super().__init__()

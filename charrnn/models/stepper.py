@@ -90,8 +90,7 @@ class _SummedInputStepper(Stepper):
 
     def upper_preactivation(self, k: int, idx: torch.Tensor, x: torch.Tensor, h: torch.Tensor
                             ) -> torch.Tensor:
-        """Layer ``k`` ≥ 1, reading the layer below's output ``x`` (and, with skip connections, the
-        character ``idx`` through the base): one ``addmm`` on ``[x, h]``."""
+        """Layer ``k`` ≥ 1 from the layer below's ``x`` (with skips, ``idx`` via the base): one ``addmm``."""
         weight, base = self.upper[k - 1]
         return torch.addmm(self.base(base, idx), torch.cat([x, h], dim=1), weight)
 

@@ -197,9 +197,8 @@ def replace_file(path: Path, write: Callable[[BinaryIO], None]) -> None:
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Write a user's output ``path`` as what it is: a symbolic link is followed, a file with hard links
-    replaced under this name, a device or FIFO written through, a directory refused. A failure is a
-    :class:`CharrnnError` that leaves what was there before."""
+    """Write a user's output ``path`` as what it is: a link followed, a file with hard links replaced under
+    this name, a device or FIFO written through, a directory refused. A failure leaves what was there."""
     given = Path(path)
     target = real_path(given) if given.is_symlink() else given  # links followed, even dangling ones
     if target.is_symlink():  # realpath gives up on a loop and returns one of its links
@@ -243,9 +242,8 @@ LOG_ROW_MOST_BYTES = 2**26
 
 
 def read_log(path: Path, parse: Callable[[str], Row]) -> list[Row]:
-    """Each non-blank row of JSON-lines log ``path`` through ``parse``, read a row at a time; an unreadable
-    log, a row longer than :data:`LOG_ROW_MOST_BYTES`, or one that ``parse`` refuses with a ValueError
-    (saying why), is a :class:`CharrnnError` naming it."""
+    """Each non-blank row of JSON-lines log ``path`` through ``parse``, row by row; an unreadable log, a row
+    over :data:`LOG_ROW_MOST_BYTES` or one ``parse`` refuses (ValueError) is a CharrnnError naming it."""
     rows, offset = [], 0
     try:
         with open_regular(path) as handle:
@@ -294,9 +292,8 @@ def read_json_object(path: Path, most_bytes: int = JSON_OBJECT_MOST_BYTES) -> di
 
 
 def parse_json(text: str | bytes) -> Any:
-    """``text`` parsed as JSON; anything that is not JSON a reader can take (a syntax error, nesting
-    deeper than :data:`JSON_MOST_DEPTH`) is a ValueError, for the caller to name its file. The depth is
-    measured before parsing, so no depth of nesting reaches the parser's recursion."""
+    """``text`` parsed as JSON; a syntax error or nesting deeper than :data:`JSON_MOST_DEPTH` (measured
+    before the parser's recursion meets it) is a ValueError, for the caller to name its file."""
     if isinstance(text, bytes):
         text = text.decode(json.detect_encoding(text), "surrogatepass")
     if text.count("[") + text.count("{") > JSON_MOST_DEPTH:
@@ -377,9 +374,8 @@ def within_folder(path: Path, folder: Path) -> bool:
 
 
 def folder_in_the_way(path: Path, foreign: Callable[[Path], list[str]], named: str = "") -> bool:
-    """Whether a folder stands at ``path`` with something in it, which may give way only where ``foreign``
-    names nothing in it that must stay; a file, a link, the current directory or such a folder is refused
-    (``named``: the option that gave ``path``)."""
+    """Whether a folder with something in it stands at ``path`` (``named``: the option that gave it); a file,
+    a link, the current directory, or a folder in which ``foreign`` names what must stay, is refused."""
     shown = f"{named} {path}".strip()
     error = OptionConflict if named else CharrnnError
     if os.path.islink(path):
@@ -432,9 +428,8 @@ def _exports_locked(directory: Path, wait: bool) -> Iterator[bool]:
 
 
 def _settle(given: Path) -> None:
-    """With the exports' lock held, so no export is under way: put back the folder a killed export set
-    aside from ``given`` if nothing took the name (the latest one set aside), remove every other aside of
-    it and every export's temporary folder."""
+    """With the exports' lock held (no export under way): put back the latest folder a killed export set
+    aside from ``given`` if nothing took the name; remove its other asides and every staging folder."""
     for staging in _export_temporaries(given.parent, STAGING):
         shutil.rmtree(staging, ignore_errors=True)
     asides = sorted(_export_temporaries(given.parent, ASIDE, given.name),
@@ -449,10 +444,9 @@ def _settle(given: Path) -> None:
 
 
 def settle_folder(path: Path) -> None:
-    """Make name ``path`` hold a whole folder, the earlier or the new, whatever moment an export to it was
-    killed at (:func:`replace_folder`), and clear the temporary folders killed exports left beside it.
-    Where an export is under way, what it has set aside is its own: only a name left empty is waited for.
-    A link is followed to the name it leads to, even where that name stands empty."""
+    """Make name ``path`` (a link: the name it leads to) hold a whole folder, earlier or new, whatever moment
+    an export to it was killed at (:func:`replace_folder`), and clear what killed exports left beside it.
+    What an export under way has set aside is its own: only a name left empty is waited for."""
     given = Path(os.path.realpath(path))
     if not _export_temporaries(given.parent, "*"):
         return
@@ -464,12 +458,11 @@ def settle_folder(path: Path) -> None:
 
 
 def replace_folder(path: Path, files: dict[str, bytes], foreign: Callable[[Path], list[str]]) -> None:
-    """Make folder ``path`` hold exactly ``files`` (name → contents), all or nothing: they are written
-    and fsynced in a temporary sibling folder, with the mode of the folder it replaces, that then takes the
-    name: swapped with the earlier folder in one step where the system can, else by two renames. What is
-    at ``path`` may give way only if it is an empty folder or ``foreign`` names nothing; a failure leaves it
-    as it was, and a stop signal waits until the swap is done. Exports into one directory take turns, so
-    the next one (or a reader, :func:`settle_folder`) finds what a killed one left."""
+    """Make folder ``path`` hold exactly ``files`` (name → contents), all or nothing: written and fsynced in
+    a temporary sibling with the mode of the folder it replaces, which then takes the name, swapped with the
+    earlier folder in one step where the system can, else by two renames. What is at ``path`` gives way only
+    if an empty folder or ``foreign`` names nothing; a failure leaves it as it was; a stop signal waits for
+    the swap. Exports into a directory take turns: the next (or :func:`settle_folder`) finds what one left."""
     from charrnn.utils.interrupt import signals_deferred
 
     given = Path(path)

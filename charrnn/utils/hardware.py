@@ -1,5 +1,4 @@
-"""What the machine can do: native bfloat16, available memory, and how many CPU threads torch uses. Read
-without importing torch."""
+"""What the machine can do (native bfloat16, available memory, torch's CPU threads), read without torch."""
 
 from __future__ import annotations
 

@@ -55,9 +55,8 @@ class StopRequested(Signalled):
 
 
 class GracefulStop:
-    """A context manager that turns the first SIGINT/SIGTERM/SIGHUP into a stop request, named in
-    ``signal_name`` (None until then); a second SIGINT raises ``KeyboardInterrupt`` at once. Outside the
-    main thread, which alone can install signal handlers, it does nothing."""
+    """Within it, the first SIGINT/SIGTERM/SIGHUP is a stop request named in ``signal_name`` (None until
+    then); a second SIGINT raises ``KeyboardInterrupt`` at once. Off the main thread it does nothing."""
 
     def __init__(self) -> None:
         self.signal_name: str | None = None

@@ -1,6 +1,5 @@
-"""Writing the product to standard output, whatever it turns out to be, and showing text safely: checks on
-text given on the command line, model text shown in a page, and how scores, checkpoints and values are
-shown. Light enough for the CLI to import at start-up.
+"""Writing the product to standard output, and showing text safely: text given on the command line checked,
+model text in a page, scores, checkpoints and values. Light enough for the CLI to import at start-up.
 
 A closed, full or narrow-encoded stdout is a one-line :class:`CharrnnError`, and a reader that left
 (``| head``) a quiet stop: never a traceback, and never a result lost behind exit code 0."""
@@ -58,10 +57,9 @@ def stdout_guard() -> Iterator[None]:
         raise ReaderGone from None
     except UnicodeEncodeError as exc:
         encoding = getattr(sys.stdout, "encoding", None) or "its encoding"
-        raise CharrnnError(
-            f"standard output ({encoding}) cannot represent {exc.object[exc.start:exc.end]!r}; "
-            f"set PYTHONIOENCODING=utf-8 or write to a file"
-        ) from None
+        unwritable = exc.object[exc.start:exc.end]
+        raise CharrnnError(f"standard output ({encoding}) cannot represent {unwritable!r}; "
+                           f"set PYTHONIOENCODING=utf-8 or write to a file") from None
     except OSError as exc:
         silence_stdout()
         raise CharrnnError(f"cannot write to standard output: {reason(exc)}") from None
@@ -124,8 +122,7 @@ def shown_parts(text: str, keep: str = "\n\t") -> Iterator[tuple[str, bool]]:
 
 def shown(text: str, keep: str = "\n\t") -> str:
     """Model or corpus text as a terminal may show it: line breaks and tabs kept, every other hidden
-    character escaped, so no escape sequence reaches the terminal. For views only: ``sample``'s product
-    stays exact."""
+    character escaped, so no escape sequence acts. For views only: ``sample``'s product stays exact."""
     if text.isprintable():
         return text
     return "".join(piece for piece, _ in shown_parts(text, keep))
@@ -172,9 +169,8 @@ class StderrWhileReaderLives:
 
 
 def fill_closed_descriptors() -> None:
-    """Give a closed stdout or stderr descriptor (``>&-``) /dev/null, so the next file opened (a
-    checkpoint) cannot take it and receive what is printed. ``sys.stdout`` stays None, so commands still
-    report that their output has nowhere to go; notes for a closed stderr are dropped."""
+    """Give a closed stdout or stderr descriptor (``>&-``) /dev/null, lest the next file opened (a checkpoint)
+    receive what is printed. ``sys.stdout`` stays None, so commands report it; a closed stderr drops notes."""
     for fd in (1, 2):
         try:
             os.fstat(fd)
@@ -262,9 +258,8 @@ def heat(nats: float) -> tuple[int, int, int]:
 
 
 def shell_word(path: str | Path) -> str:
-    """A path as one shell word on one line, for a command a user copies: quoted as a shell needs, a
-    leading dash behind ``./`` (no option), and a hidden character (a line break, a byte that is not UTF-8)
-    as an escape of bash's ``$'...'``, which gives that very character."""
+    """A path as one shell word on one line, for a command a user copies: quoted, a leading dash behind
+    ``./``, a hidden character (a line break, a byte not UTF-8) as the escape bash's ``$'...'`` reads back."""
     text = str(path)
     text = f"./{text}" if text.startswith("-") else text
     if text.isprintable():
