@@ -11,24 +11,24 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from click.testing import CliRunner
 from conftest import SMALL_TEXT
 
 import charrnn
-from charrnn.api import TrainObserver
-from charrnn.cli.main import cli
+from charrnn.api import TrainObserver, check_output
+from charrnn.data.datasets import DATA_DIR_ENV
 from charrnn.data.vocab import UnknownCharactersError
 from charrnn.errors import CharrnnError, ConfigError, ConfigTypeError, OptionConflict, TrainingInterrupted
+from charrnn.generation import sample as sampling
 
-from helpers import TINY_RUN
+from helpers import TINY_RUN, run_cli
 
 
 def test_load_then_sample_gives_the_commands_text_and_draws_seeds_several_texts_beams_and_options(tiny_run):
     model = charrnn.load(tiny_run)  # a run directory means its best.pt
     assert model.checkpoint == tiny_run / "best.pt"
     samples = model.sample("ROMEO:", length=80, temperature=0.8, seed=1)
-    printed = CliRunner().invoke(cli, ["sample", str(tiny_run / "best.pt"), "--prime", "ROMEO:",
-                                       "--length", "80", "--temperature", "0.8", "--seed", "1"])
+    printed = run_cli("sample", tiny_run / "best.pt", "--prime", "ROMEO:", "--length", "80", "--temperature",
+                      "0.8", "--seed", "1")
     assert printed.exit_code == 0 and printed.stdout == samples.text + "\n"
     assert samples.text.startswith("ROMEO:") and len(samples.text) == len("ROMEO:") + 80
     assert (samples.seed, samples.seed_drawn) == (1, False)
@@ -59,8 +59,7 @@ def test_perplexity_equals_eval_perplexity(tiny_checkpoint, tmp_path):
     path = tmp_path / "held_out.txt"
     path.write_text(text, encoding="utf-8")
     # charrnn.load runs on the CPU; eval-perplexity on a GPU when there is one, which rounds differently
-    printed = CliRunner().invoke(cli, ["eval-perplexity", str(tiny_checkpoint), str(path), "--json",
-                                       "--device", "cpu"])
+    printed = run_cli("eval-perplexity", tiny_checkpoint, path, "--json", "--device", "cpu")
     model = charrnn.load(tiny_checkpoint)
     from_file, from_text = model.perplexity(file=path), model.perplexity(text)
     assert printed.exit_code == 0, printed.output
@@ -308,7 +307,7 @@ def test_a_refusal_is_the_same_through_both_doors(tiny_checkpoint, small_corpus,
     paths.text.write_text("ROMEO:\n", encoding="utf-8")
     before = sorted(tmp_path.iterdir())
     files = {"CKPT": str(tiny_checkpoint), "CORPUS": str(small_corpus), "TEXT": str(paths.text)}
-    printed = CliRunner().invoke(cli, [files.get(word, word) for word in line.split()])
+    printed = run_cli(*(files.get(word, word) for word in line.split()))
     assert printed.exit_code == 2 and printed.stdout == "", printed.output
     assert printed.stderr.startswith("Error: ") and printed.stderr.count("\n") == 1 and said in printed.stderr
     with pytest.raises(ConfigError if said.startswith("'") else OptionConflict):
@@ -331,18 +330,16 @@ def test_an_output_that_is_an_input_is_refused_before_any_work(tiny_run, tmp_pat
     if link == "hard link":
         os.link(checkpoint, output)
     given = run if link == "run directory's file" else checkpoint
-    for args in (["sample", str(given), "--output", str(output)],
-                 ["compare", str(given), "--markdown", str(output)]):
-        printed = CliRunner().invoke(cli, args)
+    for args in (["sample", given, "--output", output], ["compare", given, "--markdown", output]):
+        printed = run_cli(*args)
         assert printed.exit_code == 2, printed.output
         assert "writing it would destroy what is read" in printed.stderr
     text = tmp_path / "text.txt"
     text.write_text("ROMEO:\n", encoding="utf-8")
-    printed = CliRunner().invoke(cli, ["inspect", str(given), str(text), "--unit", "0",
-                                       "--html", str(output)])
+    printed = run_cli("inspect", given, text, "--unit", "0", "--html", output)
     assert printed.exit_code == 2 and printed.stdout == "", printed.output
     with pytest.raises(OptionConflict, match="output .* is (.*, in the run directory of )?checkpoint"):
-        charrnn.api.check_output(output, "output", {"checkpoint": given})
+        check_output(output, "output", {"checkpoint": given})
     assert checkpoint.read_bytes() == before
     assert (run / "last.pt").read_bytes() == (tiny_run / "last.pt").read_bytes()
 
@@ -380,13 +377,11 @@ def test_a_wrong_dynamic_setting_or_a_stream_of_several_texts_is_refused(tiny_ch
 
 def test_each_module_function_reads_its_text_once_and_a_text_too_short_to_score_is_named(
         tiny_checkpoint, tmp_path, monkeypatch):
-    import charrnn.api as api
-
     (tmp_path / "prime.txt").write_text("Ca", encoding="utf-8")
     (tmp_path / "text.txt").write_text("Café line 3 of the tiny play.\n", encoding="utf-8")
     reads = []
-    read = api._read_text
-    monkeypatch.setattr(api, "_read_text", lambda path: reads.append(path.name) or read(path))
+    read = charrnn.api._read_text
+    monkeypatch.setattr(charrnn.api, "_read_text", lambda path: reads.append(path.name) or read(path))
     prime = tmp_path / "prime.txt"
     assert charrnn.sample(tiny_checkpoint, prime_file=prime, length=5, seed=1).text[:2] == "Ca"
     assert charrnn.stream(tiny_checkpoint, prime_file=prime, length=5, seed=1).prime == "Ca"
@@ -404,8 +399,6 @@ def test_each_module_function_reads_its_text_once_and_a_text_too_short_to_score_
 
 def test_each_loaded_model_keeps_its_own_thread_count(tiny_checkpoint, monkeypatch):
     """torch's thread count is the process's: loading a model with another count leaves an earlier one's."""
-    import charrnn.generation.sample as sampling
-
     seen, generate, before = [], sampling.generate, torch.get_num_threads()
 
     def generating(*args, **kwargs):
@@ -430,9 +423,6 @@ def test_each_loaded_model_keeps_its_own_thread_count(tiny_checkpoint, monkeypat
 
 def test_only_a_checkpoint_argument_may_name_the_shipped_model(tmp_path, monkeypatch, tiny_checkpoint):
     """Its corpus is guarded when ``shakespeare`` is the checkpoint read; a text file so named is a file."""
-    from charrnn.api import check_output
-    from charrnn.data.datasets import DATA_DIR_ENV
-
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(DATA_DIR_ENV, raising=False)
     corpus = Path("data") / "tinyshakespeare" / "input.txt"  # where the shipped model's corpus is read

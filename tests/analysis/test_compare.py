@@ -7,13 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from click.testing import CliRunner
 from rich.console import Console
 
 import charrnn
 from charrnn.analysis.compare import CheckpointReport, CompareSettings, compare_checkpoints, to_markdown
 from charrnn.cli.evaluate_view import comparison_renderable
-from charrnn.cli.main import cli
 from charrnn.config import SampleConfig
 from charrnn.errors import CharrnnError
 from charrnn.generation.sample import collect_samples, generate
@@ -21,7 +19,7 @@ from charrnn.models.evaluate import evaluate
 from charrnn.training.checkpoint import load_model, save_checkpoint
 from charrnn.utils.terminal import checkpoint_labels
 
-from helpers import plan_run
+from helpers import plan_run, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +55,7 @@ def test_reports_match_eval_and_sample_in_many_streams_or_one(tiny_run):
     reports, _ = compare_checkpoints(paths[:1], settings(single_stream=True))
     exact = evaluate(loaded.network, ids, single_stream=True)
     assert reports[0].nats_per_char == pytest.approx(exact.nats_per_char)
-    result = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "--single-stream", "--json",
-                                      "--length", "5"])
+    result = run_cli("compare", tiny_run / "best.pt", "--single-stream", "--json", "--length", "5")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)[0]["nats_per_char"] == pytest.approx(reports[0].nats_per_char)
     reports, _ = compare_checkpoints(paths[:1], settings(beam_width=3))  # beam decoding reports its log-prob
@@ -134,8 +131,8 @@ def render(reports, width: int) -> str:
 
 def test_cli_json_markdown_table_and_a_missing_checkpoint(tiny_run, other_run, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), str(other_run / "best.pt"),
-                                      "--length", "20", "--json", "--markdown", "report.md"])
+    result = run_cli("compare", tiny_run / "best.pt", other_run / "best.pt", "--length", "20", "--json",
+                     "--markdown", "report.md")
     assert result.exit_code == 0, result.output
     entries = json.loads(result.stdout)
     assert [set(e) >= {"checkpoint", "epoch", "step", "nats_per_char", "bits_per_char", "perplexity",
@@ -143,9 +140,9 @@ def test_cli_json_markdown_table_and_a_missing_checkpoint(tiny_run, other_run, t
     assert all(len(e["sample"]) == 20 for e in entries)
     assert "different vocabularies" in result.stderr
     assert Path("report.md").read_text(encoding="utf-8").startswith("# Checkpoint comparison")
-    shown = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "--length", "10"])
+    shown = run_cli("compare", tiny_run / "best.pt", "--length", "10")
     assert shown.exit_code == 0 and "nats/char" in shown.stdout
-    missing = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "nope.pt"])
+    missing = run_cli("compare", tiny_run / "best.pt", "nope.pt")
     assert missing.exit_code == 1 and missing.stderr.strip() == ("Error: checkpoint nope.pt does not exist "
         "(charrnn train writes one; shakespeare names the model that comes with charrnn)")
 
@@ -186,20 +183,17 @@ def test_compare_takes_the_sampling_options_of_sample(tiny_run, tmp_path):
     checkpoint = str(tiny_run / "best.pt")
     prime = tmp_path / "prime.txt"
     prime.write_text("ROMEO:", encoding="utf-8")
-    runner = CliRunner()
-    compared = runner.invoke(cli, ["compare", checkpoint, "--prime-file", str(prime), "--top-k", "3",
-                                   "--top-p", "0.9", "--length", "20", "--json", "--markdown",
-                                   str(tmp_path / "r.md")])
+    compared = run_cli("compare", checkpoint, "--prime-file", prime, "--top-k", "3", "--top-p", "0.9",
+                       "--length", "20", "--json", "--markdown", tmp_path / "r.md")
     assert compared.exit_code == 0, compared.output
-    sampled = runner.invoke(cli, ["sample", checkpoint, "--prime", "ROMEO:", "--top-k", "3", "--top-p", "0.9",
-                                  "--length", "20", "--seed", "1"])
+    sampled = run_cli("sample", checkpoint, "--prime", "ROMEO:", "--top-k", "3", "--top-p", "0.9", "--length",
+                      "20", "--seed", "1")
     assert json.loads(compared.stdout)[0]["sample"] + "\n" == sampled.stdout
     assert "temperature 1, top-k 3, top-p 0.9, seed 1" in (tmp_path / "r.md").read_text(encoding="utf-8")
-    greedy = runner.invoke(cli, ["compare", checkpoint, "--greedy", "--length", "20", "--json",
-                                 "--prime", "R"])
-    plain = runner.invoke(cli, ["sample", checkpoint, "--greedy", "--length", "20", "--prime", "R"])
+    greedy = run_cli("compare", checkpoint, "--greedy", "--length", "20", "--json", "--prime", "R")
+    plain = run_cli("sample", checkpoint, "--greedy", "--length", "20", "--prime", "R")
     assert json.loads(greedy.stdout)[0]["sample"] + "\n" == plain.stdout
-    refused = runner.invoke(cli, ["compare", checkpoint, "--greedy", "--temperature", "0.5"])
+    refused = run_cli("compare", checkpoint, "--greedy", "--temperature", "0.5")
     assert refused.exit_code == 2 and "--greedy is deterministic" in refused.stderr
 
 
@@ -207,22 +201,22 @@ def test_a_text_a_checkpoint_cannot_score_fails_the_command_and_skip_unknown_wit
         tiny_run, other_run, tmp_path):
     text = tmp_path / "shared.txt"
     text.write_text("ROMEO: Café\n" * 5, encoding="utf-8")
-    arguments = ["compare", str(tiny_run / "best.pt"), str(other_run / "best.pt"), "--text-file", str(text),
-                 "--length", "10"]
-    refused = CliRunner().invoke(cli, arguments)
+    arguments = ["compare", tiny_run / "best.pt", other_run / "best.pt", "--text-file", text, "--length",
+                 "10"]
+    refused = run_cli(*arguments)
     assert refused.exit_code == 1 and "nats/char" in refused.stdout  # what could be done is still shown
     error = refused.stderr.strip().splitlines()[-1]
     assert error.startswith("Error: not everything asked could be done") and "other" in error
-    as_json = CliRunner().invoke(cli, [*arguments, "--json"])
+    as_json = run_cli(*arguments, "--json")
     assert as_json.exit_code == 1 and json.loads(as_json.stdout)[1]["nats_per_char"] is None
     assert "not in the model's vocabulary" in json.loads(as_json.stdout)[1]["error"]
     assert "drops them" in json.loads(as_json.stdout)[1]["error"]
-    skipped = CliRunner().invoke(cli, [*arguments, "--skip-unknown", "--json"])
+    skipped = run_cli(*arguments, "--skip-unknown", "--json")
     assert skipped.exit_code == 0, skipped.output
     entries = json.loads(skipped.stdout)
     assert all(entry["nats_per_char"] is not None for entry in entries)
     assert entries[1]["chars"] < entries[0]["chars"]
-    refused = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "--skip-unknown"])
+    refused = run_cli("compare", tiny_run / "best.pt", "--skip-unknown")
     assert refused.exit_code == 2 and "--skip-unknown goes with --text" in refused.stderr
     with pytest.raises(CharrnnError, match="skip_unknown goes with text_file"):
         charrnn.compare([tiny_run / "best.pt"], skip_unknown=True)

@@ -1,19 +1,20 @@
 """Dynamic evaluation: the static score at a zero step, real gains on repeated text, nothing changed."""
 
+import copy
 import json
 import random
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 from charrnn.analysis.dynamic import dynamic_evaluate, gradient_rms
-from charrnn.cli.main import cli
 from charrnn.config import DynamicConfig
 from charrnn.data.corpus import checkpoint_split
 from charrnn.errors import ConfigError
 from charrnn.models.evaluate import evaluate
 from charrnn.training.checkpoint import load_model
+
+from helpers import run_cli
 
 
 @pytest.fixture(scope="module")
@@ -53,17 +54,16 @@ def test_a_repeated_novel_passage_scores_much_better_dynamically(loaded, split):
 def test_the_command_reports_both_scores_leaves_the_checkpoint_alone_and_checks_the_settings(tiny_run):
     checkpoint = tiny_run / "best.pt"
     before = checkpoint.read_bytes(), checkpoint.stat().st_mtime_ns
-    runner = CliRunner()
-    table = runner.invoke(cli, ["eval-perplexity", str(checkpoint), "--dynamic", "--segment-len", "25"])
+    table = run_cli("eval-perplexity", checkpoint, "--dynamic", "--segment-len", "25")
     assert table.exit_code == 0, table.output
     assert "dynamic nats/char" in table.stdout and "segments of 25" in table.stdout
-    printed = runner.invoke(cli, ["eval-perplexity", str(checkpoint), "--dynamic", "--dynamic-lr", "0",
-                                  "--json", "--device", "cpu"])  # a GPU's batched scoring rounds otherwise
+    printed = run_cli("eval-perplexity", checkpoint, "--dynamic", "--dynamic-lr", "0", "--json", "--device",
+                      "cpu")  # a GPU's batched scoring rounds otherwise
     record = json.loads(printed.stdout)
     assert record["dynamic"]["learning_rate"] == 0
     assert record["dynamic"]["nats_per_char"] == pytest.approx(record["nats_per_char"], rel=1e-6)
     assert (checkpoint.read_bytes(), checkpoint.stat().st_mtime_ns) == before
-    refused = runner.invoke(cli, ["eval-perplexity", str(checkpoint), "--dynamic", "--dynamic-lr", "-1"])
+    refused = run_cli("eval-perplexity", checkpoint, "--dynamic", "--dynamic-lr", "-1")
     assert refused.exit_code == 2
     assert "Invalid value for '--dynamic-lr': must be 0 (the static score) or positive" in refused.stderr
     with pytest.raises(ConfigError, match="segment_len must be at least 1"):
@@ -77,7 +77,7 @@ def test_without_the_training_corpus_dynamic_evaluation_says_why(tiny_run, tmp_p
     torch.save(payload, moved)
     text = tmp_path / "text.txt"
     text.write_text("ROMEO:\nline 3 of the tiny play.\n" * 5, encoding="utf-8")
-    result = CliRunner().invoke(cli, ["eval-perplexity", str(moved), str(text), "--dynamic"])
+    result = run_cli("eval-perplexity", moved, text, "--dynamic")
     assert result.exit_code == 1
     assert result.stderr.strip().splitlines() == [
         f"Error: dynamic evaluation scales its steps by gradients on the training split: the training corpus "
@@ -86,27 +86,24 @@ def test_without_the_training_corpus_dynamic_evaluation_says_why(tiny_run, tmp_p
 
 def test_compare_reports_the_dynamic_score_beside_the_static_one(tiny_run, tmp_path):
     checkpoint = str(tiny_run / "best.pt")
-    runner = CliRunner()
     report = tmp_path / "report.md"
-    printed = runner.invoke(cli, ["compare", checkpoint, "--length", "20", "--dynamic", "--segment-len", "25",
-                                  "--json", "--markdown", str(report)])
+    printed = run_cli("compare", checkpoint, "--length", "20", "--dynamic", "--segment-len", "25", "--json",
+                      "--markdown", report)
     assert printed.exit_code == 0, printed.output
     [entry] = json.loads(printed.stdout)
-    alone = runner.invoke(cli, ["eval-perplexity", checkpoint, "--dynamic", "--segment-len", "25", "--json",
-                                "--device", "cpu"])  # where compare runs by default
+    alone = run_cli("eval-perplexity", checkpoint, "--dynamic", "--segment-len", "25", "--json", "--device",
+                    "cpu")  # where compare runs by default
     assert entry["dynamic"]["nats_per_char"] == json.loads(alone.stdout)["dynamic"]["nats_per_char"]
     assert "dynamic nats/char" in report.read_text(encoding="utf-8")
-    table = runner.invoke(cli, ["compare", checkpoint, "--length", "20", "--dynamic"])
+    table = run_cli("compare", checkpoint, "--length", "20", "--dynamic")
     assert "dynamic nats/char" in table.stdout
-    plain = json.loads(runner.invoke(cli, ["compare", checkpoint, "--length", "20", "--json"]).stdout)
+    plain = json.loads(run_cli("compare", checkpoint, "--length", "20", "--json").stdout)
     assert plain[0]["dynamic"] is None
 
 
 @pytest.mark.cuda
 def test_on_cuda_it_adapts_as_on_the_cpu_and_leaves_cudnn_on(loaded, split):
     """cuDNN takes no gradients in eval mode: adapting runs on PyTorch's kernels, then cuDNN is back on."""
-    import copy
-
     config = DynamicConfig(learning_rate=1e-3, segment_len=25)
     on_cpu = dynamic_evaluate(loaded.network, split.val[:2000], gradient_rms(loaded.network, split.train, 25,
                                                                            max_chars=5000), config)

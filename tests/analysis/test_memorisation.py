@@ -7,7 +7,6 @@ import random
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 from charrnn.analysis.memorisation import (
     COPY_MIN_CHARS,
@@ -17,7 +16,8 @@ from charrnn.analysis.memorisation import (
     known_word_fraction,
     measure,
 )
-from charrnn.cli.main import cli
+
+from helpers import run_cli
 
 REFERENCE = (
     "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
@@ -84,14 +84,12 @@ def test_a_model_that_memorised_a_short_text_reports_copying_near_one(tmp_path, 
     monkeypatch.chdir(tmp_path)
     corpus = tmp_path / "poem.txt"
     corpus.write_text(POEM * 60, encoding="utf-8")
-    runner = CliRunner()
-    trained = runner.invoke(cli, ["train", str(corpus), "--layers", "1", "--hidden", "96", "--embed", "16",
-                                  "--batch-size", "8", "--seq-len", "64", "--max-steps", "300",
-                                  "--lr", "0.01", "--eval-every", "300", "--out", "run", "--seed", "1"])
+    trained = run_cli("train", corpus, "--layers", "1", "--hidden", "96", "--embed", "16", "--batch-size",
+                      "8", "--seq-len", "64", "--max-steps", "300", "--lr", "0.01", "--eval-every", "300",
+                      "--out", "run", "--seed", "1")
     assert trained.exit_code == 0, trained.output
-    result = runner.invoke(cli, ["compare", "run/best.pt", "--prime", "Tyger Tyger", "--length", "120",
-                                 "--temperature", "0.05", "--against", "train", "--json",
-                                 "--markdown", "report.md"])
+    result = run_cli("compare", "run/best.pt", "--prime", "Tyger Tyger", "--length", "120", "--temperature",
+                     "0.05", "--against", "train", "--json", "--markdown", "report.md")
     assert result.exit_code == 0, result.output
     figures = json.loads(result.stdout)[0]["memorisation"]
     assert set(figures) >= {"known_word_fraction", "longest_copied_chars", "copied_fraction"}
@@ -104,14 +102,13 @@ def test_a_model_that_memorised_a_short_text_reports_copying_near_one(tmp_path, 
 
 def test_against_a_missing_file_is_one_error_line_and_a_vanished_training_corpus_is_in_the_entry(tiny_run,
                                                                                                   tmp_path):
-    result = CliRunner().invoke(cli, ["compare", str(tiny_run / "best.pt"), "--against", "no_such.txt"])
+    result = run_cli("compare", tiny_run / "best.pt", "--against", "no_such.txt")
     assert result.exit_code == 1 and result.stderr.strip() == "Error: --against no_such.txt does not exist"
     checkpoint = tmp_path / "best.pt"
     payload = torch.load(tiny_run / "best.pt", weights_only=True)
     payload["corpus"]["path"] = str(tmp_path / "gone.txt")
     torch.save(payload, checkpoint)
-    result = CliRunner().invoke(cli, ["compare", str(checkpoint), "--against", "train", "--json",
-                                      "--length", "5"])
+    result = run_cli("compare", checkpoint, "--against", "train", "--json", "--length", "5")
     assert result.exit_code == 1, result.output  # what was asked could not all be done
     entry = json.loads(result.stdout)[0]
     assert entry["memorisation"] is None and "give --against FILE" in entry["error"]

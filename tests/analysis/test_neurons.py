@@ -3,15 +3,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 from charrnn.analysis.neurons import activations, html_page, rank_units, text_feature
-from charrnn.cli.main import cli
 from charrnn.config import InspectConfig, ModelConfig
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError, ConfigError
 from charrnn.models.model import CharRNN
 from charrnn.training.checkpoint import save_checkpoint
+
+from helpers import run_cli
 
 QUOTED = 'he said "go home" and she said "no" then left. "why" asked he. ok "fine" done\n' * 3
 
@@ -116,22 +116,20 @@ def test_cli_rank_and_colour(tmp_path, planted):
     checkpoint, _ = planted
     text_file = tmp_path / "quoted.txt"
     text_file.write_text(QUOTED, encoding="utf-8")
-    runner = CliRunner()
-    ranked = runner.invoke(cli, ["inspect", str(checkpoint), str(text_file), "--rank", "quotes",
-                                 "--state", "c", "--top", "3"])
+    ranked = run_cli("inspect", checkpoint, text_file, "--rank", "quotes", "--state", "c", "--top", "3")
     assert ranked.exit_code == 0, ranked.output
     first_row = next(line for line in ranked.stdout.splitlines() if "│" in line and "+0." in line)
     assert [cell.strip() for cell in first_row.split("│")[1:3]] == ["0", "1"]
 
-    shown = runner.invoke(cli, ["inspect", str(checkpoint), str(text_file), "--unit", "1", "--state", "c",
-                                "--html", str(tmp_path / "unit1.html")])
+    shown = run_cli("inspect", checkpoint, text_file, "--unit", "1", "--state", "c", "--html",
+                    tmp_path / "unit1.html")
     assert shown.exit_code == 0, shown.output
     assert 'he said "go home"' in shown.stdout
     parser = StrictParser()
     parser.feed(Path(tmp_path / "unit1.html").read_text(encoding="utf-8"))
     assert "".join(parser.pre_text) == QUOTED and parser.stack == []
 
-    too_far = runner.invoke(cli, ["inspect", str(checkpoint), str(text_file), "--unit", "9"])
+    too_far = run_cli("inspect", checkpoint, text_file, "--unit", "9")
     assert too_far.exit_code == 2 and "units 0 to 2" in too_far.stderr
 
 
@@ -143,7 +141,7 @@ def test_ranking_by_a_feature_the_text_lacks_says_so(tmp_path, planted, feature,
     checkpoint, vocab = planted
     text_file = tmp_path / "plain.txt"
     text_file.write_text("".join(ch for ch in text if ch in vocab.chars), encoding="utf-8")
-    result = CliRunner().invoke(cli, ["inspect", str(checkpoint), str(text_file), "--rank", feature])
+    result = run_cli("inspect", checkpoint, text_file, "--rank", feature)
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.stderr.startswith("Error: the text has no ") and fragment in result.stderr
 

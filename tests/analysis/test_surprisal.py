@@ -7,15 +7,13 @@ import math
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from conftest import SMALL_TEXT
 
 import charrnn
 from charrnn.analysis.surprisal import surprisals
-from charrnn.cli.main import cli
 from charrnn.errors import CharrnnError, OptionConflict
 
-from helpers import SCORE_TOLERANCE
+from helpers import SCORE_TOLERANCE, run_cli
 
 TEXT = SMALL_TEXT[:12_000]  # longer than one slice of an evaluation's streams (EVAL_SLICE characters)
 
@@ -77,26 +75,22 @@ def text_file(tmp_path: Path) -> Path:
 
 def test_inspect_ranks_the_most_surprising_and_colours_the_text_writes_a_page_and_streams_json(
         tiny_checkpoint, text_file, tmp_path):
-    table = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), "--most-surprising",
-                                     "3"])
+    table = run_cli("inspect", tiny_checkpoint, text_file, "--most-surprising", "3")
     assert table.exit_code == 0, table.output
     assert "the most surprising characters" in table.stdout and "the model expected" in table.stdout
     assert " char " in table.stdout  # each character named
-    listed = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), "--most-surprising",
-                                      "3", "--json"])
+    listed = run_cli("inspect", tiny_checkpoint, text_file, "--most-surprising", "3", "--json")
     positions = json.loads(listed.stdout)
     assert len(positions) == 3 and {"before", "after", "nats", "top"} <= set(positions[0])
     page = tmp_path / "surprisal.html"
-    result = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), "--surprisal",
-                                      "--html", str(page)])
+    result = run_cli("inspect", tiny_checkpoint, text_file, "--surprisal", "--html", page)
     assert result.exit_code == 0, result.output
     assert "nats/char on average" in result.stdout and "599 characters scored" in result.stdout
     html = page.read_text(encoding="utf-8")
     assert html.count('title="') >= 599 and "guesses:" in html and "<script" not in html
-    result = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), "--surprisal",
-                                      "--json", "--top", "2"])  # one object per character, streamed
+    result = run_cli("inspect", tiny_checkpoint, text_file, "--surprisal", "--json", "--top", "2")
     assert result.exit_code == 0, result.output
-    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    rows = [json.loads(line) for line in result.stdout.splitlines()]  # one object per character, streamed
     assert len(rows) == 599 and set(rows[0]) == {"index", "char", "nats", "top"}
     assert rows[0]["index"] == 1 and len(rows[0]["top"]) == 2
 
@@ -109,7 +103,7 @@ def test_inspect_ranks_the_most_surprising_and_colours_the_text_writes_a_page_an
     (["--skip-unknown"], "--skip-unknown drops characters"),
 ])
 def test_inspect_surprisal_refusals_are_one_line(tiny_checkpoint, text_file, arguments, fragment):
-    result = CliRunner().invoke(cli, ["inspect", str(tiny_checkpoint), str(text_file), *arguments])
+    result = run_cli("inspect", tiny_checkpoint, text_file, *arguments)
     assert result.exit_code == 2, result.output
     assert len(result.stderr.splitlines()) == 1 and fragment in result.stderr
 

@@ -18,9 +18,11 @@ import charrnn
 from charrnn.cli.main import cli
 from charrnn.config import TrainConfig
 from charrnn.models.evaluate import evaluate
+from charrnn.models.model import parameter_count
+from charrnn.training.budget import Speed
 from charrnn.training.checkpoint import load_model
 
-from helpers import INSTALLED, assert_one_line_error, needs_installed, run_installed
+from helpers import INSTALLED, assert_one_line_error, needs_installed, run_cli, run_installed
 
 TINY_TRAIN = ["--layers", "1", "--hidden", "24", "--embed", "8", "--batch-size", "4", "--seq-len", "16",
               "--eval-every", "10", "--seed", "1"]
@@ -364,9 +366,6 @@ def test_installed_program_end_to_end(tmp_path, small_corpus):
 
 def slow_machine(monkeypatch, work_per_s=1e8):
     """Time-budget shapes train at work_per_s / parameters chars/s, without timing anything."""
-    from charrnn.models.model import parameter_count
-    from charrnn.training.budget import Speed
-
     monkeypatch.setattr("charrnn.training.budget.measure_speed", lambda model_config, *args: Speed(
         work_per_s / parameter_count(model_config), 10 * work_per_s / parameter_count(model_config)))
 
@@ -615,11 +614,9 @@ def test_training_goes_on_quietly_when_the_reader_of_stderr_goes_away(small_corp
 @pytest.mark.parametrize("command", ["train", "sample"])
 @pytest.mark.parametrize("name", ["two\nlines.txt", "escape\x1b[2Jcodes.txt", "tab\tand\rreturn.txt"])
 def test_a_path_with_control_characters_stays_on_one_quoted_line(tmp_path, name, command):
-    result = CliRunner().invoke(cli, [command, str(tmp_path / name)])
-    assert result.exit_code == 1
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    assert "\x1b" not in result.stderr and "\t" not in result.stderr and "\r" not in result.stderr
+    result = run_cli(command, tmp_path / name)
+    assert_one_line_error(result, code=1)
+    assert len(result.stderr.splitlines()) == 1 and not {"\x1b", "\t", "\r"} & set(result.stderr)
     assert "\n" not in name or "two\\nlines.txt" in result.stderr
 
 
@@ -647,10 +644,8 @@ def test_a_run_file_nested_too_deeply_is_named_in_one_line(runner, small_corpus,
                   "--out", "run").exit_code == 0
     (Path("run") / damaged).write_text("[" * 200_000 + "\n", encoding="utf-8")
     refused = invoke(runner, *(argument.format(run="run") for argument in arguments))
-    assert refused.exit_code == 1, refused.output
-    errors = [line for line in refused.stderr.splitlines() if line.startswith("Error")]
-    assert len(errors) == 1 and errors[0] == refused.stderr.strip().splitlines()[-1]
-    assert damaged in errors[0] and "unexpected" not in errors[0]
+    assert_one_line_error(refused, damaged, code=1)
+    assert "unexpected" not in refused.stderr
 
 
 @pytest.mark.slow

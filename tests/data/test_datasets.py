@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import pytest
@@ -91,8 +92,6 @@ def test_an_unknown_dataset_or_a_data_directory_or_copy_it_cannot_use_is_a_clear
 @pytest.mark.parametrize("inside", ["model", "link/deeper"])
 def test_a_data_directory_in_a_model_folder_is_refused_before_any_download(data_mirror, tmp_path: Path,
                                                                            monkeypatch, inside):
-    import json
-
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"format": "charrnn-model"}), encoding="utf-8")

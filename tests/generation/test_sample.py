@@ -3,10 +3,10 @@ import torch
 
 from charrnn.config import SampleConfig
 from charrnn.errors import CharrnnError, ConfigError
-from charrnn.generation.sample import collect_samples, filter_logits, generate
+from charrnn.generation.sample import RepeatGuard, ban_repeats, collect_samples, filter_logits, generate
 from charrnn.training.checkpoint import load_model
 
-from helpers import repeated_runs
+from helpers import repeated_runs, run_cli
 
 
 def run(loaded, prime="ROMEO:", **options) -> list[str]:
@@ -77,8 +77,6 @@ def test_stop_at_ends_each_sample_after_the_first_occurrence_past_the_prime(load
 
 
 def test_the_repeat_guard_bans_what_would_complete_a_run_already_held():
-    from charrnn.generation.sample import RepeatGuard, ban_repeats
-
     guard = RepeatGuard(3, [1, 2, 3, 1, 2])
     assert guard.banned() == {3}  # "1 2" was followed by 3
     guard.add(4)
@@ -101,14 +99,10 @@ def test_no_repeat_never_completes_a_run_the_text_holds(loaded, options):
 
 
 def test_no_repeat_is_checked_in_both_doors(tiny_checkpoint):
-    from click.testing import CliRunner
-
-    from charrnn.cli.main import cli
-
     with pytest.raises(ConfigError, match="no_repeat"):
         SampleConfig(no_repeat=1)
-    shown = CliRunner().invoke(cli, ["sample", str(tiny_checkpoint), "--greedy", "--no-repeat", "12",
-                                     "--length", "200", "--prime", "ROMEO:"])
+    shown = run_cli("sample", tiny_checkpoint, "--greedy", "--no-repeat", "12", "--length", "200", "--prime",
+                    "ROMEO:")
     assert shown.exit_code == 0 and repeated_runs(shown.stdout.rstrip("\n"), 12) == []
-    refused = CliRunner().invoke(cli, ["sample", str(tiny_checkpoint), "--no-repeat", "1"])
+    refused = run_cli("sample", tiny_checkpoint, "--no-repeat", "1")
     assert refused.exit_code == 2 and "--no-repeat" in refused.stderr

@@ -12,10 +12,8 @@ from urllib.parse import quote
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 import charrnn
-from charrnn.cli.main import cli
 from charrnn.config import ModelConfig, read_setting
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError
@@ -23,7 +21,7 @@ from charrnn.generation.webpage import WEB, export_page, model_spec
 from charrnn.models.model import CharRNN
 from charrnn.models.stepper import make_stepper
 
-from helpers import KINDS, VOCAB, plan_run, random_model, repeated_runs
+from helpers import KINDS, VOCAB, plan_run, random_model, repeated_runs, run_cli
 
 NODE = shutil.which("node")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -84,7 +82,7 @@ def test_the_page_is_self_contained_and_its_vocabulary_explicit(tiny_checkpoint,
 def test_export_refusals_are_one_line_and_write_nothing(tiny_checkpoint, tmp_path, arguments, fragment):
     before = tiny_checkpoint.read_bytes()
     given = [argument.format(checkpoint=tiny_checkpoint, dir=tmp_path) for argument in arguments]
-    result = CliRunner().invoke(cli, ["export", str(tiny_checkpoint), *given])
+    result = run_cli("export", tiny_checkpoint, *given)
     assert result.exit_code != 0 and len(result.stderr.splitlines()) == 1 and fragment in result.stderr
     assert tiny_checkpoint.read_bytes() == before and not (tmp_path / "page.html").exists()
 
@@ -190,11 +188,10 @@ def test_every_settings_row_is_read_alike_by_the_table_and_the_command_line(tiny
         except CharrnnError:
             table = False
         options = ["--length", "12", FLAGS[name], text] if name != "length" else [FLAGS[name], text]
-        cli_result = CliRunner().invoke(cli, ["sample", str(tiny_checkpoint), "--seed", "1", *options]
-                                        if name != "seed" else ["sample", str(tiny_checkpoint), *options])
-        assert (cli_result.exit_code == 0) == table, (name, text, cli_result.output)
+        printed = run_cli("sample", tiny_checkpoint, *(["--seed", "1"] if name != "seed" else []), *options)
+        assert (printed.exit_code == 0) == table, (name, text, printed.output)
         if not table:
-            assert cli_result.exit_code == 2 and len(cli_result.stderr.splitlines()) == 1
+            assert printed.exit_code == 2 and len(printed.stderr.splitlines()) == 1
 
 
 @pytest.mark.slow
@@ -228,8 +225,7 @@ def test_the_page_samples_with_its_controls_and_refuses_every_bad_setting_as_the
     # A repeated setting takes its last value, as a repeated option does.
     (state, _), = browser_texts(page, ["prime=ROMEO:&length=20&length=ten&autorun=1"], tmp_path / "twice")
     assert state == "error"
-    assert CliRunner().invoke(cli, ["sample", str(tiny_checkpoint), "--length", "20", "--length", "ten"]
-                              ).exit_code == 2
+    assert run_cli("sample", tiny_checkpoint, "--length", "20", "--length", "ten").exit_code == 2
     # Seeds that differ by a multiple of 2**32 are one seed to torch's generator, and so to the page.
     seeds = (1, 2**53 + 1, 2)
     seeded = browser_texts(page, [f"prime=ROMEO:&length=30&seed={seed}&autorun=1" for seed in seeds],

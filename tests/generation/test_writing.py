@@ -8,13 +8,11 @@ import time
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 import charrnn
-from charrnn.cli.main import cli
 from charrnn.errors import CharrnnError
 
-from helpers import INSTALLED, needs_installed, repeated_runs
+from helpers import INSTALLED, needs_installed, repeated_runs, run_cli
 
 TMUX = shutil.which("tmux")
 
@@ -73,7 +71,7 @@ def test_the_model_writes_under_the_no_repeat_rule_and_an_undo_takes_its_runs_ba
     (["--interactive", "--top", "12"], 2, "from 1 to 9 (one digit picks each guess)"),
 ])
 def test_interactive_refusals_are_one_line(tiny_checkpoint, arguments, code, fragment):
-    result = CliRunner().invoke(cli, ["sample", str(tiny_checkpoint), *arguments])
+    result = run_cli("sample", tiny_checkpoint, *arguments)
     assert result.exit_code == code, result.output
     assert len(result.stderr.splitlines()) == 1 and fragment in result.stderr
 

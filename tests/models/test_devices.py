@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+import charrnn
 from charrnn.config import ModelConfig
 from charrnn.errors import CharrnnError
 from charrnn.models import devices
@@ -66,8 +67,6 @@ def test_a_step_whose_activations_cannot_fit_names_batch_and_sequence_else_the_m
 
 
 def test_the_api_names_the_options_to_lower_before_writing(tmp_path, monkeypatch, small_corpus):
-    import charrnn
-
     monkeypatch.setattr("charrnn.models.devices.available_host_memory", lambda: 64 << 20)
     with pytest.raises(CharrnnError, match="Lower batch_size or seq_len"):
         charrnn.train(small_corpus, out_dir=tmp_path / "run", batch_size=1024, seq_len=512, max_steps=1,

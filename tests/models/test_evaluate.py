@@ -3,7 +3,9 @@ import math
 import pytest
 import torch
 
+import charrnn
 from charrnn.config import EVAL_SLICE, EVAL_WARMUP, ModelConfig
+from charrnn.data.corpus import checkpoint_validation_ids
 from charrnn.errors import CharrnnError
 from charrnn.models import evaluate as evaluation
 from charrnn.models.evaluate import (
@@ -125,9 +127,6 @@ def test_it_restores_training_mode_and_needs_two_characters(toy_model):
                                   {"skip_connections": True}])
 def test_on_a_trained_model_many_streams_land_within_the_bound_of_one(data_mirror, tmp_path, kind):
     """The documented bound: on tiny Shakespeare's validation split, many streams land within 1e-4 of one."""
-    import charrnn
-    from charrnn.data.corpus import checkpoint_validation_ids
-
     shakespeare = charrnn.get_dataset(data_dir=tmp_path / "data").path
     charrnn.train(shakespeare, out_dir=tmp_path / "run", max_steps=150, hidden_size=64, batch_size=32,
                   seq_len=64, learning_rate=5e-3, eval_chars=30_000, **kind)

@@ -3,7 +3,7 @@ import torch
 
 from charrnn.config import ModelConfig
 from charrnn.errors import CharrnnError
-from charrnn.models.model import CharRNN
+from charrnn.models.model import CharRNN, spectral_radius
 
 from helpers import CELLS
 
@@ -74,8 +74,6 @@ def test_effective_forget_bias_and_with_layer_norm_its_shift(forget_bias):
 @pytest.mark.parametrize("cell", ["lstm", "gru", "rnn", "esn"])
 @pytest.mark.parametrize(("radius", "density"), [(2.5, 1.0), (0.9, 0.3)])
 def test_esn_init_has_the_requested_spectral_radius(cell, radius, density):
-    from charrnn.models.model import spectral_radius
-
     torch.manual_seed(0)
     init = "pytorch" if cell == "esn" else "esn"  # --model esn always draws its reservoir this way
     model = CharRNN(ModelConfig(vocab_size=5, cell=cell, num_layers=2, hidden_size=40, embed_size=3,

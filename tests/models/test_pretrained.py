@@ -12,17 +12,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 import charrnn
-from charrnn.cli.main import cli as main
 from charrnn.data.corpus import CACHE_DIR_ENV
 from charrnn.data.datasets import DATA_DIR_ENV, DATASETS, DEFAULT_DATASET, fetch
 from charrnn.errors import CharrnnError
+from charrnn.models import pretrained
 from charrnn.models.pretrained import SHIPPED_MODELS, resolve_shipped, run_name, shipped_path
 from charrnn.training.checkpoint import FOLDER_FILES, checkpoint_in, load_checkpoint
 
-from helpers import INSTALLED, needs_installed
+from helpers import INSTALLED, needs_installed, run_cli
 
 SHIPPED = shipped_path("shakespeare")
 MOST_BYTES = 2_000_000  # the folder's budget in the repository and the wheel
@@ -85,14 +84,14 @@ def test_a_users_own_file_directory_or_link_named_shakespeare_comes_first_and_sa
     with pytest.raises(CharrnnError, match="^shakespeare is a directory without a last.pt; give a checkpoint "
                                            "file or a run directory that holds one$"):
         charrnn.train(elsewhere / "notes.txt", resume="shakespeare")  # the shipped model is not resumable
-    result = CliRunner().invoke(main, ["sample", "shakespeare", "--length", "5"])
+    result = run_cli("sample", "shakespeare", "--length", "5")
     assert result.exit_code == 1 and result.output.count("\n") == 1
     assert "hides charrnn's own model" in result.output
     (elsewhere / "shakespeare").rmdir()
     os.symlink(elsewhere / "gone.pt", elsewhere / "shakespeare")
     with pytest.raises(CharrnnError, match="a link to .*gone.pt, which leads to no file" + HIDDEN):
         charrnn.compare(["shakespeare"])
-    result = CliRunner().invoke(main, ["info", "shakespeare"])
+    result = run_cli("info", "shakespeare")
     assert result.exit_code == 1 and "is a link to" in result.stderr and "gone.pt" in result.stderr
     with pytest.raises(CharrnnError, match="which leads to no file$"):
         charrnn.load(elsewhere / "shakespeare")  # a path from the root is only what it is
@@ -109,14 +108,13 @@ def test_every_reader_accepts_the_name_and_its_help_says_what_it_means_and_what_
     text = model.sample("ROMEO:", length=80, seed=1).texts[0]
     assert text.startswith("ROMEO:") and len(text) == len("ROMEO:") + 80
     assert charrnn.info("shakespeare").checkpoint == SHIPPED
-    runner = CliRunner()
     for args in (["sample", "shakespeare", "--prime", "ROMEO:", "--length", "40", "--seed", "1"],
                  ["info", "shakespeare"],
                  ["eval-perplexity", "shakespeare", "verse.txt"],
                  ["compare", "shakespeare", "--length", "20", "--seed", "1", "--text", "verse.txt"],
                  ["inspect", "shakespeare", "verse.txt", "--surprisal"],
                  ["export", "shakespeare", "--output", str(elsewhere / "page.html")]):
-        result = runner.invoke(main, args)
+        result = run_cli(*args)
         assert result.exit_code == 0, (args, result.output)
     assert "shakespeare" in (elsewhere / "page.html").read_text(encoding="utf-8")
     sonnet = "Shall I compare thee to a summer's day?\nThou art more lovely and more temperate.\n"
@@ -126,11 +124,11 @@ def test_every_reader_accepts_the_name_and_its_help_says_what_it_means_and_what_
     payload = load_checkpoint(result.out_dir / "last.pt")
     assert payload["model_config"]["hidden_size"] == load_checkpoint(SHIPPED)["model_config"]["hidden_size"]
     for command in ("sample", "compare", "eval-perplexity", "info", "inspect", "export"):
-        text = " ".join(CliRunner().invoke(main, [command, "--help"]).output.split())
+        text = " ".join(run_cli(command, "--help").output.split())
         assert "shakespeare: the model that comes with charrnn" in text, command
         assert "named shakespeare in the current directory comes first" in text, command
-    assert "shakespeare names the model that comes with charrnn" in " ".join(
-        CliRunner().invoke(main, ["train", "--help"]).output.split())
+    train_help = " ".join(run_cli("train", "--help").output.split())
+    assert "shakespeare names the model that comes with charrnn" in train_help
 
 
 @pytest.mark.slow
@@ -147,8 +145,6 @@ def test_the_installed_command_samples_the_shipped_model_in_a_bare_directory(els
 @pytest.fixture
 def package_copy(tmp_path, monkeypatch) -> Path:
     """The shipped models' folder, copied: a test of the guards never risks the real model."""
-    from charrnn.models import pretrained
-
     folder = tmp_path / "package" / "weights"
     folder.mkdir(parents=True)
     shutil.copytree(SHIPPED, folder / SHIPPED.name)
@@ -182,7 +178,7 @@ def test_no_output_may_replace_the_shipped_model_whatever_is_read(package_copy, 
     before = contents(package_copy.parent)
     args = [part.format(reads=reads, file=weights, link=link, folder=package_copy.parent, model=package_copy)
             .format(own=tiny_checkpoint) for part in command]
-    result = CliRunner().invoke(main, args)
+    result = run_cli(*args)
     assert result.exit_code == 2, result.output
     assert "the model that comes with charrnn, which is never written" in result.stderr, result.output
     assert contents(package_copy.parent) == before
@@ -196,21 +192,20 @@ def test_no_plot_run_corpus_cache_or_download_lands_in_the_shipped_models_folder
     with pytest.raises(CharrnnError, match="never written"):
         charrnn.plot([tiny_run], link)
     for extra in ([], ["--init-from", "shakespeare", "--extend-vocab"]):
-        result = CliRunner().invoke(main, ["train", str(small_corpus), "--max-steps", "2", "--out",
-                                           str(package_copy.parent), *extra])
+        result = run_cli("train", small_corpus, "--max-steps", "2", "--out", package_copy.parent, *extra)
         assert result.exit_code == 2 and "never written" in result.stderr, result.output
     assert contents(package_copy.parent) == before
     # Naming the folder as the cache (CHARRNN_CACHE_DIR) or the data directory (--data-dir, CHARRNN_DATA_DIR)
     # is refused before anything is written there.
     folder = package_copy.parent
     monkeypatch.setenv(CACHE_DIR_ENV, str(folder))
-    result = CliRunner().invoke(main, ["train", str(small_corpus), "--max-steps", "1", "--out", "run"])
+    result = run_cli("train", small_corpus, "--max-steps", "1", "--out", "run")
     assert result.exit_code == 1 and f"{CACHE_DIR_ENV} {folder} is in the folder" in result.stderr
     monkeypatch.delenv(CACHE_DIR_ENV)
-    result = CliRunner().invoke(main, ["data", "get", "tinyshakespeare", "--data-dir", str(folder)])
+    result = run_cli("data", "get", "tinyshakespeare", "--data-dir", folder)
     assert result.exit_code == 2 and f"--data-dir {folder} is in the folder" in result.stderr
     monkeypatch.setenv(DATA_DIR_ENV, str(package_copy.parent / "data"))
-    result = CliRunner().invoke(main, ["data", "get", "tinyshakespeare"])
+    result = run_cli("data", "get", "tinyshakespeare")
     assert result.exit_code == 1 and f"{DATA_DIR_ENV} {package_copy.parent / 'data'}" in result.stderr
     assert sorted(package_copy.parent.iterdir()) == [package_copy]
     assert sorted(path.name for path in package_copy.iterdir()) == sorted(FOLDER_FILES)
@@ -224,17 +219,17 @@ def data_dir(elsewhere, monkeypatch) -> Path:
 
 def test_its_own_split_is_read_from_the_data_directory_whose_copy_no_output_replaces_and_it_never_resumes(
         data_dir):
-    result = CliRunner().invoke(main, ["train", "--resume", "shakespeare", "--max-steps", "2"])
+    result = run_cli("train", "--resume", "shakespeare", "--max-steps", "2")
     assert result.exit_code == 1
     assert result.stderr.strip().endswith("cannot be resumed; fine-tune it with --init-from shakespeare")
-    missing = CliRunner().invoke(main, ["eval-perplexity", "shakespeare"])
+    missing = run_cli("eval-perplexity", "shakespeare")
     assert missing.exit_code == 1
     assert "`charrnn data get tinyshakespeare` fetches it" in missing.stderr and "data" in missing.stderr
     assert "missing" in charrnn.info("shakespeare").facts["corpus"]["status"]
     copy = data_dir / "tinyshakespeare" / "input.txt"
     copy.parent.mkdir(parents=True)
     copy.write_text("First Citizen:\n", encoding="utf-8")
-    result = CliRunner().invoke(main, ["compare", "shakespeare", "--length", "5", "--markdown", str(copy)])
+    result = run_cli("compare", "shakespeare", "--length", "5", "--markdown", copy)
     assert result.exit_code == 2 and "writing it would destroy what is read" in result.stderr
     assert copy.read_text(encoding="utf-8") == "First Citizen:\n"
 
@@ -242,7 +237,7 @@ def test_its_own_split_is_read_from_the_data_directory_whose_copy_no_output_repl
 @pytest.mark.slow
 def test_with_the_dataset_fetched_it_scores_its_own_split_as_recorded(data_mirror, data_dir):
     fetch(DEFAULT_DATASET, data_dir)
-    result = CliRunner().invoke(main, ["eval-perplexity", "shakespeare", "--json"])
+    result = run_cli("eval-perplexity", "shakespeare", "--json")
     assert result.exit_code == 0, result.output
     scored, best = json.loads(result.stdout), load_checkpoint(SHIPPED)["best"]
     assert abs(scored["nats_per_char"] - best["nats_per_char"]) < 1e-4 and scored["chars"] == best["chars"]

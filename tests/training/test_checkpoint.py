@@ -12,10 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 import charrnn
-from charrnn.cli.main import cli
 from charrnn.config import ModelConfig
 from charrnn.errors import CharrnnError
 from charrnn.models.model import state_shapes
@@ -32,7 +30,7 @@ from charrnn.training.checkpoint import (
     save_checkpoint,
 )
 
-from helpers import KINDS, random_model
+from helpers import KINDS, random_model, run_cli
 from helpers import VOCAB as KINDS_VOCAB
 
 
@@ -162,13 +160,11 @@ def test_a_folder_samples_and_scores_as_its_checkpoint(tiny_checkpoint, folder):
 
 
 def test_the_command_line_reads_a_folder_as_it_reads_a_checkpoint(tiny_checkpoint, folder):
-    runner = CliRunner()
     text = tiny_checkpoint.parent / "text.txt"
     text.write_text("ROMEO: I love thee.\n" * 4, encoding="utf-8")
     for command in (["sample", "{}", "--prime", "RO", "--length", "60", "--greedy"],
                     ["eval-perplexity", "{}", str(text), "--json"]):
-        outputs = [runner.invoke(cli, [part.format(path) for part in command]) for path in
-                   (tiny_checkpoint, folder)]
+        outputs = [run_cli(*(part.format(path) for part in command)) for path in (tiny_checkpoint, folder)]
         assert [result.exit_code for result in outputs] == [0, 0], outputs[1].output
         if "--json" in command:
             scores = [json.loads(result.stdout)["nats_per_char"] for result in outputs]
@@ -186,7 +182,7 @@ def test_a_folder_fine_tunes_but_is_never_resumed(folder, small_corpus, tmp_path
     cut = shutil.copytree(folder, tmp_path / "cut")
     (cut / WEIGHTS).write_bytes((cut / WEIGHTS).read_bytes()[:100])  # refused before the weights are read
     for given in (folder, cut):
-        result = CliRunner().invoke(cli, ["train", "--resume", str(given), "--max-steps", "5"])
+        result = run_cli("train", "--resume", given, "--max-steps", "5")
         assert result.exit_code == 1 and result.stderr.strip().endswith(
             f"is a model folder: it holds weights only, so it cannot be resumed; fine-tune it with "
             f"--init-from {given}")
@@ -216,8 +212,7 @@ def test_an_export_replaces_only_a_folder_it_wrote(tiny_checkpoint, folder, tmp_
                              (tiny_checkpoint.parent / "metrics.jsonl", "is a file"),
                              (tiny_checkpoint.parent, "holds"),
                              (tmp_path / "no" / "such", "there is no directory")):
-        result = CliRunner().invoke(cli, ["export", str(tiny_checkpoint), "--format", "safetensors",
-                                          "--output", str(target)])
+        result = run_cli("export", tiny_checkpoint, "--format", "safetensors", "--output", target)
         assert result.exit_code != 0 and len(result.stderr.splitlines()) == 1, result.output
         assert fragment in result.stderr, result.stderr
     assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
@@ -380,7 +375,7 @@ def test_a_damaged_folder_is_refused_in_one_line_naming_the_file(folder, damage)
     apply, file, fragment = DAMAGE[damage]
     apply(folder)
     for command in (["sample", str(folder), "--length", "5"], ["info", str(folder)]):
-        result = CliRunner().invoke(cli, command)
+        result = run_cli(*command)
         assert result.exit_code == 1 and len(result.stderr.splitlines()) == 1, result.output
         assert f"{folder}/{file}" in result.stderr and fragment in result.stderr, result.stderr
 
@@ -407,7 +402,7 @@ def test_the_numpy_reader_in_the_docs_writes_charrnns_greedy_text(kind, tmp_path
                                  "model_state": model.state_dict()})
     folder = charrnn.export(checkpoint, tmp_path / "folder", format="safetensors").path
     prime = "ab 🙂c"
-    result = CliRunner().invoke(cli, ["sample", str(folder), "--prime", prime, "--length", "150", "--greedy"])
+    result = run_cli("sample", folder, "--prime", prime, "--length", "150", "--greedy")
     assert result.exit_code == 0, result.output
     greedy = numpy_reader()(folder).greedy(prime, 150)
     assert greedy == charrnn.sample(folder, prime, 150, greedy=True).text
@@ -435,7 +430,7 @@ def test_a_folder_scores_its_own_weights_and_keeps_an_infinite_perplexity(tiny_r
     assert "charrnn eval-perplexity unscored" in card and str(tmp_path) not in card
     assert charrnn.info(unscored).facts["score"] is None and charrnn.info(later).facts["score"] is None
     assert charrnn.info(scored).facts["score"]["nats_per_char"] == last["latest_eval"]["nats_per_char"]
-    assert "not scored as saved" in CliRunner().invoke(cli, ["info", str(unscored)]).stdout
+    assert "not scored as saved" in run_cli("info", unscored).stdout
     again = charrnn.export(unscored, tmp_path / "again", format="safetensors").path  # still unscored
     assert "These weights were not scored" in (again / "README.md").read_text(encoding="utf-8")
     payload = load_checkpoint(tiny_run / "best.pt")
@@ -452,15 +447,14 @@ def test_a_folder_scores_its_own_weights_and_keeps_an_infinite_perplexity(tiny_r
 def test_no_run_or_output_lands_in_or_inside_a_model_folder(folder, small_corpus, tmp_path):
     before = {path.name: path.read_bytes() for path in folder.iterdir()}
     for extra in ([], ["--overwrite"], ["--init-from", str(folder)]):
-        arguments = ["train", str(small_corpus), "--out", str(folder), "--max-steps", "1", *extra]
-        result = CliRunner().invoke(cli, arguments)
+        result = run_cli("train", small_corpus, "--out", folder, "--max-steps", "1", *extra)
         assert result.exit_code != 0 and len(result.stderr.splitlines()) == 1, result.output
         assert "model folder" in result.stderr, result.stderr
     for arguments in (["sample", str(folder), "--length", "5", "--output", str(folder / "notes.txt")],
                       ["export", str(folder), "--output", str(folder / "page.html")],
                       ["export", str(folder), "--format", "safetensors", "--output", str(folder / "inner")],
                       ["train", str(small_corpus), "--max-steps", "1", "--out", str(folder / "run")]):
-        result = CliRunner().invoke(cli, arguments)
+        result = run_cli(*arguments)
         assert result.exit_code == 2 and "is inside the model folder" in result.stderr, result.output
     assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
 

@@ -17,10 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 import charrnn
-from charrnn.cli.main import cli
 from charrnn.errors import CharrnnError, OptionConflict, TrainingInterrupted
 from charrnn.training.checkpoint import load_checkpoint
 from charrnn.training.observer import TrainObserver
@@ -35,7 +33,7 @@ from charrnn.training.rundir import (
 from charrnn.utils.files import TEMPORARY_PREFIX
 from charrnn.utils.interrupt import GracefulStop
 
-from helpers import INSTALLED, needs_installed, plan_run, read_jsonl, run_installed
+from helpers import INSTALLED, needs_installed, plan_run, read_jsonl, run_cli, run_installed
 
 
 class StopAt(GracefulStop):
@@ -285,7 +283,7 @@ def test_overwrite_retires_the_whole_older_run_before_the_new_one_writes(small_c
     assert last["run_id"] == third_id != new_id
     logged = [row["step"] for row in read_jsonl(out / "losses.jsonl")]
     assert logged == list(range(1, last["step"] + 1))  # this run's losses alone
-    refused = CliRunner().invoke(cli, ["sample", str(out)])  # no best.pt yet: the message names what is there
+    refused = run_cli("sample", out)  # no best.pt yet: the message names what is there
     assert refused.exit_code == 1 and f"such as {out / 'last.pt'}" in refused.stderr
 
 
@@ -533,13 +531,11 @@ def test_resuming_an_older_state_in_place_is_refused_and_says_how_to_branch(run_
     assert resume_in_place(run_with_an_older_state / "last.pt", max_steps=30).run().steps == 30  # the newest
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncate"])
+@pytest.mark.parametrize("damage", [lambda last: last.write_bytes(b"not a checkpoint"),
+                                    lambda last: os.truncate(last, last.stat().st_size // 2)],
+                         ids=["garbage", "truncate"])
 def test_a_damaged_checkpoint_never_means_nothing_newer(run_with_an_older_state, damage):
-    last = run_with_an_older_state / "last.pt"
-    if damage == "garbage":
-        last.write_bytes(b"not a checkpoint")
-    else:
-        os.truncate(last, last.stat().st_size // 2)
+    damage(run_with_an_older_state / "last.pt")
     with pytest.raises(CharrnnError, match="cannot tell whether .*last.pt holds newer results"):
         resume_in_place(run_with_an_older_state / "best.pt", max_steps=30)
 

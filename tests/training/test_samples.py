@@ -12,15 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 import charrnn
 from charrnn.api import Evolution
-from charrnn.cli.main import cli
 from charrnn.errors import CharrnnError, OptionConflict
 from charrnn.training.rundir import LOCK_NAME, SAMPLES_NAME, RunDirectory, SampleRecord, read_samples
 
-from helpers import plan_run
+from helpers import plan_run, run_cli
 
 SAMPLING = {"sample_every": 4, "sample_length": 30, "eval_every": 100, "save_every": 8}
 
@@ -132,14 +130,13 @@ def test_the_evolution_is_the_recorded_samples(sampled_run):
 
 
 def test_compare_evolution_as_a_table_json_and_markdown(sampled_run, tmp_path):
-    runner = CliRunner()
-    table = runner.invoke(cli, ["compare", str(sampled_run), "--evolution"])
+    table = run_cli("compare", sampled_run, "--evolution")
     assert table.exit_code == 0, table.output
     assert "samples while training" in table.stdout and "val nats/char" in table.stdout
-    as_json = runner.invoke(cli, ["compare", str(sampled_run), "--evolution", "--json"])
+    as_json = run_cli("compare", sampled_run, "--evolution", "--json")
     assert [row["step"] for row in json.loads(as_json.stdout)[0]["samples"]] == [4, 8, 10]
     report = tmp_path / "evolution.md"
-    written = runner.invoke(cli, ["compare", str(sampled_run), "--evolution", "--markdown", str(report)])
+    written = run_cli("compare", sampled_run, "--evolution", "--markdown", report)
     assert written.exit_code == 0 and report.read_text().startswith("# Samples while training")
 
 
@@ -148,22 +145,20 @@ def test_compare_evolution_as_a_table_json_and_markdown(sampled_run, tmp_path):
     (["--markdown", "{run}/samples.jsonl"], "would destroy what is read"),
 ])
 def test_compare_evolution_refusals_are_one_line(sampled_run, arguments, fragment):
-    result = CliRunner().invoke(cli, ["compare", str(sampled_run), "--evolution",
-                                      *[argument.format(run=sampled_run) for argument in arguments]])
+    result = run_cli("compare", sampled_run, "--evolution", *(a.format(run=sampled_run) for a in arguments))
     assert result.exit_code == 2, result.output
     assert len(result.stderr.splitlines()) == 1 and fragment in result.stderr
 
 
 def test_a_run_without_samples_says_how_to_record_them(tmp_path, small_corpus):
     plan_run(small_corpus, tmp_path / "run", max_steps=2).run()
-    result = CliRunner().invoke(cli, ["compare", str(tmp_path / "run"), "--evolution"])
+    result = run_cli("compare", tmp_path / "run", "--evolution")
     assert result.exit_code == 1 and "charrnn train --sample-every N" in result.stderr
 
 
 def test_train_shows_each_sample_on_one_line(small_corpus, tmp_path):
-    result = CliRunner().invoke(cli, ["train", str(small_corpus), "--out", str(tmp_path / "run"), "--hidden",
-                                      "16", "--layers", "1", "--max-steps", "4", "--sample-every", "2",
-                                      "--sample-length", "40"])
+    result = run_cli("train", small_corpus, "--out", tmp_path / "run", "--hidden", "16", "--layers", "1",
+                     "--max-steps", "4", "--sample-every", "2", "--sample-length", "40")
     assert result.exit_code == 0, result.output
     lines = [line for line in result.stderr.splitlines() if line.startswith("sample @ step")]
     assert [line.split(":")[0] for line in lines] == ["sample @ step 2", "sample @ step 4"]
@@ -204,9 +199,8 @@ def test_a_stop_during_a_long_recorded_sample_is_honoured_within_moments(small_c
 
 
 def test_a_recorded_sample_too_long_for_memory_is_refused_before_training(small_corpus, tmp_path):
-    refused = CliRunner().invoke(cli, ["train", str(small_corpus), "--out", str(tmp_path / "run"), "--hidden",
-                                       "16", "--max-steps", "10", "--sample-every", "5", "--sample-length",
-                                       "100000000000"])
+    refused = run_cli("train", small_corpus, "--out", tmp_path / "run", "--hidden", "16", "--max-steps", "10",
+                      "--sample-every", "5", "--sample-length", "100000000000")
     assert refused.exit_code == 1 and refused.stderr.strip().endswith("Lower --sample-length")
     assert "generating a text of 100,000,000,000 characters needs about" in refused.stderr
     assert not (tmp_path / "run").exists()

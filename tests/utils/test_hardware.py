@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from charrnn.utils import hardware as threads_module
 from charrnn.utils.hardware import (
     CPU_BF16_ENV,
     NATIVE_BF16_FLAGS,
+    LoadWatch,
     busy_cores,
     check_threads,
     choose_threads,
@@ -155,10 +157,6 @@ def test_more_threads_than_cores_are_taken_and_said_and_one_core_is_named_in_the
 
 def test_the_load_watch_counts_the_cores_other_programs_kept_busy(auto):
     """2 cores, 10 s, 1,500 of 2,000 ticks busy, 500 ours: others kept 1 busy; a user's count is given."""
-    import os
-
-    from charrnn.utils.hardware import LoadWatch
-
     hertz = os.sysconf("SC_CLK_TCK")
     stats = iter([f"cpu0 0 0 0 {10 * hertz} 0\ncpu1 0 0 0 {10 * hertz} 0\n",
                   f"cpu0 {10 * hertz} 0 0 {10 * hertz} 0\ncpu1 {5 * hertz} 0 0 {15 * hertz} 0\n"])

@@ -7,14 +7,12 @@ import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
 
 import charrnn
 from charrnn.cli.interactive import CLEAR, screen
-from charrnn.cli.main import cli
 from charrnn.utils.terminal import html_text, is_hidden, one_line, shown, shown_parts, visible_char
 
-from helpers import plan_run
+from helpers import plan_run, run_cli
 
 # An escape sequence that clears the screen, one that sets the window title (OSC ... BEL), a lone CSI
 # (C1), a right-to-left override, a zero-width space and a line separator.
@@ -57,14 +55,13 @@ def assert_no_raw_hidden(text: str) -> None:
 
 def test_tables_and_views_show_hidden_characters_as_escapes(hostile_run):
     run = hostile_run / "run"
-    runner = CliRunner()
     text = str(hostile_run / "hostile.txt")
     views = [["compare", str(run / "best.pt"), str(run / "last.pt"), "--length", "200", "--seed", "3"],
              ["compare", str(run), "--evolution"],
              ["inspect", str(run / "best.pt"), text, "--surprisal", "--max-chars", "300"],
              ["inspect", str(run / "best.pt"), text, "--max-chars", "300", "--unit", "0"]]
     for arguments in views:
-        result = runner.invoke(cli, arguments)
+        result = run_cli(*arguments)
         assert result.exit_code == 0, result.output
         assert_no_raw_hidden(result.stdout)
         assert "\\x1b" in result.stdout, arguments
@@ -77,14 +74,13 @@ def test_the_product_stays_exact_and_its_views_do_not(hostile_run, tmp_path):
                               "\x1b]0;", "--length", "300", "--seed", "1"], capture_output=True, text=True,
                              check=True)
     assert product.stdout.startswith("\x1b]0;")  # sample writes the text itself
-    as_json = CliRunner().invoke(cli, ["compare", str(run), "--evolution", "--json"])
+    as_json = run_cli("compare", run, "--evolution", "--json")
     assert json.loads(as_json.stdout)[0]["samples"][0]["prime"] == "\x1b]0;"
     markdown = tmp_path / "evolution.md"
-    CliRunner().invoke(cli, ["compare", str(run), "--evolution", "--markdown", str(markdown)])
+    run_cli("compare", run, "--evolution", "--markdown", markdown)
     assert_no_raw_hidden(markdown.read_text(encoding="utf-8"))
     page, text = tmp_path / "surprisal.html", str(hostile_run / "hostile.txt")
-    shaded = CliRunner().invoke(cli, ["inspect", str(run / "best.pt"), text,
-                                      "--surprisal", "--max-chars", "200", "--html", str(page)])
+    shaded = run_cli("inspect", run / "best.pt", text, "--surprisal", "--max-chars", "200", "--html", page)
     assert shaded.exit_code == 0, shaded.output
     written = page.read_text(encoding="utf-8")
     assert "\r" not in written and '<span class="hidden">\\r</span>' in written
@@ -115,7 +111,7 @@ def test_the_interactive_screen_and_a_run_named_with_markup_show_what_was_writte
     assert "\\x1b]0;pwned\\x07\\r▌" in own_codes
     odd = tmp_path / "run [bold]x[/bold] \x1b]0;t\x07"
     shutil.copytree(hostile_run / "run", odd)
-    result = CliRunner().invoke(cli, ["compare", str(odd), "--evolution"])
+    result = run_cli("compare", odd, "--evolution")
     assert result.exit_code == 0, result.output
     assert "[bold]x[/bold]" in result.stdout and "\\x1b]0;t\\x07" in result.stdout
     assert_no_raw_hidden(result.stdout)
