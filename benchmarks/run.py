@@ -12,6 +12,7 @@ benchmarks/results.json.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import re
@@ -47,6 +48,9 @@ from charrnn.training.state import TrainingRun
 from charrnn.utils.hardware import cpu_has_native_bf16, processor_name
 
 RESULTS = Path(__file__).with_name("results.json")
+# This processor as an AVX2 CPU without bfloat16 (the Makefile's second test pass sets the same).
+AS_AVX2 = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
+           "CHARRNN_CPU_BF16": "0"}
 # The size of tiny Shakespeare's vocabulary (65 symbols).
 VOCAB = Vocab.from_text("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz .,;:!?'\n-&$3")
 
@@ -333,6 +337,40 @@ def budget_share(quick: bool, workdir: Path) -> list[Result]:
             f"({run['best']['nats_per_char']:.4f} nats/char, {run['epoch']:.1f} passes"
             f"{', ends early and says why' if said else ''})", "share", share, 1.0, share,
             "≥ 0.9 or says why", share >= 0.9 or said))
+    return results
+
+
+# A longer budget never scores worse: tiny Shakespeare at each of these budgets, side by side.
+LADDER_SECONDS = (100, 300, 600, 3600)
+LADDER_LOGS = Path(__file__).with_name("budget_ladder")  # each run's --json and its stderr, kept
+
+
+def budget_ladder(quick: bool, workdir: Path) -> list[Result]:
+    """``charrnn train --time-budget S --json`` for each of :data:`LADDER_SECONDS` (``CHARRNN_LADDER_MOST``
+    stops short of the longer ones): each best.pt's score, against the shorter budget's before it (≤ 1)."""
+    corpus, skipped = full_run_corpus(quick, workdir, "a longer budget never scores worse")
+    if corpus is None:
+        return skipped
+    most = float(os.environ.get("CHARRNN_LADDER_MOST", math.inf))
+    mode = "avx2" if os.environ.get("ATEN_CPU_CAPABILITY") == "avx2" else "native"
+    LADDER_LOGS.mkdir(exist_ok=True)
+    results, shorter = [], None
+    for seconds in (s for s in LADDER_SECONDS if s <= most):
+        done = subprocess.run([sys.executable, "-m", "charrnn", "train", str(corpus), "--json", "--overwrite",
+                               "--time-budget", str(seconds), "--out", str(workdir / f"ladder-{seconds}")],
+                              check=True, capture_output=True, text=True)
+        log = LADDER_LOGS / f"{mode}-{seconds}"
+        log.with_suffix(".json").write_text(done.stdout)
+        log.with_suffix(".log").write_text(done.stderr)
+        run = json.loads(done.stdout)
+        score, choice = run["best"]["nats_per_char"], run["budget"]["candidates"][run["budget"]["choice"]]
+        hidden, epochs, trained_s = choice["settings"]["hidden_size"], run["epoch"], run["trained_s"]
+        shape = f"2×{hidden}, {epochs:.1f} passes, trained to {trained_s:.0f} s"
+        reference = shorter[1] if shorter else score
+        results.append(Result(
+            f"train --time-budget {seconds} ({mode}; {shape}) against {shorter[0] if shorter else seconds} s",
+            "nats/char", score, reference, score / reference, "≤ 1", score <= reference))
+        shorter = (seconds, score)
     return results
 
 
@@ -856,8 +894,10 @@ def command_start_up(quick: bool) -> list[Result]:
 
 
 def machine() -> dict[str, str]:
-    return {"cpu": processor_name(), "cores": str(os.cpu_count()), "threads": str(torch.get_num_threads()),
-            "torch": torch.__version__, "python": platform.python_version()}
+    emulated = " (as an AVX2 CPU without bf16)" if os.environ.get("ATEN_CPU_CAPABILITY") == "avx2" else ""
+    return {"cpu": processor_name() + emulated, "cores": str(os.cpu_count()),
+            "threads": str(torch.get_num_threads()), "torch": torch.__version__,
+            "python": platform.python_version()}
 
 
 def render(results: list[Result], title: str) -> Table:
@@ -875,14 +915,17 @@ def render(results: list[Result], title: str) -> Table:
 @click.command()
 @click.option("--quick", is_flag=True, help="Small sizes and fewer repeats: under a minute.")
 @click.option("--only", multiple=True, help="Run only the benchmarks whose function name contains this.")
-def main(quick: bool, only: tuple[str, ...]) -> None:
+@click.option("--as-avx2", is_flag=True, help="Run as an AVX2 CPU without bfloat16, as most laptops are.")
+def main(quick: bool, only: tuple[str, ...], as_avx2: bool) -> None:
     """Run every benchmark, print the table and write benchmarks/results.json."""
+    if as_avx2 and os.environ.get("ATEN_CPU_CAPABILITY") != "avx2":  # read once, as torch loads: start again
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AS_AVX2})
     console = Console(width=max(Console().width, 150))
     in_process = [command_start_up, training_throughput, precision_throughput, sampling_while_training,
                   sampling_speed, beam_cost,
                   evaluation_cost, layer_norm_training_cost, regularisation_training_cost, busy_core]
     on_disk = [preprocessing_speed, corpus_memory, larger_than_memory, quality_per_minute, budget_promise,
-               evaluation_share, budget_end_reserve, budget_share, headline]
+               evaluation_share, budget_end_reserve, budget_share, headline, budget_ladder]
     results: list[Result] = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="charrnn-bench-") as directory:

@@ -282,11 +282,13 @@ def budget_line(budget: Any, other_text: bool = False) -> str:
     others = [c for c in budget.candidates if c is not choice and c.predicted_loss is not None
               and c.pays_for_its_end]
     runner_up = ""
-    if others:
-        second = min(others, key=lambda c: c.predicted_loss)
+    if others:  # a plan that ends early names the best that would not: the time it leaves is no oversight
+        second = budget.longer_plan() or min(others, key=lambda c: c.predicted_loss)
         gap = second.predicted_loss - choice.predicted_loss
         tie = ", within the rule's error" if abs(gap) < budget.tie_error else ""
-        runner_up = f"; runner-up {second.describe()} predicts {second.predicted_loss:.3f} ({gap:+.3f}{tie})"
+        named = (f"the best that trains to the end, {second.describe()}," if budget.longer_plan()
+                 else f"runner-up {second.describe()}")
+        runner_up = f"; {named} predicts {second.predicted_loss:.3f} ({gap:+.3f}{tie})"
     scale = " on tiny Shakespeare (the rule's text: this text scores otherwise)" if other_text else ""
     return (f"{head}: {choice.describe()} at {speed}, {choice.epochs:.1f} epochs{limit}{slowed}, predicts "
             f"{choice.predicted_loss:.3f} nats/char{scale}{runner_up}")

@@ -247,20 +247,20 @@ class BudgetDecision:
 
 
 def choose(candidates: tuple[Candidate, ...]) -> Candidate:
-    """The lowest prediction, or the largest measured shape that trains alike and ties with it unless a larger
-    one predicts lower; the fastest when none can train. A tie stopping at its pass limit yields to one that
-    trains to the end; one the user's limit stops before a costlier end is passed over (docs/defaults.md)."""
-    worth = tuple(c for c in candidates if c.pays_for_its_end)
-    lowest = _lowest(worth)
-    if lowest is None:
+    """The lowest prediction, or a measured shape that trains alike and ties with it: the most passes where
+    all make :data:`BUDGET_GUARD_EPOCHS` or more, else the largest unless a larger one predicts lower. A
+    lowest that stops at its pass limit ties only with others that do; one the user's limit stops before a
+    costlier end is passed over; the fastest when none can train (docs/defaults.md)."""
+    best = _lowest(c for c in candidates if c.pays_for_its_end)
+    if best is None:
         return candidates[0]
-    spending = [c for c in worth if c.limit is None and c.predicted_loss is not None
-                and c.predicted_loss - lowest.predicted_loss < SCALING_LAW.rms_error]
-    eligible = spending if lowest.limit is not None and spending else worth
-    best = _lowest(eligible)
+    # A shorter plan that predicts lower wins: its characters, capped by passes, do not hang on a timing.
+    eligible = [c for c in candidates if c.pays_for_its_end and (c.limit is None) == (best.limit is None)]
     tied = [c for c in eligible if c is best or (
         c.measured and c.predicted_loss is not None and _alike(c.settings, best.settings)
         and c.predicted_loss - best.predicted_loss < SCALING_LAW.rms_error)]
+    if best.limit is None and all(c.epochs >= BUDGET_GUARD_EPOCHS for c in tied):  # where runs overfit
+        return max(tied, key=lambda c: (c.epochs, c.parameters))
     undominated = [c for c in tied if not any(
         other.parameters > c.parameters and other.predicted_loss is not None
         and other.predicted_loss < c.predicted_loss for other in eligible)]

@@ -449,7 +449,7 @@ def test_a_budget_that_affords_more_passes_than_the_rule_trusts_trains_the_large
 def candidate(parameters: int, loss: float | None, batch_size: int = 16) -> budget.Candidate:
     return budget.Candidate(settings={"hidden_size": parameters, "batch_size": batch_size}, num_layers=2,
                             parameters=parameters, chars_per_s=1.0, eval_chars_per_s=1.0, measured=True,
-                            estimable=True, training_s=1.0, chars=5.0, epochs=5.0, budget_epochs=5.0,
+                            estimable=True, training_s=1.0, chars=2.0, epochs=2.0, budget_epochs=2.0,
                             predicted_loss=loss)
 
 
@@ -594,25 +594,32 @@ def test_a_faster_machine_plans_beyond_the_old_ladder_to_its_deadline_or_says_wh
     assert long.choice.epochs == pytest.approx(BUDGET_MOST_EPOCHS, abs=0.01)
 
 
-def test_a_close_call_never_decides_how_much_of_the_budget_trains():
-    """A shape within the rule's error that trains to the end beats one stopping at its pass limit."""
+def test_a_plan_ending_at_its_pass_limit_that_predicts_lower_wins_and_names_the_longer_one():
+    """However close, a plan that trains to the end and predicts worse yields to one stopping early."""
     error = SCALING_LAW.rms_error
-    early = dataclasses.replace(candidate(1, 1.45, batch_size=24), limit="epochs")
+    early = dataclasses.replace(candidate(1, 1.45, batch_size=32), limit="epochs")
     spending = candidate(2, 1.45 + error / 2, batch_size=32)
     decision = budget.BudgetDecision(600, "cpu", "fp32", True, {"epochs": 5.0}, (early, spending))
-    assert decision.choice is spending and not decision.ends_early()
-    assert budget.choose((early, dataclasses.replace(spending, predicted_loss=1.45 + error))) is early
-    # Past the rule's error the early end stands, and the plan names the longer plan it weighed.
-    alone = budget.BudgetDecision(600, "cpu", "fp32", True, {"epochs": 5.0},
-                                  (early, dataclasses.replace(spending, predicted_loss=1.50)))
-    assert alone.ends_early() and alone.longer_plan().parameters == 2 and alone.to_dict()["longer_plan"] == 1
-    # Among shapes that train to the end the choice is never none, though one ending early predicts lower.
+    assert decision.choice is early and decision.ends_early() and decision.longer_plan() is spending
+    assert decision.to_dict()["longer_plan"] == 1
+    assert budget.choose((early, dataclasses.replace(spending, predicted_loss=1.45 - error / 2))) is not early
+    # Shapes that all stop at the limit tie as any others do: the larger.
+    assert budget.choose((early, dataclasses.replace(spending, limit="epochs"))).parameters == 2
+    # On a fast machine's ladder, the lowest prediction wins though it ends early.
     shapes = budget._shapes({}, 65)
     speeds = [Speed(rate, 5 * rate) for rate in (86_846, 37_249, 27_546, 15_986)] + [None] * (len(shapes) - 4)
     candidates = predict_candidates(shapes, speeds, Workload(100, 1.0, 1.0, 90_000, 10_000, 50, True))
-    choice = budget.choose(candidates)
-    assert choice.limit is None and choice.predicted_loss is not None
-    assert min(c.predicted_loss for c in candidates if c.limit is not None) < choice.predicted_loss
+    lowest = min((c for c in candidates if c.predicted_loss is not None), key=lambda c: c.predicted_loss)
+    assert lowest.limit is not None and budget.choose(candidates) is lowest
+
+
+def test_of_alike_shapes_that_tie_past_the_overfitting_point_the_one_with_more_passes_wins():
+    """Both past BUDGET_GUARD_EPOCHS passes, where runs start to overfit: passes paid more than width."""
+    error = SCALING_LAW.rms_error
+    wide, narrow = candidate(2, 1.40, batch_size=32), candidate(1, 1.40 + error / 2, batch_size=32)
+    for wide_epochs, chosen in ((BUDGET_GUARD_EPOCHS, narrow), (BUDGET_GUARD_EPOCHS - 0.1, wide)):
+        pair = (dataclasses.replace(narrow, epochs=4.5), dataclasses.replace(wide, epochs=wide_epochs))
+        assert budget.choose(pair).parameters == chosen.parameters
 
 
 def test_the_choice_is_always_one_of_the_candidates_whatever_their_predictions_and_limits():
