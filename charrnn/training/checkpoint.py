@@ -1,9 +1,7 @@
-"""A trained model on disk. A checkpoint is a plain dict of Python values and CPU tensors, written atomically
-(docs/long-runs.md): nothing else is pickled, so it loads with ``weights_only=True`` (no code runs) on any
-machine, every field checked (:class:`Checkpoint`) before anything is allocated. A model folder made from
-one is the form others load (docs/model-folder.md): ``model.safetensors`` (loading it runs no code),
-``config.json`` (the shape, what training recorded), ``vocab.json`` and a ``README.md`` card; it loads as a
-checkpoint without training state."""
+"""A trained model on disk: a checkpoint is a plain dict of Python values and CPU tensors, written atomically
+(docs/long-runs.md), that loads with ``weights_only=True`` (no code runs), every field checked
+(:class:`Checkpoint`) before anything is allocated. A model folder (docs/model-folder.md), the form others
+load (safetensors weights, config, vocabulary, card), loads as one without training state."""
 
 from __future__ import annotations
 
@@ -228,16 +226,13 @@ def validate_payload(payload: dict[str, Any], values: bool = True) -> ModelConfi
         raise CharrnnError(f"format version {payload['format_version']}; this charrnn reads version "
                            f"{FORMAT_VERSION}")
     config = check_record(ModelConfig, payload["model_config"], "model_config")
-    if "corpus" in payload:
-        check_record(CorpusInfo, payload["corpus"], "corpus")
-    for name in SCORES:
+    # train_config's types only: whether its precision suits this machine is a question for resuming
+    records = {"corpus": CorpusInfo, **dict.fromkeys(SCORES, EvalResult), "train_config": TrainConfig}
+    for name, record in records.items():
         if payload.get(name) is not None:
-            check_record(EvalResult, payload[name], name)
+            check_record(record, payload[name], name, build=name != "train_config")
     if payload.get("latest_eval") is not None:
         check_type(payload["latest_eval"].get("step"), int, "latest_eval.step")
-    if "train_config" in payload:
-        # Types only: whether its precision suits this machine is a question for resuming, not loading.
-        check_record(TrainConfig, payload["train_config"], "train_config", build=False)
     try:
         vocab = Vocab.from_list(payload["vocab"])
     except CharrnnError as exc:
@@ -264,8 +259,7 @@ def _check_state(state: dict[str, Any], config: ModelConfig, label: str = "model
     for name, shape in expected.items():
         if name not in state:
             raise CharrnnError(f"{label} lacks {name}, which model_config needs")
-        tensor = state[name]
-        if not isinstance(tensor, torch.Tensor):
+        if not isinstance(tensor := state[name], torch.Tensor):
             raise CharrnnError(f"{label}[{name!r}] is {describe(tensor)}; expected a tensor")
         if tuple(tensor.shape) != shape:
             raise CharrnnError(f"{label}[{name!r}] has shape {tuple(tensor.shape)}; model_config "
@@ -321,7 +315,6 @@ def describe_checkpoint(path: Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- model folders
-# A trained model in the form others load (docs/model-folder.md).
 # A run directory's checkpoints: a folder that holds one stays a run directory, never a model folder.
 CHECKPOINT_NAMES = ("last.pt", "best.pt")
 WEIGHTS, CONFIG, VOCAB, CARD = "model.safetensors", "config.json", "vocab.json", "README.md"
@@ -356,16 +349,9 @@ def weights_score(payload: dict[str, Any], source: Path) -> dict[str, Any] | Non
         return payload["score"]
     if source.name == "best.pt" or "optimizer_state" not in payload:
         return payload.get("best")
-    latest = payload.get("latest_eval")
-    if latest and latest.get("step") == payload.get("step"):
+    if (latest := payload.get("latest_eval")) and latest.get("step") == payload.get("step"):
         return {key: value for key, value in latest.items() if key != "step"}
     return None
-
-
-def _json_ready(record: Any) -> Any:
-    """An evaluation record as JSON keeps it: none at all when its score is not a finite number."""
-    score = record.get("nats_per_char") if isinstance(record, dict) else None
-    return record if isinstance(score, int | float) and math.isfinite(score) else None
 
 
 def weights_dtype(state: dict[str, Any]) -> str:
@@ -385,7 +371,9 @@ def write_model_folder(payload: dict[str, Any], source: Path, target: Path, name
     state = {key: (value.float() if float32 else value).contiguous() for key, value in
              payload["model_state"].items()}
     recorded = {**payload, "score": weights_score(payload, source)}
-    recorded |= {key: _json_ready(recorded.get(key)) for key in SCORES}
+    # An evaluation record whose score is not a finite number is left out (JSON has no infinity).
+    recorded |= {key: None for key in SCORES
+                 if recorded.get(key) is not None and not math.isfinite(recorded[key]["nats_per_char"])}
     # What a reader in another language needs beyond the shapes: how the tensors are read.
     normed = bool(model.get("layer_norm"))
     sampler = {"initial_state": "zeros", "tensor_names": "PyTorch's nn.LSTM, nn.GRU and nn.RNN names",
@@ -448,8 +436,7 @@ def _read_opened_folder(folder: Path, handles: dict[str, BinaryIO]) -> dict[str,
     if not isinstance(config, dict) or config.get("format") != FOLDER_FORMAT:
         raise CharrnnError(f"{folder / CONFIG} is not a charrnn model folder's config (its format is not "
                            f"{FOLDER_FORMAT!r})")
-    version = config.get("format_version")
-    if type(version) is not int or version != FOLDER_VERSION:
+    if type(version := config.get("format_version")) is not int or version != FOLDER_VERSION:
         raise CharrnnError(f"{folder / CONFIG}: format version {version!r}; this charrnn reads version "
                            f"{FOLDER_VERSION}")
     if "model_config" not in config:
@@ -495,8 +482,7 @@ def _naming_the_file(folder: Path) -> Iterator[None]:
         yield
     except CharrnnError as exc:
         problem, field = str(exc), re.match(r"[a-z_]*", str(exc)).group()
-        weights = field in ("model_state", "training_weights")
-        file = WEIGHTS if weights else VOCAB if field == "vocab" else CONFIG
+        file = {"model_state": WEIGHTS, "training_weights": WEIGHTS, "vocab": VOCAB}.get(field, CONFIG)
         mismatch = file != CONFIG and "model_config" in problem
         at_fault = f"{folder / file} does not match {folder / CONFIG}" if mismatch else str(folder / file)
         raise CharrnnError(f"{at_fault}: {problem}") from None
@@ -524,8 +510,7 @@ def _safetensors_layout(handle: BinaryIO, path: Path) -> dict[str, tuple[tuple[i
         return isinstance(value, list) and all(type(item) is int and item >= 0 for item in value)
 
     size = os.fstat(handle.fileno()).st_size
-    prefix = handle.read(8)
-    length = int.from_bytes(prefix, "little") if len(prefix) == 8 else None
+    length = int.from_bytes(prefix, "little") if len(prefix := handle.read(8)) == 8 else None
     if length is None or length > min(WEIGHTS_HEADER_MOST_BYTES, size - 8):
         said = "no header length" if length is None else f"a header of {length:,} bytes"
         raise unreadable(f"it declares {said} in {size:,} bytes; a header takes at most "
@@ -544,8 +529,7 @@ def _safetensors_layout(handle: BinaryIO, path: Path) -> dict[str, tuple[tuple[i
             continue
         entry = entry if isinstance(entry, dict) else {}
         shape, offsets, named = entry.get("shape"), entry.get("data_offsets"), entry.get("dtype")
-        dtype = SAFETENSORS_DTYPES.get(named) if isinstance(named, str) else None
-        if dtype is None:
+        if (dtype := SAFETENSORS_DTYPES.get(named) if isinstance(named, str) else None) is None:
             raise unreadable(f"its header's {name!r} is not a tensor of a dtype charrnn knows ({named!r})")
         if not counts(shape) or not counts(offsets) or len(offsets) != 2:
             raise unreadable(f"its header's {name!r} has no whole-number shape and two data offsets")

@@ -1,6 +1,5 @@
-"""Several processes, one run: DistributedDataParallel under ``torchrun`` (docs/distributed.md). A lone
-process gets a :class:`ProcessGroup`, the same interface for a world of one, so training never asks whether
-it runs alone. Each rank owns a block of the streams; rank 0 alone evaluates and writes."""
+"""Several processes, one run: DDP under ``torchrun`` (docs/distributed.md), each rank a block of the streams,
+rank 0 alone evaluating and writing; a lone process is a :class:`ProcessGroup` of one."""
 
 from __future__ import annotations
 
@@ -83,8 +82,7 @@ class TorchrunGroup(ProcessGroup):
 
 
 def _environment_int(name: str, default: str | None = None) -> int:
-    value = os.environ.get(name, default)
-    if value is None:
+    if (value := os.environ.get(name, default)) is None:
         raise CharrnnError(f"WORLD_SIZE is set but {name} is not; start multi-process training with torchrun")
     try:
         return int(value)
@@ -102,8 +100,7 @@ def world_size_from_environment() -> int:
 
 def join_from_environment(device: str) -> tuple[ProcessGroup, str]:
     """Join torchrun's process group (gloo on cpu, nccl on cuda); return it and this rank's device."""
-    world_size = _environment_int("WORLD_SIZE", "1")
-    if world_size <= 1:
+    if (world_size := _environment_int("WORLD_SIZE", "1")) <= 1:
         return ProcessGroup(), device
     rank, local_rank = _environment_int("RANK"), _environment_int("LOCAL_RANK", "0")
     if not 0 <= rank < world_size:
@@ -139,9 +136,8 @@ def leave(group: ProcessGroup) -> None:
 
 
 def end_process(exit_code: int) -> NoReturn:
-    """End a torchrun worker at once, skipping the interpreter's shutdown: gloo's threads releasing tensors
-    then abort the process (pytorch/pytorch#190489, docs/distributed.md), and DDP keeps them past
-    ``destroy_process_group``. Every file charrnn writes is closed by now: only stdout and stderr flush."""
+    """End a torchrun worker now, skipping the interpreter's shutdown: gloo's threads, which DDP keeps past
+    ``destroy_process_group``, abort it (pytorch/pytorch#190489, docs/distributed.md). Files are closed."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(exit_code)

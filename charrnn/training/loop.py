@@ -1,6 +1,5 @@
-"""The training loop (textbook notes §3): after every step it evaluates, samples, saves and stops as the
-plan's :class:`~charrnn.training.schedule.Schedule` says (start with :func:`train_step`). It writes only
-through :mod:`charrnn.training.rundir`, reports only through a :class:`TrainObserver` and never prints."""
+"""The training loop (textbook notes §3), from :func:`train_step` up: it evaluates, samples, saves and stops
+as its Schedule says, writes only through rundir, reports only to a TrainObserver."""
 
 from __future__ import annotations
 
@@ -38,10 +37,9 @@ def train_step(run: TrainingRun, learning_rate: float) -> tuple[float, int]:
     with autocast(run.device, run.precision):  # bf16 where the plan chose it
         logits, state = run.step_module(inputs, run.state)  # (B, T, V); DDP under torchrun
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
-    run.optimizer.zero_grad(set_to_none=True)
+    run.model.zero_grad(set_to_none=True)
     loss.backward()
-    grad_norm = run.clip_gradients()
-    loss_value, norm_value = run.agreed(loss, grad_norm)  # the same on every rank
+    loss_value, norm_value = run.agreed(loss, run.clip_gradients())  # the same on every rank
     run.step_if_finite(learning_rate, loss_value, norm_value)
     run.advance(state)
     return loss_value, inputs.numel() * run.group.world_size
@@ -118,9 +116,8 @@ class TrainingLoop:
     def _log_loss(self, progress: float | None, now: float) -> None:
         """A row of losses.jsonl for each hundredth of the run: the mean of its finite training losses."""
         if (mark := self._loss_mark(progress)) != self.loss_mark and self.losses:
-            run = self.run
-            self.loss_rows.append(LossRecord(run.step, round(run.epoch, 4), round(now - self.start, 3),
-                                             sum(self.losses) / len(self.losses)))
+            self.loss_rows.append(LossRecord(self.run.step, round(self.run.epoch, 4),
+                                             round(now - self.start, 3), sum(self.losses) / len(self.losses)))
             self.loss_mark, self.losses = mark, []
 
     def _agreed_stop(self) -> StopReason | None:
@@ -131,8 +128,7 @@ class TrainingLoop:
                 else self.schedule.stop(self.run, self.elapsed))
 
     def _agreed(self, values: list[float]) -> list[float]:
-        """``values`` and rank 0's clock, each the largest over the ranks: every rank then decides alike,
-        or their collectives would no longer pair up."""
+        """``values`` and rank 0's clock, maxed over the ranks: all decide alike, so collectives pair up."""
         own_clock = self.clock() - self.start if self.run.group.is_main else 0.0
         return self.run.group.reduce([*values, own_clock], self.run.device, op="max")
 
@@ -210,13 +206,12 @@ def saving_if_memory_runs_out(run: TrainingRun, run_dir: RunDirectory | None,
     """An allocation failure in the block saves the last completed step's state: a one-line error."""
     try:
         yield
+        return
     except (MemoryError, RuntimeError) as exc:  # Python's allocation failure, or the CPU or CUDA allocator's
         text = str(exc)
         if not (isinstance(exc, MemoryError | torch.OutOfMemoryError) or "can't allocate memory" in text
                 or "out of memory" in text.lower()):
             raise
-    else:
-        return
     gc.collect()
     kept = "nothing newer than the run's last checkpoint was saved"
     if run_dir is not None:
@@ -230,8 +225,7 @@ def saving_if_memory_runs_out(run: TrainingRun, run_dir: RunDirectory | None,
 
 def draw_sample(model: CharRNN, vocab: Vocab, config: TrainConfig, step: int, epoch: float, seconds: float,
                 val_loss: float | None, stopped: Callable[[], bool] = lambda: False) -> SampleRecord | None:
-    """Generate the run's recorded sample from ``model`` as it is now, and restore its mode. ``stopped``
-    is asked after each character: a stop mid-sample abandons it (None), so the run stops at once."""
+    """The run's recorded sample from ``model`` now (mode restored); None if ``stopped()`` turns true."""
     decoding = SampleConfig(length=config.sample_length, temperature=config.sample_temperature,
                             seed=config.sample_seed)
     was_training, pieces = model.training, []

@@ -1,6 +1,5 @@
-"""What a run will be, decided and checked before anything is trained or written: :func:`plan_training`
-turns a :class:`TrainingRequest` into a complete :class:`TrainingPlan`, the same for every caller; what
-cannot run is refused here, and nothing after the plan changes its configuration."""
+"""What a run will be, decided and checked before anything is trained or written (what cannot run is refused):
+:func:`plan_training` makes the one complete :class:`TrainingPlan` every caller gets, unchanged after."""
 
 from __future__ import annotations
 
@@ -42,7 +41,7 @@ from charrnn.training.observer import TrainObserver
 from charrnn.training.rundir import (
     RunDirectory,
     belongs_to,
-    check_run_output,
+    check_out_dir,
     checkpoint_bytes,
     held_run_directory,
     resume_checkpoint,
@@ -241,9 +240,8 @@ class TrainingPlan:
 def plan_training(request: TrainingRequest, group: ProcessGroup | None = None, started: float | None = None,
                   finish_s: float = 0.0, sources: Sources | None = None, threads: ThreadChoice | None = None,
                   say: Callable[[str], None] = lambda message: None) -> TrainingPlan:
-    """Decide everything about the run ``request`` asks for and make the plan once, whole, writing nothing. A
-    time budget is measured from ``started`` (a ``time.perf_counter()`` reading), keeping ``finish_s`` for the
-    caller; every torchrun rank takes rank 0's figures. ``say`` is told of the built-in corpus's download."""
+    """Decide the run ``request`` asks for whole, writing nothing; a time budget runs from ``started``
+    (perf_counter), keeping ``finish_s`` for the caller; ranks take rank 0's figures; ``say``: downloads."""
     group = group if group is not None else ProcessGroup()
     sources = sources if sources is not None else read_sources(request)
     decided = _decide(request, sources, group, started, finish_s, say)
@@ -280,7 +278,7 @@ def _decide(request: TrainingRequest, sources: Sources, group: ProcessGroup, sta
                             "device": request.device,
                             "init_from": request.init_from and str(request.init_from)})
     reads = {"corpus": corpus, "init_from": sources.init_from}
-    check_run_output(Path(config.out_dir), request.overwrite, reads)  # before a download or any measuring
+    check_out_dir(Path(config.out_dir), request.overwrite, reads)  # before a download or any measuring
     if builtin:
         dataset = fetch(DEFAULT_DATASET, request.data_dir)
         verb = "downloaded and verified" if dataset.downloaded else "verified cached copy of"
@@ -362,12 +360,10 @@ def resume_config(payload: dict[str, Any], model_options: dict[str, Any], train_
     saved, corpus = dict(payload["train_config"]), payload["corpus"]
     # eval_chars past the split's end means the whole split, as none does
     whole = corpus["chars"] - corpus["split_point"] - 1
-    if "eval_chars" in train_options:
-        given = partial_eval_chars(train_options["eval_chars"], whole)
-        train_options = {**train_options, "eval_chars": given}
     saved["eval_chars"] = partial_eval_chars(saved.get("eval_chars"), whole)
     changes = []
     for key, value in train_options.items():
+        value = partial_eval_chars(value, whole) if key == "eval_chars" else value
         if saved.get(key) == value:
             continue
         if key not in RESUME_MAY_CHANGE:
@@ -394,7 +390,7 @@ def _plan_resume(request: TrainingRequest, sources: Sources, model_options: dict
                                                   {**train_options, "device": request.device}, out_dir)
     saved_corpus = payload["corpus"]
     corpus = request.corpus or Path(saved_corpus["path"])
-    check_run_output(out_dir, request.overwrite or not branch, {"corpus": corpus})
+    check_out_dir(out_dir, request.overwrite or not branch, {"corpus": corpus})
     # The checkpoint's own vocabulary encodes the ids (a fine-tune's may differ from the corpus's).
     vocab = Vocab.from_list(payload["vocab"])
     # The run keeps the split it was trained with, whatever the rule for new runs has become.

@@ -1,7 +1,5 @@
-"""The run directory (docs/files.md): its files, who may write them, which saved state is newest, and when an
-old run gives way to a new one. Each checkpoint's own header (run id, step) is the only record of which state
-is newest. An old run goes, whole, only with ``overwrite`` and only when the new run first writes. A
-checkpoint resumes in place only in the run that wrote it, with nothing newer there; else it branches
+"""The run directory (docs/files.md): its files, who may write them, which saved state is newest (each
+checkpoint's own header: run id, step), when an old run gives way to a new one, and where a resumed run writes
 (docs/long-runs.md). One run at a time: ``flock`` on ``.charrnn.lock``, released however the process ends."""
 
 from __future__ import annotations
@@ -92,8 +90,7 @@ def saved_steps(out_dir: Path, run_id: str | None,
         if ignore is not None and same_file(path, ignore):
             continue
         header = read_header(path) or {}
-        step = header.get("step")
-        if not isinstance(step, int) or isinstance(step, bool):
+        if not isinstance(step := header.get("step"), int) or isinstance(step, bool):
             unreadable.append(path)
         elif run_id is None or header.get("run_id") == run_id:
             ranked.append(((step, path.name == "last.pt"), path))
@@ -102,10 +99,12 @@ def saved_steps(out_dir: Path, run_id: str | None,
 
 
 # ---------------------------------------------------------------------------- checks before anything runs
-def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
-    """Refuse, reading only, a file, a model folder, a run (unless ``overwrite``), a folder at a run file."""
-    info = stat_or_none(out_dir, f"cannot use the run directory {out_dir}")
-    if info is None:
+def check_out_dir(out_dir: Path, overwrite: bool = False, reads: dict[str, Any] | None = None) -> None:
+    """Every check of a run's directory, reading only, before anything slow: refuse a file, a model folder, a
+    run (unless ``overwrite``), a folder at a run file, or writing over ``reads``."""
+    if reads is not None:
+        refuse_writing_over_reads(out_dir, "out_dir", reads, run_directory=True)
+    if (info := stat_or_none(out_dir, f"cannot use the run directory {out_dir}")) is None:
         return
     if not stat.S_ISDIR(info.st_mode):
         raise CharrnnError(f"{option('out_dir')} {out_dir} is a file, not a directory; choose a directory "
@@ -126,12 +125,6 @@ def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
         if (out_dir / name).is_dir() and not (out_dir / name).is_symlink():
             raise CharrnnError(f"{out_dir / name} is a directory where the run keeps its {name}; move it "
                                f"away or choose another {option('out_dir')}")
-
-
-def check_run_output(out_dir: Path, overwrite: bool, reads: dict[str, Any]) -> None:
-    """Every check of a run's directory, in one call before anything slow, writing over nothing read."""
-    refuse_writing_over_reads(out_dir, "out_dir", reads, run_directory=True)
-    check_out_dir(out_dir, overwrite)
 
 
 def resume_checkpoint(path: Path) -> Path:
@@ -169,18 +162,16 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
                              f"own directory; give it with {option('out_dir')} NEW_DIR to replace a run "
                              f"there")
     if not belongs_to(own_dir, payload):
-        raise CharrnnError(
-            f"{own_dir} is not the run that wrote {checkpoint.name} (its config.json is missing or belongs "
-            f"to another run), so resuming there could overwrite its files; continue it elsewhere with "
-            f"{option('out_dir')} NEW_DIR")
+        raise CharrnnError(f"{own_dir} is not the run that wrote {checkpoint.name} (its config.json is "
+                           "missing or belongs to another run), so resuming there could overwrite its "
+                           f"files; continue it elsewhere with {option('out_dir')} NEW_DIR")
     branch = f"branch from it with {option('resume')} {checkpoint} {option('out_dir')} NEW_DIR"
     newest, unreadable = saved_steps(own_dir, payload["run_id"], ignore=checkpoint)  # belongs_to: it has one
     if newest is not None and newest[0] > payload["step"]:
         step, file = newest
-        raise CharrnnError(
-            f"{own_dir} has newer results ({file.name} was saved at step {step:,}; {checkpoint.name} is at "
-            f"step {payload['step']:,}), which resuming here would replace; resume the newest with "
-            f"{option('resume')} {own_dir}, or {branch}")
+        raise CharrnnError(f"{own_dir} has newer results ({file.name} was saved at step {step:,}; "
+                           f"{checkpoint.name} is at step {payload['step']:,}), which resuming here would "
+                           f"replace; resume the newest with {option('resume')} {own_dir}, or {branch}")
     if unreadable:
         raise CharrnnError(
             f"cannot tell whether {unreadable[0]} holds newer results than {checkpoint.name}: it "
@@ -191,9 +182,8 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
 # ---------------------------------------------------------------------------- outputs against inputs
 def refuse_writing_over_reads(target: Path, name: str, reads: dict[str, Any],
                               run_directory: bool = False) -> None:
-    """Never write over what is read, the one check every command makes before it writes a file or a run:
-    refuse ``target`` (option ``name``; a ``run_directory``'s files) as anything in ``reads`` (option → paths,
-    or None) by path or link, inside a corpus directory read, at a run's names or in shipped models."""
+    """Refuse ``target`` (option ``name``; a ``run_directory``'s files) as anything in ``reads`` (option →
+    paths, or None) by path or link, inside a corpus directory read, at a run's names or in shipped models."""
     what = "run directory" if run_directory else "file"
     refuse_writing_in_model_folders(target, option(name), what)
     writes = [target]
@@ -208,8 +198,7 @@ def refuse_writing_over_reads(target: Path, name: str, reads: dict[str, Any],
             read = f"{option(read_name)} {path}"
             parts = _stands_for(path, corpora_of)
             for file, part in parts.items():
-                replaced = next((write for write in writes if same_file(write, file)), None)
-                if replaced is None:
+                if (replaced := next((write for write in writes if same_file(write, file)), None)) is None:
                     continue
                 shown = read if file == path else f"{file}, {part.format(read)}"
                 if run_directory:
@@ -347,9 +336,8 @@ def held_run_directory(out_dir: Path, overwrite: bool = False, writer: bool = Tr
 
 @dataclass
 class RunDirectory:
-    """One run's directory, written only through :meth:`save` and :meth:`log`. A fresh run retires an
-    older run's files just before its first write: never two runs' records. Logs hold one row per step: a
-    resumed run drops the rows past its step; a branch starts with its source's rows up to it."""
+    """One run's directory, written only by :meth:`save` and :meth:`log`: a fresh run retires an older run's
+    files as it first writes; a resumed run drops log rows past its step, a branch takes its source's."""
 
     path: Path  # the directory
     config_record: dict[str, Any]  # config.json: model, train, corpus, run_id, world_size, budget
@@ -361,8 +349,7 @@ class RunDirectory:
     kept_rows: dict[str, list[str]] = field(init=False, default_factory=dict)  # log -> rows a resume keeps
 
     def __post_init__(self) -> None:
-        free = shutil.disk_usage(self.path).free  # the checkpoints a run writes: best, last and a temporary
-        if free < self.space_needed:
+        if (free := shutil.disk_usage(self.path).free) < self.space_needed:  # best, last and a temporary
             raise CharrnnError(f"only {free / 2**20:,.1f} MiB free under {option('out_dir')} {self.path}; a "
                                f"run needs about {self.space_needed / 2**20:,.1f} MiB for its checkpoints")
         source = self.branch_from if self.fresh else self.path
@@ -379,12 +366,11 @@ class RunDirectory:
     def log(self, *records: EvaluationRecord | LossRecord | SampleRecord) -> None:
         """Add rows to their log in one write (one kind of record); this run's first rows settle its start."""
         name, line = records[0].LOG, "\n".join(map(_row_json, records))
-        path = self.path / name
         self._retire_older_run()
         if name in self.written or not (self.fresh or self.resumed_at is not None):
-            append_line(path, line)
+            append_line(self.path / name, line)
         else:
-            replace_text(path, "".join(f"{row}\n" for row in [*self.kept_rows.get(name, []), line]))
+            replace_text(self.path / name, "\n".join([*self.kept_rows.get(name, []), line]) + "\n")
         self._wrote(name)
 
     def epoch_checkpoints(self) -> list[Path]:
@@ -395,9 +381,8 @@ class RunDirectory:
         """Before a fresh run's first write, an older run's files go, in :data:`RUN_FILES`'s order."""
         if not self.fresh or self.written:
             return
-        logs, checkpoints = RUN_FILES[:-len(CHECKPOINT_NAMES)], RUN_FILES[-len(CHECKPOINT_NAMES):]
-        for path in [*(self.path / name for name in logs), *sorted(self.path.glob(EPOCH_CHECKPOINT_GLOB)),
-                     *(self.path / name for name in checkpoints)]:
+        *logs, best, last = (self.path / name for name in RUN_FILES)
+        for path in [*logs, *sorted(self.path.glob(EPOCH_CHECKPOINT_GLOB)), best, last]:
             try:
                 if path.is_symlink() or path.is_file():
                     path.unlink()
@@ -458,16 +443,14 @@ def read_metrics(run_dir: Path) -> list[EvaluationRecord]:
     path = Path(run_dir) / "metrics.jsonl"
     if not os.path.lexists(path):
         raise CharrnnError(f"{run_dir} is not a run directory (no metrics.jsonl)")
-    records = read_log(path, lambda line: read_row(EvaluationRecord, line))
-    if not records:
+    if not (records := read_log(path, lambda line: read_row(EvaluationRecord, line))):
         raise CharrnnError(f"{path} has no evaluations yet; plot it after the run's first evaluation")
     return records
 
 
 @dataclass(frozen=True)
 class LossRecord:
-    """One line of ``losses.jsonl``: the training loss through the run, about every hundredth of it, so that
-    a run with few evaluations (a time budget's) still draws a training curve."""
+    """A row of ``losses.jsonl``: training loss per hundredth of the run (a curve despite few evaluations)."""
 
     KIND: ClassVar[str] = "a training loss record"
     LOG: ClassVar[str] = LOSSES_NAME
@@ -484,8 +467,7 @@ def read_losses(run_dir: Path) -> list[LossRecord]:
 
 
 def rows_up_to(path: Path, step: int, cls: type) -> list[str]:
-    """The rows of log ``path`` up to ``step``, as they are; no file there holds none. A row that is
-    not a ``cls`` record is refused, naming its line: keeping only what could be read would lose the rest."""
+    """Log ``path``'s rows up to ``step`` (none without it); a non-``cls`` row is refused, never dropped."""
     if not os.path.lexists(path):
         return []
     rows = read_log(path, lambda line: (line, read_row(cls, line).step))  # a FIFO there is refused

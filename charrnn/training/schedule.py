@@ -1,5 +1,4 @@
-"""When a run stops, how far along it is, its learning rate at each step, and when it evaluates,
-samples and saves: :class:`Schedule`, which the training loop follows."""
+"""A run's :class:`Schedule`: its progress, learning rate and end; when it evaluates, samples, saves."""
 
 from __future__ import annotations
 
@@ -184,8 +183,7 @@ class Schedule:
         if (ending is None or ending.chars_per_s is None or not alone
                 or window_s < SLOWDOWN_WINDOW_SHARE * (self.config.time_budget or 0.0)):
             return None
-        slowdown = ending.chars_per_s / max(chars_per_s, 1e-9)
-        if slowdown <= self.slowdown:
+        if (slowdown := ending.chars_per_s / max(chars_per_s, 1e-9)) <= self.slowdown:
             return None
         self.slowdown = slowdown
         own = ending.reserve_s - ending.finish_s  # the run's own end, which slows with the machine

@@ -1,6 +1,5 @@
-"""The state of one training run: model, optimiser, weights' moving average, place in the data, generators.
-A :class:`TrainingRun` holds what :func:`~charrnn.training.loop.train_step` works on and turns itself into
-a checkpoint dict and back, exactly: a resumed run takes the steps an unbroken one would have."""
+"""The state of one training run (what :func:`~charrnn.training.loop.train_step` works on), turned into a
+checkpoint dict and back exactly: a resumed run takes the steps an unbroken one would have."""
 
 from __future__ import annotations
 
@@ -26,9 +25,8 @@ from charrnn.utils.hardware import cpu_has_native_bf16, machine_description
 
 def restore_cuda_rng(states: list[torch.Tensor]) -> None:
     """Restore saved CUDA generator states onto this machine's GPUs, if any (the first ones, if fewer)."""
-    if states and torch.cuda.is_available():
-        for index, state in enumerate(states[: torch.cuda.device_count()]):
-            torch.cuda.set_rng_state(state, index)
+    for index, state in enumerate(states[: torch.cuda.device_count() if torch.cuda.is_available() else 0]):
+        torch.cuda.set_rng_state(state, index)
 
 
 @contextlib.contextmanager
@@ -106,8 +104,7 @@ class TrainingRun:
         return grad_norm
 
     def agreed(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> tuple[float, float]:
-        """The step's loss and gradient norm as numbers, the same on every rank: the gradients are already
-        averaged over the processes, and the loss is averaged here, so every rank skips a step alike."""
+        """The step's loss (averaged here) and gradient norm (already averaged), alike on every rank."""
         # One host transfer for both numbers: each sync stalls an accelerator's queue.
         loss_value, norm_value = torch.stack([loss.detach(), grad_norm.to(loss.dtype)]).tolist()
         return self.group.reduce([loss_value], self.device)[0] / self.group.world_size, norm_value
@@ -127,8 +124,7 @@ class TrainingRun:
             self.bad_streak += 1
 
     def advance(self, state: tuple[torch.Tensor, ...]) -> None:
-        """Carry ``state`` into the next window, detached (else the next backward pass would run on into
-        this one), and move to that window; set only once a step has succeeded."""
+        """Carry ``state`` detached (backward stops at this window) into the next window, after a step."""
         self.state = detach_state(tuple(s.float() for s in state))
         self.step, self.position = self.step + 1, (self.position + 1) % len(self.batches)
         if self.position == 0:  # the epoch has ended
@@ -235,8 +231,6 @@ class WeightAverage:
 
 # Muon (Jordan et al. 2024): momentum orthogonalised by five steps of a quintic Newton–Schulz iteration, with
 # its coefficients, for the recurrent layers' weight matrices (each gate stacked whole: 4H×H for an LSTM).
-
-
 def orthogonalised(update: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``update`` (a matrix) with its singular values pushed near 1, computed in ``dtype``."""
     a, b, c = 3.4445, -4.7750, 2.0315
@@ -291,10 +285,6 @@ class CellMuon:
     def step(self) -> None:
         for part in self.parts:
             part.step()
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for part in self.parts:
-            part.zero_grad(set_to_none)
 
     def state_dict(self) -> dict[str, Any]:
         return {"adamw": self.parts[0].state_dict(), "muon": self.parts[1].state_dict()}
