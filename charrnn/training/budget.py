@@ -23,7 +23,7 @@ from charrnn.models.model import CharRNN, parameter_count
 from charrnn.training.distributed import ProcessGroup
 from charrnn.training.loop import draw_sample, train_step
 from charrnn.training.rundir import checkpoint_bytes
-from charrnn.training.schedule import BudgetEnding, RunAlreadyFinished, stop_reason
+from charrnn.training.schedule import BudgetEnding, RunAlreadyFinished, learning_rate_at, stop_reason
 from charrnn.training.state import TrainingRun
 
 
@@ -383,12 +383,14 @@ def measure_speed(model_config: ModelConfig, config: TrainConfig, vocab: Vocab, 
     """This shape's speed here: a throwaway run's steps in ``limit_s`` (after an untimed one), and a score."""
     run = TrainingRun(model_config, config, vocab, corpus,
                       StreamBatches(train_ids, config.batch_size, config.seq_len), group=ProcessGroup())
-    train_step(run, config.learning_rate)
+    # At the warm-up's rates, as the run starts: at its peak, an untrained 2×1280 saturates in a dozen steps
+    # and its steps slow fourfold (docs/defaults.md).
+    train_step(run, learning_rate_at(config, 0, 0.0))
     fewest, most = BUDGET_PROBE_STEPS
     started, steps, chars = clock(), 0, 0
     while steps < most and (steps < fewest or clock() - started < limit_s):
-        chars += train_step(run, config.learning_rate)[1]
         steps += 1
+        chars += train_step(run, learning_rate_at(config, steps, 0.0))[1]
     trained_s = clock() - started
     scoring_s = scoring_seconds(run.model, val_ids, clock)
     return Speed(chars / max(trained_s, 1e-9), (len(val_ids) - 1) / max(scoring_s, 1e-9))
