@@ -128,6 +128,12 @@ def most_epochs(corpus_chars: float) -> float:
     return round(BUDGET_MOST_EPOCHS * smaller_corpus_factor(corpus_chars), 1)
 
 
+def overfitting_epochs(corpus_chars: float) -> float:
+    """The passes over a split of ``corpus_chars`` from which runs were seen to overfit: 3 on tiny
+    Shakespeare, growing as :func:`most_epochs` does (about 9 on 90,000 characters: shapes peaked at 7-9)."""
+    return BUDGET_GUARD_EPOCHS * smaller_corpus_factor(corpus_chars)
+
+
 @dataclass(frozen=True)
 class Speed:
     """How fast this machine runs one shape."""
@@ -248,7 +254,7 @@ class BudgetDecision:
 
 def choose(candidates: tuple[Candidate, ...]) -> Candidate:
     """The lowest prediction, or a measured shape that trains alike and ties with it: the most passes where
-    all make :data:`BUDGET_GUARD_EPOCHS` or more, else the largest unless a larger one predicts lower. A
+    all pass :func:`overfitting_epochs`, else the largest unless a larger one predicts lower. A
     lowest that stops at its pass limit ties only with others that do; one the user's limit stops before a
     costlier end is passed over; the fastest when none can train (docs/defaults.md)."""
     best = _lowest(c for c in candidates if c.pays_for_its_end)
@@ -259,7 +265,8 @@ def choose(candidates: tuple[Candidate, ...]) -> Candidate:
     tied = [c for c in eligible if c is best or (
         c.measured and c.predicted_loss is not None and _alike(c.settings, best.settings)
         and c.predicted_loss - best.predicted_loss < SCALING_LAW.rms_error)]
-    if best.limit is None and all(c.epochs >= BUDGET_GUARD_EPOCHS for c in tied):  # where runs overfit
+    past = all(c.epochs and c.epochs >= overfitting_epochs(c.chars / c.epochs) for c in tied)
+    if best.limit is None and past:  # where runs overfit, passes paid more than width
         return max(tied, key=lambda c: (c.epochs, c.parameters))
     undominated = [c for c in tied if not any(
         other.parameters > c.parameters and other.predicted_loss is not None

@@ -614,12 +614,16 @@ def test_a_plan_ending_at_its_pass_limit_that_predicts_lower_wins_and_names_the_
 
 
 def test_of_alike_shapes_that_tie_past_the_overfitting_point_the_one_with_more_passes_wins():
-    """Both past BUDGET_GUARD_EPOCHS passes, where runs start to overfit: passes paid more than width."""
+    """Both past the passes where runs start to overfit (3 on tiny Shakespeare, about 9 on a split of 90,000
+    characters): passes paid more than width. Before that point, the larger."""
     error = SCALING_LAW.rms_error
     wide, narrow = candidate(2, 1.40, batch_size=32), candidate(1, 1.40 + error / 2, batch_size=32)
-    for wide_epochs, chosen in ((BUDGET_GUARD_EPOCHS, narrow), (BUDGET_GUARD_EPOCHS - 0.1, wide)):
-        pair = (dataclasses.replace(narrow, epochs=4.5), dataclasses.replace(wide, epochs=wide_epochs))
+    for split, wide_epochs, chosen in ((1_003_854, BUDGET_GUARD_EPOCHS, narrow), (1_003_854, 2.9, wide),
+                                       (90_000, 4.5, wide), (90_000, 9.0, narrow)):
+        pair = tuple(dataclasses.replace(shape, epochs=epochs, chars=epochs * split)
+                     for shape, epochs in ((narrow, 2 * wide_epochs), (wide, wide_epochs)))
         assert budget.choose(pair).parameters == chosen.parameters
+    assert budget.overfitting_epochs(90_000) == pytest.approx(8.9, abs=0.05)
 
 
 def test_the_choice_is_always_one_of_the_candidates_whatever_their_predictions_and_limits():
