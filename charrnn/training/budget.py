@@ -550,11 +550,13 @@ def final_work_seconds(model: CharRNN, vocab: Vocab, config: TrainConfig, val_id
 def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab, val_ids: torch.Tensor,
                     group: ProcessGroup, clock: Callable[[], float], finish_s: float,
                     started: float | None = None, resumed: dict[str, Any] | None = None,
-                    decision: BudgetDecision | None = None) -> BudgetEnding:
+                    decision: BudgetDecision | None = None,
+                    chosen_before: dict[str, Any] | None = None) -> BudgetEnding:
     """A budgeted run's end, measured on a model of its shape: the seconds kept (``finish_s`` included), when
     to evaluate, what to tell the user and the speed planned. A new run whose budget from ``started`` cannot
-    pay for its end is refused; a resumed run with no time left raises :class:`RunAlreadyFinished`."""
-    choice, chosen = (decision.choice, decision.chosen) if decision else (None, {})
+    pay for its end is refused; a resumed run with no time left raises :class:`RunAlreadyFinished`.
+    ``chosen_before``: what a resumed run's budget chose, never told as the user's limit."""
+    choice, chosen = (decision.choice, decision.chosen) if decision else (None, chosen_before or {})
     evaluates = choice is None or choice.evaluates  # during training (an unplanned budget's: it may)
     speed = planned_speed(decision)
     budget, device = config.time_budget, torch.device(config.device)

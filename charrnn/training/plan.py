@@ -160,6 +160,7 @@ class TrainingPlan:
     initial_weights: dict[str, torch.Tensor] | None = None  # a fine-tuned run's starting weights
     fine_tune: FineTuneFacts | None = None  # where a fine-tune starts, for the user
     budget: BudgetDecision | None = None  # what the time budget chose, when one was given
+    earlier_budget: dict[str, Any] | None = None  # a resumed run's: what its budget weighed (config.json)
     ending: BudgetEnding | None = None  # a time budget's end, and its evaluations during training
     threads: ThreadChoice | None = None  # the CPU threads it runs with, and why (None: torch's default)
     started: float | None = None  # when training was asked for (a time.perf_counter() reading; None: at run)
@@ -225,10 +226,7 @@ class TrainingPlan:
     def _open_run_directory(self, run: TrainingRun) -> RunDirectory:
         """The run directory, with its config.json: fresh for a new run or a branch, else continued."""
         parameters = sum(p.numel() for p in run.model.parameters())
-        budget = None if self.budget is None else self.budget.to_dict()
-        if budget is None and self.resume is not None:  # a resumed run keeps what its budget weighed
-            source = self.branch_from if self.branches else Path(self.config.out_dir)
-            budget = (read_json_object(source / "config.json") or {}).get("budget") if source else None
+        budget = self.earlier_budget if self.budget is None else self.budget.to_dict()
         return RunDirectory(Path(self.config.out_dir), {
             "run_id": run.run_id, "model": self.model_config.to_dict(), "train": self.config.to_dict(),
             "corpus": self.corpus.to_dict(), "world_size": run.group.world_size, "budget": budget,
@@ -259,9 +257,10 @@ def plan_training(request: TrainingRequest, group: ProcessGroup | None = None, s
         check_generation_fits(1, config.sample_length, model_config, config.device, "num_samples",
                               "sample_length")
     StreamBatches(split.train, config.batch_size, config.seq_len)
+    chosen_before = decided.pop("chosen_before", None)  # a resumed run's: what its budget chose, not the user
     ending = None if config.time_budget is None else plan_budget_end(
         model_config, config, vocab, split.val, group, time.perf_counter, finish_s, started,
-        decided.get("resume_from"), decided.get("budget"))
+        decided.get("resume_from"), decided.get("budget"), chosen_before)
     return TrainingPlan(**decided, ending=ending, started=started, threads=threads)
 
 
@@ -396,7 +395,13 @@ def _plan_resume(request: TrainingRequest, sources: Sources, model_options: dict
     # The run keeps the split it was trained with, whatever the rule for new runs has become.
     encoded = encode_corpus(corpus, saved_corpus["name"], config.val_frac, vocab,
                             expected_sha256=saved_corpus["sha256"], split_at=saved_corpus["split_point"])
+    branch_from = checkpoint.parent if branch and belongs_to(checkpoint.parent, payload) else None
+    source = branch_from if branch else Path(config.out_dir)  # a resumed run keeps what its budget weighed
+    earlier = (read_json_object(source / "config.json") or {}).get("budget") if source else None
+    chosen = earlier.get("chosen") if isinstance(earlier, dict) else None
     return dict(model_config=model_config, config=config, vocab=vocab, ids=encoded.ids, corpus=encoded.info,
                 resume_from=payload,
                 resume=ResumeFacts(checkpoint, payload["step"], payload["progress_epochs"], changes, branch),
-                branch_from=checkpoint.parent if branch and belongs_to(checkpoint.parent, payload) else None)
+                branch_from=branch_from, earlier_budget=earlier, chosen_before={
+                    key: value for key, value in (chosen if isinstance(chosen, dict) else {}).items()
+                    if key not in train_options})

@@ -462,8 +462,15 @@ def test_a_limit_the_budgets_plan_chose_is_not_told_as_the_users(repeated_corpus
     clock = FakeClock(step_seconds=0.125)
     plan = plan_run(repeated_corpus, tmp_path / "run", time_budget=2, save_every=10)
     assert "epochs" in plan.budget.chosen  # the plan's own pass limit, not the user's
-    plan.run(clock, clock=clock)
+    result = plan.run(clock, clock=clock)
     assert not [message for message in clock.messages if "whichever comes first" in message]
+    # Nor when the run resumes with more time; an --epochs given then is the user's.
+    assert result.stop_reason.criterion == "time_budget"
+    for seconds, given, told in ((3, {}, False), (4, {"epochs": 1000.0}, True)):
+        clock.messages.clear()
+        resumed = plan_run(None, None, resume=tmp_path / "run", time_budget=seconds, **given)
+        resumed.run(clock, clock=clock)
+        assert any("whichever comes first" in message for message in clock.messages) is told
 
 
 def test_every_evaluation_scores_the_same_start_of_the_split_when_told(make_run, repeated_corpus, tmp_path):
