@@ -94,7 +94,8 @@ class ProgressBar(TrainObserver):
                             f"kept unless given{grown}")
         if (resume := plan.resume) is not None:
             for key, old, new in resume.changes:
-                self.on_message(f"resuming with {option(key)}: {old!r} → {new!r}")
+                old, new = ("none" if value is None else repr(value) for value in (old, new))
+                self.on_message(f"resuming with {option(key)}: {old} → {new}")
             where = f" into a new branch {plan.config.out_dir}" if resume.branch else ""
             self.on_message(f"resuming {resume.checkpoint} at step {resume.step:,} "
                             f"(epoch {resume.epoch:.2f}){where}")
@@ -276,7 +277,9 @@ def budget_line(budget: Any, other_text: bool = False) -> str:
         return (f"{head} leaves no shape time to train once it is measured, evaluated and saved: the "
                 f"fastest, {choice.describe()} ({speed}), trains what it can")
     affords = "far more" if choice.budget_epochs > 1e6 else f"{choice.budget_epochs:.1f}"
-    limit = f" (time for {affords}: it ends early at its limit)" if choice.limit else ""
+    ends = f"the {option(choice.limit)} given ends it first" if choice.users_limit else \
+        "it ends early at its limit"
+    limit = f" (time for {affords}: {ends})" if choice.limit else ""
     slowed = f" with dropout {choice.dropout:g} ({1 - choice.speed_share:.0%} slower)" \
         if choice.speed_share < 1 else ""
     others = [c for c in budget.candidates if c is not choice and c.predicted_loss is not None

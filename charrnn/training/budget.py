@@ -275,9 +275,10 @@ def choose(candidates: tuple[Candidate, ...]) -> Candidate:
 
 
 def _lowest(candidates: Iterable[Candidate]) -> Candidate | None:
-    """The candidate with the lowest prediction; None when none has time to train."""
-    return min((c for c in candidates if c.predicted_loss is not None), key=lambda c: c.predicted_loss,
-               default=None)
+    """The candidate with the lowest prediction (at a tie, one that trains to the end); None when none can
+    train."""
+    return min((c for c in candidates if c.predicted_loss is not None),
+               key=lambda c: (c.predicted_loss, c.limit is not None), default=None)
 
 
 def _alike(one: dict[str, Any], other: dict[str, Any]) -> bool:

@@ -124,6 +124,7 @@ class TrainResult:
     model_config: ModelConfig | None = None  # the model trained
     config: TrainConfig | None = None  # how it was trained, every default and budget choice filled in
     budget: Any = None  # charrnn.training.plan.BudgetDecision: what a time budget chose, if one was given
+    earlier_budget: dict[str, Any] | None = None  # a resumed run's budget, as config.json has it
     rank: int = 0  # this process's rank under torchrun; rank 0 alone wrote the run and reports it
     threads: ThreadChoice | None = None  # the CPU threads it ran with, and why (None: torch's own)
     trained_s: float | None = None  # elapsed_s when training stopped, before the final evaluation and saves
@@ -140,7 +141,7 @@ class TrainResult:
                 "epoch_checkpoints": [str(path) for path in self.epoch_checkpoints],
                 "model": None if self.model_config is None else self.model_config.to_dict(),
                 "training": None if self.config is None else self.config.to_dict(),
-                "budget": None if self.budget is None else self.budget.to_dict(),
+                "budget": self.earlier_budget if self.budget is None else self.budget.to_dict(),
                 "threads": None if self.threads is None else asdict(self.threads)}
 
 
@@ -220,7 +221,8 @@ class TrainingPlan:
             out_dir=out_dir, steps=run.step, epoch=run.epoch, best=best, best_is_average=best_is_average,
             elapsed_s=elapsed_s, trained_s=trained_s, skipped_steps=run.skipped, config=config,
             stop_reason=reason, epoch_checkpoints=run_dir.epoch_checkpoints() if run_dir is not None else [],
-            model_config=self.model_config, budget=self.budget, rank=group.rank, threads=self.threads,
+            model_config=self.model_config, budget=self.budget, earlier_budget=self.earlier_budget,
+            rank=group.rank, threads=self.threads,
             earlier_s=resume_from["elapsed_s"] if resume_from else 0.0)
 
     def _open_run_directory(self, run: TrainingRun) -> RunDirectory:

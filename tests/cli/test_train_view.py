@@ -184,6 +184,10 @@ def test_the_budget_says_what_its_dropout_costs_and_json_says_why_it_ends_early(
     alone = BudgetDecision(600, "cpu", "bf16", True, chosen, (capped,))
     assert "5.0 epochs (time for 6.4: it ends early at its limit) with dropout 0.15 (8% slower)" in \
         budget_line(alone)
+    # A limit the user gave is told as theirs, as --json tells it (no early end of the plan's own).
+    users = BudgetDecision(600, "cpu", "bf16", True, {}, (dataclasses.replace(capped, users_limit=True),))
+    assert "(time for 6.4: the --epochs given ends it first)" in budget_line(users)
+    assert not users.to_dict()["ends_early"]
     # None of the shapes trains to the budget's end: --json says the run ends early and names no longer plan.
     assert alone.to_dict()["ends_early"] and alone.to_dict()["longer_plan"] is None
     # A larger shape that would train to the end, and predicts worse, however little: named, and --json's too.

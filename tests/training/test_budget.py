@@ -603,6 +603,8 @@ def test_a_plan_ending_at_its_pass_limit_that_predicts_lower_wins_and_names_the_
     assert decision.choice is early and decision.ends_early() and decision.longer_plan() is spending
     assert decision.to_dict()["longer_plan"] == 1
     assert budget.choose((early, dataclasses.replace(spending, predicted_loss=1.45 - error / 2))) is not early
+    # An equal prediction is no better: the plan that trains to the end.
+    assert budget.choose((early, dataclasses.replace(spending, predicted_loss=1.45))) is not early
     # Shapes that all stop at the limit tie as any others do: the larger.
     assert budget.choose((early, dataclasses.replace(spending, limit="epochs"))).parameters == 2
     # On a fast machine's ladder, the lowest prediction wins though it ends early.

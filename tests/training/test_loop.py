@@ -469,7 +469,9 @@ def test_a_limit_the_budgets_plan_chose_is_not_told_as_the_users(repeated_corpus
     for seconds, given, told in ((3, {}, False), (4, {"epochs": 1000.0}, True)):
         clock.messages.clear()
         resumed = plan_run(None, None, resume=tmp_path / "run", time_budget=seconds, **given)
-        resumed.run(clock, clock=clock)
+        # --json gives what the budget weighed, as config.json keeps it.
+        weighed = resumed.run(clock, clock=clock).to_dict()["budget"]
+        assert weighed == json.loads(json.dumps(plan.budget.to_dict()))
         assert any("whichever comes first" in message for message in clock.messages) is told
 
 
