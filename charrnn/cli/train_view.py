@@ -286,10 +286,11 @@ def budget_line(budget: Any, other_text: bool = False) -> str:
               and c.pays_for_its_end]
     runner_up = ""
     if others:  # a plan that ends early names the best that would not: the time it leaves is no oversight
-        second = budget.longer_plan() or min(others, key=lambda c: c.predicted_loss)
+        longer = budget.longer_plan()
+        second = longer or min(others, key=lambda c: c.predicted_loss)
         gap = second.predicted_loss - choice.predicted_loss
         tie = ", within the rule's error" if abs(gap) < budget.tie_error else ""
-        named = (f"the best that trains to the end, {second.describe()}," if budget.longer_plan()
+        named = (f"the best that trains to the end, {second.describe()}," if longer
                  else f"runner-up {second.describe()}")
         runner_up = f"; {named} predicts {second.predicted_loss:.3f} ({gap:+.3f}{tie})"
     scale = " on tiny Shakespeare (the rule's text: this text scores otherwise)" if other_text else ""
