@@ -118,24 +118,42 @@ def test_a_checkpoint_without_a_corpus_record_samples_but_cannot_score_its_split
     assert_one_line_error(run_cli("train", "--resume", checkpoint, "--max-steps", "100"), "corpus is missing")
 
 
+def _damage_optimizer(key: str, value: Any) -> Callable[[dict], None]:
+    """A mutation that sets ``key`` of the first parameter's AdamW state, or of its first group's."""
+    def mutate(payload: dict) -> None:
+        optimizer = payload["optimizer_state"]
+        (optimizer["state"][0] if key in optimizer["state"][0] else optimizer["param_groups"][0])[key] = value
+    return mutate
+
+
+RNG_DAMAGED = "rng is not the Python, torch and CUDA"
+OPTIMIZER_DAMAGED = "optimizer_state is not AdamW's state"
 RESUME_CASES = [
     ("epoch_step_out_of_range", _set(("epoch_step",), 10**6), "epoch_step 1000000 is outside"),
     ("carried_state_of_the_wrong_shape", _set(("carried_state",), [torch.zeros(2, 3, 32)] * 2),
      "carried_state has shapes"),
-    ("bad_python_rng_state", _set(("rng", "python"), [3, [1, 2, 3], None]),
-     "rng holds no valid generator state"),
-    ("bad_torch_rng_state", _set(("rng", "torch"), torch.zeros(3, dtype=torch.uint8)),
-     "rng holds no valid generator state"),
-    ("empty_optimizer_state", _set(("optimizer_state",), {}), "optimizer_state does not fit"),
+    ("bad_python_rng_state", _set(("rng", "python"), [3, [1, 2, 3], None]), RNG_DAMAGED),
+    ("python_rng_state_none", _set(("rng", "python"), None), RNG_DAMAGED),
+    ("bad_torch_rng_state", _set(("rng", "torch"), torch.zeros(3, dtype=torch.uint8)), RNG_DAMAGED),
+    ("cuda_rng_states_not_tensors", _set(("rng", "cuda"), [5]), RNG_DAMAGED),
+    ("empty_optimizer_state", _set(("optimizer_state",), {}), OPTIMIZER_DAMAGED),
+    ("optimizer_state_of_none", _set(("optimizer_state", "state"), None), OPTIMIZER_DAMAGED),
+    # These load into AdamW and would fail only at the first step.
+    ("optimizer_moment_of_the_wrong_shape", _damage_optimizer("exp_avg", torch.zeros(3)), OPTIMIZER_DAMAGED),
+    ("optimizer_betas_not_numbers", _damage_optimizer("betas", "ab"), OPTIMIZER_DAMAGED),
     ("no_rng", lambda p: p.pop("rng"), "rng is missing"),
 ]
 
 
 @pytest.mark.parametrize(("name", "mutate", "fragment"), RESUME_CASES, ids=[row[0] for row in RESUME_CASES])
-def test_resuming_a_crafted_checkpoint_is_refused_and_changes_none(craft, name, mutate, fragment):
+def test_resuming_a_crafted_checkpoint_is_refused_before_it_is_told_and_changes_none(craft, name, mutate,
+                                                                                   fragment):
     checkpoint = craft(mutate)
     before = {path.name: path.read_bytes() for path in checkpoint.parent.iterdir()}
-    assert_one_line_error(run_cli("train", "--resume", checkpoint, "--max-steps", "100"), fragment)
+    refused = run_cli("train", "--resume", checkpoint, "--max-steps", "100")
+    assert_one_line_error(refused, fragment)
+    assert not any(line.startswith("resuming") for line in refused.stderr.splitlines())
+    assert "object" not in refused.stderr  # Python's words, as in "'NoneType' object has no attribute"
     assert {path.name: path.read_bytes() for path in checkpoint.parent.iterdir()} == before
 
 

@@ -56,7 +56,7 @@ from charrnn.training.schedule import (
     schedule_warnings,
     stop_reason,
 )
-from charrnn.training.state import TrainingRun
+from charrnn.training.state import TrainingRun, check_resumable
 from charrnn.utils.files import read_json_object
 from charrnn.utils.hardware import ThreadChoice
 from charrnn.utils.interrupt import GracefulStop
@@ -258,11 +258,13 @@ def plan_training(request: TrainingRequest, group: ProcessGroup | None = None, s
     if config.sample_every is not None or config.save_epochs:
         check_generation_fits(1, config.sample_length, model_config, config.device, "num_samples",
                               "sample_length")
-    StreamBatches(split.train, config.batch_size, config.seq_len)
+    steps_per_epoch = len(StreamBatches(split.train, config.batch_size, config.seq_len))
+    if (resume_from := decided.get("resume_from")) is not None:
+        check_resumable(resume_from, model_config, config, steps_per_epoch)
     chosen_before = decided.pop("chosen_before", None)  # a resumed run's: what its budget chose, not the user
     ending = None if config.time_budget is None else plan_budget_end(
         model_config, config, vocab, split.val, group, time.perf_counter, finish_s, started,
-        decided.get("resume_from"), decided.get("budget"), chosen_before)
+        resume_from, decided.get("budget"), chosen_before)
     return TrainingPlan(**decided, ending=ending, started=started, threads=threads)
 
 

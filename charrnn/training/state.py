@@ -15,7 +15,7 @@ import torch
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data.corpus import CorpusInfo, StreamBatches
 from charrnn.data.vocab import Vocab
-from charrnn.errors import CharrnnError, first_line
+from charrnn.errors import CharrnnError
 from charrnn.models.devices import resolve_precision
 from charrnn.models.evaluate import EvalResult
 from charrnn.models.model import CharRNN, detach_state
@@ -31,11 +31,64 @@ def restore_cuda_rng(states: list[torch.Tensor]) -> None:
 
 @contextlib.contextmanager
 def _refusing_to_resume(problem: str) -> Iterator[None]:
-    """Turn a saved state that will not load into "cannot resume: ``problem``", with the first line of why."""
+    """A saved state that will not load as "cannot resume: ``problem``" (Python's words help nobody)."""
     try:
         yield
-    except (ValueError, KeyError, TypeError, RuntimeError, IndexError, AttributeError) as exc:
-        raise CharrnnError(f"cannot resume: {problem} ({first_line(exc, 120)})") from None
+    except (ValueError, KeyError, TypeError, RuntimeError, IndexError, AttributeError):
+        raise CharrnnError(f"cannot resume: {problem}; the checkpoint is damaged") from None
+
+
+def optimizer_for(model: CharRNN, config: TrainConfig, precision: str) -> torch.optim.Optimizer | CellMuon:
+    """AdamW on every trained parameter of ``model``, or ``--optimizer muon``'s pair (:class:`CellMuon`)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if config.optimizer == "muon":
+        # bfloat16 where it is native (emulated, a 2×512 step cost 62 AdamW steps: docs/defaults.md)
+        native = precision == "bf16" and (torch.device(config.device).type == "cuda" or cpu_has_native_bf16())
+        return CellMuon(model, params, config, torch.bfloat16 if native else torch.float32)
+    return torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+
+
+def _weightless(value: Any) -> Any:
+    """A copy of saved state ``value`` to step with: its tensors on the meta device, except the scalars
+    (AdamW's step counts, which a step reads and moves on in place, so never the payload's own)."""
+    if isinstance(value, torch.Tensor):
+        return value.clone() if value.dim() == 0 else value.to("meta")
+    if isinstance(value, dict):
+        return {key: _weightless(item) for key, item in value.items()}
+    return type(value)(map(_weightless, value)) if isinstance(value, list | tuple) else value
+
+
+def check_resumable(payload: dict[str, Any], model_config: ModelConfig, config: TrainConfig,
+                    steps_per_epoch: int) -> None:
+    """Refuse, before a word of resuming is said, training state in ``payload`` that the run could not load
+    or step with: each part loads into a weightless copy of the run (meta tensors), which takes one step."""
+    if not 0 <= payload["epoch_step"] < steps_per_epoch:
+        raise CharrnnError(f"cannot resume: epoch_step {payload['epoch_step']} is outside this run's "
+                           f"{steps_per_epoch} steps per epoch")
+    with torch.device("meta"):
+        model = CharRNN(model_config, initialise_weights=False)
+    shapes = [tuple(s.shape) for s in payload["carried_state"]]
+    expected = [tuple(s.shape) for s in model.initial_state(config.batch_size, "meta")]
+    if shapes != expected:
+        raise CharrnnError(f"cannot resume: carried_state has shapes {shapes}; this run needs {expected}")
+    optimizer = optimizer_for(model, config, resolve_precision(config.precision, config.device, model_config))
+    kind = "Muon and AdamW" if config.optimizer == "muon" else "AdamW"
+    with _refusing_to_resume(f"optimizer_state is not {kind}'s state for this model"):
+        optimizer.load_state_dict(_weightless(payload["optimizer_state"]))
+        for param in model.parameters():
+            param.grad = torch.zeros_like(param)
+        optimizer.step()
+    if config.ema_decay > 0:
+        with _refusing_to_resume("weight_average does not fit this model"):
+            WeightAverage(model, config.ema_decay).load_state(payload["weight_average"])
+    rng = payload["rng"]
+    with _refusing_to_resume("rng is not the Python, torch and CUDA generator states charrnn saves"):
+        version, internal, gauss = rng["python"]
+        random.Random().setstate((version, tuple(internal), gauss))
+        torch.Generator().set_state(rng["torch"])
+        cuda = rng.get("cuda") or []
+        if not all(isinstance(state, torch.Tensor) and state.dtype == torch.uint8 for state in cuda):
+            raise TypeError
 
 
 class TrainingRun:
@@ -62,14 +115,7 @@ class TrainingRun:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         # The moving average of the weights, scored beside them at each evaluation (WeightAverage, below).
         self.average = WeightAverage(self.model, config.ema_decay) if config.ema_decay > 0 else None
-        if config.optimizer == "muon":
-            # bfloat16 where it is native (emulated, a 2×512 step cost 62 AdamW steps: docs/defaults.md)
-            native = self.precision == "bf16" and (self.device.type == "cuda" or cpu_has_native_bf16())
-            self.optimizer: torch.optim.Optimizer | CellMuon = CellMuon(
-                self.model, self.params, config, torch.bfloat16 if native else torch.float32)
-        else:
-            self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate,
-                                               weight_decay=config.weight_decay)
+        self.optimizer = optimizer_for(self.model, config, self.precision)
         self.max_norm = config.clip if config.clip > 0 and config.clip_mode == "norm" else float("inf")
         self.step = 0  # optimiser steps taken (skipped ones included)
         self.epochs_done = 0  # completed passes over the training split
@@ -131,34 +177,23 @@ class TrainingRun:
             self.epochs_done += 1
 
     def restore(self, payload: dict[str, Any]) -> None:
-        """Continue exactly where ``payload`` (a checkpoint of this run) left off, random generators too."""
-        if not 0 <= payload["epoch_step"] < len(self.batches):
-            raise CharrnnError(f"cannot resume: epoch_step {payload['epoch_step']} is outside this run's "
-                               f"{len(self.batches)} steps per epoch")
-        carried = payload["carried_state"]
-        shapes = [tuple(s.shape) for s in carried]
-        expected = [tuple(s.shape) for s in self.model.initial_state(self.config.batch_size, "meta")]
-        if shapes != expected:
-            raise CharrnnError(f"cannot resume: carried_state has shapes {shapes}; this run needs {expected}")
+        """Continue exactly where ``payload`` (a checkpoint of this run that :func:`check_resumable` passed)
+        left off, random generators too."""
         # A best.pt that holds the averaged weights keeps the trained ones for training to go on from.
         self.model.load_state_dict(payload.get("training_weights") or payload["model_state"])
-        with _refusing_to_resume("optimizer_state does not fit this model"):
-            self.optimizer.load_state_dict(payload["optimizer_state"])
+        self.optimizer.load_state_dict(payload["optimizer_state"])
         self.step, self.epochs_done, self.position = payload["step"], payload["epoch"], payload["epoch_step"]
-        self.state = tuple(s[:, self.rows].to(self.device) for s in carried)
+        self.state = tuple(s[:, self.rows].to(self.device) for s in payload["carried_state"])
         self.best = EvalResult(**payload["best"]) if payload.get("best") else None
         self.best_is_average = bool(payload.get("best_is_average"))
         if self.average is not None:
-            with _refusing_to_resume("weight_average does not fit this run"):
-                self.average.load_state(payload["weight_average"])
+            self.average.load_state(payload["weight_average"])
         self.skipped, self.latest_eval = payload.get("skipped_steps", 0), payload.get("latest_eval")
         self.run_id = payload.get("run_id", self.run_id)
-        rng = payload["rng"]
-        with _refusing_to_resume("rng holds no valid generator state"):
-            version, internal, gauss = rng["python"]
-            random.setstate((version, tuple(internal), gauss))
-            torch.set_rng_state(rng["torch"])
-            restore_cuda_rng(rng.get("cuda") or [])
+        version, internal, gauss = payload["rng"]["python"]
+        random.setstate((version, tuple(internal), gauss))
+        torch.set_rng_state(payload["rng"]["torch"])
+        restore_cuda_rng(payload["rng"].get("cuda") or [])
 
     def carried_state(self) -> tuple[torch.Tensor, ...]:
         """The hidden state of all ``batch_size`` streams (a collective: every rank must call it)."""
