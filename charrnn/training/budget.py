@@ -112,6 +112,7 @@ BUDGET_AVERAGE_STEPS = (200, 1000)  # within these bounds
 CALIBRATION_SAMPLE = 32  # characters of a recorded sample timed to predict a whole sample's cost
 SAVE_BYTES_PER_S = 100e6  # a conservative disk: what writing (and fsyncing) a checkpoint costs
 FINAL_WORK_MARGIN = 1.05  # the estimate's safety factor
+BUDGET_END_TOLERANCE = 0.03  # a run ends within this share of its budget, or its note says why it may not
 BUDGET_EVALUATION_SHARE = 0.05  # of a time budget, at most this much goes to evaluations during training
 BUDGET_EVALUATIONS = (3, 10)  # evaluations during a budgeted run: at least this many (else none), at most
 BUDGET_GUARD_EPOCHS = 3.0  # a plan of fewer passes evaluates only at its end: none that short overfit
@@ -574,8 +575,12 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
     if config.eval_every is not None:  # an evaluation on schedule may start just before training stops
         reserve += FINAL_WORK_MARGIN * each_s
     head = f"{option('time_budget')} {budget:g} s"
+    # Kept whole, what follows the run (the command's exit) may take less: in a short budget that shows.
+    after = (f" ({finish_s:g} s of it for what follows the run, such as the command's exit, which may take "
+             f"less: a budget this short can end that much early)"
+             if finish_s > BUDGET_END_TOLERANCE * budget else "")
     messages = [f"{head}: training stops about {reserve:.1f} s before the end, to evaluate and save "
-                f"inside it"]
+                f"inside it{after}"]
     scores = "the whole validation split" if scored is None else f"the first {scored:,} validation characters"
     if count:
         each = f"about {each_s:.1f} s" if each_s >= 0.05 else "under 0.1 s"

@@ -91,7 +91,8 @@ class TrainingLoop:
             self.window_chars += chars
             now = self.clock()
             speed = self.window_chars / max(now - self.window_start, 1e-9)  # chars/s since the window started
-            slowed = schedule.slowed(speed, now - self.window_start, alone=run.group.world_size == 1)
+            slowed = schedule.slowed(speed, now - self.window_start, self.elapsed,
+                                     alone=run.group.world_size == 1)
             for message in (slowed and self.load and self.load.leave_busy_cores(), slowed):
                 if message:
                     self.observer.on_message(message)

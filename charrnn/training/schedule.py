@@ -137,14 +137,25 @@ class Schedule:
         self.points = list(ending.points) if ending is not None else []
         self.gap = 1.0 / (len(self.points) + 1)
         self.began = (0, 0.0, 0.0)  # the step, epoch and spent seconds (reserve included) at its start
+        self.stretched_from = (0.0, self.reserve)  # elapsed and spent seconds when the time kept last grew
+
+    def spent(self, elapsed: float) -> float:
+        """The budget's seconds spent at ``elapsed``, the end's reserved time counted as spent. When that
+        time grows, the rest of training is stretched over what is left, so progress never jumps: nor do
+        the learning rate and the evaluations' moments."""
+        at, spent = self.stretched_from
+        budget = self.config.time_budget
+        if budget is None:
+            return elapsed + self.reserve
+        return spent + (budget - spent) * (elapsed - at) / max(budget - self.reserve - at, 1e-9)
 
     def begin(self, run: TrainingRun, elapsed: float) -> None:
         """Start the planned evaluations' clock here, where training starts: it may start part-done."""
-        self.began = (run.step, run.epoch, elapsed + self.reserve)
+        self.began = (run.step, run.epoch, self.spent(elapsed))
 
     def progress(self, run: TrainingRun, elapsed: float) -> float | None:
         """How much of the run is done (None without a limit): the end's reserved time counts as spent."""
-        return run_progress(self.config, run.step, run.epoch, elapsed + self.reserve)
+        return run_progress(self.config, run.step, run.epoch, self.spent(elapsed))
 
     def learning_rate(self, run: TrainingRun, elapsed: float) -> float:
         return learning_rate_at(self.config, run.step, self.progress(run, elapsed))
@@ -164,7 +175,7 @@ class Schedule:
         epoch_end = run.position == 0 and run.epochs_done in config.save_epochs
         # The share of its training done since it began, by its nearest limit: planned evaluations fall
         # evenly along it, whichever limit ends the run.
-        progress = run_progress(config, run.step, run.epoch, elapsed + self.reserve, self.began) or 0.0
+        progress = run_progress(config, run.step, run.epoch, self.spent(elapsed), self.began) or 0.0
         timed = bool(self.points) and progress >= self.points[0]
         if timed:  # a slow step may pass a moment: one evaluation for all passed, none just before the end
             self.points = [point for point in self.points if point > progress]
@@ -176,16 +187,16 @@ class Schedule:
         return (evaluate and not interrupted, last or run.step % config.save_every == 0,
                 sample and not interrupted, epoch_end)
 
-    def slowed(self, chars_per_s: float, window_s: float, alone: bool) -> str | None:
-        """Follow the training speed: a machine slower than planned is slower over the end too, so the time
-        kept grows; returns what to tell the user. Only ``alone``: each torchrun rank sees its own."""
+    def slowed(self, chars_per_s: float, window_s: float, elapsed: float, alone: bool) -> str | None:
+        """Follow the training speed at ``elapsed``: a machine slower than planned is slower over the end
+        too, so the time kept grows; returns what to tell the user. Only ``alone``: each rank sees its own."""
         ending = self.ending
         if (ending is None or ending.chars_per_s is None or not alone
                 or window_s < SLOWDOWN_WINDOW_SHARE * (self.config.time_budget or 0.0)):
             return None
         if (slowdown := ending.chars_per_s / max(chars_per_s, 1e-9)) <= self.slowdown:
             return None
-        self.slowdown = slowdown
+        self.slowdown, self.stretched_from = slowdown, (elapsed, self.spent(elapsed))
         own = ending.reserve_s - ending.finish_s  # the run's own end, which slows with the machine
         self.reserve = ending.finish_s + own * slowdown ** SLOWDOWN_END_EXPONENT
         if slowdown < SLOWDOWN_NOTICED or self.reserve < SLOWDOWN_RESTATED * self.told_reserve:

@@ -1,10 +1,20 @@
 import math
+from types import SimpleNamespace
 
 import pytest
 
 from charrnn.config import TrainConfig
 from charrnn.errors import options_spelled
-from charrnn.training.schedule import StopReason, learning_rate_at, planned_steps, run_progress, stop_reason
+from charrnn.training.schedule import (
+    SLOWDOWN_END_EXPONENT,
+    BudgetEnding,
+    Schedule,
+    StopReason,
+    learning_rate_at,
+    planned_steps,
+    run_progress,
+    stop_reason,
+)
 
 
 def test_schedule_warms_up_then_decays_to_floor():
@@ -39,3 +49,22 @@ def test_planned_steps_take_the_nearer_limit_and_a_stop_reason_names_it_as_spell
     assert str(StopReason("signal", signal_name="SIGTERM")) == "interrupted by SIGTERM"
     assert StopReason("signal", signal_name="SIGINT").interrupted and not StopReason("epochs", 2).interrupted
 
+
+
+def test_a_slowdown_stretches_what_is_left_of_training_so_progress_and_the_rate_never_jump():
+    config = TrainConfig(out_dir="x", time_budget=100.0, warmup_steps=0)
+    schedule = Schedule(config, BudgetEnding(10.0, (0.25, 0.5, 0.75), (), 0.0, chars_per_s=1000.0))
+    run = SimpleNamespace(step=500, epoch=0.0, position=1, epochs_done=0)
+    assert schedule.progress(run, 40.0) == 0.5  # 40 s trained and 10 s kept, of 100
+    before = schedule.learning_rate(run, 40.0)
+    assert schedule.slowed(500.0, 10.0, 40.0, alone=True).startswith("this machine slowed")
+    kept = 10.0 * 2**SLOWDOWN_END_EXPONENT
+    assert schedule.reserve == pytest.approx(kept)
+    assert schedule.progress(run, 40.0) == pytest.approx(0.5) and schedule.learning_rate(run, 40.0) == before
+    # Half of what is left to train, from then on, is half of what was left of the run.
+    assert schedule.progress(run, 40.0 + (60.0 - kept) / 2) == pytest.approx(0.75)
+    assert schedule.stop(run, 100.0 - kept) == StopReason("time_budget", 100.0)
+    assert schedule.progress(run, 100.0 - kept) == pytest.approx(1.0)
+    # Each planned evaluation is still due once, as progress reaches it.
+    due = [schedule.due(run, elapsed, None)[0] for elapsed in (40.0, 50.0, 60.0, 70.0, 80.0)]
+    assert due == [True, False, True, False, False]
