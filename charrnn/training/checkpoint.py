@@ -20,7 +20,7 @@ import torch
 from charrnn.config import VERSION, ModelConfig, TrainConfig, check_record, check_type, describe, field_types
 from charrnn.data.corpus import CorpusInfo, corpus_path, scan_corpus
 from charrnn.data.vocab import Vocab
-from charrnn.errors import CharrnnError, OptionConflict, first_line
+from charrnn.errors import CharrnnError, OptionConflict, first_line, short_repr
 from charrnn.generation.trained import TrainedModel
 from charrnn.models.card import model_card
 from charrnn.models.evaluate import EvalResult
@@ -226,6 +226,10 @@ def validate_payload(payload: dict[str, Any], values: bool = True) -> ModelConfi
         raise CharrnnError(f"format version {payload['format_version']}; this charrnn reads version "
                            f"{FORMAT_VERSION}")
     config = check_record(ModelConfig, payload["model_config"], "model_config")
+    # Other records may carry a newer charrnn's keys; an unknown one here may change what the weights compute.
+    if unknown := sorted(payload["model_config"].keys() - {spec.name for spec in fields(ModelConfig)}):
+        raise CharrnnError(f"model_config has {unknown[0]!r}, which this charrnn does not know: the model "
+                           f"may compute what this charrnn cannot (a newer charrnn's?)")
     # train_config's types only: whether its precision suits this machine is a question for resuming
     records = {"corpus": CorpusInfo, **dict.fromkeys(SCORES, EvalResult), "train_config": TrainConfig}
     for name, record in records.items():
@@ -456,6 +460,10 @@ def _read_opened_folder(folder: Path, handles: dict[str, BinaryIO]) -> dict[str,
                                for name, (shape, dtype) in layout.items()}, **recorded}
     with _naming_the_file(folder):
         validate_payload(payload, values=False)
+    held = weights_dtype(payload["model_state"])
+    if "weights_dtype" in config and config["weights_dtype"] != held:
+        raise CharrnnError(f"{weights} does not match {folder / CONFIG}: it holds {held} tensors; the config "
+                           f"says {short_repr(config['weights_dtype'])}")
     # Refused without the memory for the file, its tensors and the float32 model built from them.
     parameters, available = parameter_count(model), available_host_memory()
     needed = 2 * os.fstat(handles[WEIGHTS].fileno()).st_size + 4 * parameters

@@ -32,6 +32,7 @@ from charrnn.utils.files import (
     TEMPORARY_GLOB,
     TEMPORARY_PREFIX,
     append_line,
+    json_object_or_why,
     json_text,
     parse_json,
     read_folder_config,
@@ -162,9 +163,10 @@ def resume_target(checkpoint: Path, payload: dict[str, Any], out_dir: Path | Non
                              f"own directory; give it with {option('out_dir')} NEW_DIR to replace a run "
                              f"there")
     if not belongs_to(own_dir, payload):
-        raise CharrnnError(f"{own_dir} is not the run that wrote {checkpoint.name} (its config.json is "
-                           "missing or belongs to another run), so resuming there could overwrite its "
-                           f"files; continue it elsewhere with {option('out_dir')} NEW_DIR")
+        why = json_object_or_why(own_dir / "config.json")[1] or "belongs to another run"
+        raise CharrnnError(f"{own_dir} is not the run that wrote {checkpoint.name} (its config.json {why}), "
+                           f"so resuming there could overwrite its files; continue it elsewhere with "
+                           f"{option('out_dir')} NEW_DIR")
     branch = f"branch from it with {option('resume')} {checkpoint} {option('out_dir')} NEW_DIR"
     newest, unreadable = saved_steps(own_dir, payload["run_id"], ignore=checkpoint)  # belongs_to: it has one
     if newest is not None and newest[0] > payload["step"]:

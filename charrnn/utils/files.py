@@ -22,7 +22,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from charrnn.errors import CharrnnError, OptionConflict
+from charrnn.errors import CharrnnError, OptionConflict, first_line
 
 Row = TypeVar("Row")  # what a log's reader makes of one of its rows
 
@@ -284,11 +284,22 @@ _NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 def read_json_object(path: Path, most_bytes: int = JSON_OBJECT_MOST_BYTES) -> dict[str, Any] | None:
     """The JSON object in UTF-8 regular file ``path``; None if missing, unreadable, too large or no object."""
+    return json_object_or_why(path, most_bytes)[0]
+
+
+def json_object_or_why(path: Path, most_bytes: int = JSON_OBJECT_MOST_BYTES,
+                       ) -> tuple[dict[str, Any] | None, str]:
+    """:func:`read_json_object`'s object, or None and why, as said of the file ("is missing")."""
     try:
         value = parse_json(read_regular(path, most_bytes).decode("utf-8"))
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
+    except FileNotFoundError:
+        return None, "is missing"
+    except OSError as exc:
+        return None, f"cannot be read ({reason(exc)})"
+    except ValueError as exc:  # UnicodeDecodeError is one; parse_json's own say what the file "is"
+        said = first_line(exc)
+        return None, said if said.startswith(("is ", "holds ")) else f"is not JSON ({said})"
+    return (value, "") if isinstance(value, dict) else (None, "is not a JSON object")
 
 
 def parse_json(text: str | bytes) -> Any:

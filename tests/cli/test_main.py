@@ -162,8 +162,13 @@ def test_a_run_directory_stands_for_its_checkpoint_and_a_resume_keeps_to_its_own
     (other / "last.pt").write_bytes(Path("run/last.pt").read_bytes())
     before = {p.name: p.read_bytes() for p in other.iterdir()}
     refused = invoke(runner, "train", "--resume", other / "last.pt", "--max-steps", "10")
-    assert_one_line_error(refused, "is not the run that wrote last.pt")
+    assert_one_line_error(refused, "is not the run that wrote last.pt (its config.json belongs to another")
     assert {p.name: p.read_bytes() for p in other.iterdir()} == before
+    for text, why in (("[" * 600 + "]" * 600, "is nested more than 64 levels deep"),
+                      ("[1]", "is not a JSON object"), ('{"run_id": 1', "is not JSON (Expecting")):
+        (other / "config.json").write_text(text)  # each says what is wrong with it, never "another run"
+        refused = invoke(runner, "train", "--resume", other / "last.pt", "--max-steps", "10")
+        assert_one_line_error(refused, f"(its config.json {why}")
     resumed = invoke(runner, "train", "--resume", "run/last.pt", "--max-steps", "8", "--out", "run")
     assert resumed.exit_code == 0, resumed.output  # --out naming the checkpoint's own directory
     assert torch.load("run/last.pt", weights_only=True)["step"] == 8

@@ -277,6 +277,14 @@ DAMAGE = {
     "a vocabulary size its list does not have": (
         _edit_json(CONFIG, lambda c: {**c, "model_config": {**c["model_config"], "vocab_size": 999}}),
         VOCAB, "vocab.json does not match"),
+    "a model setting this charrnn does not know": (
+        _edit_json(CONFIG, lambda c: {**c, "model_config": {**c["model_config"], "attention": True}}),
+        CONFIG, "model_config has 'attention', which this charrnn does not know"),
+    "a weights dtype its tensors do not have": (
+        _edit_json(CONFIG, lambda c: {**c, "weights_dtype": "float16"}), WEIGHTS,
+        "holds float32 tensors; the config says 'float16'"),
+    "a weights dtype that is no name": (_edit_json(CONFIG, lambda c: {**c, "weights_dtype": [1]}), WEIGHTS,
+                                        "the config says [1]"),
     "a version that is not a whole number": (_edit_json(CONFIG, lambda c: {**c, "format_version": True}),
                                              CONFIG, "format version True"),
     "vocabulary not a list": (_edit_json(VOCAB, lambda v: {"chars": v}), VOCAB, "vocab is"),
