@@ -114,7 +114,8 @@ def record_problem(cls: type, values: dict[str, Any]) -> tuple[str, str | None] 
 
 def describe(value: Any) -> str:
     """A stored value as an error shows it: its short form and its type."""
-    return f"{short_repr(value)} (a {type(value).__name__})"
+    kind = type(value).__name__
+    return f"{short_repr(value)} ({'an' if kind[0] in 'aeiou' else 'a'} {kind})"
 
 
 def check_type(value: Any, hint: Any, where: str) -> None:

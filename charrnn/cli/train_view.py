@@ -294,6 +294,8 @@ def budget_line(budget: Any, other_text: bool = False) -> str:
                  else f"runner-up {second.describe()}")
         runner_up = f"; {named} predicts {second.predicted_loss:.3f} ({gap:+.3f}{tie})"
     scale = " on tiny Shakespeare (the rule's text: this text scores otherwise)" if other_text else ""
+    if choice.guessing:  # the rule's text is richer: guessing among this one's characters beats it
+        scale = " (as guessing alike among this text's characters would: the rule cannot tell shapes apart)"
     return (f"{head}: {choice.describe()} at {speed}, {choice.epochs:.1f} epochs{limit}{slowed}, predicts "
             f"{choice.predicted_loss:.3f} nats/char{scale}{runner_up}")
 

@@ -184,6 +184,7 @@ class Candidate:
     speed_share: float = 1.0  # share of its timed speed it trains at: below 1 only with the plan's dropout
     end_s: float = 0.0  # the time kept for its final evaluation and saves
     users_limit: bool = False  # the limit that ends it sooner is one the user gave, not the plan's
+    guessing: bool = False  # the law predicted worse than guessing alike (few characters): it predicts that
 
     def describe(self) -> str:
         return f"{self.num_layers}×{self.settings['hidden_size']} LSTM"
@@ -345,7 +346,8 @@ def predict_candidates(shapes: list[tuple[dict[str, Any], int, int]], speeds: li
             training_s=training_s, chars=chars, epochs=chars / workload.train_chars, predicted_loss=predicted,
             budget_epochs=affordable / workload.train_chars, limit=limit, precision=precision,
             evaluates=evaluates, dropout=dropout, speed_share=share, end_s=end.reserve_s(),
-            users_limit=limit == "max_steps" or (limit == "epochs" and workload.max_epochs is not None)))
+            users_limit=limit == "max_steps" or (limit == "epochs" and workload.max_epochs is not None),
+            guessing=law is not None and law > workload.uniform_loss))
     return tuple(candidates)
 
 

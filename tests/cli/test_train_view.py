@@ -156,6 +156,9 @@ def test_the_budget_names_the_runner_up_a_larger_shape_beat_within_the_rules_err
                                      f"1.478 ({-tie:+.3f}, within the rule's error)")
     assert "predicts 1.478 nats/char on tiny Shakespeare (the rule's text" in budget_line(
         dataclasses.replace(decision, candidates=decision.candidates[:1]), other_text=True)
+    capped = dataclasses.replace(decision.candidates[0], predicted_loss=0.0, guessing=True)  # "aaaa…"
+    assert "predicts 0.000 nats/char (as guessing alike among this text's characters would" in budget_line(
+        dataclasses.replace(decision, candidates=(capped,)), other_text=True)
     # --json says which rule passed it over, and names the close call.
     assert decision.to_dict()["outranked"] == 0 and decision.to_dict()["close_call"] == 2
     estimated = dataclasses.replace(shape(192, 1.5), measured=False)
