@@ -93,7 +93,10 @@ def field_types(cls: type) -> dict[str, Any]:
 
 def expected_type(value: Any, hint: Any) -> str | None:
     """What ``hint`` asks for, in words ("a whole number", "one of lstm, gru"), when ``value`` is not of that
-    type; None when it is. Ints are not bools; a float may be an int. One rule for options and checkpoints."""
+    type; None when it is. Ints are not bools; a float may be an int. One rule for every record read."""
+    # A whole number past 64 bits is no count charrnn writes, and would overflow a float.
+    if type(value) is int and abs(value) >= 2**64 and _matches(0, hint):
+        return "a number of at most 64 bits"
     return None if _matches(value, hint) else _named(hint)
 
 

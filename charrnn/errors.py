@@ -41,7 +41,10 @@ def shortened(text: str, most: int = 40) -> str:
 
 def short_repr(value: object, most: int = 40) -> str:
     """``repr(value)`` for a one-line message, cut after ``most`` characters."""
-    return shortened(repr(value), most)
+    try:
+        return shortened(repr(value), most)
+    except ValueError:  # a whole number past Python's 4,300 digits to a string
+        return "a number of over 4,300 digits"
 
 
 class CharrnnError(Exception):

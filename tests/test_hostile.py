@@ -64,6 +64,8 @@ CRAFTED_CHECKPOINTS = [
     ("vocab_of_the_wrong_length", lambda p: p["vocab"].pop(), "vocab has"),
     ("vocab_as_a_string", _set(("vocab",), "abc"), "vocab is 'abc' (a str)"),
     ("vocab_as_a_number", _set(("vocab",), 65), "vocab is 65 (an int)"),
+    ("step_past_64_bits", _set(("step",), 10**400), "step is 1000"),
+    ("a_negative_validation_score", _set(("best", "nats_per_char"), -1.0), "best.nats_per_char is -1.0"),
     ("a_model_setting_from_a_newer_charrnn", _set(("model_config", "attention"), True),
      "model_config has 'attention', which this charrnn does not know"),
     ("corpus_as_a_string", _set(("corpus",), "small.txt"), "corpus is 'small.txt' (a str)"),
@@ -144,6 +146,16 @@ RESUME_CASES = [
     # These load into AdamW and would fail only at the first step.
     ("optimizer_moment_of_the_wrong_shape", _damage_optimizer("exp_avg", torch.zeros(3)), OPTIMIZER_DAMAGED),
     ("optimizer_betas_not_numbers", _damage_optimizer("betas", "ab"), OPTIMIZER_DAMAGED),
+    ("optimizer_step_negative", _damage_optimizer("step", torch.tensor(-5.0)), OPTIMIZER_DAMAGED),
+    ("optimizer_moment_not_finite", lambda p: p["optimizer_state"]["state"][0]["exp_avg"].fill_(float("nan")),
+     OPTIMIZER_DAMAGED),
+    ("optimizer_moment_of_integers", lambda p: p["optimizer_state"]["state"][0].update(
+        exp_avg=p["optimizer_state"]["state"][0]["exp_avg"].long()), OPTIMIZER_DAMAGED),
+    ("optimizer_state_of_one_parameter_dropped", lambda p: p["optimizer_state"]["state"].pop(0),
+     OPTIMIZER_DAMAGED),
+    ("optimizer_learning_rate_past_64_bits", _damage_optimizer("lr", 10**400), OPTIMIZER_DAMAGED),
+    ("carried_state_of_integers", lambda p: p.update(carried_state=[s.int() for s in p["carried_state"]]),
+     "carried_state must hold finite float32 values"),
     ("no_rng", lambda p: p.pop("rng"), "rng is missing"),
 ]
 

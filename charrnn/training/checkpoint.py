@@ -17,7 +17,16 @@ from typing import Any, BinaryIO
 
 import torch
 
-from charrnn.config import VERSION, ModelConfig, TrainConfig, check_record, check_type, describe, field_types
+from charrnn.config import (
+    VERSION,
+    ModelConfig,
+    TrainConfig,
+    check_record,
+    check_type,
+    describe,
+    expected_type,
+    field_types,
+)
 from charrnn.data.corpus import CorpusInfo, corpus_path, scan_corpus
 from charrnn.data.vocab import Vocab
 from charrnn.errors import CharrnnError, OptionConflict, first_line, short_repr
@@ -237,6 +246,16 @@ def validate_payload(payload: dict[str, Any], values: bool = True) -> ModelConfi
             check_record(record, payload[name], name, build=name != "train_config")
     if payload.get("latest_eval") is not None:
         check_type(payload["latest_eval"].get("step"), int, "latest_eval.step")
+    for name in ("corpus", *SCORES):
+        record = payload.get(name) or {}
+        for key, least in RECORD_LEAST.items():
+            if key in record and record[key] < least:
+                raise CharrnnError(f"{name}.{key} is {record[key]!r}; expected {least} or more")
+        if name == "corpus" and record and not (record["split_point"] <= record["chars"]
+                                                and record["val_frac"] < 1):
+            raise CharrnnError(f"corpus splits its {record['chars']:,} characters at "
+                               f"{record['split_point']!r} (validation fraction {record['val_frac']!r}): no "
+                               f"split of that text")
     try:
         vocab = Vocab.from_list(payload["vocab"])
     except CharrnnError as exc:
@@ -250,8 +269,10 @@ def validate_payload(payload: dict[str, Any], values: bool = True) -> ModelConfi
     if "training_weights" in payload:
         _check_state(payload["training_weights"], config, "training_weights")
     if (average := payload.get("weight_average")) is not None:
-        if not isinstance(average.get("weights"), dict) or not isinstance(average.get("updates"), int):
-            raise CharrnnError("weight_average must hold weights (a dict) and updates (a whole number)")
+        updates = average.get("updates")
+        if not isinstance(average.get("weights"), dict) or expected_type(updates, int) or updates < 0:
+            raise CharrnnError("weight_average must hold weights (a dict) and updates (a whole number, 0 or "
+                               "more)")
         _check_state(average["weights"], config, "weight_average")
     return config
 
@@ -325,6 +346,9 @@ WEIGHTS, CONFIG, VOCAB, CARD = "model.safetensors", "config.json", "vocab.json",
 FOLDER_FILES = (WEIGHTS, CONFIG, VOCAB, CARD)
 FOLDER_FORMAT, FOLDER_VERSION = MODEL_FOLDER_FORMAT, 1
 SCORES = ("best", "latest_eval", "score")  # evaluation records: JSON has no infinity, so one is written null
+# The least of each count and score in those records and the corpus's (a diverged run's NaN stays: it was).
+RECORD_LEAST = {"chars": 0, "split_point": 0, "val_frac": 0, "step": 0, "nats_per_char": 0,
+                "bits_per_char": 0, "perplexity": 1}
 GATE_ORDER = {"lstm": "i f g o", "gru": "r z n", "rnn": "one", "esn": "one"}
 NORMED_GATE_ORDER = {**GATE_ORDER, "gru": "z r n"}
 
@@ -364,6 +388,16 @@ def weights_dtype(state: dict[str, Any]) -> str:
     return dtypes[0] if len(dtypes) == 1 else f"mixed: {', '.join(dtypes)}"
 
 
+def how_read(model: dict[str, Any], state: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """What a reader in another language needs beyond a folder's shapes (its config.json says it, and
+    charrnn checks it on reading): the tensors' dtype, and how a sampler steps them."""
+    normed = bool(model.get("layer_norm"))
+    sampler = {"initial_state": "zeros", "tensor_names": "PyTorch's nn.LSTM, nn.GRU and nn.RNN names",
+               "gate_order": (NORMED_GATE_ORDER if normed else GATE_ORDER).get(model.get("cell"))}
+    return {"weights_dtype": weights_dtype(state),
+            "sampler": sampler | ({"layer_norm_epsilon": EPSILON} if normed else {})}
+
+
 def write_model_folder(payload: dict[str, Any], source: Path, target: Path, name: str, float32: bool = False,
                        shown: str | None = None) -> int:
     """Write checked ``payload``'s model folder at ``target`` atomically, over an empty folder or an export;
@@ -378,13 +412,8 @@ def write_model_folder(payload: dict[str, Any], source: Path, target: Path, name
     # An evaluation record whose score is not a finite number is left out (JSON has no infinity).
     recorded |= {key: None for key in SCORES
                  if recorded.get(key) is not None and not math.isfinite(recorded[key]["nats_per_char"])}
-    # What a reader in another language needs beyond the shapes: how the tensors are read.
-    normed = bool(model.get("layer_norm"))
-    sampler = {"initial_state": "zeros", "tensor_names": "PyTorch's nn.LSTM, nn.GRU and nn.RNN names",
-               "gate_order": (NORMED_GATE_ORDER if normed else GATE_ORDER).get(model.get("cell"))}
     config = {"format": FOLDER_FORMAT, "format_version": FOLDER_VERSION, "charrnn_version": VERSION,
-              "model_config": model, "weights_dtype": weights_dtype(state),
-              "sampler": sampler | ({"layer_norm_epsilon": EPSILON} if normed else {}),
+              "model_config": model, **how_read(model, state),
               **{key: recorded[key] for key in RECORDED_FIELDS if recorded.get(key) is not None}}
     card = model_card(config, sum(value.numel() for value in state.values()), name, shown)
     weights = save(state, metadata={"format": "pt"})
@@ -445,6 +474,9 @@ def _read_opened_folder(folder: Path, handles: dict[str, BinaryIO]) -> dict[str,
                            f"{FOLDER_VERSION}")
     if "model_config" not in config:
         raise CharrnnError(f"{folder / CONFIG} lacks model_config")
+    if not isinstance(written_by := config.get("charrnn_version"), str):
+        raise CharrnnError(f"{folder / CONFIG}'s charrnn_version is {describe(written_by)}; expected a "
+                           f"string")
     with _naming_the_file(folder):
         model = check_record(ModelConfig, config["model_config"], "model_config")
     vocab = _json(handles[VOCAB], folder / VOCAB, VOCAB_ENTRY_MOST_BYTES * min(model.vocab_size, CODE_POINTS)
@@ -460,10 +492,11 @@ def _read_opened_folder(folder: Path, handles: dict[str, BinaryIO]) -> dict[str,
                                for name, (shape, dtype) in layout.items()}, **recorded}
     with _naming_the_file(folder):
         validate_payload(payload, values=False)
-    held = weights_dtype(payload["model_state"])
-    if "weights_dtype" in config and config["weights_dtype"] != held:
-        raise CharrnnError(f"{weights} does not match {folder / CONFIG}: it holds {held} tensors; the config "
-                           f"says {short_repr(config['weights_dtype'])}")
+    for key, value in how_read(config["model_config"], payload["model_state"]).items():
+        if config.get(key) != value:  # what another reader would go by
+            raise CharrnnError(f"{folder / CONFIG}'s {key} is {short_repr(config.get(key), 60)}; "
+                               f"{folder / WEIGHTS} and its model_config are read with "
+                               f"{short_repr(value, 60)}")
     # Refused without the memory for the file, its tensors and the float32 model built from them.
     parameters, available = parameter_count(model), available_host_memory()
     needed = 2 * os.fstat(handles[WEIGHTS].fileno()).st_size + 4 * parameters

@@ -34,7 +34,7 @@ def _refusing_to_resume(problem: str) -> Iterator[None]:
     """A saved state that will not load as "cannot resume: ``problem``" (Python's words help nobody)."""
     try:
         yield
-    except (ValueError, KeyError, TypeError, RuntimeError, IndexError, AttributeError):
+    except (ValueError, KeyError, TypeError, RuntimeError, IndexError, AttributeError, OverflowError):
         raise CharrnnError(f"cannot resume: {problem}; the checkpoint is damaged") from None
 
 
@@ -58,6 +58,43 @@ def _weightless(value: Any) -> Any:
     return type(value)(map(_weightless, value)) if isinstance(value, list | tuple) else value
 
 
+NON_NEGATIVE_STATE = ("step", "exp_avg_sq")  # AdamW's step count, and the second moment whose root divides
+
+
+def _check_optimizer_state(saved: Any, fresh: dict[str, Any]) -> None:
+    """Raise ValueError unless optimiser state ``saved`` is laid out as ``fresh`` (a fresh step's): for every
+    parameter, or none (each step so far skipped), the same tensors, of its shapes and dtypes, finite; the
+    same groups of the same parameters, with numbers where it has numbers."""
+    if "param_groups" not in fresh:  # CellMuon: AdamW's state and Muon's
+        if saved.keys() != fresh.keys():
+            raise ValueError
+        for key in fresh:
+            _check_optimizer_state(saved[key], fresh[key])
+        return
+    if saved["state"] and saved["state"].keys() != fresh["state"].keys():
+        raise ValueError
+    for index, tensors in saved["state"].items():
+        if tensors.keys() != fresh["state"][index].keys():
+            raise ValueError
+        for name, like in fresh["state"][index].items():
+            tensor = tensors[name]
+            if (tensor.shape != like.shape or tensor.dtype != like.dtype or not torch.isfinite(tensor).all()
+                    or (name in NON_NEGATIVE_STATE and (tensor < 0).any())):
+                raise ValueError
+    for group, like in zip(saved["param_groups"], fresh["param_groups"], strict=True):
+        if group["params"] != like["params"] or not all(
+                _numbers_where(group[key], value) for key, value in like.items() if key in group):
+            raise ValueError
+
+
+def _numbers_where(value: Any, like: Any) -> bool:
+    """Whether ``value`` has a finite number wherever ``like`` (a fresh group's hyperparameter) has one."""
+    if isinstance(like, tuple):
+        return (isinstance(value, list | tuple) and len(value) == len(like)
+                and all(map(_numbers_where, value, like)))
+    return type(like) not in (int, float) or (type(value) in (int, float) and math.isfinite(value))
+
+
 def check_resumable(payload: dict[str, Any], model_config: ModelConfig, config: TrainConfig,
                     steps_per_epoch: int) -> None:
     """Refuse, before a word of resuming is said, training state in ``payload`` that the run could not load
@@ -67,16 +104,21 @@ def check_resumable(payload: dict[str, Any], model_config: ModelConfig, config: 
                            f"{steps_per_epoch} steps per epoch")
     with torch.device("meta"):
         model = CharRNN(model_config, initialise_weights=False)
-    shapes = [tuple(s.shape) for s in payload["carried_state"]]
-    expected = [tuple(s.shape) for s in model.initial_state(config.batch_size, "meta")]
-    if shapes != expected:
-        raise CharrnnError(f"cannot resume: carried_state has shapes {shapes}; this run needs {expected}")
+    carried, expected = payload["carried_state"], model.initial_state(config.batch_size, "meta")
+    if [tuple(s.shape) for s in carried] != [tuple(s.shape) for s in expected]:
+        raise CharrnnError(f"cannot resume: carried_state has shapes {[tuple(s.shape) for s in carried]}; "
+                           f"this run needs {[tuple(s.shape) for s in expected]}")
+    if not all(s.dtype == torch.float32 and bool(torch.isfinite(s).all()) for s in carried):
+        raise CharrnnError("cannot resume: carried_state must hold finite float32 values; the checkpoint is "
+                           "damaged")
     optimizer = optimizer_for(model, config, resolve_precision(config.precision, config.device, model_config))
+    for param in model.parameters():
+        param.grad = torch.zeros_like(param)
+    optimizer.step()  # a fresh step: the state's layout that a saved one must have
     kind = "Muon and AdamW" if config.optimizer == "muon" else "AdamW"
     with _refusing_to_resume(f"optimizer_state is not {kind}'s state for this model"):
+        _check_optimizer_state(payload["optimizer_state"], optimizer.state_dict())
         optimizer.load_state_dict(_weightless(payload["optimizer_state"]))
-        for param in model.parameters():
-            param.grad = torch.zeros_like(param)
         optimizer.step()
     if config.ema_decay > 0:
         with _refusing_to_resume("weight_average does not fit this model"):

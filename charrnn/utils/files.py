@@ -307,6 +307,7 @@ def parse_json(text: str | bytes) -> Any:
     before the parser's recursion meets it) is a ValueError, for the caller to name its file."""
     if isinstance(text, bytes):
         text = text.decode(json.detect_encoding(text), "surrogatepass")
+    text = text.removeprefix("\ufeff")  # a byte order mark, which JSON's readers may ignore
     if text.count("[") + text.count("{") > JSON_MOST_DEPTH:
         brackets = _JSON_BRACKET.findall(_JSON_STRING.sub("", text))  # those inside strings do not count
         if max(accumulate(map(_NESTING.__getitem__, brackets)), default=0) > JSON_MOST_DEPTH:
