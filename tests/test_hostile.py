@@ -154,6 +154,7 @@ RESUME_CASES = [
     ("optimizer_state_of_one_parameter_dropped", lambda p: p["optimizer_state"]["state"].pop(0),
      OPTIMIZER_DAMAGED),
     ("optimizer_learning_rate_past_64_bits", _damage_optimizer("lr", 10**400), OPTIMIZER_DAMAGED),
+    ("optimizer_flag_of_a_string", _damage_optimizer("maximize", "yes"), OPTIMIZER_DAMAGED),
     ("carried_state_of_integers", lambda p: p.update(carried_state=[s.int() for s in p["carried_state"]]),
      "carried_state must hold finite float32 values"),
     ("no_rng", lambda p: p.pop("rng"), "rng is missing"),

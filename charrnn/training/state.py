@@ -88,11 +88,14 @@ def _check_optimizer_state(saved: Any, fresh: dict[str, Any]) -> None:
 
 
 def _numbers_where(value: Any, like: Any) -> bool:
-    """Whether ``value`` has a finite number wherever ``like`` (a fresh group's hyperparameter) has one."""
+    """Whether ``value`` has a finite number wherever ``like`` (a fresh group's hyperparameter) has one, and
+    True or False where it has a flag."""
     if isinstance(like, tuple):
         return (isinstance(value, list | tuple) and len(value) == len(like)
                 and all(map(_numbers_where, value, like)))
-    return type(like) not in (int, float) or (type(value) in (int, float) and math.isfinite(value))
+    if type(like) in (int, float):
+        return type(value) in (int, float) and math.isfinite(value)
+    return type(like) is not bool or type(value) is bool
 
 
 def check_resumable(payload: dict[str, Any], model_config: ModelConfig, config: TrainConfig,
