@@ -127,8 +127,10 @@ def check_type(value: Any, hint: Any, where: str) -> None:
         raise CharrnnError(f"{where} is {describe(value)}; expected {expected}")
 
 
-def check_record(cls: type, values: dict[str, Any], where: str, build: bool = True) -> Any:
-    """Check a checkpoint's dict as dataclass ``cls`` (:func:`record_problem`); ``build`` constructs it."""
+def check_record(cls: type, values: dict[str, Any], where: str, extra: tuple[str, ...] = ()) -> Any:
+    """Build dataclass ``cls`` from a checkpoint's dict ``values`` (:func:`record_problem`), naming the field
+    at fault. A key it does not know (beyond ``extra``) is refused: a newer charrnn's may mean what this
+    cannot."""
     if not isinstance(values, dict):
         raise CharrnnError(f"{where} is {describe(values)}; expected a {cls.__name__} record")
     if (problem := record_problem(cls, values)) is not None:
@@ -136,10 +138,15 @@ def check_record(cls: type, values: dict[str, Any], where: str, build: bool = Tr
         if expected is None:
             raise CharrnnError(f"{where}.{name} is missing")
         raise CharrnnError(f"{where}.{name} is {describe(values[name])}; expected {expected}")
-    if not build:
-        return None
+    known = {spec.name for spec in fields(cls)}
+    if unknown := sorted(str(key) for key in values.keys() - known - set(extra)):
+        raise CharrnnError(f"{where} has {unknown[0]!r}, which this charrnn does not know (a newer "
+                           f"charrnn's?)")
     try:
-        return cls(**{spec.name: values[spec.name] for spec in fields(cls) if spec.name in values})
+        return cls(**{name: values[name] for name in known if name in values})
+    except ConfigError as exc:  # in the record's words, not those of an option the user never gave
+        said = f"{where}.{exc.field} {exc.problem}" if exc.field else f"{where}: {exc.problem}"
+        raise CharrnnError(said) from None
     except (CharrnnError, ValueError, TypeError) as exc:
         raise CharrnnError(f"{where}: {exc}") from None
 

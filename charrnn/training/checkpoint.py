@@ -234,28 +234,17 @@ def validate_payload(payload: dict[str, Any], values: bool = True) -> ModelConfi
     if payload["format_version"] != FORMAT_VERSION:
         raise CharrnnError(f"format version {payload['format_version']}; this charrnn reads version "
                            f"{FORMAT_VERSION}")
-    config = check_record(ModelConfig, payload["model_config"], "model_config")
-    # Other records may carry a newer charrnn's keys; an unknown one here may change what the weights compute.
-    if unknown := sorted(payload["model_config"].keys() - {spec.name for spec in fields(ModelConfig)}):
-        raise CharrnnError(f"model_config has {unknown[0]!r}, which this charrnn does not know: the model "
-                           f"may compute what this charrnn cannot (a newer charrnn's?)")
-    # train_config's types only: whether its precision suits this machine is a question for resuming
-    records = {"corpus": CorpusInfo, **dict.fromkeys(SCORES, EvalResult), "train_config": TrainConfig}
-    for name, record in records.items():
-        if payload.get(name) is not None:
-            check_record(record, payload[name], name, build=name != "train_config")
+    # Whether train_config's precision suits this machine is a question for resuming, not for reading it.
+    if isinstance(payload.get("train_config"), dict):
+        payload = {**payload, "train_config": {**payload["train_config"], "precision": "auto"}}
+    records = {"model_config": ModelConfig, "corpus": CorpusInfo, **dict.fromkeys(SCORES, EvalResult),
+               "train_config": TrainConfig}
+    built = {name: check_record(record, payload[name], name, ("step",) if name == "latest_eval" else ())
+             for name, record in records.items() if payload.get(name) is not None}
+    config = built["model_config"]
     if payload.get("latest_eval") is not None:
         check_type(payload["latest_eval"].get("step"), int, "latest_eval.step")
-    for name in ("corpus", *SCORES):
-        record = payload.get(name) or {}
-        for key, least in RECORD_LEAST.items():
-            if key in record and record[key] < least:
-                raise CharrnnError(f"{name}.{key} is {record[key]!r}; expected {least} or more")
-        if name == "corpus" and record and not (record["split_point"] <= record["chars"]
-                                                and record["val_frac"] < 1):
-            raise CharrnnError(f"corpus splits its {record['chars']:,} characters at "
-                               f"{record['split_point']!r} (validation fraction {record['val_frac']!r}): no "
-                               f"split of that text")
+    _check_records_agree(payload, built)
     try:
         vocab = Vocab.from_list(payload["vocab"])
     except CharrnnError as exc:
@@ -275,6 +264,40 @@ def validate_payload(payload: dict[str, Any], values: bool = True) -> ModelConfi
                                "more)")
         _check_state(average["weights"], config, "weight_average")
     return config
+
+
+def _check_records_agree(payload: dict[str, Any], built: dict[str, Any]) -> None:
+    """Refuse records that cannot be true: a score whose bits and perplexity are not its nats' (or a best
+    that is not finite), a count past the step, a corpus split past its text or without a hash."""
+    for name in SCORES:
+        if (score := built.get(name)) is None or (name == "latest_eval" and math.isnan(score.nats_per_char)):
+            continue  # a diverged run's last evaluation was NaN
+        own = EvalResult.from_total(score.nats_per_char, 1)  # its nats in bits and perplexity
+        if not (0 <= score.nats_per_char < math.inf or name == "latest_eval") or score.chars < 0 or not (
+                math.isclose(score.bits_per_char, own.bits_per_char)
+                and math.isclose(score.perplexity, own.perplexity)):
+            raise CharrnnError(f"{name} is no score: {score.nats_per_char!r} nats/char, "
+                               f"{score.bits_per_char!r} bits/char and perplexity {score.perplexity!r} over "
+                               f"{score.chars!r} characters")
+    step = payload.get("step")
+    counts = {"latest_eval.step": (payload.get("latest_eval") or {}).get("step"),
+              "skipped_steps": payload.get("skipped_steps"),
+              "weight_average.updates": (payload.get("weight_average") or {}).get("updates")}
+    for name, count in counts.items():
+        if step is not None and isinstance(count, int) and not 0 <= count <= step:
+            raise CharrnnError(f"{name} is {count:,}; the checkpoint is at step {step:,}")
+    if (corpus := built.get("corpus")) is not None:
+        if (not 0 <= corpus.split_point <= corpus.chars or not 0 < corpus.val_frac < 1
+                or not re.fullmatch(r"[0-9a-f]{64}", corpus.sha256)):
+            raise CharrnnError(f"corpus splits {corpus.chars!r} characters at {corpus.split_point!r} "
+                               f"(validation fraction {corpus.val_frac!r}), sha256 "
+                               f"{short_repr(corpus.sha256)}: no text's record")
+    if (train := built.get("train_config")) is not None and "weight_average" in payload:
+        if (train.ema_decay > 0) != (payload["weight_average"] is not None):
+            raise CharrnnError(f"weight_average is {'missing' if train.ema_decay > 0 else 'there'}; "
+                               f"train_config.ema_decay is {train.ema_decay:g}")
+    if "training_weights" in payload and not payload.get("best_is_average"):
+        raise CharrnnError("training_weights are there, but best_is_average is not true")
 
 
 def _check_state(state: dict[str, Any], config: ModelConfig, label: str = "model_state",
@@ -346,9 +369,6 @@ WEIGHTS, CONFIG, VOCAB, CARD = "model.safetensors", "config.json", "vocab.json",
 FOLDER_FILES = (WEIGHTS, CONFIG, VOCAB, CARD)
 FOLDER_FORMAT, FOLDER_VERSION = MODEL_FOLDER_FORMAT, 1
 SCORES = ("best", "latest_eval", "score")  # evaluation records: JSON has no infinity, so one is written null
-# The least of each count and score in those records and the corpus's (a diverged run's NaN stays: it was).
-RECORD_LEAST = {"chars": 0, "split_point": 0, "val_frac": 0, "step": 0, "nats_per_char": 0,
-                "bits_per_char": 0, "perplexity": 1}
 GATE_ORDER = {"lstm": "i f g o", "gru": "r z n", "rnn": "one", "esn": "one"}
 NORMED_GATE_ORDER = {**GATE_ORDER, "gru": "z r n"}
 

@@ -64,7 +64,7 @@ NON_NEGATIVE_STATE = ("step", "exp_avg_sq")  # AdamW's step count, and the secon
 def _check_optimizer_state(saved: Any, fresh: dict[str, Any]) -> None:
     """Raise ValueError unless optimiser state ``saved`` is laid out as ``fresh`` (a fresh step's): for every
     parameter, or none (each step so far skipped), the same tensors, of its shapes and dtypes, finite; the
-    same groups of the same parameters, with numbers where it has numbers."""
+    same groups of the same parameters."""
     if "param_groups" not in fresh:  # CellMuon: AdamW's state and Muon's
         if saved.keys() != fresh.keys():
             raise ValueError
@@ -81,21 +81,18 @@ def _check_optimizer_state(saved: Any, fresh: dict[str, Any]) -> None:
             if (tensor.shape != like.shape or tensor.dtype != like.dtype or not torch.isfinite(tensor).all()
                     or (name in NON_NEGATIVE_STATE and (tensor < 0).any())):
                 raise ValueError
-    for group, like in zip(saved["param_groups"], fresh["param_groups"], strict=True):
-        if group["params"] != like["params"] or not all(
-                _numbers_where(group[key], value) for key, value in like.items() if key in group):
-            raise ValueError
+    if [group["params"] for group in saved["param_groups"]] != [g["params"] for g in fresh["param_groups"]]:
+        raise ValueError
 
 
-def _numbers_where(value: Any, like: Any) -> bool:
-    """Whether ``value`` has a finite number wherever ``like`` (a fresh group's hyperparameter) has one, and
-    True or False where it has a flag."""
-    if isinstance(like, tuple):
-        return (isinstance(value, list | tuple) and len(value) == len(like)
-                and all(map(_numbers_where, value, like)))
-    if type(like) in (int, float):
-        return type(value) in (int, float) and math.isfinite(value)
-    return type(like) is not bool or type(value) is bool
+def load_moments(optimizer: torch.optim.Optimizer | CellMuon, saved: dict[str, Any]) -> None:
+    """``saved``'s per-parameter state into ``optimizer``, whose settings stay its own: the run's
+    configuration (which a resume may change, ``muon_lr`` say) sets them, never the checkpoint."""
+    settings = [{key: value for key, value in group.items() if key != "params"} for group in
+                optimizer.param_groups]
+    optimizer.load_state_dict(saved)
+    for group, own in zip(optimizer.param_groups, settings, strict=True):
+        group.update(own)
 
 
 def check_resumable(payload: dict[str, Any], model_config: ModelConfig, config: TrainConfig,
@@ -121,7 +118,7 @@ def check_resumable(payload: dict[str, Any], model_config: ModelConfig, config: 
     kind = "Muon and AdamW" if config.optimizer == "muon" else "AdamW"
     with _refusing_to_resume(f"optimizer_state is not {kind}'s state for this model"):
         _check_optimizer_state(payload["optimizer_state"], optimizer.state_dict())
-        optimizer.load_state_dict(_weightless(payload["optimizer_state"]))
+        load_moments(optimizer, _weightless(payload["optimizer_state"]))
         optimizer.step()
     if config.ema_decay > 0:
         with _refusing_to_resume("weight_average does not fit this model"):
@@ -226,7 +223,7 @@ class TrainingRun:
         left off, random generators too."""
         # A best.pt that holds the averaged weights keeps the trained ones for training to go on from.
         self.model.load_state_dict(payload.get("training_weights") or payload["model_state"])
-        self.optimizer.load_state_dict(payload["optimizer_state"])
+        load_moments(self.optimizer, payload["optimizer_state"])
         self.step, self.epochs_done, self.position = payload["step"], payload["epoch"], payload["epoch_step"]
         self.state = tuple(s[:, self.rows].to(self.device) for s in payload["carried_state"])
         self.best = EvalResult(**payload["best"]) if payload.get("best") else None
@@ -302,7 +299,8 @@ class WeightAverage:
         return {"weights": self.weights, "updates": self.updates}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        if state.keys() != {"weights", "updates"} or state["weights"].keys() != self.weights.keys():
+        if state.keys() != {"weights", "updates"} or state["weights"].keys() != self.weights.keys() or any(
+                tensor.dtype != self.weights[name].dtype for name, tensor in state["weights"].items()):
             raise ValueError("the weight average does not fit this model")
         for name, tensor in state["weights"].items():
             self.weights[name].copy_(tensor)

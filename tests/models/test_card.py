@@ -31,8 +31,7 @@ def test_the_model_card_keeps_every_recorded_text_where_it_lands(tiny_checkpoint
     from markdown_it import MarkdownIt
 
     payload = {key: value for key, value in load_checkpoint(tiny_checkpoint).items() if key != "best"}
-    corpus = {**payload["corpus"], "name": HOSTILE_TEXT, "sha256": HOSTILE_TEXT,
-              "path": f"https://example.org/<script>{HOSTILE_TEXT}"}
+    corpus = {**payload["corpus"], "name": HOSTILE_TEXT, "path": f"https://example.org/<script>{HOSTILE_TEXT}"}
     run = tmp_path / f"run {HOSTILE_TEXT}"
     run.mkdir()
     save_checkpoint(run / "best.pt", {**payload, "corpus": corpus, "machine": HOSTILE_TEXT})

@@ -16,6 +16,7 @@ import torch
 import charrnn
 from charrnn.config import ModelConfig
 from charrnn.errors import CharrnnError
+from charrnn.models.evaluate import EvalResult
 from charrnn.models.model import state_shapes
 from charrnn.training.checkpoint import (
     CONFIG,
@@ -294,12 +295,12 @@ DAMAGE = {
     "a version that is no string": (_edit_json(CONFIG, lambda c: {**c, "charrnn_version": {}}), CONFIG,
                                     "charrnn_version is {} (a dict); expected a string"),
     "a negative corpus": (_edit_json(CONFIG, lambda c: {**c, "corpus": {**c["corpus"], "chars": -5}}), CONFIG,
-                          "corpus.chars is -5; expected 0 or more"),
+                          "corpus splits -5 characters at"),
     "a corpus of 10**40 characters": (_edit_json(CONFIG, lambda c: {**c, "corpus": {**c["corpus"],
                                                                                     "chars": 10**40}}),
                                       CONFIG, "expected a number of at most 64 bits"),
     "a negative score": (_edit_json(CONFIG, lambda c: {**c, "score": {**c["score"], "nats_per_char": -3}}),
-                         CONFIG, "score.nats_per_char is -3; expected 0 or more"),
+                         CONFIG, "score is no score: -3"),
     "a step past 64 bits": (_edit_json(CONFIG, lambda c: {**c, "step": 10**400}), CONFIG,
                             "expected a number of at most 64 bits"),
     "a byte order mark": (lambda folder: (folder / CONFIG).write_bytes(b"\xef\xbb\xbf" + b"[1]"), CONFIG,
@@ -462,7 +463,7 @@ def test_a_folder_scores_its_own_weights_and_keeps_an_infinite_perplexity(tiny_r
     assert "These weights were not scored" in (again / "README.md").read_text(encoding="utf-8")
     payload = load_checkpoint(tiny_run / "best.pt")
     diverged = tmp_path / "diverged.pt"
-    exploded = {**payload["best"], "nats_per_char": 800.0, "perplexity": float("inf")}
+    exploded = EvalResult.from_total(800.0 * payload["best"]["chars"], payload["best"]["chars"]).to_dict()
     latest = {**exploded, "step": payload["step"]}
     save_checkpoint(diverged, {**payload, "best": exploded, "latest_eval": latest})
     folder = charrnn.export(diverged, tmp_path / "diverged", format="safetensors").path
@@ -529,7 +530,8 @@ def test_only_a_charrnn_model_folder_keeps_outputs_out(tiny_checkpoint, tmp_path
 
 def test_compare_without_the_corpus_shows_the_score_of_the_folders_own_weights(tiny_run, tmp_path):
     payload = load_checkpoint(tiny_run / "best.pt")
-    averaged = {**payload["best"], "nats_per_char": 2.5}  # averaged weights' score, not the last evaluation's
+    chars = payload["best"]["chars"]  # the averaged weights' score, not the last evaluation's:
+    averaged = EvalResult.from_total(2.5 * chars, chars).to_dict()
     gone = {**payload["corpus"], "path": str(tmp_path / "gone")}
     (tmp_path / "run").mkdir()
     save_checkpoint(tmp_path / "run" / "best.pt", {**payload, "best": averaged, "best_is_average": True,
