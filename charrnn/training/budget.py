@@ -277,8 +277,7 @@ def choose(candidates: tuple[Candidate, ...]) -> Candidate:
 
 
 def _lowest(candidates: Iterable[Candidate]) -> Candidate | None:
-    """The candidate with the lowest prediction (at a tie, one that trains to the end); None when none can
-    train."""
+    """The candidate with the lowest prediction (at a tie, one that trains to the end), if any trains."""
     return min((c for c in candidates if c.predicted_loss is not None),
                key=lambda c: (c.predicted_loss, c.limit is not None), default=None)
 
@@ -562,7 +561,6 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
     ``chosen_before``: what a resumed run's budget chose, never told as the user's limit."""
     choice, chosen = (decision.choice, decision.chosen) if decision else (None, chosen_before or {})
     evaluates = choice is None or choice.evaluates  # during training (an unplanned budget's: it may)
-    speed = planned_speed(decision)
     budget, device = config.time_budget, torch.device(config.device)
     val_ids, scored = scored_validation(val_ids, config.eval_chars)  # what every evaluation scores
     measured = (final_work_seconds(CharRNN(model_config).to(device), vocab, config, val_ids, clock)
@@ -617,4 +615,4 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
             f"out less text with {option('val_max_chars')} or {option('val_frac')} (now "
             f"{config.val_max_chars or 'none'} and {config.val_frac:g})")
     points = tuple(k / (count + 1) for k in range(1, count + 1))  # evenly through the run, not at its ends
-    return BudgetEnding(reserve, points, tuple(messages), finish_s, speed)
+    return BudgetEnding(reserve, points, tuple(messages), finish_s, planned_speed(decision))

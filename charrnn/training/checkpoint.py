@@ -105,9 +105,7 @@ def _to_cpu(value: Any) -> Any:
         return value.detach().cpu()
     if isinstance(value, dict):
         return {k: _to_cpu(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_to_cpu(v) for v in value)
-    return value
+    return type(value)(map(_to_cpu, value)) if isinstance(value, list | tuple) else value
 
 
 class _KeepingWriteErrors:
@@ -125,21 +123,19 @@ class _KeepingWriteErrors:
             self.error = exc
             raise
 
+    def save(self, payload: dict[str, Any]) -> None:
+        try:
+            torch.save(payload, self)
+        except RuntimeError:
+            if self.error is not None:
+                raise self.error from None
+            raise
+
 
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     """Save ``payload`` atomically, tensors moved to the CPU; a failed write raises its own OSError."""
     payload = {"format_version": FORMAT_VERSION, **_to_cpu(payload)}
-
-    def write(handle: BinaryIO) -> None:
-        writer = _KeepingWriteErrors(handle)
-        try:
-            torch.save(payload, writer)
-        except RuntimeError:
-            if writer.error is not None:
-                raise writer.error from None
-            raise
-
-    replace_file(path, write)
+    replace_file(path, lambda handle: _KeepingWriteErrors(handle).save(payload))
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
@@ -220,7 +216,6 @@ def file_in_run_directory(path: Path, name: str) -> Path:
 def validate_payload(payload: dict[str, Any], values: bool = True) -> ModelConfig:
     """Check every field of a checkpoint's dict, shapes before any model is built (a small file declaring a
     huge model costs nothing); return its model config. Without ``values``, weights may be meta tensors."""
-    hints = field_types(Checkpoint)
     for spec in fields(Checkpoint):
         name = spec.name
         if name not in payload:
@@ -228,7 +223,7 @@ def validate_payload(payload: dict[str, Any], values: bool = True) -> ModelConfi
                 raise CharrnnError(f"{name} is missing")
             continue
         value = payload[name]
-        check_type(value, hints[name], name)
+        check_type(value, field_types(Checkpoint)[name], name)
         if spec.metadata["non_negative"] and not (math.isfinite(value) and value >= 0):
             raise CharrnnError(f"{name} is {value}; expected 0 or more")
     if payload["format_version"] != FORMAT_VERSION:
@@ -267,8 +262,7 @@ def validate_payload(payload: dict[str, Any], values: bool = True) -> ModelConfi
 
 
 def _check_records_agree(payload: dict[str, Any], built: dict[str, Any]) -> None:
-    """Refuse records that cannot be true: a score whose bits and perplexity are not its nats' (or a best
-    that is not finite), a count past the step, a corpus split past its text or without a hash."""
+    """Refuse records that cannot be true: scores that belie their nats, counts past the step, corpora, ..."""
     for name in SCORES:
         if (score := built.get(name)) is None or (name == "latest_eval" and math.isnan(score.nats_per_char)):
             continue  # a diverged run's last evaluation was NaN
@@ -331,10 +325,8 @@ def load_model(path: Path, device: str = "cpu") -> TrainedModel:
     return TrainedModel(network, Vocab.from_list(payload["vocab"]), payload, path)
 
 
-def corpus_status(corpus: dict[str, Any] | None) -> str:
+def corpus_status(corpus: dict[str, Any]) -> str:
     """Whether a checkpoint's training corpus is still where it was, unchanged."""
-    if corpus is None:
-        return "not recorded"
     try:
         path = corpus_path(corpus)
     except CharrnnError:
@@ -409,8 +401,7 @@ def weights_dtype(state: dict[str, Any]) -> str:
 
 
 def how_read(model: dict[str, Any], state: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """What a reader in another language needs beyond a folder's shapes (its config.json says it, and
-    charrnn checks it on reading): the tensors' dtype, and how a sampler steps them."""
+    """What a reader in another language needs beyond a folder's shapes: its dtype, how to step it."""
     normed = bool(model.get("layer_norm"))
     sampler = {"initial_state": "zeros", "tensor_names": "PyTorch's nn.LSTM, nn.GRU and nn.RNN names",
                "gate_order": (NORMED_GATE_ORDER if normed else GATE_ORDER).get(model.get("cell"))}
@@ -561,8 +552,7 @@ def _json(handle: BinaryIO, path: Path, most_bytes: int) -> Any:
 
 
 def _safetensors_layout(handle: BinaryIO, path: Path) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-    """Each tensor's name, shape and dtype in safetensors file ``handle`` (read from ``path``), from its
-    header alone; a header too long, an unknown dtype, or tensors not filling the data exactly are refused."""
+    """Each tensor's name, shape and dtype in safetensors file ``handle`` (at ``path``), from its header."""
 
     def unreadable(why: str) -> CharrnnError:
         return CharrnnError(f"{path} is not a readable safetensors file ({why})")

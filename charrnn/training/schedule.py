@@ -140,11 +140,9 @@ class Schedule:
         self.stretched_from = (0.0, self.reserve)  # elapsed and spent seconds when the time kept last grew
 
     def spent(self, elapsed: float) -> float:
-        """The budget's seconds spent at ``elapsed``, the end's reserved time counted as spent. When that
-        time grows, the rest of training is stretched over what is left, so progress never jumps: nor do
-        the learning rate and the evaluations' moments."""
-        at, spent = self.stretched_from
-        budget = self.config.time_budget
+        """The budget's seconds spent at ``elapsed``, the end's reserved time counted as spent. When that time
+        grows, the rest of training stretches over what is left: progress, rate, evaluations never jump."""
+        (at, spent), budget = self.stretched_from, self.config.time_budget
         if budget is None:
             return elapsed + self.reserve
         return spent + (budget - spent) * (elapsed - at) / max(budget - self.reserve - at, 1e-9)

@@ -48,23 +48,9 @@ def optimizer_for(model: CharRNN, config: TrainConfig, precision: str) -> torch.
     return torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
 
 
-def _weightless(value: Any) -> Any:
-    """A copy of saved state ``value`` to step with: its tensors on the meta device, except the scalars
-    (AdamW's step counts, which a step reads and moves on in place, so never the payload's own)."""
-    if isinstance(value, torch.Tensor):
-        return value.clone() if value.dim() == 0 else value.to("meta")
-    if isinstance(value, dict):
-        return {key: _weightless(item) for key, item in value.items()}
-    return type(value)(map(_weightless, value)) if isinstance(value, list | tuple) else value
-
-
-NON_NEGATIVE_STATE = ("step", "exp_avg_sq")  # AdamW's step count, and the second moment whose root divides
-
-
 def _check_optimizer_state(saved: Any, fresh: dict[str, Any]) -> None:
-    """Raise ValueError unless optimiser state ``saved`` is laid out as ``fresh`` (a fresh step's): for every
-    parameter, or none (each step so far skipped), the same tensors, of its shapes and dtypes, finite; the
-    same groups of the same parameters."""
+    """Raise ValueError unless optimiser state ``saved`` is laid out as ``fresh``, a fresh step's: the same
+    groups of the same parameters, and for each (or none: all steps skipped) finite tensors of its shapes."""
     if "param_groups" not in fresh:  # CellMuon: AdamW's state and Muon's
         if saved.keys() != fresh.keys():
             raise ValueError
@@ -79,17 +65,16 @@ def _check_optimizer_state(saved: Any, fresh: dict[str, Any]) -> None:
         for name, like in fresh["state"][index].items():
             tensor = tensors[name]
             if (tensor.shape != like.shape or tensor.dtype != like.dtype or not torch.isfinite(tensor).all()
-                    or (name in NON_NEGATIVE_STATE and (tensor < 0).any())):
+                    # AdamW's step count, and the second moment whose root divides
+                    or (name in ("step", "exp_avg_sq") and (tensor < 0).any())):
                 raise ValueError
     if [group["params"] for group in saved["param_groups"]] != [g["params"] for g in fresh["param_groups"]]:
         raise ValueError
 
 
 def load_moments(optimizer: torch.optim.Optimizer | CellMuon, saved: dict[str, Any]) -> None:
-    """``saved``'s per-parameter state into ``optimizer``, whose settings stay its own: the run's
-    configuration (which a resume may change, ``muon_lr`` say) sets them, never the checkpoint."""
-    settings = [{key: value for key, value in group.items() if key != "params"} for group in
-                optimizer.param_groups]
+    """``saved``'s per-parameter state into ``optimizer``, whose settings (``muon_lr`` say) stay the run's."""
+    settings = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
     optimizer.load_state_dict(saved)
     for group, own in zip(optimizer.param_groups, settings, strict=True):
         group.update(own)
@@ -98,16 +83,16 @@ def load_moments(optimizer: torch.optim.Optimizer | CellMuon, saved: dict[str, A
 def check_resumable(payload: dict[str, Any], model_config: ModelConfig, config: TrainConfig,
                     steps_per_epoch: int) -> None:
     """Refuse, before a word of resuming is said, training state in ``payload`` that the run could not load
-    or step with: each part loads into a weightless copy of the run (meta tensors), which takes one step."""
+    or step with: each part loads into a weightless copy of the run (meta tensors), after its first step."""
     if not 0 <= payload["epoch_step"] < steps_per_epoch:
         raise CharrnnError(f"cannot resume: epoch_step {payload['epoch_step']} is outside this run's "
                            f"{steps_per_epoch} steps per epoch")
     with torch.device("meta"):
         model = CharRNN(model_config, initialise_weights=False)
     carried, expected = payload["carried_state"], model.initial_state(config.batch_size, "meta")
-    if [tuple(s.shape) for s in carried] != [tuple(s.shape) for s in expected]:
-        raise CharrnnError(f"cannot resume: carried_state has shapes {[tuple(s.shape) for s in carried]}; "
-                           f"this run needs {[tuple(s.shape) for s in expected]}")
+    shapes, needed = ([tuple(s.shape) for s in states] for states in (carried, expected))
+    if shapes != needed:
+        raise CharrnnError(f"cannot resume: carried_state has shapes {shapes}; this run needs {needed}")
     if not all(s.dtype == torch.float32 and bool(torch.isfinite(s).all()) for s in carried):
         raise CharrnnError("cannot resume: carried_state must hold finite float32 values; the checkpoint is "
                            "damaged")
@@ -118,8 +103,7 @@ def check_resumable(payload: dict[str, Any], model_config: ModelConfig, config: 
     kind = "Muon and AdamW" if config.optimizer == "muon" else "AdamW"
     with _refusing_to_resume(f"optimizer_state is not {kind}'s state for this model"):
         _check_optimizer_state(payload["optimizer_state"], optimizer.state_dict())
-        load_moments(optimizer, _weightless(payload["optimizer_state"]))
-        optimizer.step()
+        load_moments(optimizer, payload["optimizer_state"])  # its tensors copied onto the meta device
     if config.ema_decay > 0:
         with _refusing_to_resume("weight_average does not fit this model"):
             WeightAverage(model, config.ema_decay).load_state(payload["weight_average"])
@@ -128,8 +112,7 @@ def check_resumable(payload: dict[str, Any], model_config: ModelConfig, config: 
         version, internal, gauss = rng["python"]
         random.Random().setstate((version, tuple(internal), gauss))
         torch.Generator().set_state(rng["torch"])
-        cuda = rng.get("cuda") or []
-        if not all(isinstance(state, torch.Tensor) and state.dtype == torch.uint8 for state in cuda):
+        if not all(isinstance(s, torch.Tensor) and s.dtype == torch.uint8 for s in rng.get("cuda") or []):
             raise TypeError
 
 
@@ -219,8 +202,7 @@ class TrainingRun:
             self.epochs_done += 1
 
     def restore(self, payload: dict[str, Any]) -> None:
-        """Continue exactly where ``payload`` (a checkpoint of this run that :func:`check_resumable` passed)
-        left off, random generators too."""
+        """Go on exactly where ``payload`` (a checkpoint :func:`check_resumable` passed) left off, rng too."""
         # A best.pt that holds the averaged weights keeps the trained ones for training to go on from.
         self.model.load_state_dict(payload.get("training_weights") or payload["model_state"])
         load_moments(self.optimizer, payload["optimizer_state"])
