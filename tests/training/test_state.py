@@ -7,10 +7,19 @@ from torch import nn
 from charrnn.config import ModelConfig, TrainConfig
 from charrnn.data.corpus import StreamBatches, encode_corpus, split_ids
 from charrnn.models.evaluate import EvalResult
+from charrnn.models.model import CharRNN
 from charrnn.training import loop as trainer
 from charrnn.training.loop import train_step
 from charrnn.training.rundir import checkpoint_bytes
-from charrnn.training.state import CellMuon, TrainingRun, WeightAverage, orthogonalised, restore_cuda_rng
+from charrnn.training.state import (
+    CellMuon,
+    TrainingRun,
+    WeightAverage,
+    load_moments,
+    optimizer_for,
+    orthogonalised,
+    restore_cuda_rng,
+)
 
 from helpers import plan_run
 
@@ -188,3 +197,18 @@ def test_muon_orthogonalises_each_recurrent_matrix_and_adam_steps_the_rest(repea
     assert [group["lr"] for group in run.optimizer.param_groups] == [0.005, pytest.approx(0.02)]
     assert run.optimizer.parts[1].param_groups[0]["weight_decay"] == pytest.approx(0.1 * 0.01 / 0.04)
     assert set(run.optimizer.state_dict()) == {"adamw", "muon"}
+
+
+def test_a_resumed_optimiser_keeps_the_saved_moments_and_takes_its_settings_from_the_run():
+    model = CharRNN(ModelConfig(vocab_size=10, hidden_size=16))
+    saved = optimizer_for(model, TrainConfig(out_dir="x", optimizer="muon", muon_lr=0.04), "fp32")
+    for param in model.parameters():
+        param.grad = torch.ones_like(param)
+    saved.step()
+    resumed = optimizer_for(model, TrainConfig(out_dir="x", optimizer="muon", muon_lr=0.08), "fp32")
+    load_moments(resumed, saved.state_dict())
+    peak = TrainConfig(out_dir="x").learning_rate
+    assert resumed.param_groups[-1]["lr_ratio"] == pytest.approx(0.08 / peak)  # the checkpoint's was 0.04
+    moments = [state["momentum"] for state in resumed.parts[1].state.values()]
+    assert moments and all(torch.equal(a, b["momentum"]) for a, b in zip(
+        moments, saved.parts[1].state.values(), strict=True))
