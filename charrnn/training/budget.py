@@ -599,12 +599,13 @@ def plan_budget_end(model_config: ModelConfig, config: TrainConfig, vocab: Vocab
     messages += [f"{head} and {option(other)} {getattr(config, other):g}: the run stops at whichever comes "
                  f"first" for other in ("max_steps", "epochs")
                  if getattr(config, other) is not None and other not in chosen]
-    if resumed is not None:
+    spent_s = clock() - (clock() if started is None else started)  # this command's, before training
+    if resumed is not None:  # one whose end this command's start leaves no time for has finished too
         finished = stop_reason(config, resumed["step"], resumed["progress_epochs"],
-                               resumed["elapsed_s"] + reserve)
+                               resumed["elapsed_s"] + spent_s + reserve)
         if finished is not None:
             raise RunAlreadyFinished(finished)
-    elif (spent_s := clock() - (clock() if started is None else started)) + reserve >= budget:
+    elif spent_s + reserve >= budget:
         # Refused before anything is written (a large validation split or vocabulary scores slowly on a
         # CPU): overrunning the budget would break its promise.
         weights = " of the trained and the averaged weights" if config.ema_decay > 0 else ""

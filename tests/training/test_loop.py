@@ -1,12 +1,13 @@
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import PHRASE
 
-from charrnn.config import EVAL_SLICE, SampleConfig, TrainConfig
+from charrnn.config import EVAL_SLICE, SampleConfig, TrainConfig, TrainingRequest
 from charrnn.data.corpus import StreamBatches, encode_corpus, split_ids
 from charrnn.errors import CharrnnError
 from charrnn.generation.sample import generate
@@ -16,6 +17,7 @@ from charrnn.training import loop
 from charrnn.training.budget import BUDGET_GUARD_EPOCHS, CALIBRATION_SAMPLE, FINAL_WORK_MARGIN, most_epochs
 from charrnn.training.checkpoint import load_model
 from charrnn.training.observer import TrainObserver
+from charrnn.training.plan import plan_training
 from charrnn.training.schedule import RunAlreadyFinished, StopReason, schedule_warnings
 from charrnn.training.state import TrainingRun
 from charrnn.utils.hardware import LoadWatch, ThreadChoice
@@ -257,6 +259,11 @@ def test_a_time_budget_keeps_time_for_the_final_evaluation_and_saves_and_once_us
     with pytest.raises(RunAlreadyFinished, match="this run already used the time_budget of 1.5 s"):
         plan_run(None, None, resume=tmp_path / "run").run(clock, clock=clock)
     assert {path.name: path.read_bytes() for path in (tmp_path / "run").iterdir()} == before
+    # So is one whose own start (loading, measuring: 59 s of a 60-s budget) leaves its end no time.
+    request = TrainingRequest(None, {"time_budget": 60.0}, None, resume=tmp_path / "run", device=TEST_DEVICE)
+    with pytest.raises(RunAlreadyFinished, match="already used the time_budget of 60 s"):
+        plan_training(request, started=time.perf_counter() - 59.0)
+    assert plan_training(request).config.time_budget == 60.0  # started now: time enough
     # A caller that needs a quarter second once training returns (the command line: its exit) gets it.
     finishing, clock, _ = budget_run(0.125, out="finishing", time_budget=1.5, finish_s=0.25)
     # Over 3% of the budget, that time is told: the command's exit may take less, and end it early.
