@@ -88,8 +88,7 @@ def _read_text(path: Path) -> str:
 
 
 def check_output(output: PathArg, name: str, inputs: dict[str, Any]) -> Path:
-    """Refuse, before any work, an output file that cannot be written whole or would destroy one of the
-    ``inputs`` (name → a path, a list of paths, or None)."""
+    """Refuse, before any work, an output that cannot be written or would destroy one of the ``inputs``."""
     target = _require_path(output, name)
     if target.is_dir() or str(output).endswith(("/", os.sep)):
         raise ConfigError(f"must name a file, not a directory ({target})", name)
@@ -322,8 +321,7 @@ class Model(TrainedModel):
 
     def sample(self, prime: str | None = None, length: int | None = None, temperature: float | None = None,
                *, prime_file: PathArg | None = None, **options: Any) -> Samples:
-        """Generate ``length`` characters after ``prime`` (or ``prime_file``'s text); ``options``: the other
-        SampleConfig fields. The same seed gives the same text; without one, a seed is drawn and reported."""
+        """Generate ``length`` characters after ``prime`` (or ``prime_file``'s); options: SampleConfig's."""
         return self._sample(*_decoding(prime, length, temperature, prime_file, options))
 
     def _sample(self, config: SampleConfig, prime: str) -> Samples:
@@ -340,8 +338,7 @@ class Model(TrainedModel):
 
     def stream(self, prime: str | None = None, length: int | None = None, temperature: float | None = None,
                *, prime_file: PathArg | None = None, **options: Any) -> SampleStream:
-        """One sample, character by character, as :meth:`sample` would generate it (same seed, same text).
-        The prime is checked before this returns; beam search and several samples need :meth:`sample`."""
+        """One sample, character by character, as :meth:`sample` would generate it (same seed, same text)."""
         return self._stream(*_decoding(prime, length, temperature, prime_file, options, stream=True))
 
     def _stream(self, config: SampleConfig, prime: str) -> SampleStream:
@@ -351,8 +348,7 @@ class Model(TrainedModel):
                             self.checkpoint)
 
     def _refuse_an_unwritable_stop(self, config: SampleConfig) -> None:
-        """A stop string this model can never write would end nothing: the caller asked for something
-        else. (``compare``, reading checkpoints with other vocabularies, lets it end nothing.)"""
+        """Refuse a stop string this model never writes (``compare``, across vocabularies, lets it be)."""
         if never := self.vocab.outside(Counter(config.stop_at or "")):
             raise ConfigError(f"holds {', '.join(map(repr, never))}, which this model never writes: it would "
                               f"end nothing", "stop_at")
@@ -361,10 +357,8 @@ class Model(TrainedModel):
                    dynamic: bool | DynamicConfig = False, dynamic_lr: float | None = None,
                    dynamic_decay: float | None = None, segment_len: int | None = None,
                    single_stream: bool = False) -> TextScore:
-        """Score ``text``, the text of ``file``, or (with neither) the checkpoint's validation split, read as
-        many streams each warmed up on the text before it (``single_stream``: as one, the exact definition).
-        Characters outside the vocabulary are an error naming them unless ``skip_unknown`` drops them.
-        ``dynamic`` also scores by dynamic evaluation (a copy of the model adapts as it reads)."""
+        """Score ``text``, ``file``'s text, or (with neither) the checkpoint's validation split, as many
+        warmed streams (``single_stream``: as one); ``dynamic`` also scores by dynamic evaluation."""
         return self._perplexity(*_scoring(text, file, skip_unknown, dynamic, dynamic_lr, dynamic_decay,
                                           segment_len, single_stream))
 
@@ -403,8 +397,7 @@ class Model(TrainedModel):
                          self.checkpoint)
 
     def inspect(self, text: str | None = None, *, file: PathArg | None = None, **options: Any) -> Inspection:
-        """Read ``text`` (or ``file``) and colour it by one unit, and/or rank the units by how well they
-        track a feature of it; ``options``: the fields of :class:`~charrnn.config.InspectConfig`."""
+        """Colour ``text`` (or ``file``) by a unit and/or rank units by a feature (InspectConfig)."""
         return self._inspect(*_looking(text, file, options))
 
     def _inspect(self, text: str, asked: InspectConfig) -> Inspection:
@@ -433,8 +426,7 @@ class Model(TrainedModel):
     def writing(self, prime: str | None = None, *, temperature: float | None = None, seed: int | None = None,
                 no_repeat: int | None = None, prime_file: PathArg | None = None, **unused: Any) -> Any:
         """A :class:`~charrnn.generation.writing.WritingSession`: a text after ``prime`` written character by
-        character by a person or the model, undoable exactly; the model writes at ``temperature``, under
-        ``no_repeat`` if given, its choices repeatable by ``seed``. Other decoding settings are refused."""
+        character by a person or the model, undoable; other decoding settings than these are refused."""
         return self._writing(*_writing_request(prime, temperature, seed, no_repeat, prime_file, unused))
 
     def _writing(self, config: SampleConfig, prime: str) -> Any:
@@ -447,9 +439,8 @@ class Model(TrainedModel):
     def surprisal(self, text: str | None = None, *, file: PathArg | None = None, top: int = SURPRISAL_TOP,
                   skip_unknown: bool = False, max_chars: int | None = None,
                   single_stream: bool = False) -> Surprisal:
-        """The surprisal of each character of ``text`` (or ``file``) and the model's ``top`` guesses there;
-        their mean is :meth:`perplexity`'s nats/char, read the same way. ``max_chars`` reads only the start;
-        characters outside the vocabulary are refused unless ``skip_unknown`` drops them."""
+        """Each character's surprisal in ``text`` (or ``file``) and the ``top`` guesses there; their mean is
+        :meth:`perplexity`'s nats/char. ``max_chars`` reads only the start."""
         return self._surprisal(*_surprising(text, file, top, skip_unknown, max_chars, single_stream))
 
     def _surprisal(self, whole: str, source: str, top: int, skip_unknown: bool,
@@ -468,8 +459,7 @@ class Model(TrainedModel):
 
 @dataclass(frozen=True)
 class Surprisal:
-    """Per-character surprisal of a text (:meth:`Model.surprisal`): iterating yields a row per character after
-    the first, computed chunk by chunk in bounded memory; each pass recomputes."""
+    """Per-character surprisal (:meth:`Model.surprisal`): a row per character after the first, per pass."""
 
     model: Model  # the model that reads the text
     text: str  # the text (at most max_chars of it)
@@ -521,8 +511,7 @@ def _unknown(outside: dict[str, int], skip_unknown: bool) -> dict[str, int]:
 
 
 def load(path: PathArg, device: str = "cpu", threads: int | None = None) -> Model:
-    """Load a checkpoint, or a run directory's best.pt, for sampling and scoring on ``device`` (``auto``: a
-    GPU when there is one) with ``threads`` CPU threads (default: the cores no other program is busy on)."""
+    """Load a checkpoint, or a run directory's best.pt, on ``device`` (``auto``: a GPU if any)."""
     return _load(path, device, "path", threads)
 
 
@@ -628,8 +617,7 @@ class Comparison:
 
     @property
     def failures(self) -> list[tuple[Path, list[str]]]:
-        """Each checkpoint that lacks something asked of it (a score, a sample, a dynamic score or
-        memorisation figures), with what it lacks; its report says why."""
+        """Each checkpoint that lacks something asked of it, with what it lacks; its report says why."""
         return [(path, lacking) for path, report in zip(self.checkpoints, self.reports, strict=True)
                 if (lacking := report.missing(self.settings))]
 
@@ -645,10 +633,8 @@ def compare(checkpoints: Sequence[PathArg], *, prime: str | None = None, prime_f
             dynamic_decay: float | None = None, segment_len: int | None = None, single_stream: bool = False,
             skip_unknown: bool = False, device: str = "cpu", threads: int | None = None,
             **sampling: Any) -> Comparison:
-    """Score every checkpoint (on its own validation split, or all on ``text_file``) and sample each with
-    the same prime, seed (``COMPARE_SEED`` unless given) and ``sampling`` settings (SampleConfig fields);
-    ``against`` (``"train"`` or a file) also measures how much of each sample is copied from it. A problem
-    with one checkpoint goes in its entry (:attr:`Comparison.failures`), not stopping the rest."""
+    """Score every checkpoint (own validation split, or ``text_file``) and sample each alike (seed
+    ``COMPARE_SEED`` unless given); ``against`` measures copying. One failure does not stop the rest."""
     if isinstance(checkpoints, str | PathLike):
         raise ConfigTypeError("must be a list of paths, not one path", "checkpoints")
     if not (paths := [_require_path(path, "checkpoints") for path in checkpoints]):
@@ -714,8 +700,7 @@ EVOLUTION_VAL_NOTE = ("val nats/char: the validation score of the weights that w
 
 
 def evolution(run_dir: PathArg, **unused: Any) -> Evolution:
-    """The samples ``run_dir`` recorded while training (``sample_every``, epoch checkpoints), with the
-    validation loss where it was measured. Settings of :func:`compare` do not apply and are refused."""
+    """The samples ``run_dir`` recorded while training, with validation losses; compare's settings refused."""
     if unused:
         raise OptionConflict(f"the evolution shows the samples recorded while training: "
                              f"{option(sorted(unused)[0])} does not apply")
@@ -755,9 +740,8 @@ class Exported:
 
 def export(checkpoint: PathArg, output: PathArg, *, format: str = "page", title: str | None = None,
            prime: str = "", float32: bool = False, threads: int | None = None) -> Exported:
-    """Write ``checkpoint``'s model as one self-contained HTML page that generates text in a browser with no
-    Python, server or network (``prime`` fills its prime box), or with ``format="safetensors"`` as a model
-    folder (``float32``: float32 weights, not the checkpoint's)."""
+    """Write ``checkpoint``'s model as one self-contained HTML page that generates text in a browser, or
+    with ``format="safetensors"`` as a model folder (``float32``: float32 weights)."""
     _one_of(format, EXPORT_FORMATS, "format")
     if title is not None:
         require_valid_text(checked(title, str, "title"), "title")
@@ -802,8 +786,7 @@ def export(checkpoint: PathArg, output: PathArg, *, format: str = "page", title:
 
 
 def plot(run_dirs: Sequence[PathArg], output: PathArg = "curves.png") -> Path:
-    """Draw the training and validation loss of ``run_dirs`` against epoch and wall time into ``output``
-    (its suffix picks the format); needs the optional matplotlib."""
+    """Draw the loss curves of ``run_dirs`` into ``output`` (suffix: format); needs matplotlib."""
     if isinstance(run_dirs, str | PathLike):
         raise ConfigTypeError("must be a list of run directories, not one path", "run_dirs")
     if not (directories := [_require_path(path, "run_dirs") for path in run_dirs]):
@@ -816,8 +799,7 @@ def plot(run_dirs: Sequence[PathArg], output: PathArg = "curves.png") -> Path:
 
 
 def get_dataset(name: str = DEFAULT_DATASET, data_dir: PathArg | None = None, force: bool = False) -> Dataset:
-    """Make sure the built-in dataset ``name`` is downloaded and verified in ``data_dir`` (default:
-    ``$CHARRNN_DATA_DIR`` or ./data); a different file there is refused, or with ``force`` kept aside."""
+    """Fetch and verify ``name`` in ``data_dir`` ($CHARRNN_DATA_DIR or ./data); ``force`` sets one aside."""
     _one_of(name, sorted(DATASETS), "name")
     checked(force, bool, "force")
     return fetch(name, _path(data_dir, "data_dir"), force)
@@ -841,10 +823,8 @@ def train(corpus: PathArg | None = None, *, out_dir: PathArg | None = None, over
           device: str = "auto", threads: int | None = None, data_dir: PathArg | None = None,
           observer: TrainObserver | None = None, started: float | None = None, finish_s: float = 0.0,
           **options: Any) -> TrainResult:
-    """Train on ``corpus`` (a UTF-8 file or a directory of *.txt; default: tiny Shakespeare, fetched into
-    ``data_dir``). ``options``: ModelConfig and TrainConfig fields; a time budget picks those not given,
-    counting from ``started`` (a ``time.perf_counter()`` reading) and keeping ``finish_s`` seconds for the
-    caller. ``resume`` continues a run; ``init_from`` fine-tunes; ``observer`` gets plan and progress.
+    """Train on ``corpus`` (default: tiny Shakespeare); ``options``: ModelConfig and TrainConfig fields. A
+    time budget counts from ``started`` (a perf_counter reading), keeping ``finish_s`` for the caller.
     Ctrl-C saves last.pt and raises ``TrainingInterrupted``. Under torchrun every process calls this."""
     from charrnn.config import TrainingRequest
 

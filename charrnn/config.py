@@ -55,15 +55,13 @@ SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
 
 
 def split_point(num_chars: int, val_frac: float, val_max_chars: int | None = None) -> int:
-    """Index of the first validation character: the tail ``val_frac`` is held out, at most
-    ``val_max_chars`` characters of it. ``int(n * (1 - val_frac))`` reproduces nanoGPT's split exactly."""
+    """First validation index: the tail ``val_frac``, at most ``val_max_chars``; as nanoGPT splits."""
     point = int(num_chars * (1.0 - val_frac))
     return point if val_max_chars is None else max(point, num_chars - val_max_chars)
 
 
 def partial_eval_chars(eval_chars: int | None, val_chars: int) -> int | None:
-    """The validation characters every evaluation scores when that is only the split's start
-    (TrainConfig.eval_chars, below the split's ``val_chars``); None when it is all of it."""
+    """TrainConfig.eval_chars when it scores only the split's start (below ``val_chars``); None: all."""
     return eval_chars if eval_chars is not None and eval_chars < val_chars else None
 
 
@@ -92,8 +90,7 @@ def field_types(cls: type) -> dict[str, Any]:
 
 
 def expected_type(value: Any, hint: Any) -> str | None:
-    """What ``hint`` asks for, in words ("a whole number", "one of lstm, gru"), when ``value`` is not of that
-    type; None when it is. Ints are not bools; a float may be an int. One rule for every record read."""
+    """What ``hint`` asks for in words ("a whole number") when ``value`` is not of that type, else None."""
     # A whole number past 64 bits is no count charrnn writes, and would overflow a float.
     if type(value) is int and abs(value) >= 2**64 and _matches(0, hint):
         return "a number of at most 64 bits"
@@ -101,9 +98,8 @@ def expected_type(value: Any, hint: Any) -> str | None:
 
 
 def record_problem(cls: type, values: dict[str, Any]) -> tuple[str, str | None] | None:
-    """The first field of dataclass ``cls`` that ``values`` (a record read from a file) lacks, having no
-    default, or holds with another type: its name and the type expected (None: missing); None when all are
-    right. Unknown keys (a newer charrnn's) are ignored. Checks every record read: checkpoints, logs, ..."""
+    """The first field of ``cls`` that the record ``values`` lacks (no default) or holds with another type:
+    its name and the type expected (None: missing); None when all are right. Unknown keys are ignored."""
     hints = field_types(cls)
     for spec in fields(cls):
         if spec.name not in values:
@@ -128,9 +124,8 @@ def check_type(value: Any, hint: Any, where: str) -> None:
 
 
 def check_record(cls: type, values: dict[str, Any], where: str, extra: tuple[str, ...] = ()) -> Any:
-    """Build dataclass ``cls`` from a checkpoint's dict ``values`` (:func:`record_problem`), naming the field
-    at fault. A key it does not know (beyond ``extra``) is refused: a newer charrnn's may mean what this
-    cannot."""
+    """Build ``cls`` from a checkpoint's dict ``values``, naming the field at fault. A key it does not know
+    (beyond ``extra``) is refused: a newer charrnn's may mean what this cannot."""
     if not isinstance(values, dict):
         raise CharrnnError(f"{where} is {describe(values)}; expected a {cls.__name__} record")
     if (problem := record_problem(cls, values)) is not None:
@@ -189,9 +184,8 @@ def _named(hint: Any) -> str:
 
 
 def checked(value: Any, hint: Any, name: str) -> Any:
-    """``value`` as a field of type ``hint``, a number in the field's own type (5 → 5.0 for a float).
-    A value of another type (:func:`expected_type`; "0.1" is not a number) is a :class:`ConfigTypeError`;
-    a NaN or infinite float, or a string not among a choice's values, a :class:`ConfigError`."""
+    """``value`` as a field of type ``hint`` (5 → 5.0 for a float). Another type is a ConfigTypeError; a NaN
+    or infinite float, or a string not among a choice's values, a ConfigError."""
     declared, (origin, args) = hint, (typing.get_origin(hint), typing.get_args(hint))
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
@@ -228,9 +222,8 @@ def check_field_types(config: Any) -> None:
 def setting(default: Any = dataclasses.MISSING, about: str = "", *,
             factory: Callable[[], Any] | None = None) -> Any:
     """An option's field: its default (or ``factory``) and ``about``, what it means (--help shows it)."""
-    if factory is not None:
-        return field(default_factory=factory, metadata={"about": about})
-    return field(default=default, metadata={"about": about})
+    given = {"default": default} if factory is None else {"default_factory": factory}
+    return field(**given, metadata={"about": about})
 
 
 def field_help(cls: type, name: str) -> str:
@@ -267,8 +260,7 @@ class ModelConfig(_DictMixin):
     spectral_radius: float = setting(2.5, "echo-state reservoir (esn cell or init): largest |eigenvalue|")
     recurrent_density: float = setting(1.0, "echo-state reservoir: fraction of recurrent weights that are "
                                            "non-zero")
-    layer_norm: bool = setting(False, "layer-normalise each gate's pre-activation (and the LSTM cell "
-                                     "state)")
+    layer_norm: bool = setting(False, "layer-normalise each gate's pre-activation (and the LSTM cell state)")
     weight_drop: float = setting(0.0, "DropConnect on the recurrent matrices W_hh, one mask per training "
                                      "segment")
     locked_dropout: bool = setting(False, "dropout masks drawn once per segment and reused at every time "
@@ -391,8 +383,7 @@ class TrainConfig(_DictMixin):
 
     @property
     def evaluation_interval(self) -> int | None:
-        """Steps between validation passes (None: none before the end): ``eval_every``, else
-        DEFAULT_EVAL_EVERY, except in a time-budgeted run, which plans them by time (plan_budget_end)."""
+        """Steps between validation passes (None: a time-budgeted run plans them by time, plan_budget_end)."""
         if self.eval_every is not None:
             return self.eval_every
         return None if self.time_budget is not None else DEFAULT_EVAL_EVERY
@@ -410,8 +401,7 @@ SETTING_GRAMMARS = {"whole": r"[-+]?[0-9]+", "decimal": r"[-+]?([0-9]+\.?[0-9]*|
 
 @dataclass(frozen=True)
 class SettingRule:
-    """What one sampling setting accepts: the grammar of its text and its range. The command line, the
-    Python API (:class:`SampleConfig`) and the exported page all check settings by this table."""
+    """What a sampling setting accepts; the command line, the API and the exported page all check by it."""
 
     grammar: str  # a key of SETTING_GRAMMARS: what its text must look like, surrounding spaces aside
     low: int | float  # the smallest value allowed (or, with low_open, the bound it must exceed)
@@ -426,8 +416,7 @@ class SettingRule:
         return self.refusal + hint
 
     def to_dict(self) -> dict[str, Any]:
-        """For the exported page: the grammar as a pattern, whole-number bounds as text (the page compares
-        them as BigInt: a JavaScript number is not exact beyond 2**53)."""
+        """For the exported page; whole-number bounds as text (BigInt: a JS number is inexact past 2**53)."""
         whole = self.grammar == "whole"
         high = str(self.high) if whole and self.high is not None else self.high
         return {"pattern": SETTING_GRAMMARS[self.grammar], "whole": whole, "low": str(self.low) if whole else
@@ -466,8 +455,7 @@ def read_setting(name: str, text: str) -> int | float:
 
 @dataclass(frozen=True)
 class SampleConfig(_DictMixin):
-    """How to decode: sampling (temperature, top-k, top-p, seed), greedy, or beam search (textbook
-    notes §4). Options that would be ignored by the decoding chosen are refused, not ignored."""
+    """How to decode: sampling, greedy or beam search (textbook notes §4); what it would ignore is refused."""
 
     length: int = setting(1000, "characters to generate after the prime")
     temperature: float | None = setting(None, "divide the logits by this (> 0); lower is more conservative")
@@ -478,10 +466,8 @@ class SampleConfig(_DictMixin):
                                  "beams)")
     seed: int | None = setting(None, "the same seed gives the same text; without one, a seed is drawn and "
                                     "reported")
-    stop_at: str | None = setting(None, "end a sample after this string first appears in its generated "
-                                       "text")
-    min_length: int = setting(0, "the stop string ends no sample shorter than this many generated "
-                                "characters")
+    stop_at: str | None = setting(None, "end a sample after this string first appears in its generated text")
+    min_length: int = setting(0, "the stop string ends no sample shorter than this many generated characters")
     beam_width: int | None = setting(None, "beam search (deterministic), keeping this many continuations")
     length_penalty: float | None = setting(None, "beam search with a stop string: rank beams by "
                                                 "log-probability / ((5 + n) / 6) ** this, n their length "
@@ -542,8 +528,7 @@ class SampleConfig(_DictMixin):
 
 @dataclass(frozen=True)
 class DynamicConfig(_DictMixin):
-    """Dynamic evaluation (see :mod:`charrnn.analysis.dynamic`); the defaults were tuned on the first half of
-    tiny Shakespeare's validation split (docs/techniques.md, "Dynamic evaluation")."""
+    """Dynamic evaluation; defaults tuned on tiny Shakespeare (docs/techniques.md, "Dynamic evaluation")."""
 
     learning_rate: float = setting(1e-4, "η: size of the RMS-normalised step taken after each segment")
     decay: float = setting(1e-3, "λ: how far each step pulls the weights back towards the trained ones")
@@ -653,8 +638,7 @@ class TrainingRequest:
 
 
 def _refuse_ignored(given: dict[str, Any], model: ModelConfig, config: TrainConfig) -> None:
-    """Refuse, not ignore, an option the rest of the request makes do nothing. A resume or fine-tune is
-    checked with the default cell unless one is given; the plan checks the checkpoint's."""
+    """Refuse an option the rest makes do nothing (a resume: checked with the default cell; the plan: its)."""
     if "rnn_activation" in given and model.cell != "rnn":
         raise OptionConflict(f"{option('rnn_activation')} is the nonlinearity of {option('cell')} rnn; "
                              f"{model.cell} has its own")
@@ -675,8 +659,8 @@ def _refuse_ignored(given: dict[str, Any], model: ModelConfig, config: TrainConf
         if name in given and not esn:
             raise OptionConflict(f"{option(name)} shapes an echo-state reservoir: it goes with "
                                  f"{option('cell')} esn or {option('init')} esn")
-    if given.get("locked_dropout") and model.dropout == 0 and model.input_dropout == 0 and \
-            config.time_budget is None:  # (a budget may choose a dropout)
+    no_dropout = model.dropout == model.input_dropout == 0 and config.time_budget is None  # budgets pick one
+    if given.get("locked_dropout") and no_dropout:
         raise OptionConflict(f"{option('locked_dropout')} locks the dropout masks across time: with "
                              f"{option('dropout')} 0 and {option('input_dropout')} 0 there is no dropout to "
                              f"lock")

@@ -76,8 +76,7 @@ def not_utf8_error(file: Path, byte: int, offset: int) -> CharrnnError:
 
 
 def _chunks(files: list[Path], chunk_bytes: int) -> Iterator[tuple[bytes, torch.Tensor]]:
-    """Each chunk of each file as its raw bytes and the code points it completes (a character split
-    across chunks counts in the second); ASCII chunks skip decoding, their bytes their code points."""
+    """Each chunk of each file as its raw bytes and the code points it completes; ASCII skips decoding."""
     for file in files:
         decoder = codecs.getincrementaldecoder("utf-8")()
         offset = 0
@@ -93,9 +92,8 @@ def _chunks(files: list[Path], chunk_bytes: int) -> Iterator[tuple[bytes, torch.
                     raise unreadable_corpus_error(file, exc) from None
                 final = len(raw) < chunk_bytes
                 pending = len(decoder.getstate()[0])
-                if not pending and raw.isascii():
-                    points = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else \
-                        torch.empty(0, dtype=torch.uint8)
+                if raw and not pending and raw.isascii():
+                    points = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
                 else:
                     try:
                         points = code_points(decoder.decode(raw, final))  # int32
@@ -148,17 +146,15 @@ def scan_corpus(path: Path, chunk_bytes: int = CHUNK_BYTES) -> CorpusScan:
 
 
 def cache_name(scan: CorpusScan, vocab: Vocab, dropped_unknown: bool) -> str:
-    """``<content sha256>-<vocabulary digest>[-known].<dtype>``: one file per text and vocabulary
-    (``-known``: characters outside the vocabulary were left out)."""
+    """``<content sha256>-<vocabulary digest>[-known].<dtype>`` (``-known``: unknown characters left out)."""
     dtype = str(vocab.id_dtype).removeprefix("torch.")
     return f"{scan.sha256}-{vocab.digest()[:16]}{'-known' if dropped_unknown else ''}.{dtype}"
 
 
 def cached_ids(scan: CorpusScan, vocab: Vocab, skip_unknown: bool = False, cache_dir: Path | None = None,
                chunk_bytes: int = CHUNK_BYTES) -> torch.Tensor:
-    """The corpus's ids under ``vocab``, ``(N,)``: a read-only memory map of the cached encoding, made
-    on the first call. A character outside the vocabulary is an error unless ``skip_unknown`` leaves it
-    out. Where the cache cannot be written, ids up to ``IN_MEMORY_LIMIT_BYTES`` are kept in memory."""
+    """The corpus's ids under ``vocab``, ``(N,)``: a read-only memory map of the cached encoding, made on the
+    first call (in memory up to ``IN_MEMORY_LIMIT_BYTES`` where the cache is unwritable)."""
     unknown = vocab.outside(scan.char_counts())
     if unknown and not skip_unknown:
         raise UnknownCharactersError(unknown)
@@ -266,8 +262,7 @@ def corpus_name(path: Path) -> str:
 
 
 def read_corpus(path: Path) -> str:
-    """A corpus file, or a directory's sorted ``*.txt`` files, as one string: for short texts (primes,
-    texts to inspect). Corpora go through :func:`encode_corpus`, which never holds the whole text."""
+    """A corpus as one string, for short texts (primes, texts to inspect); never for corpora to train on."""
     parts = []
     for file in corpus_files(path):
         try:
@@ -324,9 +319,8 @@ class EncodedCorpus:
 def encode_corpus(path: Path, name: str, val_frac: float, vocab: Vocab | None = None,
                   extend_vocab: bool = False, expected_sha256: str | None = None,
                   val_max_chars: int | None = None, split_at: int | None = None) -> EncodedCorpus:
-    """Encode a corpus through the id cache, recording the split: the tail ``val_frac`` (at most
-    ``val_max_chars``) or ``split_at``. A given ``vocab`` refuses other characters unless ``extend_vocab``
-    appends them (ids never move); else the corpus's own is used. ``expected_sha256`` refuses other texts."""
+    """Encode a corpus through the id cache, split at ``split_at`` or the tail ``val_frac`` (``val_max_chars``
+    at most). A given ``vocab`` refuses other characters unless ``extend_vocab`` appends them (ids stay)."""
     scan = scan_corpus(path)
     if expected_sha256 is not None and scan.sha256 != expected_sha256:
         raise CharrnnError(f"{path} is not the text this run was trained on; resuming needs the same corpus")
@@ -348,8 +342,7 @@ def corpus_location(corpus: dict[str, Any]) -> Path:
 
 
 def corpus_path(corpus: dict[str, Any]) -> Path:
-    """:func:`corpus_location`, checked to exist, and for a data directory's copy to hold the same text
-    (a recorded path's text is the caller's to check)."""
+    """:func:`corpus_location`, checked to exist and, for a data directory's copy, to hold the same text."""
     recorded = Path(corpus["path"])
     if recorded.exists():
         return recorded
@@ -367,8 +360,7 @@ def corpus_path(corpus: dict[str, Any]) -> Path:
 
 
 def checkpoint_validation_ids(corpus: dict[str, Any] | None, vocab: Vocab) -> torch.Tensor:
-    """The validation split a checkpoint (``corpus``: its corpus record, or None) was trained with, as
-    ids, checking the corpus is unchanged. Errors say what is missing; callers add what to do instead."""
+    """The validation ids a checkpoint (``corpus``: its corpus record, or None) was trained with."""
     return checkpoint_split(corpus, vocab).val
 
 

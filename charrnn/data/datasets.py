@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import urllib.error
 import urllib.request
+from contextlib import suppress
 from dataclasses import asdict, dataclass
 from itertools import takewhile
 from pathlib import Path
@@ -34,12 +35,9 @@ class DatasetSource:
 
 DATASETS: dict[str, DatasetSource] = {
     "tinyshakespeare": DatasetSource(
-        name="tinyshakespeare",
-        relative_path="tinyshakespeare/input.txt",
+        name="tinyshakespeare", relative_path="tinyshakespeare/input.txt",
         origin="https://raw.githubusercontent.com/karpathy/char-rnn/master/data",
-        sha256="86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
-        chars=1_115_394,
-    ),
+        sha256="86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed", chars=1_115_394),
 }
 DEFAULT_DATASET = "tinyshakespeare"
 
@@ -64,8 +62,7 @@ def default_data_dir() -> Path:
 
 
 def local_copy(sha256: str) -> tuple[str, Path] | None:
-    """The name of the known dataset whose text has ``sha256``, and where the data directory keeps it
-    (whether or not it is there); None when no known dataset has that hash."""
+    """The known dataset whose text has ``sha256``: its name and place in the data directory."""
     for dataset in DATASETS.values():
         if dataset.sha256 == sha256:
             return dataset.name, default_data_dir() / dataset.relative_path
@@ -125,11 +122,9 @@ def _make_parents(directory: Path) -> list[Path]:
 
 
 def _remove_empty(directories: list[Path]) -> None:
-    for directory in directories:
-        try:
+    with suppress(OSError):  # the first that is not empty, and so its parents, stay
+        for directory in directories:
             directory.rmdir()
-        except OSError:
-            return
 
 
 def dataset_path(name: str, data_dir: Path | None = None) -> Path:
@@ -138,9 +133,8 @@ def dataset_path(name: str, data_dir: Path | None = None) -> Path:
 
 
 def fetch(name: str, data_dir: Path | None = None, force: bool = False) -> Dataset:
-    """Make sure dataset ``name`` is in the cache, verified; say where, whether it was downloaded, and where a
-    differing file at its path was set aside: never replaced, it is refused, or with ``force`` kept as
-    ``input.txt.kept-1``. A failed or unverified download leaves no file and no directory it created."""
+    """Make sure dataset ``name`` is cached and verified; a differing file there is refused, or with ``force``
+    kept as ``input.txt.kept-1``. A failed or unverified download leaves no file, and no directory it made."""
     if name not in DATASETS:
         raise CharrnnError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
     dataset = DATASETS[name]

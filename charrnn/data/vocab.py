@@ -111,8 +111,7 @@ class Vocab:
         return {char: count for char, count in counts.items() if char not in self._index}
 
     def encode(self, text: str, skip_unknown: bool = False) -> torch.Tensor:
-        """Map ``text`` to ids, a ``(len(text),)`` tensor of :attr:`id_dtype`. A character not in the
-        vocabulary raises :class:`UnknownCharactersError`, unless ``skip_unknown`` drops it."""
+        """Map ``text`` to ids, ``(len(text),)`` of :attr:`id_dtype`; ``skip_unknown`` drops unknown ones."""
         ids = self.lookup(code_points(text))
         found = ids >= 0
         if not bool(found.all()):
@@ -123,9 +122,7 @@ class Vocab:
 
     def decode(self, ids) -> str:
         """Map an iterable of ids (ints or a 1-D tensor) back to text."""
-        if isinstance(ids, torch.Tensor):
-            ids = ids.tolist()
-        return "".join(self.chars[i] for i in ids)
+        return "".join(self.chars[i] for i in (ids.tolist() if isinstance(ids, torch.Tensor) else ids))
 
     def to_list(self) -> list[str]:
         """The plain-list form stored in checkpoints."""

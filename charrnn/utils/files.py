@@ -61,9 +61,8 @@ class FileTooLarge(OSError):
 
 @contextlib.contextmanager
 def open_regular(path: Path, dir_fd: int | None = None) -> Iterator[BinaryIO]:
-    """Open regular file ``path`` (relative to directory ``dir_fd`` if given; links followed) to read, else
-    raise :class:`NotRegularFile`; a FIFO, opened without waiting, is refused rather than hanging."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK, dir_fd=dir_fd)
+    """Open regular file ``path`` (in ``dir_fd`` if given) to read; else :class:`NotRegularFile`."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK, dir_fd=dir_fd)  # a FIFO: refused, never waited on
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise NotRegularFile(errno.EINVAL, "not a regular file", str(path))
@@ -89,8 +88,8 @@ def read_at_most(handle: BinaryIO, most_bytes: int | None) -> bytes:
     size = os.fstat(handle.fileno()).st_size
     data = b"" if size > most_bytes else handle.read(most_bytes + 1)  # one byte more: it may have grown
     if len(data) > most_bytes or size > most_bytes:
-        raise FileTooLarge(f"it holds {max(size, len(data)):,} bytes, more than the {most_bytes:,} it can "
-                           f"need")
+        held = max(size, len(data))
+        raise FileTooLarge(f"it holds {held:,} bytes, more than the {most_bytes:,} it can need")
     return data
 
 
@@ -106,9 +105,8 @@ FOLDER_READ_TRIES = 3
 
 @contextlib.contextmanager
 def opened_in_folder(folder: Path, names: Sequence[str]) -> Iterator[dict[str, BinaryIO]]:
-    """Regular files ``names`` of ``folder``, opened as one view of one folder: through a descriptor of the
-    folder itself, so an export renaming a new folder over the name cannot mix old files with new ones.
-    An ``OSError`` names the file at fault (``folder/name``); a missing file is a FileNotFoundError."""
+    """Regular files ``names`` of ``folder``, opened through a descriptor of the folder itself, so an export
+    renaming a new folder over the name cannot mix old files with new; an OSError names ``folder/name``."""
     for attempt in range(1, FOLDER_READ_TRIES + 1):
         directory = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
         with contextlib.ExitStack() as stack:
@@ -146,9 +144,8 @@ def stat_or_none(path: Path, failing: str) -> os.stat_result | None:
 @contextlib.contextmanager
 def replacing(path: Path, failure: Callable[[OSError], str],
               error: type[CharrnnError] = CharrnnError) -> Iterator[str]:
-    """Yield the name of an empty temporary sibling of regular file ``path``; when the block succeeds,
-    give it ``path``'s mode (or the umask's), fsync it and rename it over ``path``. On failure the
-    temporary is removed and ``path`` left as it was; an ``OSError`` becomes ``error(failure(exc))``."""
+    """Yield an empty temporary sibling of ``path``, renamed over it (its mode, fsynced) if the block works;
+    on failure removed, ``path`` left as it was, and an ``OSError`` becomes ``error(failure(exc))``."""
     tmp_name = None
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-{path.name}.", suffix=".tmp",
@@ -364,8 +361,7 @@ def remove_stale_temporaries(directory: Path) -> None:
 
 
 def same_file(first: Path, second: Path) -> bool:
-    """Whether writing ``first`` would replace ``second``: the same file through any link (same device
-    and inode), or, when one does not exist yet, the same resolved path."""
+    """Whether writing ``first`` would replace ``second``: the same file through any link, or path."""
     with contextlib.suppress(OSError):
         return os.path.samefile(first, second)
     try:
@@ -425,9 +421,8 @@ def _export_temporaries(directory: Path, kind: str, name: str = "*") -> list[Pat
 
 @contextlib.contextmanager
 def _exports_locked(directory: Path, wait: bool) -> Iterator[bool]:
-    """Hold the lock of exports into ``directory`` (a flock on the directory, which the system drops when
-    its holder dies, so a reused PID never looks alive); yield whether it is held. Without ``wait`` it is
-    not while an export runs; where the file system has no locks, never."""
+    """Yield whether the exports' lock on ``directory`` is held (a flock: the system drops it as its holder
+    dies, so a reused PID never looks alive); without ``wait`` not while an export runs, nor without locks."""
     with contextlib.ExitStack() as stack:
         try:
             fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -456,9 +451,8 @@ def _settle(given: Path) -> None:
 
 
 def settle_folder(path: Path) -> None:
-    """Make name ``path`` (a link: the name it leads to) hold a whole folder, earlier or new, whatever moment
-    an export to it was killed at (:func:`replace_folder`), and clear what killed exports left beside it.
-    What an export under way has set aside is its own: only a name left empty is waited for."""
+    """Make name ``path`` (a link: where it leads) hold a whole folder, whenever an export to it was killed,
+    clearing what killed exports left beside it; one under way is awaited only if it left the name empty."""
     given = Path(os.path.realpath(path))
     if not _export_temporaries(given.parent, "*"):
         return
@@ -470,11 +464,10 @@ def settle_folder(path: Path) -> None:
 
 
 def replace_folder(path: Path, files: dict[str, bytes], foreign: Callable[[Path], list[str]]) -> None:
-    """Make folder ``path`` hold exactly ``files`` (name → contents), all or nothing: written and fsynced in
-    a temporary sibling with the mode of the folder it replaces, which then takes the name, swapped with the
-    earlier folder in one step where the system can, else by two renames. What is at ``path`` gives way only
-    if an empty folder or ``foreign`` names nothing; a failure leaves it as it was; a stop signal waits for
-    the swap. Exports into a directory take turns: the next (or :func:`settle_folder`) finds what one left."""
+    """Make folder ``path`` hold exactly ``files`` (name → contents), all or nothing: written and fsynced in a
+    temporary sibling (the earlier folder's mode) that then takes the name, in one swap where the system can,
+    else by two renames. What is at ``path`` gives way only if empty or ``foreign`` names nothing; a failure
+    leaves it; a stop signal waits for the swap. Exports take turns (:func:`settle_folder`: what one left)."""
     from charrnn.utils.interrupt import signals_deferred
 
     given = Path(path)
@@ -518,8 +511,7 @@ def replace_folder(path: Path, files: dict[str, bytes], foreign: Callable[[Path]
 
 
 def _exchange(first: Path, second: Path) -> bool:
-    """Swap what names ``first`` and ``second`` lead to, in one step no reader can fall between (Linux's
-    renameat2); False where the system or file system cannot, and nothing changed."""
+    """Swap ``first`` and ``second`` in one step no reader falls between (renameat2); False if it cannot."""
     renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
     if renameat2 is None:
         return False

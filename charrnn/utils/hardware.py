@@ -47,10 +47,9 @@ def process_age_s() -> float:
 @cache
 def _cpuinfo() -> str:
     """This machine's ``/proc/cpuinfo`` (Linux only; "" where it cannot be read)."""
-    try:
+    with suppress(OSError):
         return Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
+    return ""
 
 
 def processor_name() -> str:
@@ -127,8 +126,7 @@ class ThreadChoice:
 
 
 def check_threads(threads: int | None) -> int | None:
-    """A requested thread count: None (charrnn chooses) or a whole number from 1 to :data:`MOST_THREADS`.
-    ``OMP_NUM_THREADS`` is checked too, before torch reads it."""
+    """A requested thread count, None (charrnn chooses) or 1 to :data:`MOST_THREADS`; OMP_NUM_THREADS too."""
     _from_environment()
     if threads is None:
         return None
@@ -182,9 +180,8 @@ def usable_cores() -> set[int]:
 def choose_threads(requested: int | None = None, processes: int = 1,
                    read_stat: Callable[[], str] = _read_stat,
                    sleep: Callable[[float], None] = time.sleep) -> ThreadChoice | None:
-    """The threads to run with: ``requested``, else ``OMP_NUM_THREADS``, else the usable cores no other
-    program kept busy while watched, shared among ``processes`` (torchrun's on this machine), at least 1.
-    None where the cores cannot be watched (no ``/proc/stat``): torch's own default stands."""
+    """The threads: ``requested``, else ``OMP_NUM_THREADS``, else the usable cores no other program kept busy
+    while watched, shared among ``processes`` (at least 1); None without ``/proc/stat`` (torch's default)."""
     requested = check_threads(requested)
     cores = usable_cores()
     named = counted(len(cores), "core")
@@ -246,8 +243,7 @@ class LoadWatch:
         return max(0, round(others / (now - began)))
 
     def leave_busy_cores(self) -> str | None:
-        """Train on the cores other programs leave free, when that is fewer threads than torch runs (see
-        the module docstring). Returns what to tell the user, if the threads changed."""
+        """Use the cores other programs leave free, if fewer than torch's threads; what to say or None."""
         import torch
 
         others = self.others_busy()

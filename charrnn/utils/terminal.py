@@ -1,6 +1,5 @@
 """Writing the product to standard output, and showing text safely: text given on the command line checked,
 model text in a page, scores, checkpoints and values. Light enough for the CLI to import at start-up.
-
 A closed, full or narrow-encoded stdout is a one-line :class:`CharrnnError`, and a reader that left
 (``| head``) a quiet stop: never a traceback, and never a result lost behind exit code 0."""
 
@@ -99,11 +98,9 @@ def is_hidden(char: str) -> bool:
 def escape_char(char: str) -> str:
     """``char`` as Python writes it in a string: ``\\r``, ``\\x1b``, ``\\u202e``; a byte that was not UTF-8
     (Python's surrogateescape) as the byte, ``\\xff``."""
-    code = ord(char)
     if char in NAMED_ESCAPES:
         return NAMED_ESCAPES[char]
-    if 0xDC80 <= code <= 0xDCFF:
-        code -= 0xDC00
+    code = ord(char) - 0xDC00 if "\udc80" <= char <= "\udcff" else ord(char)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
@@ -185,8 +182,7 @@ def fill_closed_descriptors() -> None:
 def require_valid_text(text: str, field: str) -> str:
     """Return ``text``, the option ``field``'s value, or refuse it naming the byte that made it invalid
     UTF-8. An argument that is not UTF-8 arrives with each bad byte as a lone surrogate (surrogateescape)."""
-    found = re.search("[\ud800-\udfff]", text)  # one scan in C: a text may be megabytes
-    if found is not None:
+    if (found := re.search("[\ud800-\udfff]", text)) is not None:  # one scan in C: a text may be megabytes
         code = ord(found.group())
         byte = f" (byte 0x{code - 0xDC00:02x})" if code >= 0xDC80 else ""
         raise ConfigError(f"is not valid UTF-8{byte} at character {found.start()}", field)
@@ -198,8 +194,7 @@ MARKDOWN_MARKS = {ord(mark): f"&#{ord(mark)};" for mark in "\\`*_[]#|~"} | {ord(
 
 
 def markdown_text(text: str) -> str:
-    """``text`` (hidden characters as their escapes) as Markdown shows it literally, in a table cell too:
-    markup escaped, line breaks as ``<br>`` (:data:`MARKDOWN_MARKS`)."""
+    """:func:`shown` ``text`` as Markdown shows it literally, in a table cell too (:data:`MARKDOWN_MARKS`)."""
     return html.escape(shown(text), quote=False).translate(MARKDOWN_MARKS)
 
 
@@ -224,8 +219,7 @@ def format_epoch(epoch: float | None) -> str:
 
 
 def checkpoint_labels(reports: list[Any]) -> list[str]:
-    """The shortest of file name, run/file name and full path that tells the checkpoints apart (each
-    report has ``checkpoint``, a path, and ``run``, its run directory's name)."""
+    """The shortest of file name, ``run``/file name and full ``checkpoint`` path that tells reports apart."""
     names = [Path(report.checkpoint).name for report in reports]
     # A model folder is its own run: its name alone, never "m1/m1".
     for labels in (names, [name if report.run == name else f"{report.run}/{name}"
@@ -277,8 +271,7 @@ def shell_word(path: str | Path) -> str:
 
 
 def terminal_columns() -> int:
-    """The columns of the terminal standard error writes to; 0 without one, or for a terminal that
-    reports none (a bar there would draw nothing: plain lines serve instead)."""
+    """The columns of stderr's terminal; 0 without one, or where it reports none (plain lines serve then)."""
     try:
         return os.get_terminal_size(sys.stderr.fileno()).columns if sys.stderr.isatty() else 0
     except (OSError, ValueError):
