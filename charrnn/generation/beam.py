@@ -42,8 +42,7 @@ def beam_search(model: CharRNN, vocab: Vocab, prime: str, width: int, length: in
     """The ``width`` likeliest continuations of ``prime``, best first, by float64 log-probability over
     :func:`length_normaliser` (only beams ``stop_at`` ended, never before ``min_length``, are shorter)."""
     current, state = warm_state(model, vocab, prime, batch=1)  # (1,), state of one beam; model in eval mode
-    device = current.device
-    vocab_size = len(vocab)
+    device, vocab_size = current.device, len(vocab)
     stepper = make_stepper(model)
     layers = stepper.unstack(state)
     scores = torch.zeros(1, dtype=torch.float64, device=device)  # (n,)

@@ -53,8 +53,7 @@ def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float |
         mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
         drop_sorted = mass_before >= top_p
         drop_sorted[:, 0] = False  # even when p rounds to 0 in the logits' precision
-        drop = drop_sorted.scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
+        logits = logits.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))
     return logits
 
 
@@ -70,8 +69,7 @@ def choose_next(logits: torch.Tensor, config: SampleConfig, generator: torch.Gen
         # -inf (probability 0) instead of overflowing them all to +inf (NaN probabilities).
         logits = (logits - logits.max(dim=-1, keepdim=True).values) / temperature
     logits = filter_logits(logits, config.top_k, config.top_p)
-    probs = torch.softmax(logits, dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
 
 
 def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:

@@ -99,8 +99,7 @@ def _available(device_name: str) -> int | None:
 
 def check_generation_fits(rows: int, length: int, model_config: ModelConfig, device_name: str,
                           count_option: str, length_option: str = "length") -> None:
-    """Refuse, before allocating, ``rows`` texts at once (samples or beams) whose logits, states and history
-    cannot fit; the message names ``count_option`` and ``length_option`` to lower."""
+    """Refuse, before allocating, ``rows`` texts at once (samples or beams) that cannot fit."""
     per_row = 4 * (4 * model_config.vocab_size + 8 * model_config.num_layers * model_config.hidden_size)
     needed = rows * (per_row + 16 * length)
     available = _available(device_name)

@@ -100,14 +100,11 @@ def scored_chunks(model: CharRNN, ids: torch.Tensor, layout: StreamLayout,
     """The logits of one batch of streams' scored characters, chunk by chunk in time, in the caller's grad and
     model mode. ids: (N,) integer ids, N = ``layout.scored + 1``; ``batch``: from ``layout.batches()``."""
     device = next(model.parameters()).device
-    width, warmup = layout.slice_chars, layout.warmup
-    first, rows = batch.start, len(batch)
+    width, warmup, first, rows = layout.slice_chars, layout.warmup, batch.start, len(batch)
     run_warmup, scored_steps = layout.steps(batch)
-    skipped = warmup - run_warmup
     # Stream k reads text[k·S − W, (k+1)·S) and predicts text[k·S − W + 1, (k+1)·S]; the ids before the
     # text's start (stream 0's warm-up) and past its end are padding, never scored.
-    begin = first * width - warmup
-    end = (first + rows) * width + 1
+    begin, end = first * width - warmup, (first + rows) * width + 1
     # Kept in the ids' own dtype (one stream may be the whole text); each chunk is widened as it is read.
     window = ids[max(begin, 0) : min(end, len(ids))]
     if begin < 0 or end > len(ids):
@@ -118,10 +115,9 @@ def scored_chunks(model: CharRNN, ids: torch.Tensor, layout: StreamLayout,
     def columns(start: int, stop: int) -> torch.Tensor:
         return streams[:, start:stop].long().to(device)  # (b, stop - start)
 
-    vocab_size = model.config.vocab_size
-    step = _chunk_len(rows, vocab_size)
+    step = _chunk_len(rows, model.config.vocab_size)
     state: State | None = None
-    for start in range(skipped, warmup, step):
+    for start in range(warmup - run_warmup, warmup, step):
         stop = min(start + step, warmup)
         _, state = model(columns(start, stop), state)
     if state is not None and first == 0:  # the text's first stream starts at its start, from zeros

@@ -33,8 +33,7 @@ class LayerNormRNN(nn.Module):
         self.dropout = dropout  # between layers, in training
         self.weight_drop = weight_drop  # DropConnect on W_hh, in training (charrnn.models.regularise)
         self.locked_dropout = locked_dropout  # the dropout between layers keeps its mask across time
-        gates = _GATES[cell]
-        bound = hidden_size ** -0.5
+        gates, bound = _GATES[cell], hidden_size ** -0.5
         for k in range(num_layers):
             fan_in = input_size if k == 0 else hidden_size
             for name, columns in (("weight_ih", fan_in), ("weight_hh", hidden_size)):
@@ -67,8 +66,7 @@ class LayerNormRNN(nn.Module):
         if self.cell == "rnn":
             return self.activation(normed[:, 0]), None
         i, f, o = torch.sigmoid(normed[:, 0]), torch.sigmoid(normed[:, 1]), torch.sigmoid(normed[:, 3])
-        g = torch.tanh(normed[:, 2])
-        c_new = f * c + i * g
+        c_new = f * c + i * torch.tanh(normed[:, 2])  # g: the candidate
         cell_gain, cell_bias = self._layer("ln_cell_gain", k), self._layer("ln_cell_bias", k)
         h_new = o * torch.tanh(layer_norm(c_new, cell_gain, cell_bias))
         return h_new, c_new
@@ -101,9 +99,8 @@ class LayerNormRNN(nn.Module):
     def step(self, x: torch.Tensor, state):
         """One character: x (B, E) -> top layer's h (B, H) and the new state."""
         hs, cs = self._split_state(state)
-        layer_input = x
         for k in range(self.num_layers):
-            x_proj = layer_input @ self._layer("weight_ih", k).t()
+            x_proj = x @ self._layer("weight_ih", k).t()
             hs[k], cs[k] = self._cell_step(k, x_proj, hs[k], cs[k], self._layer("weight_hh", k))
-            layer_input = hs[k]
-        return layer_input, self._join_state(hs, cs)
+            x = hs[k]
+        return x, self._join_state(hs, cs)

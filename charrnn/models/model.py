@@ -87,8 +87,7 @@ class CharRNN(nn.Module):
         else:
             out, new_state = self.rnn(x, rnn_state)  # (B, T, H)
         out = sequence_dropout(out, config.dropout, self.training, config.locked_dropout)
-        logits = self.head(out)  # (B, T, V)
-        return logits, new_state if isinstance(new_state, tuple) else (new_state,)
+        return self.head(out), new_state if isinstance(new_state, tuple) else (new_state,)
 
     def load_pretrained(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Start from another model's weights, for fine-tuning. Shapes must match, but vocabulary tensors may
@@ -134,8 +133,7 @@ def initialise(model: CharRNN) -> None:
     The forget-gate bias is the effective one: PyTorch adds b_ih and b_hh, so b_ih holds it and b_hh zero."""
     config = model.config
     scheme = "esn" if config.cell == "esn" else config.init
-    H = config.hidden_size
-    rnn = model.rnn
+    H, rnn = config.hidden_size, model.rnn
     if scheme == "textbook":
         cell_weights = [param for name, param in rnn.named_parameters() if name.startswith("weight")]
         for weight in [*cell_weights, model.head.weight]:

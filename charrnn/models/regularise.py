@@ -56,11 +56,9 @@ def layerwise_recurrence(rnn: nn.Module, x: torch.Tensor, state: torch.Tensor | 
     weight-dropped and the dropout between layers locked when asked, in training. x: (B, T, input_size); state
     as ``rnn`` takes it. Returns out (B, T, H), or (B, T, num_layers·H) with skip connections (layer k ≥ 1
     then reads ``[x, h_{k−1}]``), and the final state."""
-    fused_layer = _FUSED_LAYERS[rnn.mode]
-    is_lstm = rnn.mode == "LSTM"
+    fused_layer, is_lstm = _FUSED_LAYERS[rnn.mode], rnn.mode == "LSTM"
     finals: list[list[torch.Tensor]] = [[], []] if is_lstm else [[]]
-    outputs = []
-    layer_input = x
+    outputs, layer_input = [], x
     for k in range(rnn.num_layers):
         w_hh = getattr(rnn, f"weight_hh_l{k}")
         if training and weight_drop > 0:

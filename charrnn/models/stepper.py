@@ -19,11 +19,10 @@ class Stepper(ABC):
     """The interface: :meth:`step` on stacked state, :meth:`step_layers` on per-layer state."""
 
     def __init__(self, model: CharRNN):
-        self.hidden_size = model.config.hidden_size
-        self.num_layers = model.config.num_layers
+        config = model.config
+        self.hidden_size, self.num_layers = config.hidden_size, config.num_layers
         # With skip connections every layer reaches the output, and the input every layer.
-        self.skip_connections = model.config.skip_connections
-        self.embed_size = model.config.embed_size
+        self.skip_connections, self.embed_size = config.skip_connections, config.embed_size
         self.head_weight = model.head.weight.detach().t().contiguous()  # (H, V), or (L·H, V) with skips
         self.head_bias = model.head.bias.detach().clone()  # (V,)
 
@@ -61,10 +60,6 @@ class Stepper(ABC):
         reads_input, reads_below = weight[:, : self.embed_size], weight[:, self.embed_size :]
         return reads_below, torch.addmm(bias, model.embedding.weight, reads_input.t())
 
-    def base(self, table_or_bias: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        """An upper layer's base for the characters ``idx`` (B,): its bias, or its table's rows."""
-        return table_or_bias[idx] if self.skip_connections else table_or_bias
-
 
 class _SummedInputStepper(Stepper):
     """LSTM and Elman RNN: each layer's pre-activation is ``W_ih x + W_hh h + b`` in one product."""
@@ -92,20 +87,18 @@ class _SummedInputStepper(Stepper):
                             ) -> torch.Tensor:
         """Layer ``k`` ≥ 1 from the layer below's ``x`` (with skips, ``idx`` via the base): one ``addmm``."""
         weight, base = self.upper[k - 1]
-        return torch.addmm(self.base(base, idx), torch.cat([x, h], dim=1), weight)
+        return torch.addmm(base[idx] if self.skip_connections else base, torch.cat([x, h], dim=1), weight)
 
 
 class LSTMStepper(_SummedInputStepper):
     def step_layers(self, idx: torch.Tensor, layers: Layers) -> tuple[torch.Tensor, Layers]:
-        H = self.hidden_size
-        new_layers = []
-        x = None
+        new_layers, x = [], None
         for k, (h_prev, c_prev) in enumerate(layers):
             gates = (self.first_preactivation(idx, h_prev) if k == 0
                      else self.upper_preactivation(k, idx, x, h_prev))  # (B, 4H), gates i, f, g, o
             # One sigmoid over all four gates (g's is unused) costs less than four small calls.
             i, f, _, o = torch.sigmoid(gates).chunk(4, dim=1)
-            g = torch.tanh(gates[:, 2 * H : 3 * H])
+            g = torch.tanh(gates.chunk(4, dim=1)[2])
             c = torch.addcmul(f * c_prev, i, g)  # f ⊙ c + i ⊙ g
             x = o * torch.tanh(c)
             new_layers.append((x, c))
@@ -120,8 +113,7 @@ class RNNStepper(_SummedInputStepper):
         self.activation = F.relu if model.config.rnn_activation == "relu" else torch.tanh
 
     def step_layers(self, idx: torch.Tensor, layers: Layers) -> tuple[torch.Tensor, Layers]:
-        new_layers = []
-        x = None
+        new_layers, x = [], None
         for k, (h_prev,) in enumerate(layers):
             x = self.activation(self.first_preactivation(idx, h_prev) if k == 0
                                 else self.upper_preactivation(k, idx, x, h_prev))
@@ -147,14 +139,13 @@ class GRUStepper(Stepper):
 
     def step_layers(self, idx: torch.Tensor, layers: Layers) -> tuple[torch.Tensor, Layers]:
         H = self.hidden_size
-        new_layers = []
-        x = None
+        new_layers, x = [], None
         for k, (h_prev,) in enumerate(layers):
             if k == 0:
                 gi = self.input_table[idx]  # (B, 3H)
             else:
                 weight, base = self.upper_inputs[k - 1]
-                gi = torch.addmm(self.base(base, idx), x, weight)
+                gi = torch.addmm(base[idx] if self.skip_connections else base, x, weight)
             weight_hh, bias_hh = self.recurrent[k]
             gh = torch.addmm(bias_hh, h_prev, weight_hh)  # (B, 3H)
             r, z = torch.sigmoid(gi[:, : 2 * H] + gh[:, : 2 * H]).chunk(2, dim=1)
@@ -169,8 +160,7 @@ class LayerNormStepper(Stepper):
 
     def __init__(self, model: CharRNN):
         super().__init__(model)
-        self.rnn = model.rnn
-        self.carries_cell = model.config.cell == "lstm"
+        self.rnn, self.carries_cell = model.rnn, model.config.cell == "lstm"
         self.embedding = model.embedding.weight.detach()  # (V, E)
 
     @torch.no_grad()
