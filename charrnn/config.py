@@ -310,7 +310,7 @@ class TrainConfig(_DictMixin):
                                                       "all of val_frac)")
     batch_size: int = setting(16, "parallel BPTT streams (B)")
     seq_len: int = setting(50, "characters per truncated-BPTT segment (T)")
-    learning_rate: float = setting(3e-3, "peak Adam learning rate")
+    learning_rate: float = setting(3e-3, "peak AdamW learning rate")
     min_lr_ratio: float = setting(0.1, "the cosine schedule decays to learning_rate * this")
     warmup_steps: int = setting(50, "linear warm-up from 0 to the peak learning rate")
     weight_decay: float = setting(0.0, "decoupled (AdamW) weight decay")

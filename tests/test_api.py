@@ -271,6 +271,8 @@ REFUSALS = [
      "-o forget_bias sets the LSTM's forget gate; --model gru has none"),
     ("train CORPUS --model esn --optimizer muon", _train(cell="esn", optimizer="muon"),
      "--optimizer muon steps the recurrent matrices, which --model esn keeps as drawn"),
+    ("train CORPUS -o muon_lr 0.02", _train(muon_lr=0.02),
+     "-o muon_lr is Muon's rate: it goes with --optimizer muon"),
     ("train CORPUS -o spectral_radius 2", _train(spectral_radius=2.0),
      "-o spectral_radius shapes an echo-state reservoir"),
     ("train CORPUS --clip 0 -o clip_mode value", _train(clip=0.0, clip_mode="value"),

@@ -79,7 +79,8 @@ class ProgressBar(TrainObserver):
         """Say what the plan decided that the user did not ask for in so many words."""
         self.threads, self.precision = plan.threads, plan.precision
         if plan.budget is not None:
-            self.on_message(budget_line(plan.budget, plan.corpus.name != DEFAULT_DATASET))
+            muon = plan.config.optimizer == "muon"
+            self.on_message(budget_line(plan.budget, plan.corpus.name != DEFAULT_DATASET, muon))
             if (warning := plan.budget.short_of_a_pass()) is not None:
                 self.on_message(warning)
         if (tuned := plan.fine_tune) is not None:
@@ -117,7 +118,7 @@ class ProgressBar(TrainObserver):
             "parameters": f"{parameters:,}{frozen_note}",
             "batches": f"{config.batch_size} streams × {config.seq_len} chars, "
                        f"{steps_per_epoch:,} steps per epoch",
-            "optimiser": f"{muon}Adam lr {config.learning_rate:g} (warm-up {config.warmup_steps}, cosine to "
+            "optimiser": f"{muon}AdamW lr {config.learning_rate:g} (warm-up {config.warmup_steps}, cosine to "
                          f"×{config.min_lr_ratio:g}), weight decay {config.weight_decay:g}, "
                          f"clip {config.clip_mode} {config.clip:g}"
                          f"{f', weight average (EMA {config.ema_decay:g})' if config.ema_decay else ''}",
@@ -265,10 +266,11 @@ class ProgressBar(TrainObserver):
             self.bar.close()
 
 
-def budget_line(budget: Any, other_text: bool = False) -> str:
+def budget_line(budget: Any, other_text: bool = False, muon: bool = False) -> str:
     """What a time budget chose, in one line: the shape, its speed, passes and prediction, and the runner-up
     (of the others, the lowest prediction: the shape the tie rule passed over, when it did). With
-    ``other_text`` (a corpus of the user's own), it says the predictions are tiny Shakespeare's."""
+    ``other_text`` (a corpus of the user's own), it says the predictions are tiny Shakespeare's; with
+    ``muon``, that they are AdamW's at Muon's speed (docs/defaults.md, "The optimiser")."""
     head, choice = f"{option('time_budget')} {budget.seconds:g} s", budget.choice
     if not budget.planned:
         return f"{head}: {budget.unplanned_because}"
@@ -296,8 +298,9 @@ def budget_line(budget: Any, other_text: bool = False) -> str:
     scale = " on tiny Shakespeare (the rule's text: this text scores otherwise)" if other_text else ""
     if choice.guessing:  # the rule's text is richer: guessing among this one's characters beats it
         scale = " (as guessing alike among this text's characters would: the rule cannot tell shapes apart)"
+    rule = "; the rule is AdamW's, timed at Muon's speed" if muon else ""
     return (f"{head}: {choice.describe()} at {speed}, {choice.epochs:.1f} epochs{limit}{slowed}, predicts "
-            f"{choice.predicted_loss:.3f} nats/char{scale}{runner_up}")
+            f"{choice.predicted_loss:.3f} nats/char{scale}{runner_up}{rule}")
 
 
 def training_summary(result: TrainResult) -> Table:

@@ -34,7 +34,7 @@ class BudgetShape:
 
     hidden_size: int  # units per LSTM layer
     batch_size: int  # parallel BPTT streams
-    learning_rate: float  # peak Adam learning rate
+    learning_rate: float  # peak AdamW learning rate
     skip_connections: bool = False  # the input to every layer, every layer to the output
     weight_decay: float = 0.1  # decoupled (AdamW) weight decay
 

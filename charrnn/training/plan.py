@@ -246,6 +246,8 @@ def plan_training(request: TrainingRequest, group: ProcessGroup | None = None, s
     sources = sources if sources is not None else read_sources(request)
     decided = _decide(request, sources, group, started, finish_s, say)
     config, model_config, vocab = decided["config"], decided["model_config"], decided["vocab"]
+    if "muon_lr" in request.options and config.optimizer != "muon":  # a resume's optimiser is the run's
+        raise OptionConflict(f"{option('muon_lr')} is Muon's rate: it goes with {option('optimizer')} muon")
     # Refused before any write or measurement: a validation split too short to score, a model or a recorded
     # sample too large for memory, a sample prime the model cannot read, a corpus too short for one batch.
     split = _scorable_split(decided["ids"], decided["corpus"])

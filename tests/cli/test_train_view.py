@@ -165,6 +165,8 @@ def test_the_budget_names_the_runner_up_a_larger_shape_beat_within_the_rules_err
     alone = BudgetDecision(100, "cpu", "fp32", True, {}, (estimated,))
     assert budget_line(alone) == ("--time-budget 100 s: 2×192 LSTM at about 1,000 chars/s in fp32, 2.0 "
                                   "epochs, predicts 1.500 nats/char")
+    muon = budget_line(alone, muon=True)
+    assert muon == f"{budget_line(alone)}; the rule is AdamW's, timed at Muon's speed"
     late = dataclasses.replace(estimated, predicted_loss=None)
     assert budget_line(BudgetDecision(5, "cpu", "fp32", True, {}, (late,))) == (
         "--time-budget 5 s leaves no shape time to train once it is measured, evaluated and saved: the "

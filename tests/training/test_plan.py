@@ -54,6 +54,21 @@ def test_a_resume_plan_checks_the_corpus_before_anything_runs(tiny_run, tmp_path
     assert plan.config.out_dir == str(tiny_run) and plan.resume_from["step"] == 40
 
 
+def test_muon_lr_is_refused_where_muon_steps_nothing_and_a_muon_resume_may_change_it(tiny_run, make_run,
+                                                                                     small_corpus, tmp_path):
+    refusal = "muon_lr is Muon's rate: it goes with optimizer muon"
+    for corpus, where in ((small_corpus, {}), (None, {"resume": tiny_run})):  # new; an AdamW run resumed
+        with pytest.raises(OptionConflict, match=refusal):
+            plan_run(corpus, tmp_path / "new", muon_lr=0.02, max_steps=80, **where)
+    with pytest.raises(OptionConflict, match=refusal):  # a fine-tune has the default optimiser unless given
+        plan_training(TrainingRequest(small_corpus, {"muon_lr": 0.02}, tmp_path / "tuned",
+                                      init_from=tiny_run))
+    make_run(small_corpus, tmp_path / "muon", optimizer="muon", max_steps=4)
+    plan = plan_run(None, None, resume=tmp_path / "muon", muon_lr=0.02, max_steps=8)  # the run's optimiser
+    assert plan.config.optimizer == "muon" and plan.config.muon_lr == 0.02
+    assert not (tmp_path / "new").exists() and not (tmp_path / "tuned").exists()
+
+
 def test_a_resumed_run_keeps_the_split_it_was_trained_with(tiny_run, monkeypatch):
     """A run keeps its split whatever the rule for new runs has become."""
     recorded = json.loads((tiny_run / "config.json").read_text())["corpus"]["split_point"]
