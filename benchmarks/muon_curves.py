@@ -1,4 +1,5 @@
-"""Learning curves at equal steps: AdamW against Muon on charrnn's CharRNN, tiny Shakespeare (not part of CI).
+"""Learning curves at equal steps: AdamW against Muon on charrnn's CharRNN, tiny Shakespeare or the corpus
+given after the setting (not part of CI).
 
 A plain loop of its own, so that variants the product does not offer (each gate's block orthogonalised
 apart, other rates and momenta) can be tried: 32 streams × 100 characters, warm-up 100 steps, cosine to
@@ -9,6 +10,7 @@ steps does not depend on the machine: a one-thread run (``OMP_NUM_THREADS=1``) b
     python benchmarks/muon_curves.py '{"opt": "muon", "lr": 0.04, "hidden": 256, "steps": 600}'
     python benchmarks/muon_curves.py '{"opt": "muon", "lr": 0.02, "hidden": 256, "steps": 600, "blocks": 4}'
     python benchmarks/muon_curves.py '{"opt": "adamw", "lr": 0.006, "hidden": 512, "steps": 600}'
+    python benchmarks/muon_curves.py '{"opt": "adamw", "lr": 0.012, "hidden": 256, "steps": 600}' code.txt
 """
 
 import json
